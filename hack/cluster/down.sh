@@ -1,0 +1,147 @@
+#!/usr/bin/env bash
+# Stop the local cluster and remove its state (the binary cache is kept).
+#
+# Stops, by recorded pid, every component started by up.sh from any checkout
+# on this machine (pids are registered in ~/.cache/tooladapter/run/pids), then
+# the pod containers (descendants of our containerd's shims, and anything
+# left in the kubepods cgroups), and removes mounts, network namespaces, the
+# CNI bridge, iptables chains, ipsets, /var/lib/tooladapter, /run/tooladapter
+# and .cluster/.
+#
+#   down.sh                 full stop, removes .cluster/
+#   down.sh --for-restart   used by up.sh: keeps .cluster/pki and old logs
+set -euo pipefail
+. "$(dirname "$0")/lib.sh"
+
+for_restart=0
+[ "${1:-}" = "--for-restart" ] && for_restart=1
+
+if [ "${CLUSTER:-local}" = kind ] && [ "$for_restart" = 0 ]; then
+  exec "$CLUSTER_HACK_DIR/kind-down.sh"
+fi
+[ "$(id -u)" = 0 ] || die "stopping the local cluster needs root"
+
+stopped=0
+
+# stop_pid NAME PID: SIGTERM, wait up to 10s, then SIGKILL.
+stop_pid() {
+  local name="$1" pid="$2" i
+  kill -TERM "$pid" 2>/dev/null || return 0
+  for i in $(seq 1 100); do
+    [ -d "/proc/$pid" ] || break
+    # A zombie child of ours counts as gone.
+    [ "$(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null)" = Z ] && break
+    sleep 0.1
+  done
+  if [ -d "/proc/$pid" ]; then
+    log "$name (pid $pid) did not stop on SIGTERM; killing"
+    kill -KILL "$pid" 2>/dev/null || true
+    for i in $(seq 1 50); do [ -d "/proc/$pid" ] || break; sleep 0.1; done
+  fi
+  stopped=$((stopped + 1))
+}
+
+stop_component() {
+  local name="$1" dir pid
+  for dir in "$TA_RUN/pids" "$CLUSTER_DIR/pids"; do
+    if pid="$(component_pid "$name" "$dir")"; then
+      log "stopping $name (pid $pid)"
+      stop_pid "$name" "$pid"
+    fi
+  done
+}
+
+# Pod processes: descendants of the shims of our containerd, and anything in
+# the kubepods cgroups (e.g. reparented after a shim was killed).
+shim_pids() {
+  local p
+  for p in /proc/[0-9]*; do
+    case "$(readlink "$p/exe" 2>/dev/null)" in
+      */containerd-shim*) tr '\0' ' ' <"$p/cmdline" 2>/dev/null | grep -qF -- "$CONTAINERD_SOCK" \
+                            && echo "${p#/proc/}" ;;
+    esac
+  done
+}
+descendants() {
+  local parent="$1" child
+  for child in $(ps -o pid= --ppid "$parent" 2>/dev/null); do
+    echo "$child"
+    descendants "$child"
+  done
+}
+kubepods_pids() {
+  grep -lE '^[0-9]+:[^:]*:/kubepods(/|$)' /proc/[0-9]*/cgroup 2>/dev/null | awk -F/ '{print $3}' || true
+}
+kill_pods() {
+  local shims pods p
+  shims="$(shim_pids)"
+  pods="$(for p in $shims; do descendants "$p"; done; kubepods_pids)"
+  pods="$(echo "$pods" | sort -u | grep -v '^$' || true)"
+  if [ -n "$pods" ]; then
+    log "killing $(echo "$pods" | wc -l) pod process(es)"
+    # shellcheck disable=SC2086
+    kill -KILL $pods 2>/dev/null || true
+  fi
+  for p in $shims; do stop_pid containerd-shim "$p"; done
+  for p in $(kubepods_pids); do kill -KILL "$p" 2>/dev/null || true; done
+}
+
+# Reverse start order; pods are killed once the kubelet cannot restart them.
+for c in kube-router kubelet; do stop_component "$c"; done
+kill_pods
+for c in kube-scheduler kube-controller-manager kube-apiserver etcd containerd; do stop_component "$c"; done
+kill_pods
+
+# --------------------------------------------------------- host cleanup ----
+
+# Mounts under our state dirs (pod volumes, overlay rootfs, shm), deepest first.
+findmnt -rn -o TARGET | grep -E "^($VAR_DIR|$RUN_DIR)(/|$)" | sort -r | while read -r m; do
+  umount -l "$(printf '%b' "$m")" 2>/dev/null || true
+done || true
+# Network namespaces created by containerd's CRI for our pods.
+if [ -d /var/run/netns ]; then
+  for ns in /var/run/netns/cni-*; do
+    [ -e "$ns" ] || continue
+    umount -l "$ns" 2>/dev/null || true
+    rm -f "$ns"
+  done
+fi
+ip link show "$CNI_BRIDGE" >/dev/null 2>&1 && ip link delete "$CNI_BRIDGE" || true
+rm -f "$CNI_CONF"
+
+# iptables: chains of kube-router (KUBE-ROUTER-*, KUBE-NWPLCY-*, KUBE-POD-FW-*,
+# KUBE-SRC-*, KUBE-DST-*), of the kubelet (KUBE-*) and of the CNI plugins (CNI-*).
+if command -v iptables >/dev/null; then
+  for t in filter nat mangle; do
+    iptables -t "$t" -S 2>/dev/null | grep -E '^-A [A-Z]+ .*-j (KUBE-|CNI-)' | grep -vE '^-A (KUBE-|CNI-)' \
+      | while read -r rule; do eval "iptables -t $t -D ${rule#-A }" 2>/dev/null || true; done || true
+    chains="$(iptables -t "$t" -S 2>/dev/null | awk '$1=="-N" && ($2 ~ /^KUBE-/ || $2 ~ /^CNI-/) {print $2}' || true)"
+    for ch in $chains; do iptables -t "$t" -F "$ch" 2>/dev/null || true; done
+    for ch in $chains; do iptables -t "$t" -X "$ch" 2>/dev/null || true; done
+  done
+fi
+if command -v ipset >/dev/null; then
+  for s in $(ipset list -n 2>/dev/null | grep -E '^(KUBE-|kube-router)' || true); do
+    ipset destroy "$s" 2>/dev/null || true
+  done
+fi
+# Empty pod cgroups.
+for d in /sys/fs/cgroup/*/kubepods /sys/fs/cgroup/unified/kubepods; do
+  [ -d "$d" ] && find "$d" -depth -type d -exec rmdir {} + 2>/dev/null || true
+done
+
+rm -rf --one-file-system "$VAR_DIR" "$RUN_DIR"
+rm -f "$TA_RUN"/pids/*.pid "$TA_RUN/owner"
+
+if [ "$for_restart" = 1 ]; then
+  if [ -d "$CLUSTER_DIR" ]; then
+    rm -rf "$CLUSTER_DIR/etcd" "$CLUSTER_DIR/conf" "$CLUSTER_DIR/pids" "$CLUSTER_DIR/env" "$CLUSTER_DIR/bin"
+    if [ -d "$CLUSTER_DIR/logs" ] && ls "$CLUSTER_DIR/logs"/*.log >/dev/null 2>&1; then
+      rm -rf "$CLUSTER_DIR/logs/previous"; mkdir -p "$CLUSTER_DIR/logs/previous"
+      mv "$CLUSTER_DIR/logs"/*.log "$CLUSTER_DIR/logs/previous/"
+    fi
+  fi
+else
+  rm -rf --one-file-system "$CLUSTER_DIR"
+  log "cluster down ($stopped process(es) stopped); binary cache kept in $TA_CACHE"
+fi

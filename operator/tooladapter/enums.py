@@ -1,0 +1,171 @@
+"""The closed vocabularies of tooladapter, as string enums.
+
+String enums serialise as their plain values, so the same names appear in CRDs, status,
+receipts, events and metrics labels.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class ToolKind(StrEnum):
+    NATIVE = "native"
+    MCP = "mcp"
+    SHELL = "shell"
+    CONTAINER = "container"
+    HTTP = "http"
+
+
+class SideEffectClass(StrEnum):
+    """Declared or effective side-effect class; `rank` orders them for "never lower"."""
+
+    READ = "read"
+    SANDBOX = "sandbox"
+    SHARED_WRITE = "shared-write"
+    EXTERNAL = "external"
+    PRODUCTION = "production"
+    SPEND = "spend"
+
+    @property
+    def rank(self) -> int:
+        return _CLASS_RANK[self]
+
+    @classmethod
+    def highest(cls, *classes: SideEffectClass) -> SideEffectClass:
+        return max(classes, key=lambda c: c.rank)
+
+
+# spend is financial: ranked beside production so nothing "raises" spend to a lower class.
+_CLASS_RANK = {
+    SideEffectClass.READ: 0,
+    SideEffectClass.SANDBOX: 1,
+    SideEffectClass.SHARED_WRITE: 2,
+    SideEffectClass.EXTERNAL: 3,
+    SideEffectClass.PRODUCTION: 4,
+    SideEffectClass.SPEND: 5,
+}
+
+#: Classes that execute only with a bound approval (spend only above the policy threshold).
+GATED_CLASSES = frozenset(
+    {SideEffectClass.SHARED_WRITE, SideEffectClass.EXTERNAL, SideEffectClass.PRODUCTION}
+)
+
+
+class RiskClass(StrEnum):
+    """The original design's risk table (reference: "Risk classes")."""
+
+    READ_ONLY = "READ_ONLY"
+    SANDBOX_WORK = "SANDBOX_WORK"
+    REVERSIBLE_WRITE = "REVERSIBLE_WRITE"
+    EXTERNAL_EFFECT = "EXTERNAL_EFFECT"
+    IRREVERSIBLE_WRITE = "IRREVERSIBLE_WRITE"
+    PRODUCTION = "PRODUCTION"
+    SECURITY_SENSITIVE = "SECURITY_SENSITIVE"
+    FINANCIAL = "FINANCIAL"
+
+
+#: The side-effect class each risk class maps onto (reference table).
+RISK_TO_CLASS = {
+    RiskClass.READ_ONLY: SideEffectClass.READ,
+    RiskClass.SANDBOX_WORK: SideEffectClass.SANDBOX,
+    RiskClass.REVERSIBLE_WRITE: SideEffectClass.SHARED_WRITE,
+    RiskClass.EXTERNAL_EFFECT: SideEffectClass.EXTERNAL,
+    RiskClass.IRREVERSIBLE_WRITE: SideEffectClass.PRODUCTION,
+    RiskClass.PRODUCTION: SideEffectClass.PRODUCTION,
+    RiskClass.SECURITY_SENSITIVE: SideEffectClass.PRODUCTION,
+    RiskClass.FINANCIAL: SideEffectClass.SPEND,
+}
+
+
+class InvocationState(StrEnum):
+    RECEIVED = "Received"
+    VALIDATED = "Validated"
+    AUTHORIZED = "Authorized"
+    AWAITING_APPROVAL = "AwaitingApproval"
+    BROKERED = "Brokered"
+    EXECUTING = "Executing"
+    OBSERVED = "Observed"
+    FAILED = "Failed"
+    UNCERTAIN = "Uncertain"
+    CANCELLED = "Cancelled"
+    DENIED = "Denied"
+
+    @property
+    def terminal(self) -> bool:
+        return self in TERMINAL_STATES
+
+
+TERMINAL_STATES = frozenset(
+    {
+        InvocationState.OBSERVED,
+        InvocationState.FAILED,
+        InvocationState.UNCERTAIN,
+        InvocationState.CANCELLED,
+        InvocationState.DENIED,
+    }
+)
+
+
+class SandboxKind(StrEnum):
+    NONE = "None"
+    CONTAINER = "Container"
+    GVISOR = "GVisor"
+    KATA = "Kata"
+
+
+class FailureClass(StrEnum):
+    VALIDATION = "validation"
+    PERMISSION_DENIED = "permission-denied"
+    POLICY_DENIED = "policy-denied"
+    TRANSIENT = "transient"
+    TIMEOUT = "timeout"
+    OOM_KILLED = "oom-killed"
+    TOOL_ERROR = "tool-error"
+    OUTPUT_INVALID = "output-invalid"
+    CREDENTIALS = "credentials"
+    EFFECT_UNCONFIRMED = "effect-unconfirmed"
+    CANCELLED = "cancelled"
+    DUPLICATE = "duplicate"
+    INTERNAL = "internal"
+
+
+class Stage(StrEnum):
+    """Pipeline stages, in their fixed order."""
+
+    VALIDATION = "validation"
+    PERMISSION = "permission"
+    POLICY = "policy"
+    CLASSIFICATION = "classification"
+    APPROVAL = "approval"
+    CREDENTIALS = "credentials"
+    SANDBOX = "sandbox"
+    EXECUTE = "execute"
+    SANITIZE = "sanitize"
+    AUDIT = "audit"
+
+
+class ApprovalDecision(StrEnum):
+    APPROVED = "Approved"
+    REJECTED = "Rejected"
+
+
+class McpServerPhase(StrEnum):
+    REGISTERED = "Registered"
+    VERIFIED = "Verified"
+    ACTIVE = "Active"
+    DEGRADED = "Degraded"
+    RETIRED = "Retired"
+
+
+class EnvironmentClass(StrEnum):
+    DEVELOPMENT = "development"
+    STAGING = "staging"
+    PRODUCTION = "production"
+
+
+class BlockAction(StrEnum):
+    """What a tenant policy does with a block-listed shell command."""
+
+    DENY = "deny"
+    ESCALATE = "escalate"

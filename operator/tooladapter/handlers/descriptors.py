@@ -1,0 +1,135 @@
+"""ToolDescriptor reconciliation: validate, set active/healthy with conditions, announce.
+
+Status is computed by a pure function from the spec (and, for MCP tools, the server's
+discovery) and written only when it changed, so watch echoes of our own writes cost nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from pydantic import ValidationError
+
+from ..enums import ToolKind
+from ..model import Condition, ToolDescriptorSpec, ToolDescriptorStatus
+from ..pipeline.hashing import digest
+from ..pipeline.validation import check_descriptor
+from ..timeutil import now_iso
+from .events import object_ref, post
+from .runtime import Runtime
+
+logger = logging.getLogger("tooladapter.descriptors")
+PLURAL = "tooldescriptors"
+
+
+def desired_status(
+    body: dict[str, Any], *, mcp_health: tuple[bool, str, str] | None = None
+) -> ToolDescriptorStatus:
+    """active/healthy/conditions from the spec alone (plus MCP health when bound to a server)."""
+    generation = body["metadata"].get("generation")
+    try:
+        spec = ToolDescriptorSpec.model_validate(body.get("spec") or {})
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"spec.{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()
+        )
+        return _status(False, False, "Invalid", problems, generation, None)
+    problems_list = check_descriptor(spec)
+    schema_digest = digest({"input": spec.input_schema, "output": spec.output_schema})
+    if problems_list:
+        return _status(False, False, "Invalid", "; ".join(problems_list), generation, schema_digest)
+    if spec.retired:
+        return _status(False, True, "Retired", "marked retired", generation, schema_digest)
+    if spec.kind == ToolKind.MCP:
+        healthy, reason, message = mcp_health or (False, "ServerUnknown", "MCP server not known")
+        return _status(True, healthy, reason, message, generation, schema_digest)
+    return _status(True, True, "Active", "valid and active", generation, schema_digest)
+
+
+def _status(
+    active: bool,
+    healthy: bool,
+    reason: str,
+    message: str,
+    generation: int | None,
+    schema_digest: str | None,
+) -> ToolDescriptorStatus:
+    return ToolDescriptorStatus(
+        active=active,
+        healthy=healthy,
+        schema_digest=schema_digest,
+        message=message,
+        observed_generation=generation,
+        conditions=[
+            Condition(
+                type="Ready",
+                status="True" if active and healthy else "False",
+                reason=reason,
+                message=message[:1024],
+                observed_generation=generation,
+            ),
+        ],
+    )
+
+
+def _same(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    def strip(s: dict[str, Any]) -> dict[str, Any]:
+        out = dict(s)
+        out["conditions"] = [
+            {k: v for k, v in c.items() if k != "lastTransitionTime"}
+            for c in out.get("conditions", [])
+        ]
+        return out
+
+    return strip(a) == strip(b)
+
+
+async def reconcile_descriptor(rt: Runtime, event_type: str | None, body: dict[str, Any]) -> None:
+    meta = body["metadata"]
+    current = body.get("status") or {}
+    spec = body.get("spec") or {}
+    ident = f"{spec.get('toolId')}@{spec.get('version')}"
+    if event_type == "DELETED":
+        if current.get("active"):
+            post(
+                _ref(body),
+                reason="ToolDescriptorRetired",
+                message=f"{ident} retired: descriptor deleted",
+            )
+        return
+    mcp_health = rt.mcp.descriptor_health(meta["namespace"], spec) if rt.mcp else None
+    desired = desired_status(body, mcp_health=mcp_health).wire()
+    if _same(current, desired):
+        return
+    for cond in desired.get("conditions", []):
+        old: dict[str, Any] = next(
+            (c for c in current.get("conditions", []) if c.get("type") == cond["type"]), {}
+        )
+        same = old.get("status") == cond["status"]
+        cond["lastTransitionTime"] = old.get("lastTransitionTime") if same else now_iso()
+    await rt.kube.patch_status(PLURAL, meta["namespace"], meta["name"], desired)
+    if desired["active"] and not current.get("active"):
+        post(
+            _ref(body),
+            reason="ToolDescriptorActivated",
+            message=f"{ident} is callable (kind {spec.get('kind')}, "
+            f"class {spec.get('sideEffectClass')})",
+        )
+    elif current.get("active") and not desired["active"]:
+        post(
+            _ref(body),
+            reason="ToolDescriptorRetired",
+            message=f"{ident} retired: {desired.get('message')}",
+        )
+    if not desired["active"] and desired["conditions"][0]["reason"] == "Invalid":
+        post(
+            _ref(body),
+            warning=True,
+            reason="ToolDescriptorInvalid",
+            message=str(desired.get("message"))[:1024],
+        )
+
+
+def _ref(body: dict[str, Any]) -> dict[str, Any]:
+    return object_ref("ToolDescriptor", body["metadata"])

@@ -1,0 +1,53 @@
+"""ToolPolicy status: whether it is valid and which rules it contributes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import ValidationError
+
+from ..model import ToolPolicySpec, ToolPolicyStatus
+from ..pipeline.policy import check_policy
+from .runtime import Runtime
+
+
+def policy_status(body: dict[str, Any]) -> ToolPolicyStatus:
+    generation = body["metadata"].get("generation")
+    try:
+        spec = ToolPolicySpec.model_validate(body.get("spec") or {})
+    except ValidationError as exc:
+        message = "; ".join(
+            f"spec.{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()
+        )
+        return ToolPolicyStatus(valid=False, message=message, observed_generation=generation)
+    problems = check_policy(spec)
+    rules: list[str] = []
+    if spec.tools.allow is not None:
+        rules.append(f"allow-list of {len(spec.tools.allow)} tool(s)")
+    if spec.tools.deny:
+        rules.append(f"deny-list of {len(spec.tools.deny)} tool(s)")
+    if spec.max_class:
+        rules.append(f"class ceiling {spec.max_class}")
+    if spec.shell.allow or spec.shell.block:
+        rules.append(f"shell lists (block action {spec.shell.block_action})")
+    if spec.spend:
+        rules.append("spend threshold" if not spec.spend.prohibited else "spend prohibited")
+    if spec.approval:
+        rules.append(f"approval timeout {spec.approval.timeout_seconds}s")
+    if spec.conditions:
+        rules.append(f"{len(spec.conditions)} argument condition(s)")
+    return ToolPolicyStatus(
+        valid=not problems,
+        rules=rules,
+        message="; ".join(problems) or "valid",
+        observed_generation=generation,
+    )
+
+
+async def reconcile_policy(rt: Runtime, event_type: str | None, body: dict[str, Any]) -> None:
+    if event_type == "DELETED":
+        return
+    desired = policy_status(body).wire()
+    if (body.get("status") or {}) != desired:
+        meta = body["metadata"]
+        await rt.kube.patch_status("toolpolicies", meta["namespace"], meta["name"], desired)

@@ -1,0 +1,119 @@
+"""Global worker loops: one task each, not a kopf timer per object (kopf notes #9).
+
+- uncertain-effect reconciler: an Executing invocation with no live flow in this operator
+  is resumed, which follows its Job or settles it Uncertain (Failed when no effect was
+  possible); it is never re-executed.
+- sandbox reaper: Jobs, NetworkPolicies and Secrets of ended (or deleted) invocations are
+  removed after a short retention; a Secret never outlives its call.
+- retention: finished invocations older than the configured age are deleted (receipts stay
+  in the artifact store).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from datetime import UTC, datetime
+from typing import Any
+
+from ..enums import InvocationState
+from ..kube import sandbox as ksandbox
+from ..kube.client import NotFound
+from ..pipeline.sandbox import LABEL_INVOCATION_UID
+from ..timeutil import parse_time
+from .invocations import PLURAL, InvocationFlow
+from .runtime import Runtime
+
+logger = logging.getLogger("tooladapter.workers")
+
+
+async def every(seconds: float, job: Any, rt: Runtime, name: str) -> None:
+    while True:
+        try:
+            await job(rt)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            logger.exception("worker %s failed; next run in %ss", name, seconds)
+        await asyncio.sleep(seconds)
+
+
+async def reconcile_uncertain(rt: Runtime) -> None:
+    for body in await rt.kube.list_custom(PLURAL):
+        state = (body.get("status") or {}).get("state")
+        uid = body["metadata"]["uid"]
+        if state == InvocationState.EXECUTING and uid not in rt.tasks:
+            logger.info(
+                "resuming executing invocation %s/%s with no live flow",
+                body["metadata"]["namespace"],
+                body["metadata"]["name"],
+            )
+            rt.spawn(uid, InvocationFlow(rt, body).run())
+
+
+async def reap_sandboxes(rt: Runtime) -> None:
+    now = datetime.now(UTC)
+    ended: dict[str, bool] = {}
+
+    async def invocation_ended(namespace: str, owner: dict[str, Any] | None, uid: str) -> bool:
+        if uid in ended:
+            return ended[uid]
+        result = True
+        if owner is not None:
+            try:
+                body = await rt.kube.get_custom(PLURAL, namespace, owner["name"])
+                status = body.get("status") or {}
+                if (
+                    body["metadata"]["uid"] == uid
+                    and not InvocationState(status.get("state", "Received")).terminal
+                ):
+                    result = False
+                elif body["metadata"]["uid"] == uid and status.get("endedAt"):
+                    age = (now - parse_time(status["endedAt"])).total_seconds()
+                    result = age >= rt.settings.sandbox_retain_seconds
+            except NotFound:
+                result = True
+        ended[uid] = result
+        return result
+
+    for kind in ("Secret", "Job", "NetworkPolicy"):
+        for obj in await ksandbox.list_managed(rt.kube, kind):
+            meta = obj["metadata"]
+            uid = (meta.get("labels") or {}).get(LABEL_INVOCATION_UID)
+            if not uid:
+                continue
+            owner = next(
+                (o for o in meta.get("ownerReferences") or [] if o.get("kind") == "ToolInvocation"),
+                None,
+            )
+            if await invocation_ended(meta["namespace"], owner, uid):
+                if await ksandbox.delete_quietly(rt.kube, kind, meta["namespace"], meta["name"]):
+                    logger.info("reaped %s %s/%s", kind, meta["namespace"], meta["name"])
+
+
+async def apply_retention(rt: Runtime) -> None:
+    if rt.settings.retention_seconds <= 0:
+        return
+    now = datetime.now(UTC)
+    for body in await rt.kube.list_custom(PLURAL):
+        status = body.get("status") or {}
+        ended_at = status.get("endedAt")
+        if not ended_at or not InvocationState(status.get("state", "Received")).terminal:
+            continue
+        if status.get("state") == InvocationState.UNCERTAIN and not (
+            status.get("effectConfirmation") or {}
+        ).get("recorded"):
+            continue  # an unconfirmed effect stays until a person has looked at it
+        if (now - parse_time(ended_at)).total_seconds() >= rt.settings.retention_seconds:
+            await rt.kube.delete_custom(
+                PLURAL, body["metadata"]["namespace"], body["metadata"]["name"]
+            )
+
+
+def start_workers(rt: Runtime) -> None:
+    interval = rt.settings.reconcile_interval_seconds
+    rt.workers += [
+        asyncio.create_task(every(interval, reconcile_uncertain, rt, "uncertain-reconciler")),
+        asyncio.create_task(every(interval, reap_sandboxes, rt, "sandbox-reaper")),
+        asyncio.create_task(every(max(interval, 60), apply_retention, rt, "retention")),
+    ]

@@ -1,0 +1,112 @@
+"""Who may do what: SubjectAccessReviews, TokenReviews and TokenRequests."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from .client import Kube, translate
+
+
+@dataclass(frozen=True)
+class AccessVerdict:
+    allowed: bool
+    reason: str
+
+
+def groups_of(username: str) -> list[str]:
+    """The groups the API server gives a ServiceAccount user; others get authenticated only.
+
+    A SubjectAccessReview needs the caller's groups for group-bound RBAC; for users other
+    than ServiceAccounts we cannot know them after the fact, so only the name binds.
+    """
+    groups = ["system:authenticated"]
+    parts = username.split(":")
+    if len(parts) == 4 and parts[:2] == ["system", "serviceaccount"]:
+        groups += ["system:serviceaccounts", f"system:serviceaccounts:{parts[2]}"]
+    return groups
+
+
+async def can(
+    kube: Kube,
+    *,
+    user: str,
+    namespace: str,
+    verb: str,
+    resource: str,
+    name: str | None = None,
+    group: str = "tooladapter.dev",
+    groups: list[str] | None = None,
+) -> AccessVerdict:
+    body = {
+        "apiVersion": "authorization.k8s.io/v1",
+        "kind": "SubjectAccessReview",
+        "spec": {
+            "user": user,
+            "groups": groups if groups is not None else groups_of(user),
+            "resourceAttributes": {
+                "namespace": namespace,
+                "verb": verb,
+                "group": group,
+                "resource": resource,
+                **({"name": name} if name else {}),
+            },
+        },
+    }
+    try:
+        review = await kube.authorization.create_subject_access_review(body)
+    except ApiException as exc:
+        raise translate(exc) from exc
+    status = review.status
+    allowed = bool(status and status.allowed and not status.denied)
+    reason = (status.reason or "") if status else ""
+    return AccessVerdict(allowed=allowed, reason=reason)
+
+
+@dataclass(frozen=True)
+class Identity:
+    username: str
+    groups: tuple[str, ...]
+
+
+async def authenticate(kube: Kube, token: str) -> Identity | None:
+    """TokenReview of a bearer token; None when the API server does not accept it."""
+    body = {
+        "apiVersion": "authentication.k8s.io/v1",
+        "kind": "TokenReview",
+        "spec": {"token": token},
+    }
+    try:
+        review = await kube.authentication.create_token_review(body)
+    except ApiException as exc:
+        raise translate(exc) from exc
+    status = review.status
+    if not status or not status.authenticated or not status.user:
+        return None
+    return Identity(username=status.user.username, groups=tuple(status.user.groups or ()))
+
+
+async def request_token(
+    kube: Kube,
+    *,
+    namespace: str,
+    service_account: str,
+    audiences: list[str],
+    expiration_seconds: int,
+) -> tuple[str, str]:
+    """A TokenRequest-bound token; returns (token, expiration timestamp)."""
+    body = {
+        "apiVersion": "authentication.k8s.io/v1",
+        "kind": "TokenRequest",
+        # The API server's minimum is 600 s; a shorter call still gets the minimum.
+        "spec": {"audiences": audiences or None, "expirationSeconds": max(600, expiration_seconds)},
+    }
+    try:
+        result = await kube.core.create_namespaced_service_account_token(
+            service_account, namespace, body
+        )
+    except ApiException as exc:
+        raise translate(exc) from exc
+    expiry = result.status.expiration_timestamp
+    return result.status.token, expiry.isoformat() if expiry else ""

@@ -1,0 +1,125 @@
+"""Atomic claims on the API server: idempotency keys and fencing tokens.
+
+Both use coordination.k8s.io Leases because a create is atomic: when many invocations with
+one key are created at the same instant, the API server accepts exactly one create of the
+key's Lease and rejects the others with AlreadyExists. Names are hashes, so nothing an agent
+writes reaches an object name unvalidated.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from typing import Any
+
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from ..pipeline.sandbox import LABEL_MANAGED_BY, MANAGED_BY
+from .client import AlreadyExists, Conflict, Kube, translate
+
+ANNOTATION_INVOCATION = "tooladapter.dev/invocation"
+ANNOTATION_HIGHEST = "tooladapter.dev/highest-fencing-token"
+
+
+def idempotency_claim_name(namespace: str, caller: str, key: str) -> str:
+    digest = hashlib.sha256(f"{namespace}\x00{caller}\x00{key}".encode()).hexdigest()
+    return f"ta-idem-{digest[:48]}"
+
+
+def fencing_claim_name(namespace: str, attempt_id: str) -> str:
+    digest = hashlib.sha256(f"{namespace}\x00{attempt_id}".encode()).hexdigest()
+    return f"ta-fence-{digest[:48]}"
+
+
+@dataclass(frozen=True)
+class Claim:
+    won: bool
+    winner_name: str
+    winner_uid: str
+
+
+def _lease(
+    name: str, namespace: str, holder_uid: str, annotations: dict[str, str]
+) -> dict[str, Any]:
+    return {
+        "apiVersion": "coordination.k8s.io/v1",
+        "kind": "Lease",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "labels": {LABEL_MANAGED_BY: MANAGED_BY},
+            "annotations": annotations,
+        },
+        "spec": {"holderIdentity": holder_uid},
+    }
+
+
+async def claim_idempotency_key(
+    kube: Kube, *, namespace: str, caller: str, key: str, invocation_name: str, invocation_uid: str
+) -> Claim:
+    name = idempotency_claim_name(namespace, caller, key)
+    body = _lease(name, namespace, invocation_uid, {ANNOTATION_INVOCATION: invocation_name})
+    try:
+        await kube.coordination.create_namespaced_lease(namespace, body)
+        return Claim(won=True, winner_name=invocation_name, winner_uid=invocation_uid)
+    except ApiException as exc:
+        err = translate(exc)
+        if not isinstance(err, AlreadyExists):
+            raise err from exc
+    lease = await kube.coordination.read_namespaced_lease(name, namespace)
+    winner_uid = lease.spec.holder_identity or ""
+    winner_name = (lease.metadata.annotations or {}).get(ANNOTATION_INVOCATION, "")
+    # The same invocation resuming after a restart finds its own claim: it still wins.
+    return Claim(won=winner_uid == invocation_uid, winner_name=winner_name, winner_uid=winner_uid)
+
+
+@dataclass(frozen=True)
+class FencingVerdict:
+    accepted: bool
+    highest: int
+
+
+async def check_fencing_token(
+    kube: Kube, *, namespace: str, attempt_id: str, token: int, holder_uid: str
+) -> FencingVerdict:
+    """Accept `token` unless a higher one was already seen for this attempt; record it."""
+    name = fencing_claim_name(namespace, attempt_id)
+    for _ in range(10):
+        try:
+            lease = await kube.coordination.read_namespaced_lease(name, namespace)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise translate(exc) from exc
+            body = _lease(name, namespace, holder_uid, {ANNOTATION_HIGHEST: str(token)})
+            try:
+                await kube.coordination.create_namespaced_lease(namespace, body)
+                return FencingVerdict(accepted=True, highest=token)
+            except ApiException as exc2:
+                if not isinstance(translate(exc2), AlreadyExists):
+                    raise translate(exc2) from exc2
+                continue
+        annotations = dict(lease.metadata.annotations or {})
+        highest = int(annotations.get(ANNOTATION_HIGHEST, "-1"))
+        if token < highest:
+            return FencingVerdict(accepted=False, highest=highest)
+        if token == highest:
+            return FencingVerdict(accepted=True, highest=highest)
+        annotations[ANNOTATION_HIGHEST] = str(token)
+        lease.metadata.annotations = annotations
+        try:
+            # Replace carries the resourceVersion: a concurrent raise makes this a conflict.
+            await kube.coordination.replace_namespaced_lease(name, namespace, lease)
+            return FencingVerdict(accepted=True, highest=token)
+        except ApiException as exc:
+            if not isinstance(translate(exc), Conflict):
+                raise translate(exc) from exc
+    raise RuntimeError(f"fencing lease {namespace}/{name} kept changing; try again")
+
+
+async def release_idempotency_claims(kube: Kube, namespace: str, names: list[str]) -> None:
+    for name in names:
+        try:
+            await kube.coordination.delete_namespaced_lease(name, namespace)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise translate(exc) from exc

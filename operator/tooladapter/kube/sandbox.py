@@ -1,0 +1,251 @@
+"""Sandbox objects on the API server: create what `pipeline.sandbox` builds, follow, reap.
+
+Creation is idempotent (AlreadyExists means a previous run of this operator made it, and
+the deterministic name makes it ours), so a restarted operator never makes a second Job.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+from dataclasses import dataclass
+from typing import Any
+
+from kubernetes_asyncio import watch
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from ..pipeline.sandbox import CONTAINER_NAME, LABEL_INVOCATION_UID, LABEL_MANAGED_BY, MANAGED_BY
+from .client import AlreadyExists, Kube, NotFound, translate
+
+MANAGED_SELECTOR = f"{LABEL_MANAGED_BY}={MANAGED_BY}"
+
+
+async def create_idempotent(kube: Kube, obj: dict[str, Any]) -> bool:
+    """Create `obj`; False when it already existed (made by an earlier run)."""
+    kind = obj["kind"]
+    ns = obj["metadata"]["namespace"]
+    try:
+        if kind == "Job":
+            await kube.batch.create_namespaced_job(ns, obj)
+        elif kind == "NetworkPolicy":
+            await kube.networking.create_namespaced_network_policy(ns, obj)
+        elif kind == "Secret":
+            await kube.core.create_namespaced_secret(ns, obj)
+        else:
+            raise ValueError(f"unsupported kind {kind}")
+    except ApiException as exc:
+        err = translate(exc)
+        if isinstance(err, AlreadyExists):
+            return False
+        raise err from exc
+    return True
+
+
+async def delete_quietly(kube: Kube, kind: str, namespace: str, name: str) -> bool:
+    """Delete; True when something was deleted. Pods of Jobs go with them (foreground)."""
+    try:
+        if kind == "Job":
+            await kube.batch.delete_namespaced_job(
+                name, namespace, propagation_policy="Background", grace_period_seconds=0
+            )
+        elif kind == "NetworkPolicy":
+            await kube.networking.delete_namespaced_network_policy(name, namespace)
+        elif kind == "Secret":
+            await kube.core.delete_namespaced_secret(name, namespace)
+        else:
+            raise ValueError(f"unsupported kind {kind}")
+    except ApiException as exc:
+        if exc.status == 404:
+            return False
+        raise translate(exc) from exc
+    return True
+
+
+async def read_secret_keys(kube: Kube, namespace: str, name: str) -> dict[str, str]:
+    """The base64 data of a Secret; raises NotFound."""
+    try:
+        secret = await kube.core.read_namespaced_secret(name, namespace)
+    except ApiException as exc:
+        raise translate(exc) from exc
+    return dict(secret.data or {})
+
+
+def decode_b64(value: str) -> str:
+    return base64.b64decode(value).decode("utf-8", errors="replace")
+
+
+async def get_job(kube: Kube, namespace: str, name: str) -> dict[str, Any] | None:
+    try:
+        job = await kube.batch.read_namespaced_job(name, namespace)
+    except ApiException as exc:
+        if exc.status == 404:
+            return None
+        raise translate(exc) from exc
+    result: dict[str, Any] = kube.api.sanitize_for_serialization(job)
+    return result
+
+
+def job_finished(job: dict[str, Any]) -> str | None:
+    """'Complete' or 'Failed' once the Job controller has decided, else None."""
+    for cond in (job.get("status") or {}).get("conditions") or []:
+        if cond.get("status") == "True" and cond.get("type") in ("Complete", "Failed"):
+            return str(cond["type"])
+    return None
+
+
+def job_failure_reason(job: dict[str, Any]) -> str:
+    for cond in (job.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == "Failed" and cond.get("status") == "True":
+            return str(cond.get("reason") or "")
+    return ""
+
+
+async def wait_for_job(
+    kube: Kube, namespace: str, name: str, *, timeout: float
+) -> dict[str, Any] | None:
+    """Follow a Job by watch until it is Complete or Failed; None when it disappears."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        job = await get_job(kube, namespace, name)
+        if job is None or job_finished(job):
+            return job
+        remaining = deadline - loop.time()
+        if remaining <= 0:
+            raise TimeoutError(f"job {namespace}/{name} did not finish within {timeout:.0f}s")
+        rv = job["metadata"]["resourceVersion"]
+        w = watch.Watch()
+        try:
+            async with asyncio.timeout(min(remaining, 60)):
+                async for event in w.stream(
+                    kube.batch.list_namespaced_job,
+                    namespace,
+                    field_selector=f"metadata.name={name}",
+                    resource_version=rv,
+                    timeout_seconds=int(min(remaining, 60)) + 1,
+                ):
+                    obj = kube.api.sanitize_for_serialization(event["object"])
+                    if event["type"] == "DELETED":
+                        return None
+                    if job_finished(obj):
+                        return dict(obj)
+        except (TimeoutError, ApiException):
+            pass  # re-read and re-watch: watches expire and resourceVersions go stale
+        finally:
+            w.stop()
+
+
+@dataclass(frozen=True)
+class PodOutcome:
+    name: str | None
+    started: bool
+    exit_code: int | None
+    reason: str
+    log: bytes
+
+
+async def job_pod(kube: Kube, namespace: str, uid: str) -> dict[str, Any] | None:
+    pods = await kube.core.list_namespaced_pod(
+        namespace, label_selector=f"{LABEL_INVOCATION_UID}={uid}"
+    )
+    items = [kube.api.sanitize_for_serialization(p) for p in pods.items]
+    if not items:
+        return None
+    items.sort(key=lambda p: p["metadata"].get("creationTimestamp", ""))
+    return dict(items[-1])
+
+
+def pod_started(pod: dict[str, Any] | None) -> bool:
+    """Whether the tool's process may have run: its container started at some point."""
+    if not pod:
+        return False
+    for status in (pod.get("status") or {}).get("containerStatuses") or []:
+        state = status.get("state") or {}
+        if "running" in state or "terminated" in state or status.get("started"):
+            return True
+        if status.get("lastState", {}).get("terminated"):
+            return True
+    return False
+
+
+async def pod_outcome(kube: Kube, namespace: str, uid: str, *, max_bytes: int) -> PodOutcome:
+    """Exit code, reason and the first `max_bytes + 1` bytes of the tool's stdout."""
+    pod = await job_pod(kube, namespace, uid)
+    if pod is None:
+        return PodOutcome(name=None, started=False, exit_code=None, reason="PodGone", log=b"")
+    name = pod["metadata"]["name"]
+    exit_code: int | None = None
+    reason = ""
+    for status in (pod.get("status") or {}).get("containerStatuses") or []:
+        if status.get("name") != CONTAINER_NAME:
+            continue
+        terminated = (status.get("state") or {}).get("terminated") or {}
+        if terminated:
+            exit_code = terminated.get("exitCode")
+            reason = terminated.get("reason") or ""
+    log = b""
+    try:
+        # One byte over the bound tells the sanitizer the output was cut.
+        text = await kube.core.read_namespaced_pod_log(
+            name,
+            namespace,
+            container=CONTAINER_NAME,
+            limit_bytes=max_bytes + 1,
+            _preload_content=False,
+        )
+        log = await text.read()
+    except ApiException as exc:
+        if exc.status not in (400, 404):
+            raise translate(exc) from exc
+    return PodOutcome(
+        name=name,
+        started=pod_started(pod),
+        exit_code=exit_code,
+        reason=reason,
+        log=log[: max_bytes + 1],
+    )
+
+
+async def list_managed(kube: Kube, kind: str, namespace: str | None = None) -> list[dict[str, Any]]:
+    """Every Job, Secret or NetworkPolicy tooladapter made (label-selected, cluster-wide)."""
+    selector = MANAGED_SELECTOR
+    if kind == "Job":
+        res = await (
+            kube.batch.list_job_for_all_namespaces(label_selector=selector)
+            if namespace is None
+            else kube.batch.list_namespaced_job(namespace, label_selector=selector)
+        )
+    elif kind == "Secret":
+        res = await (
+            kube.core.list_secret_for_all_namespaces(label_selector=selector)
+            if namespace is None
+            else kube.core.list_namespaced_secret(namespace, label_selector=selector)
+        )
+    elif kind == "NetworkPolicy":
+        res = await (
+            kube.networking.list_network_policy_for_all_namespaces(label_selector=selector)
+            if namespace is None
+            else kube.networking.list_namespaced_network_policy(namespace, label_selector=selector)
+        )
+    else:
+        raise ValueError(kind)
+    return [dict(kube.api.sanitize_for_serialization(i)) for i in res.items]
+
+
+__all__ = [
+    "AlreadyExists",
+    "NotFound",
+    "PodOutcome",
+    "create_idempotent",
+    "decode_b64",
+    "delete_quietly",
+    "get_job",
+    "job_failure_reason",
+    "job_finished",
+    "job_pod",
+    "list_managed",
+    "pod_outcome",
+    "pod_started",
+    "read_secret_keys",
+    "wait_for_job",
+]

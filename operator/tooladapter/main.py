@@ -1,0 +1,147 @@
+"""kopf registrations: the only place handlers are declared; each delegates to a module.
+
+Every resource is watched with `on.event` handlers, which carry no kopf progress state
+(no annotations, no finalizers, no per-handler PATCH round trips): the invocation flow
+persists its own state in status, and deletion never blocks on a stopped operator.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import aiohttp
+import kopf
+
+from . import GROUP, VERSION
+from .artifacts import LocalArtifactStore
+from .enums import InvocationState
+from .executors.http import HttpExecutor
+from .executors.native import NativeExecutor
+from .executors.sandbox import SandboxExecutor
+from .handlers import confirmations, descriptors, mcp, policies, workers
+from .handlers.catalog import Catalog, thaw
+from .handlers.invocations import InvocationFlow
+from .handlers.runtime import Runtime
+from .kube.client import Kube
+from .metrics import serve
+from .settings import Settings
+
+logger = logging.getLogger("tooladapter")
+
+
+@kopf.on.startup()
+async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
+    settings.persistence.finalizer = f"{GROUP}/finalizer"
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+        prefix=GROUP, key="last-handled-configuration"
+    )
+    # Domain events are posted explicitly; kopf's own handler chatter stays in the log.
+    settings.posting.level = logging.WARNING
+    # Watches have frozen silently before: bound every watch request (kopf notes #8).
+    settings.watching.server_timeout = 300
+    settings.watching.client_timeout = 330
+    settings.watching.connect_timeout = 30
+    settings.networking.request_timeout = 60
+
+    # The API client logs whole response bodies at DEBUG, Secrets included: never let it.
+    for name in ("kubernetes_asyncio", "kubernetes", "urllib3", "aiohttp.client"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+
+    config = Settings.from_env()
+    kube = await Kube.connect()
+    catalog = Catalog()
+    session = aiohttp.ClientSession()
+    rt = Runtime(
+        kube=kube,
+        settings=config,
+        store=LocalArtifactStore(config.artifact_dir),
+        catalog=catalog,
+        http=session,
+        native=NativeExecutor(kube, catalog.list_descriptors),
+        http_executor=HttpExecutor(session),
+        sandbox=SandboxExecutor(kube, config),
+    )
+    mcp.attach(rt)
+    await catalog.prime(kube)
+    serve(config.metrics_port)
+    workers.start_workers(rt)
+    memo["runtime"] = rt
+    logger.info("tooladapter started; artifacts in %s", config.artifact_dir)
+
+
+@kopf.on.cleanup()
+async def cleanup(memo: kopf.Memo, **_: Any) -> None:
+    rt: Runtime | None = memo.get("runtime")
+    if rt is not None:
+        await rt.close()
+
+
+@kopf.on.event(GROUP, VERSION, "toolinvocations")
+async def invocation_event(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
+    rt: Runtime = memo["runtime"]
+    body = thaw(event["object"])
+    meta = body["metadata"]
+    uid = meta["uid"]
+    rt.catalog.notify(meta["namespace"], f"invocation:{meta['name']}")
+    if event["type"] == "DELETED":
+        task = rt.tasks.get(uid)
+        if task is not None:
+            task.cancel()
+        return
+    if (body.get("spec") or {}).get("interrupt"):
+        rt.interrupt_event(uid).set()
+    state = (body.get("status") or {}).get("state") or InvocationState.RECEIVED
+    if InvocationState(state).terminal:
+        if confirmations.needs_recording(body) and uid not in rt.tasks:
+            rt.spawn(uid, confirmations.record_confirmation(rt, body))
+        return
+    if uid in rt.finished:
+        return  # a late echo of a state this operator already moved past
+    if uid not in rt.tasks:
+        rt.spawn(uid, InvocationFlow(rt, body).run())
+
+
+@kopf.on.event(GROUP, VERSION, "tooldescriptors")
+async def descriptor_event(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
+    rt: Runtime = memo["runtime"]
+    body = thaw(event["object"])
+    rt.catalog.update(rt.catalog.descriptors, event["type"], body)
+    await descriptors.reconcile_descriptor(rt, event["type"], body)
+    server = ((body.get("spec") or {}).get("mcp") or {}).get("server")
+    if server and rt.mcp is not None:
+        rt.mcp.poke(body["metadata"]["namespace"], server)
+
+
+@kopf.on.event(GROUP, VERSION, "toolpolicies")
+async def policy_event(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
+    rt: Runtime = memo["runtime"]
+    body = thaw(event["object"])
+    rt.catalog.update(rt.catalog.policies, event["type"], body)
+    await policies.reconcile_policy(rt, event["type"], body)
+
+
+@kopf.on.event(GROUP, VERSION, "toolapprovals")
+async def approval_event(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
+    rt: Runtime = memo["runtime"]
+    body = thaw(event["object"])
+    rt.catalog.update(rt.catalog.approvals, event["type"], body)
+    invocation = (body.get("spec") or {}).get("invocation")
+    if invocation:
+        rt.catalog.notify(body["metadata"]["namespace"], f"approval:{invocation}")
+
+
+@kopf.on.event("", "v1", "namespaces")
+async def namespace_event(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
+    rt: Runtime = memo["runtime"]
+    rt.catalog.update_namespace(event["type"], thaw(event["object"]))
+
+
+@kopf.on.event(GROUP, VERSION, "mcpservers")
+async def mcp_server_event(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
+    rt: Runtime = memo["runtime"]
+    body = thaw(event["object"])
+    rt.catalog.update(rt.catalog.servers, event["type"], body)
+    if rt.mcp is not None:
+        rt.mcp.on_event(event["type"], body)

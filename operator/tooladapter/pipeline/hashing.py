@@ -1,0 +1,60 @@
+"""Content hashes: RFC 8785 canonical JSON and `sha256:<hex>` references.
+
+Approvals bind to a request hash, MCP tools are pinned by schema digest, receipts and
+results are stored by content hash. All of them must come out identical no matter how
+the JSON was spelled (key order, whitespace, `1.0` vs `1`), so everything is hashed over
+the RFC 8785 (JSON Canonicalization Scheme) form, never over `json.dumps` output.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+import rfc8785
+
+SHA256_PREFIX = "sha256:"
+
+
+class CanonicalizationError(ValueError):
+    """A value that has no canonical JSON form (NaN, infinities, huge integers, non-JSON)."""
+
+
+def canonical_json(value: Any) -> bytes:
+    """The RFC 8785 canonical JSON bytes of `value` (keys sorted, no whitespace, ES6 numbers).
+
+    Raises `CanonicalizationError` for values JSON cannot carry exactly: NaN or infinite
+    floats, integers beyond +-2**53 (not representable by an I-JSON number), non-string keys
+    or non-JSON types.
+    """
+    try:
+        return bytes(rfc8785.dumps(value))
+    except (ValueError, TypeError) as err:
+        raise CanonicalizationError(f"value has no canonical JSON form (RFC 8785): {err}") from err
+
+
+def sha256_ref(data: bytes) -> str:
+    """`sha256:<lower-case hex>` of `data`."""
+    return SHA256_PREFIX + hashlib.sha256(data).hexdigest()
+
+
+def digest(value: Any) -> str:
+    """`sha256:<hex>` of the RFC 8785 canonical JSON of `value`."""
+    return sha256_ref(canonical_json(value))
+
+
+def request_hash(*, namespace: str, tool_id: str, tool_version: str, arguments: Any) -> str:
+    """The request hash an approval binds to.
+
+    sha256 of the RFC 8785 canonical JSON of
+    `{"namespace", "toolId", "toolVersion", "arguments"}`; any change to any of the four
+    gives a new hash, and so needs a new approval.
+    """
+    return digest(
+        {
+            "namespace": namespace,
+            "toolId": tool_id,
+            "toolVersion": tool_version,
+            "arguments": arguments,
+        }
+    )

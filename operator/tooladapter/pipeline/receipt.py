@@ -1,0 +1,111 @@
+"""The `tool-invocation-v1` receipt: the audit record of one call.
+
+The shape follows the reference's example receipt and the ToolInvocation fields it lists;
+tenant and project are the namespace. Every key is always present (null when unknown) so
+consumers can rely on one schema. The receipt is stored by content hash
+(`hashing.digest(receipt)`), so it holds no timestamps other than those of the call and
+`writtenAt`, and no secret: the command line must be passed through
+`sanitize.redact_text` first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from ..enums import SandboxKind, ToolKind
+from ..model import ToolInvocationSpec, ToolInvocationStatus
+
+RECEIPT_SCHEMA = "tool-invocation-v1"
+
+
+def _value(item: Any) -> Any:
+    return item.value if hasattr(item, "value") else item
+
+
+def build_receipt(
+    *,
+    namespace: str,
+    name: str,
+    uid: str,
+    spec: ToolInvocationSpec | None,
+    status: ToolInvocationStatus,
+    tool_kind: ToolKind | str | None,
+    sandbox_kind: SandboxKind | str | None = None,
+    sandbox_pool: str | None = None,
+    command_line: Sequence[str] | None = None,
+    written_at: str,
+) -> dict[str, Any]:
+    """The receipt of an invocation in its current (normally terminal) state.
+
+    `sandbox_kind`/`sandbox_pool` describe the sandbox when there is no lease in status
+    (e.g. denied before leasing); a lease in status wins. Kinds that run no sandbox
+    (http, mcp, native) get `{"kind": "None"}`. `spec` may be None (or a partially
+    constructed model) for an invocation whose spec never parsed: its fields are null.
+    """
+    tool = getattr(spec, "tool", None)
+    caller = getattr(spec, "caller", None)
+    lease = status.sandbox_lease
+    if lease is not None:
+        sandbox: dict[str, Any] = {
+            "kind": lease.kind.value,
+            "poolId": lease.pool_id,
+            "leaseId": lease.lease_id,
+        }
+    else:
+        sandbox = {
+            "kind": _value(sandbox_kind) if sandbox_kind is not None else SandboxKind.NONE.value,
+            "poolId": sandbox_pool,
+            "leaseId": None,
+        }
+    result = status.result
+    return {
+        "schema": RECEIPT_SCHEMA,
+        "invocationId": uid,
+        "invocationName": name,
+        "tenantId": namespace,
+        "projectId": namespace,
+        "environmentId": getattr(spec, "environment_id", None),
+        "toolId": getattr(tool, "id", None),
+        "toolVersion": getattr(tool, "version", None),
+        "toolKind": _value(tool_kind) if tool_kind is not None else None,
+        "declaredClass": _value(status.declared_class),
+        "effectiveClass": _value(status.effective_class),
+        "policyDecisionId": status.policy_decision_id,
+        "approvalId": status.approval.name if status.approval else None,
+        "approvedBy": status.approval.reviewer if status.approval else None,
+        "requestHash": status.request_hash,
+        "idempotencyKey": getattr(spec, "idempotency_key", None),
+        "caller": ({"kind": caller.kind, "name": caller.name} if caller is not None else None),
+        "runId": getattr(spec, "run_id", None),
+        "attemptId": getattr(spec, "attempt_id", None),
+        "fencingToken": getattr(spec, "fencing_token", None),
+        "state": status.state.value,
+        "failureClass": status.failure_class,
+        "deniedStage": status.denied_stage,
+        "message": status.message,
+        "resultHash": status.result_hash,
+        "resultRef": status.result_ref,
+        "result": (
+            {
+                "originalBytes": result.original_bytes,
+                "originalSha256": result.original_sha256,
+                "truncated": result.truncated,
+                "exitCode": result.exit_code,
+            }
+            if result is not None
+            else None
+        ),
+        "sandbox": sandbox,
+        "commandLine": list(command_line) if command_line is not None else None,
+        "redactions": list(result.redactions) if result is not None else [],
+        "stages": [stage.wire() for stage in status.stages],
+        "startedAt": status.started_at,
+        "endedAt": status.ended_at,
+        "auditRef": status.audit_ref,
+        "duplicateOf": status.duplicate_of,
+        "effectConfirmation": (
+            status.effect_confirmation.wire() if status.effect_confirmation else None
+        ),
+        "writtenAt": written_at,
+    }

@@ -1,0 +1,282 @@
+"""Pure builders of the Kubernetes objects of one sandbox lease: Job, NetworkPolicy, Secret.
+
+They return plain dicts and call nothing, so every security property of a sandbox (no
+retry, no shell string, restricted pod security, default-deny network) is unit-tested
+without a cluster; `tooladapter.kube.sandbox` only sends what these build.
+
+Kubernetes Jobs are not at-most-once by themselves, so the Job also carries
+backoffLimit 0, podReplacementPolicy Failed and a podFailurePolicy that fails the whole
+Job on any non-zero exit and on disruption: Kubernetes never starts a second pod.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from ..model import SandboxSpec, SecretDependency
+
+MANAGED_BY = "tooladapter"
+LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
+LABEL_INVOCATION_UID = "tooladapter.dev/invocation-uid"
+ANNOTATION_INVOCATION = "tooladapter.dev/invocation"
+ANNOTATION_ARGUMENTS = "tooladapter.dev/arguments"
+ANNOTATION_LEASE = "tooladapter.dev/lease-id"
+
+WORKSPACE = "/workspace"
+TOOLADAPTER_DIR = "/tooladapter"
+ARGUMENTS_FILE = f"{TOOLADAPTER_DIR}/arguments.json"
+SECRETS_DIR = f"{TOOLADAPTER_DIR}/secrets"
+SANDBOX_UID = 65532
+CONTAINER_NAME = "tool"
+
+
+@dataclass(frozen=True)
+class LeaseNames:
+    """Deterministic names of a lease's objects, derived from the invocation uid only."""
+
+    job: str
+    network_policy: str
+    secret: str
+
+    @classmethod
+    def for_uid(cls, uid: str) -> LeaseNames:
+        # A uid is 36 characters of [0-9a-f-]: always a valid, unique object name part.
+        return cls(job=f"ta-{uid}", network_policy=f"ta-{uid}", secret=f"ta-cred-{uid}")
+
+
+def owner_reference(*, api_version: str, kind: str, name: str, uid: str) -> dict[str, Any]:
+    return {
+        "apiVersion": api_version,
+        "kind": kind,
+        "name": name,
+        "uid": uid,
+        "controller": True,
+        "blockOwnerDeletion": False,
+    }
+
+
+def labels_for(uid: str) -> dict[str, str]:
+    return {LABEL_MANAGED_BY: MANAGED_BY, LABEL_INVOCATION_UID: uid}
+
+
+def split_egress(allow: list[str]) -> tuple[list[str], list[str]]:
+    """Split an egress allow-list into CIDRs (NetworkPolicy) and host names (proxy)."""
+    cidrs: list[str] = []
+    hosts: list[str] = []
+    for entry in allow:
+        try:
+            cidrs.append(str(ipaddress.ip_network(entry, strict=False)))
+        except ValueError:
+            hosts.append(entry)
+    return cidrs, hosts
+
+
+def build_network_policy(
+    *, namespace: str, uid: str, owner: dict[str, Any], egress_allow: list[str]
+) -> dict[str, Any]:
+    """Default-deny ingress and egress for the lease's pod; CIDR entries are let out.
+
+    Host names are not expressible in a NetworkPolicy; until the egress proxy exists they
+    stay denied (fail closed).
+    """
+    cidrs, _hosts = split_egress(egress_allow)
+    names = LeaseNames.for_uid(uid)
+    egress = [{"to": [{"ipBlock": {"cidr": cidr}} for cidr in cidrs]}] if cidrs else []
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {
+            "name": names.network_policy,
+            "namespace": namespace,
+            "labels": labels_for(uid),
+            "ownerReferences": [owner],
+        },
+        "spec": {
+            "podSelector": {"matchLabels": {LABEL_INVOCATION_UID: uid}},
+            "policyTypes": ["Ingress", "Egress"],
+            "ingress": [],
+            "egress": egress,
+        },
+    }
+
+
+def secret_item_key(dependency: str, key: str) -> str:
+    # Secret data keys allow [-._a-zA-Z0-9]; a dot joins source secret and key unambiguously
+    # enough for a mount layout of <secret>/<key>.
+    return f"{dependency}.{key}"
+
+
+def build_secret(
+    *, namespace: str, uid: str, owner: dict[str, Any], data_b64: dict[str, str]
+) -> dict[str, Any]:
+    """The ephemeral Secret of a lease: only the brokered keys, owned by the invocation."""
+    names = LeaseNames.for_uid(uid)
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "type": "Opaque",
+        "metadata": {
+            "name": names.secret,
+            "namespace": namespace,
+            "labels": labels_for(uid),
+            "ownerReferences": [owner],
+        },
+        "data": data_b64,
+    }
+
+
+def _resources(sandbox: SandboxSpec) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for part in ("requests", "limits"):
+        quantities = getattr(sandbox.resources, part)
+        values = {k: v for k, v in (("cpu", quantities.cpu), ("memory", quantities.memory)) if v}
+        if values:
+            out[part] = values
+    return out
+
+
+def build_job(
+    *,
+    namespace: str,
+    uid: str,
+    invocation_name: str,
+    owner: dict[str, Any],
+    sandbox: SandboxSpec,
+    image: str,
+    argv: list[str],
+    arguments: dict[str, Any],
+    timeout_seconds: int,
+    lease_id: str,
+    image_pull_policy: str = "IfNotPresent",
+    secret_dependencies: list[SecretDependency] | None = None,
+    has_token: bool = False,
+) -> dict[str, Any]:
+    """The Job of one sandboxed call. `argv` is exec'd as is: never joined into a string."""
+    names = LeaseNames.for_uid(uid)
+    labels = labels_for(uid)
+    mounts: list[dict[str, Any]] = [
+        {"name": "workspace", "mountPath": WORKSPACE},
+        {"name": "tooladapter", "mountPath": TOOLADAPTER_DIR, "readOnly": True},
+    ]
+    volumes: list[dict[str, Any]] = [
+        {"name": "workspace", "emptyDir": {"sizeLimit": sandbox.workspace_size_limit}},
+        {
+            # The downward API carries the arguments: no extra object, and the file is
+            # exactly the validated JSON, never a command line.
+            "name": "tooladapter",
+            "downwardAPI": {
+                "items": [
+                    {
+                        "path": "arguments.json",
+                        "fieldRef": {
+                            "fieldPath": f"metadata.annotations['{ANNOTATION_ARGUMENTS}']"
+                        },
+                    }
+                ]
+            },
+        },
+    ]
+    items = [
+        {"key": secret_item_key(dep.secret_name, key), "path": f"{dep.secret_name}/{key}"}
+        for dep in (secret_dependencies or [])
+        for key in dep.keys
+    ]
+    if has_token:
+        items.append({"key": "token", "path": "kubernetes/token"})
+    if items:
+        mounts.append({"name": "credentials", "mountPath": SECRETS_DIR, "readOnly": True})
+        volumes.append(
+            {
+                "name": "credentials",
+                "secret": {"secretName": names.secret, "items": items, "defaultMode": 0o440},
+            }
+        )
+    container: dict[str, Any] = {
+        "name": CONTAINER_NAME,
+        "image": image,
+        "imagePullPolicy": image_pull_policy,
+        "command": list(argv),
+        "workingDir": WORKSPACE,
+        "env": [
+            {"name": "HOME", "value": WORKSPACE},
+            {"name": "TMPDIR", "value": WORKSPACE},
+            {"name": "TOOLADAPTER_ARGUMENTS", "value": ARGUMENTS_FILE},
+        ],
+        "resources": _resources(sandbox),
+        "securityContext": {
+            "allowPrivilegeEscalation": False,
+            "readOnlyRootFilesystem": True,
+            "runAsNonRoot": True,
+            "runAsUser": SANDBOX_UID,
+            "runAsGroup": SANDBOX_UID,
+            "capabilities": {"drop": ["ALL"]},
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+        "volumeMounts": mounts,
+        "terminationMessagePolicy": "File",
+    }
+    pod_spec: dict[str, Any] = {
+        "restartPolicy": "Never",
+        "automountServiceAccountToken": False,
+        "enableServiceLinks": False,
+        "securityContext": {
+            "runAsNonRoot": True,
+            "runAsUser": SANDBOX_UID,
+            "runAsGroup": SANDBOX_UID,
+            "fsGroup": SANDBOX_UID,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+        "terminationGracePeriodSeconds": 5,
+        "containers": [container],
+        "volumes": volumes,
+    }
+    if sandbox.runtime_class_name:
+        pod_spec["runtimeClassName"] = sandbox.runtime_class_name
+    annotations = {
+        ANNOTATION_INVOCATION: invocation_name,
+        ANNOTATION_LEASE: lease_id,
+    }
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": names.job,
+            "namespace": namespace,
+            "labels": labels,
+            "annotations": annotations,
+            "ownerReferences": [owner],
+        },
+        "spec": {
+            "backoffLimit": 0,
+            "completions": 1,
+            "parallelism": 1,
+            "activeDeadlineSeconds": timeout_seconds,
+            "podReplacementPolicy": "Failed",
+            "podFailurePolicy": {
+                "rules": [
+                    {"action": "FailJob", "onPodConditions": [{"type": "DisruptionTarget"}]},
+                    {
+                        "action": "FailJob",
+                        "onExitCodes": {
+                            "containerName": CONTAINER_NAME,
+                            "operator": "NotIn",
+                            "values": [0],
+                        },
+                    },
+                ]
+            },
+            "template": {
+                "metadata": {
+                    "labels": labels,
+                    "annotations": {
+                        **annotations,
+                        ANNOTATION_ARGUMENTS: json.dumps(arguments, separators=(",", ":")),
+                    },
+                },
+                "spec": pod_spec,
+            },
+        },
+    }

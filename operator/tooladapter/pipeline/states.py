@@ -1,0 +1,81 @@
+"""The invocation state machine: the reference's transition table, as data.
+
+Every state change of a ToolInvocation goes through `transition`, so an illegal jump
+(a resumed pipeline replaying a stale step, two writers racing) raises instead of
+silently corrupting the record. Terminal states have no way out: an operator's effect
+confirmation of an Uncertain call is recorded beside the state, not as a transition.
+"""
+
+from __future__ import annotations
+
+from ..enums import TERMINAL_STATES, InvocationState
+
+S = InvocationState
+
+#: The reference's stateDiagram, verbatim.
+REFERENCE_TRANSITIONS: dict[InvocationState, frozenset[InvocationState]] = {
+    S.RECEIVED: frozenset({S.VALIDATED, S.DENIED}),
+    S.VALIDATED: frozenset({S.AUTHORIZED, S.DENIED}),
+    S.AUTHORIZED: frozenset({S.AWAITING_APPROVAL, S.BROKERED, S.DENIED}),
+    S.AWAITING_APPROVAL: frozenset({S.BROKERED, S.DENIED}),
+    S.BROKERED: frozenset({S.EXECUTING}),
+    S.EXECUTING: frozenset({S.OBSERVED, S.FAILED, S.UNCERTAIN, S.CANCELLED}),
+}
+
+#: Extensions the reference does not draw but Kubernetes needs:
+#: - an interrupt (`spec.interrupt`) can arrive in any state before Executing; nothing
+#:   with an effect has started, so the call ends Cancelled rather than running anyway;
+#: - Brokered -> Failed: the sandbox Job could not be created (quota, admission,
+#:   image policy) after credentials were brokered; no effect was possible, so the call
+#:   is Failed, not Uncertain.
+EXTENSIONS: dict[InvocationState, frozenset[InvocationState]] = {
+    S.RECEIVED: frozenset({S.CANCELLED}),
+    S.VALIDATED: frozenset({S.CANCELLED}),
+    S.AUTHORIZED: frozenset({S.CANCELLED}),
+    S.AWAITING_APPROVAL: frozenset({S.CANCELLED}),
+    S.BROKERED: frozenset({S.CANCELLED, S.FAILED}),
+}
+
+TRANSITIONS: dict[InvocationState, frozenset[InvocationState]] = {
+    state: REFERENCE_TRANSITIONS.get(state, frozenset()) | EXTENSIONS.get(state, frozenset())
+    for state in InvocationState
+}
+
+
+class IllegalTransition(ValueError):
+    """A state change the transition table does not allow."""
+
+    def __init__(self, current: InvocationState, target: InvocationState) -> None:
+        self.current = current
+        self.target = target
+        allowed = sorted(t.value for t in TRANSITIONS[current])
+        if current == target:
+            detail = f"the invocation is already {current.value}"
+        elif not allowed:
+            detail = f"{current.value} is terminal: no transition leaves it"
+        else:
+            detail = f"from {current.value} the next state can be {', '.join(allowed)}"
+        super().__init__(f"illegal state transition {current.value} -> {target.value}: {detail}")
+
+
+def allowed_targets(current: InvocationState) -> frozenset[InvocationState]:
+    """The states `current` may move to."""
+    return TRANSITIONS[current]
+
+
+def can_transition(current: InvocationState, target: InvocationState) -> bool:
+    return target in TRANSITIONS[current]
+
+
+def transition(current: InvocationState, target: InvocationState) -> InvocationState:
+    """`target` if `current -> target` is in the table, else `IllegalTransition`.
+
+    Staying in the same state is not a transition and raises too.
+    """
+    if target not in TRANSITIONS[current]:
+        raise IllegalTransition(current, target)
+    return target
+
+
+def is_terminal(state: InvocationState) -> bool:
+    return state in TERMINAL_STATES

@@ -1,0 +1,88 @@
+"""Operator settings, one frozen dataclass read once from the environment at start-up.
+
+Every knob has a production-sensible default; the environment names are documented in
+the README's "Operator settings" table.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .model import DEFAULT_MAX_RESULT_BYTES, DEFAULT_TIMEOUT_SECONDS
+
+
+def _int(name: str, default: int) -> int:
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        return int(raw)
+    except ValueError as exc:
+        raise ValueError(f"environment variable {name}={raw!r} is not an integer") from exc
+
+
+def _list(name: str, default: tuple[str, ...]) -> tuple[str, ...]:
+    raw = os.environ.get(name)
+    if raw is None:
+        return default
+    return tuple(part.strip() for part in raw.split(",") if part.strip())
+
+
+@dataclass(frozen=True)
+class Settings:
+    #: Where receipts and results are stored by content hash (a PVC when in-cluster).
+    artifact_dir: Path = field(default_factory=lambda: Path.home() / ".tooladapter" / "artifacts")
+    #: Port of the Prometheus /metrics endpoint; 0 disables it.
+    metrics_port: int = 9464
+    #: Timeout when a descriptor sets none (reference: Tools:Execution:DefaultTimeoutSeconds).
+    default_timeout_seconds: int = DEFAULT_TIMEOUT_SECONDS
+    #: Upper bound of any result (reference: Tools:Execution:MaxResultBytes).
+    max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES
+    #: Results up to this size are also inlined in status.result; bigger ones only by ref.
+    inline_result_bytes: int = 16_384
+    #: Image of shell tools when the descriptor names none.
+    sandbox_image: str = "localhost/tooladapter-sandbox:dev"
+    #: Pull policy of sandbox pods; images are imported locally, never pulled.
+    image_pull_policy: str = "IfNotPresent"
+    #: Period of the uncertain-effect reconciler and the sandbox reaper.
+    reconcile_interval_seconds: int = 30
+    #: Jobs and NetworkPolicies of ended calls are kept this long for inspection, then reaped.
+    sandbox_retain_seconds: int = 60
+    #: Finished invocations older than this are deleted (0 keeps them forever).
+    retention_seconds: int = 0
+    #: Approval wait when no ToolPolicy sets one.
+    default_approval_timeout_seconds: int = 3600
+    #: Users allowed to read the operator's logs: results never reach them unredacted.
+    log_results: bool = False
+    #: Egress CIDRs always denied to http tools unless explicitly allow-listed.
+    blocked_http_hosts: tuple[str, ...] = ("169.254.169.254", "metadata.google.internal")
+
+    @classmethod
+    def from_env(cls) -> Settings:
+        base = cls()
+        return cls(
+            artifact_dir=Path(os.environ.get("TOOLADAPTER_ARTIFACT_DIR", str(base.artifact_dir))),
+            metrics_port=_int("TOOLADAPTER_METRICS_PORT", base.metrics_port),
+            default_timeout_seconds=_int(
+                "TOOLADAPTER_DEFAULT_TIMEOUT_SECONDS", base.default_timeout_seconds
+            ),
+            max_result_bytes=_int("TOOLADAPTER_MAX_RESULT_BYTES", base.max_result_bytes),
+            inline_result_bytes=_int("TOOLADAPTER_INLINE_RESULT_BYTES", base.inline_result_bytes),
+            sandbox_image=os.environ.get("TOOLADAPTER_SANDBOX_IMAGE", base.sandbox_image),
+            image_pull_policy=os.environ.get(
+                "TOOLADAPTER_IMAGE_PULL_POLICY", base.image_pull_policy
+            ),
+            reconcile_interval_seconds=_int(
+                "TOOLADAPTER_RECONCILE_INTERVAL_SECONDS", base.reconcile_interval_seconds
+            ),
+            sandbox_retain_seconds=_int(
+                "TOOLADAPTER_SANDBOX_RETAIN_SECONDS", base.sandbox_retain_seconds
+            ),
+            retention_seconds=_int("TOOLADAPTER_RETENTION_SECONDS", base.retention_seconds),
+            default_approval_timeout_seconds=_int(
+                "TOOLADAPTER_APPROVAL_TIMEOUT_SECONDS", base.default_approval_timeout_seconds
+            ),
+            blocked_http_hosts=_list("TOOLADAPTER_BLOCKED_HTTP_HOSTS", base.blocked_http_hosts),
+        )

@@ -1,0 +1,284 @@
+"""Builders of tooladapter objects and RBAC grants for the integration tests."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from kubernetes import client
+
+from tests.support import (
+    GROUP,
+    VERSION,
+    client_with_token,
+    sa_user,
+    token_for,
+    unique,
+    wait_for,
+)
+
+TERMINAL = {"Observed", "Failed", "Uncertain", "Cancelled", "Denied"}
+SHELL_SCHEMA = {
+    "type": "object",
+    "properties": {"command": {"type": "string", "maxLength": 4096}},
+    "required": ["command"],
+    "additionalProperties": False,
+}
+
+
+def custom(api: client.ApiClient) -> client.CustomObjectsApi:
+    return client.CustomObjectsApi(api)
+
+
+def create(
+    api: client.ApiClient, namespace: str, plural: str, body: dict[str, Any]
+) -> dict[str, Any]:
+    body = {"apiVersion": f"{GROUP}/{VERSION}", **body}
+    result: dict[str, Any] = custom(api).create_namespaced_custom_object(
+        GROUP, VERSION, namespace, plural, body
+    )
+    return result
+
+
+def get(api: client.ApiClient, namespace: str, plural: str, name: str) -> dict[str, Any]:
+    result: dict[str, Any] = custom(api).get_namespaced_custom_object(
+        GROUP, VERSION, namespace, plural, name
+    )
+    return result
+
+
+def descriptor(
+    api: client.ApiClient,
+    namespace: str,
+    tool_id: str,
+    *,
+    kind: str,
+    side_effect_class: str = "read",
+    version: str = "1.0.0",
+    wait_active: bool = True,
+    **spec: Any,
+) -> dict[str, Any]:
+    body = {
+        "kind": "ToolDescriptor",
+        "metadata": {"name": f"{tool_id}-{version.replace('.', '-')}"},
+        "spec": {
+            "toolId": tool_id,
+            "version": version,
+            "kind": kind,
+            "sideEffectClass": side_effect_class,
+            **spec,
+        },
+    }
+    obj = create(api, namespace, "tooldescriptors", body)
+    if wait_active:
+        wait_for(
+            lambda: (
+                get(api, namespace, "tooldescriptors", obj["metadata"]["name"]).get("status") or {}
+            ).get("active"),
+            timeout=30,
+            what=f"descriptor {tool_id} active",
+        )
+    return obj
+
+
+def shell_tool(
+    api: client.ApiClient,
+    namespace: str,
+    tool_id: str = "sh",
+    *,
+    side_effect_class: str = "sandbox",
+    memory: str = "64Mi",
+    cpu: str = "500m",
+    timeout: int = 60,
+    egress: list[str] | None = None,
+    **spec: Any,
+) -> dict[str, Any]:
+    return descriptor(
+        api,
+        namespace,
+        tool_id,
+        kind="shell",
+        side_effect_class=side_effect_class,
+        inputSchema=SHELL_SCHEMA,
+        timeoutSeconds=timeout,
+        sandbox={
+            "resources": {
+                "requests": {"cpu": "50m", "memory": memory},
+                "limits": {"cpu": cpu, "memory": memory},
+            },
+            "egress": {"allow": egress or []},
+        },
+        **spec,
+    )
+
+
+@dataclass
+class Agent:
+    """An agent ServiceAccount with a real token and a client that speaks as it."""
+
+    namespace: str
+    name: str
+    api: client.ApiClient
+    admin: client.ApiClient
+
+    @property
+    def user(self) -> str:
+        return sa_user(self.namespace, self.name)
+
+    @classmethod
+    def create(cls, admin: client.ApiClient, namespace: str, name: str) -> Agent:
+        token = token_for(admin, namespace, name)
+        rbac = client.RbacAuthorizationV1Api(admin)
+        rbac.create_namespaced_role_binding(
+            namespace,
+            {
+                "metadata": {"name": f"{name}-requester"},
+                "roleRef": {
+                    "apiGroup": "rbac.authorization.k8s.io",
+                    "kind": "ClusterRole",
+                    "name": "tooladapter-requester",
+                },
+                "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": namespace}],
+            },
+        )
+        return cls(namespace, name, client_with_token(admin, token), admin)
+
+    def grant(self, tools: list[str], classes: list[str]) -> None:
+        """The platform team's grant: invoke these tools, use these classes."""
+        rbac = client.RbacAuthorizationV1Api(self.admin)
+        role = unique(f"{self.name}-tools")
+        rules = []
+        if tools:
+            rules.append(
+                {
+                    "apiGroups": [GROUP],
+                    "resources": ["tooldescriptors"],
+                    "verbs": ["invoke"],
+                    "resourceNames": tools,
+                }
+            )
+        if classes:
+            rules.append(
+                {
+                    "apiGroups": [GROUP],
+                    "resources": ["sideeffectclasses"],
+                    "verbs": ["use"],
+                    "resourceNames": classes,
+                }
+            )
+        rbac.create_namespaced_role(self.namespace, {"metadata": {"name": role}, "rules": rules})
+        rbac.create_namespaced_role_binding(
+            self.namespace,
+            {
+                "metadata": {"name": role},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": role},
+                "subjects": [
+                    {"kind": "ServiceAccount", "name": self.name, "namespace": self.namespace}
+                ],
+            },
+        )
+        authz = client.AuthorizationV1Api(self.admin)
+
+        def effective() -> bool:
+            for tool in tools:
+                if not _allowed(
+                    authz, self.user, self.namespace, "invoke", "tooldescriptors", tool
+                ):
+                    return False
+            return all(
+                _allowed(authz, self.user, self.namespace, "use", "sideeffectclasses", c)
+                for c in classes
+            )
+
+        wait_for(effective, timeout=30, what="RBAC grant effective")
+
+    def invoke(
+        self,
+        tool: str,
+        arguments: dict[str, Any],
+        *,
+        version: str = "1.0.0",
+        name: str | None = None,
+        **spec: Any,
+    ) -> str:
+        name = name or unique(f"call-{tool}")
+        create(
+            self.api,
+            self.namespace,
+            "toolinvocations",
+            {
+                "kind": "ToolInvocation",
+                "metadata": {"name": name},
+                "spec": {
+                    "tool": {"id": tool, "version": version},
+                    "arguments": arguments,
+                    "caller": {"kind": "agent", "name": self.user},
+                    **spec,
+                },
+            },
+        )
+        return name
+
+    def wait(
+        self, name: str, *, timeout: float = 120, states: set[str] | None = None
+    ) -> dict[str, Any]:
+        wanted = states or TERMINAL
+
+        def done() -> dict[str, Any] | None:
+            obj = get(self.api, self.namespace, "toolinvocations", name)
+            return obj if (obj.get("status") or {}).get("state") in wanted else None
+
+        return wait_for(done, timeout=timeout, what=f"invocation {name} in {sorted(wanted)}")
+
+
+def _allowed(
+    authz: client.AuthorizationV1Api, user: str, namespace: str, verb: str, resource: str, name: str
+) -> bool:
+    groups = [
+        "system:authenticated",
+        "system:serviceaccounts",
+        f"system:serviceaccounts:{user.split(':')[2]}",
+    ]
+    review = authz.create_subject_access_review(
+        {
+            "spec": {
+                "user": user,
+                "groups": groups,
+                "resourceAttributes": {
+                    "namespace": namespace,
+                    "verb": verb,
+                    "group": GROUP,
+                    "resource": resource,
+                    "name": name,
+                },
+            }
+        }
+    )
+    return bool(review.status.allowed)
+
+
+def jobs_of(api: client.ApiClient, namespace: str) -> list[Any]:
+    return list(
+        client.BatchV1Api(api)
+        .list_namespaced_job(namespace, label_selector="app.kubernetes.io/managed-by=tooladapter")
+        .items
+    )
+
+
+def events_of(api: client.ApiClient, namespace: str, name: str) -> list[str]:
+    events = client.CoreV1Api(api).list_namespaced_event(
+        namespace, field_selector=f"involvedObject.name={name}"
+    )
+    return [e.reason for e in events.items]
+
+
+def status_of(obj: dict[str, Any]) -> dict[str, Any]:
+    return dict(obj.get("status") or {})
+
+
+def pretty(obj: Any) -> str:
+    with contextlib.suppress(TypeError):
+        return json.dumps(obj, indent=1, default=str)[:4000]
+    return repr(obj)[:4000]

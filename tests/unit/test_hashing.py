@@ -1,0 +1,105 @@
+"""Request hashes and digests: canonical, stable, sensitive to every field."""
+
+from __future__ import annotations
+
+import json
+import random
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tooladapter.pipeline.hashing import (
+    CanonicalizationError,
+    canonical_json,
+    digest,
+    request_hash,
+    sha256_ref,
+)
+
+json_scalars = (
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**53) + 1, max_value=2**53 - 1)
+    | st.floats(allow_nan=False, allow_infinity=False, width=64)
+    | st.text(max_size=20)
+)
+json_values = st.recursive(
+    json_scalars,
+    lambda children: (
+        st.lists(children, max_size=5) | st.dictionaries(st.text(max_size=10), children, max_size=5)
+    ),
+    max_leaves=20,
+)
+
+
+def _shuffled(value: Any, rng: random.Random) -> Any:
+    if isinstance(value, dict):
+        items = list(value.items())
+        rng.shuffle(items)
+        return {k: _shuffled(v, rng) for k, v in items}
+    if isinstance(value, list):
+        return [_shuffled(v, rng) for v in value]
+    return value
+
+
+def _dump_with_random_whitespace(value: Any, rng: random.Random) -> str:
+    indent = rng.choice([None, 0, 1, 2, 4, "\t"])
+    separators = rng.choice([(",", ":"), (", ", ": "), (" ,", " : "), (",\n", ":\t")])
+    return json.dumps(value, indent=indent, separators=separators, ensure_ascii=rng.random() < 0.5)
+
+
+@settings(max_examples=80, deadline=None)
+@given(arguments=st.dictionaries(st.text(max_size=10), json_values, max_size=6), seed=st.integers())
+def test_request_hash_is_stable_under_key_order_and_whitespace(
+    arguments: dict[str, Any], seed: int
+) -> None:
+    rng = random.Random(seed)
+    respelled = json.loads(_dump_with_random_whitespace(_shuffled(arguments, rng), rng))
+    common = {"namespace": "team-a", "tool_id": "deploy", "tool_version": "1.0.0"}
+    assert request_hash(arguments=arguments, **common) == request_hash(
+        arguments=respelled, **common
+    )
+
+
+def test_request_hash_is_sha256_of_the_canonical_json_of_the_four_fields() -> None:
+    expected = sha256_ref(
+        b'{"arguments":{"a":1,"b":[true,null]},"namespace":"ns","toolId":"t","toolVersion":"1.0.0"}'
+    )
+    got = request_hash(
+        namespace="ns", tool_id="t", tool_version="1.0.0", arguments={"b": [True, None], "a": 1}
+    )
+    assert got == expected
+    assert got.startswith("sha256:") and len(got) == len("sha256:") + 64
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"namespace": "team-b"},
+        {"tool_id": "deploy2"},
+        {"tool_version": "1.0.1"},
+        {"arguments": {"env": "prod", "extra": 1}},
+        {"arguments": {"env": "Prod"}},
+    ],
+)
+def test_request_hash_changes_when_any_field_changes(change: dict[str, Any]) -> None:
+    base: dict[str, Any] = {
+        "namespace": "team-a",
+        "tool_id": "deploy",
+        "tool_version": "1.0.0",
+        "arguments": {"env": "prod"},
+    }
+    assert request_hash(**base) != request_hash(**{**base, **change})
+
+
+def test_numbers_hash_by_value_not_spelling() -> None:
+    assert digest({"n": 1.0}) == digest({"n": 1})
+    assert canonical_json({"b": 1, "a": "é"}) == '{"a":"é","b":1}'.encode()
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), 2**60, {1: "x"}, {"s": {1, 2}}])
+def test_values_without_a_canonical_form_raise_a_clear_error(bad: Any) -> None:
+    with pytest.raises(CanonicalizationError, match="canonical JSON"):
+        canonical_json(bad)
