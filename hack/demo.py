@@ -127,7 +127,7 @@ def main() -> None:
     token = token_for(api, NS, AGENT)
 
     with tempfile.TemporaryDirectory() as tmp:
-        op = OperatorProcess(Path(tmp))
+        op = OperatorProcess(Path(tmp), {"TOOLADAPTER_NAMESPACES": NS})
         op.start()
         try:
             wait_for(

@@ -23,6 +23,10 @@ from typing import Any, TypeVar
 from kubernetes import client, config
 
 ROOT = Path(__file__).resolve().parent.parent
+#: Namespaces of this test session start with this prefix, and the operator this session
+#: starts watches only those (TOOLADAPTER_NAMESPACES), so concurrent sessions on one
+#: cluster never process each other's invocations.
+SESSION = f"ta{uuid.uuid4().hex[:6]}"
 GROUP, VERSION = "tooladapter.dev", "v1alpha1"
 T = TypeVar("T")
 
@@ -76,7 +80,7 @@ class Namespace:
 
     def __init__(self, api: client.ApiClient, labels: dict[str, str] | None = None) -> None:
         self.api = api
-        self.name = unique("ta-test")
+        self.name = unique(SESSION)
         core = client.CoreV1Api(api)
         core.create_namespace(
             {
@@ -140,6 +144,7 @@ class OperatorProcess:
             "TOOLADAPTER_METRICS_PORT": str(self.metrics_port),
             "TOOLADAPTER_RECONCILE_INTERVAL_SECONDS": "3",
             "TOOLADAPTER_SANDBOX_RETAIN_SECONDS": "30",
+            "TOOLADAPTER_NAMESPACES": f"{SESSION}-*",
             **(env or {}),
         }
         self.proc: subprocess.Popen[bytes] | None = None

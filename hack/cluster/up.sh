@@ -247,6 +247,10 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
     stream_server_port = "0"
     enable_selinux = false
     netns_mounts_under_state_dir = true
+    # This VM does not give root CAP_SYS_RESOURCE, so runc cannot lower a
+    # container's oom_score_adj below containerd's own (the pod sandbox asks
+    # for -998): clamp instead of failing every sandbox.
+    restrict_oom_score_adj = true
     [plugins."io.containerd.grpc.v1.cri".containerd]
       snapshotter = "overlayfs"
       default_runtime_name = "runc"
@@ -407,6 +411,8 @@ serializeImagePulls: false
 resolvConf: /etc/resolv.conf
 registerNode: true
 shutdownGracePeriod: 0s
+# No CAP_SYS_RESOURCE here: the kubelet cannot lower its own OOM score.
+oomScoreAdj: 0
 EOF
 
 start kubelet "$BIN_DIR/kubelet" \

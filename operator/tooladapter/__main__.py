@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 
 
@@ -12,11 +13,14 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit(2)
     from kopf.cli import main as kopf_main
 
+    # TOOLADAPTER_NAMESPACES (comma-separated globs) shards the operator by namespace.
+    patterns = [p.strip() for p in os.environ.get("TOOLADAPTER_NAMESPACES", "").split(",")]
+    scope = [f"--namespace={p}" for p in patterns if p] or ["--all-namespaces"]
     sys.argv = [
         "kopf",
         "run",
         "--standalone",
-        "--all-namespaces",
+        *scope,
         "-m",
         "tooladapter.main",
         *args[1:],

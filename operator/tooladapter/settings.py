@@ -6,6 +6,7 @@ the README's "Operator settings" table.
 
 from __future__ import annotations
 
+import fnmatch
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -59,6 +60,14 @@ class Settings:
     #: Egress CIDRs always denied to http tools unless explicitly allow-listed.
     blocked_http_hosts: tuple[str, ...] = ("169.254.169.254", "metadata.google.internal")
 
+    #: Namespace globs this operator serves (empty: all); see `python -m tooladapter run`.
+    namespaces: tuple[str, ...] = ()
+
+    def serves(self, namespace: str) -> bool:
+        return not self.namespaces or any(
+            fnmatch.fnmatchcase(namespace, p) for p in self.namespaces
+        )
+
     @classmethod
     def from_env(cls) -> Settings:
         base = cls()
@@ -84,5 +93,6 @@ class Settings:
             default_approval_timeout_seconds=_int(
                 "TOOLADAPTER_APPROVAL_TIMEOUT_SECONDS", base.default_approval_timeout_seconds
             ),
+            namespaces=_list("TOOLADAPTER_NAMESPACES", ()),
             blocked_http_hosts=_list("TOOLADAPTER_BLOCKED_HTTP_HOSTS", base.blocked_http_hosts),
         )

@@ -239,3 +239,18 @@ def test_rm_rf_is_caught_in_any_flag_order_and_wrapper(
     spelled = "-" + "".join(f[1] for f in flags) if combine else " ".join(flags)
     command = f"{wrapper}{program} {spelled} /data"
     assert check_command(command, allow=(), block=DEFAULT_BLOCK_LIST).blocked, command
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    command=st.lists(
+        st.sampled_from(
+            [*"rmf -'\"\\$(){};|&<>`/ab\tcsh*?[]=,.#~!", "rm", "sh -c ", "-rf", "DROP", "ns"]
+        ),
+        max_size=25,
+    ).map("".join)
+)
+def test_any_input_gets_a_verdict_with_a_reason_and_never_an_exception(command: str) -> None:
+    verdict = check_command(command, allow=("git status",), block=DEFAULT_BLOCK_LIST)
+    assert verdict.reason
+    assert verdict.ok == (verdict.allowed and not verdict.blocked)

@@ -423,7 +423,7 @@ class InvocationFlow:
         if not decision.allowed:
             raise Denial(
                 Stage.POLICY,
-                "; ".join(decision.reasons) or "denied by policy",
+                "; ".join(decision.denials) or "denied by policy",
                 FailureClass.POLICY_DENIED,
             )
         ceiling = check_ceiling(decision, effective)

@@ -40,6 +40,8 @@ async def every(seconds: float, job: Any, rt: Runtime, name: str) -> None:
 
 async def reconcile_uncertain(rt: Runtime) -> None:
     for body in await rt.kube.list_custom(PLURAL):
+        if not rt.settings.serves(body["metadata"]["namespace"]):
+            continue
         state = (body.get("status") or {}).get("state")
         uid = body["metadata"]["uid"]
         if state == InvocationState.EXECUTING and uid not in rt.tasks:
@@ -80,7 +82,7 @@ async def reap_sandboxes(rt: Runtime) -> None:
         for obj in await ksandbox.list_managed(rt.kube, kind):
             meta = obj["metadata"]
             uid = (meta.get("labels") or {}).get(LABEL_INVOCATION_UID)
-            if not uid:
+            if not uid or not rt.settings.serves(meta["namespace"]):
                 continue
             owner = next(
                 (o for o in meta.get("ownerReferences") or [] if o.get("kind") == "ToolInvocation"),
@@ -96,6 +98,8 @@ async def apply_retention(rt: Runtime) -> None:
         return
     now = datetime.now(UTC)
     for body in await rt.kube.list_custom(PLURAL):
+        if not rt.settings.serves(body["metadata"]["namespace"]):
+            continue
         status = body.get("status") or {}
         ended_at = status.get("endedAt")
         if not ended_at or not InvocationState(status.get("state", "Received")).terminal:

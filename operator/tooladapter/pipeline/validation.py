@@ -23,7 +23,7 @@ import json
 import math
 import re
 import shlex
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple
 from urllib.parse import quote, urljoin, urlsplit
@@ -64,7 +64,7 @@ def json_path(parts: Iterable[str | int]) -> str:
     return "".join(out)
 
 
-def _pointer(parts: Iterable[str | int]) -> str:
+def _pointer(parts: Sequence[str | int]) -> str:
     """An RFC 6901 JSON pointer (used for schema locations: `#/properties/a/type`)."""
     escaped = (str(p).replace("~", "~0").replace("/", "~1") for p in parts)
     return "#/" + "/".join(escaped) if parts else "#"
@@ -739,10 +739,10 @@ def render_http_request(spec: HttpSpec, arguments: Mapping[str, Any]) -> Rendere
     Placeholders are filled in one pass: a value containing `{x}` is not expanded again.
     """
 
-    def fill(template: str, where: str, encode: Any) -> str:
+    def fill(template: str, where: str, encode: Callable[[str, str, Any], str]) -> str:
         def replace(match: re.Match[str]) -> str:
             text, value = _argument_text(arguments, match.group(1), where)
-            return str(encode(match.group(1), text, value))
+            return encode(match.group(1), text, value)
 
         return PLACEHOLDER.sub(replace, template)
 
