@@ -45,6 +45,7 @@ unit: venv
 
 crds: venv
 	$(PY) -m tooladapter.crdgen crds/
+	$(PY) hack/sync_chart.py
 
 crds-check: venv
 	$(PY) -m tooladapter.crdgen --check crds/

@@ -88,10 +88,11 @@ def test_job_with_limits_runs_in_sandbox_image_and_log_is_readable(
 def test_container_over_memory_limit_is_oomkilled(core: Any, namespace: str) -> None:
     from kubernetes import client
 
-    # dd fills a 96 MiB buffer from /dev/zero: far over the 32 MiB limit.
+    # dd (the container's main process) fills a 96 MiB buffer from /dev/zero:
+    # far over the 32 MiB limit, so the kernel's OOM killer ends it.
     container = sandbox_container(
         "hog",
-        ["/bin/sh", "-c", "dd if=/dev/zero of=/dev/null bs=96M count=4; echo survived"],
+        ["/bin/sh", "-c", "exec dd if=/dev/zero of=/dev/null bs=96M count=4"],
         memory="32Mi",
     )
     core.create_namespaced_pod(
