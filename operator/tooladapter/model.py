@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic.alias_generators import to_camel
 from pydantic.config import JsonDict
 
@@ -43,6 +43,13 @@ SHA256_REF_MAX = 71
 
 DEFAULT_TIMEOUT_SECONDS = 300
 DEFAULT_MAX_RESULT_BYTES = 1_048_576
+
+
+def describe_errors(exc: ValidationError, root: str = "spec") -> str:
+    """One line naming every invalid field by its wire path, e.g. `spec.tool.id: ...`."""
+    return "; ".join(
+        f"{'.'.join([root, *(str(p) for p in err['loc'])])}: {err['msg']}" for err in exc.errors()
+    )
 
 
 class Model(BaseModel):

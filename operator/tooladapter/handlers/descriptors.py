@@ -12,7 +12,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from ..enums import ToolKind
-from ..model import Condition, ToolDescriptorSpec, ToolDescriptorStatus
+from ..model import Condition, ToolDescriptorSpec, ToolDescriptorStatus, describe_errors
 from ..pipeline.hashing import digest
 from ..pipeline.validation import check_descriptor
 from ..timeutil import now_iso
@@ -31,10 +31,7 @@ def desired_status(
     try:
         spec = ToolDescriptorSpec.model_validate(body.get("spec") or {})
     except ValidationError as exc:
-        problems = "; ".join(
-            f"spec.{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()
-        )
-        return _status(False, False, "Invalid", problems, generation, None)
+        return _status(False, False, "Invalid", describe_errors(exc), generation, None)
     problems_list = check_descriptor(spec)
     schema_digest = digest({"input": spec.input_schema, "output": spec.output_schema})
     if problems_list:

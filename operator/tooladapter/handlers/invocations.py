@@ -49,6 +49,7 @@ from ..model import (
     ToolInvocationStatus,
     ToolPolicySpec,
     ToolRef,
+    describe_errors,
 )
 from ..pipeline import approval as approval_rules
 from ..pipeline.classification import classify
@@ -189,11 +190,10 @@ class InvocationFlow:
         try:
             self.spec = ToolInvocationSpec.model_validate(self.body.get("spec") or {})
         except ValidationError as exc:
-            problems = "; ".join(
-                f"spec.{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in exc.errors()
-            )
             raise Denial(
-                Stage.VALIDATION, f"invalid invocation: {problems}", FailureClass.VALIDATION
+                Stage.VALIDATION,
+                f"invalid invocation: {describe_errors(exc)}",
+                FailureClass.VALIDATION,
             ) from None
 
     # -- Received: idempotency, descriptor, arguments -> Validated
@@ -329,19 +329,7 @@ class InvocationFlow:
             else EnvironmentClass.DEVELOPMENT
         )
         frozen = labels.get(LABEL_FROZEN, "").lower() == "true"
-        policies = [
-            (f"{self.namespace}/{b['metadata']['name']}", ToolPolicySpec.model_validate(b["spec"]))
-            for b in self.rt.catalog.select(self.rt.catalog.policies, self.namespace)
-        ]
-        decision = evaluate_policies(
-            policies,
-            namespace=self.namespace,
-            tool_id=spec.tool.id,
-            tool_version=spec.tool.version,
-            arguments=spec.arguments,
-            request_hash=self.status.request_hash or "",
-        )
-        self.decision = decision
+        decision = await self.reevaluate_policy()
         shell_blocked, shell_reason, escalate_ok = False, "", True
         if descriptor.kind == ToolKind.SHELL:
             verdict = check_command(
@@ -485,10 +473,19 @@ class InvocationFlow:
     async def reevaluate_policy(self) -> PolicyDecision:
         spec = self.spec
         assert spec is not None
-        policies = [
-            (f"{self.namespace}/{b['metadata']['name']}", ToolPolicySpec.model_validate(b["spec"]))
-            for b in self.rt.catalog.select(self.rt.catalog.policies, self.namespace)
-        ]
+        policies = []
+        for body in self.rt.catalog.select(self.rt.catalog.policies, self.namespace):
+            name = f"{self.namespace}/{body['metadata']['name']}"
+            try:
+                policies.append((name, ToolPolicySpec.model_validate(body.get("spec") or {})))
+            except ValidationError as exc:
+                # Fail closed: a policy we cannot read could have denied this call.
+                raise Denial(
+                    Stage.POLICY,
+                    f"ToolPolicy {name} is invalid ({describe_errors(exc)}): "
+                    "calls are denied until it is fixed",
+                    FailureClass.POLICY_DENIED,
+                ) from None
         self.decision = evaluate_policies(
             policies,
             namespace=self.namespace,

@@ -6,7 +6,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from ..model import ToolPolicySpec, ToolPolicyStatus
+from ..model import ToolPolicySpec, ToolPolicyStatus, describe_errors
 from ..pipeline.policy import check_policy
 from .runtime import Runtime
 
@@ -16,10 +16,9 @@ def policy_status(body: dict[str, Any]) -> ToolPolicyStatus:
     try:
         spec = ToolPolicySpec.model_validate(body.get("spec") or {})
     except ValidationError as exc:
-        message = "; ".join(
-            f"spec.{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()
+        return ToolPolicyStatus(
+            valid=False, message=describe_errors(exc), observed_generation=generation
         )
-        return ToolPolicyStatus(valid=False, message=message, observed_generation=generation)
     problems = check_policy(spec)
     rules: list[str] = []
     if spec.tools.allow is not None:
