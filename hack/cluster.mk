@@ -14,7 +14,7 @@ export CLUSTER
 CLUSTER_MK_DIR := $(patsubst %/,%,$(dir $(lastword $(MAKEFILE_LIST))))
 CLUSTER_SCRIPTS := $(CLUSTER_MK_DIR)/cluster
 CLUSTER_STATE := $(abspath $(CLUSTER_MK_DIR)/../.cluster)
-CLUSTER_PYTEST ?= python3 -m pytest
+CLUSTER_PYTEST ?= $(if $(VENV),$(VENV)/bin/pytest,python3 -m pytest)
 
 .PHONY: cluster-up cluster-down cluster-status cluster-build cluster-test
 
@@ -34,4 +34,5 @@ cluster-build:
 # The destructive cluster-down test (marker cluster_down) is excluded here.
 cluster-test: cluster-up
 	KUBECONFIG=$${KUBECONFIG:-$(CLUSTER_STATE)/kubeconfig} PATH=$(CLUSTER_STATE)/bin:$$PATH \
+	  TOOLADAPTER_REQUIRE_CLUSTER=1 \
 	  $(CLUSTER_PYTEST) tests/cluster -m "not cluster_down" $(PYTEST_ARGS)

@@ -20,23 +20,27 @@ if [ "${CLUSTER:-local}" = kind ] && [ "$for_restart" = 0 ]; then
   exec "$CLUSTER_HACK_DIR/kind-down.sh"
 fi
 [ "$(id -u)" = 0 ] || die "stopping the local cluster needs root"
+if [ "$for_restart" = 0 ]; then
+  mkdir -p "$TA_RUN/pids"
+  exec 8>"$TA_RUN/lock"
+  flock -w 600 8 || die "another cluster-up/cluster-down holds $TA_RUN/lock"
+fi
 
 stopped=0
 
-# stop_pid NAME PID: SIGTERM, wait up to 10s, then SIGKILL.
+# stop_pid NAME PID [TIMEOUT]: SIGTERM, wait up to TIMEOUT (default 10) seconds,
+# then SIGKILL.
 stop_pid() {
-  local name="$1" pid="$2" i
+  local name="$1" pid="$2" timeout="${3:-10}" i
   kill -TERM "$pid" 2>/dev/null || return 0
-  for i in $(seq 1 100); do
-    [ -d "/proc/$pid" ] || break
-    # A zombie child of ours counts as gone.
-    [ "$(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null)" = Z ] && break
+  for i in $(seq 1 $((timeout * 10))); do
+    proc_alive "$pid" || break
     sleep 0.1
   done
-  if [ -d "/proc/$pid" ]; then
-    log "$name (pid $pid) did not stop on SIGTERM; killing"
+  if proc_alive "$pid"; then
+    [ "$name" = containerd ] || log "$name (pid $pid) did not stop on SIGTERM; killing"
     kill -KILL "$pid" 2>/dev/null || true
-    for i in $(seq 1 50); do [ -d "/proc/$pid" ] || break; sleep 0.1; done
+    for i in $(seq 1 50); do proc_alive "$pid" || break; sleep 0.1; done
   fi
   stopped=$((stopped + 1))
 }
@@ -46,7 +50,9 @@ stop_component() {
   for dir in "$TA_RUN/pids" "$CLUSTER_DIR/pids"; do
     if pid="$(component_pid "$name" "$dir")"; then
       log "stopping $name (pid $pid)"
-      stop_pid "$name" "$pid"
+      # containerd 1.6 often hangs in its shutdown after "Stop CRI service";
+      # by then every pod is gone and its state is wiped below anyway.
+      if [ "$name" = containerd ]; then stop_pid "$name" "$pid" 3; else stop_pid "$name" "$pid"; fi
     fi
   done
 }

@@ -64,6 +64,13 @@ component_pid() {
   [ "$(basename "${exe% (deleted)}")" = "$name" ] || return 1
   echo "$pid"
 }
+# proc_alive PID: the process exists and is not a zombie (PID 1 here may be
+# slow to reap the orphans it inherits).
+proc_alive() {
+  local state
+  state="$(sed 's/.*) //' "/proc/$1/stat" 2>/dev/null | cut -d' ' -f1)" || return 1
+  [ -n "$state" ] && [ "$state" != Z ]
+}
 component_running() { component_pid "$1" >/dev/null; }
 
 # Images (built locally, imported into containerd's k8s.io namespace).

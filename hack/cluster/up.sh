@@ -53,7 +53,7 @@ healthy() {
 start() {
   local name="$1"; shift
   log "starting $name"
-  setsid "$@" >>"$LOGS/$name.log" 2>&1 </dev/null &
+  setsid "$@" >>"$LOGS/$name.log" 2>&1 </dev/null 8>&- &
   local pid=$!
   echo "$pid" >"$PIDS/$name.pid"
   echo "$pid" >"$TA_RUN/pids/$name.pid"
@@ -61,7 +61,8 @@ start() {
 
 check_alive() {
   local name="$1"
-  component_running "$name" && return 0
+  # Not component_running: right after start the pid may still be setsid.
+  proc_alive "$(cat "$PIDS/$name.pid" 2>/dev/null)" && return 0
   log "$name exited; last lines of $LOGS/$name.log:"
   tail -n 30 "$LOGS/$name.log" >&2 || true
   return 1
@@ -91,6 +92,9 @@ fi
 # ------------------------------------------------------------ fast path ----
 
 mkdir -p "$TA_RUN/pids"
+# One cluster-up/cluster-down at a time on this machine (any checkout).
+exec 8>"$TA_RUN/lock"
+flock -w 600 8 || die "another cluster-up/cluster-down holds $TA_RUN/lock"
 if healthy; then
   log "cluster already up (node $NODE_NAME, kubeconfig $KUBECONFIG_ADMIN)"
   exit 0
@@ -98,7 +102,7 @@ fi
 
 # Anything left over (this checkout's half-dead cluster, another checkout's
 # cluster, state from a killed session) is stopped and cleaned first.
-"$CLUSTER_HACK_DIR/down.sh" --for-restart
+"$CLUSTER_HACK_DIR/down.sh" --for-restart 8>&-
 mkdir -p "$TA_RUN/pids"
 echo "$CLUSTER_DIR" >"$TA_RUN/owner"
 
@@ -428,9 +432,10 @@ wait_component kubelet "node $NODE_NAME registered with a podCIDR" "$WAIT_LONG" 
 POD_CIDR="$(kc get node "$NODE_NAME" -o jsonpath='{.spec.podCIDR}')"
 
 # CNI: bridge + host-local on the node's podCIDR, portmap; loopback is added
-# by containerd itself.
-mkdir -p /etc/cni/net.d
-cat >/etc/cni/.10-tooladapter.conflist.tmp <<EOF
+# by containerd itself. Written in place with one write(): containerd 1.6
+# reloads its CNI config on WRITE/RENAME/REMOVE events but ignores CREATE, so
+# a file renamed into the directory would go unnoticed.
+cni_conf="$(cat <<EOF
 {
   "cniVersion": "0.4.0",
   "name": "tooladapter",
@@ -452,7 +457,9 @@ cat >/etc/cni/.10-tooladapter.conflist.tmp <<EOF
   ]
 }
 EOF
-mv /etc/cni/.10-tooladapter.conflist.tmp "$CNI_CONF"
+)"
+mkdir -p /etc/cni/net.d
+printf '%s\n' "$cni_conf" >"$CNI_CONF"
 wait_component kubelet "node $NODE_NAME Ready" "$WAIT_LONG" node_ready
 
 # ------------------------------------------------------------ kube-router --

@@ -59,6 +59,15 @@ def _cmdline(pid: int) -> str:
         return ""
 
 
+def _alive(pid: int) -> bool:
+    """True for a live process (a zombie waiting to be reaped does not count)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[-1].split()[0] != "Z"
+
+
 def _cluster_processes() -> dict[int, str]:
     """Processes that belong to the cluster: recorded components, our containerd's
     shims, and anything in the kubepods cgroups."""
@@ -67,6 +76,8 @@ def _cluster_processes() -> dict[int, str]:
         if not entry.name.isdigit():
             continue
         pid = int(entry.name)
+        if not _alive(pid):
+            continue
         exe = _exe(pid)
         if "containerd-shim" in exe and CONTAINERD_SOCK in _cmdline(pid):
             found[pid] = exe
@@ -118,7 +129,7 @@ def test_cluster_down_leaves_no_process_running(core: Any, namespace: str) -> No
     )
     recorded = _recorded_pids()
     assert recorded, f"no running local cluster recorded in {RUN_DIR}/pids"
-    alive_before = {pid: name for pid, name in recorded.items() if Path(f"/proc/{pid}").exists()}
+    alive_before = {pid: name for pid, name in recorded.items() if _alive(pid)}
     assert len(alive_before) >= 7, (
         alive_before
     )  # containerd, etcd, 3 control plane, kubelet, kube-router
@@ -128,7 +139,7 @@ def test_cluster_down_leaves_no_process_running(core: Any, namespace: str) -> No
     assert result.returncode == 0, result.stdout + result.stderr
 
     try:
-        still = {pid: name for pid, name in alive_before.items() if Path(f"/proc/{pid}").exists()}
+        still = {pid: name for pid, name in alive_before.items() if _alive(pid)}
         assert not still, f"components still running after cluster-down: {still}"
         leftovers = _cluster_processes()
         assert not leftovers, f"cluster processes left: {leftovers}"
