@@ -34,6 +34,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import fnmatch
 import json
 import os
 import shutil
@@ -329,16 +330,30 @@ def pids_named(*names: str) -> dict[str, int]:
     return found
 
 
-def other_operators(mine: set[int]) -> list[str]:
-    """Command lines of tooladapter operators not started by this bench (they would race)."""
+def other_operators(mine: set[int], namespace: str) -> list[str]:
+    """Other tooladapter operators whose namespaces include the bench's: they would race.
+
+    Operators sharded with TOOLADAPTER_NAMESPACES to other namespaces are harmless; only
+    that one variable of their environment is read.
+    """
     others = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit() or int(entry.name) in mine:
             continue
         with contextlib.suppress(OSError):
-            cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            if "tooladapter" in cmd and (" run" in cmd or "kopf" in cmd) and "bench" not in cmd:
-                others.append(f"{entry.name}: {cmd.strip()[:160]}")
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+            if b"tooladapter" not in argv and b"tooladapter.main" not in argv:
+                continue
+            if b"run" not in argv:
+                continue
+            patterns = ["*"]
+            for var in (entry / "environ").read_bytes().split(b"\0"):
+                if var.startswith(b"TOOLADAPTER_NAMESPACES="):
+                    raw = var.split(b"=", 1)[1].decode()
+                    patterns = [p.strip() for p in raw.split(",") if p.strip()] or ["*"]
+            if any(fnmatch.fnmatch(namespace, p) for p in patterns):
+                cmd = b" ".join(argv).decode(errors="replace").strip()
+                others.append(f"pid {entry.name} ({cmd[:100]}) watches {patterns}")
     return others
 
 
@@ -1003,12 +1018,13 @@ class Bench:
         if not Path(exe).exists():
             self.report["warnings"].append("BENCH_PYSPY set but py-spy is not installed")
             return None
-        out = self.cfg.pyspy.replace(".svg", f"-{kind}.svg")
-        return subprocess.Popen(
-            [exe, "record", "-o", out, "--pid", str(self.operator_pid()), "-d", str(int(seconds))],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
+        stem, dot, ext = self.cfg.pyspy.rpartition(".")
+        out = f"{stem}-{kind}.{ext}" if dot else f"{self.cfg.pyspy}-{kind}"
+        fmt = {"svg": "flamegraph", "json": "speedscope"}.get(ext, "raw")
+        # --gil: only the thread holding the GIL, i.e. where the operator's CPU goes.
+        argv = [exe, "record", "-o", out, "-f", fmt, "--pid", str(self.operator_pid())]
+        argv += ["-d", str(int(seconds)), "-r", "50", "--gil"]
+        return subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
     # ------------------------------------------------------------------ part 1 + 2
 
@@ -1221,19 +1237,19 @@ class Bench:
         mine = {p.pid for p in self.procs} | {os.getpid()}
         if self.operator is not None and self.operator.proc is not None:
             mine.add(self.operator.proc.pid)
-        others = other_operators(mine)
+        others = other_operators(mine, self.ns)
         if others:
             warning = f"other tooladapter operators running during the bench: {others}"
             if warning not in self.report["warnings"]:
                 self.report["warnings"].append(warning)
 
     async def run(self) -> None:
-        self.setup_cluster()
-        self.start_helpers()
-        self.publish_tools()
-        self.wait_rbac()
         self.kube = Api(self.ep, limit=32)
         try:
+            self.setup_cluster()
+            self.start_helpers()
+            self.publish_tools()
+            self.wait_rbac()
             if self.cfg.parts & {"1", "2", "5"}:
                 await self.calls_and_floor()
             if "3" in self.cfg.parts:

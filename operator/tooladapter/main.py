@@ -16,6 +16,7 @@ import kopf
 from . import GROUP, VERSION
 from .artifacts import LocalArtifactStore
 from .enums import InvocationState
+from .executors.canary import start_canary
 from .executors.http import HttpExecutor
 from .executors.native import NativeExecutor
 from .executors.sandbox import SandboxExecutor
@@ -63,10 +64,13 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
         http_executor=HttpExecutor(session),
         sandbox=SandboxExecutor(kube, config),
     )
+    if config.network_gate:
+        started = await start_canary(config.canary_host, config.canary_port)
+        if started is not None:
+            rt.canary_server, rt.sandbox.canary = started
     mcp.attach(rt)
     await catalog.prime(kube)
     serve(config.metrics_port)
-    workers.start_workers(rt)
     memo["runtime"] = rt
     logger.info("tooladapter started; artifacts in %s", config.artifact_dir)
 
@@ -81,6 +85,7 @@ async def cleanup(memo: kopf.Memo, **_: Any) -> None:
 @kopf.on.event(GROUP, VERSION, "toolinvocations")
 async def invocation_event(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
     rt: Runtime = memo["runtime"]
+    workers.ensure_started(rt)
     body = thaw(event["object"])
     meta = body["metadata"]
     uid = meta["uid"]
@@ -135,6 +140,7 @@ async def approval_event(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> Non
 @kopf.on.event("", "v1", "namespaces")
 async def namespace_event(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
     rt: Runtime = memo["runtime"]
+    workers.ensure_started(rt)
     rt.catalog.update_namespace(event["type"], thaw(event["object"]))
 
 

@@ -60,6 +60,12 @@ class Settings:
     #: Egress CIDRs always denied to http tools unless explicitly allow-listed.
     blocked_http_hosts: tuple[str, ...] = ("169.254.169.254", "metadata.google.internal")
 
+    #: Gate every sandbox on proof that its NetworkPolicy is enforced (see pipeline.sandbox).
+    network_gate: bool = True
+    #: Address pods use to reach the operator's canary listener (default: this host's
+    #: default-route address, or POD_IP in-cluster) and its port (0: any free port).
+    canary_host: str | None = None
+    canary_port: int = 0
     #: Namespace globs this operator serves (empty: all); see `python -m tooladapter run`.
     namespaces: tuple[str, ...] = ()
 
@@ -94,5 +100,9 @@ class Settings:
                 "TOOLADAPTER_APPROVAL_TIMEOUT_SECONDS", base.default_approval_timeout_seconds
             ),
             namespaces=_list("TOOLADAPTER_NAMESPACES", ()),
+            network_gate=os.environ.get("TOOLADAPTER_NETWORK_GATE", "on").lower()
+            not in ("off", "false", "0"),
+            canary_host=os.environ.get("TOOLADAPTER_CANARY_HOST") or os.environ.get("POD_IP"),
+            canary_port=_int("TOOLADAPTER_CANARY_PORT", base.canary_port),
             blocked_http_hosts=_list("TOOLADAPTER_BLOCKED_HTTP_HOSTS", base.blocked_http_hosts),
         )

@@ -320,13 +320,15 @@ def test_a_restarted_operator_follows_its_job_or_settles_uncertain_never_running
     assert uncertain["failureClass"] == "effect-unconfirmed"
 
     # Only a person with the operations role may confirm; an agent is refused by RBAC.
-    patch = [
-        {
-            "op": "add",
-            "path": "/status/effectConfirmation",
-            "value": {"effectHappened": False, "confirmedBy": agent.user, "evidence": "I say so"},
+    patch: dict[str, object] = {
+        "status": {
+            "effectConfirmation": {
+                "effectHappened": False,
+                "confirmedBy": agent.user,
+                "evidence": "I say so",
+            }
         }
-    ]
+    }
     with pytest.raises(client.ApiException) as refused:
         client.CustomObjectsApi(agent.api).patch_namespaced_custom_object_status(
             "tooladapter.dev", "v1alpha1", ns.name, "toolinvocations", lost, patch
@@ -346,10 +348,14 @@ def test_a_restarted_operator_follows_its_job_or_settles_uncertain_never_running
             "subjects": [{"kind": "ServiceAccount", "name": "oncall", "namespace": ns.name}],
         },
     )
-    patch[0]["value"] = {
-        "effectHappened": True,
-        "confirmedBy": oncall.user,
-        "evidence": "deployment 42 visible in the audit log",
+    patch = {
+        "status": {
+            "effectConfirmation": {
+                "effectHappened": True,
+                "confirmedBy": oncall.user,
+                "evidence": "deployment 42 visible in the audit log",
+            }
+        }
     }
     wait_for(
         lambda: client.CustomObjectsApi(oncall.api).patch_namespaced_custom_object_status(
@@ -430,7 +436,7 @@ def test_an_interrupted_call_ends_cancelled_or_uncertain_and_its_job_is_gone(
         ns.name,
         "toolinvocations",
         call,
-        [{"op": "replace", "path": "/spec/interrupt", "value": True}],
+        {"spec": {"interrupt": True}},
     )
     status = status_of(agent.wait(call, timeout=120))
     # A sandbox-class effect stays inside its own sandbox: Cancelled.

@@ -174,6 +174,21 @@ def test_known_secret_patterns_are_redacted_by_kind(secret: str, kind: str) -> N
     assert result.redactions == (kind,)
 
 
+@pytest.mark.parametrize(
+    "line",
+    [
+        "aws_secret_access_key = {}",
+        "AWS_SECRET_ACCESS_KEY={}",
+        '{{"SecretAccessKey": "{}"}}',
+        "aws_secret_access_key: '{}'",
+    ],
+)
+def test_a_named_aws_secret_access_key_is_redacted_quoted_or_not(line: str) -> None:
+    secret = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"
+    result = sanitize(line.format(secret))
+    assert result.content == line.format(marker("aws-secret-access-key"))
+
+
 def test_a_whole_private_key_block_is_redacted_even_when_cut_off() -> None:
     cut = PEM.rsplit("\n", 1)[0]  # no END line
     result = sanitize(f"key:\n{cut}")

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+from dataclasses import replace
 from typing import Any
 
 from ..enums import FailureClass, InvocationState, SideEffectClass
 from ..kube import sandbox as ksandbox
 from ..kube.client import Kube
-from ..pipeline.sandbox import LeaseNames, build_job
+from ..pipeline.sandbox import LeaseNames, build_job, network_gate_for
 from ..settings import Settings
 from . import Call, Outcome, unconfirmed
 
@@ -26,6 +27,8 @@ class SandboxExecutor:
     def __init__(self, kube: Kube, settings: Settings) -> None:
         self.kube = kube
         self.settings = settings
+        #: (host, port) of the operator's canary listener; None: no network gate.
+        self.canary: tuple[str, int] | None = None
 
     def job_for(
         self, call: Call, owner: dict[str, Any], *, has_secret: bool, has_token: bool
@@ -47,6 +50,8 @@ class SandboxExecutor:
             image_pull_policy=self.settings.image_pull_policy,
             secret_dependencies=call.descriptor.secret_dependencies if has_secret else None,
             has_token=has_token,
+            network_gate=network_gate_for(self.canary, list(sandbox.egress.allow)),
+            gate_image=self.settings.sandbox_image,
         )
 
     async def start(self, call: Call, job: dict[str, Any]) -> Outcome:
@@ -109,20 +114,27 @@ class SandboxExecutor:
                 result.log, exit_code=result.exit_code, structured=_json_object(result.log)
             )
         reason = ksandbox.job_failure_reason(job)
+        if reason == "DeadlineExceeded":
+            # The Job controller removes the pod of a Job past its deadline; whether the
+            # tool had started is then unknown, so it counts as started.
+            return _contained_failure(
+                call,
+                FailureClass.TIMEOUT,
+                f"the tool ran past its timeout of {call.timeout_seconds}s",
+                result if result.name else replace(result, started=True),
+            )
         if result.name is None:
             return unconfirmed(call, f"sandbox pod is gone (job failed: {reason or 'unknown'})")
+        if result.gate_failed:
+            return Outcome.failed(
+                FailureClass.TRANSIENT,
+                "the sandbox's egress NetworkPolicy was not enforced in time; the tool never ran",
+            )
         if result.reason == "OOMKilled":
             return _contained_failure(
                 call,
                 FailureClass.OOM_KILLED,
                 "the tool exceeded its memory limit (OOMKilled)",
-                result,
-            )
-        if reason == "DeadlineExceeded":
-            return _contained_failure(
-                call,
-                FailureClass.TIMEOUT,
-                f"the tool ran past its timeout of {call.timeout_seconds}s",
                 result,
             )
         if result.exit_code is not None and result.exit_code != 0:

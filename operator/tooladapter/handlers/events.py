@@ -6,11 +6,14 @@ credentials.
 
 from __future__ import annotations
 
+import logging
 from typing import Any, cast
 
 import kopf
 
 from .. import API_VERSION
+
+logger = logging.getLogger("tooladapter.events")
 
 
 def object_ref(kind: str, meta: dict[str, Any]) -> dict[str, Any]:
@@ -22,9 +25,15 @@ def object_ref(kind: str, meta: dict[str, Any]) -> dict[str, Any]:
 
 
 def post(obj: dict[str, Any], *, reason: str, message: str, warning: bool = False) -> None:
-    kopf.event(
-        cast(kopf.Body, obj),
-        type="Warning" if warning else "Normal",
-        reason=reason,
-        message=message[:1024],
-    )
+    try:
+        kopf.event(
+            cast(kopf.Body, obj),
+            type="Warning" if warning else "Normal",
+            reason=reason,
+            message=message[:1024],
+        )
+    except LookupError:
+        # Outside kopf's context (no event poster): the status and receipt still hold it.
+        logger.warning(
+            "event %s not posted for %s: no event poster", reason, obj["metadata"]["name"]
+        )

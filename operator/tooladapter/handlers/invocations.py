@@ -302,9 +302,15 @@ class InvocationFlow:
                 FailureClass.VALIDATION,
             )
         if not status.get("healthy"):
+            # An MCP server that is down or not active may come back (transient); a changed
+            # tool schema needs a person to re-pin the digest, so retrying cannot help.
+            ready: dict[str, Any] = next(
+                (c for c in status.get("conditions") or [] if c.get("type") == "Ready"), {}
+            )
             failure = (
                 FailureClass.TRANSIENT
                 if (body.get("spec") or {}).get("kind") == "mcp"
+                and ready.get("reason") != "SchemaChanged"
                 else FailureClass.VALIDATION
             )
             raise Denial(
@@ -938,8 +944,11 @@ class InvocationFlow:
             command_line=list(self.argv) if self.argv else None,
             written_at=self.status.ended_at,
         )
-        self.status.receipt_ref = self.rt.store.put(canonical_json(receipt))
-        self.status.audit_ref = self.status.receipt_ref
+        own_ref = self.rt.store.put(canonical_json(receipt))
+        self.status.audit_ref = own_ref
+        if not (self.status.duplicate_of and self.status.receipt_ref):
+            # A duplicate carries its winner's receipt; its own denial is the audit record.
+            self.status.receipt_ref = own_ref
         self.status.receipt = ReceiptSummary(
             state=state,
             effective_class=self.status.effective_class,

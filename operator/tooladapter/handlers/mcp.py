@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
+import json
 import logging
 from typing import Any
 
@@ -42,6 +44,7 @@ from ..pipeline.mcp import (
     tool_digest,
     validate_structured_output,
 )
+from ..pipeline.sanitize import redact_text
 from ..timeutil import now_iso
 from . import descriptors
 from .events import object_ref, post
@@ -112,14 +115,21 @@ class McpSupport:
 
     async def headers_for(self, namespace: str, spec: McpServerSpec) -> dict[str, str]:
         """Server credentials from its Secret, sent only to that server."""
+        return (await self.credentials_for(namespace, spec))[0]
+
+    async def credentials_for(
+        self, namespace: str, spec: McpServerSpec
+    ) -> tuple[dict[str, str], list[str]]:
+        """The headers carrying the server's credential, and the secret value itself."""
         if spec.credentials is None:
-            return {}
+            return {}, []
         ref = spec.credentials.secret_key_ref
         data = await ksandbox.read_secret_keys(self.rt.kube, namespace, ref.name)
         if ref.key not in data:
             raise NotFound(f"secret {ref.name} has no key {ref.key}")
         value = ksandbox.decode_b64(data[ref.key])
-        return {spec.credentials.header: f"{spec.credentials.scheme} {value}".strip()}
+        header = {spec.credentials.header: f"{spec.credentials.scheme} {value}".strip()}
+        return header, [value]
 
     async def execute(self, call: Call) -> Outcome:
         descriptor = call.descriptor
@@ -131,9 +141,18 @@ class McpSupport:
             return Outcome.failed(FailureClass.TRANSIENT, f"McpServer {binding.server} not found")
         spec = McpServerSpec.model_validate(body["spec"])
         try:
-            headers = await self.headers_for(call.namespace, spec)
+            headers, secrets = await self.credentials_for(call.namespace, spec)
+        except NotFound as exc:
+            return Outcome.failed(FailureClass.CREDENTIALS, f"server credentials: {exc}")
+        outcome = await self._call(call, spec.url, headers)
+        return _redacted(outcome, secrets) if secrets else outcome
+
+    async def _call(self, call: Call, url: str, headers: dict[str, str]) -> Outcome:
+        binding = call.descriptor.mcp if call.descriptor is not None else None
+        assert binding is not None
+        try:
             result = await mcp_client.call_tool(
-                spec.url,
+                url,
                 headers=headers,
                 tool=binding.tool,
                 arguments=call.arguments,
@@ -141,8 +160,6 @@ class McpSupport:
                 idempotency_key=call.idempotency_key,
                 expected_digest=binding.pinned_digest,
             )
-        except NotFound as exc:
-            return Outcome.failed(FailureClass.CREDENTIALS, f"server credentials: {exc}")
         except (
             mcp_client.McpUnavailable,
             mcp_client.McpToolNotListed,
@@ -201,14 +218,16 @@ class McpSupport:
             if body is None:
                 return
             interval = 30
+            # Cleared before reconciling, so a change that arrives meanwhile (activation,
+            # a new binding) is not lost: the loop goes round again at once.
+            wake = self.wake[key]
+            wake.clear()
             try:
                 interval = await self.reconcile(body)
             except asyncio.CancelledError:
                 raise
             except Exception:
                 logger.exception("reconciling McpServer %s/%s failed", namespace, name)
-            wake = self.wake[key]
-            wake.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(wake.wait(), timeout=interval)
 
@@ -362,6 +381,19 @@ class McpSupport:
         for task in self.loops.values():
             task.cancel()
         await asyncio.gather(*self.loops.values(), return_exceptions=True)
+
+
+def _redacted(outcome: Outcome, secrets: list[str]) -> Outcome:
+    """The server's own credential never reaches a result or message, even if echoed."""
+    structured = outcome.structured
+    if structured is not None:
+        structured = json.loads(redact_text(json.dumps(structured), secrets))
+    return dataclasses.replace(
+        outcome,
+        output=redact_text(outcome.output.decode(errors="replace"), secrets).encode(),
+        structured=structured,
+        message=redact_text(outcome.message, secrets),
+    )
 
 
 def _spec_changed(body: dict[str, Any]) -> bool:

@@ -45,6 +45,7 @@ class Runtime:
     interrupts: dict[str, asyncio.Event] = field(default_factory=dict)
     finished: OrderedDict[str, None] = field(default_factory=OrderedDict)
     workers: list[asyncio.Task[None]] = field(default_factory=list)
+    canary_server: asyncio.Server | None = None
 
     def spawn(self, uid: str, coro: Coroutine[Any, Any, None]) -> None:
         """Run one flow per uid; a second spawn for a running uid is dropped."""
@@ -75,5 +76,7 @@ class Runtime:
         await asyncio.gather(*self.tasks.values(), *self.workers, return_exceptions=True)
         if self.mcp is not None:
             await self.mcp.close()
+        if self.canary_server is not None:
+            self.canary_server.close()
         await self.http.close()
         await self.kube.close()

@@ -142,6 +142,7 @@ class PodOutcome:
     exit_code: int | None
     reason: str
     log: bytes
+    gate_failed: bool = False
 
 
 async def job_pod(kube: Kube, namespace: str, uid: str) -> dict[str, Any] | None:
@@ -183,6 +184,10 @@ async def pod_outcome(kube: Kube, namespace: str, uid: str, *, max_bytes: int) -
         if terminated:
             exit_code = terminated.get("exitCode")
             reason = terminated.get("reason") or ""
+    gate_failed = any(
+        ((status.get("state") or {}).get("terminated") or {}).get("exitCode") not in (None, 0)
+        for status in (pod.get("status") or {}).get("initContainerStatuses") or []
+    )
     log = b""
     try:
         # One byte over the bound tells the sanitizer the output was cut.
@@ -203,6 +208,7 @@ async def pod_outcome(kube: Kube, namespace: str, uid: str, *, max_bytes: int) -
         exit_code=exit_code,
         reason=reason,
         log=log[: max_bytes + 1],
+        gate_failed=gate_failed,
     )
 
 

@@ -31,6 +31,18 @@ ARGUMENTS_FILE = f"{TOOLADAPTER_DIR}/arguments.json"
 SECRETS_DIR = f"{TOOLADAPTER_DIR}/secrets"
 SANDBOX_UID = 65532
 CONTAINER_NAME = "tool"
+GATE_CONTAINER_NAME = "network-gate"
+#: Waits until the canary (a listener of the operator, outside the egress allow-list) is
+#: unreachable, i.e. the lease's NetworkPolicy is enforced for this pod, then lets the tool
+#: start. NetworkPolicy is applied asynchronously; without this a fast tool could act in the
+#: window before its pod's rules exist. Host and port arrive as $1 and $2, never spliced in.
+GATE_SCRIPT = (
+    'i=0; while nc -w 1 "$1" "$2" </dev/null >/dev/null 2>&1; do '
+    'i=$((i+1)); if [ "$i" -ge "$3" ]; then '
+    'echo "egress policy not enforced for this pod; the tool did not run" >&2; exit 1; fi; '
+    "sleep 0.1; done"
+)
+GATE_ATTEMPTS = 300
 
 
 @dataclass(frozen=True)
@@ -60,6 +72,23 @@ def owner_reference(*, api_version: str, kind: str, name: str, uid: str) -> dict
 
 def labels_for(uid: str) -> dict[str, str]:
     return {LABEL_MANAGED_BY: MANAGED_BY, LABEL_INVOCATION_UID: uid}
+
+
+def network_gate_for(
+    canary: tuple[str, int] | None, egress_allow: list[str]
+) -> tuple[str, int] | None:
+    """The canary a pod must find unreachable before its tool runs, if it can tell.
+
+    A canary inside an allowed CIDR stays reachable by design, so it proves nothing: then
+    there is no gate (and the operator logs that the allow-list covers its canary).
+    """
+    if canary is None:
+        return None
+    cidrs, _ = split_egress(egress_allow)
+    address = ipaddress.ip_address(canary[0])
+    if any(address in ipaddress.ip_network(cidr) for cidr in cidrs):
+        return None
+    return canary
 
 
 def split_egress(allow: list[str]) -> tuple[list[str], list[str]]:
@@ -153,6 +182,8 @@ def build_job(
     image_pull_policy: str = "IfNotPresent",
     secret_dependencies: list[SecretDependency] | None = None,
     has_token: bool = False,
+    network_gate: tuple[str, int] | None = None,
+    gate_image: str | None = None,
 ) -> dict[str, Any]:
     """The Job of one sandboxed call. `argv` is exec'd as is: never joined into a string."""
     names = LeaseNames.for_uid(uid)
@@ -233,6 +264,29 @@ def build_job(
         "containers": [container],
         "volumes": volumes,
     }
+    if network_gate is not None:
+        host, port = network_gate
+        pod_spec["initContainers"] = [
+            {
+                "name": GATE_CONTAINER_NAME,
+                "image": gate_image or image,
+                "imagePullPolicy": image_pull_policy,
+                "command": [
+                    "/bin/sh",
+                    "-c",
+                    GATE_SCRIPT,
+                    "gate",
+                    host,
+                    str(port),
+                    str(GATE_ATTEMPTS),
+                ],
+                "resources": {
+                    "requests": {"cpu": "10m", "memory": "8Mi"},
+                    "limits": {"cpu": "100m", "memory": "16Mi"},
+                },
+                "securityContext": container["securityContext"],
+            }
+        ]
     if sandbox.runtime_class_name:
         pod_spec["runtimeClassName"] = sandbox.runtime_class_name
     annotations = {

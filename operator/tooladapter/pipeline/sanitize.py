@@ -10,8 +10,9 @@ A tool result goes to a model, so it is treated as hostile data:
 2. Pattern redaction of known secret formats: our own rules for what detect-secrets
    lacks or gets partially (whole PEM/PuTTY private-key blocks, complete JWTs including
    Kubernetes service-account tokens, Azure DevOps PATs, `Authorization:` header
-   values), then the regex plugins of detect-secrets that are precise enough to run
-   over arbitrary output (AWS, GitHub, GitLab, Slack, Stripe, basic-auth URLs, ...).
+   values, unquoted AWS secret access keys), then the regex plugins of detect-secrets
+   that are precise enough to run over arbitrary output (AWS, GitHub, GitLab, Slack,
+   Stripe, basic-auth URLs, ...).
    The entropy and keyword plugins are left out: on build logs they redact noise.
 3. Only then the size bound: truncation at a UTF-8 boundary with a marker, so a secret
    cut in half by truncation has already been removed. The sha256 of the full original
@@ -166,6 +167,12 @@ _AUTHORIZATION = re.compile(
     r"(?i)(authorization[\"']?\s*[:=]\s*[\"']?(?:bearer|basic|token|bot)\s+)"
     r"([A-Za-z0-9._~+/=\-]{8,})"
 )
+#: An AWS secret access key where it is named: credentials files and env
+#: (`aws_secret_access_key = ...`, `AWS_SECRET_ACCESS_KEY=...`) and STS/JSON output
+#: (`"SecretAccessKey": "..."`). detect-secrets only catches it quoted.
+_AWS_SECRET_ACCESS_KEY = re.compile(
+    r"(?i)(secret_?access_?key[\"']?\s*[:=]\s*[\"']?)([A-Za-z0-9/+]{40})(?![A-Za-z0-9/+=])"
+)
 
 
 def _jwt_kind(token: str) -> str:
@@ -193,6 +200,7 @@ _OWN_RULES: tuple[tuple[re.Pattern[str], str | Callable[[str], str], int], ...] 
     (_JWT, _jwt_kind, 0),
     (_AZURE_DEVOPS_PAT, "azure-devops-pat", 0),
     (_AUTHORIZATION, "authorization-header", 2),
+    (_AWS_SECRET_ACCESS_KEY, "aws-secret-access-key", 2),
 )
 
 _DETECTORS: tuple[Any, ...] = (

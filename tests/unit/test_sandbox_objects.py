@@ -1,0 +1,128 @@
+"""The sandbox's Kubernetes objects, built as plain data: every security property of a
+lease is checked here without a cluster."""
+
+from __future__ import annotations
+
+import json
+
+from tooladapter.model import ResourceQuantities, Resources, SandboxSpec, SecretDependency
+from tooladapter.pipeline.sandbox import (
+    ANNOTATION_ARGUMENTS,
+    GATE_CONTAINER_NAME,
+    LeaseNames,
+    build_job,
+    build_network_policy,
+    build_secret,
+    network_gate_for,
+    split_egress,
+)
+
+UID = "0b7c6a52-6a3e-4a3b-9f0e-1c2d3e4f5a6b"
+OWNER = {
+    "apiVersion": "tooladapter.dev/v1alpha1",
+    "kind": "ToolInvocation",
+    "name": "c",
+    "uid": UID,
+    "controller": True,
+    "blockOwnerDeletion": False,
+}
+
+
+def job(**overrides: object) -> dict[str, object]:
+    args: dict[str, object] = {
+        "namespace": "team-a",
+        "uid": UID,
+        "invocation_name": "c",
+        "owner": OWNER,
+        "sandbox": SandboxSpec(
+            resources=Resources(
+                requests=ResourceQuantities(cpu="50m", memory="32Mi"),
+                limits=ResourceQuantities(cpu="500m", memory="64Mi"),
+            )
+        ),
+        "image": "localhost/tooladapter-sandbox:dev",
+        "argv": ["echo", "a; rm -rf /"],
+        "arguments": {"command": "echo 'a; rm -rf /'"},
+        "timeout_seconds": 42,
+        "lease_id": UID,
+    }
+    args.update(overrides)
+    return build_job(**args)  # type: ignore[arg-type]
+
+
+def test_the_job_never_retries_and_fails_whole_on_any_error_or_disruption() -> None:
+    spec = job()["spec"]
+    assert spec["backoffLimit"] == 0 and spec["podReplacementPolicy"] == "Failed"
+    assert spec["activeDeadlineSeconds"] == 42
+    rules = spec["podFailurePolicy"]["rules"]
+    assert {"type": "DisruptionTarget"} in rules[0]["onPodConditions"]
+    assert rules[1]["onExitCodes"] == {"containerName": "tool", "operator": "NotIn", "values": [0]}
+
+
+def test_the_pod_is_locked_down_and_runs_argv_without_a_shell() -> None:
+    pod = job()["spec"]["template"]["spec"]
+    assert pod["automountServiceAccountToken"] is False and pod["enableServiceLinks"] is False
+    assert pod["restartPolicy"] == "Never"
+    container = pod["containers"][0]
+    assert container["command"] == ["echo", "a; rm -rf /"]
+    sc = container["securityContext"]
+    assert sc["runAsNonRoot"] and sc["readOnlyRootFilesystem"]
+    assert sc["allowPrivilegeEscalation"] is False and sc["capabilities"] == {"drop": ["ALL"]}
+    assert sc["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert container["resources"]["limits"] == {"cpu": "500m", "memory": "64Mi"}
+    workspace = next(v for v in pod["volumes"] if v["name"] == "workspace")
+    assert workspace["emptyDir"] == {"sizeLimit": "64Mi"}
+
+
+def test_arguments_reach_the_pod_as_a_file_of_exact_json() -> None:
+    template = job()["spec"]["template"]
+    assert json.loads(template["metadata"]["annotations"][ANNOTATION_ARGUMENTS]) == {
+        "command": "echo 'a; rm -rf /'"
+    }
+    volume = next(v for v in template["spec"]["volumes"] if v["name"] == "tooladapter")
+    assert volume["downwardAPI"]["items"][0]["path"] == "arguments.json"
+
+
+def test_only_brokered_keys_are_mounted_from_the_ephemeral_secret() -> None:
+    pod = job(secret_dependencies=[SecretDependency(secret_name="db", keys=["password"])])["spec"][
+        "template"
+    ]["spec"]
+    volume = next(v for v in pod["volumes"] if v["name"] == "credentials")
+    assert volume["secret"]["secretName"] == LeaseNames.for_uid(UID).secret
+    assert volume["secret"]["items"] == [{"key": "db.password", "path": "db/password"}]
+    secret = build_secret(
+        namespace="team-a", uid=UID, owner=OWNER, data_b64={"db.password": "eA=="}
+    )
+    assert secret["metadata"]["ownerReferences"] == [OWNER] and secret["data"] == {
+        "db.password": "eA=="
+    }
+
+
+def test_the_network_policy_denies_everything_but_allow_listed_cidrs() -> None:
+    policy = build_network_policy(
+        namespace="team-a", uid=UID, owner=OWNER, egress_allow=["10.1.0.0/16", "github.com"]
+    )
+    spec = policy["spec"]
+    assert spec["policyTypes"] == ["Ingress", "Egress"] and spec["ingress"] == []
+    assert spec["egress"] == [{"to": [{"ipBlock": {"cidr": "10.1.0.0/16"}}]}]
+    assert (
+        build_network_policy(namespace="n", uid=UID, owner=OWNER, egress_allow=[])["spec"]["egress"]
+        == []
+    )
+    assert split_egress(["10.0.0.1/32", "github.com"]) == (["10.0.0.1/32"], ["github.com"])
+
+
+def test_the_network_gate_waits_for_enforcement_unless_the_canary_is_allowed() -> None:
+    canary = ("192.0.2.2", 4242)
+    assert network_gate_for(canary, ["10.0.0.0/8"]) == canary
+    assert network_gate_for(canary, ["192.0.2.0/24"]) is None
+    assert network_gate_for(None, []) is None
+    init = job(network_gate=canary)["spec"]["template"]["spec"]["initContainers"][0]
+    assert init["name"] == GATE_CONTAINER_NAME
+    # Host and port are positional parameters of a fixed script, never spliced into it.
+    assert init["command"][:2] == ["/bin/sh", "-c"] and init["command"][4:6] == [
+        "192.0.2.2",
+        "4242",
+    ]
+    assert "192.0.2.2" not in init["command"][2]
+    assert "initContainers" not in job()["spec"]["template"]["spec"]
