@@ -35,9 +35,38 @@ AGENT = "demo-agent"
 GROUP, VERSION = "tooladapter.dev", "v1alpha1"
 
 
-def kubectl(*args: str, stdin: str | None = None, token: str | None = None) -> str:
-    cmd = ["kubectl", *(["--token", token] if token else []), *args]
-    return subprocess.run(cmd, input=stdin, capture_output=True, text=True, check=True).stdout
+def kubectl(*args: str, stdin: str | None = None, kubeconfig: str | None = None) -> str:
+    cmd = ["kubectl", *(["--kubeconfig", kubeconfig] if kubeconfig else []), *args]
+    done = subprocess.run(cmd, input=stdin, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        # The command line may hold a path to credentials, never the credentials themselves.
+        raise SystemExit(f"kubectl {args[0]} failed: {done.stderr.strip()}")
+    return done.stdout
+
+
+def agent_kubeconfig(api: client.ApiClient, token: str, directory: Path) -> str:
+    """A kubeconfig holding only the agent's token: kubectl then speaks as the agent."""
+    cfg = api.configuration
+    path = directory / "agent.kubeconfig"
+    path.write_text(
+        json.dumps(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "current-context": "agent",
+                "clusters": [
+                    {
+                        "name": "c",
+                        "cluster": {"server": cfg.host, "certificate-authority": cfg.ssl_ca_cert},
+                    }
+                ],
+                "users": [{"name": "agent", "user": {"token": token}}],
+                "contexts": [{"name": "agent", "context": {"cluster": "c", "user": "agent"}}],
+            }
+        )
+    )
+    path.chmod(0o600)
+    return str(path)
 
 
 class Hello(http.server.BaseHTTPRequestHandler):
@@ -127,6 +156,7 @@ def main() -> None:
     token = token_for(api, NS, AGENT)
 
     with tempfile.TemporaryDirectory() as tmp:
+        agent_config = agent_kubeconfig(api, token, Path(tmp))
         op = OperatorProcess(Path(tmp), {"TOOLADAPTER_NAMESPACES": NS})
         op.start()
         try:
@@ -164,7 +194,13 @@ def main() -> None:
                     },
                 }
                 out = kubectl(
-                    "create", "-o", "name", "-f", "-", stdin=json.dumps(manifest), token=token
+                    "create",
+                    "-o",
+                    "name",
+                    "-f",
+                    "-",
+                    stdin=json.dumps(manifest),
+                    kubeconfig=agent_config,
                 )
                 names[tool] = out.strip().split("/")[-1]
                 print(f"agent created {out.strip()}")
@@ -172,7 +208,16 @@ def main() -> None:
 
                 def ended(name: str = name) -> dict[str, object] | None:
                     obj = json.loads(
-                        kubectl("get", "-n", NS, "toolinvocation", name, "-o", "json", token=token)
+                        kubectl(
+                            "get",
+                            "-n",
+                            NS,
+                            "toolinvocation",
+                            name,
+                            "-o",
+                            "json",
+                            kubeconfig=agent_config,
+                        )
                     )
                     state = (obj.get("status") or {}).get("state")
                     return (

@@ -929,6 +929,7 @@ class InvocationFlow:
         self.status.ended_at = now_iso()
         transition(self.status.state, state)
         self.status.state = state
+        self.record(Stage.AUDIT, "receipt", "tool-invocation-v1 written to the artifact store")
         descriptor = self.descriptor
         receipt = build_receipt(
             namespace=self.namespace,
