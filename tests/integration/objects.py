@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from kubernetes import client
@@ -128,22 +129,34 @@ class Agent:
         return sa_user(self.namespace, self.name)
 
     @classmethod
-    def create(cls, admin: client.ApiClient, namespace: str, name: str) -> Agent:
+    def create(
+        cls,
+        admin: client.ApiClient,
+        namespace: str,
+        name: str,
+        role: str = "tooladapter-requester",
+    ) -> Agent:
+        """A ServiceAccount with a real token, bound to one of tooladapter's ClusterRoles."""
         token = token_for(admin, namespace, name)
-        rbac = client.RbacAuthorizationV1Api(admin)
-        rbac.create_namespaced_role_binding(
-            namespace,
+        agent = cls(namespace, name, client_with_token(admin, token), admin)
+        agent.bind(role)
+        return agent
+
+    def bind(self, cluster_role: str) -> None:
+        client.RbacAuthorizationV1Api(self.admin).create_namespaced_role_binding(
+            self.namespace,
             {
-                "metadata": {"name": f"{name}-requester"},
+                "metadata": {"name": f"{self.name}-{cluster_role}"},
                 "roleRef": {
                     "apiGroup": "rbac.authorization.k8s.io",
                     "kind": "ClusterRole",
-                    "name": "tooladapter-requester",
+                    "name": cluster_role,
                 },
-                "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": namespace}],
+                "subjects": [
+                    {"kind": "ServiceAccount", "name": self.name, "namespace": self.namespace}
+                ],
             },
         )
-        return cls(namespace, name, client_with_token(admin, token), admin)
 
     def grant(self, tools: list[str], classes: list[str]) -> None:
         """The platform team's grant: invoke these tools, use these classes."""
@@ -282,3 +295,43 @@ def pretty(obj: Any) -> str:
     with contextlib.suppress(TypeError):
         return json.dumps(obj, indent=1, default=str)[:4000]
     return repr(obj)[:4000]
+
+
+def approve(
+    reviewer: Agent,
+    invocation: str,
+    *,
+    decision: str = "Approved",
+    request_hash: str | None = None,
+    version: str = "1.0.0",
+    expires_in: int = 600,
+) -> str:
+    """`reviewer` approves (or rejects) the invocation's request, with its own token."""
+    obj = get(reviewer.admin, reviewer.namespace, "toolinvocations", invocation)
+    body = {
+        "kind": "ToolApproval",
+        "metadata": {"generateName": "approval-"},
+        "spec": {
+            "invocation": invocation,
+            "requestHash": request_hash or status_of(obj)["requestHash"],
+            "toolVersion": version,
+            "decision": decision,
+            "reviewer": reviewer.user,
+            "comment": "looked at the arguments",
+            "expiresAt": (datetime.now(UTC) + timedelta(seconds=expires_in)).strftime(
+                "%Y-%m-%dT%H:%M:%SZ"
+            ),
+        },
+    }
+
+    def created() -> str | None:
+        try:
+            return str(
+                create(reviewer.api, reviewer.namespace, "toolapprovals", body)["metadata"]["name"]
+            )
+        except client.ApiException as exc:
+            if exc.status == 403:  # the RoleBinding is not effective yet
+                return None
+            raise
+
+    return wait_for(created, timeout=30, what=f"{reviewer.user}'s ToolApproval admitted")

@@ -24,10 +24,10 @@ from tests.mcp_servers import (
     TOOLS,
     ServerProcess,
 )
-from tests.support import GROUP, VERSION, Namespace, client_with_token, token_for, wait_for
+from tests.support import GROUP, VERSION, Namespace, wait_for
 from tooladapter.pipeline.mcp import tool_digest
 
-from .objects import Agent, create, custom, descriptor, get, pretty, status_of
+from .objects import Agent, approve, create, custom, descriptor, get, pretty, status_of
 
 pytestmark = [pytest.mark.cluster]
 
@@ -177,49 +177,6 @@ def wait_events(
         return found if reasons <= set(found) else None
 
     return wait_for(posted, timeout=60, what=f"events {sorted(reasons)} of McpServer {name}")
-
-
-def approve(api: client.ApiClient, namespace: str, invocation: str) -> None:
-    """A reviewer ServiceAccount (not the caller) approves the invocation's exact request."""
-    reviewer = "reviewer-1"
-    token = token_for(api, namespace, reviewer)
-    client.RbacAuthorizationV1Api(api).create_namespaced_role_binding(
-        namespace,
-        {
-            "metadata": {"name": f"{reviewer}-reviewer"},
-            "roleRef": {
-                "apiGroup": "rbac.authorization.k8s.io",
-                "kind": "ClusterRole",
-                "name": "tooladapter-reviewer",
-            },
-            "subjects": [{"kind": "ServiceAccount", "name": reviewer, "namespace": namespace}],
-        },
-    )
-    status = status_of(get(api, namespace, "toolinvocations", invocation))
-    body = {
-        "kind": "ToolApproval",
-        "metadata": {"name": f"approve-{invocation}"},
-        "spec": {
-            "invocation": invocation,
-            "requestHash": status["requestHash"],
-            "toolVersion": "1.0.0",
-            "decision": "Approved",
-            "reviewer": f"system:serviceaccount:{namespace}:{reviewer}",
-            "comment": "the write is expected",
-        },
-    }
-    as_reviewer = client_with_token(api, token)
-
-    def created() -> bool:
-        try:
-            create(as_reviewer, namespace, "toolapprovals", body)
-        except client.ApiException as exc:
-            if exc.status == 403:  # the RoleBinding is not effective yet
-                return False
-            raise
-        return True
-
-    wait_for(created, timeout=30, what="the reviewer's ToolApproval to be admitted")
 
 
 def secret_values() -> list[str]:
@@ -395,7 +352,7 @@ def test_a_server_dying_mid_call_leaves_a_write_uncertain_and_a_read_failed(
     waiting = status_of(agent.wait(write, states={"AwaitingApproval", "Denied", "Failed"}))
     assert waiting["state"] == "AwaitingApproval", pretty(waiting)
     assert waiting["declaredClass"] == "shared-write"
-    approve(api, ns.name, write)
+    approve(Agent.create(api, ns.name, "reviewer-1", role="tooladapter-reviewer"), write)
     writer.wait_for("CALLED slow-write", timeout=60)
     assert status_of(get(api, ns.name, "toolinvocations", write))["state"] == "Executing"
     writer.kill()

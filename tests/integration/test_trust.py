@@ -8,14 +8,23 @@ import http.server
 import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from datetime import UTC, datetime, timedelta
 
 import pytest
 from kubernetes import client
 
 from tests.support import Namespace, OperatorProcess, free_port, node_ip, wait_for
 
-from .objects import Agent, create, descriptor, get, jobs_of, pretty, shell_tool, status_of
+from .objects import (
+    Agent,
+    approve,
+    create,
+    descriptor,
+    get,
+    jobs_of,
+    pretty,
+    shell_tool,
+    status_of,
+)
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(420)]
 
@@ -26,50 +35,8 @@ def native_tool(api: client.ApiClient, namespace: str, tool: str, cls: str) -> N
     )
 
 
-def approve(
-    reviewer: Agent,
-    invocation: str,
-    *,
-    decision: str = "Approved",
-    request_hash: str | None = None,
-    version: str = "1.0.0",
-    expires_in: int = 600,
-    name: str | None = None,
-) -> str:
-    obj = get(reviewer.admin, reviewer.namespace, "toolinvocations", invocation)
-    body = {
-        "kind": "ToolApproval",
-        "metadata": {"generateName": "approval-"} if name is None else {"name": name},
-        "spec": {
-            "invocation": invocation,
-            "requestHash": request_hash or status_of(obj)["requestHash"],
-            "toolVersion": version,
-            "decision": decision,
-            "reviewer": reviewer.user,
-            "comment": "looked at the arguments",
-            "expiresAt": (datetime.now(UTC) + timedelta(seconds=expires_in)).strftime(
-                "%Y-%m-%dT%H:%M:%SZ"
-            ),
-        },
-    }
-    return str(create(reviewer.api, reviewer.namespace, "toolapprovals", body)["metadata"]["name"])
-
-
 def reviewer_of(api: client.ApiClient, namespace: str, name: str = "reviewer") -> Agent:
-    who = Agent.create(api, namespace, name)
-    client.RbacAuthorizationV1Api(api).create_namespaced_role_binding(
-        namespace,
-        {
-            "metadata": {"name": f"{name}-reviewer"},
-            "roleRef": {
-                "apiGroup": "rbac.authorization.k8s.io",
-                "kind": "ClusterRole",
-                "name": "tooladapter-reviewer",
-            },
-            "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": namespace}],
-        },
-    )
-    return who
+    return Agent.create(api, namespace, name, role="tooladapter-reviewer")
 
 
 def approval_status(api: client.ApiClient, namespace: str, name: str) -> dict[str, object]:
@@ -132,18 +99,7 @@ def test_rejection_expiry_and_self_approval_never_run_the_call(
     assert "rejected" in status["message"]
 
     # The caller approving its own call does not bind (the agent may create approvals too).
-    client.RbacAuthorizationV1Api(api).create_namespaced_role_binding(
-        ns.name,
-        {
-            "metadata": {"name": "agent-reviews"},
-            "roleRef": {
-                "apiGroup": "rbac.authorization.k8s.io",
-                "kind": "ClusterRole",
-                "name": "tooladapter-reviewer",
-            },
-            "subjects": [{"kind": "ServiceAccount", "name": agent.name, "namespace": ns.name}],
-        },
-    )
+    agent.bind("tooladapter-reviewer")
     own = agent.invoke("propose", {"n": 2})
     agent.wait(own, states={"AwaitingApproval"})
     self_approval = wait_for(lambda: approve(agent, own), timeout=30, what="self approval created")
@@ -335,19 +291,7 @@ def test_a_restarted_operator_follows_its_job_or_settles_uncertain_never_running
         )
     assert refused.value.status == 403
 
-    oncall = Agent.create(api, ns.name, "oncall")
-    client.RbacAuthorizationV1Api(api).create_namespaced_role_binding(
-        ns.name,
-        {
-            "metadata": {"name": "oncall-ops"},
-            "roleRef": {
-                "apiGroup": "rbac.authorization.k8s.io",
-                "kind": "ClusterRole",
-                "name": "tooladapter-operations",
-            },
-            "subjects": [{"kind": "ServiceAccount", "name": "oncall", "namespace": ns.name}],
-        },
-    )
+    oncall = Agent.create(api, ns.name, "oncall", role="tooladapter-operations")
     patch = {
         "status": {
             "effectConfirmation": {
