@@ -6,6 +6,7 @@ import hashlib
 import http.server
 import json
 import threading
+import urllib.request
 from collections.abc import Iterator
 
 import pytest
@@ -135,9 +136,16 @@ def test_schema_invalid_arguments_and_unknown_versions_are_denied_at_validation(
         },
     )
     agent.grant(["typed"], ["read"])
-    bad = status_of(agent.wait(agent.invoke("typed", {"files": [{"name": "ok"}, {"name": 7}]})))
+    bad_name = agent.invoke("typed", {"files": [{"name": "ok"}, {"name": 7}]})
+    bad = status_of(agent.wait(bad_name))
     assert bad["state"] == "Denied" and bad["deniedStage"] == "validation"
     assert "$.files[1].name" in bad["message"], bad["message"]
+    denied_events = wait_for(
+        lambda: "ToolInvocationDenied" in events_of(api, ns.name, bad_name) or None,
+        timeout=30,
+        what="ToolInvocationDenied event",
+    )
+    assert denied_events
     unknown = status_of(agent.wait(agent.invoke("typed", {}, version="9.9.9")))
     assert unknown["state"] == "Denied" and unknown["deniedStage"] == "validation"
     assert "9.9.9" in unknown["message"]
@@ -342,3 +350,30 @@ def test_a_secret_in_a_result_is_redacted_in_status_artifacts_and_logs(
     stored = (operator.artifacts / "sha256" / digest[:2] / digest).read_text()
     assert secret not in stored and "REDACTED" in stored
     assert secret not in operator.log_text()
+
+
+def test_the_metrics_endpoint_counts_invocations_denials_and_sandboxes(
+    api: client.ApiClient,
+    ns: Namespace,
+    agent: Agent,
+    operator: OperatorProcess,
+) -> None:
+    descriptor(api, ns.name, "list-tools", kind="native", native={"name": "list-tools"})
+    agent.grant(["list-tools"], ["read"])
+    assert status_of(agent.wait(agent.invoke("list-tools", {})))["state"] == "Observed"
+    assert (
+        status_of(agent.wait(agent.invoke("list-tools", {}, version="0.0.1")))["state"] == "Denied"
+    )
+    url = f"http://127.0.0.1:{operator.metrics_port}/metrics"
+    with urllib.request.urlopen(url, timeout=10) as response:
+        text = response.read().decode()
+    for metric in (
+        "tooladapter_invocations_total",
+        "tooladapter_latency_seconds_bucket",
+        "tooladapter_denials_total",
+        "tooladapter_uncertain",
+        "tooladapter_approvals_waiting",
+        "tooladapter_sandboxes_open",
+    ):
+        assert metric in text, metric
+    assert f'tenant="{ns.name}"' in text
