@@ -22,8 +22,10 @@ Knobs (environment or flags): BENCH_SECONDS (60 per load), BENCH_LOADS ("10,25,5
 BENCH_TOOLS ("read-configmap,http"), BENCH_AGENTS (8), BENCH_PARTS ("1,2,3,4,5"),
 BENCH_FILL (10000), BENCH_FILL_RATE (100), BENCH_DRAIN_SECONDS (60),
 BENCH_SANDBOX_SEQUENTIAL (10), BENCH_SANDBOX_CONCURRENT (10), BENCH_SANDBOX_ROUNDS (3),
-BENCH_REPORT (bench-report.json), BENCH_PYSPY (write a py-spy flame graph of the operator
-during the highest load to this path). A quick run: `BENCH_SECONDS=10 make bench`.
+BENCH_REPORT (bench-report.json), BENCH_PYSPY (record the operator with py-spy during the
+highest load: .svg flame graph, .json speedscope, else collapsed stacks),
+BENCH_OPERATOR_SRC (run the operator from another copy of the package, for A/B runs).
+A quick run: `BENCH_SECONDS=10 make bench`.
 
 Traffic goes only to the API server of KUBECONFIG and to the node's own address. The bench
 deletes its namespaces and its CRD at the end.
@@ -88,8 +90,11 @@ SEGMENT_NOTES = {
     "credentials:none -> sandbox:leased": "NetworkPolicy create",
     "execute:started -> sanitize:done": "PATCH Executing, then the tool itself",
     "sanitize:done -> execute:observed": "result to the artifact store, lease release",
-    "execute:observed -> endedAt": "receipt built and stored",
-    "endedAt -> client saw terminal": "final PATCH and the watch event back to the client",
+    "execute:observed -> audit:receipt": "end time and state set",
+    "audit:receipt -> client saw terminal": "receipt built and stored, the final PATCH, "
+    "the watch event back to the client",
+    "execute:observed -> client saw terminal": "receipt built and stored, the final PATCH, "
+    "the watch event back to the client",
 }
 
 
@@ -111,6 +116,7 @@ class Config:
     sandbox_rounds: int = 3
     report: Path = ROOT / "bench-report.json"
     pyspy: str = ""
+    operator_src: str = ""
     keep: bool = False
 
     @classmethod
@@ -134,6 +140,11 @@ class Config:
         p.add_argument("--sandbox-rounds", type=int, default=int(env("BENCH_SANDBOX_ROUNDS", "3")))
         p.add_argument("--report", default=env("BENCH_REPORT", str(ROOT / "bench-report.json")))
         p.add_argument("--pyspy", default=env("BENCH_PYSPY", ""))
+        p.add_argument(
+            "--operator-src",
+            default=env("BENCH_OPERATOR_SRC", ""),
+            help="directory holding another copy of the tooladapter package (A/B runs)",
+        )
         p.add_argument("--keep", action="store_true", help="keep namespaces and CRD")
         a = p.parse_args(argv)
         return cls(
@@ -150,6 +161,7 @@ class Config:
             sandbox_rounds=a.sandbox_rounds,
             report=Path(a.report),
             pyspy=a.pyspy,
+            operator_src=a.operator_src,
             keep=a.keep,
         )
 
@@ -438,7 +450,7 @@ def stage_breakdown(records: list[Call]) -> dict[str, Any]:
             ("startedAt", iso_ts(st.get("startedAt"))),
         ]
         marks += [(f"{s['stage']}:{s['outcome']}", iso_ts(s.get("time"))) for s in st["stages"]]
-        marks += [("endedAt", iso_ts(st.get("endedAt"))), ("client saw terminal", rec.done)]
+        marks.append(("client saw terminal", rec.done))
         prev_name, prev_t = marks[0]
         for name, t in marks[1:]:
             if t is None or prev_t is None:
@@ -730,6 +742,8 @@ class Bench:
                 "TOOLADAPTER_RECONCILE_INTERVAL_SECONDS": "30",
                 "TOOLADAPTER_SANDBOX_RETAIN_SECONDS": "60",
                 "TOOLADAPTER_NAMESPACES": self.ns,
+                # A/B comparisons: run the operator from another copy of the package.
+                **({"PYTHONPATH": self.cfg.operator_src} if self.cfg.operator_src else {}),
             },
         )
         self.operator.start()

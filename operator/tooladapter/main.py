@@ -31,6 +31,10 @@ from .settings import Settings
 logger = logging.getLogger("tooladapter")
 
 
+def _not_a_handler_success(record: logging.LogRecord) -> bool:
+    return not (record.levelno == logging.INFO and record.getMessage().endswith(" succeeded."))
+
+
 @kopf.on.startup()
 async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
     settings.persistence.finalizer = f"{GROUP}/finalizer"
@@ -49,6 +53,9 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     # The API client logs whole response bodies at DEBUG, Secrets included: never let it.
     for name in ("kubernetes_asyncio", "kubernetes", "urllib3", "aiohttp.client"):
         logging.getLogger(name).setLevel(logging.WARNING)
+    # kopf logs "Handler 'invocation_event' succeeded." at INFO for every watch event, about
+    # six per call: noise that cost measurable CPU under load. Failures and retries still log.
+    logging.getLogger("kopf.objects").addFilter(_not_a_handler_success)
 
     config = Settings.from_env()
     kube = await Kube.connect()
@@ -86,8 +93,10 @@ async def cleanup(memo: kopf.Memo, **_: Any) -> None:
 async def invocation_event(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
     rt: Runtime = memo["runtime"]
     workers.ensure_started(rt)
-    body = thaw(event["object"])
-    meta = body["metadata"]
+    # Most events are echoes of the flow's own status writes, or finished invocations seen
+    # by a (re)listing: decide on the raw event, and copy the body only for a flow to own.
+    raw = event["object"]
+    meta = raw["metadata"]
     uid = meta["uid"]
     rt.catalog.notify(meta["namespace"], f"invocation:{meta['name']}")
     if event["type"] == "DELETED":
@@ -95,17 +104,17 @@ async def invocation_event(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> N
         if task is not None:
             task.cancel()
         return
-    if (body.get("spec") or {}).get("interrupt"):
+    if (raw.get("spec") or {}).get("interrupt"):
         rt.interrupt_event(uid).set()
-    state = (body.get("status") or {}).get("state") or InvocationState.RECEIVED
+    state = (raw.get("status") or {}).get("state") or InvocationState.RECEIVED
     if InvocationState(state).terminal:
-        if confirmations.needs_recording(body) and uid not in rt.tasks:
-            rt.spawn(uid, confirmations.record_confirmation(rt, body))
+        if confirmations.needs_recording(raw) and uid not in rt.tasks:
+            rt.spawn(uid, confirmations.record_confirmation(rt, thaw(raw)))
         return
     if uid in rt.finished:
         return  # a late echo of a state this operator already moved past
     if uid not in rt.tasks:
-        rt.spawn(uid, InvocationFlow(rt, body).run())
+        rt.spawn(uid, InvocationFlow(rt, thaw(raw)).run())
 
 
 @kopf.on.event(GROUP, VERSION, "tooldescriptors")

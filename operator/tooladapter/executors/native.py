@@ -10,7 +10,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from ..enums import FailureClass
 from ..kube import auth
-from ..kube.client import Kube
+from ..kube.client import Kube, json_body
 from . import Call, Outcome
 
 #: Lists the active descriptors of a namespace (served from the operator's index).
@@ -80,12 +80,17 @@ class NativeExecutor:
                 f"{call.caller} may not get configmaps/{name} in {call.namespace}",
             )
         try:
-            cm = await self.kube.core.read_namespaced_config_map(name, call.namespace)
+            # Only the data is needed: the JSON answer, not the client's model objects.
+            cm = await json_body(
+                await self.kube.core.read_namespaced_config_map(
+                    name, call.namespace, _preload_content=False
+                )
+            )
         except ApiException as exc:
             if exc.status == 404:
                 return Outcome.failed(FailureClass.TOOL_ERROR, f"configmap {name} not found")
             raise
-        data = dict(cm.data or {})
+        data = dict(cm.get("data") or {})
         if key is not None:
             if key not in data:
                 return Outcome.failed(FailureClass.TOOL_ERROR, f"configmap {name} has no key {key}")

@@ -7,6 +7,7 @@ and never retries the call itself.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from ..enums import InvocationState
@@ -20,7 +21,7 @@ from .invocations import PLURAL
 from .runtime import Runtime
 
 
-def needs_recording(body: dict[str, Any]) -> bool:
+def needs_recording(body: Mapping[str, Any]) -> bool:
     status = body.get("status") or {}
     confirmation = status.get("effectConfirmation") or {}
     return (

@@ -39,7 +39,7 @@ async def every(seconds: float, job: Any, rt: Runtime, name: str) -> None:
 
 
 async def reconcile_uncertain(rt: Runtime) -> None:
-    for body in await rt.kube.list_custom(PLURAL):
+    async for body in rt.kube.iter_custom(PLURAL):
         if not rt.settings.serves(body["metadata"]["namespace"]):
             continue
         state = (body.get("status") or {}).get("state")
@@ -97,7 +97,7 @@ async def apply_retention(rt: Runtime) -> None:
     if rt.settings.retention_seconds <= 0:
         return
     now = datetime.now(UTC)
-    for body in await rt.kube.list_custom(PLURAL):
+    async for body in rt.kube.iter_custom(PLURAL):
         if not rt.settings.serves(body["metadata"]["namespace"]):
             continue
         status = body.get("status") or {}
