@@ -49,6 +49,13 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     settings.watching.client_timeout = 330
     settings.watching.connect_timeout = 30
     settings.networking.request_timeout = 60
+    # Finished invocations stay stored (retention 0 keeps them). A restart lists them all:
+    # in pages, not one response of every object at once; and kopf's per-object worker keeps
+    # its object's last body while it idles, so idle workers exit after 0.5 s, not 5 s.
+    # Together these took the restarted operator's RSS with 10,000 stored from 422 to
+    # ~175 MB; invocation events come in bursts well inside the idle time.
+    settings.watching.chunk_size = 200
+    settings.queueing.idle_timeout = 0.5
 
     # The API client logs whole response bodies at DEBUG, Secrets included: never let it.
     for name in ("kubernetes_asyncio", "kubernetes", "urllib3", "aiohttp.client"):
