@@ -46,7 +46,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -1131,41 +1131,74 @@ class Bench:
                 await asyncio.wait_for(rec_event.wait(), 300)
             return rec
 
-        async def floor() -> Call:
+        # The pod-level floor needs a canary like the operator's: a listener on the node's
+        # address that the NetworkPolicy makes unreachable (see pipeline.sandbox.GATE_SCRIPT).
+        canary = await asyncio.start_server(_close_connection, host=self.host, port=0)
+        gate = (self.host, int(canary.sockets[0].getsockname()[1]))
+
+        async def same_pod_spec() -> Call:
+            return await jobs.run_one(gate=gate)
+
+        async def tool_only() -> Call:
             return await jobs.run_one()
 
-        out: dict[str, Any] = {}
-        # One unmeasured call of each warms the image and the kubelet's caches.
-        await ours()
-        await floor()
-        for label, fn in (("ours", ours), ("floor", floor)):
-            seq = [await fn() for _ in range(self.cfg.sandbox_sequential)]
-            conc: list[Call] = []
-            makespans = []
+        variants: list[tuple[str, Callable[[], Awaitable[Call]]]] = [
+            ("ours", ours),
+            ("job_same_pod_spec", same_pod_spec),
+            ("job_tool_only", tool_only),
+        ]
+        seq: dict[str, list[Call]] = {label: [] for label, _ in variants}
+        conc: dict[str, list[Call]] = {label: [] for label, _ in variants}
+        makespans: dict[str, list[float]] = {label: [] for label, _ in variants}
+        try:
+            # One unmeasured call of each warms the image and the kubelet's caches; then the
+            # variants take turns, so drift on a shared machine hits them alike.
+            for _, fn in variants:
+                await fn()
+            for _ in range(self.cfg.sandbox_sequential):
+                for label, fn in variants:
+                    seq[label].append(await fn())
             for _ in range(self.cfg.sandbox_rounds):
-                t0 = time.time()
-                batch = await asyncio.gather(*[fn() for _ in range(self.cfg.sandbox_concurrent)])
-                makespans.append(max((c.done or time.time()) for c in batch) - t0)
-                conc += batch
+                for label, fn in variants:
+                    t0 = time.time()
+                    batch = await asyncio.gather(
+                        *[fn() for _ in range(self.cfg.sandbox_concurrent)]
+                    )
+                    makespans[label].append(max((c.done or time.time()) for c in batch) - t0)
+                    conc[label] += batch
+        finally:
+            canary.close()
+            watcher.cancel()
+            await jobs.stop()
+        out: dict[str, Any] = {
+            "floors": {
+                "job_same_pod_spec": "a bare Job with the operator's pod spec (network-gate init "
+                "container) and its default-deny NetworkPolicy, created by the bench",
+                "job_tool_only": "a bare Job of the tool container alone (no gate, no policy)",
+            },
+            "concurrency": self.cfg.sandbox_concurrent,
+        }
+        for label, _ in variants:
+            calls = seq[label] + conc[label]
             out[label] = {
                 "sequential": latency_summary(
-                    [c.done - c.target for c in seq if c.state == "Observed"]
+                    [c.done - c.target for c in seq[label] if c.state == "Observed"]
                 ),
                 "concurrent": latency_summary(
-                    [c.done - c.target for c in conc if c.state == "Observed"]
+                    [c.done - c.target for c in conc[label] if c.state == "Observed"]
                 ),
-                "concurrent_makespan_s": [round(m, 2) for m in makespans],
-                "errors": [c.error or c.state for c in seq + conc if c.state != "Observed"][:5],
-                "error_count": sum(1 for c in seq + conc if c.state != "Observed"),
+                "concurrent_makespan_s": [round(m, 2) for m in makespans[label]],
+                "errors": [c.error or c.state for c in calls if c.state != "Observed"][:5],
+                "error_count": sum(1 for c in calls if c.state != "Observed"),
             }
-            if label == "ours":
-                out["stages"] = stage_breakdown(seq + conc)
-        watcher.cancel()
-        await jobs.stop()
+        out["stages"] = stage_breakdown(seq["ours"] + conc["ours"])
         ratios = {}
-        for mode in ("sequential", "concurrent"):
-            for p in ("p50_ms", "p95_ms"):
-                ratios[f"{mode}_{p}_ratio"] = _ratio(out["ours"][mode][p], out["floor"][mode][p])
+        for floor in ("job_same_pod_spec", "job_tool_only"):
+            for mode in ("sequential", "concurrent"):
+                for p in ("p50_ms", "p95_ms"):
+                    ratios[f"vs {floor}: {mode} {p}"] = _ratio(
+                        out["ours"][mode][p], out[floor][mode][p]
+                    )
         out["ratios_vs_bare_job"] = ratios
         self.report["sandbox"] = out
         print(f"sandbox: {json.dumps(ratios)}", flush=True)
@@ -1334,6 +1367,10 @@ class Bench:
         shutil.rmtree(self.workdir, ignore_errors=True)
 
 
+async def _close_connection(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    writer.close()
+
+
 def _ratio(a: float | None, b: float | None) -> float | None:
     if a is None or b is None or b == 0:
         return None
@@ -1378,7 +1415,7 @@ class JobWatcher:
                     box.append((cond["type"], now))
                     event.set()
 
-    def job(self, uid: str) -> dict[str, Any]:
+    def job(self, uid: str, gate: tuple[str, int] | None = None) -> dict[str, Any]:
         from tooladapter.model import SandboxSpec
         from tooladapter.pipeline.sandbox import LABEL_MANAGED_BY, build_job
 
@@ -1391,17 +1428,20 @@ class JobWatcher:
                 "egress": {"allow": []},
             }
         )
+        image = os.environ.get("TOOLADAPTER_SANDBOX_IMAGE", "localhost/tooladapter-sandbox:dev")
         job = build_job(
             namespace=self.ns,
             uid=uid,
             invocation_name=f"bare-{uid[:8]}",
             owner={},
             sandbox=sandbox,
-            image=os.environ.get("TOOLADAPTER_SANDBOX_IMAGE", "localhost/tooladapter-sandbox:dev"),
+            image=image,
             argv=["echo", "hello"],
             arguments={"command": "echo hello"},
             timeout_seconds=120,
             lease_id=uid,
+            network_gate=gate,
+            gate_image=image,
         )
         job["metadata"].pop("ownerReferences", None)
         job["metadata"]["name"] = f"bare-{uid}"
@@ -1409,15 +1449,31 @@ class JobWatcher:
             labels[LABEL_MANAGED_BY] = BENCH_JOB_MANAGER  # never the operator's reaper's
         return job
 
-    async def run_one(self, timeout: float = 300) -> Call:
+    def network_policy(self, uid: str) -> dict[str, Any]:
+        from tooladapter.pipeline.sandbox import LABEL_MANAGED_BY, build_network_policy
+
+        policy = build_network_policy(namespace=self.ns, uid=uid, owner={}, egress_allow=[])
+        policy["metadata"].pop("ownerReferences", None)
+        policy["metadata"]["name"] = f"bare-{uid}"
+        policy["metadata"]["labels"][LABEL_MANAGED_BY] = BENCH_JOB_MANAGER
+        return policy
+
+    async def run_one(self, timeout: float = 300, gate: tuple[str, int] | None = None) -> Call:
+        """One Job to its end plus its log; with `gate`, the operator's pod spec and policy."""
         uid = str(uuid.uuid4())
-        job = self.job(uid)
+        job = self.job(uid, gate)
         name = job["metadata"]["name"]
         event: asyncio.Event = asyncio.Event()
         box: list[Any] = []
         self.waiting[name] = (event, box)
         rec = Call(name=name, target=time.time())
         rec.sent = rec.target
+        netpols = ns_path("networking.k8s.io", "v1", self.ns, "networkpolicies")
+        if gate is not None:
+            status, body = await self.kube.call("POST", netpols, self.network_policy(uid))
+            if status != 201:
+                rec.error, rec.state = f"HTTP {status}: {body}", "CreateError"
+                return rec
         status, body = await self.kube.call("POST", ns_path("batch", "v1", self.ns, "jobs"), job)
         rec.created, rec.http_status = time.time(), status
         if status != 201:
@@ -1449,6 +1505,8 @@ class JobWatcher:
         if rec.state != "Observed":
             rec.error = f"job {outcome}, log {log[:100]!r}"
         await self.delete(name)
+        if gate is not None:
+            await self.kube.call("DELETE", f"{netpols}/bare-{uid}")
         return rec
 
     async def delete(self, name: str) -> None:
@@ -1541,8 +1599,15 @@ def goals(report: dict[str, Any]) -> dict[str, Any]:
         }
     sandbox = report.get("sandbox")
     if sandbox:
-        worst = max(v or 0 for v in sandbox["ratios_vs_bare_job"].values())
-        out["sandbox: ours/bare Job <= 1.10"] = {"value": worst, "met": worst <= 1.10}
+        worst = max(
+            v or 0
+            for k, v in sandbox["ratios_vs_bare_job"].items()
+            if k.startswith("vs job_same_pod_spec")
+        )
+        out["sandbox: ours/bare Job (same pod spec) <= 1.10"] = {
+            "value": worst,
+            "met": worst <= 1.10,
+        }
     fill = report.get("fill")
     if fill:
         rss = max(fill["rss_mb_after_processing"], fill["rss_mb_restarted_with_stored"])
@@ -1568,9 +1633,9 @@ def print_table(report: dict[str, Any]) -> None:
                 )
     sandbox = report.get("sandbox")
     if sandbox:
-        print("Sandbox ours / bare Job (goal <= 1.10):")
+        print("Sandbox ours / bare Job (goal <= 1.10 against the same pod spec):")
         for k, v in sandbox["ratios_vs_bare_job"].items():
-            print(f"  {k:<28} {_f(v)}")
+            print(f"  {k:<45} {_f(v)}")
     elif "sandbox" in report.get("not_measured", {}):
         print(f"Sandbox: not measured: {report['not_measured']['sandbox'][:300]}")
     loads = report.get("loads") or {}
@@ -1591,11 +1656,11 @@ def print_table(report: dict[str, Any]) -> None:
                     f"{r['resources']['host_cpu_busy_pct']:>6}"
                 )
     if sandbox:
-        for label in ("ours", "floor"):
+        for label in ("ours", "job_same_pod_spec", "job_tool_only"):
             s = sandbox[label]
             print(
-                f"  sandbox {label:<6} sequential p50 {s['sequential']['p50_ms']} ms "
-                f"p95 {s['sequential']['p95_ms']} ms; 10 concurrent p50 "
+                f"  sandbox {label:<17} sequential p50 {s['sequential']['p50_ms']} ms "
+                f"p95 {s['sequential']['p95_ms']} ms; {sandbox['concurrency']} concurrent p50 "
                 f"{s['concurrent']['p50_ms']} ms, makespans {s['concurrent_makespan_s']} s"
             )
     fill = report.get("fill")
