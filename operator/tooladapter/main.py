@@ -24,6 +24,7 @@ from .handlers import confirmations, descriptors, mcp, policies, workers
 from .handlers.catalog import Catalog, thaw
 from .handlers.invocations import InvocationFlow
 from .handlers.runtime import Runtime
+from .kube.auth import AllowCache
 from .kube.client import Kube
 from .metrics import serve
 from .settings import Settings
@@ -68,15 +69,17 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     kube = await Kube.connect()
     catalog = Catalog()
     session = aiohttp.ClientSession()
+    access = AllowCache(config.authz_cache_seconds)
     rt = Runtime(
         kube=kube,
         settings=config,
         store=LocalArtifactStore(config.artifact_dir),
         catalog=catalog,
         http=session,
-        native=NativeExecutor(kube, catalog.list_descriptors),
+        native=NativeExecutor(kube, catalog.list_descriptors, access),
         http_executor=HttpExecutor(session),
         sandbox=SandboxExecutor(kube, config),
+        access=access,
     )
     if config.network_gate:
         started = await start_canary(config.canary_host, config.canary_port)

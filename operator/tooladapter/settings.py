@@ -24,6 +24,17 @@ def _int(name: str, default: int) -> int:
         raise ValueError(f"environment variable {name}={raw!r} is not an integer") from exc
 
 
+def _bool(name: str, default: bool) -> bool:
+    raw = os.environ.get(name, "").strip().lower()
+    if raw == "":
+        return default
+    if raw in ("1", "true", "on", "yes"):
+        return True
+    if raw in ("0", "false", "off", "no"):
+        return False
+    raise ValueError(f"environment variable {name}={raw!r} is not a boolean (true/false)")
+
+
 def _list(name: str, default: tuple[str, ...]) -> tuple[str, ...]:
     raw = os.environ.get(name)
     if raw is None:
@@ -66,6 +77,10 @@ class Settings:
     #: default-route address, or POD_IP in-cluster) and its port (0: any free port).
     canary_host: str | None = None
     canary_port: int = 0
+    #: Write status at every state change, not only before waits, effects and the end.
+    write_every_state: bool = False
+    #: Seconds an allowed SubjectAccessReview answer is reused (0: review every call).
+    authz_cache_seconds: int = 2
     #: Namespace globs this operator serves (empty: all); see `python -m tooladapter run`.
     namespaces: tuple[str, ...] = ()
 
@@ -99,9 +114,10 @@ class Settings:
             default_approval_timeout_seconds=_int(
                 "TOOLADAPTER_APPROVAL_TIMEOUT_SECONDS", base.default_approval_timeout_seconds
             ),
+            write_every_state=_bool("TOOLADAPTER_WRITE_EVERY_STATE", base.write_every_state),
+            authz_cache_seconds=_int("TOOLADAPTER_AUTHZ_CACHE_SECONDS", base.authz_cache_seconds),
             namespaces=_list("TOOLADAPTER_NAMESPACES", ()),
-            network_gate=os.environ.get("TOOLADAPTER_NETWORK_GATE", "on").lower()
-            not in ("off", "false", "0"),
+            network_gate=_bool("TOOLADAPTER_NETWORK_GATE", base.network_gate),
             canary_host=os.environ.get("TOOLADAPTER_CANARY_HOST") or os.environ.get("POD_IP"),
             canary_port=_int("TOOLADAPTER_CANARY_PORT", base.canary_port),
             blocked_http_hosts=_list("TOOLADAPTER_BLOCKED_HTTP_HOSTS", base.blocked_http_hosts),

@@ -18,8 +18,11 @@ DescriptorLister = Callable[[str], list[dict[str, Any]]]
 
 
 class NativeExecutor:
-    def __init__(self, kube: Kube, list_descriptors: DescriptorLister) -> None:
+    def __init__(
+        self, kube: Kube, list_descriptors: DescriptorLister, access: auth.AllowCache | None = None
+    ) -> None:
         self.kube = kube
+        self.access = access
         self.list_descriptors = list_descriptors
         self.tools: dict[str, Callable[[Call], Awaitable[Outcome]]] = {
             "list-tools": self.list_tools,
@@ -46,6 +49,7 @@ class NativeExecutor:
                 verb="invoke",
                 resource="tooldescriptors",
                 name=spec.get("toolId"),
+                cache=self.access,
             )
             if verdict.allowed:
                 visible.append(
@@ -73,6 +77,7 @@ class NativeExecutor:
             resource="configmaps",
             name=name,
             group="",
+            cache=self.access,
         )
         if not verdict.allowed:
             return Outcome.failed(

@@ -1,10 +1,15 @@
-"""One invocation's walk through the pipeline, written to status state by state.
+"""One invocation's walk through the pipeline, written to status.
 
 The order is fixed (validation, permission, policy, classification, approval, credentials,
-sandbox, execute, sanitize, audit). Each state is persisted before the next stage starts,
-so a restarted operator resumes from `status.state`: the step for a state only does work
-that is safe to repeat (idempotent creates with deterministic names, pure evaluation), and
-an Executing invocation is only ever followed after a restart, never started again.
+sandbox, execute, sanitize, audit); every stage is recorded in `status.stages` with its time.
+Status is written whenever the call waits or is about to have an effect outside the operator:
+AwaitingApproval, Executing before a Job is created or a call with an effect is sent, and the
+terminal state with its receipt. The stages in between only do work that is safe to repeat
+(pure evaluation, idempotent creates with deterministic names), so they ride along with the
+next write instead of costing one each: a restarted operator resumes from the persisted
+`status.state` and repeats them. An Executing invocation is only ever followed after a
+restart, never started again. A read-class call in the operator is written once, at its end,
+unless it runs longer than `PROGRESS_AFTER_SECONDS` (then Executing is written while it runs).
 """
 
 from __future__ import annotations
@@ -77,8 +82,10 @@ PLURAL = "toolinvocations"
 LABEL_ENVIRONMENT = "tooladapter.dev/environment-class"
 LABEL_FROZEN = "tooladapter.dev/frozen"
 SANDBOX_KINDS = (ToolKind.SHELL, ToolKind.CONTAINER)
-#: Retry delays of a step that failed on the API server (the state is persisted: safe).
+#: Retry delays of a step that failed on the API server (every step is safe to repeat).
 RETRY_DELAYS = (1, 2, 5, 10, 30)
+#: A read call in the operator still running after this long shows Executing on its status.
+PROGRESS_AFTER_SECONDS = 1.0
 
 
 class Denial(Exception):
@@ -101,6 +108,8 @@ class InvocationFlow:
         self.uid: str = meta["uid"]
         self.created: str = meta.get("creationTimestamp") or now_iso()
         self.status = ToolInvocationStatus.model_validate(body.get("status") or {})
+        #: The state the API server holds (the in-memory one runs ahead between writes).
+        self.persisted_state = self.status.state
         self.spec: ToolInvocationSpec | None = None
         self.descriptor: ToolDescriptorSpec | None = None
         self.decision: PolicyDecision | None = None
@@ -134,6 +143,15 @@ class InvocationFlow:
             self.status.state = state
         obj = await self.rt.kube.patch_status(PLURAL, self.namespace, self.name, self.status.wire())
         self.body = obj
+        self.persisted_state = self.status.state
+
+    async def advance(self, state: InvocationState) -> None:
+        """Move to `state`; persisted now only under `write_every_state`, else with the next
+        write (the stages between writes are safe to repeat after a restart)."""
+        if self.rt.settings.write_every_state:
+            return await self.commit(state)
+        transition(self.status.state, state)
+        self.status.state = state
 
     # ------------------------------------------------------------------ the walk
 
@@ -147,6 +165,7 @@ class InvocationFlow:
             return
         self.body = fresh
         self.status = ToolInvocationStatus.model_validate(fresh.get("status") or {})
+        self.persisted_state = self.status.state
         steps: dict[InvocationState, Callable[[], Awaitable[None]]] = {
             InvocationState.RECEIVED: self.on_received,
             InvocationState.VALIDATED: self.on_validated,
@@ -231,7 +250,7 @@ class InvocationFlow:
                 FailureClass.VALIDATION,
             )
         self.record(Stage.VALIDATION, "passed", f"{spec.tool.id}@{spec.tool.version}")
-        await self.commit(InvocationState.VALIDATED)
+        await self.advance(InvocationState.VALIDATED)
 
     async def claim_idempotency_key(self, spec: ToolInvocationSpec) -> None:
         assert spec.idempotency_key is not None
@@ -383,6 +402,7 @@ class InvocationFlow:
                 verb="invoke",
                 resource="tooldescriptors",
                 name=spec.tool.id,
+                cache=self.rt.access,
             ),
             auth.can(
                 self.rt.kube,
@@ -391,6 +411,7 @@ class InvocationFlow:
                 verb="use",
                 resource="sideeffectclasses",
                 name=str(effective),
+                cache=self.rt.access,
             ),
         )
         if not tool_verdict.allowed:
@@ -435,7 +456,7 @@ class InvocationFlow:
         if classification.raised_by:
             detail += " (raised by " + ", ".join(classification.raised_by) + ")"
         self.record(Stage.CLASSIFICATION, "passed", detail)
-        await self.commit(InvocationState.AUTHORIZED)
+        await self.advance(InvocationState.AUTHORIZED)
 
     # -- Authorized: fencing, approval gate -> AwaitingApproval | Brokered
 
@@ -737,7 +758,7 @@ class InvocationFlow:
             )
         else:
             self.record(Stage.SANDBOX, "none", f"{descriptor.kind} tools run in the operator")
-        await self.commit(InvocationState.BROKERED)
+        await self.advance(InvocationState.BROKERED)
 
     # -- Brokered -> Executing -> terminal
 
@@ -753,8 +774,40 @@ class InvocationFlow:
             job_name=LeaseNames.for_uid(self.uid).job if descriptor.kind in SANDBOX_KINDS else None,
         )
         self.record(Stage.EXECUTE, "started", str(descriptor.kind))
-        await self.commit(InvocationState.EXECUTING)
+        if self.write_before_execute(descriptor):
+            await self.commit(InvocationState.EXECUTING)
+        else:
+            transition(self.status.state, InvocationState.EXECUTING)
+            self.status.state = InvocationState.EXECUTING
         self.started_here = True
+
+    def write_before_execute(self, descriptor: ToolDescriptorSpec) -> bool:
+        """Whether Executing must be on the API server before the call starts.
+
+        A sandbox Job must be followed, never recreated, after a restart, and a call with an
+        effect must end Uncertain rather than run again. A read in the operator may simply run
+        again, so it is written only if it runs long (see `execute_in_operator`).
+        """
+        return (
+            self.rt.settings.write_every_state
+            or descriptor.kind in SANDBOX_KINDS
+            or self.status.effective_class != SideEffectClass.READ
+        )
+
+    async def execute_in_operator(self, run: Awaitable[Outcome], persisted: bool) -> Outcome:
+        task = asyncio.ensure_future(run)
+        if not persisted:
+            done, _ = await asyncio.wait({task}, timeout=PROGRESS_AFTER_SECONDS)
+            if not done:
+                try:
+                    await self.commit()
+                except asyncio.CancelledError:
+                    task.cancel()
+                    raise
+                except Exception:
+                    # Only a progress note: the terminal write will carry everything.
+                    logger.warning("invocation %s: Executing not written", self.ref, exc_info=True)
+        return await task
 
     async def on_executing(self) -> None:
         spec = self.spec
@@ -765,6 +818,7 @@ class InvocationFlow:
             body = self.rt.catalog.find_descriptor(self.namespace, spec.tool.id, spec.tool.version)
             descriptor = ToolDescriptorSpec.model_validate(body["spec"]) if body else None
         kind = record.kind if record else (descriptor.kind if descriptor else None)
+        persisted = self.persisted_state == InvocationState.EXECUTING
         if (
             not self.secret_values
             and self.status.sandbox_lease
@@ -820,11 +874,11 @@ class InvocationFlow:
                 call, f"the operator stopped during the {kind} call; its effect cannot be confirmed"
             )
         elif kind == ToolKind.NATIVE:
-            outcome = await self.rt.native.execute(call)
+            outcome = await self.execute_in_operator(self.rt.native.execute(call), persisted)
         elif kind == ToolKind.HTTP:
-            outcome = await self.rt.http_executor.execute(call)
+            outcome = await self.execute_in_operator(self.rt.http_executor.execute(call), persisted)
         elif kind == ToolKind.MCP and self.rt.mcp is not None:
-            outcome = await self.rt.mcp.execute(call)
+            outcome = await self.execute_in_operator(self.rt.mcp.execute(call), persisted)
         else:
             outcome = Outcome.failed(FailureClass.INTERNAL, f"no executor for kind {kind}")
         await self.finish(outcome, descriptor)

@@ -20,6 +20,7 @@ from ..artifacts import ArtifactStore
 from ..executors.http import HttpExecutor
 from ..executors.native import NativeExecutor
 from ..executors.sandbox import SandboxExecutor
+from ..kube.auth import AllowCache
 from ..kube.client import Kube
 from ..settings import Settings
 from .catalog import Catalog
@@ -40,6 +41,7 @@ class Runtime:
     native: NativeExecutor
     http_executor: HttpExecutor
     sandbox: SandboxExecutor
+    access: AllowCache | None = None
     mcp: Any = None
     tasks: dict[str, asyncio.Task[None]] = field(default_factory=dict)
     interrupts: dict[str, asyncio.Event] = field(default_factory=dict)

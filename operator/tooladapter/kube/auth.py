@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 
 from kubernetes_asyncio.client.exceptions import ApiException
 
@@ -28,6 +29,40 @@ def groups_of(username: str) -> list[str]:
     return groups
 
 
+@dataclass
+class AllowCache:
+    """Allowed review answers, remembered for `ttl_seconds` (0: ask every time).
+
+    An agent calling a tool many times a second would otherwise cost two or three reviews per
+    call. Only allowances are kept, so a new grant works at once and a denial is never
+    served from memory; a revoked grant stops working within `ttl_seconds`, as with the API
+    server's own webhook authorizer cache (whose default keeps allowances five minutes).
+    """
+
+    ttl_seconds: float
+    max_entries: int = 10_000
+    entries: dict[tuple[object, ...], float] = field(default_factory=dict)
+
+    def allowed(self, key: tuple[object, ...]) -> bool:
+        expires = self.entries.get(key)
+        if expires is None:
+            return False
+        if expires <= time.monotonic():
+            del self.entries[key]
+            return False
+        return True
+
+    def remember(self, key: tuple[object, ...]) -> None:
+        if self.ttl_seconds <= 0:
+            return
+        if len(self.entries) >= self.max_entries:
+            now = time.monotonic()
+            self.entries = {k: t for k, t in self.entries.items() if t > now}
+            if len(self.entries) >= self.max_entries:
+                self.entries.clear()
+        self.entries[key] = time.monotonic() + self.ttl_seconds
+
+
 async def can(
     kube: Kube,
     *,
@@ -38,7 +73,11 @@ async def can(
     name: str | None = None,
     group: str = "tooladapter.dev",
     groups: list[str] | None = None,
+    cache: AllowCache | None = None,
 ) -> AccessVerdict:
+    key = (user, tuple(groups or ()), namespace, verb, group, resource, name)
+    if cache is not None and cache.allowed(key):
+        return AccessVerdict(allowed=True, reason="allowed (remembered)")
     body = {
         "apiVersion": "authorization.k8s.io/v1",
         "kind": "SubjectAccessReview",
@@ -64,6 +103,8 @@ async def can(
         raise translate(exc) from exc
     status = review.get("status") or {}
     allowed = bool(status.get("allowed") and not status.get("denied"))
+    if allowed and cache is not None:
+        cache.remember(key)
     return AccessVerdict(allowed=allowed, reason=str(status.get("reason") or ""))
 
 

@@ -1,0 +1,68 @@
+"""Operator settings from the environment, and the allowance cache they size."""
+
+from __future__ import annotations
+
+import pytest
+
+from tooladapter.kube.auth import AllowCache
+from tooladapter.settings import Settings
+
+
+def test_defaults_batch_status_writes_and_remember_allowances_briefly(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    for name in ("TOOLADAPTER_WRITE_EVERY_STATE", "TOOLADAPTER_AUTHZ_CACHE_SECONDS"):
+        monkeypatch.delenv(name, raising=False)
+    settings = Settings.from_env()
+    assert settings.write_every_state is False
+    assert settings.authz_cache_seconds == 2
+    assert settings.network_gate is True
+
+
+@pytest.mark.parametrize(("raw", "expected"), [("true", True), ("ON", True), ("0", False)])
+def test_booleans_accept_the_usual_spellings(
+    monkeypatch: pytest.MonkeyPatch, raw: str, expected: bool
+) -> None:
+    monkeypatch.setenv("TOOLADAPTER_WRITE_EVERY_STATE", raw)
+    assert Settings.from_env().write_every_state is expected
+
+
+def test_a_bad_boolean_names_the_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TOOLADAPTER_NETWORK_GATE", "maybe")
+    with pytest.raises(ValueError, match="TOOLADAPTER_NETWORK_GATE='maybe' is not a boolean"):
+        Settings.from_env()
+
+
+def test_a_bad_integer_names_the_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TOOLADAPTER_AUTHZ_CACHE_SECONDS", "2s")
+    with pytest.raises(ValueError, match="TOOLADAPTER_AUTHZ_CACHE_SECONDS='2s'"):
+        Settings.from_env()
+
+
+def test_allowances_expire(monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = [100.0]
+    monkeypatch.setattr("tooladapter.kube.auth.time.monotonic", lambda: clock[0])
+    cache = AllowCache(ttl_seconds=2)
+    key = ("system:serviceaccount:a:b", (), "a", "invoke", "tooladapter.dev", "t", "x")
+    assert not cache.allowed(key)
+    cache.remember(key)
+    clock[0] += 1.9
+    assert cache.allowed(key)
+    clock[0] += 0.2
+    assert not cache.allowed(key)
+    assert key not in cache.entries
+
+
+def test_a_zero_ttl_remembers_nothing() -> None:
+    cache = AllowCache(ttl_seconds=0)
+    key = ("u", (), "n", "use", "g", "r", "x")
+    cache.remember(key)
+    assert not cache.allowed(key)
+
+
+def test_the_cache_stays_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("tooladapter.kube.auth.time.monotonic", lambda: 0.0)
+    cache = AllowCache(ttl_seconds=60, max_entries=3)
+    for i in range(10):
+        cache.remember(("u", (), "n", "use", "g", "r", str(i)))
+        assert len(cache.entries) <= 3
