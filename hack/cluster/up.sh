@@ -309,7 +309,7 @@ start kube-apiserver "$BIN_DIR/kube-apiserver" \
   --enable-admission-plugins NodeRestriction \
   --service-cluster-ip-range "$SERVICE_CIDR" \
   --allow-privileged=true \
-  --profiling=false \
+  --profiling="${CLUSTER_APISERVER_PROFILING:-false}" \
   --v=1
 wait_component kube-apiserver "kube-apiserver /readyz" "$WAIT_LONG" apiserver_ready
 

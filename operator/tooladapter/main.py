@@ -36,11 +36,26 @@ def _not_a_handler_success(record: logging.LogRecord) -> bool:
     return not (record.levelno == logging.INFO and record.getMessage().endswith(" succeeded."))
 
 
+class _NoDiffBase(kopf.AnnotationsDiffBaseStorage):
+    """No essence: kopf deep-copies every event's body to diff it for change handlers.
+
+    Only `on.event` handlers are registered here, which never look at the diff; building it
+    was the largest single cost of kopf's per-event processing under load. Register an
+    `on.create`/`on.update`/daemon and this storage must go.
+    """
+
+    def build(self, *, body: kopf.Body, extra_fields: Any = None) -> kopf.BodyEssence:
+        return kopf.BodyEssence()
+
+    def fetch(self, *, body: kopf.Body) -> kopf.BodyEssence | None:
+        return None
+
+
 @kopf.on.startup()
 async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
     settings.persistence.finalizer = f"{GROUP}/finalizer"
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
-    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+    settings.persistence.diffbase_storage = _NoDiffBase(
         prefix=GROUP, key="last-handled-configuration"
     )
     # Domain events are posted explicitly; kopf's own handler chatter stays in the log.

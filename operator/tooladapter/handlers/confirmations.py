@@ -7,6 +7,7 @@ and never retries the call itself.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping
 from typing import Any
 
@@ -55,7 +56,7 @@ async def record_confirmation(rt: Runtime, body: dict[str, Any]) -> None:
         command_line=None,
         written_at=stamp,
     )
-    status.receipt_ref = rt.store.put(canonical_json(receipt))
+    status.receipt_ref = await asyncio.to_thread(rt.store.put, canonical_json(receipt))
     status.receipt = ReceiptSummary(
         state=status.state,
         effective_class=status.effective_class,

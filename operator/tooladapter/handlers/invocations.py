@@ -157,15 +157,18 @@ class InvocationFlow:
 
     async def run(self) -> None:
         await self.rt.catalog.ready.wait()
-        try:
-            fresh = await self.rt.kube.get_custom(PLURAL, self.namespace, self.name)
-        except NotFound:
-            return
-        if fresh["metadata"]["uid"] != self.uid:
-            return
-        self.body = fresh
-        self.status = ToolInvocationStatus.model_validate(fresh.get("status") or {})
-        self.persisted_state = self.status.state
+        if self.body.get("status"):
+            # A body with status was seen by a listing or is an echo: act on the stored one.
+            # A new object's first event has none, and nothing but this flow writes it.
+            try:
+                fresh = await self.rt.kube.get_custom(PLURAL, self.namespace, self.name)
+            except NotFound:
+                return
+            if fresh["metadata"]["uid"] != self.uid:
+                return
+            self.body = fresh
+            self.status = ToolInvocationStatus.model_validate(fresh.get("status") or {})
+            self.persisted_state = self.status.state
         steps: dict[InvocationState, Callable[[], Awaitable[None]]] = {
             InvocationState.RECEIVED: self.on_received,
             InvocationState.VALIDATED: self.on_validated,
@@ -918,7 +921,7 @@ class InvocationFlow:
             + (", truncated" if clean.truncated else ""),
         )
         content_bytes = clean.content.encode()
-        self.status.result_ref = self.rt.store.put(content_bytes)
+        self.status.result_ref = await asyncio.to_thread(self.rt.store.put, content_bytes)
         self.status.result_hash = self.status.result_ref
         inline = len(content_bytes) <= self.rt.settings.inline_result_bytes
         self.status.result = InvocationResult(
@@ -999,7 +1002,8 @@ class InvocationFlow:
             command_line=list(self.argv) if self.argv else None,
             written_at=self.status.ended_at,
         )
-        own_ref = self.rt.store.put(canonical_json(receipt))
+        # fsync off the event loop: every other call waits while a write syncs.
+        own_ref = await asyncio.to_thread(self.rt.store.put, canonical_json(receipt))
         self.status.audit_ref = own_ref
         if not (self.status.duplicate_of and self.status.receipt_ref):
             # A duplicate carries its winner's receipt; its own denial is the audit record.

@@ -25,6 +25,7 @@ import re
 import shlex
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any, Literal, NamedTuple
 from urllib.parse import quote, urljoin, urlsplit
 
@@ -232,6 +233,17 @@ class SchemaProblem:
         return f"{self.path}: {self.message} (schema rule '{self.rule}')"
 
 
+@lru_cache(maxsize=256)
+def _validator_for(schema_json: str) -> Draft202012Validator:
+    """One validator per distinct schema: building one (its registry) costs more than most
+    validations. Keyed by the schema's JSON, so the cached validator owns its own copy."""
+    return Draft202012Validator(
+        json.loads(schema_json),
+        registry=LOCAL_ONLY_REGISTRY,
+        format_checker=Draft202012Validator.FORMAT_CHECKER,
+    )
+
+
 def validate_arguments(
     schema: Mapping[str, Any] | bool,
     arguments: Any,
@@ -248,11 +260,7 @@ def validate_arguments(
     """
     problems: list[SchemaProblem] = []
     try:
-        validator = Draft202012Validator(
-            schema,
-            registry=LOCAL_ONLY_REGISTRY,
-            format_checker=Draft202012Validator.FORMAT_CHECKER,
-        )
+        validator = _validator_for(json.dumps(schema, sort_keys=True))
         for error in validator.iter_errors(arguments):
             problems.append(_problem_from(error))
     except Unresolvable as err:
