@@ -125,6 +125,7 @@ async def invocation_event(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> N
     uid = meta["uid"]
     rt.catalog.notify(meta["namespace"], f"invocation:{meta['name']}")
     if event["type"] == "DELETED":
+        rt.unfinished.pop(uid, None)
         task = rt.tasks.get(uid)
         if task is not None:
             task.cancel()
@@ -133,11 +134,13 @@ async def invocation_event(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> N
         rt.interrupt_event(uid).set()
     state = (raw.get("status") or {}).get("state") or InvocationState.RECEIVED
     if InvocationState(state).terminal:
+        rt.unfinished.pop(uid, None)
         if confirmations.needs_recording(raw) and uid not in rt.tasks:
             rt.spawn(uid, confirmations.record_confirmation(rt, thaw(raw)))
         return
     if uid in rt.finished:
         return  # a late echo of a state this operator already moved past
+    rt.unfinished[uid] = (meta["namespace"], meta["name"])
     if uid not in rt.tasks:
         rt.spawn(uid, InvocationFlow(rt, thaw(raw)).run())
 

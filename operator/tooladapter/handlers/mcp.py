@@ -19,7 +19,7 @@ from typing import Any
 
 from prometheus_client import Counter, Gauge
 
-from .. import mcp_client
+from .. import mcp_types
 from ..enums import FailureClass, McpServerPhase, SideEffectClass
 from ..executors import Call, Outcome, unconfirmed
 from ..kube import sandbox as ksandbox
@@ -151,6 +151,8 @@ class McpSupport:
         binding = call.descriptor.mcp if call.descriptor is not None else None
         assert binding is not None
         try:
+            from .. import mcp_client  # the SDK loads on the first exchange
+
             result = await mcp_client.call_tool(
                 url,
                 headers=headers,
@@ -161,12 +163,12 @@ class McpSupport:
                 expected_digest=binding.pinned_digest,
             )
         except (
-            mcp_client.McpUnavailable,
-            mcp_client.McpToolNotListed,
-            mcp_client.McpToolChanged,
+            mcp_types.McpUnavailable,
+            mcp_types.McpToolNotListed,
+            mcp_types.McpToolChanged,
         ) as exc:
             return Outcome.failed(FailureClass.TRANSIENT, str(exc))
-        except mcp_client.McpError as exc:
+        except mcp_types.McpError as exc:
             if exc.effect_possible:
                 return unconfirmed(call, f"MCP call broke: {exc}")
             return Outcome.failed(FailureClass.TOOL_ERROR, str(exc))
@@ -243,14 +245,16 @@ class McpSupport:
             status.phase = McpServerPhase.RETIRED
             await self.write(body, old, status)
             return 3600
-        discovery: mcp_client.Discovery | None = None
+        discovery: mcp_types.Discovery | None = None
         message = ""
         try:
             headers = await self.headers_for(namespace, spec)
+            from .. import mcp_client  # the SDK loads on the first exchange
+
             discovery = await mcp_client.discover(
                 spec.url, headers=headers, timeout=spec.probe.timeout_seconds
             )
-        except (mcp_client.McpError, NotFound, OSError) as exc:
+        except (mcp_types.McpError, NotFound, OSError) as exc:
             message = str(exc)[:512]
         ok = discovery is not None
         status.consecutive_failures = 0 if ok else old.consecutive_failures + 1
@@ -285,7 +289,7 @@ class McpSupport:
         return spec.probe.interval_seconds
 
     def apply_discovery(
-        self, status: McpServerStatus, discovery: mcp_client.Discovery, namespace: str, name: str
+        self, status: McpServerStatus, discovery: mcp_types.Discovery, namespace: str, name: str
     ) -> None:
         status.protocol_version = discovery.protocol_version
         status.server_name = discovery.server_name

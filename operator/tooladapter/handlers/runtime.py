@@ -46,6 +46,8 @@ class Runtime:
     tasks: dict[str, asyncio.Task[None]] = field(default_factory=dict)
     interrupts: dict[str, asyncio.Event] = field(default_factory=dict)
     finished: OrderedDict[str, None] = field(default_factory=OrderedDict)
+    #: Invocations seen unfinished on the watch: uid -> (namespace, name).
+    unfinished: dict[str, tuple[str, str]] = field(default_factory=dict)
     workers: list[asyncio.Task[None]] = field(default_factory=list)
     canary_server: asyncio.Server | None = None
 
@@ -66,6 +68,7 @@ class Runtime:
     def mark_finished(self, uid: str) -> None:
         self.finished[uid] = None
         self.interrupts.pop(uid, None)
+        self.unfinished.pop(uid, None)
         while len(self.finished) > FINISHED_MEMORY:
             self.finished.popitem(last=False)
 

@@ -2,7 +2,7 @@
 
 - uncertain-effect reconciler: an Executing invocation with no live flow in this operator
   is resumed, which follows its Job or settles it Uncertain (Failed when no effect was
-  possible); it is never re-executed.
+  possible); it is never re-executed. It also hands freed heap back to the OS.
 - sandbox reaper: Jobs, NetworkPolicies and Secrets of ended (or deleted) invocations are
   removed after a short retention; a Secret never outlives its call.
 - retention: finished invocations older than the configured age are deleted (receipts stay
@@ -19,6 +19,7 @@ from typing import Any
 from ..enums import InvocationState
 from ..kube import sandbox as ksandbox
 from ..kube.client import NotFound
+from ..memory import release_free_heap
 from ..pipeline.sandbox import LABEL_INVOCATION_UID
 from ..timeutil import parse_time
 from .invocations import PLURAL, InvocationFlow
@@ -39,18 +40,23 @@ async def every(seconds: float, job: Any, rt: Runtime, name: str) -> None:
 
 
 async def reconcile_uncertain(rt: Runtime) -> None:
-    async for body in rt.kube.iter_custom(PLURAL):
-        if not rt.settings.serves(body["metadata"]["namespace"]):
+    # The watch keeps the index of unfinished invocations (finished ones, possibly thousands,
+    # are never listed again); each candidate is re-read before it is resumed.
+    for uid, (namespace, name) in list(rt.unfinished.items()):
+        if uid in rt.tasks:
             continue
-        state = (body.get("status") or {}).get("state")
-        uid = body["metadata"]["uid"]
-        if state == InvocationState.EXECUTING and uid not in rt.tasks:
-            logger.info(
-                "resuming executing invocation %s/%s with no live flow",
-                body["metadata"]["namespace"],
-                body["metadata"]["name"],
-            )
+        try:
+            body = await rt.kube.get_custom(PLURAL, namespace, name)
+        except NotFound:
+            rt.unfinished.pop(uid, None)
+            continue
+        state = (body.get("status") or {}).get("state") or InvocationState.RECEIVED
+        if body["metadata"]["uid"] != uid or InvocationState(state).terminal:
+            rt.unfinished.pop(uid, None)
+        elif state == InvocationState.EXECUTING and uid not in rt.tasks:
+            logger.info("resuming executing invocation %s/%s with no live flow", namespace, name)
             rt.spawn(uid, InvocationFlow(rt, body).run())
+    release_free_heap()
 
 
 async def reap_sandboxes(rt: Runtime) -> None:
