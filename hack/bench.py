@@ -80,21 +80,21 @@ PAGE = os.sysconf("SC_PAGE_SIZE")
 
 #: What happens between two consecutive marks of the stage log (see handlers/invocations.py).
 SEGMENT_NOTES = {
-    "sent -> startedAt": "create + admission, watch event to the operator, kopf dispatch, "
-    "the flow's fresh GET",
+    "sent -> startedAt": "create + admission, watch event to the operator, kopf dispatch",
     "startedAt -> validation:passed": "descriptor lookup, bounds, JSON Schema, request hash",
-    "validation:passed -> permission:passed": "PATCH Validated, policy evaluation, 2 SARs",
-    "classification:passed -> approval:not-required": "PATCH Authorized",
-    "sandbox:none -> execute:started": "PATCH Brokered",
-    "sandbox:leased -> execute:started": "PATCH Brokered",
+    "validation:passed -> permission:passed": "policy evaluation, 2 SARs (allowed answers "
+    "remembered TOOLADAPTER_AUTHZ_CACHE_SECONDS)",
+    "sandbox:leased -> execute:started": "PATCH Executing (before the Job exists)",
     "credentials:none -> sandbox:leased": "NetworkPolicy create",
-    "execute:started -> sanitize:done": "PATCH Executing, then the tool itself",
-    "sanitize:done -> execute:observed": "result to the artifact store, lease release",
+    "execute:started -> sanitize:done": "the tool itself (a read in the operator: no PATCH "
+    "before it); for sandboxes the Job, its pod and the log read",
+    "sanitize:done -> execute:observed": "result to the artifact store (fsync, in a thread), "
+    "lease release",
     "execute:observed -> audit:receipt": "end time and state set",
-    "audit:receipt -> client saw terminal": "receipt built and stored, the final PATCH, "
+    "audit:receipt -> client saw terminal": "receipt built and stored, the one status PATCH, "
     "the watch event back to the client",
-    "execute:observed -> client saw terminal": "receipt built and stored, the final PATCH, "
-    "the watch event back to the client",
+    "execute:observed -> client saw terminal": "receipt built and stored, the one status "
+    "PATCH, the watch event back to the client",
 }
 
 
