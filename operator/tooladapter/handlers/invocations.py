@@ -136,11 +136,15 @@ class InvocationFlow:
             StageEntry(stage=str(stage), outcome=outcome, time=now_iso(), detail=detail[:1024])
         )
 
+    def enter(self, state: InvocationState) -> None:
+        """Move to `state` in memory, after checking the transition is legal."""
+        transition(self.status.state, state)
+        self.status.state = state
+
     async def commit(self, state: InvocationState | None = None) -> None:
-        """Persist status (with a new state, after checking the transition is legal)."""
+        """Persist status (with a new state, entered first)."""
         if state is not None and state != self.status.state:
-            transition(self.status.state, state)
-            self.status.state = state
+            self.enter(state)
         obj = await self.rt.kube.patch_status(PLURAL, self.namespace, self.name, self.status.wire())
         self.body = obj
         self.persisted_state = self.status.state
@@ -150,8 +154,7 @@ class InvocationFlow:
         write (the stages between writes are safe to repeat after a restart)."""
         if self.rt.settings.write_every_state:
             return await self.commit(state)
-        transition(self.status.state, state)
-        self.status.state = state
+        self.enter(state)
 
     # ------------------------------------------------------------------ the walk
 
@@ -780,8 +783,7 @@ class InvocationFlow:
         if self.write_before_execute(descriptor):
             await self.commit(InvocationState.EXECUTING)
         else:
-            transition(self.status.state, InvocationState.EXECUTING)
-            self.status.state = InvocationState.EXECUTING
+            await self.advance(InvocationState.EXECUTING)
         self.started_here = True
 
     def write_before_execute(self, descriptor: ToolDescriptorSpec) -> bool:
@@ -984,8 +986,7 @@ class InvocationFlow:
     async def end(self, state: InvocationState, *, post_event: bool = True) -> None:
         spec = self.spec
         self.status.ended_at = now_iso()
-        transition(self.status.state, state)
-        self.status.state = state
+        self.enter(state)
         self.record(Stage.AUDIT, "receipt", "tool-invocation-v1 written to the artifact store")
         descriptor = self.descriptor
         receipt = build_receipt(
@@ -1017,8 +1018,7 @@ class InvocationFlow:
             policy_decision_id=self.status.policy_decision_id,
             written_at=self.status.ended_at,
         )
-        obj = await self.rt.kube.patch_status(PLURAL, self.namespace, self.name, self.status.wire())
-        self.body = obj
+        await self.commit()
         tool = spec.tool.id if spec else "unknown"
         INVOCATIONS.labels(
             self.namespace, tool, str(self.status.effective_class or ""), str(state)
