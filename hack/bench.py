@@ -755,18 +755,12 @@ class Bench:
                 **({"PYTHONPATH": self.cfg.operator_src} if self.cfg.operator_src else {}),
             },
         )
-        # A cluster that has just come up can fail the operator's start-up activity once
-        # (kopf retries it only after 60 s): try a second time before giving up.
-        for attempt in (1, 2):
-            try:
-                self.operator.start()
-                break
-            except AssertionError as exc:
-                tail = self.operator.tail(40)
-                self.operator.stop()
-                if attempt == 2:
-                    raise RuntimeError(f"{exc}\noperator log (tail):\n{tail}") from None
-                self.report["warnings"].append(f"operator start-up retried: {tail[-600:]}")
+        try:
+            self.operator.start()
+        except AssertionError as exc:
+            tail = self.operator.tail(40)
+            self.operator.stop()
+            raise RuntimeError(f"{exc}\noperator log (tail):\n{tail}") from None
 
     def publish_tools(self) -> None:
         custom = client.CustomObjectsApi(self.admin)

@@ -51,7 +51,9 @@ class _NoDiffBase(kopf.AnnotationsDiffBaseStorage):
         return None
 
 
-@kopf.on.startup()
+# CRDs applied a moment ago answer 429 "storage is (re)initializing" for a few seconds: retry
+# the start-up soon rather than after kopf's default minute.
+@kopf.on.startup(backoff=2)
 async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
     settings.persistence.finalizer = f"{GROUP}/finalizer"
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
@@ -83,6 +85,12 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     config = Settings.from_env()
     kube = await Kube.connect()
     catalog = Catalog()
+    try:
+        # First, so a failed attempt leaves nothing open (no listener, no session) behind.
+        await catalog.prime(kube)
+    except BaseException:
+        await kube.close()
+        raise
     session = aiohttp.ClientSession()
     access = AllowCache(config.authz_cache_seconds)
     rt = Runtime(
@@ -101,7 +109,6 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
         if started is not None:
             rt.canary_server, rt.sandbox.canary = started
     mcp.attach(rt)
-    await catalog.prime(kube)
     serve(config.metrics_port)
     memo["runtime"] = rt
     logger.info("tooladapter started; artifacts in %s", config.artifact_dir)
