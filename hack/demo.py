@@ -11,17 +11,15 @@ from __future__ import annotations
 import http.server
 import json
 import subprocess
-import sys
 import tempfile
 import threading
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from kubernetes import client
 
-from kubernetes import client  # noqa: E402
-from tests.support import (  # noqa: E402
+from tooladapter import GROUP, VERSION
+from tooladapter.devtools import (
     OperatorProcess,
     admin_client,
     free_port,
@@ -30,9 +28,9 @@ from tests.support import (  # noqa: E402
     wait_for,
 )
 
+ROOT = Path(__file__).resolve().parent.parent
 NS = "tooladapter-demo"
 AGENT = "demo-agent"
-GROUP, VERSION = "tooladapter.dev", "v1alpha1"
 
 
 def kubectl(*args: str, stdin: str | None = None, kubeconfig: str | None = None) -> str:

@@ -35,6 +35,13 @@ class SideEffectClass(StrEnum):
     def highest(cls, *classes: SideEffectClass) -> SideEffectClass:
         return max(classes, key=lambda c: c.rank)
 
+    @property
+    def effects_contained(self) -> bool:
+        """The one rule behind Failed vs Uncertain: a read tool has no effect and a sandbox
+        tool only one inside its own throwaway sandbox, so an unconfirmed end of either is
+        Failed (safe to retry); any other class may have changed the world: Uncertain."""
+        return self in _CONTAINED_CLASSES
+
 
 # spend is financial: ranked beside production so nothing "raises" spend to a lower class.
 _CLASS_RANK = {
@@ -45,6 +52,8 @@ _CLASS_RANK = {
     SideEffectClass.PRODUCTION: 4,
     SideEffectClass.SPEND: 5,
 }
+
+_CONTAINED_CLASSES = frozenset({SideEffectClass.READ, SideEffectClass.SANDBOX})
 
 #: Classes that execute only with a bound approval (spend only above the policy threshold).
 GATED_CLASSES = frozenset(
@@ -131,18 +140,76 @@ class FailureClass(StrEnum):
 
 
 class Stage(StrEnum):
-    """Pipeline stages, in their fixed order."""
+    """Pipeline stages, in the order they are recorded in `status.stages`.
 
+    The reference's ten stages, plus the ones Kubernetes needs: the idempotency claim and
+    the fencing check (admission), the rate limit, and the re-check of everything that can
+    change while a call waits, made right before it acts.
+    """
+
+    IDEMPOTENCY = "idempotency"
+    FENCING = "fencing"
     VALIDATION = "validation"
+    RATE_LIMIT = "rate-limit"
     PERMISSION = "permission"
     POLICY = "policy"
     CLASSIFICATION = "classification"
     APPROVAL = "approval"
     CREDENTIALS = "credentials"
     SANDBOX = "sandbox"
+    RECHECK = "recheck"
     EXECUTE = "execute"
     SANITIZE = "sanitize"
     AUDIT = "audit"
+
+
+class StageOutcome(StrEnum):
+    """What one stage entry says happened."""
+
+    PASSED = "passed"
+    DENIED = "denied"
+    DUPLICATE = "duplicate"
+    WAITING = "waiting"
+    BOUND = "bound"
+    REJECTED = "rejected"
+    NOT_REQUIRED = "not-required"
+    BROKERED = "brokered"
+    NONE = "none"
+    LEASED = "leased"
+    STARTED = "started"
+    DONE = "done"
+    RECEIPT = "receipt"
+    OBSERVED = "observed"
+    FAILED = "failed"
+    UNCERTAIN = "uncertain"
+    CANCELLED = "cancelled"
+
+
+class Resource(StrEnum):
+    """The plural of every kind the operator reads or writes: one table, one spelling."""
+
+    INVOCATIONS = "toolinvocations"
+    DESCRIPTORS = "tooldescriptors"
+    POLICIES = "toolpolicies"
+    APPROVALS = "toolapprovals"
+    MCP_SERVERS = "mcpservers"
+    SIDE_EFFECT_CLASSES = "sideeffectclasses"
+
+
+class BindCode(StrEnum):
+    """Why an approval did or did not bind to an invocation (on the approval's status)."""
+
+    BOUND = "bound"
+    WRONG_INVOCATION = "wrong-invocation"
+    REQUEST_HASH_MISMATCH = "request-hash-mismatch"
+    TOOL_VERSION_MISMATCH = "tool-version-mismatch"
+    CREATOR_MISMATCH = "creator-mismatch"
+    SELF_APPROVAL = "self-approval"
+    REVIEWER_NOT_ALLOWED = "reviewer-not-allowed"
+    ALREADY_USED = "already-used"
+    INVALID_EXPIRY = "invalid-expiry"
+    EXPIRED = "expired"
+    REJECTED = "rejected"
 
 
 class ApprovalDecision(StrEnum):

@@ -20,11 +20,14 @@ from pydantic.config import JsonDict
 from .enums import (
     ApprovalDecision,
     BlockAction,
+    FailureClass,
     InvocationState,
     McpServerPhase,
     RiskClass,
     SandboxKind,
     SideEffectClass,
+    Stage,
+    StageOutcome,
     ToolKind,
 )
 
@@ -364,8 +367,8 @@ class ToolInvocationSpec(Model):
 
 
 class StageEntry(Model):
-    stage: str
-    outcome: str
+    stage: Stage
+    outcome: StageOutcome
     time: str
     detail: str = ""
 
@@ -444,7 +447,8 @@ class ExecutionRecord(Model):
     kind: ToolKind
     started_at: str
     job_name: str | None = None
-    effect_possible: bool = True
+    #: The argv a shell or container tool runs (after the shell check), for the receipt.
+    command_line: list[str] = Field(default_factory=list)
 
 
 class ToolInvocationStatus(Model):
@@ -464,8 +468,12 @@ class ToolInvocationStatus(Model):
     receipt: ReceiptSummary | None = None
     receipt_ref: str | None = None
     audit_ref: str | None = None
-    failure_class: str | None = None
-    denied_stage: str | None = None
+    failure_class: FailureClass | None = None
+    denied_stage: Stage | None = None
+    #: A block-listed shell command escalated by policy needs an approval whatever its class.
+    approval_forced: bool | None = None
+    #: When the wait for an approval began (its timeout counts from here, across restarts).
+    approval_requested_at: str | None = None
     stages: list[StageEntry] = Field(default_factory=list)
     started_at: str | None = None
     ended_at: str | None = None

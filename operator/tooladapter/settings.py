@@ -66,9 +66,8 @@ class Settings:
     retention_seconds: int = 0
     #: Approval wait when no ToolPolicy sets one.
     default_approval_timeout_seconds: int = 3600
-    #: Users allowed to read the operator's logs: results never reach them unredacted.
-    log_results: bool = False
-    #: Egress CIDRs always denied to http tools unless explicitly allow-listed.
+    #: Hosts (names, addresses or CIDRs) http tools may never reach, even when a
+    #: descriptor allow-lists them: cloud metadata services hand out node credentials.
     blocked_http_hosts: tuple[str, ...] = ("169.254.169.254", "metadata.google.internal")
 
     #: Gate every sandbox on proof that its NetworkPolicy is enforced (see pipeline.sandbox).
@@ -81,7 +80,7 @@ class Settings:
     write_every_state: bool = False
     #: Seconds an allowed SubjectAccessReview answer is reused (0: review every call).
     authz_cache_seconds: int = 2
-    #: Namespace globs this operator serves (empty: all); see `python -m tooladapter run`.
+    #: Namespace globs this operator serves (empty: all); kopf watches only these.
     namespaces: tuple[str, ...] = ()
 
     def serves(self, namespace: str) -> bool:

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from tests.support import (
+from tooladapter.devtools import (
     Namespace,
     OperatorProcess,
     admin_client,

@@ -10,9 +10,8 @@ from typing import Any
 
 from kubernetes import client
 
-from tests.support import (
-    GROUP,
-    VERSION,
+from tooladapter import GROUP, VERSION
+from tooladapter.devtools import (
     client_with_token,
     sa_user,
     token_for,

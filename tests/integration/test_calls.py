@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import pytest
 from kubernetes import client
 
-from tests.support import Namespace, OperatorProcess, free_port, node_ip, wait_for
+from tooladapter.devtools import Namespace, OperatorProcess, free_port, node_ip, wait_for
 
 from .objects import (
     Agent,

@@ -24,7 +24,8 @@ from tests.mcp_servers import (
     TOOLS,
     ServerProcess,
 )
-from tests.support import GROUP, VERSION, Namespace, wait_for
+from tooladapter import GROUP, VERSION
+from tooladapter.devtools import Namespace, wait_for
 from tooladapter.pipeline.mcp import tool_digest
 
 from .objects import Agent, approve, create, custom, descriptor, get, pretty, status_of

@@ -14,9 +14,9 @@ from tooladapter.pipeline.approval import (
     approval_timed_out,
     bind_approval,
     needs_approval,
-    parse_rfc3339,
 )
 from tooladapter.pipeline.policy import PolicyDecision, evaluate_policies
+from tooladapter.timeutil import parse_time
 
 HASH = "sha256:" + "1" * 64
 OTHER_HASH = "sha256:" + "2" * 64
@@ -187,6 +187,6 @@ def test_approval_times_out_after_the_timeout() -> None:
 
 
 def test_parse_rfc3339_needs_an_offset() -> None:
-    assert parse_rfc3339("2026-01-01T12:00:00Z") == NOW
+    assert parse_time("2026-01-01T12:00:00Z") == NOW
     with pytest.raises(ValueError, match="no UTC offset"):
-        parse_rfc3339("2026-01-01T12:00:00")
+        parse_time("2026-01-01T12:00:00")

@@ -1,8 +1,11 @@
-"""Executors: one small interface (`execute(call) -> Outcome`) for every tool kind.
+"""Executors: one small interface (`Executor`) for every tool kind.
 
 An Outcome says what is known about the effect: Observed (result seen), Failed (no effect
 could have happened, or the tool reported an error), Uncertain (it may have happened and
 cannot be confirmed) or Cancelled (interrupted before anything started).
+
+The one rule behind Failed vs Uncertain is `SideEffectClass.effects_contained`: every
+executor settles an unconfirmed end through `unconfirmed`, never on its own.
 """
 
 from __future__ import annotations
@@ -68,14 +71,42 @@ def unconfirmed(call: Call, message: str, *, output: bytes = b"") -> Outcome:
     return unconfirmed_for(call.effective_class, message, output=output)
 
 
-def unconfirmed_for(effective: SideEffectClass, message: str, *, output: bytes = b"") -> Outcome:
-    if effective in (SideEffectClass.READ, SideEffectClass.SANDBOX):
-        # read tools have no effect, sandbox tools only inside their own throwaway sandbox.
-        return Outcome(InvocationState.FAILED, output, None, None, FailureClass.TRANSIENT, message)
+def unconfirmed_for(
+    effective: SideEffectClass,
+    message: str,
+    *,
+    output: bytes = b"",
+    failure: FailureClass = FailureClass.TRANSIENT,
+    exit_code: int | None = None,
+) -> Outcome:
+    """Failed with `failure` when the class keeps effects contained, else Uncertain."""
+    if effective.effects_contained:
+        return Outcome(InvocationState.FAILED, output, None, exit_code, failure, message)
     return Outcome(
-        InvocationState.UNCERTAIN, output, None, None, FailureClass.EFFECT_UNCONFIRMED, message
+        InvocationState.UNCERTAIN,
+        output,
+        None,
+        exit_code,
+        FailureClass.EFFECT_UNCONFIRMED,
+        message if failure == FailureClass.TRANSIENT else f"{message}; its effect is unconfirmed",
     )
 
 
 class Executor(Protocol):
-    async def execute(self, call: Call) -> Outcome: ...
+    """Runs one kind of tool."""
+
+    async def execute(self, call: Call) -> Outcome:
+        """Start the call and see it to its end."""
+
+    async def resume(self, call: Call) -> Outcome:
+        """The call was started by an operator that stopped: follow it, never start it again."""
+
+
+class InOperator:
+    """Executors whose call runs inside the operator process: it died with the process."""
+
+    async def resume(self, call: Call) -> Outcome:
+        kind = call.descriptor.kind if call.descriptor else "tool"
+        return unconfirmed(
+            call, f"the operator stopped during the {kind} call; its effect cannot be confirmed"
+        )

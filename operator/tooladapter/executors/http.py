@@ -6,16 +6,39 @@ Whether the request was sent decides Failed versus Uncertain when something brea
 
 from __future__ import annotations
 
+import ipaddress
+from urllib.parse import urlsplit
+
 import aiohttp
 
 from ..enums import FailureClass
 from ..pipeline.validation import render_http_request
-from . import Call, Outcome, unconfirmed
+from . import Call, InOperator, Outcome, unconfirmed
 
 
-class HttpExecutor:
-    def __init__(self, session: aiohttp.ClientSession) -> None:
+def blocked_host(url: str, blocked: tuple[str, ...]) -> str | None:
+    """The entry of `blocked` that the URL's host matches (a name, an address or a CIDR)."""
+    host = (urlsplit(url).hostname or "").lower().rstrip(".")
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        address = None
+    for entry in blocked:
+        if host == entry.lower().rstrip("."):
+            return entry
+        if address is not None:
+            try:
+                if address in ipaddress.ip_network(entry, strict=False):
+                    return entry
+            except ValueError:
+                continue
+    return None
+
+
+class HttpExecutor(InOperator):
+    def __init__(self, session: aiohttp.ClientSession, blocked_hosts: tuple[str, ...] = ()) -> None:
         self.session = session
+        self.blocked_hosts = blocked_hosts
 
     async def execute(self, call: Call) -> Outcome:
         spec = call.descriptor.http if call.descriptor else None
@@ -25,6 +48,12 @@ class HttpExecutor:
             method, url, headers, body = render_http_request(spec, call.arguments)
         except ValueError as exc:
             return Outcome.failed(FailureClass.VALIDATION, str(exc))
+        blocked = blocked_host(url, self.blocked_hosts)
+        if blocked is not None:
+            return Outcome.failed(
+                FailureClass.POLICY_DENIED,
+                f"{method} {url}: the host is blocked for every tool ({blocked})",
+            )
         timeout = aiohttp.ClientTimeout(total=call.timeout_seconds)
         sent = False
         try:

@@ -6,23 +6,17 @@ import json
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from kubernetes_asyncio.client.exceptions import ApiException
-
-from ..enums import FailureClass
-from ..kube import auth
-from ..kube.client import Kube, json_body
-from . import Call, Outcome
+from ..enums import FailureClass, Resource
+from ..kube.cluster import Cluster
+from . import Call, InOperator, Outcome
 
 #: Lists the active descriptors of a namespace (served from the operator's index).
 DescriptorLister = Callable[[str], list[dict[str, Any]]]
 
 
-class NativeExecutor:
-    def __init__(
-        self, kube: Kube, list_descriptors: DescriptorLister, access: auth.AllowCache | None = None
-    ) -> None:
-        self.kube = kube
-        self.access = access
+class NativeExecutor(InOperator):
+    def __init__(self, cluster: Cluster, list_descriptors: DescriptorLister) -> None:
+        self.cluster = cluster
         self.list_descriptors = list_descriptors
         self.tools: dict[str, Callable[[Call], Awaitable[Outcome]]] = {
             "list-tools": self.list_tools,
@@ -42,14 +36,12 @@ class NativeExecutor:
             spec, status = body.get("spec", {}), body.get("status") or {}
             if not (status.get("active") and status.get("healthy")):
                 continue
-            verdict = await auth.can(
-                self.kube,
+            verdict = await self.cluster.can(
                 user=call.caller,
                 namespace=call.namespace,
                 verb="invoke",
-                resource="tooldescriptors",
+                resource=Resource.DESCRIPTORS,
                 name=spec.get("toolId"),
-                cache=self.access,
             )
             if verdict.allowed:
                 visible.append(
@@ -69,33 +61,22 @@ class NativeExecutor:
         """A ConfigMap of the caller's namespace, only if the caller may read it."""
         name = str(call.arguments.get("name", ""))
         key = call.arguments.get("key")
-        verdict = await auth.can(
-            self.kube,
+        verdict = await self.cluster.can(
             user=call.caller,
             namespace=call.namespace,
             verb="get",
             resource="configmaps",
             name=name,
             group="",
-            cache=self.access,
         )
         if not verdict.allowed:
             return Outcome.failed(
                 FailureClass.PERMISSION_DENIED,
                 f"{call.caller} may not get configmaps/{name} in {call.namespace}",
             )
-        try:
-            # Only the data is needed: the JSON answer, not the client's model objects.
-            cm = await json_body(
-                await self.kube.core.read_namespaced_config_map(
-                    name, call.namespace, _preload_content=False
-                )
-            )
-        except ApiException as exc:
-            if exc.status == 404:
-                return Outcome.failed(FailureClass.TOOL_ERROR, f"configmap {name} not found")
-            raise
-        data = dict(cm.get("data") or {})
+        data = await self.cluster.read_config_map(call.namespace, name)
+        if data is None:
+            return Outcome.failed(FailureClass.TOOL_ERROR, f"configmap {name} not found")
         if key is not None:
             if key not in data:
                 return Outcome.failed(FailureClass.TOOL_ERROR, f"configmap {name} has no key {key}")

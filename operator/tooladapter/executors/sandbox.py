@@ -1,8 +1,8 @@
 """Shell and container tools in a Job per invocation (see `pipeline.sandbox` for its spec).
 
-`start` creates the Job (idempotently: a resumed operator finds the one it made) and follows
-it to its end; `follow` only follows, for an operator that restarted mid-execution and must
-never create a second Job.
+`execute` creates the Job (idempotently: a resumed operator finds the one it made) and
+follows it to its end; `resume` only follows, for an operator that restarted mid-execution
+and must never create a second Job.
 """
 
 from __future__ import annotations
@@ -12,35 +12,38 @@ import json
 from dataclasses import replace
 from typing import Any
 
-from ..enums import FailureClass, InvocationState, SideEffectClass
+from .. import API_VERSION
+from ..enums import FailureClass, InvocationState
 from ..kube import sandbox as ksandbox
-from ..kube.client import Kube
-from ..pipeline.sandbox import LeaseNames, build_job, network_gate_for
+from ..kube.client import Refused
+from ..kube.cluster import Cluster
+from ..pipeline.sandbox import LeaseNames, build_job, network_gate_for, owner_reference
 from ..settings import Settings
-from . import Call, Outcome, unconfirmed
+from . import Call, Outcome, unconfirmed, unconfirmed_for
 
 #: Time the Job may take to be scheduled and report, beyond the tool's own timeout.
 SCHEDULING_MARGIN_SECONDS = 120
 
 
 class SandboxExecutor:
-    def __init__(self, kube: Kube, settings: Settings) -> None:
-        self.kube = kube
+    def __init__(self, cluster: Cluster, settings: Settings) -> None:
+        self.cluster = cluster
         self.settings = settings
         #: (host, port) of the operator's canary listener; None: no network gate.
         self.canary: tuple[str, int] | None = None
 
-    def job_for(
-        self, call: Call, owner: dict[str, Any], *, has_secret: bool, has_token: bool
-    ) -> dict[str, Any]:
-        assert call.descriptor is not None
-        sandbox = call.descriptor.sandbox
-        assert sandbox is not None
+    def job_for(self, call: Call) -> dict[str, Any]:
+        descriptor = call.descriptor
+        if descriptor is None or descriptor.sandbox is None:
+            raise ValueError("a sandboxed call needs a descriptor with a sandbox block")
+        sandbox = descriptor.sandbox
         return build_job(
             namespace=call.namespace,
             uid=call.uid,
             invocation_name=call.name,
-            owner=owner,
+            owner=owner_reference(
+                api_version=API_VERSION, kind="ToolInvocation", name=call.name, uid=call.uid
+            ),
             sandbox=sandbox,
             image=sandbox.image or self.settings.sandbox_image,
             argv=list(call.argv),
@@ -48,24 +51,32 @@ class SandboxExecutor:
             timeout_seconds=call.timeout_seconds,
             lease_id=call.lease_id or call.uid,
             image_pull_policy=self.settings.image_pull_policy,
-            secret_dependencies=call.descriptor.secret_dependencies if has_secret else None,
-            has_token=has_token,
+            secret_dependencies=descriptor.secret_dependencies or None,
+            has_token=descriptor.authorization.kubernetes_identity is not None,
             network_gate=network_gate_for(self.canary, list(sandbox.egress.allow)),
             gate_image=self.settings.sandbox_image,
         )
 
-    async def start(self, call: Call, job: dict[str, Any]) -> Outcome:
-        await ksandbox.create_idempotent(self.kube, job)
+    async def execute(self, call: Call) -> Outcome:
+        try:
+            job = self.job_for(call)
+            await self.cluster.create(job)
+        except (Refused, ValueError) as exc:
+            # No Job exists, so no effect could have started: Failed, never retried as is.
+            return Outcome.failed(
+                FailureClass.INTERNAL if isinstance(exc, ValueError) else FailureClass.TRANSIENT,
+                f"the sandbox Job could not be created: {exc}",
+            )
+        return await self.follow(call)
+
+    async def resume(self, call: Call) -> Outcome:
         return await self.follow(call)
 
     async def follow(self, call: Call) -> Outcome:
         names = LeaseNames.for_uid(call.uid)
         waiter = asyncio.ensure_future(
-            ksandbox.wait_for_job(
-                self.kube,
-                call.namespace,
-                names.job,
-                timeout=call.timeout_seconds + SCHEDULING_MARGIN_SECONDS,
+            self.cluster.wait_for_job(
+                call.namespace, names.job, timeout=call.timeout_seconds + SCHEDULING_MARGIN_SECONDS
             )
         )
         interrupt = asyncio.ensure_future(call.interrupted.wait())
@@ -79,7 +90,7 @@ class SandboxExecutor:
         try:
             job = waiter.result()
         except TimeoutError as exc:
-            await ksandbox.delete_quietly(self.kube, "Job", call.namespace, names.job)
+            await self.cluster.delete("Job", call.namespace, names.job)
             return unconfirmed(call, str(exc))
         if job is None:
             return unconfirmed(call, f"sandbox job {names.job} disappeared before it finished")
@@ -87,10 +98,10 @@ class SandboxExecutor:
 
     async def interrupt(self, call: Call) -> Outcome:
         names = LeaseNames.for_uid(call.uid)
-        pod = await ksandbox.job_pod(self.kube, call.namespace, call.uid)
+        pod = await self.cluster.job_pod(call.namespace, call.uid)
         started = ksandbox.pod_started(pod)
-        await ksandbox.delete_quietly(self.kube, "Job", call.namespace, names.job)
-        contained = call.effective_class in (SideEffectClass.READ, SideEffectClass.SANDBOX)
+        await self.cluster.delete("Job", call.namespace, names.job)
+        contained = call.effective_class.effects_contained
         if not started or contained:
             why = "before the tool started" if not started else "inside its own sandbox only"
             return Outcome(
@@ -106,8 +117,8 @@ class SandboxExecutor:
 
     async def outcome_of(self, call: Call, job: dict[str, Any]) -> Outcome:
         finished = ksandbox.job_finished(job)
-        result = await ksandbox.pod_outcome(
-            self.kube, call.namespace, call.uid, max_bytes=call.max_result_bytes
+        result = await self.cluster.pod_outcome(
+            call.namespace, call.uid, max_bytes=call.max_result_bytes
         )
         if finished == "Complete":
             return Outcome.observed(
@@ -152,19 +163,15 @@ class SandboxExecutor:
 def _contained_failure(
     call: Call, failure: FailureClass, message: str, result: ksandbox.PodOutcome
 ) -> Outcome:
-    """A killed tool: Failed when its class keeps effects inside the sandbox, else Uncertain."""
-    if (
-        call.effective_class in (SideEffectClass.READ, SideEffectClass.SANDBOX)
-        or not result.started
-    ):
+    """A killed tool: Failed when it never started, else by the class's containment rule."""
+    if not result.started:
         return Outcome.failed(failure, message, output=result.log, exit_code=result.exit_code)
-    return Outcome(
-        InvocationState.UNCERTAIN,
-        result.log,
-        None,
-        result.exit_code,
-        FailureClass.EFFECT_UNCONFIRMED,
-        f"{message}; its effect is unconfirmed",
+    return unconfirmed_for(
+        call.effective_class,
+        message,
+        output=result.log,
+        failure=failure,
+        exit_code=result.exit_code,
     )
 
 

@@ -11,16 +11,15 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from ..enums import ToolKind
+from ..enums import Resource, ToolKind
+from ..events import object_ref
 from ..model import Condition, ToolDescriptorSpec, ToolDescriptorStatus, describe_errors
 from ..pipeline.hashing import digest
 from ..pipeline.validation import check_descriptor
+from ..runtime import Runtime
 from ..timeutil import now_iso
-from .events import object_ref, post
-from .runtime import Runtime
 
 logger = logging.getLogger("tooladapter.descriptors")
-PLURAL = "tooldescriptors"
 
 
 def desired_status(
@@ -89,7 +88,7 @@ async def reconcile_descriptor(rt: Runtime, event_type: str | None, body: dict[s
     ident = f"{spec.get('toolId')}@{spec.get('version')}"
     if event_type == "DELETED":
         if current.get("active"):
-            post(
+            rt.events.post(
                 _ref(body),
                 reason="ToolDescriptorRetired",
                 message=f"{ident} retired: descriptor deleted",
@@ -105,22 +104,22 @@ async def reconcile_descriptor(rt: Runtime, event_type: str | None, body: dict[s
         )
         same = old.get("status") == cond["status"]
         cond["lastTransitionTime"] = old.get("lastTransitionTime") if same else now_iso()
-    await rt.kube.patch_status(PLURAL, meta["namespace"], meta["name"], desired)
+    await rt.cluster.patch_status(Resource.DESCRIPTORS, meta["namespace"], meta["name"], desired)
     if desired["active"] and not current.get("active"):
-        post(
+        rt.events.post(
             _ref(body),
             reason="ToolDescriptorActivated",
             message=f"{ident} is callable (kind {spec.get('kind')}, "
             f"class {spec.get('sideEffectClass')})",
         )
     elif current.get("active") and not desired["active"]:
-        post(
+        rt.events.post(
             _ref(body),
             reason="ToolDescriptorRetired",
             message=f"{ident} retired: {desired.get('message')}",
         )
     if not desired["active"] and desired["conditions"][0]["reason"] == "Invalid":
-        post(
+        rt.events.post(
             _ref(body),
             warning=True,
             reason="ToolDescriptorInvalid",

@@ -12,17 +12,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
-import json
 import logging
 from typing import Any
 
 from prometheus_client import Counter, Gauge
 
 from .. import mcp_types
-from ..enums import FailureClass, McpServerPhase, SideEffectClass
-from ..executors import Call, Outcome, unconfirmed
-from ..kube import sandbox as ksandbox
+from ..enums import McpServerPhase, Resource
+from ..events import object_ref
+from ..executors.mcp import credentials_for
 from ..kube.client import NotFound
 from ..model import (
     Condition,
@@ -33,25 +31,19 @@ from ..model import (
     McpServerStatus,
     McpToolBinding,
     McpToolInfo,
-    ToolDescriptorSpec,
 )
-from ..pipeline.classification import mcp_hint_class
 from ..pipeline.mcp import (
     check_binding,
     detect_shadowing,
     next_phase,
     server_digest,
     tool_digest,
-    validate_structured_output,
 )
-from ..pipeline.sanitize import redact_text
+from ..runtime import Runtime
 from ..timeutil import now_iso
 from . import descriptors
-from .events import object_ref, post
-from .runtime import Runtime
 
 logger = logging.getLogger("tooladapter.mcp")
-PLURAL = "mcpservers"
 
 SERVER_UP = Gauge(
     "tooladapter_mcp_server_up", "1 when the last probe passed.", ["tenant", "server"]
@@ -61,8 +53,8 @@ PROBE_FAILURES = Counter(
 )
 
 
-class McpSupport:
-    """`rt.mcp`: what the invocation flow and descriptor reconciliation ask of MCP."""
+class McpServers:
+    """`rt.mcp`: one probe loop per McpServer, and the health of descriptors bound to it."""
 
     def __init__(self, rt: Runtime) -> None:
         self.rt = rt
@@ -73,23 +65,7 @@ class McpSupport:
     # ------------------------------------------------------------------ lookups
 
     def server(self, namespace: str, name: str) -> dict[str, Any] | None:
-        return self.rt.catalog.servers.get(namespace, {}).get(name)
-
-    def discovered_tool(self, namespace: str, server: str, tool: str) -> dict[str, Any] | None:
-        body = self.server(namespace, server)
-        for info in ((body or {}).get("status") or {}).get("tools") or []:
-            if info.get("name") == tool:
-                return dict(info)
-        return None
-
-    def hinted_class(
-        self, namespace: str, descriptor: ToolDescriptorSpec
-    ) -> SideEffectClass | None:
-        """Annotations are untrusted hints: `classify` lets them raise, never lower."""
-        if descriptor.mcp is None:
-            return None
-        info = self.discovered_tool(namespace, descriptor.mcp.server, descriptor.mcp.tool)
-        return mcp_hint_class((info or {}).get("annotations"))
+        return self.rt.catalog.server(namespace, name)
 
     def descriptor_health(self, namespace: str, spec: dict[str, Any]) -> tuple[bool, str, str]:
         binding = spec.get("mcp") or {}
@@ -110,83 +86,6 @@ class McpSupport:
             reason = "SchemaChanged" if check.code == "schema-changed" else "ToolMissing"
             return False, reason, check.reason
         return True, "Bound", f"bound to {binding.get('server')}/{binding.get('tool')}"
-
-    # ------------------------------------------------------------------ calls
-
-    async def headers_for(self, namespace: str, spec: McpServerSpec) -> dict[str, str]:
-        """Server credentials from its Secret, sent only to that server."""
-        return (await self.credentials_for(namespace, spec))[0]
-
-    async def credentials_for(
-        self, namespace: str, spec: McpServerSpec
-    ) -> tuple[dict[str, str], list[str]]:
-        """The headers carrying the server's credential, and the secret value itself."""
-        if spec.credentials is None:
-            return {}, []
-        ref = spec.credentials.secret_key_ref
-        data = await ksandbox.read_secret_keys(self.rt.kube, namespace, ref.name)
-        if ref.key not in data:
-            raise NotFound(f"secret {ref.name} has no key {ref.key}")
-        value = ksandbox.decode_b64(data[ref.key])
-        header = {spec.credentials.header: f"{spec.credentials.scheme} {value}".strip()}
-        return header, [value]
-
-    async def execute(self, call: Call) -> Outcome:
-        descriptor = call.descriptor
-        if descriptor is None or descriptor.mcp is None:
-            return Outcome.failed(FailureClass.VALIDATION, "descriptor has no mcp binding")
-        binding = descriptor.mcp
-        body = self.server(call.namespace, binding.server)
-        if body is None:
-            return Outcome.failed(FailureClass.TRANSIENT, f"McpServer {binding.server} not found")
-        spec = McpServerSpec.model_validate(body["spec"])
-        try:
-            headers, secrets = await self.credentials_for(call.namespace, spec)
-        except NotFound as exc:
-            return Outcome.failed(FailureClass.CREDENTIALS, f"server credentials: {exc}")
-        outcome = await self._call(call, spec.url, headers)
-        return _redacted(outcome, secrets) if secrets else outcome
-
-    async def _call(self, call: Call, url: str, headers: dict[str, str]) -> Outcome:
-        binding = call.descriptor.mcp if call.descriptor is not None else None
-        assert binding is not None
-        try:
-            from .. import mcp_client  # the SDK loads on the first exchange
-
-            result = await mcp_client.call_tool(
-                url,
-                headers=headers,
-                tool=binding.tool,
-                arguments=call.arguments,
-                timeout=call.timeout_seconds,
-                idempotency_key=call.idempotency_key,
-                expected_digest=binding.pinned_digest,
-            )
-        except (
-            mcp_types.McpUnavailable,
-            mcp_types.McpToolNotListed,
-            mcp_types.McpToolChanged,
-        ) as exc:
-            return Outcome.failed(FailureClass.TRANSIENT, str(exc))
-        except mcp_types.McpError as exc:
-            if exc.effect_possible:
-                return unconfirmed(call, f"MCP call broke: {exc}")
-            return Outcome.failed(FailureClass.TOOL_ERROR, str(exc))
-        output = result.content_text.encode()
-        if result.is_error:
-            return Outcome.failed(
-                FailureClass.TOOL_ERROR, "the MCP tool reported an error", output=output
-            )
-        problems = validate_structured_output(
-            (result.tool or {}).get("outputSchema"), result.structured_content
-        )
-        if problems:
-            return Outcome.failed(
-                FailureClass.OUTPUT_INVALID,
-                "structuredContent violates the outputSchema: " + "; ".join(problems[:10]),
-                output=output,
-            )
-        return Outcome.observed(output, structured=result.structured_content)
 
     # ------------------------------------------------------------------ servers
 
@@ -248,7 +147,7 @@ class McpSupport:
         discovery: mcp_types.Discovery | None = None
         message = ""
         try:
-            headers = await self.headers_for(namespace, spec)
+            headers, _ = await credentials_for(self.rt.cluster, namespace, spec)
             from .. import mcp_client  # the SDK loads on the first exchange
 
             discovery = await mcp_client.discover(
@@ -323,7 +222,9 @@ class McpSupport:
         ]
         others = {
             other: [t.get("name", "") for t in (b.get("status") or {}).get("tools") or []]
-            for other, b in self.rt.catalog.servers.get(namespace, {}).items()
+            for other, b in (
+                (e.name, e.body) for e in self.rt.catalog.servers.in_namespace(namespace)
+            )
             if other != name
         }
         status.shadowing = detect_shadowing(name, list(discovery.tools), others)
@@ -356,10 +257,12 @@ class McpSupport:
         wire = new.wire()
         if wire == old.wire():
             return
-        obj = await self.rt.kube.patch_status(PLURAL, meta["namespace"], meta["name"], wire)
-        self.rt.catalog.update(self.rt.catalog.servers, "MODIFIED", obj)
+        obj = await self.rt.cluster.patch_status(
+            Resource.MCP_SERVERS, meta["namespace"], meta["name"], wire
+        )
+        self.rt.catalog.update(Resource.MCP_SERVERS, "MODIFIED", obj)
         if new.phase != old.phase:
-            post(
+            self.rt.events.post(
                 object_ref("McpServer", meta),
                 reason=f"McpServer{new.phase}",
                 warning=new.phase == McpServerPhase.DEGRADED,
@@ -367,7 +270,7 @@ class McpSupport:
                 f"{new.last_probe.message if new.last_probe else ''}",
             )
         if new.shadowing and new.shadowing != old.shadowing:
-            post(
+            self.rt.events.post(
                 object_ref("McpServer", meta),
                 reason="McpToolShadowing",
                 warning=True,
@@ -387,28 +290,9 @@ class McpSupport:
         await asyncio.gather(*self.loops.values(), return_exceptions=True)
 
 
-def _redacted(outcome: Outcome, secrets: list[str]) -> Outcome:
-    """The server's own credential never reaches a result or message, even if echoed."""
-    structured = outcome.structured
-    if structured is not None:
-        structured = json.loads(redact_text(json.dumps(structured), secrets))
-    return dataclasses.replace(
-        outcome,
-        output=redact_text(outcome.output.decode(errors="replace"), secrets).encode(),
-        structured=structured,
-        message=redact_text(outcome.message, secrets),
-    )
-
-
 def _spec_changed(body: dict[str, Any]) -> bool:
     status = body.get("status") or {}
     return bool(status.get("observedGeneration") != body["metadata"].get("generation"))
 
 
-def attach(rt: Runtime) -> McpSupport:
-    support = McpSupport(rt)
-    rt.mcp = support
-    return support
-
-
-__all__ = ["McpSupport", "attach"]
+__all__ = ["McpServers"]

@@ -6,9 +6,10 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from ..enums import Resource
 from ..model import ToolPolicySpec, ToolPolicyStatus, describe_errors
 from ..pipeline.policy import check_policy
-from .runtime import Runtime
+from ..runtime import Runtime
 
 
 def policy_status(body: dict[str, Any]) -> ToolPolicyStatus:
@@ -49,4 +50,4 @@ async def reconcile_policy(rt: Runtime, event_type: str | None, body: dict[str, 
     desired = policy_status(body).wire()
     if (body.get("status") or {}) != desired:
         meta = body["metadata"]
-        await rt.kube.patch_status("toolpolicies", meta["namespace"], meta["name"], desired)
+        await rt.cluster.patch_status(Resource.POLICIES, meta["namespace"], meta["name"], desired)

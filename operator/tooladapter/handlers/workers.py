@@ -16,14 +16,14 @@ import logging
 from datetime import UTC, datetime
 from typing import Any
 
-from ..enums import InvocationState
+from ..enums import InvocationState, Resource
+from ..flow import run_invocation
 from ..kube import sandbox as ksandbox
 from ..kube.client import NotFound
 from ..memory import release_free_heap
 from ..pipeline.sandbox import LABEL_INVOCATION_UID
+from ..runtime import Runtime
 from ..timeutil import parse_time
-from .invocations import PLURAL, InvocationFlow
-from .runtime import Runtime
 
 logger = logging.getLogger("tooladapter.workers")
 
@@ -46,7 +46,7 @@ async def reconcile_uncertain(rt: Runtime) -> None:
         if uid in rt.tasks:
             continue
         try:
-            body = await rt.kube.get_custom(PLURAL, namespace, name)
+            body = await rt.cluster.get(Resource.INVOCATIONS, namespace, name)
         except NotFound:
             rt.unfinished.pop(uid, None)
             continue
@@ -55,11 +55,13 @@ async def reconcile_uncertain(rt: Runtime) -> None:
             rt.unfinished.pop(uid, None)
         elif state == InvocationState.EXECUTING and uid not in rt.tasks:
             logger.info("resuming executing invocation %s/%s with no live flow", namespace, name)
-            rt.spawn(uid, InvocationFlow(rt, body).run())
+            rt.spawn(uid, run_invocation(rt, body))
     release_free_heap()
 
 
 async def reap_sandboxes(rt: Runtime) -> None:
+    kube = rt.kube
+    assert kube is not None
     now = datetime.now(UTC)
     ended: dict[str, bool] = {}
 
@@ -69,7 +71,7 @@ async def reap_sandboxes(rt: Runtime) -> None:
         result = True
         if owner is not None:
             try:
-                body = await rt.kube.get_custom(PLURAL, namespace, owner["name"])
+                body = await rt.cluster.get(Resource.INVOCATIONS, namespace, owner["name"])
                 status = body.get("status") or {}
                 if (
                     body["metadata"]["uid"] == uid
@@ -85,7 +87,7 @@ async def reap_sandboxes(rt: Runtime) -> None:
         return result
 
     for kind in ("Secret", "Job", "NetworkPolicy"):
-        for obj in await ksandbox.list_managed(rt.kube, kind):
+        for obj in await ksandbox.list_managed(kube, kind):
             meta = obj["metadata"]
             uid = (meta.get("labels") or {}).get(LABEL_INVOCATION_UID)
             if not uid or not rt.settings.serves(meta["namespace"]):
@@ -95,15 +97,16 @@ async def reap_sandboxes(rt: Runtime) -> None:
                 None,
             )
             if await invocation_ended(meta["namespace"], owner, uid):
-                if await ksandbox.delete_quietly(rt.kube, kind, meta["namespace"], meta["name"]):
+                if await rt.cluster.delete(kind, meta["namespace"], meta["name"]):
                     logger.info("reaped %s %s/%s", kind, meta["namespace"], meta["name"])
 
 
 async def apply_retention(rt: Runtime) -> None:
-    if rt.settings.retention_seconds <= 0:
+    kube = rt.kube
+    if rt.settings.retention_seconds <= 0 or kube is None:
         return
     now = datetime.now(UTC)
-    async for body in rt.kube.iter_custom(PLURAL):
+    async for body in kube.iter_custom(Resource.INVOCATIONS):
         if not rt.settings.serves(body["metadata"]["namespace"]):
             continue
         status = body.get("status") or {}
@@ -115,8 +118,8 @@ async def apply_retention(rt: Runtime) -> None:
         ).get("recorded"):
             continue  # an unconfirmed effect stays until a person has looked at it
         if (now - parse_time(ended_at)).total_seconds() >= rt.settings.retention_seconds:
-            await rt.kube.delete_custom(
-                PLURAL, body["metadata"]["namespace"], body["metadata"]["name"]
+            await kube.delete_custom(
+                Resource.INVOCATIONS, body["metadata"]["namespace"], body["metadata"]["name"]
             )
 
 

@@ -27,6 +27,36 @@ class Conflict(RuntimeError):
     pass
 
 
+class Refused(RuntimeError):
+    """The API server refused a write for good: a ResourceQuota, a LimitRange, an admission
+    webhook or policy, an invalid object. Retrying the same write cannot help."""
+
+
+#: Status codes of a refusal that a retry of the same request cannot change.
+REFUSAL_CODES = frozenset({400, 403, 422})
+
+
+def is_transient(exc: BaseException) -> bool:
+    """Whether retrying the request that raised `exc` may succeed: the API server was
+    unreachable, overloaded (429) or failing (5xx), or a write conflicted."""
+    if isinstance(exc, Conflict | OSError | TimeoutError):
+        return True
+    if isinstance(exc, ApiException):
+        return exc.status in (0, 408, 409, 429) or (exc.status or 0) >= 500
+    # aiohttp's connection errors, without importing aiohttp here.
+    return type(exc).__module__.startswith("aiohttp")
+
+
+def refusal(exc: ApiException) -> Refused:
+    """A `Refused` carrying the API server's own message (it names the quota or policy)."""
+    message = exc.reason or ""
+    try:
+        message = json.loads(exc.body or "{}").get("message") or message
+    except ValueError:
+        pass
+    return Refused(f"{exc.status}: {message}"[:1024])
+
+
 def translate(exc: ApiException) -> Exception:
     """Map API status codes to the few errors the operator distinguishes."""
     if exc.status == 404:
@@ -34,8 +64,6 @@ def translate(exc: ApiException) -> Exception:
     if exc.status == 409:
         reason = ""
         try:
-            import json
-
             reason = json.loads(exc.body or "{}").get("reason", "")
         except ValueError:
             pass

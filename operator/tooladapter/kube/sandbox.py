@@ -15,7 +15,7 @@ from kubernetes_asyncio import watch
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from ..pipeline.sandbox import CONTAINER_NAME, LABEL_INVOCATION_UID, LABEL_MANAGED_BY, MANAGED_BY
-from .client import AlreadyExists, Kube, NotFound, translate
+from .client import REFUSAL_CODES, AlreadyExists, Kube, NotFound, refusal, translate
 
 MANAGED_SELECTOR = f"{LABEL_MANAGED_BY}={MANAGED_BY}"
 
@@ -37,6 +37,8 @@ async def create_idempotent(kube: Kube, obj: dict[str, Any]) -> bool:
         err = translate(exc)
         if isinstance(err, AlreadyExists):
             return False
+        if exc.status in REFUSAL_CODES:
+            raise refusal(exc) from exc
         raise err from exc
     return True
 

@@ -15,10 +15,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from enum import StrEnum
 
-from ..enums import GATED_CLASSES, ApprovalDecision, SideEffectClass
+from ..enums import GATED_CLASSES, ApprovalDecision, BindCode, SideEffectClass
 from ..model import ToolApprovalSpec
+from ..timeutil import parse_time
 from .policy import PolicyDecision
 
 
@@ -37,38 +37,16 @@ def needs_approval(
     return effective is SideEffectClass.SPEND and decision.spend_requires_approval
 
 
-class BindCode(StrEnum):
-    BOUND = "bound"
-    WRONG_INVOCATION = "wrong-invocation"
-    REQUEST_HASH_MISMATCH = "request-hash-mismatch"
-    TOOL_VERSION_MISMATCH = "tool-version-mismatch"
-    CREATOR_MISMATCH = "creator-mismatch"
-    SELF_APPROVAL = "self-approval"
-    REVIEWER_NOT_ALLOWED = "reviewer-not-allowed"
-    ALREADY_USED = "already-used"
-    INVALID_EXPIRY = "invalid-expiry"
-    EXPIRED = "expired"
-    REJECTED = "rejected"
-
-
 @dataclass(frozen=True)
 class BindResult:
     bound: bool
     reason: str
-    code: str
+    code: BindCode
 
     @property
     def denies(self) -> bool:
         """A qualifying rejection: the invocation is Denied."""
         return self.code == BindCode.REJECTED
-
-
-def parse_rfc3339(text: str) -> datetime:
-    """An RFC 3339 timestamp with an offset (`Z` or `+hh:mm`); raises `ValueError`."""
-    parsed = datetime.fromisoformat(text.strip())
-    if parsed.tzinfo is None:
-        raise ValueError(f"timestamp {text!r} has no UTC offset (RFC 3339 needs 'Z' or '+hh:mm')")
-    return parsed
 
 
 def _aware(moment: datetime) -> datetime:
@@ -98,7 +76,7 @@ def bind_approval(
     label = f"ToolApproval {approval_name}"
 
     def fail(code: BindCode, reason: str) -> BindResult:
-        return BindResult(bound=False, reason=f"{label}: {reason}", code=code.value)
+        return BindResult(bound=False, reason=f"{label}: {reason}", code=code)
 
     if approval.invocation != invocation_name:
         return fail(
@@ -141,7 +119,7 @@ def bind_approval(
         )
     if approval.expires_at is not None:
         try:
-            expires = parse_rfc3339(approval.expires_at)
+            expires = parse_time(approval.expires_at)
         except ValueError as err:
             return fail(BindCode.INVALID_EXPIRY, f"expiresAt is not an RFC 3339 time: {err}")
         if _aware(now) >= expires:
@@ -152,7 +130,7 @@ def bind_approval(
     return BindResult(
         bound=True,
         reason=f"{label}: approved by {approval.reviewer} for request hash {request_hash}",
-        code=BindCode.BOUND.value,
+        code=BindCode.BOUND,
     )
 
 

@@ -296,8 +296,11 @@ def evaluate_policies(
     tool_version: str,
     arguments: Mapping[str, Any],
     request_hash: str,
+    default_approval_timeout_seconds: int = DEFAULT_APPROVAL_TIMEOUT_SECONDS,
 ) -> PolicyDecision:
     """Evaluate the namespace's policies (`(name, spec)` pairs) for one call.
+
+    `default_approval_timeout_seconds` applies when no policy sets an approval timeout.
 
     Names appear verbatim in reasons; pass `namespace/name`.
     """
@@ -443,7 +446,7 @@ def evaluate_policies(
         spend_requires_approval=spend_gate,
         spend_amount=spend_amount,
         spend_threshold=threshold,
-        approval_timeout_seconds=min(timeouts, default=DEFAULT_APPROVAL_TIMEOUT_SECONDS),
+        approval_timeout_seconds=min(timeouts, default=default_approval_timeout_seconds),
         reviewer_groups=tuple(reviewer_groups),
         production_reviewer_groups=tuple(production_groups),
         shell_allow=shell_allow,

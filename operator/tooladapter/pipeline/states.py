@@ -22,18 +22,18 @@ REFERENCE_TRANSITIONS: dict[InvocationState, frozenset[InvocationState]] = {
     S.EXECUTING: frozenset({S.OBSERVED, S.FAILED, S.UNCERTAIN, S.CANCELLED}),
 }
 
-#: Extensions the reference does not draw but Kubernetes needs:
-#: - an interrupt (`spec.interrupt`) can arrive in any state before Executing; nothing
-#:   with an effect has started, so the call ends Cancelled rather than running anyway;
-#: - Brokered -> Failed: the sandbox Job could not be created (quota, admission,
-#:   image policy) after credentials were brokered; no effect was possible, so the call
-#:   is Failed, not Uncertain.
+#: Extensions the reference does not draw but Kubernetes needs. Before Executing nothing
+#: with an effect has started, so from every earlier state the call can end:
+#: - Cancelled: an interrupt (`spec.interrupt`) arrives; the call ends rather than running;
+#: - Denied: the re-check right before acting (Brokered) finds the namespace frozen, the
+#:   grant revoked, a deny policy added or the descriptor changed while the call waited;
+#: - Failed: a deterministic error or a `transient` one (the sandbox Job refused by a
+#:   ResourceQuota or an admission webhook, a descriptor the executor cannot run) before any
+#:   effect: Failed, never Uncertain, and never retried forever.
+#: Queueing (rate limits) is a stage inside a state, not a state of its own.
+BEFORE_EXECUTING = (S.RECEIVED, S.VALIDATED, S.AUTHORIZED, S.AWAITING_APPROVAL, S.BROKERED)
 EXTENSIONS: dict[InvocationState, frozenset[InvocationState]] = {
-    S.RECEIVED: frozenset({S.CANCELLED}),
-    S.VALIDATED: frozenset({S.CANCELLED}),
-    S.AUTHORIZED: frozenset({S.CANCELLED}),
-    S.AWAITING_APPROVAL: frozenset({S.CANCELLED}),
-    S.BROKERED: frozenset({S.CANCELLED, S.FAILED}),
+    state: frozenset({S.CANCELLED, S.DENIED, S.FAILED}) for state in BEFORE_EXECUTING
 }
 
 TRANSITIONS: dict[InvocationState, frozenset[InvocationState]] = {

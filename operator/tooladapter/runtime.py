@@ -10,20 +10,18 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import OrderedDict
-from collections.abc import Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import aiohttp
-
-from ..artifacts import ArtifactStore
-from ..executors.http import HttpExecutor
-from ..executors.native import NativeExecutor
-from ..executors.sandbox import SandboxExecutor
-from ..kube.auth import AllowCache
-from ..kube.client import Kube
-from ..settings import Settings
+from .artifacts import ArtifactStore
 from .catalog import Catalog
+from .enums import ToolKind
+from .events import EventSink, NoEvents
+from .executors import Executor
+from .kube.client import Kube
+from .kube.cluster import Cluster
+from .settings import Settings
 
 logger = logging.getLogger("tooladapter")
 
@@ -33,15 +31,16 @@ FINISHED_MEMORY = 50_000
 
 @dataclass
 class Runtime:
-    kube: Kube
+    #: The API operations of a call (the seam the unit suite fakes).
+    cluster: Cluster
     settings: Settings
     store: ArtifactStore
     catalog: Catalog
-    http: aiohttp.ClientSession
-    native: NativeExecutor
-    http_executor: HttpExecutor
-    sandbox: SandboxExecutor
-    access: AllowCache | None = None
+    executors: Mapping[ToolKind, Executor]
+    events: EventSink = field(default_factory=NoEvents)
+    #: The raw client, for the background workers and reconcilers (None in unit tests).
+    kube: Kube | None = None
+    #: The McpServer probe loops (`handlers.mcp.McpServers`), once started.
     mcp: Any = None
     tasks: dict[str, asyncio.Task[None]] = field(default_factory=dict)
     interrupts: dict[str, asyncio.Event] = field(default_factory=dict)
@@ -49,7 +48,8 @@ class Runtime:
     #: Invocations seen unfinished on the watch: uid -> (namespace, name).
     unfinished: dict[str, tuple[str, str]] = field(default_factory=dict)
     workers: list[asyncio.Task[None]] = field(default_factory=list)
-    canary_server: asyncio.Server | None = None
+    #: Closed last, in reverse order of registration (sessions, listeners).
+    closers: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
 
     def spawn(self, uid: str, coro: Coroutine[Any, Any, None]) -> None:
         """Run one flow per uid; a second spawn for a running uid is dropped."""
@@ -81,7 +81,7 @@ class Runtime:
         await asyncio.gather(*self.tasks.values(), *self.workers, return_exceptions=True)
         if self.mcp is not None:
             await self.mcp.close()
-        if self.canary_server is not None:
-            self.canary_server.close()
-        await self.http.close()
-        await self.kube.close()
+        for close in reversed(self.closers):
+            await close()
+        if self.kube is not None:
+            await self.kube.close()

@@ -1,0 +1,184 @@
+"""Parts 1 and 2: open-loop offered loads of calls and of the floor, one phase at a time,
+each measured with the resources it took."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import shutil
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from .base import BenchBase
+from .calls import Call, Tracker, invocation_terminal
+from .config import LABEL_PHASE, TERMINAL
+from .floor import floor_terminal
+from .procfs import Meter
+from .stats import latency_summary, ms, pct, stage_breakdown
+
+
+class Loads(BenchBase):
+    async def offered_load(
+        self, kind: str, phase: str, rate: float, seconds: float, tracker: Tracker
+    ) -> list[Call]:
+        """Open loop: call i is due at t0 + i/rate, whatever happened to earlier calls."""
+        n = max(1, round(rate * seconds))
+        t0 = time.time() + 0.2
+        tasks = []
+        for i in range(n):
+            target = t0 + i / rate
+            delay = target - time.time()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            tasks.append(asyncio.ensure_future(self.create(tracker, kind, phase, i, target)))
+        return list(await asyncio.gather(*tasks))
+
+    async def run_phase(self, kind: str, rate: float, seconds: float) -> dict[str, Any]:
+        assert self.kube is not None and self.operator is not None
+        phase = f"{'floor' if kind == 'floor' else kind}-{int(rate)}-{uuid.uuid4().hex[:4]}"
+        tracker = Tracker(floor_terminal if kind == "floor" else invocation_terminal)
+        ready = asyncio.Event()
+        watcher = asyncio.ensure_future(
+            self.kube.watch(
+                self.path_for(kind),
+                tracker.handle,
+                params={"labelSelector": f"{LABEL_PHASE}={phase}"},
+                ready=ready,
+            )
+        )
+        await asyncio.wait_for(ready.wait(), 30)
+        pids = {"operator": self.operator_pid(), **self.cluster_pids()}
+        if self.floor_proc is not None:
+            pids["floor-controller"] = self.floor_proc.pid
+        meter = Meter(pids)
+        bench_cpu0 = time.process_time()
+        pyspy = None
+        if self.cfg.pyspy and kind != "floor" and rate == max(self.cfg.loads):
+            pyspy = self.start_pyspy(kind, seconds)
+        calls = await self.offered_load(kind, phase, rate, seconds, tracker)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(tracker.all_done.wait(), self.cfg.drain)
+        resources = meter.stop()
+        resources["cpu_s"]["bench-client"] = round(time.process_time() - bench_cpu0, 2)
+        watcher.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await watcher
+        if pyspy is not None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                pyspy.wait(timeout=60)
+        result = self.summarise(kind, rate, seconds, calls, resources)
+        await self.delete_phase(kind, phase)
+        return result
+
+    def summarise(
+        self,
+        kind: str,
+        rate: float,
+        seconds: float,
+        calls: list[Call],
+        resources: dict[str, Any],
+    ) -> dict[str, Any]:
+        observed = [c for c in calls if c.state == "Observed"]
+        states: dict[str, int] = {}
+        for c in calls:
+            key = c.state or "Timeout"
+            states[key] = states.get(key, 0) + 1
+        errors = [c.error for c in calls if c.error][:5]
+        first = min((c.target for c in calls), default=0.0)
+        last = max((c.done for c in observed), default=first)
+        created = sum(1 for c in calls if c.http_status == 201)
+        op_cpu = resources["cpu_s"].get("operator" if kind != "floor" else "floor-controller", 0)
+        finished = sum(1 for c in calls if c.state in TERMINAL or (kind == "floor" and c.done))
+        out = {
+            "kind": kind,
+            "offered_per_s": rate,
+            "seconds": seconds,
+            "sent": len(calls),
+            "created": created,
+            "observed": len(observed),
+            "states": states,
+            "errors": len(calls) - len(observed),
+            "error_samples": errors,
+            "achieved_per_s": round(len(observed) / max(1e-6, last - first), 1),
+            "latency": latency_summary([c.done - c.target for c in observed]),
+            "create_latency": latency_summary([c.created - c.sent for c in calls if c.created]),
+            "schedule_lag_p99_ms": ms(pct([c.sent - c.target for c in calls], 99)),
+            "resources": resources,
+            # CPU of the phase (until the drain ended) per call the controller finished.
+            "controller_cpu_s_per_1000": round(1000 * op_cpu / max(1, finished), 2),
+            "controller_rss_mb_peak": resources["rss_mb_peak"].get(
+                "operator" if kind != "floor" else "floor-controller"
+            ),
+        }
+        if kind != "floor":
+            out["stages"] = stage_breakdown(calls)
+        lat = out["latency"]
+        print(
+            f"  {kind:>15} @ {rate:>5.0f}/s: p50 {lat['p50_ms']} ms, p95 {lat['p95_ms']} ms, "
+            f"p99 {lat['p99_ms']} ms, achieved {out['achieved_per_s']}/s, "
+            f"errors {out['errors']}, cpu/1000 {out['controller_cpu_s_per_1000']} s, "
+            f"host busy {resources['host_cpu_busy_pct']}%",
+            flush=True,
+        )
+        return out
+
+    async def delete_phase(self, kind: str, phase: str) -> None:
+        """Remove a phase's objects so every phase starts with the same stored set."""
+        assert self.kube is not None
+        path = self.path_for(kind)
+        selector = {"labelSelector": f"{LABEL_PHASE}={phase}"}
+        # Thousands of objects after an overload: the collection DELETE can take minutes,
+        # and it carries on server-side even when this request gives up.
+        with contextlib.suppress(aiohttp.ClientError, TimeoutError):
+            await self.kube.call("DELETE", path, params=selector, timeout=300)
+        deadline = time.time() + 600
+        while time.time() < deadline:
+            with contextlib.suppress(aiohttp.ClientError, TimeoutError):
+                status, listing = await self.kube.call(
+                    "GET", path, params={**selector, "limit": "1"}
+                )
+                if status == 200 and not listing.get("items"):
+                    break
+            await asyncio.sleep(2)
+        else:
+            self.report["warnings"].append(f"objects of phase {phase} still present after 10 min")
+        await asyncio.sleep(3)
+
+    def start_pyspy(self, kind: str, seconds: float) -> subprocess.Popen[bytes] | None:
+        exe = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+        if not Path(exe).exists():
+            self.report["warnings"].append("BENCH_PYSPY set but py-spy is not installed")
+            return None
+        stem, dot, ext = self.cfg.pyspy.rpartition(".")
+        out = f"{stem}-{kind}.{ext}" if dot else f"{self.cfg.pyspy}-{kind}"
+        fmt = {"svg": "flamegraph", "json": "speedscope"}.get(ext, "raw")
+        # --gil: only the thread holding the GIL, i.e. where the operator's CPU goes.
+        argv = [exe, "record", "-o", out, "-f", fmt, "--pid", str(self.operator_pid())]
+        argv += ["-d", str(int(seconds)), "-r", "50", "--gil"]
+        return subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    # ------------------------------------------------------------------ part 1 + 2
+
+    async def calls_and_floor(self) -> None:
+        kinds = []
+        if "2" in self.cfg.parts:
+            kinds.append("floor")
+        if "1" in self.cfg.parts or "5" in self.cfg.parts:
+            kinds += self.cfg.tools
+        results: dict[str, list[dict[str, Any]]] = {k: [] for k in kinds}
+        self.report["loads"] = results  # filled as phases end: a failed run keeps what it has
+        # Warm up every path (connections, caches, token authentication) before measuring.
+        for kind in kinds:
+            await self.run_phase(kind, 5, 2)
+        for rate in self.cfg.loads:
+            print(f"load {rate:.0f} calls/s for {self.cfg.seconds:.0f} s", flush=True)
+            for kind in kinds:
+                self.check_others()
+                results[kind].append(await self.run_phase(kind, rate, self.cfg.seconds))
+        self.report["loads"] = results

@@ -1,0 +1,29 @@
+"""The bench: its parts put together, run in order."""
+
+from __future__ import annotations
+
+from .api import Api
+from .fill import Fill
+from .load import Loads
+from .sandbox import Sandbox
+from .setup import Setup
+
+
+class Bench(Setup, Loads, Sandbox, Fill):
+    async def run(self) -> None:
+        self.kube = Api(self.ep, limit=32)
+        try:
+            self.setup_cluster()
+            self.start_helpers()
+            self.publish_tools()
+            self.wait_rbac()
+            if self.cfg.parts & {"1", "2", "5"}:
+                await self.calls_and_floor()
+            if "3" in self.cfg.parts:
+                await self.sandbox()
+            if "4" in self.cfg.parts:
+                await self.fill()
+        finally:
+            for agent in self.agents:
+                await agent.api.close()
+            await self.kube.close()

@@ -1,0 +1,120 @@
+"""MCP tool calls, sent by the operator to the server the descriptor is bound to.
+
+Every call re-lists the server's tools and refuses to send when the pinned digest no longer
+matches (a rug pull between discovery and call). The server's own credential comes from
+its Secret, goes only to that server, and never reaches a result or message.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+from .. import mcp_types
+from ..catalog import Catalog
+from ..enums import FailureClass
+from ..kube.client import NotFound
+from ..kube.cluster import Cluster
+from ..kube.sandbox import decode_b64
+from ..model import McpServerSpec
+from ..pipeline.mcp import validate_structured_output
+from ..pipeline.sanitize import redact_text
+from . import Call, InOperator, Outcome, unconfirmed
+
+
+async def credentials_for(
+    cluster: Cluster, namespace: str, spec: McpServerSpec
+) -> tuple[dict[str, str], list[str]]:
+    """The headers carrying the server's credential, and the secret value itself."""
+    if spec.credentials is None:
+        return {}, []
+    ref = spec.credentials.secret_key_ref
+    data = await cluster.read_secret(namespace, ref.name)
+    if ref.key not in data:
+        raise NotFound(f"secret {ref.name} has no key {ref.key}")
+    value = decode_b64(data[ref.key])
+    header = {spec.credentials.header: f"{spec.credentials.scheme} {value}".strip()}
+    return header, [value]
+
+
+class McpExecutor(InOperator):
+    def __init__(self, cluster: Cluster, catalog: Catalog) -> None:
+        self.cluster = cluster
+        self.catalog = catalog
+
+    async def execute(self, call: Call) -> Outcome:
+        descriptor = call.descriptor
+        if descriptor is None or descriptor.mcp is None:
+            return Outcome.failed(FailureClass.VALIDATION, "descriptor has no mcp binding")
+        entry = self.catalog.servers.get(call.namespace, descriptor.mcp.server)
+        if entry is None or entry.spec is None:
+            return Outcome.failed(
+                FailureClass.TRANSIENT, f"McpServer {descriptor.mcp.server} not found"
+            )
+        try:
+            headers, secrets = await credentials_for(self.cluster, call.namespace, entry.spec)
+        except NotFound as exc:
+            return Outcome.failed(FailureClass.CREDENTIALS, f"server credentials: {exc}")
+        outcome = await self._call(call, entry.spec.url, headers)
+        return _redacted(outcome, secrets) if secrets else outcome
+
+    async def _call(self, call: Call, url: str, headers: dict[str, str]) -> Outcome:
+        binding = call.descriptor.mcp if call.descriptor is not None else None
+        if binding is None:
+            return Outcome.failed(FailureClass.VALIDATION, "descriptor has no mcp binding")
+        try:
+            from .. import mcp_client  # the SDK loads on the first exchange
+
+            result = await mcp_client.call_tool(
+                url,
+                headers=headers,
+                tool=binding.tool,
+                arguments=call.arguments,
+                timeout=call.timeout_seconds,
+                idempotency_key=call.idempotency_key,
+                expected_digest=binding.pinned_digest,
+            )
+        except (
+            mcp_types.McpUnavailable,
+            mcp_types.McpToolNotListed,
+            mcp_types.McpToolChanged,
+        ) as exc:
+            return Outcome.failed(FailureClass.TRANSIENT, str(exc))
+        except mcp_types.McpError as exc:
+            if exc.effect_possible:
+                return unconfirmed(call, f"MCP call broke: {exc}")
+            return Outcome.failed(FailureClass.TOOL_ERROR, str(exc))
+        output = result.content_text.encode()
+        if result.is_error:
+            return Outcome.failed(
+                FailureClass.TOOL_ERROR, "the MCP tool reported an error", output=output
+            )
+        problems = validate_structured_output(
+            (result.tool or {}).get("outputSchema"), result.structured_content
+        )
+        if problems:
+            return Outcome.failed(
+                FailureClass.OUTPUT_INVALID,
+                "structuredContent violates the outputSchema: " + "; ".join(problems[:10]),
+                output=output,
+            )
+        return Outcome.observed(output, structured=result.structured_content)
+
+
+def _redacted(outcome: Outcome, secrets: list[str]) -> Outcome:
+    """The server's own credential never reaches a result or message, even if echoed.
+
+    A redaction can cut through JSON syntax: the structured content is then dropped (the
+    redacted text stays), never an exception after the effect."""
+    structured = outcome.structured
+    if structured is not None:
+        try:
+            structured = json.loads(redact_text(json.dumps(structured), secrets))
+        except ValueError:
+            structured = None
+    return dataclasses.replace(
+        outcome,
+        output=redact_text(outcome.output.decode(errors="replace"), secrets).encode(),
+        structured=structured,
+        message=redact_text(outcome.message, secrets),
+    )

@@ -1,0 +1,135 @@
+"""Admission, the stages of a Received call: idempotency, fencing and validation.
+
+The idempotency claim comes first so that a duplicate never costs a schema validation or a
+review; fencing refuses a stale attempt before anything is evaluated for it; validation
+finds the descriptor, bounds and checks the arguments, and fixes the request hash every
+later stage (and every approval) binds to.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from ..catalog import invocation_key
+from ..enums import FailureClass, InvocationState, Resource, Stage, StageOutcome
+from ..kube.client import NotFound
+from ..pipeline.hashing import request_hash
+from ..pipeline.validation import check_bounds, validate_arguments
+from ..timeutil import now_iso
+from .context import Denial, FlowContext
+from .ending import cancel
+
+#: Longest wait between re-reads of an idempotency winner (the watch usually wakes us).
+WINNER_POLL_SECONDS = 30
+
+
+async def on_received(ctx: FlowContext) -> None:
+    spec = ctx.load_spec()
+    if ctx.status.started_at is None:
+        ctx.status.started_at = now_iso()
+    if spec.idempotency_key:
+        await claim_idempotency_key(ctx)
+    if spec.attempt_id and spec.fencing_token is not None:
+        await check_fencing(ctx)
+    if ctx.interrupt_requested() or spec.interrupt:
+        return await cancel(ctx, "interrupted before validation")
+    descriptor = await ctx.load_descriptor()
+    problems = check_bounds(spec.arguments)
+    if problems:
+        raise Denial(
+            Stage.VALIDATION,
+            "arguments too large: " + "; ".join(problems),
+            FailureClass.VALIDATION,
+        )
+    errors = validate_arguments(descriptor.input_schema, spec.arguments)
+    ctx.status.request_hash = request_hash(
+        namespace=ctx.namespace,
+        tool_id=spec.tool.id,
+        tool_version=spec.tool.version,
+        arguments=spec.arguments,
+    )
+    ctx.status.declared_class = descriptor.side_effect_class
+    if errors:
+        detail = "; ".join(f"{e.path}: {e.message}" for e in errors[:20])
+        raise Denial(
+            Stage.VALIDATION,
+            f"arguments do not match the input schema: {detail}",
+            FailureClass.VALIDATION,
+        )
+    ctx.record(Stage.VALIDATION, StageOutcome.PASSED, f"{spec.tool.id}@{spec.tool.version}")
+    await ctx.advance(InvocationState.VALIDATED)
+
+
+async def claim_idempotency_key(ctx: FlowContext) -> None:
+    """Win the key (this call runs) or end as a duplicate carrying the winner's receipt."""
+    spec = ctx.load_spec()
+    assert spec.idempotency_key is not None
+    claim = await ctx.rt.cluster.claim_idempotency_key(
+        namespace=ctx.namespace,
+        caller=spec.caller.name,
+        key=spec.idempotency_key,
+        invocation_name=ctx.name,
+        invocation_uid=ctx.uid,
+    )
+    if claim.won:
+        return
+    if ctx.status.duplicate_of != claim.winner_name:
+        ctx.status.duplicate_of = claim.winner_name
+        ctx.record(
+            Stage.IDEMPOTENCY,
+            StageOutcome.DUPLICATE,
+            f"key already claimed by {claim.winner_name}",
+        )
+        await ctx.commit()
+    winner = await wait_for_terminal(ctx, claim.winner_name, claim.winner_uid)
+    wstatus = (winner or {}).get("status") or {}
+    ctx.status.receipt_ref = wstatus.get("receiptRef")
+    ctx.status.result_ref = wstatus.get("resultRef")
+    ctx.status.result_hash = wstatus.get("resultHash")
+    raise Denial(
+        Stage.IDEMPOTENCY,
+        f"duplicate of {claim.winner_name} (state {wstatus.get('state', 'unknown')}): "
+        "one idempotency key executes once; its receipt is receiptRef",
+        FailureClass.DUPLICATE,
+    )
+
+
+async def wait_for_terminal(ctx: FlowContext, name: str, uid: str) -> dict[str, Any] | None:
+    """Wait (on watch notifications, re-reading the object) until `name` has ended."""
+    signal = ctx.rt.catalog.changed(ctx.namespace, invocation_key(name))
+    while True:
+        signal.clear()
+        try:
+            obj = await ctx.rt.cluster.get(Resource.INVOCATIONS, ctx.namespace, name)
+        except NotFound:
+            return None
+        if obj["metadata"]["uid"] != uid:
+            return None
+        state = (obj.get("status") or {}).get("state")
+        if state and InvocationState(state).terminal:
+            return obj
+        try:
+            await asyncio.wait_for(signal.wait(), timeout=WINNER_POLL_SECONDS)
+        except TimeoutError:
+            pass
+
+
+async def check_fencing(ctx: FlowContext) -> None:
+    """Refuse an attempt whose fencing token a newer attempt has already superseded."""
+    spec = ctx.load_spec()
+    assert spec.attempt_id is not None and spec.fencing_token is not None
+    verdict = await ctx.rt.cluster.check_fencing_token(
+        namespace=ctx.namespace,
+        attempt_id=spec.attempt_id,
+        token=spec.fencing_token,
+        holder_uid=ctx.uid,
+    )
+    if not verdict.accepted:
+        raise Denial(
+            Stage.FENCING,
+            f"stale fencing token {spec.fencing_token}: attempt "
+            f"{spec.attempt_id} already saw {verdict.highest}",
+            FailureClass.POLICY_DENIED,
+        )
+    ctx.record(Stage.FENCING, StageOutcome.PASSED, f"token {spec.fencing_token}")

@@ -1,0 +1,168 @@
+"""Approval, the stages of an Authorized call: the gate, the wait, and binding.
+
+An approval binds only to the exact request (hash and tool version) of this invocation;
+the wait is persisted (`status.approvalRequestedAt`) so its timeout survives restarts, and
+it ends the moment an approval binds, a qualifying rejection arrives, the call is
+interrupted or the timeout passes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime, timedelta
+
+from ..catalog import Entry, approval_key
+from ..enums import (
+    BindCode,
+    FailureClass,
+    InvocationState,
+    Resource,
+    SideEffectClass,
+    Stage,
+    StageOutcome,
+)
+from ..metrics import APPROVALS_WAITING
+from ..model import ApprovalBinding, ToolApprovalSpec
+from ..pipeline import approval as rules
+from ..timeutil import now_iso, parse_time
+from .brokering import broker
+from .context import Denial, FlowContext
+
+#: Longest sleep of the wait between checks (approvals and interrupts wake it sooner).
+WAIT_SLICE_SECONDS = 60
+
+
+async def on_authorized(ctx: FlowContext) -> None:
+    spec = ctx.load_spec()
+    effective = ctx.status.effective_class
+    assert effective is not None
+    decision = ctx.load_decision()
+    forced = bool(ctx.status.approval_forced)
+    if rules.needs_approval(effective=effective, decision=decision, forced=forced):
+        ctx.status.approval_requested_at = now_iso()
+        ctx.record(
+            Stage.APPROVAL,
+            StageOutcome.WAITING,
+            f"class {effective} needs an approval bound to "
+            f"{ctx.status.request_hash} and version {spec.tool.version}",
+        )
+        await ctx.commit(InvocationState.AWAITING_APPROVAL)
+        return
+    ctx.record(Stage.APPROVAL, StageOutcome.NOT_REQUIRED, f"class {effective}")
+    await broker(ctx)
+
+
+def reviewer_groups(ctx: FlowContext) -> list[str]:
+    decision = ctx.load_decision()
+    if (
+        ctx.status.effective_class == SideEffectClass.PRODUCTION
+        and decision.production_reviewer_groups
+    ):
+        return list(decision.production_reviewer_groups)
+    return list(decision.reviewer_groups)
+
+
+async def on_awaiting_approval(ctx: FlowContext) -> None:
+    effective = ctx.status.effective_class
+    assert effective is not None
+    decision = ctx.load_decision()
+    since = (
+        parse_time(ctx.status.approval_requested_at)
+        if ctx.status.approval_requested_at
+        else datetime.now(UTC)
+    )
+    timeout = decision.approval_timeout_seconds
+    groups = reviewer_groups(ctx)
+    signal = ctx.rt.catalog.changed(ctx.namespace, approval_key(ctx.name))
+    gauge = APPROVALS_WAITING.labels(ctx.namespace, str(effective))
+    gauge.inc()
+    try:
+        while True:
+            signal.clear()
+            if ctx.interrupt_requested():
+                raise Denial(
+                    Stage.APPROVAL, "interrupted while waiting for approval", FailureClass.CANCELLED
+                )
+            now = datetime.now(UTC)
+            for entry in ctx.rt.catalog.approvals_for(ctx.namespace, ctx.name):
+                if await try_bind(ctx, entry, groups, now):
+                    await broker(ctx)
+                    return
+            if rules.approval_timed_out(waiting_since=since, timeout_seconds=timeout, now=now):
+                raise Denial(
+                    Stage.APPROVAL,
+                    f"no approval bound within {timeout}s; the wait expired",
+                    FailureClass.POLICY_DENIED,
+                )
+            remaining = (since + timedelta(seconds=timeout) - now).total_seconds()
+            interrupt = asyncio.ensure_future(ctx.interrupted.wait())
+            changed = asyncio.ensure_future(signal.wait())
+            try:
+                await asyncio.wait(
+                    {interrupt, changed},
+                    timeout=max(0.05, min(remaining, WAIT_SLICE_SECONDS)),
+                    return_when=asyncio.FIRST_COMPLETED,
+                )
+            finally:
+                interrupt.cancel()
+                changed.cancel()
+    finally:
+        gauge.dec()
+
+
+async def try_bind(
+    ctx: FlowContext, entry: Entry[ToolApprovalSpec], groups: list[str], now: datetime
+) -> bool:
+    """Bind `entry` if it qualifies; record why not on its status; Denial on a rejection."""
+    spec = ctx.load_spec()
+    approval = entry.spec
+    if approval is None:
+        return False  # admission keeps invalid approvals out; one that slips by never binds
+    astatus = entry.status
+    used_by = astatus.get("boundTo") if astatus.get("bound") else None
+    result = rules.bind_approval(
+        approval=approval,
+        approval_name=entry.name,
+        creator=None,
+        invocation_name=ctx.name,
+        request_hash=ctx.status.request_hash or "",
+        tool_version=spec.tool.version,
+        caller=spec.caller.name,
+        now=now,
+        allowed_groups=groups,
+        already_used_by=used_by if used_by != ctx.name else None,
+    )
+    if result.bound:
+        stamp = now_iso()
+        await ctx.rt.cluster.patch_status(
+            Resource.APPROVALS,
+            ctx.namespace,
+            entry.name,
+            {
+                "bound": True,
+                "boundTo": ctx.name,
+                "boundAt": stamp,
+                "reason": f"bound to {ctx.name} ({ctx.status.request_hash})",
+            },
+        )
+        ctx.status.approval = ApprovalBinding(
+            name=entry.name,
+            reviewer=approval.reviewer,
+            bound_at=stamp,
+            request_hash=approval.request_hash,
+            tool_version=approval.tool_version,
+        )
+        ctx.record(Stage.APPROVAL, StageOutcome.BOUND, f"{entry.name} by {approval.reviewer}")
+        return True
+    if astatus.get("reason") != result.reason and not astatus.get("bound"):
+        await ctx.rt.cluster.patch_status(
+            Resource.APPROVALS, ctx.namespace, entry.name, {"bound": False, "reason": result.reason}
+        )
+    if result.code == BindCode.REJECTED:
+        ctx.record(Stage.APPROVAL, StageOutcome.REJECTED, f"{entry.name} by {approval.reviewer}")
+        raise Denial(
+            Stage.APPROVAL,
+            f"rejected by {approval.reviewer}: {approval.comment}",
+            FailureClass.POLICY_DENIED,
+        )
+    return False

@@ -1,0 +1,280 @@
+"""One invocation's context: what the stages share, and the one place status is persisted.
+
+The context loads the spec, the descriptor, the policy decision and the class once and hands
+them to every stage; stages append to `status` with `record` and move the state with
+`advance` (in memory, persisted with the next write) or `commit` (persisted now). Nothing
+else writes the invocation's status. Everything a restarted operator needs is a typed field
+of `status`, never parsed back from stage text.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import ValidationError
+
+from ..enums import (
+    EnvironmentClass,
+    FailureClass,
+    InvocationState,
+    Resource,
+    Stage,
+    StageOutcome,
+    ToolKind,
+)
+from ..events import object_ref
+from ..model import (
+    Caller,
+    StageEntry,
+    ToolDescriptorSpec,
+    ToolInvocationSpec,
+    ToolInvocationStatus,
+    ToolPolicySpec,
+    ToolRef,
+    describe_errors,
+)
+from ..pipeline.policy import PolicyDecision, evaluate_policies
+from ..pipeline.shell import check_command
+from ..pipeline.states import transition
+from ..runtime import Runtime
+from ..timeutil import now_iso
+
+Body = dict[str, Any]
+
+LABEL_ENVIRONMENT = "tooladapter.dev/environment-class"
+LABEL_FROZEN = "tooladapter.dev/frozen"
+#: Tool kinds that run in a sandbox Job (the rest run in the operator).
+SANDBOX_KINDS = frozenset({ToolKind.SHELL, ToolKind.CONTAINER})
+
+
+class Denial(Exception):
+    """A stage refused the call: the invocation ends Denied with this stage and reason."""
+
+    def __init__(self, stage: Stage, reason: str, failure: FailureClass) -> None:
+        super().__init__(reason)
+        self.stage = stage
+        self.reason = reason
+        self.failure = failure
+
+
+class Failure(Exception):
+    """A stage could not go on and no effect has started: the invocation ends Failed."""
+
+    def __init__(self, stage: Stage, reason: str, failure: FailureClass) -> None:
+        super().__init__(reason)
+        self.stage = stage
+        self.reason = reason
+        self.failure = failure
+
+
+@dataclass
+class FlowContext:
+    rt: Runtime
+    body: Body
+    namespace: str
+    name: str
+    uid: str
+    created: str
+    status: ToolInvocationStatus
+    #: The state the API server holds (the in-memory one runs ahead between writes).
+    persisted_state: InvocationState
+    interrupted: asyncio.Event
+    spec: ToolInvocationSpec | None = None
+    descriptor: ToolDescriptorSpec | None = None
+    decision: PolicyDecision | None = None
+    #: Brokered secret values: redacted from every output, never persisted.
+    secret_values: list[str] = field(default_factory=list)
+    #: This process started the execution (False: it resumes one a stopped operator began).
+    started_here: bool = False
+
+    @classmethod
+    def of(cls, rt: Runtime, body: Body) -> FlowContext:
+        meta = body["metadata"]
+        status = ToolInvocationStatus.model_validate(body.get("status") or {})
+        return cls(
+            rt=rt,
+            body=body,
+            namespace=meta["namespace"],
+            name=meta["name"],
+            uid=meta["uid"],
+            created=meta.get("creationTimestamp") or now_iso(),
+            status=status,
+            persisted_state=status.state,
+            interrupted=rt.interrupt_event(meta["uid"]),
+        )
+
+    # ------------------------------------------------------------------ identity
+
+    @property
+    def ref(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    def event_ref(self) -> Body:
+        return object_ref(
+            "ToolInvocation", {"name": self.name, "namespace": self.namespace, "uid": self.uid}
+        )
+
+    def post(self, *, reason: str, message: str, warning: bool = False) -> None:
+        self.rt.events.post(self.event_ref(), reason=reason, message=message, warning=warning)
+
+    def interrupt_requested(self) -> bool:
+        return self.interrupted.is_set() or bool((self.body.get("spec") or {}).get("interrupt"))
+
+    # ------------------------------------------------------------------ status writing
+
+    def record(self, stage: Stage, outcome: StageOutcome, detail: str = "") -> None:
+        self.status.stages.append(
+            StageEntry(stage=stage, outcome=outcome, time=now_iso(), detail=detail[:1024])
+        )
+
+    def enter(self, state: InvocationState) -> None:
+        """Move to `state` in memory, after checking the transition is legal."""
+        transition(self.status.state, state)
+        self.status.state = state
+
+    async def commit(self, state: InvocationState | None = None) -> None:
+        """Persist status (with a new state, entered first)."""
+        if state is not None and state != self.status.state:
+            self.enter(state)
+        self.body = await self.rt.cluster.patch_status(
+            Resource.INVOCATIONS, self.namespace, self.name, self.status.wire()
+        )
+        self.persisted_state = self.status.state
+
+    async def advance(self, state: InvocationState) -> None:
+        """Move to `state`; persisted now only under `write_every_state`, else with the next
+        write (the stages between writes are safe to repeat after a restart)."""
+        if self.rt.settings.write_every_state:
+            return await self.commit(state)
+        self.enter(state)
+
+    # ------------------------------------------------------------------ loaded once
+
+    def load_spec(self) -> ToolInvocationSpec:
+        if self.spec is None:
+            try:
+                self.spec = ToolInvocationSpec.model_validate(self.body.get("spec") or {})
+            except ValidationError as exc:
+                raise Denial(
+                    Stage.VALIDATION,
+                    f"invalid invocation: {describe_errors(exc)}",
+                    FailureClass.VALIDATION,
+                ) from None
+        return self.spec
+
+    def unvalidated_spec(self) -> ToolInvocationSpec:
+        """The spec as written, for a receipt of an invocation whose spec did not parse."""
+        raw = self.body.get("spec") or {}
+        tool, caller = raw.get("tool") or {}, raw.get("caller") or {}
+        return ToolInvocationSpec.model_construct(
+            tool=ToolRef.model_construct(id=str(tool.get("id")), version=str(tool.get("version"))),
+            caller=Caller.model_construct(name=str(caller.get("name"))),
+            arguments={},
+        )
+
+    async def load_descriptor(self) -> ToolDescriptorSpec:
+        """The active, healthy descriptor the call names; Denial otherwise."""
+        if self.descriptor is not None:
+            return self.descriptor
+        spec = self.load_spec()
+        tool_id, version = spec.tool.id, spec.tool.version
+        entry = self.rt.catalog.find_descriptor(self.namespace, tool_id, version)
+        body = entry.body if entry else None
+        if body is None:
+            # A tool published a moment ago may not have reached the watch yet.
+            for item in await self.rt.cluster.list_all(Resource.DESCRIPTORS, self.namespace):
+                ispec = item.get("spec") or {}
+                if ispec.get("toolId") == tool_id and ispec.get("version") == version:
+                    body = item
+        if body is None:
+            raise Denial(
+                Stage.VALIDATION,
+                f"tool {tool_id} version {version} is not published in {self.namespace}",
+                FailureClass.VALIDATION,
+            )
+        status = body.get("status") or {}
+        if not status.get("active"):
+            raise Denial(
+                Stage.VALIDATION,
+                f"tool {tool_id}@{version} is not active: {status.get('message') or 'inactive'}",
+                FailureClass.VALIDATION,
+            )
+        if not status.get("healthy"):
+            # An MCP server that is down or not active may come back (transient); a changed
+            # tool schema needs a person to re-pin the digest, so retrying cannot help.
+            ready: Body = next(
+                (c for c in status.get("conditions") or [] if c.get("type") == "Ready"), {}
+            )
+            failure = (
+                FailureClass.TRANSIENT
+                if (body.get("spec") or {}).get("kind") == ToolKind.MCP
+                and ready.get("reason") != "SchemaChanged"
+                else FailureClass.VALIDATION
+            )
+            raise Denial(
+                Stage.VALIDATION,
+                f"tool {tool_id}@{version} is unhealthy: {status.get('message') or ''}",
+                failure,
+            )
+        if entry is not None and entry.body is body and entry.spec is not None:
+            self.descriptor = entry.spec
+        else:
+            self.descriptor = ToolDescriptorSpec.model_validate(body["spec"])
+        return self.descriptor
+
+    def load_decision(self) -> PolicyDecision:
+        """The tenant policies' decision for this call; fails closed on an invalid policy."""
+        if self.decision is not None:
+            return self.decision
+        spec = self.load_spec()
+        policies: list[tuple[str, ToolPolicySpec]] = []
+        for entry in self.rt.catalog.policies.in_namespace(self.namespace):
+            name = f"{self.namespace}/{entry.name}"
+            if entry.spec is None:
+                # Fail closed: a policy we cannot read could have denied this call.
+                raise Denial(
+                    Stage.POLICY,
+                    f"ToolPolicy {name} is invalid ({entry.error}): "
+                    "calls are denied until it is fixed",
+                    FailureClass.POLICY_DENIED,
+                )
+            policies.append((name, entry.spec))
+        self.decision = evaluate_policies(
+            policies,
+            namespace=self.namespace,
+            tool_id=spec.tool.id,
+            tool_version=spec.tool.version,
+            arguments=spec.arguments,
+            request_hash=self.status.request_hash or "",
+            default_approval_timeout_seconds=self.rt.settings.default_approval_timeout_seconds,
+        )
+        return self.decision
+
+    def environment(self) -> tuple[EnvironmentClass, bool]:
+        """The namespace's environment class and whether it is frozen (from its labels)."""
+        labels = self.rt.catalog.namespace_labels(self.namespace)
+        raw = labels.get(LABEL_ENVIRONMENT, "")
+        environment = (
+            EnvironmentClass(raw)
+            if raw in {e.value for e in EnvironmentClass}
+            else EnvironmentClass.DEVELOPMENT
+        )
+        return environment, labels.get(LABEL_FROZEN, "").lower() == "true"
+
+    def command_line(self) -> list[str]:
+        """The argv a shell or container tool runs: as recorded, else as the spec gives it."""
+        if self.status.execution is not None and self.status.execution.command_line:
+            return list(self.status.execution.command_line)
+        descriptor, spec = self.descriptor, self.spec
+        if descriptor is None or spec is None:
+            return []
+        if descriptor.kind == ToolKind.CONTAINER:
+            return list(descriptor.sandbox.command) if descriptor.sandbox else []
+        if descriptor.kind != ToolKind.SHELL:
+            return []
+        command = str(spec.arguments.get("command", ""))
+        if descriptor.shell and descriptor.shell.use_shell:
+            return ["/bin/sh", "-c", command]
+        return list(check_command(command, allow=[], block=[]).argv)

@@ -1,0 +1,217 @@
+"""Endings: finish (an executor's Outcome), deny, fail, cancel, and the one receipt.
+
+Every call ends here, in exactly one terminal state, with its sandbox lease released, a
+receipt in the artifact store, the receipt summary in status, its metrics and its event.
+The receipt and its summary are built by `write_receipt`, which an operator's confirmation
+of an Uncertain effect uses too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+
+from ..artifacts import ArtifactStore
+from ..enums import FailureClass, InvocationState, Stage, StageOutcome
+from ..executors import Outcome
+from ..metrics import DENIALS, INVOCATIONS, LATENCY, SANDBOXES_OPEN, UNCERTAIN
+from ..model import InvocationResult, ReceiptSummary, ToolInvocationSpec, ToolInvocationStatus
+from ..pipeline.hashing import canonical_json
+from ..pipeline.receipt import build_receipt
+from ..pipeline.sanitize import sanitize
+from ..timeutil import now_iso, parse_time
+from .context import SANDBOX_KINDS, Denial, Failure, FlowContext
+
+logger = logging.getLogger("tooladapter.invocations")
+
+_OUTCOME_STAGE = {
+    InvocationState.OBSERVED: StageOutcome.OBSERVED,
+    InvocationState.FAILED: StageOutcome.FAILED,
+    InvocationState.UNCERTAIN: StageOutcome.UNCERTAIN,
+    InvocationState.CANCELLED: StageOutcome.CANCELLED,
+}
+
+
+async def finish(ctx: FlowContext, outcome: Outcome) -> None:
+    """End an execution: sanitize its output, store it, and settle as the Outcome says."""
+    max_bytes = ctx.rt.settings.max_result_bytes
+    if ctx.descriptor is not None:
+        max_bytes = min(ctx.descriptor.max_result_bytes, max_bytes)
+    clean = sanitize(outcome.output, secrets=ctx.secret_values, max_bytes=max_bytes)
+    structured = None
+    if outcome.structured is not None:
+        cleaned = sanitize(
+            json.dumps(outcome.structured), secrets=ctx.secret_values, max_bytes=max_bytes
+        )
+        try:
+            structured = json.loads(cleaned.content) if not cleaned.truncated else None
+        except ValueError:
+            structured = None  # a redaction cut through JSON syntax: the text result stays
+    ctx.record(
+        Stage.SANITIZE,
+        StageOutcome.DONE,
+        f"{clean.original_bytes} bytes, {len(clean.redactions)} redaction(s)"
+        + (", truncated" if clean.truncated else ""),
+    )
+    content = clean.content.encode()
+    # fsync off the event loop: every other call waits while a write syncs.
+    ctx.status.result_ref = await asyncio.to_thread(ctx.rt.store.put, content)
+    ctx.status.result_hash = ctx.status.result_ref
+    inline = len(content) <= ctx.rt.settings.inline_result_bytes
+    ctx.status.result = InvocationResult(
+        content=clean.content if inline else "",
+        structured_content=structured if inline else None,
+        truncated=clean.truncated,
+        inline=inline,
+        original_bytes=clean.original_bytes,
+        original_sha256=clean.original_sha256,
+        redactions=list(clean.redactions),
+        exit_code=outcome.exit_code,
+    )
+    ctx.status.failure_class = outcome.failure_class
+    ctx.status.message = outcome.message or None
+    await release(ctx, f"invocation ended {outcome.state}")
+    ctx.record(Stage.EXECUTE, _OUTCOME_STAGE[outcome.state], outcome.message)
+    await end(ctx, outcome.state)
+
+
+async def release(ctx: FlowContext, reason: str) -> None:
+    """Credentials die with the call: the ephemeral Secret goes now, the rest is reaped."""
+    lease = ctx.status.sandbox_lease
+    if lease is None or lease.released_at is not None:
+        return
+    if lease.secret_name:
+        await ctx.rt.cluster.delete("Secret", ctx.namespace, lease.secret_name)
+    lease.released_at = now_iso()
+    SANDBOXES_OPEN.labels(ctx.namespace, str(lease.kind)).dec()
+    ctx.post(reason="SandboxReleased", message=f"lease {lease.lease_id}: {reason}")
+
+
+async def cancel(ctx: FlowContext, reason: str) -> None:
+    ctx.status.failure_class = FailureClass.CANCELLED
+    ctx.status.message = reason
+    await release(ctx, reason)
+    ctx.record(Stage.EXECUTE, StageOutcome.CANCELLED, reason)
+    await end(ctx, InvocationState.CANCELLED)
+
+
+async def deny(ctx: FlowContext, denial: Denial) -> None:
+    if denial.failure == FailureClass.CANCELLED and ctx.status.state != InvocationState.EXECUTING:
+        return await cancel(ctx, denial.reason)
+    ctx.status.failure_class = denial.failure
+    ctx.status.denied_stage = denial.stage
+    ctx.status.message = denial.reason
+    ctx.record(denial.stage, StageOutcome.DENIED, denial.reason)
+    DENIALS.labels(ctx.namespace, str(denial.stage), str(denial.failure)).inc()
+    await release(ctx, f"denied at {denial.stage}")
+    ctx.post(
+        warning=True,
+        reason="ToolInvocationDenied",
+        message=f"stage {denial.stage}: {denial.reason}",
+    )
+    await end(ctx, InvocationState.DENIED, post_event=False)
+
+
+async def fail(ctx: FlowContext, failure: Failure) -> None:
+    """End Failed before any effect started (nothing to confirm, safe to call again)."""
+    ctx.status.failure_class = failure.failure
+    ctx.status.message = failure.reason
+    ctx.record(failure.stage, StageOutcome.FAILED, failure.reason)
+    await release(ctx, f"failed at {failure.stage}")
+    await end(ctx, InvocationState.FAILED)
+
+
+async def end(ctx: FlowContext, state: InvocationState, *, post_event: bool = True) -> None:
+    spec = ctx.spec if ctx.spec is not None else ctx.unvalidated_spec()
+    ctx.status.ended_at = now_iso()
+    ctx.enter(state)
+    ctx.record(
+        Stage.AUDIT, StageOutcome.RECEIPT, "tool-invocation-v1 written to the artifact store"
+    )
+    descriptor = ctx.descriptor
+    await write_receipt(
+        ctx.rt.store,
+        namespace=ctx.namespace,
+        name=ctx.name,
+        uid=ctx.uid,
+        spec=spec,
+        status=ctx.status,
+        tool_kind=str(descriptor.kind) if descriptor else None,
+        sandbox_pool=descriptor.sandbox.pool_id if descriptor and descriptor.sandbox else None,
+        sandbox_kind=str(descriptor.sandbox.kind)
+        if descriptor and descriptor.sandbox and descriptor.kind in SANDBOX_KINDS
+        else None,
+        command_line=ctx.command_line(),
+        written_at=ctx.status.ended_at,
+    )
+    await ctx.commit()
+    tool = spec.tool.id
+    effective = str(ctx.status.effective_class or "")
+    INVOCATIONS.labels(ctx.namespace, tool, effective, str(state)).inc()
+    try:
+        elapsed = (parse_time(ctx.status.ended_at) - parse_time(ctx.created)).total_seconds()
+        LATENCY.labels(tool, str(descriptor.kind) if descriptor else "").observe(elapsed)
+    except ValueError:
+        pass
+    if state == InvocationState.UNCERTAIN:
+        UNCERTAIN.labels(ctx.namespace).inc()
+        ctx.post(
+            warning=True,
+            reason="ToolEffectUncertain",
+            message=f"{tool} ({effective}): {ctx.status.message}; "
+            "an operator must confirm the effect before any retry",
+        )
+    elif post_event:
+        ctx.post(
+            reason="ToolInvoked",
+            message=f"{tool} ended {state}; receipt {ctx.status.receipt_ref}",
+        )
+    logger.info("invocation %s ended %s (%s)", ctx.ref, state, ctx.status.failure_class or "ok")
+
+
+async def write_receipt(
+    store: ArtifactStore,
+    *,
+    namespace: str,
+    name: str,
+    uid: str,
+    spec: ToolInvocationSpec,
+    status: ToolInvocationStatus,
+    tool_kind: str | None,
+    sandbox_kind: str | None,
+    sandbox_pool: str | None,
+    command_line: list[str],
+    written_at: str,
+) -> None:
+    """Store the receipt and set `auditRef`, `receiptRef` and the summary on `status`.
+
+    A duplicate keeps its winner's receipt as `receiptRef`; its own is its `auditRef`."""
+    receipt = build_receipt(
+        namespace=namespace,
+        name=name,
+        uid=uid,
+        spec=spec,
+        status=status,
+        tool_kind=tool_kind or "unknown",
+        sandbox_kind=sandbox_kind,
+        sandbox_pool=sandbox_pool,
+        command_line=command_line or None,
+        written_at=written_at,
+    )
+    # fsync off the event loop: every other call waits while a write syncs.
+    own_ref = await asyncio.to_thread(store.put, canonical_json(receipt))
+    status.audit_ref = own_ref
+    if not (status.duplicate_of and status.receipt_ref):
+        status.receipt_ref = own_ref
+    confirmation = status.effect_confirmation
+    status.receipt = ReceiptSummary(
+        state=status.state,
+        effective_class=status.effective_class,
+        request_hash=status.request_hash,
+        result_hash=status.result_hash,
+        approval_id=status.approval.name if status.approval else None,
+        policy_decision_id=status.policy_decision_id,
+        effect_confirmed=confirmation.effect_happened if confirmation else None,
+        written_at=written_at,
+    )

@@ -1,0 +1,151 @@
+"""Execution: Brokered -> Executing -> the executor's Outcome.
+
+Executing is on the API server before any call with an effect starts, so a restarted
+operator follows (never repeats) it: `Executor.resume` follows a sandbox Job it finds, and
+settles a call that ran inside the stopped process by its class (Failed when effects stay
+contained, else Uncertain). A read in the operator may simply run again, so it is written
+only if it runs longer than `PROGRESS_AFTER_SECONDS`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable
+
+from ..enums import FailureClass, InvocationState, SideEffectClass, Stage, StageOutcome
+from ..executors import Call, Outcome, unconfirmed_for
+from ..kube.client import NotFound
+from ..kube.sandbox import decode_b64
+from ..model import ExecutionRecord, ToolDescriptorSpec
+from ..pipeline.sandbox import LeaseNames
+from ..timeutil import now_iso
+from .context import SANDBOX_KINDS, FlowContext
+from .ending import cancel, finish
+
+logger = logging.getLogger("tooladapter.invocations")
+
+#: A read call in the operator still running after this long shows Executing on its status.
+PROGRESS_AFTER_SECONDS = 1.0
+
+
+async def on_brokered(ctx: FlowContext) -> None:
+    descriptor = await ctx.load_descriptor()
+    if ctx.interrupt_requested():
+        return await cancel(ctx, "interrupted before execution started")
+    ctx.status.execution = ExecutionRecord(
+        kind=descriptor.kind,
+        started_at=now_iso(),
+        job_name=LeaseNames.for_uid(ctx.uid).job if descriptor.kind in SANDBOX_KINDS else None,
+        command_line=ctx.command_line(),
+    )
+    ctx.record(Stage.EXECUTE, StageOutcome.STARTED, str(descriptor.kind))
+    if write_before_execute(ctx, descriptor):
+        await ctx.commit(InvocationState.EXECUTING)
+    else:
+        await ctx.advance(InvocationState.EXECUTING)
+    ctx.started_here = True
+
+
+def write_before_execute(ctx: FlowContext, descriptor: ToolDescriptorSpec) -> bool:
+    """Whether Executing must be on the API server before the call starts.
+
+    A sandbox Job must be followed, never recreated, after a restart, and a call with an
+    effect must end Uncertain rather than run again.
+    """
+    return (
+        ctx.rt.settings.write_every_state
+        or descriptor.kind in SANDBOX_KINDS
+        or ctx.status.effective_class != SideEffectClass.READ
+    )
+
+
+def build_call(ctx: FlowContext) -> Call:
+    spec = ctx.load_spec()
+    descriptor = ctx.descriptor
+    settings = ctx.rt.settings
+    effective = ctx.status.effective_class
+    assert effective is not None
+    return Call(
+        namespace=ctx.namespace,
+        name=ctx.name,
+        uid=ctx.uid,
+        caller=spec.caller.name,
+        descriptor=descriptor,
+        arguments=spec.arguments,
+        effective_class=effective,
+        timeout_seconds=descriptor.timeout_seconds
+        if descriptor
+        else settings.default_timeout_seconds,
+        max_result_bytes=max_result_bytes(ctx),
+        idempotency_key=spec.idempotency_key,
+        argv=tuple(ctx.command_line()),
+        lease_id=ctx.uid,
+        interrupted=ctx.interrupted,
+    )
+
+
+def max_result_bytes(ctx: FlowContext) -> int:
+    limit = ctx.rt.settings.max_result_bytes
+    return min(ctx.descriptor.max_result_bytes, limit) if ctx.descriptor else limit
+
+
+async def on_executing(ctx: FlowContext) -> None:
+    spec = ctx.load_spec()
+    if ctx.descriptor is None:
+        # After a restart the descriptor may have gone; a Job can still be followed.
+        entry = ctx.rt.catalog.find_descriptor(ctx.namespace, spec.tool.id, spec.tool.version)
+        ctx.descriptor = entry.spec if entry else None
+    await recover_secret_values(ctx)
+    call = build_call(ctx)
+    record = ctx.status.execution
+    kind = record.kind if record else (ctx.descriptor.kind if ctx.descriptor else None)
+    executor = ctx.rt.executors.get(kind) if kind is not None else None
+    if executor is None:
+        outcome = Outcome.failed(FailureClass.INTERNAL, f"no executor for kind {kind}")
+    elif not ctx.started_here:
+        outcome = await executor.resume(call)
+    else:
+        persisted = ctx.persisted_state == InvocationState.EXECUTING
+        outcome = await show_progress(ctx, executor.execute(call), persisted)
+    await finish(ctx, outcome)
+
+
+async def settle_unexpected(ctx: FlowContext, error: BaseException) -> None:
+    """An unexpected error once the effect may have started: settle, never run again."""
+    effective = ctx.status.effective_class or SideEffectClass.PRODUCTION
+    await finish(
+        ctx,
+        unconfirmed_for(
+            effective, f"the operator failed while the tool ran ({type(error).__name__})"
+        ),
+    )
+
+
+async def recover_secret_values(ctx: FlowContext) -> None:
+    """After a restart the brokered values are needed again, for redaction only."""
+    lease = ctx.status.sandbox_lease
+    if ctx.secret_values or lease is None or not lease.secret_name:
+        return
+    try:
+        data = await ctx.rt.cluster.read_secret(ctx.namespace, lease.secret_name)
+    except NotFound:
+        return
+    ctx.secret_values = [decode_b64(v) for v in data.values()]
+
+
+async def show_progress(ctx: FlowContext, run: Awaitable[Outcome], persisted: bool) -> Outcome:
+    """Run the call; if Executing is not yet persisted and it runs long, write it."""
+    task = asyncio.ensure_future(run)
+    if not persisted:
+        done, _ = await asyncio.wait({task}, timeout=PROGRESS_AFTER_SECONDS)
+        if not done:
+            try:
+                await ctx.commit()
+            except asyncio.CancelledError:
+                task.cancel()
+                raise
+            except Exception:
+                # Only a progress note: the terminal write will carry everything.
+                logger.warning("invocation %s: Executing not written", ctx.ref, exc_info=True)
+    return await task

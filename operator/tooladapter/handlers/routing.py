@@ -1,0 +1,77 @@
+"""Watch events routed to the catalog, the reconcilers and the invocation flows.
+
+Most invocation events are echoes of the flow's own status writes, or finished invocations
+seen by a (re)listing: they are decided on the raw event, and a body is copied only for a
+flow to own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from ..catalog import invocation_key, thaw
+from ..enums import InvocationState, Resource
+from ..flow import run_invocation
+from ..runtime import Runtime
+from . import confirmations, descriptors, policies, workers
+
+RawEvent = Mapping[str, Any]
+
+
+def invocation_event(rt: Runtime, event: RawEvent) -> None:
+    workers.ensure_started(rt)
+    raw = event["object"]
+    meta = raw["metadata"]
+    uid = meta["uid"]
+    rt.catalog.notify(meta["namespace"], invocation_key(meta["name"]))
+    if event["type"] == "DELETED":
+        rt.unfinished.pop(uid, None)
+        task = rt.tasks.get(uid)
+        if task is not None:
+            task.cancel()
+        return
+    if (raw.get("spec") or {}).get("interrupt"):
+        rt.interrupt_event(uid).set()
+    state = (raw.get("status") or {}).get("state") or InvocationState.RECEIVED
+    if InvocationState(state).terminal:
+        rt.unfinished.pop(uid, None)
+        if confirmations.needs_recording(raw) and uid not in rt.tasks:
+            rt.spawn(uid, confirmations.record_confirmation(rt, thaw(raw)))
+        return
+    if uid in rt.finished:
+        return  # a late echo of a state this operator already moved past
+    rt.unfinished[uid] = (meta["namespace"], meta["name"])
+    if uid not in rt.tasks:
+        rt.spawn(uid, run_invocation(rt, thaw(raw)))
+
+
+async def descriptor_event(rt: Runtime, event: RawEvent) -> None:
+    body = thaw(event["object"])
+    rt.catalog.update(Resource.DESCRIPTORS, event["type"], body)
+    await descriptors.reconcile_descriptor(rt, event["type"], body)
+    server = ((body.get("spec") or {}).get("mcp") or {}).get("server")
+    if server and rt.mcp is not None:
+        rt.mcp.poke(body["metadata"]["namespace"], server)
+
+
+async def policy_event(rt: Runtime, event: RawEvent) -> None:
+    body = thaw(event["object"])
+    rt.catalog.update(Resource.POLICIES, event["type"], body)
+    await policies.reconcile_policy(rt, event["type"], body)
+
+
+def approval_event(rt: Runtime, event: RawEvent) -> None:
+    rt.catalog.update(Resource.APPROVALS, event["type"], thaw(event["object"]))
+
+
+def namespace_event(rt: Runtime, event: RawEvent) -> None:
+    workers.ensure_started(rt)
+    rt.catalog.update_namespace(event["type"], thaw(event["object"]))
+
+
+def mcp_server_event(rt: Runtime, event: RawEvent) -> None:
+    body = thaw(event["object"])
+    rt.catalog.update(Resource.MCP_SERVERS, event["type"], body)
+    if rt.mcp is not None:
+        rt.mcp.on_event(event["type"], body)

@@ -1,0 +1,191 @@
+"""The seam between the invocation flow (and its executors) and the API server.
+
+`Cluster` names every API operation a call needs, in the flow's own words; `KubeCluster`
+does them with kubernetes_asyncio. The flow and the executors see only the protocol, so the
+unit suite drives them against an in-memory fake of it (`tests/unit/fake_cluster.py`),
+the way httpx puts all I/O behind one transport.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from .. import GROUP
+from ..enums import Resource
+from . import auth, claims
+from . import sandbox as ksandbox
+from .client import Kube, NotFound, json_body
+
+Body = dict[str, Any]
+
+
+class Cluster(Protocol):
+    """What one governed call asks of the API server."""
+
+    # -- our own resources
+    async def get(self, resource: Resource, namespace: str, name: str) -> Body:
+        """The object; `NotFound` when it does not exist."""
+
+    async def list_all(self, resource: Resource, namespace: str) -> list[Body]: ...
+
+    async def patch_status(
+        self, resource: Resource, namespace: str, name: str, status: Body
+    ) -> Body: ...
+
+    # -- exactly-once
+    async def claim_idempotency_key(
+        self, *, namespace: str, caller: str, key: str, invocation_name: str, invocation_uid: str
+    ) -> claims.Claim: ...
+
+    async def check_fencing_token(
+        self, *, namespace: str, attempt_id: str, token: int, holder_uid: str
+    ) -> claims.FencingVerdict: ...
+
+    # -- authorization and credentials
+    async def can(
+        self,
+        *,
+        user: str,
+        namespace: str,
+        verb: str,
+        resource: str,
+        name: str | None = None,
+        group: str = GROUP,
+    ) -> auth.AccessVerdict: ...
+
+    async def request_token(
+        self, *, namespace: str, service_account: str, audiences: list[str], expiration_seconds: int
+    ) -> tuple[str, str]:
+        """(token, expiry); `NotFound` when the ServiceAccount does not exist."""
+
+    async def read_secret(self, namespace: str, name: str) -> dict[str, str]:
+        """The Secret's base64 data; `NotFound` when it does not exist."""
+
+    async def read_config_map(self, namespace: str, name: str) -> dict[str, str] | None: ...
+
+    # -- sandbox objects
+    async def create(self, obj: Body) -> bool:
+        """Create; False when it already exists (deterministic names make it idempotent)."""
+
+    async def delete(self, kind: str, namespace: str, name: str) -> bool: ...
+
+    async def wait_for_job(self, namespace: str, name: str, *, timeout: float) -> Body | None:
+        """The finished Job; None when it vanished; `TimeoutError` past `timeout`."""
+
+    async def job_pod(self, namespace: str, uid: str) -> Body | None: ...
+
+    async def pod_outcome(
+        self, namespace: str, uid: str, *, max_bytes: int
+    ) -> ksandbox.PodOutcome: ...
+
+
+@dataclass
+class KubeCluster:
+    """`Cluster` over the shared API client, with allowed reviews remembered briefly."""
+
+    kube: Kube
+    access: auth.AllowCache | None = None
+
+    async def get(self, resource: Resource, namespace: str, name: str) -> Body:
+        return await self.kube.get_custom(resource, namespace, name)
+
+    async def list_all(self, resource: Resource, namespace: str) -> list[Body]:
+        return await self.kube.list_custom(resource, namespace)
+
+    async def patch_status(
+        self, resource: Resource, namespace: str, name: str, status: Body
+    ) -> Body:
+        return await self.kube.patch_status(resource, namespace, name, status)
+
+    async def claim_idempotency_key(
+        self, *, namespace: str, caller: str, key: str, invocation_name: str, invocation_uid: str
+    ) -> claims.Claim:
+        return await claims.claim_idempotency_key(
+            self.kube,
+            namespace=namespace,
+            caller=caller,
+            key=key,
+            invocation_name=invocation_name,
+            invocation_uid=invocation_uid,
+        )
+
+    async def check_fencing_token(
+        self, *, namespace: str, attempt_id: str, token: int, holder_uid: str
+    ) -> claims.FencingVerdict:
+        return await claims.check_fencing_token(
+            self.kube,
+            namespace=namespace,
+            attempt_id=attempt_id,
+            token=token,
+            holder_uid=holder_uid,
+        )
+
+    async def can(
+        self,
+        *,
+        user: str,
+        namespace: str,
+        verb: str,
+        resource: str,
+        name: str | None = None,
+        group: str = GROUP,
+    ) -> auth.AccessVerdict:
+        return await auth.can(
+            self.kube,
+            user=user,
+            namespace=namespace,
+            verb=verb,
+            resource=resource,
+            name=name,
+            group=group,
+            cache=self.access,
+        )
+
+    async def request_token(
+        self, *, namespace: str, service_account: str, audiences: list[str], expiration_seconds: int
+    ) -> tuple[str, str]:
+        return await auth.request_token(
+            self.kube,
+            namespace=namespace,
+            service_account=service_account,
+            audiences=audiences,
+            expiration_seconds=expiration_seconds,
+        )
+
+    async def read_secret(self, namespace: str, name: str) -> dict[str, str]:
+        return await ksandbox.read_secret_keys(self.kube, namespace, name)
+
+    async def read_config_map(self, namespace: str, name: str) -> dict[str, str] | None:
+        try:
+            # Only the data is needed: the JSON answer, not the client's model objects.
+            cm = await json_body(
+                await self.kube.core.read_namespaced_config_map(
+                    name, namespace, _preload_content=False
+                )
+            )
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+        return dict(cm.get("data") or {})
+
+    async def create(self, obj: Body) -> bool:
+        return await ksandbox.create_idempotent(self.kube, obj)
+
+    async def delete(self, kind: str, namespace: str, name: str) -> bool:
+        return await ksandbox.delete_quietly(self.kube, kind, namespace, name)
+
+    async def wait_for_job(self, namespace: str, name: str, *, timeout: float) -> Body | None:
+        return await ksandbox.wait_for_job(self.kube, namespace, name, timeout=timeout)
+
+    async def job_pod(self, namespace: str, uid: str) -> Body | None:
+        return await ksandbox.job_pod(self.kube, namespace, uid)
+
+    async def pod_outcome(self, namespace: str, uid: str, *, max_bytes: int) -> ksandbox.PodOutcome:
+        return await ksandbox.pod_outcome(self.kube, namespace, uid, max_bytes=max_bytes)
+
+
+__all__ = ["Cluster", "KubeCluster", "NotFound"]
