@@ -41,9 +41,7 @@ REFERENCE = {
 #: Cancelled (interrupt), Denied (the re-check before acting) or Failed (before any effect).
 BEFORE_EXECUTING = (S.RECEIVED, S.VALIDATED, S.AUTHORIZED, S.AWAITING_APPROVAL, S.BROKERED)
 EXTENDED = {
-    (state, end)
-    for state in BEFORE_EXECUTING
-    for end in (S.CANCELLED, S.DENIED, S.FAILED)
+    (state, end) for state in BEFORE_EXECUTING for end in (S.CANCELLED, S.DENIED, S.FAILED)
 } - REFERENCE
 LEGAL = REFERENCE | EXTENDED
 
