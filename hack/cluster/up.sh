@@ -306,7 +306,7 @@ start kube-apiserver "$BIN_DIR/kube-apiserver" \
   --service-account-key-file "$PKI/sa.pub" \
   --service-account-signing-key-file "$PKI/sa.key" \
   --authorization-mode Node,RBAC \
-  --enable-admission-plugins NodeRestriction \
+  --enable-admission-plugins NodeRestriction,OwnerReferencesPermissionEnforcement \
   --service-cluster-ip-range "$SERVICE_CIDR" \
   --allow-privileged=true \
   --profiling="${CLUSTER_APISERVER_PROFILING:-false}" \

@@ -202,6 +202,7 @@ class BindCode(StrEnum):
     BOUND = "bound"
     WRONG_INVOCATION = "wrong-invocation"
     REQUEST_HASH_MISMATCH = "request-hash-mismatch"
+    DESCRIPTOR_CHANGED = "descriptor-changed"
     TOOL_VERSION_MISMATCH = "tool-version-mismatch"
     CREATOR_MISMATCH = "creator-mismatch"
     SELF_APPROVAL = "self-approval"

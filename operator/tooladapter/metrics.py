@@ -1,4 +1,4 @@
-"""The reference's six metrics, as Prometheus instruments.
+"""The reference's six metrics, as Prometheus instruments (three here, three counted).
 
 Names follow Prometheus conventions (`tooladapter_*`), dimensions follow the reference
 (`connectsoft.factory.tools.*`). Labels never carry arguments or results.
@@ -6,7 +6,8 @@ Names follow Prometheus conventions (`tooladapter_*`), dimensions follow the ref
 
 from __future__ import annotations
 
-from prometheus_client import Counter, Gauge, Histogram, start_http_server
+from prometheus_client import REGISTRY, Counter, Histogram, start_http_server
+from prometheus_client.registry import Collector
 
 INVOCATIONS = Counter(
     "tooladapter_invocations",
@@ -24,24 +25,13 @@ DENIALS = Counter(
     "Denials by stage.",
     ["tenant", "stage", "reason"],
 )
-UNCERTAIN = Gauge(
-    "tooladapter_uncertain",
-    "Invocations awaiting effect confirmation.",
-    ["tenant"],
-)
-APPROVALS_WAITING = Gauge(
-    "tooladapter_approvals_waiting",
-    "Gated calls waiting for approval.",
-    ["tenant", "effective_class"],
-)
-SANDBOXES_OPEN = Gauge(
-    "tooladapter_sandboxes_open",
-    "Open sandbox leases.",
-    ["tenant", "kind"],
-)
+#: The gauges (uncertain, approvals waiting, open sandboxes) are counted from the watch's
+#: view of every invocation when scraped: see `tooladapter.census`.
 
 
-def serve(port: int) -> None:
-    """Expose /metrics on `port` (0 disables)."""
+def serve(port: int, *collectors: Collector) -> None:
+    """Expose /metrics on `port` (0 disables), with `collectors` registered beside ours."""
+    for collector in collectors:
+        REGISTRY.register(collector)
     if port:
         start_http_server(port)

@@ -236,6 +236,16 @@ class ToolDescriptorSpec(Model):
     native: NativeSpec | None = None
     retired: bool = False
 
+    @property
+    def sandbox_spec(self) -> SandboxSpec | None:
+        """The sandbox a shell or container tool runs in: a shell tool without a `sandbox`
+        block gets the default one (no egress, default limits); other kinds get none."""
+        if self.kind == ToolKind.SHELL:
+            return self.sandbox or SandboxSpec()
+        if self.kind == ToolKind.CONTAINER:
+            return self.sandbox
+        return None
+
 
 class ToolDescriptorStatus(Model):
     active: bool = False
@@ -378,6 +388,7 @@ class ApprovalBinding(Model):
     reviewer: str
     bound_at: str
     request_hash: str
+    descriptor_digest: str | None = None
     tool_version: str
 
 
@@ -449,12 +460,16 @@ class ExecutionRecord(Model):
     job_name: str | None = None
     #: The argv a shell or container tool runs (after the shell check), for the receipt.
     command_line: list[str] = Field(default_factory=list)
+    #: The operator process that claimed the execution (one claim per invocation).
+    holder: str | None = None
 
 
 class ToolInvocationStatus(Model):
     state: InvocationState = InvocationState.RECEIVED
     message: str | None = None
     request_hash: str | None = None
+    #: sha256 of the descriptor spec the call was validated against (see `descriptor_digest`).
+    descriptor_digest: str | None = None
     declared_class: SideEffectClass | None = None
     effective_class: SideEffectClass | None = None
     policy_decision_id: str | None = None
@@ -500,7 +515,19 @@ class ToolApprovalSpec(Model):
     )
 
     invocation: str = Field(min_length=1, max_length=253)
+    invocation_uid: str | None = Field(
+        default=None,
+        max_length=64,
+        description="The invocation's metadata.uid; when set, the approval binds only to it "
+        "(a deleted and recreated invocation of the same name has another uid).",
+    )
     request_hash: str = Field(pattern=SHA256_REF_PATTERN, max_length=SHA256_REF_MAX)
+    descriptor_digest: str = Field(
+        pattern=SHA256_REF_PATTERN,
+        max_length=SHA256_REF_MAX,
+        description="The invocation's status.descriptorDigest: the approval binds only while "
+        "the tool's descriptor is exactly the one the reviewer saw.",
+    )
     tool_version: str = Field(pattern=VERSION_PATTERN, max_length=VERSION_MAX)
     decision: ApprovalDecision
     reviewer: str = Field(min_length=1, max_length=253)
@@ -521,6 +548,8 @@ class ToolApprovalSpec(Model):
 class ToolApprovalStatus(Model):
     bound: bool = False
     bound_to: str | None = None
+    #: The uid of the invocation it bound to: approvals are single-use per invocation object.
+    bound_uid: str | None = None
     bound_at: str | None = None
     reason: str | None = None
 

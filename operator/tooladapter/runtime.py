@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import socket
+import uuid
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
@@ -16,6 +19,7 @@ from typing import Any
 
 from .artifacts import ArtifactStore
 from .catalog import Catalog
+from .census import Census
 from .enums import ToolKind
 from .events import EventSink, NoEvents
 from .executors import Executor
@@ -27,6 +31,11 @@ logger = logging.getLogger("tooladapter")
 
 #: How many finished invocation uids to remember, to ignore their late watch events.
 FINISHED_MEMORY = 50_000
+
+
+def process_identity() -> str:
+    """Host, process and a random part: two processes never share it, even on one host."""
+    return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
 
 
 @dataclass
@@ -50,6 +59,10 @@ class Runtime:
     workers: list[asyncio.Task[None]] = field(default_factory=list)
     #: Closed last, in reverse order of registration (sessions, listeners).
     closers: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
+    #: One row per invocation from the watch: the gauges are counted from it.
+    census: Census = field(default_factory=Census)
+    #: This process, as it signs execution claims (and leases).
+    identity: str = field(default_factory=lambda: process_identity())
 
     def spawn(self, uid: str, coro: Coroutine[Any, Any, None]) -> None:
         """Run one flow per uid; a second spawn for a running uid is dropped."""

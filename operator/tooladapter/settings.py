@@ -24,6 +24,13 @@ def _int(name: str, default: int) -> int:
         raise ValueError(f"environment variable {name}={raw!r} is not an integer") from exc
 
 
+def _at_least(name: str, default: int, minimum: int) -> int:
+    value = _int(name, default)
+    if value < minimum:
+        raise ValueError(f"environment variable {name}={value} is below its minimum {minimum}")
+    return value
+
+
 def _bool(name: str, default: bool) -> bool:
     raw = os.environ.get(name, "").strip().lower()
     if raw == "":
@@ -82,6 +89,14 @@ class Settings:
     authz_cache_seconds: int = 2
     #: Namespace globs this operator serves (empty: all); kopf watches only these.
     namespaces: tuple[str, ...] = ()
+    #: Hold a Lease per served namespace set (`kube.leases`): a second operator for the
+    #: same namespaces waits as a standby instead of processing every call a second time.
+    leader_election: bool = True
+    #: Namespace of the leadership Leases (manifests/namespace.yaml creates it).
+    lease_namespace: str = "tooladapter-system"
+    #: leaseDurationSeconds: a standby takes over this long after the leader stopped
+    #: renewing; the leader stops acting after two thirds of it without a renewal.
+    lease_seconds: int = 15
 
     def serves(self, namespace: str) -> bool:
         return not self.namespaces or any(
@@ -120,4 +135,7 @@ class Settings:
             canary_host=os.environ.get("TOOLADAPTER_CANARY_HOST") or os.environ.get("POD_IP"),
             canary_port=_int("TOOLADAPTER_CANARY_PORT", base.canary_port),
             blocked_http_hosts=_list("TOOLADAPTER_BLOCKED_HTTP_HOSTS", base.blocked_http_hosts),
+            leader_election=_bool("TOOLADAPTER_LEADER_ELECTION", base.leader_election),
+            lease_namespace=os.environ.get("TOOLADAPTER_LEASE_NAMESPACE") or base.lease_namespace,
+            lease_seconds=_at_least("TOOLADAPTER_LEASE_SECONDS", base.lease_seconds, 3),
         )

@@ -302,17 +302,22 @@ def approve(
     *,
     decision: str = "Approved",
     request_hash: str | None = None,
+    descriptor_digest: str | None = None,
     version: str = "1.0.0",
     expires_in: int = 600,
+    bind_uid: bool = True,
 ) -> str:
-    """`reviewer` approves (or rejects) the invocation's request, with its own token."""
+    """`reviewer` approves (or rejects) the invocation's request, with its own token, as
+    the CLI does: bound to the invocation's uid and the descriptor digest it shows."""
     obj = get(reviewer.admin, reviewer.namespace, "toolinvocations", invocation)
     body = {
         "kind": "ToolApproval",
         "metadata": {"generateName": "approval-"},
         "spec": {
             "invocation": invocation,
+            **({"invocationUid": obj["metadata"]["uid"]} if bind_uid else {}),
             "requestHash": request_hash or status_of(obj)["requestHash"],
+            "descriptorDigest": descriptor_digest or status_of(obj)["descriptorDigest"],
             "toolVersion": version,
             "decision": decision,
             "reviewer": reviewer.user,

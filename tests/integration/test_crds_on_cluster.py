@@ -337,6 +337,7 @@ def test_approval_is_immutable(admin: client.ApiClient, namespace: str, admin_us
         "spec": {
             "invocation": "call",
             "requestHash": "sha256:" + "a" * 64,
+            "descriptorDigest": "sha256:" + "d" * 64,
             "toolVersion": "1.0.0",
             "decision": "Approved",
             "reviewer": admin_user,
@@ -539,6 +540,7 @@ def _approval(name: str, reviewer: str, **spec: Any) -> dict[str, Any]:
         "spec": {
             "invocation": "call",
             "requestHash": "sha256:" + "b" * 64,
+            "descriptorDigest": "sha256:" + "d" * 64,
             "toolVersion": "1.0.0",
             "decision": "Approved",
             "reviewer": reviewer,

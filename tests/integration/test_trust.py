@@ -123,6 +123,7 @@ def test_rejection_expiry_and_self_approval_never_run_the_call(
                 "spec": {
                     "invocation": own,
                     "requestHash": "sha256:" + "1" * 64,
+                    "descriptorDigest": "sha256:" + "d" * 64,
                     "toolVersion": "1.0.0",
                     "decision": "Approved",
                     "reviewer": reviewer.user,

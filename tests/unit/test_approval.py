@@ -19,6 +19,8 @@ from tooladapter.pipeline.policy import PolicyDecision, evaluate_policies
 from tooladapter.timeutil import parse_time
 
 HASH = "sha256:" + "1" * 64
+DIGEST = "sha256:" + "3" * 64
+UID = "7b1f0c3e-0000-4000-8000-000000000001"
 OTHER_HASH = "sha256:" + "2" * 64
 NOW = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
 CALLER = "system:serviceaccount:team-a:agent-1"
@@ -88,6 +90,7 @@ def approval(**overrides: Any) -> ToolApprovalSpec:
     fields: dict[str, Any] = {
         "invocation": "inv-1",
         "request_hash": HASH,
+        "descriptor_digest": DIGEST,
         "tool_version": "1.0.0",
         "decision": "Approved",
         "reviewer": "alice",
@@ -104,7 +107,9 @@ def bind(spec: ToolApprovalSpec, **overrides: Any) -> Any:
         "approval_name": "apr-1",
         "creator": "alice",
         "invocation_name": "inv-1",
+        "invocation_uid": UID,
         "request_hash": HASH,
+        "descriptor_digest": DIGEST,
         "tool_version": "1.0.0",
         "caller": CALLER,
         "now": NOW,
@@ -130,7 +135,9 @@ def test_a_matching_approval_binds() -> None:
         ({}, {"creator": "mallory"}, BindCode.CREATOR_MISMATCH, "not the user who created it"),
         ({"reviewer": CALLER}, {"creator": CALLER}, BindCode.SELF_APPROVAL, "own caller"),
         ({"reviewer_groups": ["devs"]}, {}, BindCode.REVIEWER_NOT_ALLOWED, "not in an allowed"),
-        ({}, {"already_used_by": "inv-0"}, BindCode.ALREADY_USED, "single-use"),
+        ({}, {"already_used_by": "uid-0"}, BindCode.ALREADY_USED, "single-use"),
+        ({"invocation_uid": "uid-0"}, {}, BindCode.WRONG_INVOCATION, "deleted and created"),
+        ({"descriptor_digest": OTHER_HASH}, {}, BindCode.DESCRIPTOR_CHANGED, "review again"),
         ({"expires_at": "2026-01-01T11:59:59Z"}, {}, BindCode.EXPIRED, "expired at"),
         ({"expires_at": "2026-01-01T12:00:00+00:00"}, {}, BindCode.EXPIRED, "expired at"),
         ({"expires_at": "tomorrow"}, {}, BindCode.INVALID_EXPIRY, "not an RFC 3339 time"),
@@ -167,7 +174,14 @@ def test_any_reviewer_binds_when_no_groups_are_configured() -> None:
 
 
 def test_rebinding_to_the_same_invocation_is_idempotent() -> None:
-    assert bind(approval(), already_used_by="inv-1").bound
+    assert bind(approval(), already_used_by=UID).bound
+    assert bind(approval(invocation_uid=UID), already_used_by=UID).bound
+
+
+def test_an_approval_used_by_a_deleted_invocation_does_not_bind_its_namesake() -> None:
+    # Same name, same arguments, new object: the old approval was bound to the old uid.
+    result = bind(approval(), already_used_by="uid-of-the-deleted-one")
+    assert not result.bound and result.code == BindCode.ALREADY_USED
 
 
 def test_creator_check_is_skipped_when_admission_guarantees_it() -> None:

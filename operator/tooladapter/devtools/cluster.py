@@ -41,11 +41,21 @@ def unique(prefix: str) -> str:
 
 
 class Namespace:
-    """A fresh namespace with tooladapter labels; deleted (not awaited) afterwards."""
+    """A fresh namespace with tooladapter labels; deleted (not awaited) afterwards.
 
-    def __init__(self, api: client.ApiClient, labels: dict[str, str] | None = None) -> None:
+    Named `<prefix>-<random>`, by default within this session's operator's scope
+    (`SESSION-*`); another prefix keeps it out of that scope (for operators a test starts
+    itself)."""
+
+    def __init__(
+        self,
+        api: client.ApiClient,
+        labels: dict[str, str] | None = None,
+        *,
+        prefix: str = SESSION,
+    ) -> None:
         self.api = api
-        self.name = unique(SESSION)
+        self.name = unique(prefix)
         core = _core(api)
         core.create_namespace(
             {

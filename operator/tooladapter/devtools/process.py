@@ -14,6 +14,9 @@ from .cluster import ROOT, SESSION, kubeconfig
 from .host import free_port
 from .waiting import wait_for
 
+#: The log line of an operator that is ready (it leads its scope and watches).
+STARTED = "tooladapter started"
+
 
 class OperatorProcess:
     """The operator as `make run` starts it, in its own process group, with its log kept."""
@@ -35,13 +38,17 @@ class OperatorProcess:
         }
         self.proc: subprocess.Popen[bytes] | None = None
         self.starts = 0
+        #: Where the log of the latest start begins.
+        self.offset = 0
 
-    def start(self) -> None:
+    def start(self, until: str = STARTED, timeout: float = 60) -> None:
+        """Start the process and wait until its log says `until` (by default that it is
+        ready; a standby says "standby: ..." and is ready only once it leads)."""
         self.starts += 1
         log = self.log_path.open("ab")
         log.write(f"\n===== start {self.starts} =====\n".encode())
         log.flush()
-        offset = self.log_path.stat().st_size
+        self.offset = self.log_path.stat().st_size
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "tooladapter", "run"],
             cwd=ROOT,
@@ -50,14 +57,28 @@ class OperatorProcess:
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
-        wait_for(lambda: self._started_since(offset), timeout=60, what="operator start-up")
+        self.wait_log(until, timeout=timeout)
 
-    def _started_since(self, offset: int) -> bool:
-        if self.proc is not None and self.proc.poll() is not None:
-            raise AssertionError(f"operator exited with {self.proc.returncode}:\n{self.tail()}")
+    def wait_log(self, text: str, *, timeout: float) -> None:
+        """Wait until the log of the latest start contains `text`; fail as soon as the
+        process exits without having said it."""
+
+        def seen_or_exited() -> str | None:
+            if self.says(text):
+                return "seen"
+            if self.proc is not None and self.proc.poll() is not None:
+                return "exited"
+            return None
+
+        if wait_for(seen_or_exited, timeout=timeout, what=f"operator log {text!r}") == "exited":
+            code = self.proc.returncode if self.proc is not None else None
+            raise AssertionError(f"operator exited with {code}:\n{self.tail()}")
+
+    def says(self, text: str) -> bool:
+        """Whether the log of the latest start contains `text` (now)."""
         with self.log_path.open("rb") as fh:
-            fh.seek(offset)
-            return b"tooladapter started" in fh.read()
+            fh.seek(self.offset)
+            return text.encode() in fh.read()
 
     def kill(self) -> None:
         """SIGKILL, as a crash: no cleanup runs."""

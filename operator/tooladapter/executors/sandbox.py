@@ -34,9 +34,9 @@ class SandboxExecutor:
 
     def job_for(self, call: Call) -> dict[str, Any]:
         descriptor = call.descriptor
-        if descriptor is None or descriptor.sandbox is None:
+        sandbox = descriptor.sandbox_spec if descriptor is not None else None
+        if descriptor is None or sandbox is None:
             raise ValueError("a sandboxed call needs a descriptor with a sandbox block")
-        sandbox = descriptor.sandbox
         return build_job(
             namespace=call.namespace,
             uid=call.uid,

@@ -38,8 +38,8 @@ from ..runtime import Runtime
 from .admission import on_received
 from .approval import on_authorized, on_awaiting_approval
 from .authorization import on_validated
-from .context import Denial, Failure, FlowContext
-from .ending import deny, fail
+from .context import Denial, Failure, FlowContext, Restart, Superseded
+from .ending import conclude, deny, fail
 from .execution import on_brokered, on_executing, settle_unexpected
 
 logger = logging.getLogger("tooladapter.invocations")
@@ -87,6 +87,17 @@ async def run_invocation(rt: Runtime, body: dict[str, Any]) -> None:
     rt.mark_finished(ctx.uid)
 
 
+async def release_finalizer(rt: Runtime, body: dict[str, Any]) -> None:
+    """Let go of an invocation that ended while its finalizer stayed (a crash in between)."""
+    ctx = FlowContext.of(rt, body)
+    try:
+        await ctx.reload()
+    except NotFound:
+        return
+    if ctx.status.state.terminal:
+        await ctx.let_go()
+
+
 def settled(ctx: FlowContext) -> bool:
     return ctx.status.state.terminal and ctx.persisted_state == ctx.status.state
 
@@ -97,10 +108,16 @@ async def drive(ctx: FlowContext) -> None:
         state = ctx.status.state
         try:
             if state.terminal:
-                await ctx.commit()  # the end is decided; only its write failed
+                # The end is decided; only its write failed (a denial posted its own event).
+                await conclude(ctx, post_event=state != InvocationState.DENIED)
             else:
                 await STEPS[state](ctx)
             attempt = 0
+        except Restart:
+            attempt = 0  # the stored state is the truth now: go on from it
+        except Superseded as other:
+            logger.info("invocation %s: executed by %s; not here", ctx.ref, other)
+            return
         except Denial as denial:
             await guard(ctx, deny(ctx, denial))
         except Failure as failure:
@@ -166,4 +183,4 @@ async def guard(ctx: FlowContext, ending: Awaitable[None]) -> None:
         await asyncio.sleep(RETRY_DELAYS[0])
 
 
-__all__ = ["STEPS", "FlowContext", "drive", "run_invocation"]
+__all__ = ["STEPS", "FlowContext", "drive", "release_finalizer", "run_invocation"]

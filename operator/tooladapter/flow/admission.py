@@ -14,7 +14,7 @@ from typing import Any
 from ..catalog import invocation_key
 from ..enums import FailureClass, InvocationState, Resource, Stage, StageOutcome
 from ..kube.client import NotFound
-from ..pipeline.hashing import request_hash
+from ..pipeline.hashing import descriptor_digest, request_hash
 from ..pipeline.validation import check_bounds, validate_arguments
 from ..timeutil import now_iso
 from .context import Denial, FlowContext
@@ -49,6 +49,7 @@ async def on_received(ctx: FlowContext) -> None:
         tool_version=spec.tool.version,
         arguments=spec.arguments,
     )
+    ctx.status.descriptor_digest = descriptor_digest(descriptor.wire())
     ctx.status.declared_class = descriptor.side_effect_class
     if errors:
         detail = "; ".join(f"{e.path}: {e.message}" for e in errors[:20])
@@ -121,6 +122,7 @@ async def check_fencing(ctx: FlowContext) -> None:
     assert spec.attempt_id is not None and spec.fencing_token is not None
     verdict = await ctx.rt.cluster.check_fencing_token(
         namespace=ctx.namespace,
+        caller=spec.caller.name,
         attempt_id=spec.attempt_id,
         token=spec.fencing_token,
         holder_uid=ctx.uid,

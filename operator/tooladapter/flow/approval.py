@@ -21,7 +21,6 @@ from ..enums import (
     Stage,
     StageOutcome,
 )
-from ..metrics import APPROVALS_WAITING
 from ..model import ApprovalBinding, ToolApprovalSpec
 from ..pipeline import approval as rules
 from ..timeutil import now_iso, parse_time
@@ -74,40 +73,35 @@ async def on_awaiting_approval(ctx: FlowContext) -> None:
     timeout = decision.approval_timeout_seconds
     groups = reviewer_groups(ctx)
     signal = ctx.rt.catalog.changed(ctx.namespace, approval_key(ctx.name))
-    gauge = APPROVALS_WAITING.labels(ctx.namespace, str(effective))
-    gauge.inc()
-    try:
-        while True:
-            signal.clear()
-            if ctx.interrupt_requested():
-                raise Denial(
-                    Stage.APPROVAL, "interrupted while waiting for approval", FailureClass.CANCELLED
-                )
-            now = datetime.now(UTC)
-            for entry in ctx.rt.catalog.approvals_for(ctx.namespace, ctx.name):
-                if await try_bind(ctx, entry, groups, now):
-                    await broker(ctx)
-                    return
-            if rules.approval_timed_out(waiting_since=since, timeout_seconds=timeout, now=now):
-                raise Denial(
-                    Stage.APPROVAL,
-                    f"no approval bound within {timeout}s; the wait expired",
-                    FailureClass.POLICY_DENIED,
-                )
-            remaining = (since + timedelta(seconds=timeout) - now).total_seconds()
-            interrupt = asyncio.ensure_future(ctx.interrupted.wait())
-            changed = asyncio.ensure_future(signal.wait())
-            try:
-                await asyncio.wait(
-                    {interrupt, changed},
-                    timeout=max(0.05, min(remaining, WAIT_SLICE_SECONDS)),
-                    return_when=asyncio.FIRST_COMPLETED,
-                )
-            finally:
-                interrupt.cancel()
-                changed.cancel()
-    finally:
-        gauge.dec()
+    while True:
+        signal.clear()
+        if ctx.interrupt_requested():
+            raise Denial(
+                Stage.APPROVAL, "interrupted while waiting for approval", FailureClass.CANCELLED
+            )
+        now = datetime.now(UTC)
+        for entry in ctx.rt.catalog.approvals_for(ctx.namespace, ctx.name):
+            if await try_bind(ctx, entry, groups, now):
+                await broker(ctx)
+                return
+        if rules.approval_timed_out(waiting_since=since, timeout_seconds=timeout, now=now):
+            raise Denial(
+                Stage.APPROVAL,
+                f"no approval bound within {timeout}s; the wait expired",
+                FailureClass.POLICY_DENIED,
+            )
+        remaining = (since + timedelta(seconds=timeout) - now).total_seconds()
+        interrupt = asyncio.ensure_future(ctx.interrupted.wait())
+        changed = asyncio.ensure_future(signal.wait())
+        try:
+            await asyncio.wait(
+                {interrupt, changed},
+                timeout=max(0.05, min(remaining, WAIT_SLICE_SECONDS)),
+                return_when=asyncio.FIRST_COMPLETED,
+            )
+        finally:
+            interrupt.cancel()
+            changed.cancel()
 
 
 async def try_bind(
@@ -119,18 +113,23 @@ async def try_bind(
     if approval is None:
         return False  # admission keeps invalid approvals out; one that slips by never binds
     astatus = entry.status
-    used_by = astatus.get("boundTo") if astatus.get("bound") else None
+    # Bound before uids were recorded: only a binding to this very name counts as ours.
+    used_by = (
+        (astatus.get("boundUid") or astatus.get("boundTo") or "?") if astatus.get("bound") else None
+    )
     result = rules.bind_approval(
         approval=approval,
         approval_name=entry.name,
         creator=None,
         invocation_name=ctx.name,
+        invocation_uid=ctx.uid,
         request_hash=ctx.status.request_hash or "",
+        descriptor_digest=ctx.status.descriptor_digest or "",
         tool_version=spec.tool.version,
         caller=spec.caller.name,
         now=now,
         allowed_groups=groups,
-        already_used_by=used_by if used_by != ctx.name else None,
+        already_used_by=used_by,
     )
     if result.bound:
         stamp = now_iso()
@@ -141,6 +140,7 @@ async def try_bind(
             {
                 "bound": True,
                 "boundTo": ctx.name,
+                "boundUid": ctx.uid,
                 "boundAt": stamp,
                 "reason": f"bound to {ctx.name} ({ctx.status.request_hash})",
             },
@@ -150,6 +150,7 @@ async def try_bind(
             reviewer=approval.reviewer,
             bound_at=stamp,
             request_hash=approval.request_hash,
+            descriptor_digest=approval.descriptor_digest,
             tool_version=approval.tool_version,
         )
         ctx.record(Stage.APPROVAL, StageOutcome.BOUND, f"{entry.name} by {approval.reviewer}")

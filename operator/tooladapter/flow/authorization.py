@@ -103,8 +103,9 @@ def classify_call(
     )
 
 
-async def check_permission(ctx: FlowContext, *, effective: str) -> None:
-    """RBAC, asked for the caller, concurrently for the tool and the class."""
+async def check_permission(ctx: FlowContext, *, effective: str, fresh: bool = False) -> None:
+    """RBAC, asked for the caller, concurrently for the tool and the class (`fresh`: never
+    from remembered answers)."""
     spec = ctx.load_spec()
     tool_verdict, class_verdict = await asyncio.gather(
         ctx.rt.cluster.can(
@@ -113,6 +114,7 @@ async def check_permission(ctx: FlowContext, *, effective: str) -> None:
             verb="invoke",
             resource=Resource.DESCRIPTORS,
             name=spec.tool.id,
+            fresh=fresh,
         ),
         ctx.rt.cluster.can(
             user=spec.caller.name,
@@ -120,6 +122,7 @@ async def check_permission(ctx: FlowContext, *, effective: str) -> None:
             verb="use",
             resource=Resource.SIDE_EFFECT_CLASSES,
             name=effective,
+            fresh=fresh,
         ),
     )
     if not tool_verdict.allowed:

@@ -13,7 +13,6 @@ from .. import API_VERSION
 from ..enums import FailureClass, InvocationState, Stage, StageOutcome
 from ..kube.client import NotFound
 from ..kube.sandbox import decode_b64
-from ..metrics import SANDBOXES_OPEN
 from ..model import LeaseLimits, SandboxLease, ToolDescriptorSpec
 from ..pipeline.sandbox import (
     LeaseNames,
@@ -89,10 +88,10 @@ async def lease_sandbox(
     ctx: FlowContext, descriptor: ToolDescriptorSpec, data_b64: dict[str, str], expiry: str | None
 ) -> None:
     """The lease's Secret and default-deny NetworkPolicy, owned by the invocation."""
-    sandbox = descriptor.sandbox
+    sandbox = descriptor.sandbox_spec
     if sandbox is None:
-        # `check_descriptor` requires a sandbox block for these kinds; one that slipped by
-        # can never run, so it fails here, before any effect, instead of on every retry.
+        # The CRD requires a sandbox block of container tools; one that slipped by can
+        # never run, so it fails here, before any effect, instead of on every retry.
         raise Failure(
             Stage.SANDBOX,
             f"{descriptor.kind} tool has no sandbox block: it cannot run",
@@ -132,7 +131,6 @@ async def lease_sandbox(
         secret_name=names.secret if data_b64 else None,
     )
     ctx.status.sandbox_lease = lease
-    SANDBOXES_OPEN.labels(ctx.namespace, str(sandbox.kind)).inc()
     ctx.record(
         Stage.SANDBOX, StageOutcome.LEASED, f"job {names.job}, networkpolicy {names.network_policy}"
     )

@@ -25,6 +25,7 @@ from ..enums import (
     ToolKind,
 )
 from ..events import object_ref
+from ..kube.client import Conflict, NotFound
 from ..model import (
     Caller,
     StageEntry,
@@ -36,6 +37,7 @@ from ..model import (
     describe_errors,
 )
 from ..pipeline.policy import PolicyDecision, evaluate_policies
+from ..pipeline.sanitize import redact_argv
 from ..pipeline.shell import check_command
 from ..pipeline.states import transition
 from ..runtime import Runtime
@@ -45,6 +47,9 @@ Body = dict[str, Any]
 
 LABEL_ENVIRONMENT = "tooladapter.dev/environment-class"
 LABEL_FROZEN = "tooladapter.dev/frozen"
+#: Holds a deleted invocation whose execution started until its outcome is settled and its
+#: receipt written (removed by the flow at its end).
+FINALIZER = "tooladapter.dev/settle"
 #: Tool kinds that run in a sandbox Job (the rest run in the operator).
 SANDBOX_KINDS = frozenset({ToolKind.SHELL, ToolKind.CONTAINER})
 
@@ -57,6 +62,14 @@ class Denial(Exception):
         self.stage = stage
         self.reason = reason
         self.failure = failure
+
+
+class Restart(Exception):
+    """The stored invocation changed under the flow: go on from the state stored now."""
+
+
+class Superseded(Exception):
+    """Another operator claimed this call's execution: it owns the call from here."""
 
 
 class Failure(Exception):
@@ -88,6 +101,8 @@ class FlowContext:
     secret_values: list[str] = field(default_factory=list)
     #: This process started the execution (False: it resumes one a stopped operator began).
     started_here: bool = False
+    #: The flow began from a state an earlier process (or an earlier read) stored.
+    resumed: bool = False
 
     @classmethod
     def of(cls, rt: Runtime, body: Body) -> FlowContext:
@@ -103,6 +118,7 @@ class FlowContext:
             status=status,
             persisted_state=status.state,
             interrupted=rt.interrupt_event(meta["uid"]),
+            resumed=status.state != InvocationState.RECEIVED,
         )
 
     # ------------------------------------------------------------------ identity
@@ -134,14 +150,77 @@ class FlowContext:
         transition(self.status.state, state)
         self.status.state = state
 
-    async def commit(self, state: InvocationState | None = None) -> None:
-        """Persist status (with a new state, entered first)."""
+    async def commit(
+        self, state: InvocationState | None = None, *, exclusive: bool = False
+    ) -> None:
+        """Persist status (with a new state, entered first).
+
+        `exclusive`: only if nobody wrote the invocation since this flow last read or wrote
+        it; `Conflict` otherwise, with nothing written. Whenever the write fails the state
+        is left as it was, so the step that moved it runs again: a call whose Executing was
+        never stored must be started, not resumed, and a wait must be stored to be seen."""
+        before = self.status.state
         if state is not None and state != self.status.state:
             self.enter(state)
-        self.body = await self.rt.cluster.patch_status(
-            Resource.INVOCATIONS, self.namespace, self.name, self.status.wire()
-        )
+        version = self.body.get("metadata", {}).get("resourceVersion") if exclusive else None
+        try:
+            self.body = await self.rt.cluster.patch_status(
+                Resource.INVOCATIONS,
+                self.namespace,
+                self.name,
+                self.status.wire(),
+                resource_version=version,
+            )
+        except Exception:
+            self.status.state = before
+            raise
         self.persisted_state = self.status.state
+
+    @property
+    def finalizers(self) -> list[str]:
+        return list(self.body.get("metadata", {}).get("finalizers") or [])
+
+    async def hold(self) -> None:
+        """Add the finalizer onto the version last seen (`Conflict` if anyone wrote since)."""
+        if FINALIZER in self.finalizers:
+            return
+        self.body = await self.rt.cluster.set_finalizers(
+            Resource.INVOCATIONS,
+            self.namespace,
+            self.name,
+            [*self.finalizers, FINALIZER],
+            resource_version=self.body["metadata"]["resourceVersion"],
+        )
+
+    async def let_go(self) -> None:
+        """Remove the finalizer (after the end is persisted): a deleted call may now go."""
+        for _ in range(5):
+            if FINALIZER not in self.finalizers:
+                return
+            try:
+                self.body = await self.rt.cluster.set_finalizers(
+                    Resource.INVOCATIONS,
+                    self.namespace,
+                    self.name,
+                    [f for f in self.finalizers if f != FINALIZER],
+                    resource_version=self.body["metadata"]["resourceVersion"],
+                )
+            except NotFound:
+                return
+            except Conflict:
+                self.body = await self.rt.cluster.get(
+                    Resource.INVOCATIONS, self.namespace, self.name
+                )
+        raise Conflict(f"finalizer of {self.ref} not removed: the object keeps changing")
+
+    async def reload(self) -> Body:
+        """Forget what ran ahead in memory: status as the API server holds it now."""
+        fresh = await self.rt.cluster.get(Resource.INVOCATIONS, self.namespace, self.name)
+        self.body = fresh
+        self.status = ToolInvocationStatus.model_validate(fresh.get("status") or {})
+        self.persisted_state = self.status.state
+        self.resumed = True
+        return fresh
 
     async def advance(self, state: InvocationState) -> None:
         """Move to `state`; persisted now only under `write_every_state`, else with the next
@@ -263,10 +342,14 @@ class FlowContext:
         )
         return environment, labels.get(LABEL_FROZEN, "").lower() == "true"
 
-    def command_line(self) -> list[str]:
-        """The argv a shell or container tool runs: as recorded, else as the spec gives it."""
+    def recorded_command_line(self) -> list[str]:
+        """The command line as status and receipts show it: redacted, bounded."""
         if self.status.execution is not None and self.status.execution.command_line:
             return list(self.status.execution.command_line)
+        return redact_argv(self.command_line(), self.secret_values)
+
+    def command_line(self) -> list[str]:
+        """The argv a shell or container tool runs, from the spec and the descriptor."""
         descriptor, spec = self.descriptor, self.spec
         if descriptor is None or spec is None:
             return []

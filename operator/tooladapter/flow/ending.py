@@ -15,13 +15,13 @@ import logging
 from ..artifacts import ArtifactStore
 from ..enums import FailureClass, InvocationState, Stage, StageOutcome
 from ..executors import Outcome
-from ..metrics import DENIALS, INVOCATIONS, LATENCY, SANDBOXES_OPEN, UNCERTAIN
+from ..metrics import DENIALS, INVOCATIONS, LATENCY
 from ..model import InvocationResult, ReceiptSummary, ToolInvocationSpec, ToolInvocationStatus
 from ..pipeline.hashing import canonical_json
 from ..pipeline.receipt import build_receipt
 from ..pipeline.sanitize import sanitize
 from ..timeutil import now_iso, parse_time
-from .context import SANDBOX_KINDS, Denial, Failure, FlowContext
+from .context import Denial, Failure, FlowContext
 
 logger = logging.getLogger("tooladapter.invocations")
 
@@ -84,7 +84,6 @@ async def release(ctx: FlowContext, reason: str) -> None:
     if lease.secret_name:
         await ctx.rt.cluster.delete("Secret", ctx.namespace, lease.secret_name)
     lease.released_at = now_iso()
-    SANDBOXES_OPEN.labels(ctx.namespace, str(lease.kind)).dec()
     ctx.post(reason="SandboxReleased", message=f"lease {lease.lease_id}: {reason}")
 
 
@@ -123,39 +122,49 @@ async def fail(ctx: FlowContext, failure: Failure) -> None:
 
 
 async def end(ctx: FlowContext, state: InvocationState, *, post_event: bool = True) -> None:
-    spec = ctx.spec if ctx.spec is not None else ctx.unvalidated_spec()
     ctx.status.ended_at = now_iso()
     ctx.enter(state)
     ctx.record(
         Stage.AUDIT, StageOutcome.RECEIPT, "tool-invocation-v1 written to the artifact store"
     )
+    await conclude(ctx, post_event=post_event)
+
+
+async def conclude(ctx: FlowContext, *, post_event: bool = True) -> None:
+    """Write the decided end: the receipt (once), status, then its metrics and event.
+
+    `drive` calls it again when a write of the end failed, so a persisted end always has
+    its receipt, and its event is posted once the end is persisted."""
+    spec = ctx.spec if ctx.spec is not None else ctx.unvalidated_spec()
+    state = ctx.status.state
+    ended_at = ctx.status.ended_at or now_iso()
     descriptor = ctx.descriptor
-    await write_receipt(
-        ctx.rt.store,
-        namespace=ctx.namespace,
-        name=ctx.name,
-        uid=ctx.uid,
-        spec=spec,
-        status=ctx.status,
-        tool_kind=str(descriptor.kind) if descriptor else None,
-        sandbox_pool=descriptor.sandbox.pool_id if descriptor and descriptor.sandbox else None,
-        sandbox_kind=str(descriptor.sandbox.kind)
-        if descriptor and descriptor.sandbox and descriptor.kind in SANDBOX_KINDS
-        else None,
-        command_line=ctx.command_line(),
-        written_at=ctx.status.ended_at,
-    )
+    if ctx.status.audit_ref is None:
+        sandbox = descriptor.sandbox_spec if descriptor else None
+        await write_receipt(
+            ctx.rt.store,
+            namespace=ctx.namespace,
+            name=ctx.name,
+            uid=ctx.uid,
+            spec=spec,
+            status=ctx.status,
+            tool_kind=str(descriptor.kind) if descriptor else None,
+            sandbox_pool=sandbox.pool_id if sandbox else None,
+            sandbox_kind=str(sandbox.kind) if sandbox else None,
+            command_line=ctx.recorded_command_line(),
+            written_at=ended_at,
+        )
     await ctx.commit()
+    await ctx.let_go()
     tool = spec.tool.id
     effective = str(ctx.status.effective_class or "")
     INVOCATIONS.labels(ctx.namespace, tool, effective, str(state)).inc()
     try:
-        elapsed = (parse_time(ctx.status.ended_at) - parse_time(ctx.created)).total_seconds()
+        elapsed = (parse_time(ended_at) - parse_time(ctx.created)).total_seconds()
         LATENCY.labels(tool, str(descriptor.kind) if descriptor else "").observe(elapsed)
     except ValueError:
         pass
     if state == InvocationState.UNCERTAIN:
-        UNCERTAIN.labels(ctx.namespace).inc()
         ctx.post(
             warning=True,
             reason="ToolEffectUncertain",

@@ -15,13 +15,14 @@ from collections.abc import Awaitable
 
 from ..enums import FailureClass, InvocationState, SideEffectClass, Stage, StageOutcome
 from ..executors import Call, Outcome, unconfirmed_for
-from ..kube.client import NotFound
+from ..kube.client import Conflict, NotFound
 from ..kube.sandbox import decode_b64
 from ..model import ExecutionRecord, ToolDescriptorSpec
 from ..pipeline.sandbox import LeaseNames
 from ..timeutil import now_iso
-from .context import SANDBOX_KINDS, FlowContext
+from .context import SANDBOX_KINDS, FlowContext, Restart, Superseded
 from .ending import cancel, finish
+from .recheck import needs_recheck, recheck
 
 logger = logging.getLogger("tooladapter.invocations")
 
@@ -30,6 +31,8 @@ PROGRESS_AFTER_SECONDS = 1.0
 
 
 async def on_brokered(ctx: FlowContext) -> None:
+    if needs_recheck(ctx):
+        await recheck(ctx)
     descriptor = await ctx.load_descriptor()
     if ctx.interrupt_requested():
         return await cancel(ctx, "interrupted before execution started")
@@ -37,14 +40,38 @@ async def on_brokered(ctx: FlowContext) -> None:
         kind=descriptor.kind,
         started_at=now_iso(),
         job_name=LeaseNames.for_uid(ctx.uid).job if descriptor.kind in SANDBOX_KINDS else None,
-        command_line=ctx.command_line(),
+        command_line=ctx.recorded_command_line(),
     )
     ctx.record(Stage.EXECUTE, StageOutcome.STARTED, str(descriptor.kind))
     if write_before_execute(ctx, descriptor):
-        await ctx.commit(InvocationState.EXECUTING)
+        await claim_execution(ctx)
     else:
         await ctx.advance(InvocationState.EXECUTING)
     ctx.started_here = True
+
+
+async def claim_execution(ctx: FlowContext) -> None:
+    """Write Executing only onto the version of the invocation this flow last saw.
+
+    Two operators on one call (a rolling update, a partition, a second `make run`) both
+    reach this write from the same version; the API server accepts exactly one, so exactly
+    one executes. The loser re-reads: an execution claimed by another process is theirs to
+    finish; anything else (an interrupt, a label) changed the version and the flow goes on
+    from the state stored."""
+    assert ctx.status.execution is not None
+    ctx.status.execution.holder = ctx.rt.identity
+    try:
+        # Held by a finalizer from here on: a deleted running call still settles and leaves
+        # its receipt and event before the object goes.
+        await ctx.hold()
+        await ctx.commit(InvocationState.EXECUTING, exclusive=True)
+    except Conflict:
+        fresh = await ctx.reload()
+        execution = (fresh.get("status") or {}).get("execution") or {}
+        if ctx.status.state == InvocationState.EXECUTING or ctx.status.state.terminal:
+            if execution.get("holder") != ctx.rt.identity:
+                raise Superseded(execution.get("holder") or "another operator") from None
+        raise Restart from None
 
 
 def write_before_execute(ctx: FlowContext, descriptor: ToolDescriptorSpec) -> bool:

@@ -13,7 +13,6 @@ from typing import Any
 from ..enums import InvocationState, Resource
 from ..events import object_ref
 from ..flow.ending import write_receipt
-from ..metrics import UNCERTAIN
 from ..model import ToolInvocationSpec, ToolInvocationStatus
 from ..runtime import Runtime
 from ..timeutil import now_iso
@@ -67,11 +66,21 @@ async def record_confirmation(rt: Runtime, body: dict[str, Any]) -> None:
             "receipt": status.receipt.wire(),
         },
     )
-    UNCERTAIN.labels(meta["namespace"]).dec()
+    released = False
+    if not confirmation.effect_happened and spec.idempotency_key:
+        # Nothing happened: the key may be used again, by a new invocation that runs once.
+        # (Confirmed as happened, the key stays and later duplicates carry this receipt.)
+        released = await rt.cluster.release_idempotency_key(
+            namespace=meta["namespace"],
+            caller=spec.caller.name,
+            key=spec.idempotency_key,
+            holder_uid=meta["uid"],
+        )
     happened = "happened" if confirmation.effect_happened else "did not happen"
     rt.events.post(
         object_ref("ToolInvocation", meta),
         reason="ToolInvoked",
         message=f"effect {happened}, confirmed by {confirmation.confirmed_by}; "
-        f"receipt {status.receipt_ref}",
+        f"receipt {status.receipt_ref}"
+        + ("; its idempotency key is free again" if released else ""),
     )

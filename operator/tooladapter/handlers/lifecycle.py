@@ -28,6 +28,7 @@ from ..kube.cluster import KubeCluster
 from ..metrics import serve
 from ..runtime import Runtime
 from ..settings import Settings
+from . import leadership
 from .kopf_events import KopfEvents
 from .mcp import McpServers
 
@@ -85,6 +86,10 @@ def configure(settings: kopf.OperatorSettings) -> None:
 async def start(settings: kopf.OperatorSettings, memo: kopf.Memo) -> None:
     configure(settings)
     config = Settings.from_env()
+    if config.leader_election and memo.get("leadership") is None:
+        # Before anything else: a standby waits here, and kopf starts no watch until the
+        # start-up handlers return. Kept across kopf's retries of this handler.
+        memo["leadership"] = await leadership.lead(config)
     kube = await Kube.connect()
     catalog = Catalog()
     try:
@@ -123,12 +128,18 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo) -> None:
 
             rt.closers.append(close_canary)
     rt.mcp = McpServers(rt)
-    serve(config.metrics_port)
+    serve(config.metrics_port, rt.census)
     memo["runtime"] = rt
     logger.info("tooladapter started; artifacts in %s", config.artifact_dir)
 
 
 async def stop(memo: kopf.Memo) -> None:
     rt: Runtime | None = memo.get("runtime")
-    if rt is not None:
-        await rt.close()
+    held: leadership.Leadership | None = memo.get("leadership")
+    try:
+        if rt is not None:
+            await rt.close()
+    finally:
+        # Only once no flow runs any more: then a standby may take over at once.
+        if held is not None:
+            await held.release()

@@ -12,7 +12,8 @@ from typing import Any
 
 from ..catalog import invocation_key, thaw
 from ..enums import InvocationState, Resource
-from ..flow import run_invocation
+from ..flow import release_finalizer, run_invocation
+from ..flow.context import FINALIZER
 from ..runtime import Runtime
 from . import confirmations, descriptors, policies, workers
 
@@ -24,6 +25,7 @@ def invocation_event(rt: Runtime, event: RawEvent) -> None:
     raw = event["object"]
     meta = raw["metadata"]
     uid = meta["uid"]
+    rt.census.update(event["type"], raw)
     rt.catalog.notify(meta["namespace"], invocation_key(meta["name"]))
     if event["type"] == "DELETED":
         rt.unfinished.pop(uid, None)
@@ -31,13 +33,19 @@ def invocation_event(rt: Runtime, event: RawEvent) -> None:
         if task is not None:
             task.cancel()
         return
-    if (raw.get("spec") or {}).get("interrupt"):
+    if (raw.get("spec") or {}).get("interrupt") or meta.get("deletionTimestamp"):
+        # Deleting a running call interrupts it; its finalizer keeps it until it settled.
         rt.interrupt_event(uid).set()
     state = (raw.get("status") or {}).get("state") or InvocationState.RECEIVED
     if InvocationState(state).terminal:
         rt.unfinished.pop(uid, None)
-        if confirmations.needs_recording(raw) and uid not in rt.tasks:
+        if uid in rt.tasks:
+            return
+        if confirmations.needs_recording(raw):
             rt.spawn(uid, confirmations.record_confirmation(rt, thaw(raw)))
+        elif FINALIZER in (meta.get("finalizers") or []):
+            # Ended, but the operator stopped before letting it go.
+            rt.spawn(uid, release_finalizer(rt, thaw(raw)))
         return
     if uid in rt.finished:
         return  # a late echo of a state this operator already moved past

@@ -26,8 +26,9 @@ def idempotency_claim_name(namespace: str, caller: str, key: str) -> str:
     return f"ta-idem-{digest[:48]}"
 
 
-def fencing_claim_name(namespace: str, attempt_id: str) -> str:
-    digest = hashlib.sha256(f"{namespace}\x00{attempt_id}".encode()).hexdigest()
+def fencing_claim_name(namespace: str, caller: str, attempt_id: str) -> str:
+    # Per caller: another agent naming the same attempt id cannot fence this one out.
+    digest = hashlib.sha256(f"{namespace}\x00{caller}\x00{attempt_id}".encode()).hexdigest()
     return f"ta-fence-{digest[:48]}"
 
 
@@ -80,10 +81,10 @@ class FencingVerdict:
 
 
 async def check_fencing_token(
-    kube: Kube, *, namespace: str, attempt_id: str, token: int, holder_uid: str
+    kube: Kube, *, namespace: str, caller: str, attempt_id: str, token: int, holder_uid: str
 ) -> FencingVerdict:
     """Accept `token` unless a higher one was already seen for this attempt; record it."""
-    name = fencing_claim_name(namespace, attempt_id)
+    name = fencing_claim_name(namespace, caller, attempt_id)
     for _ in range(10):
         try:
             lease = await kube.coordination.read_namespaced_lease(name, namespace)
@@ -116,10 +117,30 @@ async def check_fencing_token(
     raise RuntimeError(f"fencing lease {namespace}/{name} kept changing; try again")
 
 
-async def release_idempotency_claims(kube: Kube, namespace: str, names: list[str]) -> None:
-    for name in names:
-        try:
-            await kube.coordination.delete_namespaced_lease(name, namespace)
-        except ApiException as exc:
-            if exc.status != 404:
-                raise translate(exc) from exc
+async def release_idempotency_key(
+    kube: Kube, *, namespace: str, caller: str, key: str, holder_uid: str
+) -> bool:
+    """Free the key if `holder_uid` holds it (a confirmed "did not happen"); True if freed.
+
+    The delete is conditional on the version read, so a claim taken meanwhile by another
+    invocation is never released by this one."""
+    name = idempotency_claim_name(namespace, caller, key)
+    try:
+        lease = await kube.coordination.read_namespaced_lease(name, namespace)
+    except ApiException as exc:
+        if exc.status == 404:
+            return False
+        raise translate(exc) from exc
+    if lease.spec.holder_identity != holder_uid:
+        return False
+    try:
+        await kube.coordination.delete_namespaced_lease(
+            name,
+            namespace,
+            body={"preconditions": {"resourceVersion": lease.metadata.resource_version}},
+        )
+    except ApiException as exc:
+        if exc.status in (404, 409):
+            return False
+        raise translate(exc) from exc
+    return True

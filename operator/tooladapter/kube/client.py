@@ -200,9 +200,21 @@ class Kube:
                 return
 
     async def patch_status(
-        self, plural: str, namespace: str, name: str, status: dict[str, Any]
+        self,
+        plural: str,
+        namespace: str,
+        name: str,
+        status: dict[str, Any],
+        *,
+        resource_version: str | None = None,
     ) -> dict[str, Any]:
-        """JSON merge patch of the status subresource (lists are replaced whole)."""
+        """JSON merge patch of the status subresource (lists are replaced whole).
+
+        With `resource_version` the patch applies only to that version of the object (the
+        API server answers 409, raised as `Conflict`, when anyone wrote it since)."""
+        body: dict[str, Any] = {"status": status}
+        if resource_version is not None:
+            body["metadata"] = {"resourceVersion": resource_version}
         try:
             obj: dict[str, Any] = await self.custom.patch_namespaced_custom_object_status(
                 GROUP,
@@ -210,7 +222,35 @@ class Kube:
                 namespace,
                 plural,
                 name,
-                {"status": status},
+                body,
+                _content_type="application/merge-patch+json",
+            )
+        except ApiException as exc:
+            raise translate(exc) from exc
+        return obj
+
+    async def patch_metadata(
+        self,
+        plural: str,
+        namespace: str,
+        name: str,
+        metadata: dict[str, Any],
+        *,
+        resource_version: str | None = None,
+    ) -> dict[str, Any]:
+        """JSON merge patch of the object's metadata (finalizers are replaced whole), only
+        onto `resource_version` when given (`Conflict` otherwise)."""
+        patch = dict(metadata)
+        if resource_version is not None:
+            patch["resourceVersion"] = resource_version
+        try:
+            obj: dict[str, Any] = await self.custom.patch_namespaced_custom_object(
+                GROUP,
+                VERSION,
+                namespace,
+                plural,
+                name,
+                {"metadata": patch},
                 _content_type="application/merge-patch+json",
             )
         except ApiException as exc:

@@ -32,16 +32,39 @@ class Cluster(Protocol):
     async def list_all(self, resource: Resource, namespace: str) -> list[Body]: ...
 
     async def patch_status(
-        self, resource: Resource, namespace: str, name: str, status: Body
-    ) -> Body: ...
+        self,
+        resource: Resource,
+        namespace: str,
+        name: str,
+        status: Body,
+        *,
+        resource_version: str | None = None,
+    ) -> Body:
+        """Merge-patch status; with `resource_version`, only if nobody wrote since
+        (`Conflict` otherwise): the atomic claim on an execution."""
+
+    async def set_finalizers(
+        self,
+        resource: Resource,
+        namespace: str,
+        name: str,
+        finalizers: list[str],
+        *,
+        resource_version: str,
+    ) -> Body:
+        """Replace the finalizers, only onto `resource_version` (`Conflict` otherwise)."""
 
     # -- exactly-once
     async def claim_idempotency_key(
         self, *, namespace: str, caller: str, key: str, invocation_name: str, invocation_uid: str
     ) -> claims.Claim: ...
 
+    async def release_idempotency_key(
+        self, *, namespace: str, caller: str, key: str, holder_uid: str
+    ) -> bool: ...
+
     async def check_fencing_token(
-        self, *, namespace: str, attempt_id: str, token: int, holder_uid: str
+        self, *, namespace: str, caller: str, attempt_id: str, token: int, holder_uid: str
     ) -> claims.FencingVerdict: ...
 
     # -- authorization and credentials
@@ -54,7 +77,9 @@ class Cluster(Protocol):
         resource: str,
         name: str | None = None,
         group: str = GROUP,
-    ) -> auth.AccessVerdict: ...
+        fresh: bool = False,
+    ) -> auth.AccessVerdict:
+        """A SubjectAccessReview for `user`; `fresh`: never a remembered allowance."""
 
     async def request_token(
         self, *, namespace: str, service_account: str, audiences: list[str], expiration_seconds: int
@@ -96,9 +121,34 @@ class KubeCluster:
         return await self.kube.list_custom(resource, namespace)
 
     async def patch_status(
-        self, resource: Resource, namespace: str, name: str, status: Body
+        self,
+        resource: Resource,
+        namespace: str,
+        name: str,
+        status: Body,
+        *,
+        resource_version: str | None = None,
     ) -> Body:
-        return await self.kube.patch_status(resource, namespace, name, status)
+        return await self.kube.patch_status(
+            resource, namespace, name, status, resource_version=resource_version
+        )
+
+    async def set_finalizers(
+        self,
+        resource: Resource,
+        namespace: str,
+        name: str,
+        finalizers: list[str],
+        *,
+        resource_version: str,
+    ) -> Body:
+        return await self.kube.patch_metadata(
+            resource,
+            namespace,
+            name,
+            {"finalizers": finalizers},
+            resource_version=resource_version,
+        )
 
     async def claim_idempotency_key(
         self, *, namespace: str, caller: str, key: str, invocation_name: str, invocation_uid: str
@@ -112,12 +162,20 @@ class KubeCluster:
             invocation_uid=invocation_uid,
         )
 
+    async def release_idempotency_key(
+        self, *, namespace: str, caller: str, key: str, holder_uid: str
+    ) -> bool:
+        return await claims.release_idempotency_key(
+            self.kube, namespace=namespace, caller=caller, key=key, holder_uid=holder_uid
+        )
+
     async def check_fencing_token(
-        self, *, namespace: str, attempt_id: str, token: int, holder_uid: str
+        self, *, namespace: str, caller: str, attempt_id: str, token: int, holder_uid: str
     ) -> claims.FencingVerdict:
         return await claims.check_fencing_token(
             self.kube,
             namespace=namespace,
+            caller=caller,
             attempt_id=attempt_id,
             token=token,
             holder_uid=holder_uid,
@@ -132,6 +190,7 @@ class KubeCluster:
         resource: str,
         name: str | None = None,
         group: str = GROUP,
+        fresh: bool = False,
     ) -> auth.AccessVerdict:
         return await auth.can(
             self.kube,
@@ -141,7 +200,7 @@ class KubeCluster:
             resource=resource,
             name=name,
             group=group,
-            cache=self.access,
+            cache=None if fresh else self.access,
         )
 
     async def request_token(

@@ -1,13 +1,14 @@
 """Approval: which calls need one, and whether a given ToolApproval binds to a call.
 
-An approval is a reviewer's decision about one exact request, so it binds only when all
-of these hold (design, "Approval"): it names this invocation; its request hash and tool
-version equal the call's (a changed argument is a new request and needs a new
-approval); its reviewer created it, is not the caller, and is in an allowed group; it
-has not expired; and it has not been used by another invocation. The checks run in that
-order so that an approval which does not qualify can never affect the call: only a
-qualifying *rejection* denies it (code `rejected`). An approval that does not bind
-leaves the call waiting until the approval timeout, which then denies it.
+An approval is a reviewer's decision about one exact request, so it binds only when all of
+these hold (design, "Approval"): it names this invocation (and, when it gives one, its
+uid); its request hash, descriptor digest and tool version equal the call's (a changed
+argument is a new request, a changed descriptor a new tool: both need a new approval); its
+reviewer created it, is not the caller, and is in an allowed group; it has not expired;
+and it has not been used by another invocation. The checks run in that order so that an
+approval which does not qualify can never affect the call: only a qualifying *rejection*
+denies it (code `rejected`). An approval that does not bind leaves the call waiting until
+the approval timeout, which then denies it.
 """
 
 from __future__ import annotations
@@ -59,7 +60,9 @@ def bind_approval(
     approval_name: str,
     creator: str | None,
     invocation_name: str,
+    invocation_uid: str,
     request_hash: str,
+    descriptor_digest: str,
     tool_version: str,
     caller: str,
     now: datetime,
@@ -71,7 +74,9 @@ def bind_approval(
     `creator` is the authenticated user who created the approval (None when the
     admission policy already guarantees reviewer == creator); `allowed_groups` are the
     reviewer groups of the decision for the call's class (empty: any reviewer);
-    `already_used_by` is the invocation the approval is already bound to, if any.
+    `already_used_by` is the uid of the invocation the approval is already bound to, if
+    any (single use is per invocation object: a deleted and recreated invocation of the
+    same name has another uid and cannot reuse it).
     """
     label = f"ToolApproval {approval_name}"
 
@@ -83,11 +88,23 @@ def bind_approval(
             BindCode.WRONG_INVOCATION,
             f"it approves invocation {approval.invocation!r}, not {invocation_name!r}",
         )
+    if approval.invocation_uid is not None and approval.invocation_uid != invocation_uid:
+        return fail(
+            BindCode.WRONG_INVOCATION,
+            f"it approves the invocation with uid {approval.invocation_uid}, not {invocation_uid} "
+            "(the invocation was deleted and created again)",
+        )
     if approval.request_hash != request_hash:
         return fail(
             BindCode.REQUEST_HASH_MISMATCH,
             f"it approves request hash {approval.request_hash}, but the call's request hash is "
             f"{request_hash} (the arguments changed: a new request needs a new approval)",
+        )
+    if approval.descriptor_digest != descriptor_digest:
+        return fail(
+            BindCode.DESCRIPTOR_CHANGED,
+            f"it approves the tool as it was ({approval.descriptor_digest}), but the call's "
+            f"descriptor is now {descriptor_digest} (the descriptor changed: review again)",
         )
     if approval.tool_version != tool_version:
         return fail(
@@ -112,10 +129,11 @@ def bind_approval(
             f"({', '.join(sorted(allowed_groups))}); the approval names "
             f"{', '.join(sorted(approval.reviewer_groups)) or 'no groups'}",
         )
-    if already_used_by is not None and already_used_by != invocation_name:
+    if already_used_by is not None and already_used_by != invocation_uid:
         return fail(
             BindCode.ALREADY_USED,
-            f"it was already used by invocation {already_used_by!r}; approvals are single-use",
+            f"it was already used by the invocation with uid {already_used_by}; "
+            "approvals are single-use",
         )
     if approval.expires_at is not None:
         try:

@@ -58,3 +58,13 @@ def request_hash(*, namespace: str, tool_id: str, tool_version: str, arguments: 
             "arguments": arguments,
         }
     )
+
+
+#: Descriptor fields that describe rather than define the tool: they may change freely.
+DESCRIPTIVE_FIELDS = frozenset({"description", "releaseId"})
+
+
+def descriptor_digest(spec_wire: dict[str, Any]) -> str:
+    """sha256 of the RFC 8785 form of a descriptor spec (camelCase wire form), without its
+    descriptive fields: what an approval and a waiting call bind to besides the request."""
+    return digest({k: v for k, v in spec_wire.items() if k not in DESCRIPTIVE_FIELDS})

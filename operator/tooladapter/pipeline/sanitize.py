@@ -286,6 +286,20 @@ def redact_text(text: str, secrets: Sequence[str] = ()) -> str:
     return _redact_patterns(_redact_exact(text, secrets, counts), counts)
 
 
+#: A recorded command line is a record, not the argv: bounded per element and in length.
+RECORDED_ARG_CHARS = 1024
+RECORDED_ARGS = 64
+
+
+def redact_argv(argv: Sequence[str], secrets: Sequence[str] = ()) -> list[str]:
+    """A command line as it may be recorded (status, receipts): every element redacted
+    like a result, bounded. The agent's own command can carry a secret it typed."""
+    recorded = [redact_text(arg, secrets)[:RECORDED_ARG_CHARS] for arg in argv[:RECORDED_ARGS]]
+    if len(argv) > RECORDED_ARGS:
+        recorded.append(f"[TRUNCATED: {len(argv) - RECORDED_ARGS} more arguments]")
+    return recorded
+
+
 def _truncate_utf8(text: str, max_bytes: int) -> tuple[str, int, int]:
     data = text.encode("utf-8", errors="surrogatepass")
     if len(data) <= max_bytes:

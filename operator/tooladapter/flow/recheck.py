@@ -1,0 +1,77 @@
+"""The re-check right before acting: what may have changed while the call waited.
+
+An approval wait can last an hour (and a restarted operator resumes calls that were
+evaluated by its predecessor). Before `Executing`, everything that can change meanwhile is
+evaluated again, from the watch's current view and a fresh SubjectAccessReview (never the
+remembered answer): the descriptor (gone, inactive, or a different digest), the tenant
+policies, the namespace's freeze and environment class, the caller's grants, and the
+fencing token. A change ends the call `Denied` at the stage that now denies, naming it.
+"""
+
+from __future__ import annotations
+
+from ..enums import FailureClass, Stage, StageOutcome
+from ..pipeline.hashing import descriptor_digest
+from ..pipeline.policy import check_ceiling
+from .admission import check_fencing
+from .authorization import check_permission, classify_call, shell_verdict
+from .context import Denial, FlowContext
+
+
+def needs_recheck(ctx: FlowContext) -> bool:
+    """Only a call that waited, or was evaluated by an earlier process, can be stale."""
+    return ctx.resumed or ctx.status.approval_requested_at is not None
+
+
+async def recheck(ctx: FlowContext) -> None:
+    spec = ctx.load_spec()
+    before = ctx.status.descriptor_digest
+    ctx.descriptor, ctx.decision = None, None  # from the watch's current view, not memory
+    descriptor = await ctx.load_descriptor()
+    now = descriptor_digest(descriptor.wire())
+    if before is not None and now != before:
+        raise Denial(
+            Stage.VALIDATION,
+            f"the descriptor of {spec.tool.id}@{spec.tool.version} changed while the call "
+            f"waited ({before} -> {now}): call again to be evaluated (and approved) anew",
+            FailureClass.VALIDATION,
+        )
+    decision = ctx.load_decision()
+    if not decision.allowed:
+        raise Denial(
+            Stage.POLICY,
+            "; ".join(decision.denials) or "denied by policy",
+            FailureClass.POLICY_DENIED,
+        )
+    verdict = shell_verdict(ctx, descriptor, decision)
+    if verdict is not None and not verdict.blocked and not verdict.allowed:
+        raise Denial(
+            Stage.POLICY, f"shell command refused: {verdict.reason}", FailureClass.POLICY_DENIED
+        )
+    classification = classify_call(ctx, descriptor, decision, verdict)
+    recorded = ctx.status.effective_class
+    if classification.refused:
+        raise Denial(
+            Stage.CLASSIFICATION,
+            classification.reason or "refused",
+            FailureClass.POLICY_DENIED,
+        )
+    if recorded is not None and classification.effective.rank > recorded.rank:
+        raise Denial(
+            Stage.CLASSIFICATION,
+            f"the call's class rose from {recorded} to {classification.effective} while it "
+            "waited (the namespace's environment changed): call again",
+            FailureClass.POLICY_DENIED,
+        )
+    effective = recorded or classification.effective
+    ceiling = check_ceiling(decision, effective)
+    if ceiling:
+        raise Denial(Stage.POLICY, ceiling, FailureClass.POLICY_DENIED)
+    await check_permission(ctx, effective=str(effective), fresh=True)
+    if spec.attempt_id and spec.fencing_token is not None:
+        await check_fencing(ctx)
+    ctx.record(
+        Stage.RECHECK,
+        StageOutcome.PASSED,
+        f"descriptor, policy {decision.decision_id}, class {effective}, grants unchanged",
+    )

@@ -1,0 +1,435 @@
+"""Fault semantics on the real cluster: never twice, never stuck, never stale."""
+
+from __future__ import annotations
+
+import http.server
+import json
+import threading
+from collections import Counter
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, ClassVar
+
+import pytest
+from kubernetes import client
+
+from tooladapter import GROUP, VERSION
+from tooladapter.devtools import (
+    SESSION,
+    Namespace,
+    OperatorProcess,
+    free_port,
+    node_ip,
+    wait_for,
+)
+
+from .objects import (
+    Agent,
+    approve,
+    create,
+    custom,
+    descriptor,
+    events_of,
+    get,
+    jobs_of,
+    pretty,
+    shell_tool,
+    status_of,
+)
+
+pytestmark = [pytest.mark.cluster, pytest.mark.timeout(600)]
+
+
+class Hits(http.server.BaseHTTPRequestHandler):
+    """Counts requests per path: each path is one call's effect."""
+
+    counts: ClassVar[Counter[str]] = Counter()
+    lock: ClassVar[threading.Lock] = threading.Lock()
+
+    def do_POST(self) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        self.rfile.read(length)
+        with self.lock:
+            self.counts[self.path] += 1
+        body = json.dumps({"path": self.path}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def hits() -> Iterator[str]:
+    host = node_ip()
+    Hits.counts = Counter()
+    server = http.server.ThreadingHTTPServer((host, free_port(host)), Hits)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"{host}:{server.server_address[1]}"
+    server.shutdown()
+
+
+def effect_tool(api: client.ApiClient, namespace: str, address: str, cls: str) -> None:
+    """An http tool with an effect: POST /effect/<id> to the counting server."""
+    descriptor(
+        api,
+        namespace,
+        "effect",
+        kind="http",
+        side_effect_class=cls,
+        inputSchema={
+            "type": "object",
+            "properties": {"id": {"type": "string", "pattern": "^[a-z0-9-]{1,40}$"}},
+            "required": ["id"],
+        },
+        http={
+            "method": "POST",
+            "url": f"http://{address}/effect/{{id}}",
+            "allowedHosts": [address],
+        },
+    )
+
+
+def reviewer_of(api: client.ApiClient, namespace: str) -> Agent:
+    return Agent.create(api, namespace, "reviewer", role="tooladapter-reviewer")
+
+
+def test_two_operators_on_the_same_namespaces_execute_each_call_exactly_once(
+    api: client.ApiClient, tmp_path: Path, hits: str
+) -> None:
+    # Both operators serve the same scope and neither stands by: only the execution claim
+    # (Executing written onto the version each flow saw) keeps a call from running twice.
+    prefix = f"two-{SESSION}"
+    env = {"TOOLADAPTER_NAMESPACES": f"{prefix}-*", "TOOLADAPTER_LEADER_ELECTION": "false"}
+    first = OperatorProcess(tmp_path / "a", env=env)
+    second = OperatorProcess(tmp_path / "b", env=env)
+    first.start()
+    second.start()
+    ns = Namespace(api, prefix=prefix)
+    try:
+        effect_tool(api, ns.name, hits, "external")
+        descriptor(
+            api,
+            ns.name,
+            "gated",
+            kind="http",
+            side_effect_class="shared-write",
+            inputSchema={"type": "object", "properties": {"id": {"type": "string"}}},
+            http={"method": "POST", "url": f"http://{hits}/gated/{{id}}", "allowedHosts": [hits]},
+        )
+        agent = Agent.create(api, ns.name, "agent-1")
+        agent.grant(["effect", "gated"], ["external", "shared-write"])
+        reviewer = reviewer_of(api, ns.name)
+        with ThreadPoolExecutor(max_workers=10) as pool:
+            names = list(
+                pool.map(
+                    lambda i: agent.invoke(
+                        "gated" if i % 5 == 0 else "effect", {"id": f"c{i}"}, name=f"c{i}"
+                    ),
+                    range(50),
+                )
+            )
+        for name in names[::5]:
+            agent.wait(name, states={"AwaitingApproval"}, timeout=120)
+            approve(reviewer, name)
+        finals = {n: status_of(agent.wait(n, timeout=300)) for n in names}
+        assert all(s["state"] == "Observed" for s in finals.values()), pretty(finals)
+        paths = {f"/{'gated' if i % 5 == 0 else 'effect'}/c{i}" for i in range(50)}
+        assert dict(Hits.counts) == dict.fromkeys(paths, 1), dict(Hits.counts)
+        holders = Counter(s["execution"]["holder"] for s in finals.values())
+        assert sum(holders.values()) == 50
+    finally:
+        ns.delete()
+        first.stop()
+        second.stop()
+
+
+def test_a_job_refused_by_a_resource_quota_ends_failed_with_the_quota_message(
+    api: client.ApiClient, ns: Namespace, agent: Agent
+) -> None:
+    client.CoreV1Api(api).create_namespaced_resource_quota(
+        ns.name, {"metadata": {"name": "no-jobs"}, "spec": {"hard": {"count/jobs.batch": "0"}}}
+    )
+    shell_tool(api, ns.name, "sh")
+    agent.grant(["sh"], ["sandbox"])
+    status = status_of(agent.wait(agent.invoke("sh", {"command": "echo hi"}), timeout=60))
+    assert status["state"] == "Failed", pretty(status)
+    assert status["failureClass"] == "transient"
+    assert "quota" in status["message"].lower() and "no-jobs" in status["message"]
+    assert status.get("receiptRef")
+    assert jobs_of(api, ns.name) == []
+
+
+def test_a_descriptor_without_what_its_kind_needs_is_never_active(
+    api: client.ApiClient, ns: Namespace
+) -> None:
+    for kind in ("container", "http", "mcp", "native"):
+        with pytest.raises(client.ApiException) as refused:
+            descriptor(api, ns.name, f"no-{kind}", kind=kind, wait_active=False)
+        assert refused.value.status == 422, refused.value.body
+    # A shell tool without a sandbox block runs in the default sandbox: it can run.
+    descriptor(
+        api,
+        ns.name,
+        "bare-shell",
+        kind="shell",
+        side_effect_class="sandbox",
+        inputSchema={"type": "object", "properties": {"command": {"type": "string"}}},
+    )
+
+
+def test_an_approval_of_a_deleted_invocation_does_not_bind_a_new_one_of_the_same_name(
+    api: client.ApiClient, ns: Namespace, agent: Agent, hits: str
+) -> None:
+    effect_tool(api, ns.name, hits, "shared-write")
+    agent.grant(["effect"], ["shared-write"])
+    reviewer = reviewer_of(api, ns.name)
+    first = agent.invoke("effect", {"id": "same"}, name="same-name")
+    agent.wait(first, states={"AwaitingApproval"})
+    # The reviewer approves by name only (no uid): single use must still hold.
+    approval = approve(reviewer, first, bind_uid=False)
+    assert status_of(agent.wait(first))["state"] == "Observed"
+    custom(api).delete_namespaced_custom_object(GROUP, VERSION, ns.name, "toolinvocations", first)
+    wait_for(
+        lambda: (
+            not custom(api)
+            .list_namespaced_custom_object(GROUP, VERSION, ns.name, "toolinvocations")
+            .get("items")
+        ),
+        timeout=30,
+        what="first invocation gone",
+    )
+    # Waits stop after 5 s here: a call the old approval would bind ends Observed instead.
+    create(
+        api,
+        ns.name,
+        "toolpolicies",
+        {
+            "kind": "ToolPolicy",
+            "metadata": {"name": "short-waits"},
+            "spec": {"approval": {"timeoutSeconds": 5}},
+        },
+    )
+    wait_for(
+        lambda: status_of(get(api, ns.name, "toolpolicies", "short-waits")).get("valid"),
+        timeout=30,
+        what="policy valid",
+    )
+    again = agent.invoke("effect", {"id": "same"}, name="same-name")
+    status = status_of(agent.wait(again, timeout=60))
+    assert status["state"] == "Denied" and status["deniedStage"] == "approval", pretty(status)
+    assert "no approval bound" in status["message"]
+    bound = status_of(get(api, ns.name, "toolapprovals", approval))
+    assert bound["boundUid"] != get(api, ns.name, "toolinvocations", again)["metadata"]["uid"]
+    assert Hits.counts["/effect/same"] == 1
+
+
+def test_an_agent_cannot_set_owner_references_finalizers_or_labels_on_an_invocation(
+    api: client.ApiClient, ns: Namespace, agent: Agent
+) -> None:
+    descriptor(api, ns.name, "list-tools", kind="native", native={"name": "list-tools"})
+    agent.grant(["list-tools"], ["read"])
+    name = agent.invoke("list-tools", {})
+    other = agent.invoke("list-tools", {})
+    other_uid = get(api, ns.name, "toolinvocations", other)["metadata"]["uid"]
+    patches: list[dict[str, Any]] = [
+        {
+            "metadata": {
+                "ownerReferences": [
+                    {
+                        "apiVersion": f"{GROUP}/{VERSION}",
+                        "kind": "ToolInvocation",
+                        "name": other,
+                        "uid": other_uid,
+                    }
+                ]
+            }
+        },
+        {"metadata": {"finalizers": ["example.com/stuck"]}},
+        {"metadata": {"labels": {"tooladapter.dev/frozen": "true"}}},
+    ]
+    for patch in patches:
+        with pytest.raises(client.ApiException) as refused:
+            custom(agent.api).patch_namespaced_custom_object(
+                GROUP, VERSION, ns.name, "toolinvocations", name, patch
+            )
+        assert refused.value.status in (403, 422), refused.value.body
+        assert "cannot change after create" in str(refused.value.body)
+    # What the agent may still do: interrupt its own call.
+    custom(agent.api).patch_namespaced_custom_object(
+        GROUP, VERSION, ns.name, "toolinvocations", name, {"spec": {"interrupt": True}}
+    )
+
+
+def waiting_call(agent: Agent, tool: str, call_id: str) -> str:
+    name = agent.invoke(tool, {"id": call_id})
+    assert status_of(agent.wait(name, states={"AwaitingApproval"}))["state"] == ("AwaitingApproval")
+    return name
+
+
+def test_what_changed_while_a_call_waited_denies_it_after_approval(
+    api: client.ApiClient, ns: Namespace, agent: Agent, hits: str
+) -> None:
+    effect_tool(api, ns.name, hits, "shared-write")
+    agent.grant(["effect"], ["shared-write"])
+    reviewer = reviewer_of(api, ns.name)
+    core = client.CoreV1Api(api)
+    rbac = client.RbacAuthorizationV1Api(api)
+
+    # 1. The namespace was frozen while the call waited.
+    frozen = waiting_call(agent, "effect", "frozen")
+    core.patch_namespace(ns.name, {"metadata": {"labels": {"tooladapter.dev/frozen": "true"}}})
+    wait_for(
+        lambda: (core.read_namespace(ns.name).metadata.labels or {}).get("tooladapter.dev/frozen"),
+        timeout=10,
+        what="namespace frozen",
+    )
+    approve(reviewer, frozen)
+    status = status_of(agent.wait(frozen))
+    assert status["state"] == "Denied" and status["deniedStage"] == "classification", pretty(status)
+    core.patch_namespace(ns.name, {"metadata": {"labels": {"tooladapter.dev/frozen": None}}})
+
+    # 2. A deny policy was added while the call waited.
+    denied = waiting_call(agent, "effect", "policy")
+    create(
+        api,
+        ns.name,
+        "toolpolicies",
+        {
+            "kind": "ToolPolicy",
+            "metadata": {"name": "deny-effect"},
+            "spec": {"tools": {"deny": [{"id": "effect", "reason": "change freeze"}]}},
+        },
+    )
+    approve(reviewer, denied)
+    status = status_of(agent.wait(denied))
+    assert status["state"] == "Denied" and status["deniedStage"] == "policy", pretty(status)
+    assert "change freeze" in status["message"]
+    custom(api).delete_namespaced_custom_object(
+        GROUP, VERSION, ns.name, "toolpolicies", "deny-effect"
+    )
+
+    # 3. The agent's grant was revoked while the call waited.
+    revoked = waiting_call(agent, "effect", "revoked")
+    for binding in rbac.list_namespaced_role_binding(ns.name).items:
+        if binding.role_ref.kind == "Role" and binding.metadata.name.startswith("agent-1-tools"):
+            rbac.delete_namespaced_role_binding(binding.metadata.name, ns.name)
+    approve(reviewer, revoked)
+    status = status_of(agent.wait(revoked))
+    assert status["state"] == "Denied" and status["deniedStage"] == "permission", pretty(status)
+    agent.grant(["effect"], ["shared-write"])
+
+    # 4. The descriptor changed under the same version while the call waited.
+    changed = waiting_call(agent, "effect", "changed")
+    approve(reviewer, changed)  # bound to the digest the reviewer saw ...
+    status = status_of(agent.wait(changed))
+    assert status["state"] == "Observed", pretty(status)
+    moved = waiting_call(agent, "effect", "moved")
+    custom(api).patch_namespaced_custom_object(
+        GROUP,
+        VERSION,
+        ns.name,
+        "tooldescriptors",
+        "effect-1-0-0",
+        {"spec": {"http": {"url": f"http://{hits}/elsewhere/{{id}}"}}},
+    )
+    approve(reviewer, moved)  # ... which the waiting call's status still shows: stale
+    status = status_of(agent.wait(moved))
+    assert status["state"] == "Denied", pretty(status)
+    assert status["deniedStage"] == "validation" and "changed" in status["message"]
+    assert Hits.counts == Counter({"/effect/changed": 1})
+
+
+def test_deleting_a_running_call_leaves_its_receipt_and_event(
+    api: client.ApiClient, ns: Namespace, agent: Agent, operator: OperatorProcess
+) -> None:
+    shell_tool(api, ns.name, "slow", side_effect_class="shared-write", timeout=120)
+    agent.grant(["slow"], ["shared-write"])
+    reviewer = reviewer_of(api, ns.name)
+    name = agent.invoke("slow", {"command": "sleep 60"})
+    agent.wait(name, states={"AwaitingApproval"})
+    approve(reviewer, name)
+    running = agent.wait(name, states={"Executing"}, timeout=120)
+    assert "tooladapter.dev/settle" in running["metadata"]["finalizers"]
+    custom(api).delete_namespaced_custom_object(GROUP, VERSION, ns.name, "toolinvocations", name)
+
+    def gone() -> bool:
+        try:
+            get(api, ns.name, "toolinvocations", name)
+        except client.ApiException as exc:
+            return exc.status == 404
+        return False
+
+    wait_for(gone, timeout=120, what="deleted invocation settled and gone")
+    reasons = events_of(api, ns.name, name)
+    assert "ToolEffectUncertain" in reasons or "ToolInvoked" in reasons, reasons
+    receipts = [
+        json.loads(p.read_bytes())
+        for p in (operator.artifacts / "sha256").rglob("*")
+        if p.is_file() and b'"invocationName"' in p.read_bytes()
+    ]
+    mine = [r for r in receipts if r["invocationName"] == name]
+    assert mine and mine[-1]["state"] in ("Uncertain", "Cancelled"), mine
+
+
+def test_confirming_an_effect_did_not_happen_frees_its_key_for_one_new_execution(
+    api: client.ApiClient, ns: Namespace, agent: Agent, operator: OperatorProcess, hits: str
+) -> None:
+    shell_tool(api, ns.name, "slow", side_effect_class="shared-write", timeout=120)
+    effect_tool(api, ns.name, hits, "external")
+    agent.grant(["slow", "effect"], ["shared-write", "external"])
+    reviewer = reviewer_of(api, ns.name)
+    first = agent.invoke("slow", {"command": "sleep 60"}, idempotencyKey="k-1")
+    agent.wait(first, states={"AwaitingApproval"})
+    approve(reviewer, first)
+    agent.wait(first, states={"Executing"}, timeout=120)
+    # The caller interrupts after the tool started: an effect may have happened.
+    custom(agent.api).patch_namespaced_custom_object(
+        GROUP, VERSION, ns.name, "toolinvocations", first, {"spec": {"interrupt": True}}
+    )
+    status = status_of(agent.wait(first, timeout=120))
+    assert status["state"] == "Uncertain", pretty(status)
+
+    # A duplicate while Uncertain: denied, carrying the first receipt.
+    dup = agent.invoke("slow", {"command": "sleep 60"}, idempotencyKey="k-1")
+    assert status_of(agent.wait(dup))["failureClass"] == "duplicate"
+
+    operations = Agent.create(api, ns.name, "ops", role="tooladapter-operations")
+    custom(operations.api).patch_namespaced_custom_object_status(
+        GROUP,
+        VERSION,
+        ns.name,
+        "toolinvocations",
+        first,
+        {
+            "status": {
+                "effectConfirmation": {
+                    "effectHappened": False,
+                    "confirmedBy": operations.user,
+                    "evidence": "the job was deleted before it wrote anything",
+                }
+            }
+        },
+    )
+    wait_for(
+        lambda: (
+            status_of(get(api, ns.name, "toolinvocations", first))
+            .get("effectConfirmation", {})
+            .get("recorded")
+        ),
+        timeout=30,
+        what="confirmation recorded",
+    )
+    confirmed = status_of(get(api, ns.name, "toolinvocations", first))
+    assert confirmed["execution"]["commandLine"] == ["sleep", "60"], pretty(confirmed)
+    # The key is free: one new call with it runs once; a second is its duplicate.
+    again = agent.invoke("effect", {"id": "k1"}, idempotencyKey="k-1")
+    retry = status_of(agent.wait(again, timeout=60))
+    assert retry["state"] == "Observed" and not retry.get("duplicateOf"), pretty(retry)
+    twice = status_of(agent.wait(agent.invoke("effect", {"id": "k1"}, idempotencyKey="k-1")))
+    assert twice["failureClass"] == "duplicate" and twice["duplicateOf"] == again
+    assert Hits.counts["/effect/k1"] == 1

@@ -1,0 +1,21 @@
+"""Fixtures of the flow tests: a runtime over the in-memory fakes, and no real retry delays."""
+
+from __future__ import annotations
+
+import pytest
+
+import tooladapter.flow
+
+from .fake_cluster import Harness, make_runtime
+
+
+@pytest.fixture
+def fast_retries(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The flow retries at once (its delays, and the guard's, are RETRY_DELAYS)."""
+    monkeypatch.setattr(tooladapter.flow, "RETRY_DELAYS", (0, 0, 0, 0, 0))
+
+
+@pytest.fixture
+def h() -> Harness:
+    """A runtime over a fresh FakeCluster, with a scripted native executor."""
+    return make_runtime()

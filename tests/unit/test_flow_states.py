@@ -1,0 +1,554 @@
+"""The invocation flow, state by state, against the in-memory cluster: where each call goes
+next and why it stops there (Observed, waiting for approval, or Denied at a named stage)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from tooladapter.enums import Resource, ToolKind
+from tooladapter.flow import run_invocation
+from tooladapter.settings import Settings
+
+from .fake_cluster import (
+    CALLER,
+    NAMESPACE,
+    REVIEWER,
+    Harness,
+    ScriptedExecutor,
+    approval,
+    descriptor,
+    hash_of,
+    invocation,
+    make_runtime,
+    policy,
+)
+
+pytestmark = [pytest.mark.timeout(10), pytest.mark.usefixtures("fast_retries")]
+
+SHARED_WRITE_SCHEMA = {
+    "type": "object",
+    "properties": {"path": {"type": "string"}},
+    "required": ["path"],
+}
+
+
+def stages(status: dict) -> list[tuple[str, str]]:
+    return [(s["stage"], s["outcome"]) for s in status["stages"]]
+
+
+def native(h: Harness) -> ScriptedExecutor:
+    executor = h.executors[ToolKind.NATIVE]
+    assert isinstance(executor, ScriptedExecutor)
+    return executor
+
+
+def read_tool(h: Harness, tool: str = "lister") -> None:
+    h.publish(descriptor(tool))
+    h.cluster.grant(tools=[tool], classes=["read"])
+
+
+def writer_tool(h: Harness, tool: str = "writer") -> None:
+    h.publish(descriptor(tool, side_effect_class="shared-write", inputSchema=SHARED_WRITE_SCHEMA))
+    h.cluster.grant(tools=[tool], classes=["shared-write"])
+
+
+def writer_call(name: str = "write-1") -> dict:
+    return invocation(name, tool="writer", arguments={"path": "/data/x"})
+
+
+# --------------------------------------------------------------------------- the whole walk
+
+
+async def test_a_read_call_walks_from_received_to_observed_writing_status_once(h: Harness) -> None:
+    read_tool(h)
+    body = h.submit(invocation(arguments={"q": 1}))
+
+    stored = await h.run(body)
+
+    status = stored["status"]
+    assert status["state"] == "Observed"
+    assert stages(status) == [
+        ("validation", "passed"),
+        ("permission", "passed"),
+        ("policy", "passed"),
+        ("classification", "passed"),
+        ("approval", "not-required"),
+        ("credentials", "none"),
+        ("sandbox", "none"),
+        ("execute", "started"),
+        ("sanitize", "done"),
+        ("execute", "observed"),
+        ("audit", "receipt"),
+    ]
+    assert status["effectiveClass"] == "read"
+    assert status["declaredClass"] == "read"
+    assert status["requestHash"] == hash_of(body)
+    assert status["result"]["structuredContent"] == {"ok": True}
+    assert h.store.get(status["resultRef"]) == b'{"ok": true}'
+    # The stages in between are safe to repeat: a read call is written only at its end.
+    assert [w["state"] for w in h.cluster.writes_of("call-1")] == ["Observed"]
+    (call,) = native(h).executed
+    assert (call.caller, call.arguments, call.effective_class) == (CALLER, {"q": 1}, "read")
+    assert native(h).resumed == []
+    assert h.events.reasons() == ["ToolInvoked"]
+
+
+async def test_with_write_every_state_each_state_is_persisted_in_table_order() -> None:
+    h = make_runtime(settings=Settings(write_every_state=True))
+    read_tool(h)
+
+    await h.run(h.submit(invocation()))
+
+    assert [w["state"] for w in h.cluster.writes_of("call-1")] == [
+        "Validated",
+        "Authorized",
+        "Brokered",
+        "Executing",
+        "Observed",
+    ]
+
+
+async def test_a_descriptor_not_yet_in_the_catalog_is_found_on_the_api_server(h: Harness) -> None:
+    h.cluster.put(
+        Resource.DESCRIPTORS, {**descriptor(), "status": {"active": True, "healthy": True}}
+    )
+    h.cluster.grant(tools=["lister"], classes=["read"])
+
+    stored = await h.run(h.submit(invocation()))
+
+    assert stored["status"]["state"] == "Observed"
+    assert h.cluster.calls_of("list_all")
+
+
+async def test_a_finished_call_is_left_alone(h: Harness) -> None:
+    read_tool(h)
+    await h.run(h.submit(invocation()))
+    writes = len(h.cluster.status_writes)
+
+    await h.run(h.cluster.invocation("call-1"))
+
+    assert len(h.cluster.status_writes) == writes
+    assert len(native(h).executed) == 1
+
+
+async def test_a_deleted_or_recreated_invocation_is_not_walked(h: Harness) -> None:
+    read_tool(h)
+    gone = invocation("gone", status={"state": "Received"})
+    await asyncio.wait_for(run_invocation(h.rt, gone), 5)  # a listing's body; object gone
+
+    old = invocation("again", status={"state": "Received"})
+    h.submit(invocation("again", status={"state": "Received"}))  # same name, new uid
+    await asyncio.wait_for(run_invocation(h.rt, old), 5)
+
+    assert h.cluster.status_writes == []
+    assert native(h).executed == []
+
+
+# --------------------------------------------------------------------------- approval
+
+
+async def test_a_shared_write_call_waits_in_awaiting_approval_with_its_request_time_persisted(
+    h: Harness,
+) -> None:
+    writer_tool(h)
+    body = h.submit(writer_call())
+    task = h.start(body)
+    try:
+        stored = await h.cluster.wait_for_state("write-1", "AwaitingApproval")
+        status = stored["status"]
+        assert status["approvalRequestedAt"]
+        assert status["requestHash"] == hash_of(body)
+        assert status["effectiveClass"] == "shared-write"
+        assert stages(status)[-1] == ("approval", "waiting")
+        await asyncio.sleep(0)
+        assert not task.done()
+        assert native(h).executed == []
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+
+async def test_an_approval_of_the_exact_request_binds_and_the_call_proceeds_to_observed(
+    h: Harness,
+) -> None:
+    writer_tool(h)
+    task = h.start(h.submit(writer_call()))
+    waiting = await h.cluster.wait_for_state("write-1", "AwaitingApproval")
+    requested_at = waiting["status"]["approvalRequestedAt"]
+
+    h.approve_waiting("write-1", comment="ok", name="yes")
+    await asyncio.wait_for(task, 5)
+
+    status = h.cluster.invocation("write-1")["status"]
+    assert status["state"] == "Observed"
+    assert status["approvalRequestedAt"] == requested_at
+    assert status["approval"]["name"] == "yes"
+    assert status["approval"]["reviewer"] == REVIEWER
+    assert status["approval"]["requestHash"] == waiting["status"]["requestHash"]
+    assert ("approval", "bound") in stages(status)
+    assert status["receipt"]["approvalId"] == "yes"
+    bound = h.cluster.stored(Resource.APPROVALS, NAMESPACE, "yes")["status"]
+    assert bound["bound"] is True and bound["boundTo"] == "write-1"
+    # Executing is on the API server before a call with an effect starts.
+    assert [w["state"] for w in h.cluster.writes_of("write-1")] == [
+        "AwaitingApproval",
+        "Executing",
+        "Observed",
+    ]
+    assert len(native(h).executed) == 1
+
+
+async def test_a_rejection_denies_the_call_at_approval(h: Harness) -> None:
+    writer_tool(h)
+    body = h.submit(writer_call())
+    h.pre_approve(body, decision="Rejected", comment="not today")
+
+    stored = await h.run(body)
+
+    status = stored["status"]
+    assert status["state"] == "Denied"
+    assert status["deniedStage"] == "approval"
+    assert status["failureClass"] == "policy-denied"
+    assert "not today" in status["message"]
+    assert ("approval", "rejected") in stages(status)
+    assert native(h).executed == []
+    assert h.events.reasons() == ["ToolInvocationDenied"]
+
+
+async def test_an_approval_of_other_arguments_never_binds_and_says_why(h: Harness) -> None:
+    writer_tool(h)
+    body = h.submit(writer_call())
+    stale = h.add_approval(
+        approval("write-1", "sha256:" + "0" * 64, h.digest_of(body), name="stale")
+    )
+    task = h.start(body)
+    try:
+        await h.cluster.wait_for_state("write-1", "AwaitingApproval")
+        for _ in range(20):
+            await asyncio.sleep(0)
+        reason = h.cluster.stored(Resource.APPROVALS, NAMESPACE, stale["metadata"]["name"])
+        assert reason["status"]["bound"] is False
+        assert "request hash" in reason["status"]["reason"]
+        assert not task.done()
+
+        h.pre_approve(body, name="right")
+        await asyncio.wait_for(task, 5)
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+    assert h.cluster.invocation("write-1")["status"]["approval"]["name"] == "right"
+
+
+async def test_a_callers_own_approval_does_not_bind(h: Harness) -> None:
+    writer_tool(h)
+    body = h.submit(writer_call())
+    h.pre_approve(body, reviewer=CALLER, name="self")
+    task = h.start(body)
+    try:
+        await h.cluster.wait_for_state("write-1", "AwaitingApproval")
+        for _ in range(20):
+            await asyncio.sleep(0)
+        status = h.cluster.stored(Resource.APPROVALS, NAMESPACE, "self")["status"]
+        assert status["bound"] is False
+        assert "own caller" in status["reason"]
+        assert native(h).executed == []
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+
+async def test_an_interrupt_while_waiting_for_approval_cancels_the_call(h: Harness) -> None:
+    writer_tool(h)
+    body = h.submit(writer_call())
+    task = h.start(body)
+    await h.cluster.wait_for_state("write-1", "AwaitingApproval")
+
+    h.rt.interrupt_event(body["metadata"]["uid"]).set()
+    await asyncio.wait_for(task, 5)
+
+    status = h.cluster.invocation("write-1")["status"]
+    assert status["state"] == "Cancelled"
+    assert status["failureClass"] == "cancelled"
+    assert native(h).executed == []
+
+
+# --------------------------------------------------------------------------- validation
+
+
+async def test_arguments_violating_the_schema_are_denied_at_validation(h: Harness) -> None:
+    writer_tool(h)
+
+    stored = await h.run(h.submit(invocation("bad", tool="writer", arguments={"path": 7})))
+
+    status = stored["status"]
+    assert status["state"] == "Denied"
+    assert status["deniedStage"] == "validation"
+    assert status["failureClass"] == "validation"
+    assert "input schema" in status["message"]
+    assert h.cluster.calls_of("can") == []
+    assert native(h).executed == []
+
+
+async def test_a_tool_that_is_not_published_is_denied_at_validation(h: Harness) -> None:
+    stored = await h.run(h.submit(invocation(tool="nowhere")))
+
+    assert stored["status"]["state"] == "Denied"
+    assert stored["status"]["deniedStage"] == "validation"
+    assert "not published" in stored["status"]["message"]
+
+
+async def test_an_inactive_tool_is_denied_at_validation(h: Harness) -> None:
+    h.publish(descriptor(), active=False)
+    h.cluster.grant(tools=["lister"], classes=["read"])
+
+    stored = await h.run(h.submit(invocation()))
+
+    assert stored["status"]["deniedStage"] == "validation"
+    assert "not active" in stored["status"]["message"]
+
+
+async def test_an_unhealthy_mcp_tool_is_denied_as_transient(h: Harness) -> None:
+    mcp = {"server": "srv", "tool": "t", "pinnedDigest": "sha256:" + "a" * 64}
+    h.publish(descriptor("remote", kind="mcp", mcp=mcp), healthy=False)
+
+    stored = await h.run(h.submit(invocation(tool="remote")))
+
+    assert stored["status"]["deniedStage"] == "validation"
+    assert stored["status"]["failureClass"] == "transient"
+
+
+async def test_an_invocation_whose_spec_does_not_parse_is_denied_with_a_receipt(
+    h: Harness,
+) -> None:
+    body = invocation()
+    body["spec"]["tool"]["id"] = "Not A Tool Id!"
+
+    stored = await h.run(h.submit(body))
+
+    status = stored["status"]
+    assert status["state"] == "Denied"
+    assert status["deniedStage"] == "validation"
+    assert "spec.tool.id" in status["message"]
+    assert h.store.get(status["receiptRef"])
+
+
+# --------------------------------------------------------------------------- authorization
+
+
+async def test_a_caller_without_the_tool_grant_is_denied_at_permission(h: Harness) -> None:
+    h.publish(descriptor())
+    h.cluster.grant(classes=["read"])
+
+    stored = await h.run(h.submit(invocation()))
+
+    status = stored["status"]
+    assert status["state"] == "Denied"
+    assert status["deniedStage"] == "permission"
+    assert status["failureClass"] == "permission-denied"
+    assert "tooldescriptors/lister" in status["message"]
+    assert native(h).executed == []
+
+
+async def test_a_caller_without_the_class_grant_is_denied_at_permission(h: Harness) -> None:
+    h.publish(descriptor())
+    h.cluster.grant(tools=["lister"])
+
+    stored = await h.run(h.submit(invocation()))
+
+    assert stored["status"]["deniedStage"] == "permission"
+    assert "sideeffectclasses/read" in stored["status"]["message"]
+
+
+async def test_a_production_namespace_raises_a_write_and_the_grant_is_asked_for_production(
+    h: Harness,
+) -> None:
+    writer_tool(h)  # granted shared-write, not production
+    h.label_namespace({"tooladapter.dev/environment-class": "production"})
+
+    stored = await h.run(h.submit(writer_call()))
+
+    assert stored["status"]["deniedStage"] == "permission"
+    assert "sideeffectclasses/production" in stored["status"]["message"]
+
+
+async def test_a_frozen_namespace_denies_a_shared_write_at_classification(h: Harness) -> None:
+    writer_tool(h)
+    h.label_namespace({"tooladapter.dev/frozen": "true"})
+
+    stored = await h.run(h.submit(writer_call()))
+
+    status = stored["status"]
+    assert status["state"] == "Denied"
+    assert status["deniedStage"] == "classification"
+    assert status["failureClass"] == "policy-denied"
+    assert native(h).executed == []
+
+
+async def test_a_frozen_namespace_still_serves_a_read(h: Harness) -> None:
+    read_tool(h)
+    h.label_namespace({"tooladapter.dev/frozen": "true"})
+
+    stored = await h.run(h.submit(invocation()))
+
+    assert stored["status"]["state"] == "Observed"
+
+
+async def test_a_tool_on_the_policy_deny_list_is_denied_at_policy(h: Harness) -> None:
+    read_tool(h)
+    h.add_policy(policy(tools={"deny": [{"id": "lister", "reason": "retired"}]}))
+
+    stored = await h.run(h.submit(invocation()))
+
+    status = stored["status"]
+    assert status["state"] == "Denied"
+    assert status["deniedStage"] == "policy"
+    assert "deny list" in status["message"]
+    assert status["policyDecisionId"]
+
+
+async def test_a_class_above_the_policy_ceiling_is_denied_at_policy(h: Harness) -> None:
+    writer_tool(h)
+    h.add_policy(policy(maxClass="read"))
+
+    stored = await h.run(h.submit(writer_call()))
+
+    assert stored["status"]["deniedStage"] == "policy"
+    assert native(h).executed == []
+
+
+async def test_a_tool_policy_that_does_not_parse_fails_closed(h: Harness) -> None:
+    read_tool(h)
+    h.add_policy(policy("broken", maxClass="everything"))
+
+    stored = await h.run(h.submit(invocation()))
+
+    status = stored["status"]
+    assert status["state"] == "Denied"
+    assert status["deniedStage"] == "policy"
+    assert status["failureClass"] == "policy-denied"
+    assert f"ToolPolicy {NAMESPACE}/broken is invalid" in status["message"]
+    assert native(h).executed == []
+
+
+async def test_a_tool_policy_with_an_invalid_rule_fails_closed(h: Harness) -> None:
+    read_tool(h)
+    h.add_policy(policy("bad-range", tools={"deny": [{"id": "other", "versions": ">=oops"}]}))
+
+    stored = await h.run(h.submit(invocation()))
+
+    assert stored["status"]["deniedStage"] == "policy"
+    assert "invalid and denies every call" in stored["status"]["message"]
+
+
+async def test_a_missing_secret_dependency_denies_at_credentials(h: Harness) -> None:
+    h.publish(
+        descriptor(secretDependencies=[{"secretName": "api-key", "keys": ["token"]}]),
+    )
+    h.cluster.grant(tools=["lister"], classes=["read"])
+
+    stored = await h.run(h.submit(invocation()))
+
+    status = stored["status"]
+    assert status["deniedStage"] == "credentials"
+    assert status["failureClass"] == "credentials"
+    assert native(h).executed == []
+
+
+# --------------------------------------------------------------------------- admission
+
+
+async def test_a_duplicate_idempotency_key_is_denied_with_the_winners_receipt(
+    h: Harness,
+) -> None:
+    read_tool(h)
+    first = h.submit(invocation("first", idempotencyKey="k-1"))
+    winner = await h.run(first)
+    second = h.submit(invocation("second", idempotencyKey="k-1"))
+
+    loser = await h.run(second)
+
+    status = loser["status"]
+    assert status["state"] == "Denied"
+    assert status["deniedStage"] == "idempotency"
+    assert status["failureClass"] == "duplicate"
+    assert status["duplicateOf"] == "first"
+    assert status["receiptRef"] == winner["status"]["receiptRef"]
+    assert status["resultRef"] == winner["status"]["resultRef"]
+    # Its own receipt is its audit record.
+    assert status["auditRef"] != status["receiptRef"]
+    assert b'"duplicateOf":"first"' in h.store.get(status["auditRef"])
+    assert len(native(h).executed) == 1
+
+
+async def test_a_duplicate_waits_for_a_running_winner_then_takes_its_receipt(
+    h: Harness,
+) -> None:
+    read_tool(h)
+    winner = h.submit(
+        invocation("first", idempotencyKey="k-1", status={"state": "AwaitingApproval"})
+    )
+    h.cluster.claims[(NAMESPACE, CALLER, "k-1")] = ("first", winner["metadata"]["uid"])
+    task = h.start(h.submit(invocation("second", idempotencyKey="k-1")))
+    await h.cluster.wait_for_status("second", lambda s: s.get("duplicateOf") == "first")
+    assert not task.done()
+
+    await h.cluster.patch_status(
+        Resource.INVOCATIONS,
+        NAMESPACE,
+        "first",
+        {"state": "Observed", "receiptRef": "sha256:" + "b" * 64},
+    )
+    h.invocation_changed("first")
+    await asyncio.wait_for(task, 5)
+
+    status = h.cluster.invocation("second")["status"]
+    assert status["state"] == "Denied"
+    assert status["receiptRef"] == "sha256:" + "b" * 64
+    assert native(h).executed == []
+
+
+async def test_the_idempotency_winner_runs(h: Harness) -> None:
+    read_tool(h)
+
+    stored = await h.run(h.submit(invocation(idempotencyKey="k-1")))
+
+    assert stored["status"]["state"] == "Observed"
+    assert h.cluster.claims[(NAMESPACE, CALLER, "k-1")][0] == "call-1"
+
+
+async def test_a_stale_fencing_token_is_denied_at_fencing(h: Harness) -> None:
+    read_tool(h)
+    h.cluster.fencing[(NAMESPACE, "attempt-7")] = 5
+
+    stored = await h.run(h.submit(invocation(attemptId="attempt-7", fencingToken=4)))
+
+    status = stored["status"]
+    assert status["state"] == "Denied"
+    assert status["deniedStage"] == "fencing"
+    assert "already saw 5" in status["message"]
+    assert native(h).executed == []
+
+
+async def test_a_current_fencing_token_passes_and_becomes_the_highest(h: Harness) -> None:
+    read_tool(h)
+    h.cluster.fencing[(NAMESPACE, "attempt-7")] = 5
+
+    stored = await h.run(h.submit(invocation(attemptId="attempt-7", fencingToken=6)))
+
+    assert stored["status"]["state"] == "Observed"
+    assert ("fencing", "passed") in stages(stored["status"])
+    assert h.cluster.fencing[(NAMESPACE, "attempt-7")] == 6
+
+
+async def test_an_interrupt_requested_before_validation_cancels_the_call(h: Harness) -> None:
+    read_tool(h)
+
+    stored = await h.run(h.submit(invocation(interrupt=True)))
+
+    status = stored["status"]
+    assert status["state"] == "Cancelled"
+    assert status["failureClass"] == "cancelled"
+    assert native(h).executed == []
+    assert h.cluster.calls_of("can") == []
