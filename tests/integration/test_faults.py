@@ -105,6 +105,8 @@ def test_two_operators_on_the_same_namespaces_execute_each_call_exactly_once(
     # (Executing written onto the version each flow saw) keeps a call from running twice.
     prefix = f"two-{SESSION}"
     env = {"TOOLADAPTER_NAMESPACES": f"{prefix}-*", "TOOLADAPTER_LEADER_ELECTION": "false"}
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
     first = OperatorProcess(tmp_path / "a", env=env)
     second = OperatorProcess(tmp_path / "b", env=env)
     first.start()
@@ -133,7 +135,9 @@ def test_two_operators_on_the_same_namespaces_execute_each_call_exactly_once(
                     range(50),
                 )
             )
-        for name in names[::5]:
+        # Every effectful class is gated: an automatic reviewer approves each call as soon as
+        # it waits (the approvals bind to the uid, so neither operator can reuse one).
+        for name in names:
             agent.wait(name, states={"AwaitingApproval"}, timeout=120)
             approve(reviewer, name)
         finals = {n: status_of(agent.wait(n, timeout=300)) for n in names}
@@ -387,6 +391,18 @@ def test_confirming_an_effect_did_not_happen_frees_its_key_for_one_new_execution
     agent.wait(first, states={"AwaitingApproval"})
     approve(reviewer, first)
     agent.wait(first, states={"Executing"}, timeout=120)
+    uid = get(api, ns.name, "toolinvocations", first)["metadata"]["uid"]
+    wait_for(
+        lambda: any(
+            p.status.phase == "Running"
+            and any(c.state.running for c in p.status.container_statuses or [])
+            for p in client.CoreV1Api(api)
+            .list_namespaced_pod(ns.name, label_selector=f"tooladapter.dev/invocation-uid={uid}")
+            .items
+        ),
+        timeout=120,
+        what="the tool running in its pod",
+    )
     # The caller interrupts after the tool started: an effect may have happened.
     custom(agent.api).patch_namespaced_custom_object(
         GROUP, VERSION, ns.name, "toolinvocations", first, {"spec": {"interrupt": True}}
@@ -428,6 +444,8 @@ def test_confirming_an_effect_did_not_happen_frees_its_key_for_one_new_execution
     assert confirmed["execution"]["commandLine"] == ["sleep", "60"], pretty(confirmed)
     # The key is free: one new call with it runs once; a second is its duplicate.
     again = agent.invoke("effect", {"id": "k1"}, idempotencyKey="k-1")
+    agent.wait(again, states={"AwaitingApproval"})
+    approve(reviewer, again)
     retry = status_of(agent.wait(again, timeout=60))
     assert retry["state"] == "Observed" and not retry.get("duplicateOf"), pretty(retry)
     twice = status_of(agent.wait(agent.invoke("effect", {"id": "k1"}, idempotencyKey="k-1")))
