@@ -177,6 +177,7 @@ class StageOutcome(StrEnum):
     NONE = "none"
     LEASED = "leased"
     STARTED = "started"
+    RETRY = "retry"
     DONE = "done"
     RECEIPT = "receipt"
     OBSERVED = "observed"

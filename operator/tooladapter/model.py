@@ -101,7 +101,9 @@ class Authorization(Model):
 
 
 class RetryPolicy(Model):
-    """Tool-level retries apply only to calls that could not have had an effect."""
+    """Tool-level retries apply only to calls that provably had no effect: nothing left the
+    operator (connection refused, the sandbox Job refused by the API server). Never for an
+    Uncertain call, never after a request was sent."""
 
     max_attempts: int = Field(default=1, ge=1, le=10)
     backoff_seconds: int = Field(default=0, ge=0, le=3600)
@@ -462,6 +464,8 @@ class ExecutionRecord(Model):
     command_line: list[str] = Field(default_factory=list)
     #: The operator process that claimed the execution (one claim per invocation).
     holder: str | None = None
+    #: Attempts made under the descriptor's retryPolicy (1: no retry so far).
+    attempts: int = 1
 
 
 class ToolInvocationStatus(Model):

@@ -451,3 +451,29 @@ def test_confirming_an_effect_did_not_happen_frees_its_key_for_one_new_execution
     twice = status_of(agent.wait(agent.invoke("effect", {"id": "k1"}, idempotencyKey="k-1")))
     assert twice["failureClass"] == "duplicate" and twice["duplicateOf"] == again
     assert Hits.counts["/effect/k1"] == 1
+
+
+def test_retry_policy_runs_again_only_what_provably_never_left_the_operator(
+    api: client.ApiClient, ns: Namespace, agent: Agent
+) -> None:
+    host = node_ip()
+    closed = free_port(host)  # nothing listens: every attempt is refused before sending
+    descriptor(
+        api,
+        ns.name,
+        "refused",
+        kind="http",
+        inputSchema={"type": "object"},
+        http={
+            "method": "GET",
+            "url": f"http://{host}:{closed}/x",
+            "allowedHosts": [f"{host}:{closed}"],
+        },
+        retryPolicy={"maxAttempts": 3, "backoffSeconds": 0},
+    )
+    agent.grant(["refused"], ["read"])
+    status = status_of(agent.wait(agent.invoke("refused", {})))
+    assert status["state"] == "Failed" and status["failureClass"] == "transient", pretty(status)
+    retries = [s for s in status["stages"] if s["outcome"] == "retry"]
+    assert [r["detail"].split(" in ")[0] for r in retries] == ["attempt 2 of 3", "attempt 3 of 3"]
+    assert status["execution"]["attempts"] == 3

@@ -43,6 +43,9 @@ class Outcome:
     exit_code: int | None = None
     failure_class: FailureClass | None = None
     message: str = ""
+    #: Nothing left the operator (connection refused, the Job refused): the descriptor's
+    #: `retryPolicy` may run the call again. Never set once anything may have been sent.
+    retryable: bool = False
 
     @classmethod
     def observed(
@@ -62,8 +65,9 @@ class Outcome:
         *,
         output: bytes = b"",
         exit_code: int | None = None,
+        retryable: bool = False,
     ) -> Outcome:
-        return cls(InvocationState.FAILED, output, None, exit_code, failure, message)
+        return cls(InvocationState.FAILED, output, None, exit_code, failure, message, retryable)
 
 
 def unconfirmed(call: Call, message: str, *, output: bytes = b"") -> Outcome:

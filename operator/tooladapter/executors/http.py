@@ -80,12 +80,16 @@ class HttpExecutor(InOperator):
                 return Outcome.observed(output)
         except aiohttp.ClientConnectorError as exc:
             # Nothing was sent: no effect possible.
-            return Outcome.failed(FailureClass.TRANSIENT, f"could not connect: {exc.os_error}")
+            return Outcome.failed(
+                FailureClass.TRANSIENT, f"could not connect: {exc.os_error}", retryable=True
+            )
         except (TimeoutError, aiohttp.ClientError) as exc:
             if (
                 not sent
                 and isinstance(exc, aiohttp.ClientConnectionError)
                 and not isinstance(exc, aiohttp.ServerDisconnectedError)
             ):
-                return Outcome.failed(FailureClass.TRANSIENT, f"connection failed: {exc}")
+                return Outcome.failed(
+                    FailureClass.TRANSIENT, f"connection failed: {exc}", retryable=True
+                )
             return unconfirmed(call, f"{method} {url}: no complete answer ({type(exc).__name__})")

@@ -74,11 +74,9 @@ class McpExecutor(InOperator):
                 idempotency_key=call.idempotency_key,
                 expected_digest=binding.pinned_digest,
             )
-        except (
-            mcp_types.McpUnavailable,
-            mcp_types.McpToolNotListed,
-            mcp_types.McpToolChanged,
-        ) as exc:
+        except mcp_types.McpUnavailable as exc:
+            return Outcome.failed(FailureClass.TRANSIENT, str(exc), retryable=True)
+        except (mcp_types.McpToolNotListed, mcp_types.McpToolChanged) as exc:
             return Outcome.failed(FailureClass.TRANSIENT, str(exc))
         except mcp_types.McpError as exc:
             if exc.effect_possible:

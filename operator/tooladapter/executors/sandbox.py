@@ -63,9 +63,11 @@ class SandboxExecutor:
             await self.cluster.create(job)
         except (Refused, ValueError) as exc:
             # No Job exists, so no effect could have started: Failed, never retried as is.
+            refused = isinstance(exc, Refused)
             return Outcome.failed(
-                FailureClass.INTERNAL if isinstance(exc, ValueError) else FailureClass.TRANSIENT,
+                FailureClass.TRANSIENT if refused else FailureClass.INTERNAL,
                 f"the sandbox Job could not be created: {exc}",
+                retryable=refused,
             )
         return await self.follow(call)
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 
 from ..enums import FailureClass, InvocationState, SideEffectClass, Stage, StageOutcome
 from ..executors import Call, Outcome, unconfirmed_for
@@ -135,7 +135,47 @@ async def on_executing(ctx: FlowContext) -> None:
     else:
         persisted = ctx.persisted_state == InvocationState.EXECUTING
         outcome = await show_progress(ctx, executor.execute(call), persisted)
+        while retry_allowed(ctx, outcome):
+            outcome = await retry(ctx, lambda: executor.execute(call), outcome)
     await finish(ctx, outcome)
+
+
+def retry_allowed(ctx: FlowContext, outcome: Outcome) -> bool:
+    """The descriptor's retryPolicy, only for an outcome that provably had no effect."""
+    record = ctx.status.execution
+    policy = ctx.descriptor.retry_policy if ctx.descriptor else None
+    return (
+        outcome.retryable
+        and outcome.state == InvocationState.FAILED
+        and record is not None
+        and policy is not None
+        and record.attempts < policy.max_attempts
+        and not ctx.interrupt_requested()
+    )
+
+
+async def retry(
+    ctx: FlowContext, run: Callable[[], Awaitable[Outcome]], failed: Outcome
+) -> Outcome:
+    """Record the failed attempt as a stage, wait the policy's backoff, run again."""
+    record, descriptor = ctx.status.execution, ctx.descriptor
+    assert record is not None and descriptor is not None
+    backoff = descriptor.retry_policy.backoff_seconds * record.attempts
+    record.attempts += 1
+    ctx.record(
+        Stage.EXECUTE,
+        StageOutcome.RETRY,
+        f"attempt {record.attempts} of {descriptor.retry_policy.max_attempts} in {backoff}s "
+        f"(nothing was sent: {failed.message})",
+    )
+    try:
+        if backoff:
+            await asyncio.wait_for(ctx.interrupted.wait(), timeout=backoff)
+    except TimeoutError:
+        pass
+    if ctx.interrupted.is_set():
+        return failed
+    return await run()
 
 
 async def settle_unexpected(ctx: FlowContext, error: BaseException) -> None:
