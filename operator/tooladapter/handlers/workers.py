@@ -40,6 +40,12 @@ async def every(seconds: float, job: Any, rt: Runtime, name: str) -> None:
 
 
 async def reconcile_uncertain(rt: Runtime) -> None:
+    """Every unfinished invocation has a live flow: resume any that has none.
+
+    An Executing call without a flow is normal after a restart (it is followed or settled,
+    never started again); any other state without a flow is a stuck call, a bug: it is
+    reported and resumed from its stored state, so every call still ends.
+    """
     # The watch keeps the index of unfinished invocations (finished ones, possibly thousands,
     # are never listed again); each candidate is re-read before it is resumed.
     for uid, (namespace, name) in list(rt.unfinished.items()):
@@ -53,8 +59,15 @@ async def reconcile_uncertain(rt: Runtime) -> None:
         state = (body.get("status") or {}).get("state") or InvocationState.RECEIVED
         if body["metadata"]["uid"] != uid or InvocationState(state).terminal:
             rt.unfinished.pop(uid, None)
-        elif state == InvocationState.EXECUTING and uid not in rt.tasks:
-            logger.info("resuming executing invocation %s/%s with no live flow", namespace, name)
+        elif uid not in rt.tasks:
+            if state == InvocationState.EXECUTING:
+                logger.info(
+                    "resuming executing invocation %s/%s with no live flow", namespace, name
+                )
+            else:
+                logger.error(
+                    "stuck invocation %s/%s (%s, no live flow): resuming", namespace, name, state
+                )
             rt.spawn(uid, run_invocation(rt, body))
     release_free_heap()
 
