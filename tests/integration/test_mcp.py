@@ -443,3 +443,36 @@ def test_server_credentials_from_a_secret_reach_only_the_server_that_references_
     assert status["state"] == "Observed", pretty(status)
     assert status["result"]["content"] == "you sent [REDACTED:brokered-secret]"
     assert token not in json.dumps(status)
+
+
+@pytest.mark.timeout(120)
+def test_a_redaction_that_breaks_structured_content_is_sent_once_and_settles(
+    api: client.ApiClient, ns: Namespace, agent: Agent, servers: Servers
+) -> None:
+    # The credential itself spells JSON syntax: redacting it from the serialised structured
+    # content leaves text that is no longer JSON. That once made the call raise after the
+    # effect and be sent again and again; now the structured part is dropped, the text
+    # stays, and the server sees exactly one call.
+    token = '{"echo": "'
+    server = servers("--mode", "current", "--token", token)
+    client.CoreV1Api(api).create_namespaced_secret(
+        ns.name, {"metadata": {"name": "odd-token"}, "stringData": {"token": token}}
+    )
+    register(
+        api,
+        ns.name,
+        "odd",
+        server.url,
+        interval=30,
+        credentials={"secretKeyRef": {"name": "odd-token", "key": "token"}},
+    )
+    wait_phase(api, ns.name, "odd", "Active")
+    bind(api, ns.name, "echo", "odd", "echo")
+    agent.grant(["echo"], ["read"])
+    mark = server.mark()
+    status = status_of(agent.wait(agent.invoke("echo", {"text": "hello"}), timeout=60))
+    assert status["state"] in ("Observed", "Failed", "Uncertain"), pretty(status)
+    assert "structuredContent" not in (status.get("result") or {}), pretty(status)
+    server.mark()  # takes in what the server printed so far
+    calls = [line for line in server.seen[mark:] if line.startswith("CALLED echo")]
+    assert len(calls) == 1, calls
