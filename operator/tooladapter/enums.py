@@ -136,6 +136,7 @@ class FailureClass(StrEnum):
     EFFECT_UNCONFIRMED = "effect-unconfirmed"
     CANCELLED = "cancelled"
     DUPLICATE = "duplicate"
+    RATE_LIMITED = "rate-limited"
     INTERNAL = "internal"
 
 

@@ -110,6 +110,9 @@ class RetryPolicy(Model):
 
 
 class RateLimits(Model):
+    """Per tool and tenant (and per caller where a ToolPolicy says so), counted when a call
+    starts executing; a call over a limit is Denied `rate-limited` with retryAfterSeconds."""
+
     per_minute: int | None = Field(default=None, ge=1)
     concurrency: int | None = Field(default=None, ge=1)
 
@@ -493,6 +496,8 @@ class ToolInvocationStatus(Model):
     approval_forced: bool | None = None
     #: When the wait for an approval began (its timeout counts from here, across restarts).
     approval_requested_at: str | None = None
+    #: Denied `rate-limited`: when a new call may fit again.
+    retry_after_seconds: int | None = None
     stages: list[StageEntry] = Field(default_factory=list)
     started_at: str | None = None
     ended_at: str | None = None
@@ -574,6 +579,13 @@ class ToolLists(Model):
     deny: list[ToolVersionRule] = Field(default_factory=list)
 
 
+class RateLimitPolicy(Model):
+    per_caller: bool = Field(
+        default=False,
+        description="Count descriptors' rateLimits per caller as well as per namespace.",
+    )
+
+
 class ShellPolicy(Model):
     allow: list[str] = Field(default_factory=list)
     block: list[str] = Field(default_factory=list)
@@ -607,6 +619,7 @@ class ToolPolicySpec(Model):
     shell: ShellPolicy = Field(default_factory=ShellPolicy)
     spend: SpendPolicy | None = None
     approval: ApprovalPolicy | None = None
+    rate_limits: RateLimitPolicy = Field(default_factory=RateLimitPolicy)
     conditions: list[ArgumentCondition] = Field(default_factory=list)
 
 

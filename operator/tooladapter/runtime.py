@@ -25,6 +25,7 @@ from .events import EventSink, NoEvents
 from .executors import Executor
 from .kube.client import Kube
 from .kube.cluster import Cluster
+from .pipeline.ratelimit import RateBook
 from .settings import Settings
 
 logger = logging.getLogger("tooladapter")
@@ -61,6 +62,8 @@ class Runtime:
     closers: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
     #: One row per invocation from the watch: the gauges are counted from it.
     census: Census = field(default_factory=Census)
+    #: Executions by tool and tenant in the last minute, and running now (rate limits).
+    rates: RateBook = field(default_factory=RateBook)
     #: This process, as it signs execution claims (and leases).
     identity: str = field(default_factory=lambda: process_identity())
 

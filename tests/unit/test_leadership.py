@@ -5,6 +5,7 @@ concurrency (a write with a stale resourceVersion is a 409)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 from datetime import UTC, datetime, timedelta
 from typing import Any, cast
@@ -12,8 +13,7 @@ from typing import Any, cast
 import pytest
 
 from tooladapter.handlers import leadership
-from tooladapter.kube.client import Kube
-from tooladapter.kube.client import AlreadyExists, Conflict, NotFound
+from tooladapter.kube.client import AlreadyExists, Conflict, Kube, NotFound
 from tooladapter.kube.leases import (
     ANNOTATION_SCOPE,
     LeaseElector,
@@ -368,9 +368,18 @@ async def test_a_leader_that_cannot_renew_keeps_trying_until_its_deadline(exits:
     await asyncio.sleep(1.5)  # failed attempts are retried, not fatal by themselves
     assert not renewer.done()
     renewer.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await renewer
     # The watchdog (a thread, so a stalled event loop cannot hold it up) ends it once no
     # renewal succeeded for two thirds of the duration.
     clocks.advance(1.9)
-    with pytest.raises(Exited):
-        held._watch()
+    watchdog = asyncio.create_task(asyncio.to_thread(held._watch))
+    try:
+        await asyncio.sleep(0.5)
+        assert not watchdog.done()  # 1.9 s without a renewal: within the deadline
+        clocks.advance(0.2)
+        with pytest.raises(Exited):
+            await asyncio.wait_for(watchdog, timeout=5)
+    finally:
+        held.stopped.set()  # never leave the thread behind
     assert clocks.mono - a.renewed_at > renew_deadline(3)

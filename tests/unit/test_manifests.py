@@ -138,6 +138,7 @@ def test_every_policy_is_bound_fail_closed() -> None:
         "tooladapter-approval-reviewer",
         "tooladapter-mcpserver-activation",
         "tooladapter-invocation-status",
+        "tooladapter-invocation-metadata",
     }
     for name, policy in policies.items():
         assert policy["apiVersion"] == "admissionregistration.k8s.io/v1"

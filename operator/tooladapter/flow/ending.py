@@ -155,6 +155,7 @@ async def conclude(ctx: FlowContext, *, post_event: bool = True) -> None:
             written_at=ended_at,
         )
     await ctx.commit()
+    ctx.rt.rates.release(ctx.uid)
     await ctx.let_go()
     tool = spec.tool.id
     effective = str(ctx.status.effective_class or "")

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
 
 from ..enums import FailureClass, InvocationState, SideEffectClass, Stage, StageOutcome
 from ..executors import Call, Outcome, unconfirmed_for
@@ -20,7 +21,7 @@ from ..kube.sandbox import decode_b64
 from ..model import ExecutionRecord, ToolDescriptorSpec
 from ..pipeline.sandbox import LeaseNames
 from ..timeutil import now_iso
-from .context import SANDBOX_KINDS, FlowContext, Restart, Superseded
+from .context import SANDBOX_KINDS, Denial, FlowContext, Restart, Superseded
 from .ending import cancel, finish
 from .recheck import needs_recheck, recheck
 
@@ -36,6 +37,7 @@ async def on_brokered(ctx: FlowContext) -> None:
     descriptor = await ctx.load_descriptor()
     if ctx.interrupt_requested():
         return await cancel(ctx, "interrupted before execution started")
+    admit(ctx, descriptor)
     ctx.status.execution = ExecutionRecord(
         kind=descriptor.kind,
         started_at=now_iso(),
@@ -72,6 +74,32 @@ async def claim_execution(ctx: FlowContext) -> None:
             if execution.get("holder") != ctx.rt.identity:
                 raise Superseded(execution.get("holder") or "another operator") from None
         raise Restart from None
+
+
+def admit(ctx: FlowContext, descriptor: ToolDescriptorSpec) -> None:
+    """The descriptor's rateLimits, counted as the call starts executing."""
+    limits = descriptor.rate_limits
+    if limits.per_minute is None and limits.concurrency is None:
+        return
+    spec = ctx.load_spec()
+    verdict = ctx.rt.rates.admit(
+        uid=ctx.uid,
+        namespace=ctx.namespace,
+        tool=spec.tool.id,
+        caller=spec.caller.name,
+        per_caller=ctx.load_decision().rate_limit_per_caller,
+        per_minute=limits.per_minute,
+        concurrency=limits.concurrency,
+        now=datetime.now(UTC),
+    )
+    if not verdict.allowed:
+        ctx.status.retry_after_seconds = verdict.retry_after_seconds
+        raise Denial(
+            Stage.RATE_LIMIT,
+            f"{verdict.reason}; retry after {verdict.retry_after_seconds}s",
+            FailureClass.RATE_LIMITED,
+        )
+    ctx.record(Stage.RATE_LIMIT, StageOutcome.PASSED, "within rateLimits")
 
 
 def write_before_execute(ctx: FlowContext, descriptor: ToolDescriptorSpec) -> bool:

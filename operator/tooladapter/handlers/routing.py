@@ -8,6 +8,7 @@ flow to own.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from datetime import UTC, datetime
 from typing import Any
 
 from ..catalog import invocation_key, thaw
@@ -15,6 +16,7 @@ from ..enums import InvocationState, Resource
 from ..flow import release_finalizer, run_invocation
 from ..flow.context import FINALIZER
 from ..runtime import Runtime
+from ..timeutil import parse_time
 from . import confirmations, descriptors, policies, workers
 
 RawEvent = Mapping[str, Any]
@@ -26,6 +28,7 @@ def invocation_event(rt: Runtime, event: RawEvent) -> None:
     meta = raw["metadata"]
     uid = meta["uid"]
     rt.census.update(event["type"], raw)
+    observe_rates(rt, event["type"], raw)
     rt.catalog.notify(meta["namespace"], invocation_key(meta["name"]))
     if event["type"] == "DELETED":
         rt.unfinished.pop(uid, None)
@@ -52,6 +55,28 @@ def invocation_event(rt: Runtime, event: RawEvent) -> None:
     rt.unfinished[uid] = (meta["namespace"], meta["name"])
     if uid not in rt.tasks:
         rt.spawn(uid, run_invocation(rt, thaw(raw)))
+
+
+def observe_rates(rt: Runtime, event_type: str | None, raw: Mapping[str, Any]) -> None:
+    """Feed the rate book: a takeover rebuilds it from the listing, no write per call."""
+    status = raw.get("status") or {}
+    started = (status.get("execution") or {}).get("startedAt")
+    if not started:
+        return
+    spec = raw.get("spec") or {}
+    try:
+        at = parse_time(started)
+    except ValueError:
+        return
+    rt.rates.observe(
+        uid=raw["metadata"]["uid"],
+        namespace=raw["metadata"]["namespace"],
+        tool=str((spec.get("tool") or {}).get("id")),
+        caller=str((spec.get("caller") or {}).get("name")),
+        started=at,
+        running=event_type != "DELETED" and status.get("state") == InvocationState.EXECUTING,
+        now=datetime.now(UTC),
+    )
 
 
 async def descriptor_event(rt: Runtime, event: RawEvent) -> None:

@@ -254,6 +254,8 @@ class PolicyDecision:
     max_class_set_by: str | None
     policies: tuple[str, ...]
     invalid_policies: tuple[str, ...]
+    #: Descriptors' rateLimits count per caller too (any policy asking for it).
+    rate_limit_per_caller: bool = False
 
     def reviewer_groups_for(self, effective: SideEffectClass) -> tuple[str, ...]:
         """Groups whose members may approve a call of this class (empty: any reviewer).
@@ -456,6 +458,7 @@ def evaluate_policies(
         max_class_set_by=max_class_set_by,
         policies=tuple(name for name, _ in ordered),
         invalid_policies=tuple(invalid),
+        rate_limit_per_caller=any(spec.rate_limits.per_caller for _, spec in valid),
     )
 
 

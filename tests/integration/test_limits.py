@@ -1,0 +1,38 @@
+"""Rate limits on the real cluster, through kubectl's API as an agent."""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+from kubernetes import client
+
+from tooladapter.devtools import Namespace
+
+from .objects import Agent, descriptor, pretty, status_of
+
+pytestmark = [pytest.mark.cluster, pytest.mark.timeout(300)]
+
+
+def test_a_tool_limited_to_five_a_minute_called_ten_times_runs_five_and_denies_five(
+    api: client.ApiClient, ns: Namespace, agent: Agent
+) -> None:
+    descriptor(
+        api,
+        ns.name,
+        "list-tools",
+        kind="native",
+        native={"name": "list-tools"},
+        rateLimits={"perMinute": 5},
+    )
+    agent.grant(["list-tools"], ["read"])
+    with ThreadPoolExecutor(max_workers=10) as pool:
+        names = list(pool.map(lambda i: agent.invoke("list-tools", {}, name=f"rl-{i}"), range(10)))
+    finals = [status_of(agent.wait(n)) for n in names]
+    observed = [s for s in finals if s["state"] == "Observed"]
+    limited = [s for s in finals if s.get("failureClass") == "rate-limited"]
+    assert len(observed) == 5 and len(limited) == 5, pretty(finals)
+    for s in limited:
+        assert s["state"] == "Denied" and s["deniedStage"] == "rate-limit"
+        assert 1 <= s["retryAfterSeconds"] <= 61
+        assert "perMinute is 5" in s["message"]
