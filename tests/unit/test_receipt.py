@@ -181,3 +181,35 @@ def test_an_effect_confirmation_is_on_the_receipt() -> None:
         "evidence": "row present",
         "recorded": False,
     }
+
+
+def test_audit_requirements_decide_what_the_receipt_records() -> None:
+    from tooladapter.model import AuditRequirements, ToolInvocationSpec, ToolInvocationStatus
+    from tooladapter.pipeline.receipt import build_receipt
+
+    spec = ToolInvocationSpec.model_validate(
+        {"tool": {"id": "t", "version": "1.0.0"}, "caller": {"name": "a"}, "arguments": {"x": 1}}
+    )
+    status = ToolInvocationStatus.model_validate(
+        {"state": "Observed", "resultHash": "sha256:" + "1" * 64}
+    )
+
+    def receipt(audit: AuditRequirements | None) -> dict[str, object]:
+        return build_receipt(
+            namespace="ns",
+            name="n",
+            uid="u",
+            spec=spec,
+            status=status,
+            tool_kind="shell",
+            command_line=["echo", "hi"],
+            written_at="2026-01-01T00:00:00Z",
+            audit=audit,
+        )
+
+    full = receipt(None)
+    assert full["argumentsHash"] and full["resultHash"] and full["commandLine"] == ["echo", "hi"]
+    bare = receipt(AuditRequirements(arguments_hash=False, output_hash=False, command_line=False))
+    assert bare["argumentsHash"] is None and bare["resultHash"] is None
+    assert bare["commandLine"] is None
+    assert bare["audit"] == {"argumentsHash": False, "outputHash": False, "commandLine": False}

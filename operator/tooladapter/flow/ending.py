@@ -16,7 +16,13 @@ from ..artifacts import ArtifactStore
 from ..enums import FailureClass, InvocationState, Stage, StageOutcome
 from ..executors import Outcome
 from ..metrics import DENIALS, INVOCATIONS, LATENCY
-from ..model import InvocationResult, ReceiptSummary, ToolInvocationSpec, ToolInvocationStatus
+from ..model import (
+    AuditRequirements,
+    InvocationResult,
+    ReceiptSummary,
+    ToolInvocationSpec,
+    ToolInvocationStatus,
+)
 from ..pipeline.hashing import canonical_json
 from ..pipeline.receipt import build_receipt
 from ..pipeline.sanitize import sanitize
@@ -153,6 +159,7 @@ async def conclude(ctx: FlowContext, *, post_event: bool = True) -> None:
             sandbox_kind=str(sandbox.kind) if sandbox else None,
             command_line=ctx.recorded_command_line(),
             written_at=ended_at,
+            audit=descriptor.audit_requirements if descriptor else None,
         )
     await ctx.commit()
     ctx.rt.rates.release(ctx.uid)
@@ -193,6 +200,7 @@ async def write_receipt(
     sandbox_pool: str | None,
     command_line: list[str],
     written_at: str,
+    audit: AuditRequirements | None,
 ) -> None:
     """Store the receipt and set `auditRef`, `receiptRef` and the summary on `status`.
 
@@ -208,6 +216,7 @@ async def write_receipt(
         sandbox_pool=sandbox_pool,
         command_line=command_line or None,
         written_at=written_at,
+        audit=audit,
     )
     # fsync off the event loop: every other call waits while a write syncs.
     own_ref = await asyncio.to_thread(store.put, canonical_json(receipt))

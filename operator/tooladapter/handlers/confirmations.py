@@ -41,6 +41,8 @@ async def record_confirmation(rt: Runtime, body: dict[str, Any]) -> None:
     confirmation.confirmed_at = confirmation.confirmed_at or stamp
     confirmation.recorded = True
     lease = status.sandbox_lease
+    # The first receipt followed the descriptor's auditRequirements; so does this one.
+    entry = rt.catalog.find_descriptor(meta["namespace"], spec.tool.id, spec.tool.version)
     await write_receipt(
         rt.store,
         namespace=meta["namespace"],
@@ -53,6 +55,7 @@ async def record_confirmation(rt: Runtime, body: dict[str, Any]) -> None:
         sandbox_pool=lease.pool_id if lease else None,
         command_line=list(status.execution.command_line) if status.execution else [],
         written_at=stamp,
+        audit=entry.spec.audit_requirements if entry and entry.spec else None,
     )
     assert status.receipt is not None
     await rt.cluster.patch_status(

@@ -5,7 +5,7 @@ tenant and project are the namespace. Every key is always present (null when unk
 consumers can rely on one schema. The receipt is stored by content hash
 (`hashing.digest(receipt)`), so it holds no timestamps other than those of the call and
 `writtenAt`, and no secret: the command line must be passed through
-`sanitize.redact_text` first.
+`sanitize.redact_argv` first.
 """
 
 from __future__ import annotations
@@ -14,7 +14,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..enums import SandboxKind, ToolKind
-from ..model import ToolInvocationSpec, ToolInvocationStatus
+from ..model import AuditRequirements, ToolInvocationSpec, ToolInvocationStatus
+from .hashing import digest
 
 RECEIPT_SCHEMA = "tool-invocation-v1"
 
@@ -35,6 +36,7 @@ def build_receipt(
     sandbox_pool: str | None = None,
     command_line: Sequence[str] | None = None,
     written_at: str,
+    audit: AuditRequirements | None = None,
 ) -> dict[str, Any]:
     """The receipt of an invocation in its current (normally terminal) state.
 
@@ -42,7 +44,11 @@ def build_receipt(
     (e.g. denied before leasing); a lease in status wins. Kinds that run no sandbox
     (http, mcp, native) get `{"kind": "None"}`. `spec` may be None (or a partially
     constructed model) for an invocation whose spec never parsed: its fields are null.
+    `audit` (the descriptor's auditRequirements) decides whether the arguments' hash, the
+    output's hashes and the command line are recorded; `audit` in the receipt says which.
     """
+    audit = audit or AuditRequirements()
+    arguments = getattr(spec, "arguments", None)
     tool = getattr(spec, "tool", None)
     caller = getattr(spec, "caller", None)
     lease = status.sandbox_lease
@@ -75,6 +81,7 @@ def build_receipt(
         "approvalId": status.approval.name if status.approval else None,
         "approvedBy": status.approval.reviewer if status.approval else None,
         "requestHash": status.request_hash,
+        "argumentsHash": digest(arguments) if audit.arguments_hash and arguments else None,
         "idempotencyKey": getattr(spec, "idempotency_key", None),
         "caller": ({"kind": caller.kind, "name": caller.name} if caller is not None else None),
         "runId": getattr(spec, "run_id", None),
@@ -84,12 +91,12 @@ def build_receipt(
         "failureClass": status.failure_class,
         "deniedStage": status.denied_stage,
         "message": status.message,
-        "resultHash": status.result_hash,
+        "resultHash": status.result_hash if audit.output_hash else None,
         "resultRef": status.result_ref,
         "result": (
             {
                 "originalBytes": result.original_bytes,
-                "originalSha256": result.original_sha256,
+                "originalSha256": result.original_sha256 if audit.output_hash else None,
                 "truncated": result.truncated,
                 "exitCode": result.exit_code,
             }
@@ -97,7 +104,10 @@ def build_receipt(
             else None
         ),
         "sandbox": sandbox,
-        "commandLine": list(command_line) if command_line is not None else None,
+        "commandLine": (
+            list(command_line) if command_line is not None and audit.command_line else None
+        ),
+        "audit": audit.wire(),
         "redactions": list(result.redactions) if result is not None else [],
         "stages": [stage.wire() for stage in status.stages],
         "startedAt": status.started_at,
