@@ -14,7 +14,7 @@ export PYTHONUNBUFFERED := 1
 
 include hack/cluster.mk
 
-.PHONY: help venv lint unit crds crds-check install uninstall run demo test integration bench
+.PHONY: help venv lint unit crds crds-check install uninstall run demo test integration bench chaos
 
 help:
 	@echo "make test       set up everything on a fresh machine, then run all tests"
@@ -24,6 +24,7 @@ help:
 	@echo "make run        the operator in the foreground against KUBECONFIG"
 	@echo "make crds       regenerate crds/ from the models"
 	@echo "make bench      benchmarks (never part of make test)"
+	@echo "make chaos      exactly once and never stuck under faults (never part of make test)"
 
 $(STAMP): pyproject.toml
 	@command -v python3 >/dev/null || { apt-get update -qq && apt-get install -y -qq python3 python3-venv; }
@@ -81,3 +82,8 @@ bench: venv
 	@if [ "$(KUBECONFIG)" = "$(LOCAL_KUBECONFIG)" ]; then $(MAKE) --no-print-directory cluster-up; fi
 	$(MAKE) --no-print-directory install
 	PYTHONPATH=$(ROOT)/hack$${PYTHONPATH:+:$$PYTHONPATH} $(PY) -m bench
+
+chaos: venv
+	@if [ "$(KUBECONFIG)" = "$(LOCAL_KUBECONFIG)" ]; then $(MAKE) --no-print-directory cluster-up; fi
+	$(MAKE) --no-print-directory install
+	PYTHONPATH=$(ROOT)/hack$${PYTHONPATH:+:$$PYTHONPATH} $(PY) -m chaos

@@ -57,7 +57,9 @@ class Config:
         p.add_argument("--creators", type=int, default=int(env("CHAOS_CREATORS", "50")))
         p.add_argument("--lease-seconds", type=int, default=int(env("CHAOS_LEASE_SECONDS", "5")))
         p.add_argument("--http-delay", type=float, default=float(env("CHAOS_HTTP_DELAY", "0.3")))
-        p.add_argument("--seed", type=int, default=int(env("CHAOS_SEED") or random.randrange(10**6)))
+        p.add_argument(
+            "--seed", type=int, default=int(env("CHAOS_SEED") or random.randrange(10**6))
+        )
         p.add_argument("--report", default=env("CHAOS_REPORT", "chaos-report.json"))
         p.add_argument(
             "--keep",

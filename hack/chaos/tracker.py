@@ -4,7 +4,6 @@ survives API server restarts, and the automatic reviewer that reads it."""
 from __future__ import annotations
 
 import threading
-import time
 from collections import Counter
 from typing import Any
 
@@ -128,7 +127,9 @@ class Reviewer:
         uid = obj["metadata"]["uid"]
         self.attempts[uid] += 1
         try:
-            create(reviewer.api, reviewer.namespace, "toolapprovals", approval_body(reviewer, obj, 900))
+            create(
+                reviewer.api, reviewer.namespace, "toolapprovals", approval_body(reviewer, obj, 900)
+            )
         except client.ApiException as exc:
             if exc.status == 409:
                 self.approved.add(uid)

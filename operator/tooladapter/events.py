@@ -23,6 +23,15 @@ def object_ref(kind: str, meta: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def namespace_ref(meta: dict[str, Any]) -> dict[str, Any]:
+    """A Namespace as an event's object; the event is posted in that namespace."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Namespace",
+        "metadata": {"name": meta["name"], "namespace": meta["name"], "uid": meta.get("uid")},
+    }
+
+
 class EventSink(Protocol):
     def post(
         self, obj: dict[str, Any], *, reason: str, message: str, warning: bool = False

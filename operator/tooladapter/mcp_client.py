@@ -8,7 +8,11 @@ cache is switched off), so a tool list is always what the server says now.
 
 No Kubernetes here. Credentials arrive as plain headers (the caller reads the Secret) and
 go only to `url`: the SDK follows a redirect only within the endpoint's origin, and
-environment proxies and `.netrc` are ignored (`trust_env=False`).
+environment proxies and `.netrc` are ignored (`trust_env=False`). Every connection goes only
+to an address the caller's `AddressRule` permits (`pipeline.addresses`: public, or in the
+McpServer's `spec.allowedCidrs`): the network backend resolves the host, checks each
+address and connects to a permitted one, so the address checked is the address connected
+to; none permitted raises `McpAddressRefused` before anything is sent.
 
 Errors say whether the call could have had an effect (`McpError.effect_possible`):
 
@@ -28,11 +32,13 @@ from __future__ import annotations
 
 import json
 import logging
+import socket
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from typing import Any, Final
 
 import anyio
+import httpcore2
 import httpx2
 from mcp import Client, types
 from mcp.client.streamable_http import streamable_http_client
@@ -41,6 +47,7 @@ from pydantic import RootModel, ValidationError
 
 from .mcp_types import (
     Discovery,
+    McpAddressRefused,
     McpBrokenMidCall,
     McpCallResult,
     McpCallTimeout,
@@ -51,6 +58,7 @@ from .mcp_types import (
     McpUnavailable,
     ProbeResult,
 )
+from .pipeline.addresses import AddressRefused, AddressRule
 from .pipeline.mcp import tool_digest
 
 logger = logging.getLogger(__name__)
@@ -81,6 +89,61 @@ class _RawResult(RootModel[dict[str, Any]]):
 
 
 # --------------------------------------------------------------------------- connection
+
+
+class _GuardedBackend(httpcore2.AsyncNetworkBackend):
+    """Resolves the host once, keeps the addresses `rule` permits (raising `AddressRefused`
+    when there are none) and connects to the first of them that answers."""
+
+    def __init__(self, rule: AddressRule) -> None:
+        self.rule = rule
+        self.inner = httpcore2.AnyIOBackend()
+
+    async def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,
+        local_address: str | None = None,
+        socket_options: Any = None,
+    ) -> httpcore2.AsyncNetworkStream:
+        try:
+            infos = await anyio.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        except OSError as exc:
+            raise httpcore2.ConnectError(f"cannot resolve {host}: {exc}") from exc
+        addresses = list(dict.fromkeys(str(info[4][0]) for info in infos))
+        failure: Exception | None = None
+        for address in self.rule.permitted(host, addresses):
+            try:
+                return await self.inner.connect_tcp(
+                    address,
+                    port,
+                    timeout=timeout,
+                    local_address=local_address,
+                    socket_options=socket_options,
+                )
+            except (httpcore2.ConnectError, httpcore2.ConnectTimeout) as exc:
+                failure = exc
+        assert failure is not None
+        raise failure
+
+    async def sleep(self, seconds: float) -> None:
+        await self.inner.sleep(seconds)
+
+
+class _GuardedTransport(httpx2.AsyncHTTPTransport):
+    """httpx's transport over a connection pool with `_GuardedBackend` (httpx has no public
+    parameter for the network backend, so the pool it built is replaced)."""
+
+    def __init__(self, rule: AddressRule) -> None:
+        super().__init__()
+        self._pool = httpcore2.AsyncConnectionPool(
+            ssl_context=httpx2.create_ssl_context(),
+            max_connections=100,
+            max_keepalive_connections=20,
+            keepalive_expiry=5.0,
+            network_backend=_GuardedBackend(rule),
+        )
 
 
 class _CallTracker(httpx2.AsyncBaseTransport):
@@ -115,8 +178,8 @@ class _CallTracker(httpx2.AsyncBaseTransport):
             self.call_state = "unsent"
         try:
             response = await self.inner.handle_async_request(request)
-        except (httpx2.ConnectError, httpx2.ConnectTimeout, httpx2.PoolTimeout):
-            raise
+        except (httpx2.ConnectError, httpx2.ConnectTimeout, httpx2.PoolTimeout, AddressRefused):
+            raise  # nothing left: the call (if this was it) stays "unsent"
         except BaseException:
             if is_call:
                 self.call_state = "maybe-sent"
@@ -192,16 +255,27 @@ def _find(exc: BaseException, kind: type[BaseException]) -> BaseException | None
     return None
 
 
+def _address_refused(url: str, exc: BaseException) -> McpAddressRefused | None:
+    refused = _find(exc, AddressRefused)
+    if refused is None:
+        return None
+    return McpAddressRefused(f"MCP server {url} was not contacted: {refused}")
+
+
 def _unavailable(url: str, exc: BaseException, tracker: _CallTracker) -> McpUnavailable:
     if isinstance(exc, McpError):
         return McpUnavailable(exc.message)
+    refused = _address_refused(url, exc)
+    if refused is not None:
+        return refused
     mcp_error = _find(exc, MCPError)
     if isinstance(mcp_error, MCPError):
         status = tracker.last_error_status
         http = f", HTTP {status}" if status is not None else ""
         return McpUnavailable(
             f"MCP server {url} refused the handshake: {mcp_error.error.message} "
-            f"(code {mcp_error.error.code}{http})"
+            f"(code {mcp_error.error.code}{http})",
+            http_status=status,
         )
     if _find(exc, TimeoutError) is not None:
         return McpUnavailable(f"MCP server {url} did not answer in time")
@@ -273,13 +347,15 @@ async def discover(
     *,
     headers: Mapping[str, str] | None = None,
     timeout: float = 10,
+    addresses: AddressRule | None = None,
 ) -> Discovery:
     """Connect (auto mode), and list tools, resources and prompts (all pages). Never cached.
 
-    Raises `McpUnavailable` when the server cannot be reached or the handshake fails, and
-    `McpProtocolError` when a listing is refused or malformed.
+    Raises `McpUnavailable` when the server cannot be reached or the handshake fails
+    (`McpAddressRefused` when `addresses` permits none of its addresses; without a rule only
+    public addresses are), and `McpProtocolError` when a listing is refused or malformed.
     """
-    tracker = _CallTracker(httpx2.AsyncHTTPTransport())
+    tracker = _CallTracker(_GuardedTransport(addresses or AddressRule()))
     connected = False
     try:
         with anyio.fail_after(timeout):
@@ -304,6 +380,9 @@ async def discover(
         ours = _find(exc, McpError)
         if ours is not None:
             raise ours from exc
+        refused = _address_refused(url, exc)
+        if refused is not None:
+            raise refused from exc
         if not connected:
             raise _unavailable(url, exc, tracker) from exc
         mcp_error = _find(exc, MCPError)
@@ -326,10 +405,11 @@ async def probe(
     *,
     headers: Mapping[str, str] | None = None,
     timeout: float = 10,
+    addresses: AddressRule | None = None,
 ) -> ProbeResult:
     """A health probe: the connect-time negotiation (server/discover or initialize). Never raises
     for server trouble; `ok` False with a message instead."""
-    tracker = _CallTracker(httpx2.AsyncHTTPTransport())
+    tracker = _CallTracker(_GuardedTransport(addresses or AddressRule()))
     try:
         with anyio.fail_after(timeout):
             async with _connect(url, headers or {}, timeout, tracker) as client:
@@ -358,7 +438,9 @@ def _classify_call_failure(
     state, status = tracker.call_state, tracker.call_status
     where = f"tools/call {tool!r} on {url}"
     if state in ("none", "unsent"):
-        return McpUnavailable(f"{where} was not sent: {_describe(exc)}")
+        return _address_refused(url, exc) or McpUnavailable(
+            f"{where} was not sent: {_describe(exc)}"
+        )
     timed_out = _find(exc, TimeoutError) is not None
     mcp_error = _find(exc, MCPError)
     if isinstance(mcp_error, MCPError):
@@ -406,6 +488,7 @@ async def call_tool(
     timeout: float,
     idempotency_key: str | None = None,
     expected_digest: str | None = None,
+    addresses: AddressRule | None = None,
 ) -> McpCallResult:
     """`tools/call` with the given arguments; the idempotency key in `_meta`.
 
@@ -419,7 +502,7 @@ async def call_tool(
     request_meta: dict[str, Any] = dict(meta or {})
     if idempotency_key is not None:
         request_meta[IDEMPOTENCY_META_KEY] = idempotency_key
-    tracker = _CallTracker(httpx2.AsyncHTTPTransport())
+    tracker = _CallTracker(_GuardedTransport(addresses or AddressRule()))
     connected = False
     listed: dict[str, Any] | None = None
     version = ""
@@ -459,6 +542,9 @@ async def call_tool(
             raise _unavailable(url, exc, tracker) from exc
         elif tracker.call_state == "none":
             # Connected, but failed while listing (before the call): nothing was sent.
+            refused = _address_refused(url, exc)
+            if refused is not None:
+                raise refused from exc
             raise McpUnavailable(
                 f"tools/call {tool!r} on {url} was not sent: listing tools failed: {_describe(exc)}"
             ) from exc

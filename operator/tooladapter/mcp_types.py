@@ -26,9 +26,21 @@ class McpError(Exception):
 
 
 class McpUnavailable(McpError):
-    """Not reachable, or the handshake failed, before any tools/call left: no effect."""
+    """Not reachable, or the handshake failed, before any tools/call left: no effect.
+
+    `http_status`: the HTTP status that refused the handshake, if one did (401: the server
+    wants credentials)."""
 
     effect_possible = False
+
+    def __init__(self, message: str, *, http_status: int | None = None) -> None:
+        super().__init__(message)
+        self.http_status = http_status
+
+
+class McpAddressRefused(McpUnavailable):
+    """The server's address is not one the operator may connect to (`pipeline.addresses`):
+    nothing was sent."""
 
 
 class McpBrokenMidCall(McpError):

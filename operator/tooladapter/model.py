@@ -145,7 +145,11 @@ class SandboxSpec(Model):
     image: str = "localhost/tooladapter-sandbox:dev"
     command: list[str] = Field(default_factory=list)
     resources: Resources = Field(default_factory=Resources)
-    runtime_class_name: str | None = None
+    runtime_class_name: str | None = Field(
+        default=None,
+        description="RuntimeClass of the pod; when unset, the one TOOLADAPTER_RUNTIME_CLASSES "
+        "maps `kind` to (Container: the node's default).",
+    )
     workspace_size_limit: str = "64Mi"
     pool_id: str = "default"
     egress: Egress = Field(default_factory=Egress)
@@ -165,7 +169,10 @@ class HttpSpec(Model):
     headers: dict[str, str] = Field(default_factory=dict)
     body: str | None = None
     allowed_hosts: list[str] = Field(
-        default_factory=list, description="Hosts (host or host:port) the URL may resolve to."
+        default_factory=list,
+        description="Hosts (host or host:port) the URL may name. An IP literal here also "
+        "allows connecting to that address when it is loopback, private or link-local; a "
+        "host name never does.",
     )
 
 
@@ -281,6 +288,19 @@ class McpProbe(Model):
     failure_threshold: int = Field(default=3, ge=1, le=100)
 
 
+#: A canonical CIDR (no host bits) narrower than the whole address space.
+_CIDR: JsonDict = {
+    "x-kubernetes-validations": [
+        {
+            "rule": "isCIDR(self) && cidr(self) == cidr(self).masked()"
+            " && cidr(self).prefixLength() > 0",
+            "message": "must be a canonical CIDR narrower than the whole address space,"
+            " e.g. 10.0.0.0/8 or 127.0.0.1/32",
+        }
+    ]
+}
+
+
 class McpServerSpec(Model):
     url: str = Field(
         min_length=1,
@@ -298,9 +318,20 @@ class McpServerSpec(Model):
     )
     transport: Literal["streamable-http"] = "streamable-http"
     credentials: McpCredentials | None = None
-    activated: bool = Field(default=False, description="Set by a platform admin to activate.")
+    activated: bool = Field(
+        default=False,
+        description="Set by a platform admin to activate; the credentials are sent only to "
+        "an activated server.",
+    )
     retired: bool = False
     probe: McpProbe = Field(default_factory=McpProbe)
+    allowed_cidrs: list[Annotated[str, Field(max_length=64, json_schema_extra=_CIDR)]] = Field(
+        default_factory=list,
+        max_length=32,
+        description="Non-public networks the server may be reached at (loopback, private, "
+        "link-local: a server in the cluster or on this machine), e.g. 10.96.0.0/12 or "
+        "127.0.0.1/32; public addresses need no entry.",
+    )
 
 
 class McpToolInfo(Model):
@@ -337,6 +368,9 @@ class McpProbeResult(Model):
 
 class McpServerStatus(Model):
     phase: McpServerPhase = McpServerPhase.REGISTERED
+    #: The url a probe without credentials reached (it answered, or asked for credentials
+    #: with 401): the credentials are sent only to this url, and only once activated.
+    verified_url: str | None = None
     protocol_version: str | None = None
     server_name: str | None = None
     server_version: str | None = None
@@ -418,7 +452,8 @@ class SandboxLease(Model):
     job_name: str | None = None
     network_policy_name: str | None = None
     secret_name: str | None = None
-    pod_name: str | None = None
+    #: The RuntimeClass the sandbox pod runs with (None: the node's default runtime).
+    runtime_class: str | None = None
 
 
 class InvocationResult(Model):

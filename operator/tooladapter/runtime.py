@@ -64,6 +64,8 @@ class Runtime:
     census: Census = field(default_factory=Census)
     #: Executions by tool and tenant in the last minute, and running now (rate limits).
     rates: RateBook = field(default_factory=RateBook)
+    #: (namespace, label value) pairs of unknown environment classes already warned about.
+    warned_environments: set[tuple[str, str]] = field(default_factory=set)
     #: This process, as it signs execution claims (and leases).
     identity: str = field(default_factory=lambda: process_identity())
 

@@ -49,6 +49,19 @@ def _list(name: str, default: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(part.strip() for part in raw.split(",") if part.strip())
 
 
+def _pairs(name: str, default: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str], ...]:
+    raw = os.environ.get(name)
+    if raw is None:
+        return default
+    pairs = []
+    for part in _list(name, ()):
+        key, sep, value = part.partition("=")
+        if not sep or not key.strip() or not value.strip():
+            raise ValueError(f"environment variable {name}: {part!r} is not Kind=runtimeclass")
+        pairs.append((key.strip(), value.strip()))
+    return tuple(pairs)
+
+
 @dataclass(frozen=True)
 class Settings:
     #: Where receipts and results are stored by content hash (a PVC when in-cluster).
@@ -98,6 +111,14 @@ class Settings:
     #: renewing; the leader stops acting after two thirds of it without a renewal.
     lease_seconds: int = 15
 
+    #: RuntimeClass of each sandbox kind without a `runtimeClassName` ("Kind=class" pairs;
+    #: Container maps to none: the node's default runtime).
+    runtime_classes: tuple[tuple[str, str], ...] = (("GVisor", "gvisor"), ("Kata", "kata"))
+
+    @property
+    def runtime_class_of(self) -> dict[str, str]:
+        return dict(self.runtime_classes)
+
     def serves(self, namespace: str) -> bool:
         return not self.namespaces or any(
             fnmatch.fnmatchcase(namespace, p) for p in self.namespaces
@@ -135,6 +156,7 @@ class Settings:
             canary_host=os.environ.get("TOOLADAPTER_CANARY_HOST") or os.environ.get("POD_IP"),
             canary_port=_int("TOOLADAPTER_CANARY_PORT", base.canary_port),
             blocked_http_hosts=_list("TOOLADAPTER_BLOCKED_HTTP_HOSTS", base.blocked_http_hosts),
+            runtime_classes=_pairs("TOOLADAPTER_RUNTIME_CLASSES", base.runtime_classes),
             leader_election=_bool("TOOLADAPTER_LEADER_ELECTION", base.leader_election),
             lease_namespace=os.environ.get("TOOLADAPTER_LEASE_NAMESPACE") or base.lease_namespace,
             lease_seconds=_at_least("TOOLADAPTER_LEASE_SECONDS", base.lease_seconds, 3),

@@ -7,9 +7,9 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from kubernetes import client
 
-from tooladapter.devtools import Namespace
+from tooladapter.devtools import Namespace, wait_for
 
-from .objects import Agent, descriptor, pretty, status_of
+from .objects import Agent, descriptor, get, pretty, status_of
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(300)]
 
@@ -36,3 +36,27 @@ def test_a_tool_limited_to_five_a_minute_called_ten_times_runs_five_and_denies_f
         assert s["state"] == "Denied" and s["deniedStage"] == "rate-limit"
         assert 1 <= s["retryAfterSeconds"] <= 61
         assert "perMinute is 5" in s["message"]
+
+
+def test_a_sandbox_kind_whose_runtime_class_is_missing_keeps_its_descriptor_inactive(
+    api: client.ApiClient, ns: Namespace
+) -> None:
+    # This cluster has no gVisor: a GVisor sandbox must not silently run on runc.
+    obj = descriptor(
+        api,
+        ns.name,
+        "isolated",
+        kind="container",
+        side_effect_class="sandbox",
+        wait_active=False,
+        sandbox={"kind": "GVisor", "command": ["/bin/true"]},
+    )
+
+    def reason() -> str | None:
+        status = status_of(get(api, ns.name, "tooldescriptors", obj["metadata"]["name"]))
+        ready = next((c for c in status.get("conditions") or []), {})
+        return status.get("message") if ready.get("reason") == "RuntimeClassMissing" else None
+
+    message = wait_for(reason, timeout=30, what="descriptor inactive for its RuntimeClass")
+    assert "gvisor" in str(message)
+    assert not status_of(get(api, ns.name, "tooldescriptors", obj["metadata"]["name"]))["active"]

@@ -96,8 +96,8 @@ class FakeCluster:
         self.objects: dict[tuple[str, str, str], Body] = {}
         #: Idempotency claims: (namespace, caller, key) -> (winner name, winner uid).
         self.claims: dict[tuple[str, str, str], tuple[str, str]] = {}
-        #: Fencing: (namespace, attempt id) -> highest token seen.
-        self.fencing: dict[tuple[str, str], int] = {}
+        #: Fencing: (namespace, caller, attempt id) -> highest token seen.
+        self.fencing: dict[tuple[str, str, str], int] = {}
         #: RBAC grants: (user, verb, resource, name); name "*" grants every name.
         self.grants: set[tuple[str, str, str, str]] = set()
         #: ServiceAccounts a token can be requested for: (namespace, name).
@@ -105,6 +105,8 @@ class FakeCluster:
         #: Secrets' base64 data by (namespace, name) (created Secrets land here too).
         self.secrets: dict[tuple[str, str], dict[str, str]] = {}
         self.config_maps: dict[tuple[str, str], dict[str, str]] = {}
+        #: RuntimeClasses the cluster has (e.g. gvisor).
+        self.runtime_classes: set[str] = set()
         #: Jobs, NetworkPolicies and Secrets made through `create`: (kind, namespace, name).
         self.owned: dict[tuple[str, str, str], Body] = {}
         #: Every object `create` made, in order (not the ones that already existed).
@@ -272,6 +274,26 @@ class FakeCluster:
         self._changed().set()
         return copy.deepcopy(obj)
 
+    @seam
+    async def set_finalizers(
+        self,
+        resource: Resource,
+        namespace: str,
+        name: str,
+        finalizers: list[str],
+        *,
+        resource_version: str,
+    ) -> Body:
+        obj = self.objects.get((str(resource), namespace, name))
+        if obj is None:
+            raise NotFound(f"{resource} {namespace}/{name}")
+        if resource_version != obj["metadata"]["resourceVersion"]:
+            raise Conflict(f"{resource} {namespace}/{name} changed since {resource_version}")
+        obj["metadata"]["finalizers"] = list(finalizers)
+        obj["metadata"]["resourceVersion"] = str(next(self._versions))
+        self._changed().set()
+        return copy.deepcopy(obj)
+
     # ------------------------------------------------------------------ exactly-once
 
     @seam
@@ -284,13 +306,23 @@ class FakeCluster:
         return Claim(won=uid == invocation_uid, winner_name=name, winner_uid=uid)
 
     @seam
+    async def release_idempotency_key(
+        self, *, namespace: str, caller: str, key: str, holder_uid: str
+    ) -> bool:
+        claim = self.claims.get((namespace, caller, key))
+        if claim is None or claim[1] != holder_uid:
+            return False
+        del self.claims[(namespace, caller, key)]
+        return True
+
+    @seam
     async def check_fencing_token(
-        self, *, namespace: str, attempt_id: str, token: int, holder_uid: str
+        self, *, namespace: str, caller: str, attempt_id: str, token: int, holder_uid: str
     ) -> FencingVerdict:
-        highest = self.fencing.get((namespace, attempt_id))
+        highest = self.fencing.get((namespace, caller, attempt_id))
         if highest is not None and token < highest:
             return FencingVerdict(accepted=False, highest=highest)
-        self.fencing[(namespace, attempt_id)] = token
+        self.fencing[(namespace, caller, attempt_id)] = token
         return FencingVerdict(accepted=True, highest=token)
 
     # ------------------------------------------------------------------ authorization
@@ -305,6 +337,7 @@ class FakeCluster:
         resource: str,
         name: str | None = None,
         group: str = GROUP,
+        fresh: bool = False,
     ) -> AccessVerdict:
         allowed = (user, verb, str(resource), name or "") in self.grants or (
             user,
@@ -336,6 +369,10 @@ class FakeCluster:
         return dict(data) if data is not None else None
 
     # ------------------------------------------------------------------ sandbox objects
+
+    @seam
+    async def runtime_class_exists(self, name: str) -> bool:
+        return name in self.runtime_classes
 
     @seam
     async def create(self, obj: Body) -> bool:

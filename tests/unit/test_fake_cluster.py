@@ -2,14 +2,34 @@
 
 from __future__ import annotations
 
+import inspect
+
 import pytest
 
 from tooladapter.enums import Resource
 from tooladapter.kube.client import Conflict, NotFound
+from tooladapter.kube.cluster import Cluster
 
 from .fake_cluster import CALLER, NAMESPACE, FakeCluster, invocation, merge_patch
 
 pytestmark = pytest.mark.timeout(10)
+
+
+def protocol_methods() -> list[str]:
+    return [
+        name
+        for name, member in vars(Cluster).items()
+        if inspect.iscoroutinefunction(member) and not name.startswith("_")
+    ]
+
+
+@pytest.mark.parametrize("method", protocol_methods())
+def test_the_fake_implements_every_cluster_method_with_its_signature(method: str) -> None:
+    def parameters(fn: object) -> list[tuple[str, object, object]]:
+        signature = inspect.signature(inspect.unwrap(fn))  # type: ignore[arg-type]
+        return [(p.name, p.kind, p.default) for p in signature.parameters.values()]
+
+    assert parameters(getattr(FakeCluster, method)) == parameters(getattr(Cluster, method))
 
 
 def test_a_merge_patch_deletes_on_null_merges_objects_and_replaces_lists() -> None:
@@ -54,6 +74,22 @@ async def test_patch_status_of_a_stale_version_conflicts_and_of_a_missing_object
     assert cluster.invocation("call-1")["status"] == {"state": "Validated"}
 
 
+async def test_set_finalizers_applies_only_onto_the_version_it_names() -> None:
+    cluster = FakeCluster()
+    body = cluster.put(Resource.INVOCATIONS, invocation())
+    version = body["metadata"]["resourceVersion"]
+
+    held = await cluster.set_finalizers(
+        Resource.INVOCATIONS, NAMESPACE, "call-1", ["f"], resource_version=version
+    )
+
+    assert held["metadata"]["finalizers"] == ["f"]
+    with pytest.raises(Conflict):
+        await cluster.set_finalizers(
+            Resource.INVOCATIONS, NAMESPACE, "call-1", [], resource_version=version
+        )
+
+
 async def test_the_first_claimer_of_a_key_wins_and_keeps_winning() -> None:
     cluster = FakeCluster()
     claim = {"namespace": NAMESPACE, "caller": CALLER, "key": "k"}
@@ -64,6 +100,11 @@ async def test_the_first_claimer_of_a_key_wins_and_keeps_winning() -> None:
 
     assert (first.won, second.won, again.won) == (True, False, True)
     assert (second.winner_name, second.winner_uid) == ("a", "1")
+    release = {"namespace": NAMESPACE, "caller": CALLER, "key": "k"}
+    assert await cluster.release_idempotency_key(**release, holder_uid="2") is False
+    assert await cluster.release_idempotency_key(**release, holder_uid="1") is True
+    third = await cluster.claim_idempotency_key(**claim, invocation_name="b", invocation_uid="2")
+    assert third.won
 
 
 async def test_fencing_refuses_only_a_token_below_the_highest() -> None:
@@ -71,12 +112,12 @@ async def test_fencing_refuses_only_a_token_below_the_highest() -> None:
 
     async def check(token: int) -> bool:
         verdict = await cluster.check_fencing_token(
-            namespace=NAMESPACE, attempt_id="a", token=token, holder_uid="u"
+            namespace=NAMESPACE, caller=CALLER, attempt_id="a", token=token, holder_uid="u"
         )
         return verdict.accepted
 
     assert [await check(t) for t in (3, 3, 5, 4)] == [True, True, True, False]
-    assert cluster.fencing[(NAMESPACE, "a")] == 5
+    assert cluster.fencing[(NAMESPACE, CALLER, "a")] == 5
 
 
 async def test_can_answers_from_the_grants() -> None:

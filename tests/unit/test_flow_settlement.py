@@ -510,3 +510,22 @@ async def test_a_receipt_write_that_fails_once_is_retried_before_the_end_is_pers
     assert status["receipt"]["state"] == state
     assert json.loads(h.store.get(status["auditRef"]))["state"] == state
     assert len(h.store.receipts()) == 1
+
+
+async def test_a_finalizer_that_cannot_be_removed_does_not_swallow_the_ends_event() -> None:
+    executor = ScriptedExecutor()
+    h = with_executor(executor)
+    body = approved_write(h)
+
+    def removal_fails(finalizers: list[str], **_: object) -> None:
+        if not finalizers:
+            raise OSError("connection reset")
+
+    h.cluster.hooks["set_finalizers"] = removal_fails
+
+    stored = await h.run(body)
+
+    assert stored["status"]["state"] == "Observed"
+    assert stored["metadata"]["finalizers"]  # left for the finalizer reconciler
+    assert h.events.reasons().count("ToolInvoked") == 1
+    assert len(executor.executed) == 1

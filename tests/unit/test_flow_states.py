@@ -4,6 +4,7 @@ next and why it stops there (Observed, waiting for approval, or Denied at a name
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
 import pytest
 
@@ -520,7 +521,7 @@ async def test_the_idempotency_winner_runs(h: Harness) -> None:
 
 async def test_a_stale_fencing_token_is_denied_at_fencing(h: Harness) -> None:
     read_tool(h)
-    h.cluster.fencing[(NAMESPACE, "attempt-7")] = 5
+    h.cluster.fencing[(NAMESPACE, CALLER, "attempt-7")] = 5
 
     stored = await h.run(h.submit(invocation(attemptId="attempt-7", fencingToken=4)))
 
@@ -533,13 +534,13 @@ async def test_a_stale_fencing_token_is_denied_at_fencing(h: Harness) -> None:
 
 async def test_a_current_fencing_token_passes_and_becomes_the_highest(h: Harness) -> None:
     read_tool(h)
-    h.cluster.fencing[(NAMESPACE, "attempt-7")] = 5
+    h.cluster.fencing[(NAMESPACE, CALLER, "attempt-7")] = 5
 
     stored = await h.run(h.submit(invocation(attemptId="attempt-7", fencingToken=6)))
 
     assert stored["status"]["state"] == "Observed"
     assert ("fencing", "passed") in stages(stored["status"])
-    assert h.cluster.fencing[(NAMESPACE, "attempt-7")] == 6
+    assert h.cluster.fencing[(NAMESPACE, CALLER, "attempt-7")] == 6
 
 
 async def test_an_interrupt_requested_before_validation_cancels_the_call(h: Harness) -> None:
@@ -552,3 +553,73 @@ async def test_an_interrupt_requested_before_validation_cancels_the_call(h: Harn
     assert status["failureClass"] == "cancelled"
     assert native(h).executed == []
     assert h.cluster.calls_of("can") == []
+
+
+# --------------------------------------------------------------------------- the re-check
+
+
+def freeze(h: Harness) -> None:
+    h.label_namespace({"tooladapter.dev/frozen": "true"})
+
+
+def revoke(h: Harness) -> None:
+    h.cluster.grants.clear()
+
+
+def deny_by_policy(h: Harness) -> None:
+    h.add_policy(policy(tools={"deny": [{"id": "writer"}]}))
+
+
+def change_descriptor(h: Harness) -> None:
+    h.publish(
+        descriptor(
+            "writer",
+            side_effect_class="shared-write",
+            inputSchema=SHARED_WRITE_SCHEMA,
+            timeoutSeconds=5,
+        )
+    )
+
+
+@pytest.mark.parametrize(
+    ("change", "stage"),
+    [
+        (freeze, "classification"),
+        (revoke, "permission"),
+        (deny_by_policy, "policy"),
+        (change_descriptor, "validation"),
+    ],
+    ids=["frozen", "grant-revoked", "policy-deny", "descriptor-changed"],
+)
+async def test_what_changed_while_a_call_waited_is_rechecked_before_it_executes(
+    h: Harness, change: Callable[[Harness], None], stage: str
+) -> None:
+    writer_tool(h)
+    task = h.start(h.submit(writer_call()))
+    await h.cluster.wait_for_state("write-1", "AwaitingApproval")
+    reviews = len(h.cluster.calls_of("can"))
+
+    change(h)
+    h.approve_waiting("write-1")
+    await asyncio.wait_for(task, 5)
+
+    status = h.cluster.invocation("write-1")["status"]
+    assert status["state"] == "Denied"
+    assert status["deniedStage"] == stage
+    assert native(h).executed == []
+    if stage == "permission":
+        # The grants are asked again, never answered from a remembered allowance.
+        assert all(c["fresh"] for c in h.cluster.calls_of("can")[reviews:])
+
+
+async def test_an_unchanged_call_passes_the_recheck_after_its_wait(h: Harness) -> None:
+    writer_tool(h)
+    task = h.start(h.submit(writer_call()))
+    await h.cluster.wait_for_state("write-1", "AwaitingApproval")
+
+    h.approve_waiting("write-1")
+    await asyncio.wait_for(task, 5)
+
+    status = h.cluster.invocation("write-1")["status"]
+    assert status["state"] == "Observed"
+    assert ("recheck", "passed") in stages(status)

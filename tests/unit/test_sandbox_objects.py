@@ -126,3 +126,15 @@ def test_the_network_gate_waits_for_enforcement_unless_the_canary_is_allowed() -
     ]
     assert "192.0.2.2" not in init["command"][2]
     assert "initContainers" not in job()["spec"]["template"]["spec"]
+
+
+def test_the_runtime_class_comes_from_the_descriptor_or_the_kind_mapping() -> None:
+    from tooladapter.enums import SandboxKind
+    from tooladapter.pipeline.sandbox import runtime_class_for
+
+    mapping = {"GVisor": "gvisor", "Kata": "kata"}
+    assert runtime_class_for(SandboxSpec(), mapping) is None  # Container: the node default
+    assert runtime_class_for(SandboxSpec(kind=SandboxKind.GVISOR), mapping) == "gvisor"
+    assert runtime_class_for(SandboxSpec(kind=SandboxKind.KATA), {}) is None
+    named = SandboxSpec(kind=SandboxKind.GVISOR, runtime_class_name="runsc-debug")
+    assert runtime_class_for(named, mapping) == "runsc-debug"

@@ -66,3 +66,12 @@ def test_the_cache_stays_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
     for i in range(10):
         cache.remember(("u", (), "n", "use", "g", "r", str(i)))
         assert len(cache.entries) <= 3
+
+
+def test_runtime_classes_map_sandbox_kinds(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert Settings().runtime_class_of == {"GVisor": "gvisor", "Kata": "kata"}
+    monkeypatch.setenv("TOOLADAPTER_RUNTIME_CLASSES", "GVisor=runsc, Kata=kata-qemu")
+    assert Settings.from_env().runtime_class_of == {"GVisor": "runsc", "Kata": "kata-qemu"}
+    monkeypatch.setenv("TOOLADAPTER_RUNTIME_CLASSES", "GVisor")
+    with pytest.raises(ValueError, match="TOOLADAPTER_RUNTIME_CLASSES"):
+        Settings.from_env()

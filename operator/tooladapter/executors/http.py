@@ -1,17 +1,25 @@
 """Declared HTTP calls, run by the operator: method and URL template fixed by the descriptor.
 
-Arguments only fill `{name}` placeholders (URL-encoded); the host must be allow-listed.
-Whether the request was sent decides Failed versus Uncertain when something breaks.
+Arguments only fill `{name}` placeholders (URL-encoded); the host must be allow-listed, and
+every address connected to must be public or explicitly allowed (`pipeline.addresses`): the
+check runs on the address the connector resolved and is about to connect to, never on a
+separate lookup. Whether the request was sent decides Failed versus Uncertain when
+something breaks.
 """
 
 from __future__ import annotations
 
 import ipaddress
+import socket
 from urllib.parse import urlsplit
 
 import aiohttp
+from aiohttp.abc import AbstractResolver, ResolveResult
+from aiohttp.resolver import DefaultResolver
 
 from ..enums import FailureClass
+from ..model import ToolDescriptorSpec
+from ..pipeline.addresses import AddressRefused, AddressRule, parse_networks
 from ..pipeline.validation import render_http_request
 from . import Call, InOperator, Outcome, unconfirmed
 
@@ -35,14 +43,60 @@ def blocked_host(url: str, blocked: tuple[str, ...]) -> str | None:
     return None
 
 
+def allowances(spec: ToolDescriptorSpec) -> tuple[str, ...]:
+    """What the descriptor allows explicitly: IP literals of `http.allowedHosts` and the CIDRs
+    of `sandbox.egress.allow` (host names never count)."""
+    entries = list(spec.http.allowed_hosts if spec.http is not None else [])
+    if spec.sandbox is not None:
+        entries.extend(spec.sandbox.egress.allow)
+    return tuple(str(network) for network in parse_networks(entries))
+
+
+class GuardedResolver(AbstractResolver):
+    """Resolves as aiohttp does, then keeps only the addresses `rule` permits: the
+    connector connects to exactly these (aiohttp skips the resolver for IP literals, which
+    `HttpExecutor` checks itself)."""
+
+    def __init__(self, rule: AddressRule, inner: AbstractResolver | None = None) -> None:
+        self.rule = rule
+        self.inner = inner or DefaultResolver()
+
+    async def resolve(
+        self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
+    ) -> list[ResolveResult]:
+        found = await self.inner.resolve(host, port, family)
+        keep = set(self.rule.permitted(host, [r["host"] for r in found]))
+        return [r for r in found if r["host"] in keep]
+
+    async def close(self) -> None:
+        await self.inner.close()
+
+
 class HttpExecutor(InOperator):
-    def __init__(self, session: aiohttp.ClientSession, blocked_hosts: tuple[str, ...] = ()) -> None:
-        self.session = session
+    """One client session per address rule: a connection (and a DNS cache entry) made under
+    one descriptor's allowances is never reused under another's."""
+
+    def __init__(self, blocked_hosts: tuple[str, ...] = ()) -> None:
         self.blocked_hosts = blocked_hosts
+        self.sessions: dict[AddressRule, tuple[aiohttp.ClientSession, GuardedResolver]] = {}
+
+    def session_for(self, rule: AddressRule) -> aiohttp.ClientSession:
+        held = self.sessions.get(rule)
+        if held is None or held[0].closed:
+            resolver = GuardedResolver(rule)
+            session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(resolver=resolver))
+            held = self.sessions[rule] = (session, resolver)
+        return held[0]
+
+    async def close(self) -> None:
+        held, self.sessions = list(self.sessions.values()), {}
+        for session, resolver in held:
+            await session.close()
+            await resolver.close()
 
     async def execute(self, call: Call) -> Outcome:
         spec = call.descriptor.http if call.descriptor else None
-        if spec is None:
+        if spec is None or call.descriptor is None:
             return Outcome.failed(FailureClass.VALIDATION, "descriptor has no http block")
         try:
             method, url, headers, body = render_http_request(spec, call.arguments)
@@ -54,10 +108,19 @@ class HttpExecutor(InOperator):
                 FailureClass.POLICY_DENIED,
                 f"{method} {url}: the host is blocked for every tool ({blocked})",
             )
+        rule = AddressRule.of(allowances(call.descriptor), self.blocked_hosts)
+        host = urlsplit(url).hostname or ""
+        if _is_ip(host):
+            # aiohttp never resolves an IP literal: judge it here (it cannot change). A
+            # name is judged by the resolver, on every address it is about to connect to.
+            try:
+                rule.permitted(host, [host])
+            except AddressRefused as exc:
+                return _refused(method, url, exc)
         timeout = aiohttp.ClientTimeout(total=call.timeout_seconds)
         sent = False
         try:
-            async with self.session.request(
+            async with self.session_for(rule).request(
                 method, url, headers=headers, data=body, timeout=timeout, allow_redirects=False
             ) as resp:
                 sent = True
@@ -79,6 +142,8 @@ class HttpExecutor(InOperator):
                     )
                 return Outcome.observed(output)
         except aiohttp.ClientConnectorError as exc:
+            if isinstance(exc.os_error, AddressRefused):
+                return _refused(method, url, exc.os_error)
             # Nothing was sent: no effect possible.
             return Outcome.failed(
                 FailureClass.TRANSIENT, f"could not connect: {exc.os_error}", retryable=True
@@ -93,3 +158,15 @@ class HttpExecutor(InOperator):
                     FailureClass.TRANSIENT, f"connection failed: {exc}", retryable=True
                 )
             return unconfirmed(call, f"{method} {url}: no complete answer ({type(exc).__name__})")
+
+
+def _is_ip(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
+
+
+def _refused(method: str, url: str, exc: AddressRefused) -> Outcome:
+    return Outcome.failed(FailureClass.POLICY_DENIED, f"{method} {url}: not sent: {exc}")

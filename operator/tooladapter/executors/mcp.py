@@ -2,7 +2,9 @@
 
 Every call re-lists the server's tools and refuses to send when the pinned digest no longer
 matches (a rug pull between discovery and call). The server's own credential comes from
-its Secret, goes only to that server, and never reaches a result or message.
+its Secret, goes only to that server and only once a platform admin activated it, and
+never reaches a result or message. The server's addresses must be public or in its
+`spec.allowedCidrs` (`pipeline.addresses`), never one the operator blocks for every tool.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from ..kube.client import NotFound
 from ..kube.cluster import Cluster
 from ..kube.sandbox import decode_b64
 from ..model import McpServerSpec
+from ..pipeline.addresses import AddressRule
 from ..pipeline.mcp import validate_structured_output
 from ..pipeline.sanitize import redact_text
 from . import Call, InOperator, Outcome, unconfirmed
@@ -37,10 +40,17 @@ async def credentials_for(
     return header, [value]
 
 
+def address_rule(spec: McpServerSpec, blocked: tuple[str, ...] = ()) -> AddressRule:
+    """Where connections to the server may go: public addresses and its `allowedCidrs`,
+    never the operator's blocked ones."""
+    return AddressRule.of(spec.allowed_cidrs, blocked)
+
+
 class McpExecutor(InOperator):
-    def __init__(self, cluster: Cluster, catalog: Catalog) -> None:
+    def __init__(self, cluster: Cluster, catalog: Catalog, blocked: tuple[str, ...] = ()) -> None:
         self.cluster = cluster
         self.catalog = catalog
+        self.blocked = blocked
 
     async def execute(self, call: Call) -> Outcome:
         descriptor = call.descriptor
@@ -51,14 +61,23 @@ class McpExecutor(InOperator):
             return Outcome.failed(
                 FailureClass.TRANSIENT, f"McpServer {descriptor.mcp.server} not found"
             )
+        if not entry.spec.activated:
+            # Bound descriptors are unhealthy unless the server is Active; this closes the
+            # window in which activation was just withdrawn: its credential is not sent.
+            return Outcome.failed(
+                FailureClass.TRANSIENT, f"McpServer {descriptor.mcp.server} is not activated"
+            )
         try:
             headers, secrets = await credentials_for(self.cluster, call.namespace, entry.spec)
         except NotFound as exc:
             return Outcome.failed(FailureClass.CREDENTIALS, f"server credentials: {exc}")
-        outcome = await self._call(call, entry.spec.url, headers)
+        rule = address_rule(entry.spec, self.blocked)
+        outcome = await self._call(call, entry.spec.url, headers, rule)
         return _redacted(outcome, secrets) if secrets else outcome
 
-    async def _call(self, call: Call, url: str, headers: dict[str, str]) -> Outcome:
+    async def _call(
+        self, call: Call, url: str, headers: dict[str, str], rule: AddressRule
+    ) -> Outcome:
         binding = call.descriptor.mcp if call.descriptor is not None else None
         if binding is None:
             return Outcome.failed(FailureClass.VALIDATION, "descriptor has no mcp binding")
@@ -73,7 +92,10 @@ class McpExecutor(InOperator):
                 timeout=call.timeout_seconds,
                 idempotency_key=call.idempotency_key,
                 expected_digest=binding.pinned_digest,
+                addresses=rule,
             )
+        except mcp_types.McpAddressRefused as exc:
+            return Outcome.failed(FailureClass.POLICY_DENIED, str(exc))
         except mcp_types.McpUnavailable as exc:
             return Outcome.failed(FailureClass.TRANSIENT, str(exc), retryable=True)
         except (mcp_types.McpToolNotListed, mcp_types.McpToolChanged) as exc:

@@ -17,7 +17,13 @@ from ..enums import FailureClass, InvocationState
 from ..kube import sandbox as ksandbox
 from ..kube.client import Refused
 from ..kube.cluster import Cluster
-from ..pipeline.sandbox import LeaseNames, build_job, network_gate_for, owner_reference
+from ..pipeline.sandbox import (
+    LeaseNames,
+    build_job,
+    network_gate_for,
+    owner_reference,
+    runtime_class_for,
+)
 from ..settings import Settings
 from . import Call, Outcome, unconfirmed, unconfirmed_for
 
@@ -55,6 +61,7 @@ class SandboxExecutor:
             has_token=descriptor.authorization.kubernetes_identity is not None,
             network_gate=network_gate_for(self.canary, list(sandbox.egress.allow)),
             gate_image=self.settings.sandbox_image,
+            runtime_class=runtime_class_for(sandbox, self.settings.runtime_class_of),
         )
 
     async def execute(self, call: Call) -> Outcome:

@@ -19,6 +19,7 @@ from ..pipeline.sandbox import (
     build_network_policy,
     build_secret,
     owner_reference,
+    runtime_class_for,
     secret_item_key,
 )
 from ..timeutil import in_seconds, now_iso
@@ -129,6 +130,7 @@ async def lease_sandbox(
         job_name=names.job,
         network_policy_name=names.network_policy,
         secret_name=names.secret if data_b64 else None,
+        runtime_class=runtime_class_for(sandbox, ctx.rt.settings.runtime_class_of),
     )
     ctx.status.sandbox_lease = lease
     ctx.record(

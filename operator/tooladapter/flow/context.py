@@ -36,6 +36,7 @@ from ..model import (
     ToolRef,
     describe_errors,
 )
+from ..pipeline.classification import environment_class
 from ..pipeline.policy import PolicyDecision, evaluate_policies
 from ..pipeline.sanitize import redact_argv
 from ..pipeline.shell import check_command
@@ -332,14 +333,10 @@ class FlowContext:
         return self.decision
 
     def environment(self) -> tuple[EnvironmentClass, bool]:
-        """The namespace's environment class and whether it is frozen (from its labels)."""
+        """The namespace's environment class (an unknown one counts as production) and
+        whether it is frozen (from its labels)."""
         labels = self.rt.catalog.namespace_labels(self.namespace)
-        raw = labels.get(LABEL_ENVIRONMENT, "")
-        environment = (
-            EnvironmentClass(raw)
-            if raw in {e.value for e in EnvironmentClass}
-            else EnvironmentClass.DEVELOPMENT
-        )
+        environment, _known = environment_class(labels.get(LABEL_ENVIRONMENT))
         return environment, labels.get(LABEL_FROZEN, "").lower() == "true"
 
     def recorded_command_line(self) -> list[str]:

@@ -163,7 +163,6 @@ async def conclude(ctx: FlowContext, *, post_event: bool = True) -> None:
         )
     await ctx.commit()
     ctx.rt.rates.release(ctx.uid)
-    await ctx.let_go()
     tool = spec.tool.id
     effective = str(ctx.status.effective_class or "")
     INVOCATIONS.labels(ctx.namespace, tool, effective, str(state)).inc()
@@ -185,6 +184,9 @@ async def conclude(ctx: FlowContext, *, post_event: bool = True) -> None:
             message=f"{tool} ended {state}; receipt {ctx.status.receipt_ref}",
         )
     logger.info("invocation %s ended %s (%s)", ctx.ref, state, ctx.status.failure_class or "ok")
+    # Last: the end is persisted and announced; a finalizer left behind by a failure here
+    # is removed by `release_finalizer`.
+    await ctx.let_go()
 
 
 async def write_receipt(

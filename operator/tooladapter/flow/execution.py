@@ -70,8 +70,11 @@ async def claim_execution(ctx: FlowContext) -> None:
     except Conflict:
         fresh = await ctx.reload()
         execution = (fresh.get("status") or {}).get("execution") or {}
+        mine = execution.get("holder") == ctx.rt.identity
+        if ctx.status.state == InvocationState.EXECUTING and mine:
+            return  # our write landed though its answer was lost: the claim is ours
         if ctx.status.state == InvocationState.EXECUTING or ctx.status.state.terminal:
-            if execution.get("holder") != ctx.rt.identity:
+            if not mine:
                 raise Superseded(execution.get("holder") or "another operator") from None
         raise Restart from None
 

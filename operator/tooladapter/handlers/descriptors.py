@@ -15,6 +15,7 @@ from ..enums import Resource, ToolKind
 from ..events import object_ref
 from ..model import Condition, ToolDescriptorSpec, ToolDescriptorStatus, describe_errors
 from ..pipeline.hashing import digest
+from ..pipeline.sandbox import runtime_class_for
 from ..pipeline.validation import check_descriptor
 from ..runtime import Runtime
 from ..timeutil import now_iso
@@ -23,9 +24,13 @@ logger = logging.getLogger("tooladapter.descriptors")
 
 
 def desired_status(
-    body: dict[str, Any], *, mcp_health: tuple[bool, str, str] | None = None
+    body: dict[str, Any],
+    *,
+    mcp_health: tuple[bool, str, str] | None = None,
+    missing_runtime_class: str | None = None,
 ) -> ToolDescriptorStatus:
-    """active/healthy/conditions from the spec alone (plus MCP health when bound to a server)."""
+    """active/healthy/conditions from the spec alone (plus MCP health when bound to a server,
+    and whether the RuntimeClass its sandbox would run with exists)."""
     generation = body["metadata"].get("generation")
     try:
         spec = ToolDescriptorSpec.model_validate(body.get("spec") or {})
@@ -37,6 +42,17 @@ def desired_status(
         return _status(False, False, "Invalid", "; ".join(problems_list), generation, schema_digest)
     if spec.retired:
         return _status(False, True, "Retired", "marked retired", generation, schema_digest)
+    if missing_runtime_class is not None:
+        # Never claim an isolation that would not happen: no silent fallback to runc.
+        return _status(
+            False,
+            False,
+            "RuntimeClassMissing",
+            f"sandbox kind {spec.sandbox_spec.kind if spec.sandbox_spec else '?'} needs "
+            f"RuntimeClass {missing_runtime_class!r}, which this cluster does not have",
+            generation,
+            schema_digest,
+        )
     if spec.kind == ToolKind.MCP:
         healthy, reason, message = mcp_health or (False, "ServerUnknown", "MCP server not known")
         return _status(True, healthy, reason, message, generation, schema_digest)
@@ -95,7 +111,9 @@ async def reconcile_descriptor(rt: Runtime, event_type: str | None, body: dict[s
             )
         return
     mcp_health = rt.mcp.descriptor_health(meta["namespace"], spec) if rt.mcp else None
-    desired = desired_status(body, mcp_health=mcp_health).wire()
+    desired = desired_status(
+        body, mcp_health=mcp_health, missing_runtime_class=await missing_runtime_class(rt, body)
+    ).wire()
     if _same(current, desired):
         return
     for cond in desired.get("conditions", []):
@@ -125,6 +143,18 @@ async def reconcile_descriptor(rt: Runtime, event_type: str | None, body: dict[s
             reason="ToolDescriptorInvalid",
             message=str(desired.get("message"))[:1024],
         )
+
+
+async def missing_runtime_class(rt: Runtime, body: dict[str, Any]) -> str | None:
+    """The RuntimeClass the descriptor's sandbox would run with, if the cluster lacks it."""
+    try:
+        sandbox = ToolDescriptorSpec.model_validate(body.get("spec") or {}).sandbox_spec
+    except ValidationError:
+        return None
+    name = runtime_class_for(sandbox, rt.settings.runtime_class_of) if sandbox else None
+    if name is None or await rt.cluster.runtime_class_exists(name):
+        return None
+    return name
 
 
 def _ref(body: dict[str, Any]) -> dict[str, Any]:

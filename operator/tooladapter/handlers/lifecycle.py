@@ -9,7 +9,6 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-import aiohttp
 import kopf
 
 from .. import GROUP
@@ -98,13 +97,13 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo) -> None:
     except BaseException:
         await kube.close()
         raise
-    session = aiohttp.ClientSession()
+    http = HttpExecutor(config.blocked_http_hosts)
     cluster = KubeCluster(kube, AllowCache(config.authz_cache_seconds))
     sandbox = SandboxExecutor(cluster, config)
     executors: dict[ToolKind, Executor] = {
         ToolKind.NATIVE: NativeExecutor(cluster, catalog.list_descriptors),
-        ToolKind.HTTP: HttpExecutor(session, config.blocked_http_hosts),
-        ToolKind.MCP: McpExecutor(cluster, catalog),
+        ToolKind.HTTP: http,
+        ToolKind.MCP: McpExecutor(cluster, catalog, config.blocked_http_hosts),
         ToolKind.SHELL: sandbox,
         ToolKind.CONTAINER: sandbox,
     }
@@ -117,7 +116,7 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo) -> None:
         events=KopfEvents(),
         kube=kube,
     )
-    rt.closers.append(session.close)
+    rt.closers.append(http.close)
     if config.network_gate:
         started = await start_canary(config.canary_host, config.canary_port)
         if started is not None:

@@ -6,6 +6,11 @@ moves the phase (Registered -> Verified -> Active -> Degraded -> Retired), and r
 the descriptors bound to it, which turn unhealthy on a changed digest (SchemaChanged) or a
 Degraded/Retired server. Calls re-list the tools and refuse to send when the pinned digest
 no longer matches.
+
+The server's credential (its Secret) is read and sent only once a platform admin activated
+the server, and only to the url a probe without it reached (`status.verifiedUrl`;
+`pipeline.mcp.probe_plan`): a probe of a server nobody activated never carries it. Every
+connection goes only to public addresses or the server's `spec.allowedCidrs`.
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ from prometheus_client import Counter, Gauge
 from .. import mcp_types
 from ..enums import McpServerPhase, Resource
 from ..events import object_ref
-from ..executors.mcp import credentials_for
+from ..executors.mcp import address_rule, credentials_for
 from ..kube.client import NotFound
 from ..model import (
     Condition,
@@ -36,6 +41,8 @@ from ..pipeline.mcp import (
     check_binding,
     detect_shadowing,
     next_phase,
+    probe_plan,
+    reachable_without_credentials,
     server_digest,
     tool_digest,
 )
@@ -144,22 +151,9 @@ class McpServers:
             status.phase = McpServerPhase.RETIRED
             await self.write(body, old, status)
             return 3600
-        discovery: mcp_types.Discovery | None = None
-        message = ""
-        try:
-            headers, _ = await credentials_for(self.rt.cluster, namespace, spec)
-            from .. import mcp_client  # the SDK loads on the first exchange
-
-            discovery = await mcp_client.discover(
-                spec.url, headers=headers, timeout=spec.probe.timeout_seconds
-            )
-        except (mcp_types.McpError, NotFound, OSError) as exc:
-            message = str(exc)[:512]
-        ok = discovery is not None
+        discovery, ok, message = await self.probe(namespace, spec, status)
         status.consecutive_failures = 0 if ok else old.consecutive_failures + 1
-        status.last_probe = McpProbeResult(
-            time=now_iso(), ok=ok, message="discovery ok" if ok else message
-        )
+        status.last_probe = McpProbeResult(time=now_iso(), ok=ok, message=message)
         SERVER_UP.labels(namespace, name).set(1 if ok else 0)
         if not ok:
             PROBE_FAILURES.labels(namespace, name).inc()
@@ -186,6 +180,55 @@ class McpServers:
         ]
         await self.write(body, old, status)
         return spec.probe.interval_seconds
+
+    async def probe(
+        self, namespace: str, spec: McpServerSpec, status: McpServerStatus
+    ) -> tuple[mcp_types.Discovery | None, bool, str]:
+        """Verify the url without credentials, then (activated, verified) discover with them.
+
+        Returns the discovery (if any), whether the server passed, and the probe's message;
+        sets `status.verified_url` when the url was reached."""
+        from .. import mcp_client  # the SDK loads on the first exchange
+
+        rule = address_rule(spec, self.rt.settings.blocked_http_hosts)
+        has_credentials = spec.credentials is not None
+        plan = probe_plan(
+            url=spec.url,
+            verified_url=status.verified_url,
+            activated=spec.activated,
+            has_credentials=has_credentials,
+        )
+        timeout = spec.probe.timeout_seconds
+        discovery: mcp_types.Discovery | None = None
+        reachable, message = False, ""
+        if plan.verify:
+            try:
+                discovery = await mcp_client.discover(spec.url, timeout=timeout, addresses=rule)
+                reachable, message = True, "discovery ok"
+            except mcp_types.McpUnavailable as exc:
+                message = str(exc)[:512]
+                if reachable_without_credentials(exc.http_status, has_credentials=has_credentials):
+                    reachable = True
+                    message = (
+                        f"reachable: {spec.url} answered HTTP 401 without credentials; its "
+                        "credentials are sent once a platform admin activates it"
+                    )
+            except (mcp_types.McpError, OSError) as exc:
+                message = str(exc)[:512]
+            if reachable:
+                status.verified_url = spec.url
+        if not plan.with_credentials:
+            return discovery, reachable, message
+        if status.verified_url != spec.url:
+            return None, False, message
+        try:
+            headers, _ = await credentials_for(self.rt.cluster, namespace, spec)
+            discovery = await mcp_client.discover(
+                spec.url, headers=headers, timeout=timeout, addresses=rule
+            )
+        except (mcp_types.McpError, NotFound, OSError) as exc:
+            return None, False, str(exc)[:512]
+        return discovery, True, "discovery ok"
 
     def apply_discovery(
         self, status: McpServerStatus, discovery: mcp_types.Discovery, namespace: str, name: str

@@ -13,8 +13,10 @@ from typing import Any
 
 from ..catalog import invocation_key, thaw
 from ..enums import InvocationState, Resource
+from ..events import namespace_ref
 from ..flow import release_finalizer, run_invocation
-from ..flow.context import FINALIZER
+from ..flow.context import FINALIZER, LABEL_ENVIRONMENT
+from ..pipeline.classification import environment_class
 from ..runtime import Runtime
 from ..timeutil import parse_time
 from . import confirmations, descriptors, policies, workers
@@ -100,7 +102,30 @@ def approval_event(rt: Runtime, event: RawEvent) -> None:
 
 def namespace_event(rt: Runtime, event: RawEvent) -> None:
     workers.ensure_started(rt)
-    rt.catalog.update_namespace(event["type"], thaw(event["object"]))
+    body = thaw(event["object"])
+    rt.catalog.update_namespace(event["type"], body)
+    if event["type"] != "DELETED":
+        warn_unknown_environment(rt, body)
+
+
+def warn_unknown_environment(rt: Runtime, body: dict[str, Any]) -> None:
+    """An environment class the operator does not know counts as production; say so once
+    per namespace and value, with a Warning event on the Namespace."""
+    meta = body["metadata"]
+    value = (meta.get("labels") or {}).get(LABEL_ENVIRONMENT)
+    if value is None or not rt.settings.serves(meta["name"]):
+        return
+    _, known = environment_class(value)
+    if known or (meta["name"], value) in rt.warned_environments:
+        return
+    rt.warned_environments.add((meta["name"], value))
+    rt.events.post(
+        namespace_ref(meta),
+        reason="UnknownEnvironmentClass",
+        warning=True,
+        message=f"label {LABEL_ENVIRONMENT}={value!r} is not one of development, staging, "
+        "production: calls in this namespace are treated as production",
+    )
 
 
 def mcp_server_event(rt: Runtime, event: RawEvent) -> None:

@@ -144,6 +144,10 @@ class Kube:
         return client.AuthenticationV1Api(self.api)
 
     @property
+    def node(self) -> client.NodeV1Api:
+        return client.NodeV1Api(self.api)
+
+    @property
     def coordination(self) -> client.CoordinationV1Api:
         return client.CoordinationV1Api(self.api)
 

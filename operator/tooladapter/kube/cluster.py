@@ -92,6 +92,8 @@ class Cluster(Protocol):
     async def read_config_map(self, namespace: str, name: str) -> dict[str, str] | None: ...
 
     # -- sandbox objects
+    async def runtime_class_exists(self, name: str) -> bool: ...
+
     async def create(self, obj: Body) -> bool:
         """Create; False when it already exists (deterministic names make it idempotent)."""
 
@@ -230,6 +232,16 @@ class KubeCluster:
                 return None
             raise
         return dict(cm.get("data") or {})
+
+    async def runtime_class_exists(self, name: str) -> bool:
+        try:
+            # json_body raises for a non-2xx answer (a raw answer does not by itself).
+            await json_body(await self.kube.node.read_runtime_class(name, _preload_content=False))
+        except ApiException as exc:
+            if exc.status == 404:
+                return False
+            raise
+        return True
 
     async def create(self, obj: Body) -> bool:
         return await ksandbox.create_idempotent(self.kube, obj)

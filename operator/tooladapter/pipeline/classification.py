@@ -6,6 +6,7 @@ The rules, from the design and the reference:
   only raise the class (the risk class via `RISK_TO_CLASS`, untrusted MCP annotations,
   the environment, a block-listed shell command).
 - A production environment raises writes (`shared-write`, `external`) to `production`.
+  An unknown environment class counts as production (`environment_class`).
   `read` and `sandbox` stay: they have no shared effect to protect; `spend` stays: it is
   already gated by its own threshold rules and ranks above production.
 - A frozen environment refuses `shared-write` and `production`, judged on the effective
@@ -117,6 +118,21 @@ def classify(
         raised_by=tuple(raised_by),
         approval_forced=approval_forced,
     )
+
+
+def environment_class(label: str | None) -> tuple[EnvironmentClass, bool]:
+    """The environment class a namespace's `tooladapter.dev/environment-class` label names,
+    and whether the value is a known one.
+
+    No label (or an empty one) is development. Any other value that is not exactly a class
+    (`Production`, `prod`, a typo) fails closed: production, reported as unknown so the
+    operator can warn about it; a mistyped label never lowers the protection."""
+    if not label:
+        return EnvironmentClass.DEVELOPMENT, True
+    try:
+        return EnvironmentClass(label), True
+    except ValueError:
+        return EnvironmentClass.PRODUCTION, False
 
 
 def mcp_hint_class(annotations: Mapping[str, Any] | None) -> SideEffectClass | None:

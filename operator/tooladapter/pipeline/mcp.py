@@ -294,3 +294,32 @@ def next_phase(
     if failing:
         return McpServerPhase.DEGRADED
     return settled
+
+
+# --------------------------------------------------------------------------- credentials
+
+
+@dataclass(frozen=True)
+class ProbePlan:
+    """How one reconcile talks to a server: `verify` probes its url without credentials;
+    `with_credentials` then discovers with them (only if the url is verified by then)."""
+
+    verify: bool
+    with_credentials: bool
+
+
+def probe_plan(
+    *, url: str, verified_url: str | None, activated: bool, has_credentials: bool
+) -> ProbePlan:
+    """A server's credential goes only to the url it was configured for, once that url was
+    reached without it and a platform admin activated the server (`spec.activated`, guarded
+    by admission). Until then every probe is sent without credentials; an activated server
+    whose url changed (or was never verified) is verified again first."""
+    send = activated and has_credentials
+    return ProbePlan(verify=not send or verified_url != url, with_credentials=send)
+
+
+def reachable_without_credentials(http_status: int | None, *, has_credentials: bool) -> bool:
+    """A server that refuses a probe without credentials with 401 is reachable and merely
+    wants the credentials it is configured with (none configured: it cannot be used)."""
+    return has_credentials and http_status == 401

@@ -57,12 +57,14 @@ def build_receipt(
             "kind": lease.kind.value,
             "poolId": lease.pool_id,
             "leaseId": lease.lease_id,
+            "runtimeClass": lease.runtime_class,
         }
     else:
         sandbox = {
             "kind": _value(sandbox_kind) if sandbox_kind is not None else SandboxKind.NONE.value,
             "poolId": sandbox_pool,
             "leaseId": None,
+            "runtimeClass": None,
         }
     result = status.result
     return {

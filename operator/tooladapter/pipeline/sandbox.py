@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -167,6 +168,12 @@ def _resources(sandbox: SandboxSpec) -> dict[str, Any]:
     return out
 
 
+def runtime_class_for(sandbox: SandboxSpec, by_kind: Mapping[str, str]) -> str | None:
+    """The RuntimeClass a sandbox's pod runs with: `runtimeClassName` when set, else the
+    one mapped to its kind (`TOOLADAPTER_RUNTIME_CLASSES`); None: the node's default."""
+    return sandbox.runtime_class_name or by_kind.get(sandbox.kind.value) or None
+
+
 def build_job(
     *,
     namespace: str,
@@ -184,8 +191,11 @@ def build_job(
     has_token: bool = False,
     network_gate: tuple[str, int] | None = None,
     gate_image: str | None = None,
+    runtime_class: str | None = None,
 ) -> dict[str, Any]:
-    """The Job of one sandboxed call. `argv` is exec'd as is: never joined into a string."""
+    """The Job of one sandboxed call. `argv` is exec'd as is: never joined into a string.
+
+    `runtime_class` is the pod's RuntimeClass (see `runtime_class_for`)."""
     names = LeaseNames.for_uid(uid)
     labels = labels_for(uid)
     mounts: list[dict[str, Any]] = [
@@ -287,8 +297,8 @@ def build_job(
                 "securityContext": container["securityContext"],
             }
         ]
-    if sandbox.runtime_class_name:
-        pod_spec["runtimeClassName"] = sandbox.runtime_class_name
+    if runtime_class:
+        pod_spec["runtimeClassName"] = runtime_class
     annotations = {
         ANNOTATION_INVOCATION: invocation_name,
         ANNOTATION_LEASE: lease_id,

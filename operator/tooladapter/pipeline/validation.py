@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Literal, NamedTuple
-from urllib.parse import quote, urljoin, urlsplit
+from urllib.parse import quote, quote_plus, urljoin, urlsplit
 
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError, best_match
@@ -638,6 +638,11 @@ def _check_http(http: HttpSpec, declared_names: set[str] | None) -> list[str]:
             problems.append(f"http.headers: {name!r} is not a valid literal header name")
         if any(ch in value for ch in "\r\n\0"):
             problems.append(f"http.headers[{name!r}]: the value contains CR, LF or NUL")
+    if http.body is not None:
+        try:
+            _body_content_type(http)
+        except HttpTemplateError as err:
+            problems.append(str(err))
 
     parts = urlsplit(PLACEHOLDER.sub("x", http.url))
     if parts.scheme not in ("http", "https") or "{" in http.url.split("://", 1)[0]:
@@ -713,6 +718,22 @@ class HttpTemplateError(ValueError):
     """The declared HTTP request cannot be rendered from these arguments."""
 
 
+#: Form bodies: every placeholder value is encoded as one form field value.
+FORM_MEDIA_TYPE = "application/x-www-form-urlencoded"
+
+
+def _body_content_type(spec: HttpSpec) -> str:
+    """The media type of the body, from the descriptor's literal Content-Type header (it
+    decides how arguments are encoded into the body, so an argument may not choose it)."""
+    declared = next((v for k, v in spec.headers.items() if k.lower() == "content-type"), "")
+    if PLACEHOLDER.search(declared):
+        raise HttpTemplateError(
+            "http.headers['Content-Type']: holds a placeholder, but the Content-Type decides "
+            "how arguments are encoded into http.body; declare it literally"
+        )
+    return declared.split(";", 1)[0].strip().lower()
+
+
 class RenderedHttpRequest(NamedTuple):
     method: str
     url: str
@@ -739,8 +760,10 @@ def render_http_request(spec: HttpSpec, arguments: Mapping[str, Any]) -> Rendere
       characters (`/`, `?`, `#`, `@` and `:` are encoded too), so an argument can never
       change the host, path structure or query layout; `.` and `..` are refused.
     - Headers: plain text; a value that would contain CR, LF or NUL is refused.
-    - Body: JSON-escaped (without quotes) when the request's Content-Type is JSON, and
-      the rendered body must parse as JSON; otherwise plain text. Non-string arguments
+    - Body, by the descriptor's literal Content-Type: JSON-escaped (without quotes) for
+      JSON, and the rendered body must parse as JSON; for a form
+      (`application/x-www-form-urlencoded`) each value is form-encoded (`quote_plus`: `&`,
+      `=` and `+` cannot add or split fields); otherwise plain text. Non-string arguments
       are written as compact JSON.
     - The host of the rendered URL must be in `allowedHosts` (or, when that is empty,
       be the literal host of the URL template).
@@ -803,9 +826,7 @@ def render_http_request(spec: HttpSpec, arguments: Mapping[str, Any]) -> Rendere
 
     body: str | None = None
     if spec.body is not None:
-        content_type = next(
-            (v for k, v in headers.items() if k.lower() == "content-type"), ""
-        ).lower()
+        content_type = _body_content_type(spec)
         if "json" in content_type:
 
             def json_value(_name: str, _text: str, value: Any) -> str:
@@ -821,6 +842,8 @@ def render_http_request(spec: HttpSpec, arguments: Mapping[str, Any]) -> Rendere
                     f"the rendered JSON body is not valid JSON ({err}); check the quoting "
                     "around placeholders in http.body"
                 ) from err
+        elif content_type == FORM_MEDIA_TYPE:
+            body = fill(spec.body, "the body", lambda _n, text, _v: quote_plus(text))
         else:
             body = fill(spec.body, "the body", lambda _n, text, _v: text)
     return RenderedHttpRequest(method=spec.method, url=url, headers=headers, body=body)
