@@ -1,4 +1,7 @@
-"""Launching the operator: kopf's runner over `tooladapter.main`, one active replica."""
+"""Launching the operator: kopf's runner over `tooladapter.main`.
+
+kopf runs `--standalone` (no kopf.dev peering): one operator per namespace set is active
+through the leadership Lease taken at start-up (`handlers.leadership`)."""
 
 from __future__ import annotations
 

@@ -399,6 +399,12 @@ class Caller(Model):
     name: str = Field(
         min_length=1, max_length=253, description="The authenticated username of the creator."
     )
+    groups: list[Annotated[str, Field(min_length=1, max_length=253)]] = Field(
+        default_factory=list,
+        max_length=64,
+        description="Groups of the creator (admission checks each) used in every permission "
+        "review, so grants to groups apply; ServiceAccounts get their own groups anyway.",
+    )
 
 
 class ToolInvocationSpec(Model):

@@ -213,9 +213,13 @@ class Agent:
         *,
         version: str = "1.0.0",
         name: str | None = None,
+        caller_groups: list[str] | None = None,
         **spec: Any,
     ) -> str:
         name = name or unique(f"call-{tool}")
+        caller: dict[str, Any] = {"kind": "agent", "name": self.user}
+        if caller_groups:
+            caller["groups"] = caller_groups
         create(
             self.api,
             self.namespace,
@@ -226,7 +230,7 @@ class Agent:
                 "spec": {
                     "tool": {"id": tool, "version": version},
                     "arguments": arguments,
-                    "caller": {"kind": "agent", "name": self.user},
+                    "caller": caller,
                     **spec,
                 },
             },

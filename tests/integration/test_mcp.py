@@ -85,6 +85,9 @@ def register(
             "spec": {
                 "url": url,
                 "activated": activated,
+                # The test servers listen on loopback: an address the operator connects to
+                # only when the McpServer allows it explicitly.
+                "allowedCidrs": ["127.0.0.1/32"],
                 "probe": {
                     "intervalSeconds": interval,
                     "timeoutSeconds": 3,

@@ -8,6 +8,7 @@ deadlines, never on sleeps.
 from __future__ import annotations
 
 import asyncio
+import functools
 import importlib.util
 import sys
 import uuid
@@ -21,12 +22,14 @@ import pytest
 from tooladapter import mcp_client
 from tooladapter.mcp_client import (
     IDEMPOTENCY_META_KEY,
+    McpAddressRefused,
     McpBrokenMidCall,
     McpCallTimeout,
     McpToolChanged,
     McpToolNotListed,
     McpUnavailable,
 )
+from tooladapter.pipeline.addresses import AddressRule
 from tooladapter.pipeline.mcp import (
     detect_shadowing,
     tool_digest,
@@ -56,6 +59,13 @@ HANDSHAKE_ERA = {"2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25"}
 
 pytestmark = pytest.mark.timeout(60)
 
+#: The servers listen on loopback, which the client connects to only when it is allowed
+#: explicitly (an McpServer's spec.allowedCidrs).
+LOOPBACK = AddressRule.of(["127.0.0.1/32"])
+discover = functools.partial(mcp_client.discover, addresses=LOOPBACK)
+call_tool = functools.partial(mcp_client.call_tool, addresses=LOOPBACK)
+probe = functools.partial(mcp_client.probe, addresses=LOOPBACK)
+
 
 @pytest.fixture(scope="module", params=MODES)
 def server(
@@ -84,7 +94,7 @@ async def _wait_line(proc: Any, prefix: str, *, since: int = 0, within: float = 
 
 
 async def test_discovery_lists_everything_with_the_negotiated_protocol(server: Any) -> None:
-    found = await mcp_client.discover(server.url, headers=AUTH, timeout=20)
+    found = await discover(server.url, headers=AUTH, timeout=20)
 
     if server.mode == "current":
         assert found.protocol_version == MODERN
@@ -111,9 +121,7 @@ async def test_discovery_lists_everything_with_the_negotiated_protocol(server: A
 async def test_the_client_speaks_each_servers_protocol_era(mode: str) -> None:
     with ServerProcess("--mode", mode, "--log-requests") as proc:
         since = proc.mark()
-        result = await mcp_client.call_tool(
-            proc.url, tool="echo", arguments={"text": "era"}, timeout=20
-        )
+        result = await call_tool(proc.url, tool="echo", arguments={"text": "era"}, timeout=20)
         await _wait_line(proc, "CALLED echo", since=since)
         lines = proc.requests(since)
     methods = [line.split()[1] for line in lines]
@@ -135,7 +143,7 @@ async def test_the_client_speaks_each_servers_protocol_era(mode: str) -> None:
 
 
 async def test_probe_reports_the_protocol(server: Any) -> None:
-    result = await mcp_client.probe(server.url, headers=AUTH, timeout=20)
+    result = await probe(server.url, headers=AUTH, timeout=20)
     assert result.ok, result.message
     assert result.protocol_version == (MODERN if server.mode == "current" else "2025-06-18")
 
@@ -146,7 +154,7 @@ async def test_probe_reports_the_protocol(server: Any) -> None:
 async def test_echo_returns_text_and_structured_content_and_carries_the_key(server: Any) -> None:
     key = _key()
     since = server.mark()
-    result = await mcp_client.call_tool(
+    result = await call_tool(
         server.url,
         headers=AUTH,
         tool="echo",
@@ -166,39 +174,29 @@ async def test_echo_returns_text_and_structured_content_and_carries_the_key(serv
 
 
 async def test_add_and_counter_count_executions(server: Any) -> None:
-    added = await mcp_client.call_tool(
+    added = await call_tool(
         server.url, headers=AUTH, tool="add", arguments={"a": 2, "b": 40}, timeout=20
     )
     assert added.structured_content == {"sum": 42}
-    first = await mcp_client.call_tool(
-        server.url, headers=AUTH, tool="counter", arguments={}, timeout=20
-    )
-    second = await mcp_client.call_tool(
-        server.url, headers=AUTH, tool="counter", arguments={}, timeout=20
-    )
+    first = await call_tool(server.url, headers=AUTH, tool="counter", arguments={}, timeout=20)
+    second = await call_tool(server.url, headers=AUTH, tool="counter", arguments={}, timeout=20)
     assert first.structured_content is not None and second.structured_content is not None
     assert second.structured_content["count"] == first.structured_content["count"] + 1
     assert int(server.counter_file.read_text()) == second.structured_content["count"]
 
 
 async def test_tool_errors_and_secrets_come_back_as_data(server: Any) -> None:
-    failed = await mcp_client.call_tool(
-        server.url, headers=AUTH, tool="fail", arguments={}, timeout=20
-    )
+    failed = await call_tool(server.url, headers=AUTH, tool="fail", arguments={}, timeout=20)
     assert failed.is_error is True
     assert "failed on purpose" in failed.content_text
     # Redaction is the sanitizer's job; the client hands back what the server said.
-    leaked = await mcp_client.call_tool(
-        server.url, headers=AUTH, tool="leak", arguments={}, timeout=20
-    )
+    leaked = await call_tool(server.url, headers=AUTH, tool="leak", arguments={}, timeout=20)
     assert servers.FAKE_AWS_ACCESS_KEY in leaked.content_text
     assert servers.FAKE_GITHUB_TOKEN in leaked.content_text
 
 
 async def test_an_output_schema_violation_is_returned_unvalidated(server: Any) -> None:
-    result = await mcp_client.call_tool(
-        server.url, headers=AUTH, tool="bad-output", arguments={}, timeout=20
-    )
+    result = await call_tool(server.url, headers=AUTH, tool="bad-output", arguments={}, timeout=20)
     assert result.structured_content == {"count": "many"}
     assert result.tool is not None
     violations = validate_structured_output(
@@ -209,7 +207,7 @@ async def test_an_output_schema_violation_is_returned_unvalidated(server: Any) -
 
 async def test_a_call_past_its_deadline_is_a_timeout_with_unknown_effect(server: Any) -> None:
     with pytest.raises(McpCallTimeout) as caught:
-        await mcp_client.call_tool(
+        await call_tool(
             server.url, headers=AUTH, tool="slow-read", arguments={"seconds": 30}, timeout=2
         )
     assert caught.value.effect_possible is True
@@ -217,9 +215,7 @@ async def test_a_call_past_its_deadline_is_a_timeout_with_unknown_effect(server:
 
 async def test_an_unknown_tool_is_not_called(server: Any) -> None:
     with pytest.raises(McpToolNotListed) as caught:
-        await mcp_client.call_tool(
-            server.url, headers=AUTH, tool="no-such-tool", arguments={}, timeout=20
-        )
+        await call_tool(server.url, headers=AUTH, tool="no-such-tool", arguments={}, timeout=20)
     assert caught.value.effect_possible is False
 
 
@@ -228,17 +224,18 @@ async def test_an_unknown_tool_is_not_called(server: Any) -> None:
 
 async def test_the_server_credentials_reach_the_server(server: Any) -> None:
     # With the header: discovery works (every fixture call above relies on it, too).
-    assert (await mcp_client.discover(server.url, headers=AUTH, timeout=20)).tools
+    assert (await discover(server.url, headers=AUTH, timeout=20)).tools
     # Without it, or with a wrong one: the handshake is refused, no effect possible.
     for headers in ({}, {"Authorization": "Bearer wrong"}):
         with pytest.raises(McpUnavailable) as caught:
-            await mcp_client.discover(server.url, headers=headers, timeout=20)
+            await discover(server.url, headers=headers, timeout=20)
         assert "401" in str(caught.value)
-        probe = await mcp_client.probe(server.url, headers=headers, timeout=20)
-        assert probe.ok is False and "401" in probe.message
+        probed = await probe(server.url, headers=headers, timeout=20)
+        assert probed.ok is False and "401" in probed.message
+        assert caught.value.http_status == 401
     since = server.mark()
     with pytest.raises(McpUnavailable) as refused:
-        await mcp_client.call_tool(
+        await call_tool(
             server.url, tool="counter", arguments={}, idempotency_key=_key(), timeout=20
         )
     assert refused.value.effect_possible is False
@@ -253,9 +250,9 @@ async def test_a_changed_input_schema_changes_only_that_digest_and_blocks_the_ca
     mode: str,
 ) -> None:
     with ServerProcess("--mode", mode) as proc:
-        pinned = tool_digests((await mcp_client.discover(proc.url, timeout=20)).tools)
+        pinned = tool_digests((await discover(proc.url, timeout=20)).tools)
     with ServerProcess("--mode", mode, "--variant", "changed-schema") as proc:
-        now = await mcp_client.discover(proc.url, timeout=20)
+        now = await discover(proc.url, timeout=20)
         current = tool_digests(now.tools)
         assert {n for n in pinned if pinned[n] != current[n]} == {"echo"}
         echo = next(t for t in now.tools if t["name"] == "echo")
@@ -264,7 +261,7 @@ async def test_a_changed_input_schema_changes_only_that_digest_and_blocks_the_ca
 
         since = proc.mark()
         with pytest.raises(McpToolChanged) as caught:
-            await mcp_client.call_tool(
+            await call_tool(
                 proc.url,
                 tool="echo",
                 arguments={"text": "x"},
@@ -275,7 +272,7 @@ async def test_a_changed_input_schema_changes_only_that_digest_and_blocks_the_ca
         assert caught.value.current == current["echo"]
         assert caught.value.effect_possible is False
         # Re-approved with the new digest: the call goes through.
-        result = await mcp_client.call_tool(
+        result = await call_tool(
             proc.url,
             tool="echo",
             arguments={"text": "x", "uppercase": True},
@@ -298,7 +295,7 @@ async def test_a_server_killed_mid_call_leaves_the_effect_unknown(mode: str) -> 
     with ServerProcess("--mode", mode) as proc:
         since = proc.mark()
         call = asyncio.create_task(
-            mcp_client.call_tool(
+            call_tool(
                 proc.url,
                 tool="slow-write",
                 arguments={"seconds": 45},
@@ -323,24 +320,41 @@ async def test_a_server_that_is_not_running_is_unavailable() -> None:
         url = proc.url
     # The process is gone and its port closed: nothing listens there now.
     with pytest.raises(McpUnavailable) as caught:
-        await mcp_client.call_tool(url, tool="counter", arguments={}, timeout=10)
+        await call_tool(url, tool="counter", arguments={}, timeout=10)
     assert caught.value.effect_possible is False
     with pytest.raises(McpUnavailable):
-        await mcp_client.discover(url, timeout=10)
-    probe = await mcp_client.probe(url, timeout=10)
-    assert probe.ok is False and probe.message
+        await discover(url, timeout=10)
+    probed = await probe(url, timeout=10)
+    assert probed.ok is False and probed.message
+
+
+async def test_a_loopback_server_not_allowed_explicitly_is_never_contacted(server: Any) -> None:
+    since = server.mark()
+    for url in (server.url, server.url.replace("127.0.0.1", "localhost")):
+        with pytest.raises(McpAddressRefused) as caught:
+            await mcp_client.discover(url, headers=AUTH, timeout=10)
+        assert "loopback" in str(caught.value) and caught.value.effect_possible is False
+        with pytest.raises(McpAddressRefused):
+            await mcp_client.call_tool(url, headers=AUTH, tool="counter", arguments={}, timeout=10)
+        refused = await mcp_client.probe(url, headers=AUTH, timeout=10)
+        assert refused.ok is False and "loopback" in refused.message
+    # Allowed: another network than the server's does not help.
+    with pytest.raises(McpAddressRefused):
+        await mcp_client.discover(
+            server.url, headers=AUTH, timeout=10, addresses=AddressRule.of(["10.0.0.0/8"])
+        )
+    server.mark()
+    assert server.requests(since) == []
 
 
 async def test_reserved_headers_are_refused_before_connecting() -> None:
     with pytest.raises(McpUnavailable, match="reserved"):
-        await mcp_client.discover(
-            "http://127.0.0.1:9/mcp", headers={"Mcp-Session-Id": "forged"}, timeout=5
-        )
+        await discover("http://127.0.0.1:9/mcp", headers={"Mcp-Session-Id": "forged"}, timeout=5)
 
 
 async def test_a_shadowing_description_is_found_in_a_real_listing() -> None:
     with ServerProcess("--mode", "current", "--shadow-mention", "send_email") as proc:
-        found = await mcp_client.discover(proc.url, timeout=20)
+        found = await discover(proc.url, timeout=20)
     shadowing = detect_shadowing("notes-server", found.tools, {"mail": ["send_email", "inbox"]})
     assert len(shadowing) == 1
     assert "'notes'" in shadowing[0] and "'send_email'" in shadowing[0]

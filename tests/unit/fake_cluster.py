@@ -338,6 +338,7 @@ class FakeCluster:
         name: str | None = None,
         group: str = GROUP,
         fresh: bool = False,
+        groups: list[str] | None = None,
     ) -> AccessVerdict:
         allowed = (user, verb, str(resource), name or "") in self.grants or (
             user,

@@ -15,7 +15,7 @@ from tooladapter.enums import (
     RiskClass,
     SideEffectClass,
 )
-from tooladapter.pipeline.classification import classify, mcp_hint_class
+from tooladapter.pipeline.classification import classify, environment_class, mcp_hint_class
 
 C = SideEffectClass
 DEV = EnvironmentClass.DEVELOPMENT
@@ -182,3 +182,32 @@ def test_mcp_hint_class(
     annotations: dict[str, Any] | None, expected: SideEffectClass | None
 ) -> None:
     assert mcp_hint_class(annotations) == expected
+
+
+@pytest.mark.parametrize(
+    ("label", "expected"),
+    [
+        (None, (EnvironmentClass.DEVELOPMENT, True)),
+        ("", (EnvironmentClass.DEVELOPMENT, True)),
+        ("development", (EnvironmentClass.DEVELOPMENT, True)),
+        ("staging", (EnvironmentClass.STAGING, True)),
+        ("production", (EnvironmentClass.PRODUCTION, True)),
+        # Unknown values fail closed: a typo never lowers the protection.
+        ("Production", (EnvironmentClass.PRODUCTION, False)),
+        ("prod", (EnvironmentClass.PRODUCTION, False)),
+        ("dev", (EnvironmentClass.PRODUCTION, False)),
+        ("Development", (EnvironmentClass.PRODUCTION, False)),
+        (" production", (EnvironmentClass.PRODUCTION, False)),
+    ],
+)
+def test_an_unknown_environment_class_counts_as_production(
+    label: str | None, expected: tuple[EnvironmentClass, bool]
+) -> None:
+    assert environment_class(label) == expected
+
+
+def test_a_write_in_a_namespace_with_an_unknown_class_is_raised_to_production() -> None:
+    environment, known = environment_class("Production")
+    assert not known
+    result = classify(declared=SideEffectClass.SHARED_WRITE, environment=environment, frozen=False)
+    assert result.effective is SideEffectClass.PRODUCTION

@@ -139,6 +139,7 @@ def test_every_policy_is_bound_fail_closed() -> None:
         "tooladapter-mcpserver-activation",
         "tooladapter-invocation-status",
         "tooladapter-invocation-metadata",
+        "tooladapter-secret-references",
     }
     for name, policy in policies.items():
         assert policy["apiVersion"] == "admissionregistration.k8s.io/v1"
@@ -162,3 +163,30 @@ def test_status_policy_covers_every_status_field() -> None:
     compared = set(re.findall(r"object\.\?status\.\?(\w+) == oldObject", expression))
     fields = {info.alias or name for name, info in model.ToolInvocationStatus.model_fields.items()}
     assert compared == fields - {"effectConfirmation"}
+
+
+def test_secret_references_are_authorised_for_the_writer() -> None:
+    policy = _by_kind("ValidatingAdmissionPolicy")["tooladapter-secret-references"]
+    (rule,) = policy["spec"]["matchConstraints"]["resourceRules"]
+    assert set(rule["resources"]) == {"tooldescriptors", "mcpservers"}
+    assert set(rule["operations"]) == {"CREATE", "UPDATE"}
+    assert "matchConditions" in policy["spec"]
+    text = yaml.safe_dump(policy["spec"])
+    for field in ("secretDependencies", "kubernetesIdentity", "secretKeyRef"):
+        assert field in text, field
+    assert "resource('secrets')" in text and "check('get')" in text
+    assert "subresource('token')" in text and "check('create')" in text
+    # The operator is not exempted by name: it passes the checks with its own grants.
+    assert OPERATOR_SA not in text
+    grants = _grants(_by_kind("ClusterRole")["tooladapter-operator"])
+    assert ("secrets", "get", "*") in grants
+    assert ("serviceaccounts/token", "create", "*") in grants
+
+
+def test_changing_where_an_activated_server_is_reached_needs_activation() -> None:
+    policy = _by_kind("ValidatingAdmissionPolicy")["tooladapter-mcpserver-activation"]
+    (condition,) = policy["spec"]["matchConditions"]
+    for field in ("url", "credentials", "allowedCidrs"):
+        assert f"object.spec.{field}" in condition["expression"] or (
+            f"object.spec.?{field}" in condition["expression"]
+        ), field

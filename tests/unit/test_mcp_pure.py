@@ -21,6 +21,8 @@ from tooladapter.pipeline.mcp import (
     check_binding,
     detect_shadowing,
     next_phase,
+    probe_plan,
+    reachable_without_credentials,
     server_digest,
     tool_digest,
     tool_digests,
@@ -336,3 +338,42 @@ def test_remote_refs_are_never_fetched() -> None:
 def test_an_invalid_output_schema_is_a_violation() -> None:
     violations = validate_structured_output({"type": 12}, {"a": 1})
     assert violations and violations[0].startswith("$: ") and "schema" in violations[0]
+
+
+# --------------------------------------------------------------------------- credentials
+
+URL = "https://mcp.example.test/mcp"
+
+
+@pytest.mark.parametrize("verified", [None, URL, "https://other.example.test/mcp"])
+@pytest.mark.parametrize("has_credentials", [True, False])
+def test_a_server_nobody_activated_is_only_probed_without_credentials(
+    verified: str | None, has_credentials: bool
+) -> None:
+    plan = probe_plan(
+        url=URL, verified_url=verified, activated=False, has_credentials=has_credentials
+    )
+    assert plan.verify and not plan.with_credentials
+
+
+def test_an_activated_server_gets_its_credentials_only_at_the_verified_url() -> None:
+    fresh = probe_plan(url=URL, verified_url=None, activated=True, has_credentials=True)
+    assert fresh.verify and fresh.with_credentials  # verified first, in the same reconcile
+    moved = probe_plan(
+        url=URL, verified_url="https://old.example.test/mcp", activated=True, has_credentials=True
+    )
+    assert moved.verify and moved.with_credentials
+    steady = probe_plan(url=URL, verified_url=URL, activated=True, has_credentials=True)
+    assert not steady.verify and steady.with_credentials
+
+
+def test_an_activated_server_without_credentials_is_simply_probed() -> None:
+    plan = probe_plan(url=URL, verified_url=URL, activated=True, has_credentials=False)
+    assert plan.verify and not plan.with_credentials
+
+
+def test_only_a_401_to_a_server_with_credentials_counts_as_reachable() -> None:
+    assert reachable_without_credentials(401, has_credentials=True)
+    assert not reachable_without_credentials(401, has_credentials=False)
+    for status in (None, 403, 404, 500):
+        assert not reachable_without_credentials(status, has_credentials=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import parse_qs
 
 import pytest
 
@@ -440,3 +441,44 @@ def test_render_with_explicit_ports() -> None:
     http = HttpSpec(url="https://a.example.com:9999/", allowed_hosts=["a.example.com"])
     with pytest.raises(HttpTemplateError, match="not an allowed host"):
         render_http_request(http, {})
+
+
+# --------------------------------------------------------------------------- form bodies
+
+
+def _form(content_type: str = "application/x-www-form-urlencoded") -> HttpSpec:
+    return HttpSpec(
+        method="POST",
+        url="https://api.example.com/transfer",
+        headers={"Content-Type": content_type},
+        body="a={a}&b=fixed",
+    )
+
+
+@pytest.mark.parametrize(
+    "content_type",
+    ["application/x-www-form-urlencoded", "Application/X-WWW-Form-Urlencoded; charset=utf-8"],
+)
+def test_a_form_body_encodes_each_value_so_no_field_can_be_added(content_type: str) -> None:
+    rendered = render_http_request(_form(content_type), {"a": "1&b=evil&c=x+y %"})
+    assert rendered.body == "a=1%26b%3Devil%26c%3Dx%2By+%25&b=fixed"
+    fields = parse_qs(rendered.body or "")
+    assert fields == {"a": ["1&b=evil&c=x+y %"], "b": ["fixed"]}
+
+
+def test_a_form_body_writes_non_string_values_as_encoded_json() -> None:
+    rendered = render_http_request(_form(), {"a": {"k": [1, 2]}})
+    assert parse_qs(rendered.body or "") == {"a": ['{"k":[1,2]}'], "b": ["fixed"]}
+
+
+def test_an_argument_cannot_choose_the_content_type_of_the_body() -> None:
+    http = HttpSpec(
+        method="POST",
+        url="https://api.example.com/",
+        headers={"Content-Type": "{ctype}"},
+        body="a={a}",
+    )
+    with pytest.raises(HttpTemplateError, match="declare it literally"):
+        render_http_request(http, {"ctype": "text/plain", "a": "1&b=2"})
+    problems = check_descriptor(http_descriptor(http))
+    assert any("Content-Type" in p and "literally" in p for p in problems), problems

@@ -115,6 +115,7 @@ async def check_permission(ctx: FlowContext, *, effective: str, fresh: bool = Fa
             resource=Resource.DESCRIPTORS,
             name=spec.tool.id,
             fresh=fresh,
+            groups=spec.caller.groups,
         ),
         ctx.rt.cluster.can(
             user=spec.caller.name,
@@ -123,19 +124,31 @@ async def check_permission(ctx: FlowContext, *, effective: str, fresh: bool = Fa
             resource=Resource.SIDE_EFFECT_CLASSES,
             name=effective,
             fresh=fresh,
+            groups=spec.caller.groups,
         ),
     )
+    hint = groups_hint(spec.caller.name, spec.caller.groups)
     if not tool_verdict.allowed:
         raise Denial(
             Stage.PERMISSION,
             f"{spec.caller.name} may not invoke tooldescriptors/{spec.tool.id} in "
-            f"{ctx.namespace} (RBAC verb invoke)",
+            f"{ctx.namespace} (RBAC verb invoke){hint}",
             FailureClass.PERMISSION_DENIED,
         )
     if not class_verdict.allowed:
         raise Denial(
             Stage.PERMISSION,
             f"{spec.caller.name} may not use sideeffectclasses/{effective} in "
-            f"{ctx.namespace} (RBAC verb use)",
+            f"{ctx.namespace} (RBAC verb use){hint}",
             FailureClass.PERMISSION_DENIED,
         )
+
+
+def groups_hint(user: str, groups: list[str]) -> str:
+    """A person without groups in spec.caller.groups is reviewed by name only: say so."""
+    if groups or user.startswith("system:serviceaccount:"):
+        return ""
+    return (
+        "; no spec.caller.groups were given, so grants to groups were not considered "
+        "(list your groups there to use them)"
+    )

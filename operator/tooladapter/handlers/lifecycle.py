@@ -1,7 +1,8 @@
 """Start-up and clean-up: kopf's settings, the shared clients, executors and caches.
 
 Shared clients are built once in `@kopf.on.startup` into kopf's memo and closed in
-`@kopf.on.cleanup` (gafaelfawr's pattern).
+`@kopf.on.cleanup` (gafaelfawr's pattern). Leadership of the served namespace set comes
+first and is released last (`leadership`).
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ class AccessVerdict:
     reason: str
 
 
-def groups_of(username: str) -> list[str]:
+def groups_of(username: str, claimed: list[str] | None = None) -> list[str]:
     """The groups the API server gives a ServiceAccount user; others get authenticated only.
 
     A SubjectAccessReview needs the caller's groups for group-bound RBAC; for users other
@@ -26,7 +26,9 @@ def groups_of(username: str) -> list[str]:
     parts = username.split(":")
     if len(parts) == 4 and parts[:2] == ["system", "serviceaccount"]:
         groups += ["system:serviceaccounts", f"system:serviceaccounts:{parts[2]}"]
-    return groups
+    # `claimed`: the caller's spec.caller.groups, which admission checked against the
+    # groups the API server authenticated for the creator.
+    return groups + [g for g in claimed or [] if g not in groups]
 
 
 @dataclass

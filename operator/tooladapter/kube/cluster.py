@@ -78,8 +78,10 @@ class Cluster(Protocol):
         name: str | None = None,
         group: str = GROUP,
         fresh: bool = False,
+        groups: list[str] | None = None,
     ) -> auth.AccessVerdict:
-        """A SubjectAccessReview for `user`; `fresh`: never a remembered allowance."""
+        """A SubjectAccessReview for `user` (with the `groups` it claimed, admission-checked);
+        `fresh`: never a remembered allowance."""
 
     async def request_token(
         self, *, namespace: str, service_account: str, audiences: list[str], expiration_seconds: int
@@ -193,6 +195,7 @@ class KubeCluster:
         name: str | None = None,
         group: str = GROUP,
         fresh: bool = False,
+        groups: list[str] | None = None,
     ) -> auth.AccessVerdict:
         return await auth.can(
             self.kube,
@@ -202,6 +205,7 @@ class KubeCluster:
             resource=resource,
             name=name,
             group=group,
+            groups=auth.groups_of(user, groups) if groups else None,
             cache=None if fresh else self.access,
         )
 
