@@ -239,3 +239,11 @@ class BlockAction(StrEnum):
 
     DENY = "deny"
     ESCALATE = "escalate"
+
+
+class UnlistedAction(StrEnum):
+    """What a tenant policy does with a shell command that is on no allow list: escalate
+    (raise it to shared-write, so it waits for an approval) or deny it."""
+
+    ESCALATE = "escalate"
+    DENY = "deny"

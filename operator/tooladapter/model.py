@@ -29,6 +29,7 @@ from .enums import (
     Stage,
     StageOutcome,
     ToolKind,
+    UnlistedAction,
 )
 
 #: Free-form JSON subtrees (schemas, arguments, results) keep unknown fields.
@@ -156,8 +157,17 @@ class SandboxSpec(Model):
 
 
 class ShellSpec(Model):
-    allow: list[str] = Field(default_factory=list, description="Allowed argv prefixes.")
-    block: list[str] = Field(default_factory=list, description="Blocked command patterns.")
+    allow: list[str] | None = Field(
+        default=None,
+        description="Allowed argv prefixes: commands that run as the declared class. Unset: "
+        "the reference's default list (dotnet restore/build/test, git diff/status, npm "
+        "test); set (even empty), it replaces that list. A command on no entry needs an "
+        "approval (or is denied by policy).",
+    )
+    block: list[str] = Field(
+        default_factory=list,
+        description="Blocked command patterns, added to the reference's block list.",
+    )
     use_shell: bool = Field(
         default=False, description="Run through /bin/sh -c (the command is still checked)."
     )
@@ -186,6 +196,19 @@ class NativeSpec(Model):
     name: Literal["list-tools", "read-configmap"]
 
 
+def _no_secrets_for_shell(field: str, present: str) -> JsonDict:
+    """A CEL rule: a shell tool's argv comes from the agent, so it may not carry brokered
+    credentials (`field`); a container tool (a fixed `sandbox.command`) may."""
+    return {
+        "rule": f"self.kind != 'shell' || !({present})",
+        "message": f"spec.{field} is not allowed when kind is shell: the agent chooses a shell "
+        "tool's command, so it must never run beside brokered credentials; use a container "
+        "tool (a fixed sandbox.command) instead",
+        "fieldPath": f".{field}",
+        "reason": "FieldValueForbidden",
+    }
+
+
 def _requires_block(kind: ToolKind, field: str, extra: str = "") -> JsonDict:
     """A CEL rule: a descriptor of `kind` must carry its kind-specific block `field`."""
     return {
@@ -208,6 +231,14 @@ class ToolDescriptorSpec(Model):
                     ToolKind.CONTAINER,
                     "sandbox",
                     " && has(self.sandbox.command) && size(self.sandbox.command) > 0",
+                ),
+                _no_secrets_for_shell(
+                    "secretDependencies",
+                    "has(self.secretDependencies) && size(self.secretDependencies) > 0",
+                ),
+                _no_secrets_for_shell(
+                    "authorization.kubernetesIdentity",
+                    "has(self.authorization) && has(self.authorization.kubernetesIdentity)",
                 ),
                 {
                     "rule": "self.toolId == oldSelf.toolId",
@@ -628,9 +659,23 @@ class RateLimitPolicy(Model):
 
 
 class ShellPolicy(Model):
-    allow: list[str] = Field(default_factory=list)
-    block: list[str] = Field(default_factory=list)
-    block_action: BlockAction = BlockAction.DENY
+    allow: list[str] | None = Field(
+        default=None,
+        description="Narrows the tools' allow lists: when any policy sets one, a command must "
+        "also match an entry of some policy's list to run without approval.",
+    )
+    block: list[str] = Field(
+        default_factory=list, description="Blocked command patterns, added to every tool's."
+    )
+    block_action: BlockAction = Field(
+        default=BlockAction.DENY,
+        description="A block-listed command: deny, or escalate to production (approval).",
+    )
+    unlisted: UnlistedAction = Field(
+        default=UnlistedAction.ESCALATE,
+        description="A command on no allow list: escalate (raised to shared-write, it waits "
+        "for an approval) or deny. Deny wins when policies differ.",
+    )
 
 
 class SpendPolicy(Model):

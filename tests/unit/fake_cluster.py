@@ -102,6 +102,8 @@ class FakeCluster:
         self.grants: set[tuple[str, str, str, str]] = set()
         #: ServiceAccounts a token can be requested for: (namespace, name).
         self.service_accounts: set[tuple[str, str]] = set()
+        #: Minted tokens and the Secret each is bound to (they die with it).
+        self.token_bindings: dict[str, str] = {}
         #: Secrets' base64 data by (namespace, name) (created Secrets land here too).
         self.secrets: dict[tuple[str, str], dict[str, str]] = {}
         self.config_maps: dict[tuple[str, str], dict[str, str]] = {}
@@ -350,12 +352,22 @@ class FakeCluster:
 
     @seam
     async def request_token(
-        self, *, namespace: str, service_account: str, audiences: list[str], expiration_seconds: int
+        self,
+        *,
+        namespace: str,
+        service_account: str,
+        audiences: list[str],
+        expiration_seconds: int,
+        bound_secret: str | None = None,
     ) -> tuple[str, str]:
         if (namespace, service_account) not in self.service_accounts:
             raise NotFound(f"serviceaccount {namespace}/{service_account}")
         expiry = to_iso(datetime.now(UTC) + timedelta(seconds=expiration_seconds))
-        return f"token-of-{service_account}", expiry
+        token = f"token-of-{service_account}"
+        if bound_secret is not None:
+            # Bound to the lease's Secret, and written into it (as the real seam does).
+            self.token_bindings[token] = bound_secret
+        return token, expiry
 
     @seam
     async def read_secret(self, namespace: str, name: str) -> dict[str, str]:

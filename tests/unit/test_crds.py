@@ -238,7 +238,11 @@ def test_descriptor_rules() -> None:
     ):
         assert any(f"self.kind != '{kind}'" in r and f"has(self.{block})" in r for r in rules)
     # A shell tool runs in the default sandbox; its shell block (lists) is optional.
-    assert not any("self.kind != 'shell'" in r for r in rules)
+    assert not any("self.kind != 'shell'" in r and "has(self.shell)" in r for r in rules)
+    # Its command comes from the agent: never beside brokered secrets or a token.
+    shell_rules = [r for r in rules if r.startswith("self.kind != 'shell' || !(")]
+    assert any("self.secretDependencies" in r for r in shell_rules), rules
+    assert any("self.authorization.kubernetesIdentity" in r for r in shell_rules), rules
     assert "self.toolId == oldSelf.toolId" in rules
     assert "self.version == oldSelf.version" in rules
 

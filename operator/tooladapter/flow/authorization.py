@@ -14,7 +14,7 @@ from ..enums import FailureClass, InvocationState, Resource, Stage, StageOutcome
 from ..model import ToolDescriptorSpec
 from ..pipeline.classification import Classification, classify, mcp_hint_class
 from ..pipeline.policy import PolicyDecision, check_ceiling
-from ..pipeline.shell import ShellVerdict, check_command
+from ..pipeline.shell import ShellVerdict, allow_list_for, check_command
 from .context import Denial, FlowContext
 
 
@@ -23,10 +23,6 @@ async def on_validated(ctx: FlowContext) -> None:
     descriptor = await ctx.load_descriptor()
     decision = ctx.load_decision()
     verdict = shell_verdict(ctx, descriptor, decision)
-    if verdict is not None and not verdict.blocked and not verdict.allowed:
-        raise Denial(
-            Stage.POLICY, f"shell command refused: {verdict.reason}", FailureClass.POLICY_DENIED
-        )
     classification = classify_call(ctx, descriptor, decision, verdict)
     effective = classification.effective
     await check_permission(ctx, effective=str(effective))
@@ -65,14 +61,16 @@ async def on_validated(ctx: FlowContext) -> None:
 def shell_verdict(
     ctx: FlowContext, descriptor: ToolDescriptorSpec, decision: PolicyDecision
 ) -> ShellVerdict | None:
-    """The shell check of the command, with the descriptor's and the policies' lists."""
+    """The shell check of the command: the descriptor's allow list (or the reference's
+    default) narrowed by the policies', and every block list."""
     if descriptor.kind != ToolKind.SHELL:
         return None
     spec = ctx.load_spec()
     return check_command(
         str(spec.arguments.get("command", "")),
-        allow=[*(descriptor.shell.allow if descriptor.shell else []), *decision.shell_allow],
+        allow=allow_list_for(descriptor.shell.allow if descriptor.shell else None),
         block=[*(descriptor.shell.block if descriptor.shell else []), *decision.shell_block],
+        narrow=decision.shell_allow,
     )
 
 
@@ -100,6 +98,9 @@ def classify_call(
         hinted=hinted,
         risk=descriptor.risk_class,
         shell_escalate_ok=verdict.escalate_ok if verdict is not None and blocked else True,
+        shell_unlisted=verdict is not None and verdict.unlisted,
+        unlisted_action=decision.unlisted_action,
+        shell_reason=verdict.reason if verdict is not None and not verdict.ok else "",
     )
 
 

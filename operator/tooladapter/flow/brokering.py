@@ -7,8 +7,6 @@ Secret or ServiceAccount denies the call (fail closed) before anything runs.
 
 from __future__ import annotations
 
-import base64
-
 from .. import API_VERSION
 from ..enums import FailureClass, InvocationState, Stage, StageOutcome
 from ..kube.client import NotFound
@@ -28,25 +26,27 @@ from .context import SANDBOX_KINDS, Denial, Failure, FlowContext
 
 async def broker(ctx: FlowContext) -> None:
     descriptor = await ctx.load_descriptor()
-    data_b64, expiry = await gather_credentials(ctx, descriptor)
+    data_b64 = await gather_credentials(ctx, descriptor)
     ctx.secret_values = [decode_b64(v) for v in data_b64.values()]
+    # A ServiceAccount token is only ever handed to a sandbox, bound to its lease's Secret.
+    identity = (
+        descriptor.authorization.kubernetes_identity if descriptor.kind in SANDBOX_KINDS else None
+    )
+    count = len(data_b64) + (1 if identity else 0)
     ctx.record(
         Stage.CREDENTIALS,
-        StageOutcome.BROKERED if data_b64 else StageOutcome.NONE,
-        f"{len(data_b64)} value(s), expiring with the call" if data_b64 else "",
+        StageOutcome.BROKERED if count else StageOutcome.NONE,
+        f"{count} value(s), expiring with the call" if count else "",
     )
     if descriptor.kind in SANDBOX_KINDS:
-        await lease_sandbox(ctx, descriptor, data_b64, expiry)
+        await lease_sandbox(ctx, descriptor, data_b64)
     else:
         ctx.record(Stage.SANDBOX, StageOutcome.NONE, f"{descriptor.kind} tools run in the operator")
     await ctx.advance(InvocationState.BROKERED)
 
 
-async def gather_credentials(
-    ctx: FlowContext, descriptor: ToolDescriptorSpec
-) -> tuple[dict[str, str], str | None]:
-    """The secret values the tool depends on (base64, as Secrets hold them), and the expiry
-    of the minted ServiceAccount token if the tool has one."""
+async def gather_credentials(ctx: FlowContext, descriptor: ToolDescriptorSpec) -> dict[str, str]:
+    """The secret values the tool depends on, base64 as Secrets hold them."""
     data_b64: dict[str, str] = {}
     for dep in descriptor.secret_dependencies:
         try:
@@ -65,28 +65,35 @@ async def gather_credentials(
                     FailureClass.CREDENTIALS,
                 )
             data_b64[secret_item_key(dep.secret_name, key)] = source[key]
-    expiry = None
+    return data_b64
+
+
+async def mint_token(ctx: FlowContext, descriptor: ToolDescriptorSpec, secret: str) -> str | None:
+    """The tool's ServiceAccount token, bound to the lease's Secret (it stops working when
+    the Secret is deleted at the call's end) and written into it; its expiry."""
     identity = descriptor.authorization.kubernetes_identity
-    if identity is not None:
-        try:
-            token, expiry = await ctx.rt.cluster.request_token(
-                namespace=ctx.namespace,
-                service_account=identity.service_account_name,
-                audiences=identity.audiences,
-                expiration_seconds=descriptor.timeout_seconds,
-            )
-        except NotFound:
-            raise Denial(
-                Stage.CREDENTIALS,
-                f"serviceaccount {identity.service_account_name} not found: failing closed",
-                FailureClass.CREDENTIALS,
-            ) from None
-        data_b64["token"] = base64.b64encode(token.encode()).decode()
-    return data_b64, expiry
+    if identity is None:
+        return None
+    try:
+        token, expiry = await ctx.rt.cluster.request_token(
+            namespace=ctx.namespace,
+            service_account=identity.service_account_name,
+            audiences=identity.audiences,
+            expiration_seconds=descriptor.timeout_seconds,
+            bound_secret=secret,
+        )
+    except NotFound:
+        raise Denial(
+            Stage.CREDENTIALS,
+            f"serviceaccount {identity.service_account_name} not found: failing closed",
+            FailureClass.CREDENTIALS,
+        ) from None
+    ctx.secret_values.append(token)
+    return expiry
 
 
 async def lease_sandbox(
-    ctx: FlowContext, descriptor: ToolDescriptorSpec, data_b64: dict[str, str], expiry: str | None
+    ctx: FlowContext, descriptor: ToolDescriptorSpec, data_b64: dict[str, str]
 ) -> None:
     """The lease's Secret and default-deny NetworkPolicy, owned by the invocation."""
     sandbox = descriptor.sandbox_spec
@@ -102,10 +109,13 @@ async def lease_sandbox(
     owner = owner_reference(
         api_version=API_VERSION, kind="ToolInvocation", name=ctx.name, uid=ctx.uid
     )
-    if data_b64:
+    has_secret = bool(data_b64) or descriptor.authorization.kubernetes_identity is not None
+    expiry = None
+    if has_secret:
         await ctx.rt.cluster.create(
             build_secret(namespace=ctx.namespace, uid=ctx.uid, owner=owner, data_b64=data_b64)
         )
+        expiry = await mint_token(ctx, descriptor, names.secret)
     await ctx.rt.cluster.create(
         build_network_policy(
             namespace=ctx.namespace,
@@ -129,7 +139,7 @@ async def lease_sandbox(
         leased_at=now_iso(),
         job_name=names.job,
         network_policy_name=names.network_policy,
-        secret_name=names.secret if data_b64 else None,
+        secret_name=names.secret if has_secret else None,
         runtime_class=runtime_class_for(sandbox, ctx.rt.settings.runtime_class_of),
     )
     ctx.status.sandbox_lease = lease

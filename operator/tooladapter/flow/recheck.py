@@ -44,10 +44,6 @@ async def recheck(ctx: FlowContext) -> None:
             FailureClass.POLICY_DENIED,
         )
     verdict = shell_verdict(ctx, descriptor, decision)
-    if verdict is not None and not verdict.blocked and not verdict.allowed:
-        raise Denial(
-            Stage.POLICY, f"shell command refused: {verdict.reason}", FailureClass.POLICY_DENIED
-        )
     classification = classify_call(ctx, descriptor, decision, verdict)
     recorded = ctx.status.effective_class
     if classification.refused:

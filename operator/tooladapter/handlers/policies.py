@@ -28,8 +28,12 @@ def policy_status(body: dict[str, Any]) -> ToolPolicyStatus:
         rules.append(f"deny-list of {len(spec.tools.deny)} tool(s)")
     if spec.max_class:
         rules.append(f"class ceiling {spec.max_class}")
-    if spec.shell.allow or spec.shell.block:
-        rules.append(f"shell lists (block action {spec.shell.block_action})")
+    if spec.shell.allow is not None or spec.shell.block:
+        rules.append(
+            f"shell lists (block action {spec.shell.block_action}, unlisted {spec.shell.unlisted})"
+        )
+    elif "unlisted" in spec.shell.model_fields_set:
+        rules.append(f"unlisted shell commands: {spec.shell.unlisted}")
     if spec.spend:
         rules.append("spend threshold" if not spec.spend.prohibited else "spend prohibited")
     if spec.approval:

@@ -140,14 +140,25 @@ async def request_token(
     service_account: str,
     audiences: list[str],
     expiration_seconds: int,
+    bound_secret: tuple[str, str] | None = None,
 ) -> tuple[str, str]:
-    """A TokenRequest-bound token; returns (token, expiration timestamp)."""
-    body = {
-        "apiVersion": "authentication.k8s.io/v1",
-        "kind": "TokenRequest",
+    """A TokenRequest token; returns (token, expiration timestamp).
+
+    `bound_secret` (name, uid): the token is bound to that Secret and stops being valid
+    the moment the Secret is deleted (the lease's ephemeral Secret: it dies with the call)."""
+    spec: dict[str, object] = {
+        "audiences": audiences or None,
         # The API server's minimum is 600 s; a shorter call still gets the minimum.
-        "spec": {"audiences": audiences or None, "expirationSeconds": max(600, expiration_seconds)},
+        "expirationSeconds": max(600, expiration_seconds),
     }
+    if bound_secret is not None:
+        spec["boundObjectRef"] = {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "name": bound_secret[0],
+            "uid": bound_secret[1],
+        }
+    body = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": spec}
     try:
         result = await kube.core.create_namespaced_service_account_token(
             service_account, namespace, body

@@ -8,6 +8,7 @@ the way httpx puts all I/O behind one transport.
 
 from __future__ import annotations
 
+import base64
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -17,7 +18,7 @@ from .. import GROUP
 from ..enums import Resource
 from . import auth, claims
 from . import sandbox as ksandbox
-from .client import Kube, NotFound, json_body
+from .client import Kube, NotFound, json_body, translate
 
 Body = dict[str, Any]
 
@@ -84,9 +85,17 @@ class Cluster(Protocol):
         `fresh`: never a remembered allowance."""
 
     async def request_token(
-        self, *, namespace: str, service_account: str, audiences: list[str], expiration_seconds: int
+        self,
+        *,
+        namespace: str,
+        service_account: str,
+        audiences: list[str],
+        expiration_seconds: int,
+        bound_secret: str | None = None,
     ) -> tuple[str, str]:
-        """(token, expiry); `NotFound` when the ServiceAccount does not exist."""
+        """(token, expiry); bound to the Secret `bound_secret` when given (valid only while
+        it exists), which then also receives the token under the key `token`.
+        `NotFound` when the ServiceAccount does not exist."""
 
     async def read_secret(self, namespace: str, name: str) -> dict[str, str]:
         """The Secret's base64 data; `NotFound` when it does not exist."""
@@ -210,15 +219,40 @@ class KubeCluster:
         )
 
     async def request_token(
-        self, *, namespace: str, service_account: str, audiences: list[str], expiration_seconds: int
+        self,
+        *,
+        namespace: str,
+        service_account: str,
+        audiences: list[str],
+        expiration_seconds: int,
+        bound_secret: str | None = None,
     ) -> tuple[str, str]:
-        return await auth.request_token(
+        bound = None
+        if bound_secret is not None:
+            try:
+                secret = await json_body(
+                    await self.kube.core.read_namespaced_secret(
+                        bound_secret, namespace, _preload_content=False
+                    )
+                )
+            except ApiException as exc:
+                raise translate(exc) from exc
+            bound = (bound_secret, str(secret["metadata"]["uid"]))
+        token, expiry = await auth.request_token(
             self.kube,
             namespace=namespace,
             service_account=service_account,
             audiences=audiences,
             expiration_seconds=expiration_seconds,
+            bound_secret=bound,
         )
+        if bound_secret is not None:
+            await self.kube.core.patch_namespaced_secret(
+                bound_secret,
+                namespace,
+                {"data": {"token": base64.b64encode(token.encode()).decode()}},
+            )
+        return token, expiry
 
     async def read_secret(self, namespace: str, name: str) -> dict[str, str]:
         return await ksandbox.read_secret_keys(self.kube, namespace, name)

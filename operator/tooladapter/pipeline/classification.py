@@ -15,6 +15,12 @@ The rules, from the design and the reference:
 - A block-listed shell command is refused when the policy says `deny`, or escalated to
   production (and so to approval) when it says `escalate`. Structural refusals (shell
   operators, substitutions, ...) are never escalated.
+- A shell command on no allow list (`ShellVerdict.unlisted`) never runs as its declared
+  class alone: by default (`shell.unlisted: escalate`) it is raised to `shared-write` and
+  must be approved whatever its class; a policy with `shell.unlisted: deny` refuses it.
+  The block list is judged first: a blocked command is never merely unlisted.
+- The shell rules come before the environment's, so an unlisted command in a
+  production namespace is raised on to production.
 
 Classification is a pure function of its inputs so dry-runs, the pipeline and a resumed
 pipeline agree.
@@ -26,7 +32,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..enums import RISK_TO_CLASS, BlockAction, EnvironmentClass, RiskClass, SideEffectClass
+from ..enums import (
+    RISK_TO_CLASS,
+    BlockAction,
+    EnvironmentClass,
+    RiskClass,
+    SideEffectClass,
+    UnlistedAction,
+)
 
 #: Classes a production environment raises to production.
 PRODUCTION_RAISES = frozenset({SideEffectClass.SHARED_WRITE, SideEffectClass.EXTERNAL})
@@ -39,8 +52,8 @@ class Classification:
     """The effective class and whether the call is refused at this stage.
 
     `raised_by` names every rule that raised the class, in order. `approval_forced` is
-    set when an escalated block-listed command must be approved even though its class
-    (`spend`, ranked above production) would not otherwise require it.
+    set when an escalated block-listed or unlisted shell command must be approved even
+    though its class (`spend`, ranked above production) would not otherwise require it.
     """
 
     declared: SideEffectClass
@@ -61,13 +74,19 @@ def classify(
     hinted: SideEffectClass | None = None,
     risk: RiskClass | None = None,
     shell_escalate_ok: bool = True,
+    shell_unlisted: bool = False,
+    unlisted_action: UnlistedAction = UnlistedAction.ESCALATE,
+    shell_reason: str = "",
 ) -> Classification:
     """Classify one call; see the module docstring for the rules.
 
-    `shell_blocked` / `shell_escalate_ok` come from `ShellVerdict.blocked` /
-    `ShellVerdict.escalate_ok`; `hinted` from `mcp_hint_class`; `risk` from the
+    `shell_blocked` / `shell_escalate_ok` / `shell_unlisted` come from
+    `ShellVerdict.blocked` / `.escalate_ok` / `.unlisted`; `block_action` and
+    `unlisted_action` from the policy decision; `shell_reason` (`ShellVerdict.reason`)
+    is quoted in refusals and raises; `hinted` from `mcp_hint_class`; `risk` from the
     descriptor's `riskClass`.
     """
+    why = f" ({shell_reason})" if shell_reason else ""
     effective = declared
     raised_by: list[str] = []
 
@@ -81,23 +100,35 @@ def classify(
         raise_to(RISK_TO_CLASS[risk], f"riskClass {risk.value}")
     if hinted is not None:
         raise_to(hinted, "MCP tool annotations")
-    if environment is EnvironmentClass.PRODUCTION and effective in PRODUCTION_RAISES:
-        raise_to(SideEffectClass.PRODUCTION, "the production environment")
 
     refusals: list[str] = []
     approval_forced = False
     if shell_blocked:
         if block_action is BlockAction.ESCALATE and shell_escalate_ok:
             raise_to(
-                SideEffectClass.PRODUCTION, "a block-listed shell command (blockAction escalate)"
+                SideEffectClass.PRODUCTION,
+                f"a block-listed shell command (blockAction escalate){why}",
             )
             approval_forced = True
         elif not shell_escalate_ok:
-            refusals.append("the shell command is refused outright (see the shell check)")
+            refusals.append(
+                "the shell command is refused outright" + (why or " (see the shell check)")
+            )
         else:
             refusals.append(
-                "the shell command is on the block list and the policy's blockAction is deny"
+                f"the shell command is on the block list and the policy's blockAction is deny{why}"
             )
+    elif shell_unlisted:
+        if unlisted_action is UnlistedAction.DENY:
+            refusals.append(
+                "the shell command is not on the allow list and the policy's shell.unlisted "
+                f"is deny{why}"
+            )
+        else:
+            raise_to(SideEffectClass.SHARED_WRITE, f"a shell command not on the allow list{why}")
+            approval_forced = True
+    if environment is EnvironmentClass.PRODUCTION and effective in PRODUCTION_RAISES:
+        raise_to(SideEffectClass.PRODUCTION, "the production environment")
     if frozen and effective in FROZEN_REFUSES:
         refusals.append(
             f"the environment is frozen (namespace label tooladapter.dev/frozen=true): "

@@ -9,8 +9,12 @@ on how Kubernetes combines RBAC and NetworkPolicy objects):
 - Ceilings, timeouts and thresholds take the strictest value: the lowest `maxClass`,
   the shortest approval timeout, spend gated if any policy's threshold is exceeded,
   spend prohibited if any policy prohibits it.
-- Shell lists union; the reference's block list is always included. `blockAction`
-  escalates only if every policy that sets it says `escalate`.
+- Shell block lists union; the reference's block list is always included. `blockAction`
+  escalates only if every policy that sets it says `escalate`. Shell allow lists narrow
+  the tool's (its own or the reference's default): when any policy sets `shell.allow`,
+  a command must also match an entry of some policy's list (the policies' lists union,
+  as tool allow lists do). A command on no allow list is escalated to approval unless
+  some policy says `shell.unlisted: deny` (deny wins).
 - Reviewer groups union.
 - An invalid policy (bad version range, JSON pointer, regex, ...) fails closed: it
   denies every call until fixed, and `check_policy` says exactly what is wrong.
@@ -33,7 +37,7 @@ from typing import Any
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
-from ..enums import BlockAction, SideEffectClass
+from ..enums import BlockAction, SideEffectClass, UnlistedAction
 from ..model import ArgumentCondition, SpendPolicy, ToolPolicySpec, ToolVersionRule
 from .hashing import CanonicalizationError, canonical_json, digest
 from .shell import DEFAULT_BLOCK_LIST
@@ -170,7 +174,7 @@ def check_policy(spec: ToolPolicySpec) -> list[str]:
                 parse_version_range(rule.versions)
             except VersionRangeError as err:
                 problems.append(f"{where}[{index}].versions: {err}")
-    problems.extend(check_shell_patterns(spec.shell.allow, where="shell.allow"))
+    problems.extend(check_shell_patterns(spec.shell.allow or [], where="shell.allow"))
     problems.extend(check_shell_patterns(spec.shell.block, where="shell.block"))
     for index, condition in enumerate(spec.conditions):
         problems.extend(f"conditions[{index}]{problem}" for problem in _check_condition(condition))
@@ -247,9 +251,11 @@ class PolicyDecision:
     approval_timeout_seconds: int
     reviewer_groups: tuple[str, ...]
     production_reviewer_groups: tuple[str, ...]
-    shell_allow: tuple[str, ...]
+    #: The union of the policies' `shell.allow` lists; None when no policy sets one.
+    shell_allow: tuple[str, ...] | None
     shell_block: tuple[str, ...]
     block_action: BlockAction
+    unlisted_action: UnlistedAction
     max_class: SideEffectClass | None
     max_class_set_by: str | None
     policies: tuple[str, ...]
@@ -409,7 +415,8 @@ def evaluate_policies(
     )
 
     # shell
-    shell_allow = _dedupe(p for _, spec in valid for p in spec.shell.allow)
+    allow_lists = [spec.shell.allow for _, spec in valid if spec.shell.allow is not None]
+    shell_allow = _dedupe(p for allow in allow_lists for p in allow) if allow_lists else None
     shell_block = _dedupe_patterns(
         [*DEFAULT_BLOCK_LIST, *(p for _, spec in valid for p in spec.shell.block)]
     )
@@ -422,6 +429,11 @@ def evaluate_policies(
         BlockAction.ESCALATE
         if actions and all(a is BlockAction.ESCALATE for a in actions)
         else BlockAction.DENY
+    )
+    unlisted_action = (
+        UnlistedAction.DENY
+        if any(spec.shell.unlisted is UnlistedAction.DENY for _, spec in valid)
+        else UnlistedAction.ESCALATE
     )
 
     # ceiling
@@ -454,6 +466,7 @@ def evaluate_policies(
         shell_allow=shell_allow,
         shell_block=shell_block,
         block_action=block_action,
+        unlisted_action=unlisted_action,
         max_class=max_class,
         max_class_set_by=max_class_set_by,
         policies=tuple(name for name, _ in ordered),

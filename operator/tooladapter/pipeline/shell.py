@@ -896,6 +896,9 @@ def _judge(argv: Sequence[str], *, depth: int) -> _Judged:
         inner = _shell_c_argument(argv, 0)
         if inner is None:
             return [list(argv)], None
+        startup = _shell_startup_option(argv)
+        if startup is not None:
+            return [], f"`{name} {startup}` runs a startup file or command first"
         return _judge_line(inner, f"{name} -c", depth)
     unwrap = _UNWRAPPERS.get(name)
     if unwrap is None:
@@ -916,6 +919,19 @@ def _judge(argv: Sequence[str], *, depth: int) -> _Judged:
             commands.extend(more)
         return commands, None
     return _judge(runs, depth=depth + 1)
+
+
+def _shell_startup_option(argv: Sequence[str]) -> str | None:
+    """An option that makes a shell run more than its `-c` string (`bash --rcfile F -ic`,
+    `fish -C CMD`), before the command string."""
+    for arg in argv[1:]:
+        if not arg.startswith(("-", "+")) or arg == "--":
+            return None
+        if arg.startswith(("--rcfile", "--init-file", "--init-command")):
+            return arg.split("=", 1)[0]
+        if _basename(argv[0]) == "fish" and not arg.startswith("--") and "C" in arg:
+            return "-C"
+    return None
 
 
 def _judge_line(line: str, wrapper: str, depth: int) -> _Judged:
@@ -1286,6 +1302,51 @@ def _runs_code(name: str, argv: Sequence[str]) -> str | None:
     return None
 
 
+def _script_operand(name: str, argv: Sequence[str]) -> int | None:
+    """The index of the script file a shell or an interpreter runs, if any: listed only
+    when the allow entry names it (`python3 tools/lint.py`), since a file such as
+    /tooladapter/arguments.json holds text the agent chose."""
+    if name in SHELLS:
+        j = 1
+        while j < len(argv):
+            arg = argv[j]
+            if arg in ("-o", "+o", "-O", "+O", "--rcfile", "--init-file"):
+                j += 2
+            elif arg == "--":
+                j += 1
+                break
+            elif len(arg) > 1 and arg[0] in "-+":
+                j += 1
+            else:
+                break
+        return j if j < len(argv) else None
+    key = "python" if _PYTHON.match(name) else name
+    interpreter = _INTERPRETERS.get(key)
+    if interpreter is None:
+        return None
+    i = 1
+    while i < len(argv):
+        arg = argv[i]
+        if arg in ("-",):
+            return None
+        if arg in ("--",):
+            return i + 1 if i + 1 < len(argv) else None
+        if not arg.startswith("-"):
+            return i
+        if arg.startswith("--"):
+            long_name, eq, _value = arg[2:].partition("=")
+            i += 2 if long_name in interpreter.long_values and not eq else 1
+            continue
+        letters = arg[1:]
+        step = 1
+        for j, letter in enumerate(letters, start=1):
+            if letter in interpreter.short_values:
+                step = 2 if j == len(letters) else 1
+                break
+        i += step
+    return None
+
+
 def _inline_code(argv: Sequence[str], interpreter: _Interpreter) -> str | None:
     i = 1
     while i < len(argv):
@@ -1465,7 +1526,7 @@ _EFFECT_SPECS: dict[str, tuple[_EffectSpec, ...]] = {
     "wget": (
         _EffectSpec(
             _UPLOADS,
-            long=_names("post-file post-data body-file body-data method execute input-file"),
+            long=_names("post-file post-data body-file body-data method execute input-file config"),
             short="ei",
             short_values="aABdDeiIlOoPQRtTUwXY",
         ),
@@ -1510,7 +1571,8 @@ _DOTNET_SWITCH = re.compile(r"^(?:--?|/)([a-z][a-z-]*)(?:[:=].*)?$", re.I)
 _DOTNET_EFFECTS = frozenset(
     _names(
         "p property t target l logger dl distributedlogger restoreproperty rp test-adapter-path"
-        " collect settings s diag d source configfile bl binarylogger"
+        " collect settings s diag d source configfile bl binarylogger e environment pp"
+        " preprocess fl filelogger flp fileloggerparameters orc outputresultscache"
     )
 )
 _MAKE_ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*\s*[:+?!]*=")
@@ -1522,6 +1584,11 @@ def _effects(name: str, argv: Sequence[str]) -> list[tuple[int, str]]:
     found: list[tuple[int, str]] = []
     for spec in _EFFECT_SPECS.get(name, ()):
         found.extend(_spec_effects(spec, argv, name))
+    script = _script_operand(name, argv)
+    if script is not None:
+        found.append(
+            (script, "is a script file run by its interpreter (its content cannot be judged)")
+        )
     if name == "git":
         found.extend(_git_effects(argv))
     elif name == "dotnet":

@@ -504,9 +504,9 @@ def check_descriptor(spec: ToolDescriptorSpec) -> list[str]:
 
     Checked: both schemas compile; the input schema describes an object; the block for
     the tool's kind is present and no block of another kind is; kind-specific rules
-    (container needs `sandbox.command`; shell takes `arguments.command`; http templates
-    only use declared arguments and reach allowed hosts); egress entries; secret
-    dependency names and keys.
+    (container needs `sandbox.command`; shell takes `arguments.command` and carries no
+    secrets or Kubernetes identity; http templates only use declared arguments and reach
+    allowed hosts); egress entries; secret dependency names and keys.
     """
     problems: list[str] = []
     problems.extend(check_schema(spec.input_schema, what="inputSchema"))
@@ -551,8 +551,21 @@ def check_descriptor(spec: ToolDescriptorSpec) -> list[str]:
                         f"line), not {command_type!r}"
                     )
         if spec.shell is not None:
-            problems.extend(check_shell_patterns(spec.shell.allow, where="shell.allow"))
+            problems.extend(check_shell_patterns(spec.shell.allow or [], where="shell.allow"))
             problems.extend(check_shell_patterns(spec.shell.block, where="shell.block"))
+        # The agent chooses a shell tool's command: it never runs beside brokered
+        # credentials (the API server refuses this too; this keeps older objects inactive).
+        if spec.secret_dependencies:
+            problems.append(
+                "secretDependencies: a shell tool's command comes from the agent, so it may "
+                "not carry brokered secrets; use a container tool (a fixed sandbox.command)"
+            )
+        if spec.authorization.kubernetes_identity is not None:
+            problems.append(
+                "authorization.kubernetesIdentity: a shell tool's command comes from the "
+                "agent, so it may not carry a brokered token; use a container tool (a fixed "
+                "sandbox.command)"
+            )
     elif spec.kind is ToolKind.HTTP:
         if spec.http is None:
             problems.append("http: an http tool needs an http block (method, url, ...)")
