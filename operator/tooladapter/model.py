@@ -96,8 +96,9 @@ class ServiceAccountIdentity(Model):
 
 
 class Authorization(Model):
-    scopes: list[str] = Field(default_factory=list)
-    roles: list[str] = Field(default_factory=list)
+    # The reference's `scopes`/`roles` are not here: nothing could enforce them yet, and a
+    # field that looks enforced but is not is worse than none. Who may call a tool is RBAC
+    # (`invoke` on tooldescriptors/<toolId>).
     kubernetes_identity: ServiceAccountIdentity | None = None
 
 
@@ -471,10 +472,8 @@ class ApprovalBinding(Model):
 class LeaseLimits(Model):
     cpu: str | None = None
     memory: str | None = None
-    gpu: str | None = None
     timeout_seconds: int
     egress_allow: list[str] = Field(default_factory=list)
-    read_only_mounts: list[str] = Field(default_factory=list)
 
 
 class SandboxLease(Model):

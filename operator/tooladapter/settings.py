@@ -115,10 +115,6 @@ class Settings:
     #: Container maps to none: the node's default runtime).
     runtime_classes: tuple[tuple[str, str], ...] = (("GVisor", "gvisor"), ("Kata", "kata"))
 
-    @property
-    def runtime_class_of(self) -> dict[str, str]:
-        return dict(self.runtime_classes)
-
     def serves(self, namespace: str) -> bool:
         return not self.namespaces or any(
             fnmatch.fnmatchcase(namespace, p) for p in self.namespaces

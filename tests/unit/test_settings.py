@@ -69,9 +69,9 @@ def test_the_cache_stays_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_runtime_classes_map_sandbox_kinds(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert Settings().runtime_class_of == {"GVisor": "gvisor", "Kata": "kata"}
+    assert dict(Settings().runtime_classes) == {"GVisor": "gvisor", "Kata": "kata"}
     monkeypatch.setenv("TOOLADAPTER_RUNTIME_CLASSES", "GVisor=runsc, Kata=kata-qemu")
-    assert Settings.from_env().runtime_class_of == {"GVisor": "runsc", "Kata": "kata-qemu"}
+    assert dict(Settings.from_env().runtime_classes) == {"GVisor": "runsc", "Kata": "kata-qemu"}
     monkeypatch.setenv("TOOLADAPTER_RUNTIME_CLASSES", "GVisor")
     with pytest.raises(ValueError, match="TOOLADAPTER_RUNTIME_CLASSES"):
         Settings.from_env()

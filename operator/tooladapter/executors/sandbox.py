@@ -61,7 +61,7 @@ class SandboxExecutor:
             has_token=descriptor.authorization.kubernetes_identity is not None,
             network_gate=network_gate_for(self.canary, list(sandbox.egress.allow)),
             gate_image=self.settings.sandbox_image,
-            runtime_class=runtime_class_for(sandbox, self.settings.runtime_class_of),
+            runtime_class=runtime_class_for(sandbox, dict(self.settings.runtime_classes)),
         )
 
     async def execute(self, call: Call) -> Outcome:

@@ -140,7 +140,7 @@ async def lease_sandbox(
         job_name=names.job,
         network_policy_name=names.network_policy,
         secret_name=names.secret if has_secret else None,
-        runtime_class=runtime_class_for(sandbox, ctx.rt.settings.runtime_class_of),
+        runtime_class=runtime_class_for(sandbox, dict(ctx.rt.settings.runtime_classes)),
     )
     ctx.status.sandbox_lease = lease
     ctx.record(

@@ -151,7 +151,7 @@ async def missing_runtime_class(rt: Runtime, body: dict[str, Any]) -> str | None
         sandbox = ToolDescriptorSpec.model_validate(body.get("spec") or {}).sandbox_spec
     except ValidationError:
         return None
-    name = runtime_class_for(sandbox, rt.settings.runtime_class_of) if sandbox else None
+    name = runtime_class_for(sandbox, dict(rt.settings.runtime_classes)) if sandbox else None
     if name is None or await rt.cluster.runtime_class_exists(name):
         return None
     return name
