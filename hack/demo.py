@@ -120,6 +120,8 @@ def main() -> None:
             },
             "timeoutSeconds": 60,
             "sandbox": {"resources": {"limits": {"cpu": "500m", "memory": "64Mi"}}},
+            # Only listed commands run as sandbox class; any other waits for an approval.
+            "shell": {"allow": ["uname", "echo", "ls", "cat"]},
         },
         {
             "toolId": "weather",

@@ -187,6 +187,8 @@ class Setup(BenchBase):
                 "kind": "shell",
                 "sideEffectClass": "sandbox",
                 "timeoutSeconds": 120,
+                # Only listed commands run as sandbox class without an approval.
+                "shell": {"allow": ["echo"]},
                 "inputSchema": {
                     "type": "object",
                     "properties": {"command": {"type": "string", "maxLength": 4096}},

@@ -95,6 +95,9 @@ def shell_tool(
     egress: list[str] | None = None,
     **spec: Any,
 ) -> dict[str, Any]:
+    """A shell tool; unless `shell=` says otherwise, the commands these tests run are on
+    its allow list (a command on no entry needs an approval)."""
+    spec.setdefault("shell", {"allow": list(TEST_SHELL_ALLOW)})
     return descriptor(
         api,
         namespace,
@@ -109,6 +112,41 @@ def shell_tool(
                 "limits": {"cpu": cpu, "memory": memory},
             },
             "egress": {"allow": egress or []},
+        },
+        **spec,
+    )
+
+
+#: The allow list of `shell_tool` tools: what the integration tests run in them.
+TEST_SHELL_ALLOW = ("echo", "cat", "sleep", "true", "tail", "wget", "ls", "uname")
+
+
+def container_tool(
+    api: client.ApiClient,
+    namespace: str,
+    tool_id: str,
+    command: list[str],
+    *,
+    side_effect_class: str = "sandbox",
+    timeout: int = 60,
+    **spec: Any,
+) -> dict[str, Any]:
+    """A container tool: the platform's fixed argv; the arguments arrive as the JSON file
+    /tooladapter/arguments.json. The kind that may carry brokered credentials."""
+    return descriptor(
+        api,
+        namespace,
+        tool_id,
+        kind="container",
+        side_effect_class=side_effect_class,
+        inputSchema={"type": "object", "additionalProperties": {"type": "string"}},
+        timeoutSeconds=timeout,
+        sandbox={
+            "command": command,
+            "resources": {
+                "requests": {"cpu": "50m", "memory": "64Mi"},
+                "limits": {"cpu": "500m", "memory": "64Mi"},
+            },
         },
         **spec,
     )

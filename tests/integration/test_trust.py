@@ -17,6 +17,7 @@ from tooladapter.devtools import Namespace, OperatorProcess, free_port, node_ip,
 from .objects import (
     Agent,
     approve,
+    container_tool,
     create,
     descriptor,
     get,
@@ -338,22 +339,29 @@ def test_credentials_fail_closed_are_redacted_and_die_with_the_call(
             },
         },
     )
-    shell_tool(
-        api, ns.name, "with-db", secretDependencies=[{"secretName": "db", "keys": ["password"]}]
+    # Container tools: the platform's fixed argv (a shell tool, whose command the agent
+    # chooses, may not carry brokered secrets: see test_holes.py).
+    container_tool(
+        api,
+        ns.name,
+        "with-db",
+        ["cat", "/tooladapter/secrets/db/password"],
+        secretDependencies=[{"secretName": "db", "keys": ["password"]}],
     )
-    shell_tool(
+    container_tool(
         api,
         ns.name,
         "with-missing",
+        ["true"],
         secretDependencies=[{"secretName": "nope", "keys": ["password"]}],
     )
     agent.grant(["with-db", "with-missing"], ["sandbox"])
 
-    missing = status_of(agent.wait(agent.invoke("with-missing", {"command": "true"})))
+    missing = status_of(agent.wait(agent.invoke("with-missing", {})))
     assert missing["state"] == "Denied" and missing["deniedStage"] == "credentials", pretty(missing)
     assert missing["failureClass"] == "credentials"
 
-    echoed = agent.invoke("with-db", {"command": "cat /tooladapter/secrets/db/password"})
+    echoed = agent.invoke("with-db", {})
     status = status_of(agent.wait(echoed, timeout=180))
     assert status["state"] == "Observed", pretty(status)
     assert value not in str(status) and "REDACTED" in status["result"]["content"]
@@ -402,13 +410,17 @@ def test_the_reaper_leaves_nothing_of_ended_invocations(
     client.CoreV1Api(api).create_namespaced_secret(
         ns.name, {"metadata": {"name": "k"}, "data": {"v": base64.b64encode(b"x" * 20).decode()}}
     )
-    shell_tool(api, ns.name, "tidy", secretDependencies=[{"secretName": "k", "keys": ["v"]}])
+    container_tool(
+        api,
+        ns.name,
+        "tidy",
+        ["cat", "/tooladapter/arguments.json"],
+        secretDependencies=[{"secretName": "k", "keys": ["v"]}],
+    )
     agent.grant(["tidy"], ["sandbox"])
     for i in range(3):
         assert (
-            status_of(agent.wait(agent.invoke("tidy", {"command": f"echo {i}"}), timeout=180))[
-                "state"
-            ]
+            status_of(agent.wait(agent.invoke("tidy", {"call": f"{i}"}), timeout=180))["state"]
             == "Observed"
         )
     selector = "app.kubernetes.io/managed-by=tooladapter"

@@ -740,7 +740,35 @@ def shell_descriptor(
         }
     elif isinstance(sandbox, dict):
         extra["sandbox"] = sandbox
+    # Only listed commands run as their class: the commands these tests run are listed.
+    extra.setdefault("shell", {"allow": list(TEST_SHELL_ALLOW)})
     return descriptor(tool_id, kind="shell", side_effect_class=side_effect_class, **extra)
+
+
+#: The allow list of `shell_descriptor` tools (a command on no entry needs an approval).
+TEST_SHELL_ALLOW = ("echo", "env", "sleep", "true", "cat", "ls")
+
+
+def container_descriptor(
+    tool_id: str = "ct",
+    *,
+    command: list[str] | None = None,
+    side_effect_class: str = "sandbox",
+    **spec: Any,
+) -> Body:
+    """A container tool: the platform's fixed argv (the arguments arrive as a JSON file);
+    the kind that may carry brokered credentials."""
+    extra: Body = {
+        "inputSchema": SHELL_SCHEMA,
+        "timeoutSeconds": 60,
+        "sandbox": {
+            "command": command or ["cat", "/tooladapter/arguments.json"],
+            "resources": {"limits": {"cpu": "500m", "memory": "64Mi"}},
+            "egress": {"allow": []},
+        },
+        **spec,
+    }
+    return descriptor(tool_id, kind="container", side_effect_class=side_effect_class, **extra)
 
 
 def invocation(

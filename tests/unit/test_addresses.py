@@ -3,6 +3,7 @@ http executor and the MCP client apply it to the address they connect to."""
 
 from __future__ import annotations
 
+import dataclasses
 import socket
 from types import SimpleNamespace
 from typing import Any
@@ -10,13 +11,15 @@ from typing import Any
 import httpcore2
 import pytest
 
+from tooladapter.catalog import Catalog
 from tooladapter.enums import FailureClass, InvocationState, SideEffectClass, ToolKind
 from tooladapter.events import namespace_ref
 from tooladapter.executors import Call
 from tooladapter.executors.http import GuardedResolver, HttpExecutor, allowances
+from tooladapter.executors.mcp import McpExecutor
 from tooladapter.handlers.routing import warn_unknown_environment
 from tooladapter.mcp_client import _GuardedBackend
-from tooladapter.model import Egress, HttpSpec, SandboxSpec, ToolDescriptorSpec
+from tooladapter.model import Egress, HttpSpec, McpBinding, SandboxSpec, ToolDescriptorSpec
 from tooladapter.pipeline.addresses import (
     AddressRefused,
     AddressRule,
@@ -190,6 +193,24 @@ async def test_an_http_tool_reaching_loopback_without_an_allowance_is_policy_den
     assert "not sent" in outcome.message and not outcome.retryable
 
 
+@pytest.mark.parametrize("host", ["2130706433", "127.1", "017700000001", "0"])
+async def test_a_legacy_numeric_address_is_refused_before_sending_and_never_uncertain(
+    host: str,
+) -> None:
+    # aiohttp refuses these spellings of 127.0.0.1 before connecting; an effectful call must
+    # then end Failed (nothing was sent), not Uncertain.
+    executor = HttpExecutor()
+    call = dataclasses.replace(
+        call_of(http_tool(f"http://{host}:1/x")), effective_class=SideEffectClass.EXTERNAL
+    )
+    try:
+        outcome = await executor.execute(call)
+    finally:
+        await executor.close()
+    assert outcome.state is InvocationState.FAILED, outcome
+    assert "not sent" in outcome.message
+
+
 async def test_a_host_name_in_allowed_hosts_does_not_allow_its_loopback_address() -> None:
     executor = HttpExecutor()
     try:
@@ -288,3 +309,57 @@ def test_an_unknown_environment_class_is_warned_about_once_per_namespace_and_val
     ]
     assert posted[0][0] == namespace_ref({"name": "team-a", "uid": "uid-team-a"})
     assert posted[0][0]["kind"] == "Namespace" and posted[0][0]["apiVersion"] == "v1"
+
+
+# --------------------------------------------------------------------------- MCP credentials
+
+
+class SecretReads:
+    def __init__(self) -> None:
+        self.read: list[str] = []
+
+    async def read_secret(self, namespace: str, name: str) -> dict[str, str]:
+        self.read.append(name)
+        return {"token": "czNjcmV0"}
+
+
+@pytest.mark.parametrize(
+    ("activated", "verified", "reads"),
+    [
+        (False, "http://127.0.0.1:1/mcp", []),  # nobody activated it
+        (True, None, []),  # activated, but the url was never probed without credentials
+        (True, "http://10.0.0.1/mcp", []),  # the url changed since
+        (True, "http://127.0.0.1:1/mcp", ["mcp-token"]),
+    ],
+)
+async def test_an_mcp_call_reads_and_sends_credentials_only_to_an_activated_verified_url(
+    activated: bool, verified: str | None, reads: list[str]
+) -> None:
+    catalog = Catalog()
+    catalog.servers.put(
+        {
+            "metadata": {"namespace": "team-a", "name": "tools"},
+            "spec": {
+                "url": "http://127.0.0.1:1/mcp",
+                "activated": activated,
+                "allowedCidrs": ["127.0.0.1/32"],
+                "credentials": {"secretKeyRef": {"name": "mcp-token", "key": "token"}},
+            },
+            "status": {"verifiedUrl": verified} if verified else {},
+        }
+    )
+    cluster = SecretReads()
+    spec = ToolDescriptorSpec(
+        tool_id="echo",
+        version="1.0.0",
+        kind=ToolKind.MCP,
+        side_effect_class=SideEffectClass.READ,
+        mcp=McpBinding(server="tools", tool="echo", pinned_digest="sha256:" + "0" * 64),
+    )
+    outcome = await McpExecutor(cluster, catalog).execute(call_of(spec))  # type: ignore[arg-type]
+    assert cluster.read == reads
+    assert outcome.state is InvocationState.FAILED
+    if not reads:
+        assert "not activated at a verified url" in outcome.message
+    else:  # got as far as connecting (nothing listens on port 1)
+        assert outcome.failure_class is FailureClass.TRANSIENT and outcome.retryable

@@ -14,6 +14,7 @@ from tooladapter.enums import (
     EnvironmentClass,
     RiskClass,
     SideEffectClass,
+    UnlistedAction,
 )
 from tooladapter.pipeline.classification import classify, environment_class, mcp_hint_class
 
@@ -31,6 +32,8 @@ PROD = EnvironmentClass.PRODUCTION
     hinted=st.none() | st.sampled_from(SideEffectClass),
     risk=st.none() | st.sampled_from(RiskClass),
     shell_escalate_ok=st.booleans(),
+    shell_unlisted=st.booleans(),
+    unlisted_action=st.sampled_from(UnlistedAction),
 )
 def test_the_effective_class_is_never_below_the_declared_one(**inputs: Any) -> None:
     result = classify(**inputs)
@@ -161,6 +164,89 @@ def test_escalating_a_spend_tool_keeps_spend_and_forces_approval() -> None:
         block_action=BlockAction.ESCALATE,
     )
     assert result.effective == C.SPEND and result.approval_forced
+
+
+@given(
+    declared=st.sampled_from(SideEffectClass),
+    environment=st.sampled_from(EnvironmentClass),
+    frozen=st.booleans(),
+    unlisted_action=st.sampled_from(UnlistedAction),
+    hinted=st.none() | st.sampled_from(SideEffectClass),
+    risk=st.none() | st.sampled_from(RiskClass),
+)
+def test_an_unlisted_shell_command_never_runs_as_plain_sandbox(**inputs: Any) -> None:
+    result = classify(shell_unlisted=True, **inputs)
+    assert result.refused or (
+        result.effective.rank >= C.SHARED_WRITE.rank and result.approval_forced
+    )
+    assert result.effective not in (C.READ, C.SANDBOX) or result.refused
+
+
+@pytest.mark.parametrize("declared", [C.READ, C.SANDBOX])
+def test_an_unlisted_command_is_raised_to_shared_write_and_needs_an_approval(
+    declared: SideEffectClass,
+) -> None:
+    result = classify(
+        declared=declared,
+        environment=DEV,
+        frozen=False,
+        shell_unlisted=True,
+        shell_reason="command `rm x` is not on the shell allow list",
+    )
+    assert not result.refused
+    assert (result.effective, result.approval_forced) == (C.SHARED_WRITE, True)
+    assert "not on the allow list" in result.reason
+    assert "`rm x`" in result.reason
+    assert result.raised_by == (
+        "a shell command not on the allow list (command `rm x` is not on the shell allow "
+        f"list) raised {declared.value} to shared-write",
+    )
+
+
+def test_an_unlisted_command_is_refused_when_the_policy_denies_it() -> None:
+    result = classify(
+        declared=C.SANDBOX,
+        environment=DEV,
+        frozen=False,
+        shell_unlisted=True,
+        unlisted_action=UnlistedAction.DENY,
+        shell_reason="why",
+    )
+    assert result.refused and result.effective == C.SANDBOX
+    assert "not on the allow list and the policy's shell.unlisted is deny (why)" in result.reason
+
+
+def test_an_unlisted_command_in_production_is_raised_on_to_production() -> None:
+    result = classify(declared=C.SANDBOX, environment=PROD, frozen=False, shell_unlisted=True)
+    assert result.effective == C.PRODUCTION and result.approval_forced
+    assert len(result.raised_by) == 2
+
+
+def test_an_unlisted_command_in_a_frozen_environment_is_refused() -> None:
+    result = classify(declared=C.SANDBOX, environment=DEV, frozen=True, shell_unlisted=True)
+    assert result.refused and "frozen" in result.reason
+
+
+def test_an_unlisted_command_of_a_spend_tool_keeps_spend_and_forces_approval() -> None:
+    result = classify(declared=C.SPEND, environment=DEV, frozen=False, shell_unlisted=True)
+    assert result.effective == C.SPEND and result.approval_forced
+
+
+def test_the_block_list_decides_before_the_allow_list() -> None:
+    result = classify(
+        declared=C.SANDBOX,
+        environment=DEV,
+        frozen=False,
+        shell_blocked=True,
+        shell_unlisted=True,
+        block_action=BlockAction.ESCALATE,
+    )
+    assert result.effective == C.PRODUCTION
+    assert "allow list" not in result.reason
+    denied = classify(
+        declared=C.SANDBOX, environment=DEV, frozen=False, shell_blocked=True, shell_unlisted=True
+    )
+    assert denied.refused and "block list" in denied.reason
 
 
 @pytest.mark.parametrize(

@@ -24,6 +24,7 @@ from .fake_cluster import (
     Harness,
     ScriptedExecutor,
     ago,
+    container_descriptor,
     descriptor,
     finished_job,
     invocation,
@@ -79,7 +80,8 @@ def scripted(h: Harness) -> ScriptedExecutor:
 
 
 def sandboxed(cluster: FakeCluster) -> dict[ToolKind, Executor]:
-    return {ToolKind.SHELL: SandboxExecutor(cluster, Settings())}
+    executor = SandboxExecutor(cluster, Settings())
+    return {ToolKind.SHELL: executor, ToolKind.CONTAINER: executor}
 
 
 def outcomes(status: dict) -> list[tuple[str, str]]:
@@ -334,8 +336,10 @@ async def test_a_resumed_sandbox_call_still_redacts_its_brokered_secret() -> Non
     cluster = FakeCluster()
     cluster.secrets[(NAMESPACE, "api")] = {"token": base64.b64encode(b"s3cr3t-value").decode()}
     first = make_runtime(cluster, executors=sandboxed(cluster))
-    first.publish(
-        shell_descriptor(secretDependencies=[{"secretName": "api", "keys": ["token"]}]),
+    first.publish(  # a container tool: a shell tool may not carry brokered secrets
+        container_descriptor(
+            "sh", command=["env"], secretDependencies=[{"secretName": "api", "keys": ["token"]}]
+        ),
     )
     cluster.grant(tools=["sh"], classes=["sandbox"])
     body = first.submit(invocation("sh-1", tool="sh", arguments={"command": "env"}))

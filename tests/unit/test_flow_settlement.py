@@ -26,6 +26,7 @@ from .fake_cluster import (
     FakeCluster,
     Harness,
     ScriptedExecutor,
+    container_descriptor,
     descriptor,
     invocation,
     make_runtime,
@@ -320,7 +321,13 @@ async def test_an_interrupt_before_execution_cancels_and_releases_the_lease() ->
     cluster = FakeCluster()
     cluster.secrets[(NAMESPACE, "api")] = {"token": base64.b64encode(b"t").decode()}
     h = sandboxed(cluster)
-    body = shell_call(h, secretDependencies=[{"secretName": "api", "keys": ["token"]}])
+    # A container tool: a shell tool may not carry brokered secrets.
+    h.publish(
+        container_descriptor("sh", secretDependencies=[{"secretName": "api", "keys": ["token"]}])
+    )
+    h.cluster.grant(tools=["sh"], classes=["sandbox"])
+    body = h.submit(invocation("sh-1", tool="sh", arguments={"command": "echo hi"}))
+    h.pre_approve(body)
     uid = body["metadata"]["uid"]
 
     def interrupt_on_brokered(result: dict, **_: object) -> None:

@@ -153,8 +153,10 @@ def test_every_policy_is_bound_fail_closed() -> None:
 def test_caller_policy_is_strict() -> None:
     policy = _by_kind("ValidatingAdmissionPolicy")["tooladapter-invocation-caller"]
     assert "matchConditions" not in policy["spec"], "the gateway exemption stays commented out"
-    (validation,) = policy["spec"]["validations"]
-    assert "object.spec.caller.name == request.userInfo.username" in validation["expression"]
+    name_rule, groups_rule = policy["spec"]["validations"]
+    assert "object.spec.caller.name == request.userInfo.username" in name_rule["expression"]
+    # Every claimed group must be one the API server authenticated for the creator.
+    assert "g in request.userInfo.groups" in groups_rule["expression"]
 
 
 def test_status_policy_covers_every_status_field() -> None:

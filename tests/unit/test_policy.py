@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from tooladapter.enums import BlockAction, SideEffectClass
+from tooladapter.enums import BlockAction, SideEffectClass, UnlistedAction
 from tooladapter.model import ToolPolicySpec
 from tooladapter.pipeline.policy import (
     MISSING,
@@ -301,6 +301,21 @@ def test_shell_lists_union_and_always_include_the_default_block_list() -> None:
     decision = evaluate(("ns/a", a), ("ns/b", b))
     assert decision.shell_allow == ("git status", "npm test")
     assert decision.shell_block == (*DEFAULT_BLOCK_LIST, "git push --force")
+
+
+def test_no_policy_allow_list_means_no_narrowing_and_an_empty_one_lists_nothing() -> None:
+    assert evaluate().shell_allow is None
+    assert evaluate(("ns/a", policy(shell={"block": ["x"]}))).shell_allow is None
+    assert evaluate(("ns/a", policy(shell={"allow": []}))).shell_allow == ()
+
+
+def test_unlisted_commands_escalate_unless_any_policy_denies_them() -> None:
+    assert evaluate().unlisted_action is UnlistedAction.ESCALATE
+    esc = policy(shell={"unlisted": "escalate"})
+    deny = policy(shell={"unlisted": "deny"})
+    assert evaluate(("ns/a", esc)).unlisted_action is UnlistedAction.ESCALATE
+    assert evaluate(("ns/a", esc), ("ns/b", deny)).unlisted_action is UnlistedAction.DENY
+    assert ToolPolicySpec().shell.unlisted is UnlistedAction.ESCALATE
 
 
 def test_block_action_escalates_only_when_every_setter_says_escalate() -> None:

@@ -110,7 +110,12 @@ def test_receipt_has_every_field_of_the_reference() -> None:
     assert (receipt["declaredClass"], receipt["effectiveClass"]) == ("shared-write", "production")
     assert receipt["approvalId"] == "apr-1"
     assert receipt["state"] == "Observed"
-    assert receipt["sandbox"] == {"kind": "GVisor", "poolId": "default", "leaseId": "lease-1"}
+    assert receipt["sandbox"] == {
+        "kind": "GVisor",
+        "poolId": "default",
+        "leaseId": "lease-1",
+        "runtimeClass": None,
+    }
     assert receipt["commandLine"] == ["git", "status"]
     assert receipt["redactions"] == ["github-token"]
     assert receipt["caller"] == {"kind": "agent", "name": "system:serviceaccount:team-a:agent-1"}
@@ -133,7 +138,12 @@ def test_a_denied_invocation_without_lease_gets_the_given_sandbox_or_none() -> N
         tool_kind="http",
         written_at="t",
     )
-    assert receipt["sandbox"] == {"kind": "None", "poolId": None, "leaseId": None}
+    assert receipt["sandbox"] == {
+        "kind": "None",
+        "poolId": None,
+        "leaseId": None,
+        "runtimeClass": None,
+    }
     assert receipt["failureClass"] == "policy-denied"
     assert receipt["approvalId"] is None and receipt["redactions"] == []
     with_pool = build_receipt(
@@ -147,7 +157,12 @@ def test_a_denied_invocation_without_lease_gets_the_given_sandbox_or_none() -> N
         sandbox_pool="default",
         written_at="t",
     )
-    assert with_pool["sandbox"] == {"kind": "Container", "poolId": "default", "leaseId": None}
+    assert with_pool["sandbox"] == {
+        "kind": "Container",
+        "poolId": "default",
+        "leaseId": None,
+        "runtimeClass": None,
+    }
 
 
 def test_a_receipt_can_be_built_when_the_spec_never_parsed() -> None:

@@ -9,12 +9,14 @@ import pytest
 
 from tooladapter.enums import SideEffectClass, ToolKind
 from tooladapter.model import (
+    Authorization,
     Egress,
     HttpSpec,
     McpBinding,
     NativeSpec,
     SandboxSpec,
     SecretDependency,
+    ServiceAccountIdentity,
     ShellSpec,
     ToolDescriptorSpec,
 )
@@ -304,6 +306,29 @@ def test_secret_dependency_names_and_keys_are_checked() -> None:
     assert any("secretDependencies[1].keys[1]" in p for p in problems)
     assert any("secretDependencies[1].keys[2]" in p for p in problems)
     assert any("listed twice" in p for p in problems)
+
+
+def test_a_shell_tool_may_carry_no_secrets_or_kubernetes_identity() -> None:
+    secrets = [SecretDependency(secret_name="db", keys=["password"])]
+    identity = Authorization(kubernetes_identity=ServiceAccountIdentity(service_account_name="x"))
+    problems = check_descriptor(descriptor(secret_dependencies=secrets))
+    assert any(p.startswith("secretDependencies: a shell tool's command") for p in problems)
+    problems = check_descriptor(descriptor(authorization=identity))
+    assert any(p.startswith("authorization.kubernetesIdentity: a shell tool") for p in problems)
+    # A container tool runs the platform's fixed argv: it may.
+    container = descriptor(
+        kind=ToolKind.CONTAINER,
+        sandbox=SandboxSpec(command=["/bin/tool"]),
+        secret_dependencies=secrets,
+        authorization=identity,
+    )
+    assert check_descriptor(container) == []
+
+
+def test_a_shell_tool_without_an_allow_list_gets_the_default_one() -> None:
+    assert ShellSpec().allow is None
+    assert ShellSpec(allow=[]).allow == []
+    assert check_descriptor(descriptor(shell=ShellSpec(allow=[]))) == []
 
 
 def test_unparseable_shell_patterns_are_reported() -> None:

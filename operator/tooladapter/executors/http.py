@@ -141,6 +141,10 @@ class HttpExecutor(InOperator):
                         output=output,
                     )
                 return Outcome.observed(output)
+        except aiohttp.InvalidURL as exc:
+            # Refused before connecting (e.g. a legacy numeric IPv4 spelling such as
+            # 2130706433 or 127.1): nothing was sent.
+            return Outcome.failed(FailureClass.VALIDATION, f"{method} {url}: not sent: {exc!r}")
         except aiohttp.ClientConnectorError as exc:
             if isinstance(exc.os_error, AddressRefused):
                 return _refused(method, url, exc.os_error)

@@ -61,11 +61,13 @@ class McpExecutor(InOperator):
             return Outcome.failed(
                 FailureClass.TRANSIENT, f"McpServer {descriptor.mcp.server} not found"
             )
-        if not entry.spec.activated:
+        if not entry.spec.activated or entry.status.get("verifiedUrl") != entry.spec.url:
             # Bound descriptors are unhealthy unless the server is Active; this closes the
-            # window in which activation was just withdrawn: its credential is not sent.
+            # window in which activation was just withdrawn or the url just changed (not
+            # yet probed without credentials): its credential is not sent.
             return Outcome.failed(
-                FailureClass.TRANSIENT, f"McpServer {descriptor.mcp.server} is not activated"
+                FailureClass.TRANSIENT,
+                f"McpServer {descriptor.mcp.server} is not activated at a verified url",
             )
         try:
             headers, secrets = await credentials_for(self.cluster, call.namespace, entry.spec)

@@ -171,7 +171,7 @@ class AddressRule:
         if kind is None:
             return None
         return (
-            f"{parsed} is a {kind} address, not allowed explicitly (an IP literal in "
+            f"{parsed} is a non-public address ({kind}), not allowed explicitly (an IP literal in "
             "http.allowedHosts, a CIDR in sandbox.egress.allow or McpServer spec.allowedCidrs)"
         )
 

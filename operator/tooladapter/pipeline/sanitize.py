@@ -1,23 +1,33 @@
 """Result sanitization: strip secrets, bound the size, tag the provenance.
 
-A tool result goes to a model, so it is treated as hostile data:
+A tool result goes to a model, so it is treated as hostile data, and so is every other text
+that reaches status, events, logs, the artifact store or the agent (`bounded_message`):
 
 1. Exact-value redaction of every brokered credential, in every form a tool is likely to
    print it: raw, trimmed, JSON-escaped, URL-encoded (`quote`, `quote_plus`), hex, and
    base64 (standard and URL-safe, with and without padding) including the part of a
    longer base64 string that encodes it at each of the three byte alignments (so the
-   password inside a base64 `user:password` header is caught too).
-2. Pattern redaction of known secret formats: our own rules for what detect-secrets
-   lacks or gets partially (whole PEM/PuTTY private-key blocks, complete JWTs including
-   Kubernetes service-account tokens, Azure DevOps PATs, `Authorization:` header
-   values, unquoted AWS secret access keys), then the regex plugins of detect-secrets
-   that are precise enough to run over arbitrary output (AWS, GitHub, GitLab, Slack,
-   Stripe, basic-auth URLs, ...).
-   The entropy and keyword plugins are left out: on build logs they redact noise.
+   password inside a base64 `user:password` header is caught too). Each form is also
+   searched in views of the text that undo what tools do to long values: line breaks (and
+   the indentation after them, and `\\n` escapes) removed, so a value split over lines or
+   base64 wrapped at 76 (or 64) columns is found; and escapes decoded (`%XX`, `\\xXX`,
+   `\\uXXXX`, `\\/`, HTML character references), so a fully percent- or JSON-escaped value is
+   found. A match in a view redacts the text it came from, line breaks included.
+2. Pattern redaction of known secret formats, each written from its issuer's public
+   documentation (GitHub classic and fine-grained, GitLab, Slack, Stripe, OpenAI, Anthropic,
+   Google, npm, PyPI, AWS, Azure connection strings, SAS signatures, AD client secrets and
+   DevOps PATs, JWTs including Kubernetes service-account tokens, PEM and PuTTY private
+   keys, `Authorization:` headers, URL credentials and `password=`/`secret=`/`token:`
+   assignments in config, env and URLs).
 3. Only then the size bound: truncation at a UTF-8 boundary with a marker, so a secret
    cut in half by truncation has already been removed. The sha256 of the full original
    output is recorded, so the stored artifact can be tied to what the tool produced.
 
+Every pattern runs on RE2 (`linear_regex`): time linear in the text, whatever an agent
+makes a tool print (Python's `re`, and the detect-secrets plugins built on it, took ~20 s
+on `seq -s // 1 40000`). After each match the work is bounded too: every pattern either
+ends in a bounded repetition or consumes the run it matched. Structured results are
+redacted value by value (`sanitize_structured`), never by a regex over serialised JSON.
 Redactions are reported by kind (`brokered-secret`, `github-token`, ...), never by value.
 """
 
@@ -25,6 +35,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import bisect
 import hashlib
 import json
 import re
@@ -34,30 +45,36 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote, quote_plus
 
-from detect_secrets.plugins.aws import AWSKeyDetector
-from detect_secrets.plugins.azure_storage_key import AzureStorageKeyDetector
-from detect_secrets.plugins.basic_auth import BasicAuthDetector
-from detect_secrets.plugins.discord import DiscordBotTokenDetector
-from detect_secrets.plugins.github_token import GitHubTokenDetector
-from detect_secrets.plugins.gitlab_token import GitLabTokenDetector
-from detect_secrets.plugins.mailchimp import MailchimpDetector
-from detect_secrets.plugins.npm import NpmDetector
-from detect_secrets.plugins.openai import OpenAIDetector
-from detect_secrets.plugins.pypi_token import PypiTokenDetector
-from detect_secrets.plugins.sendgrid import SendGridDetector
-from detect_secrets.plugins.slack import SlackDetector
-from detect_secrets.plugins.square_oauth import SquareOAuthDetector
-from detect_secrets.plugins.stripe import StripeDetector
-from detect_secrets.plugins.telegram_token import TelegramBotTokenDetector
-from detect_secrets.plugins.twilio import TwilioKeyDetector
-
 from ..model import DEFAULT_MAX_RESULT_BYTES
+from .linear_regex import ENGINE, LinearPattern, compile_internal, compile_linear
+
+__all__ = [
+    "BROKERED_SECRET",
+    "ENGINE",
+    "MIN_SECRET_CHARS",
+    "RECORDED_ARGS",
+    "RECORDED_ARG_CHARS",
+    "RULES",
+    "Sanitized",
+    "bounded_message",
+    "marker",
+    "provenance_envelope",
+    "redact_argv",
+    "redact_text",
+    "sanitize",
+    "sanitize_structured",
+    "secret_forms",
+]
 
 BROKERED_SECRET = "brokered-secret"  # noqa: S105 (a redaction kind, not a password)
 #: Shorter brokered values are not redacted by exact value (they would redact noise).
 MIN_SECRET_CHARS = 4
 #: Shortest base64 fragment searched for at a non-zero alignment.
 MIN_FRAGMENT_CHARS = 6
+#: Text scanned beyond the bound, and the margin kept clear of a cut (see `_Scan`).
+_MIN_MARGIN = 16 * 1024
+#: A JWT payload longer than this is not decoded to tell its kind (it is redacted anyway).
+_MAX_JWT_PAYLOAD = 16 * 1024
 
 
 def marker(kind: str) -> str:
@@ -119,9 +136,23 @@ def secret_forms(value: str) -> set[str]:
     return {form for form in forms if len(form) >= MIN_SECRET_CHARS}
 
 
-def _occurrences(text: str, needle: str) -> Iterable[tuple[int, int]]:
-    """Every occurrence of `needle` in `text`, overlapping ones merged into one span."""
-    start = text.find(needle)
+def _smallest_period(needle: bytes) -> int:
+    """The smallest p such that needle[i] == needle[i + p] (KMP failure function): two
+    occurrences of `needle` never start closer than p apart."""
+    failure = [0] * len(needle)
+    k = 0
+    for i in range(1, len(needle)):
+        while k and needle[i] != needle[k]:
+            k = failure[k - 1]
+        if needle[i] == needle[k]:
+            k += 1
+        failure[i] = k
+    return len(needle) - failure[-1] if needle else 1
+
+
+def _occurrences(data: bytes, needle: bytes, period: int) -> Iterable[tuple[int, int]]:
+    """Every occurrence of `needle` in `data`, overlapping ones merged into one span."""
+    start = data.find(needle)
     span_start, span_end = -1, -1
     while start != -1:
         end = start + len(needle)
@@ -131,55 +162,173 @@ def _occurrences(text: str, needle: str) -> Iterable[tuple[int, int]]:
             if span_end >= 0:
                 yield span_start, span_end
             span_start, span_end = start, end
-        start = text.find(needle, start + 1)
+        start = data.find(needle, start + period)
     if span_end >= 0:
         yield span_start, span_end
 
 
-def _redact_exact(text: str, secrets: Sequence[str], counts: Counter[str]) -> str:
-    """Redact the union of all occurrences of all forms: none survives intact, even where
-    occurrences of different forms overlap."""
-    needles: set[str] = set()
-    for value in secrets:
-        if value:
-            needles.update(secret_forms(value))
-    spans = [
-        (start, end, BROKERED_SECRET)
-        for needle in needles
-        for start, end in _occurrences(text, needle)
-    ]
-    return _replace_spans(text, spans, counts) if spans else text
+class _View:
+    """A rewritten copy of some text (line breaks removed, escapes decoded) that maps its
+    offsets back to the text it came from. `specials` holds, per rewritten piece, its
+    offset here, its span in the source and its length here; between pieces the two
+    texts are the same."""
+
+    def __init__(self, source: bytes, pattern: LinearPattern, rewrite: Callable[[bytes], bytes]):
+        out: list[bytes] = []
+        self.view_at: list[int] = []
+        self.specials: list[tuple[int, int, int]] = []  # (source start, source end, length)
+        position = 0
+        length = 0
+        for match in pattern.finditer(source):
+            start, end = match.span()
+            replacement = rewrite(source[start:end])
+            out.append(source[position:start])
+            length += start - position
+            out.append(replacement)
+            self.view_at.append(length)
+            self.specials.append((start, end, len(replacement)))
+            length += len(replacement)
+            position = end
+        out.append(source[position:])
+        self.data = b"".join(out)
+        self.changed = bool(self.specials)
+
+    def source_start(self, offset: int) -> int:
+        index = bisect.bisect_right(self.view_at, offset) - 1
+        if index < 0:
+            return offset
+        at = self.view_at[index]
+        start, end, length = self.specials[index]
+        return start if offset < at + length else end + (offset - at - length)
+
+    def source_end(self, offset: int) -> int:
+        index = bisect.bisect_left(self.view_at, offset) - 1
+        if index < 0:
+            return offset
+        at = self.view_at[index]
+        start, end, length = self.specials[index]
+        return end if offset <= at + length else end + (offset - at - length)
+
+
+#: Line breaks with the indentation after them, and their JSON/C escapes (`\n`, `\r\n`).
+_BREAKS = compile_linear(r"(?:(?:\r\n|\r|\n)[ \t]*|\\r\\n|\\n|\\r)+")
+#: Escapes tools use for values in URLs, JSON, JavaScript, Python, C and HTML.
+_ESCAPES = compile_linear(
+    r"%[0-9A-Fa-f]{2}"
+    r"|\\u[dD][89abAB][0-9A-Fa-f]{2}\\u[dD][c-fC-F][0-9A-Fa-f]{2}"
+    r"|\\u[0-9A-Fa-f]{4}|\\x[0-9A-Fa-f]{2}|\\[\\/\"'bfnrt]"
+    r"|&#[0-9]{1,7};|&#[xX][0-9A-Fa-f]{1,6};|&(?:amp|lt|gt|quot|apos);"
+)
+_SIMPLE_ESCAPES = {
+    b"\\\\": b"\\",
+    b"\\/": b"/",
+    b'\\"': b'"',
+    b"\\'": b"'",
+    b"\\b": b"\b",
+    b"\\f": b"\f",
+    b"\\n": b"\n",
+    b"\\r": b"\r",
+    b"\\t": b"\t",
+    b"&amp;": b"&",
+    b"&lt;": b"<",
+    b"&gt;": b">",
+    b"&quot;": b'"',
+    b"&apos;": b"'",
+}
+
+
+def _unescape(piece: bytes) -> bytes:
+    simple = _SIMPLE_ESCAPES.get(piece)
+    if simple is not None:
+        return simple
+    try:
+        if piece.startswith(b"%") or piece.startswith(b"\\x"):
+            return bytes([int(piece[-2:], 16)])
+        if piece.startswith(b"\\u"):
+            return piece.decode("unicode_escape").encode("utf-16", "surrogatepass").decode(
+                "utf-16"
+            ).encode("utf-8")
+        if piece.startswith((b"&#x", b"&#X")):
+            return chr(int(piece[3:-1], 16)).encode("utf-8")
+        if piece.startswith(b"&#"):
+            return chr(int(piece[2:-1])).encode("utf-8")
+    except (ValueError, UnicodeError, OverflowError):
+        pass
+    return piece  # not a character (a lone surrogate, beyond U+10FFFF): kept as written
+
+
+def _drop(_piece: bytes) -> bytes:
+    return b""
+
+
+_ESCAPE_HINTS = (b"%", b"\\", b"&#", b"&a", b"&l", b"&g", b"&q")
+
+
+def _views(data: bytes) -> list[tuple[bytes, Callable[[int, int], tuple[int, int]]]]:
+    """The text and its rewritten views, each with a map of a span back to the text."""
+
+    def same(start: int, end: int) -> tuple[int, int]:
+        return start, end
+
+    views: list[tuple[bytes, Callable[[int, int], tuple[int, int]]]] = [(data, same)]
+    unescaped: _View | None = None
+    if any(hint in data for hint in _ESCAPE_HINTS):
+        unescaped = _View(data, _ESCAPES, _unescape)
+        if unescaped.changed:
+            u = unescaped
+            views.append((u.data, lambda s, e: (u.source_start(s), u.source_end(e))))
+        else:
+            unescaped = None
+    if b"\n" in data or b"\r" in data or b"\\n" in data or b"\\r" in data:
+        joined = _View(data, _BREAKS, _drop)
+        if joined.changed:
+            j = joined
+            views.append((j.data, lambda s, e: (j.source_start(s), j.source_end(e))))
+    if unescaped is not None and (b"\n" in unescaped.data or b"\r" in unescaped.data):
+        both = _View(unescaped.data, _BREAKS, _drop)
+        if both.changed:
+            u2, b2 = unescaped, both
+            views.append(
+                (
+                    b2.data,
+                    lambda s, e: (
+                        u2.source_start(b2.source_start(s)),
+                        u2.source_end(b2.source_end(e)),
+                    ),
+                )
+            )
+    return views
 
 
 # --------------------------------------------------------------------------- patterns
 
-_PEM_PRIVATE_KEY = re.compile(
-    r"-----BEGIN ((?:[A-Z0-9]+ )*)PRIVATE KEY((?: BLOCK)?)-----.*?"
-    r"(?:-----END \1PRIVATE KEY\2-----|\Z)",
-    re.DOTALL,
-)
-_PUTTY_KEY = re.compile(r"PuTTY-User-Key-File-\d+:.*?(?:Private-MAC:[^\r\n]*|\Z)", re.DOTALL)
-_JWT = re.compile(r"(?<![A-Za-z0-9_-])eyJ[A-Za-z0-9_-]{4,}\.eyJ[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]*")
-_AZURE_DEVOPS_PAT = re.compile(
-    r"(?<![A-Za-z0-9])(?:[a-z2-7]{52}|[A-Za-z0-9]{76}AZDO[A-Za-z0-9]{4})(?![A-Za-z0-9])"
-)
-_AUTHORIZATION = re.compile(
-    r"(?i)(authorization[\"']?\s*[:=]\s*[\"']?(?:bearer|basic|token|bot)\s+)"
-    r"([A-Za-z0-9._~+/=\-]{8,})"
-)
-#: An AWS secret access key where it is named: credentials files and env
-#: (`aws_secret_access_key = ...`, `AWS_SECRET_ACCESS_KEY=...`) and STS/JSON output
-#: (`"SecretAccessKey": "..."`). detect-secrets only catches it quoted.
-_AWS_SECRET_ACCESS_KEY = re.compile(
-    r"(?i)(secret_?access_?key[\"']?\s*[:=]\s*[\"']?)([A-Za-z0-9/+]{40})(?![A-Za-z0-9/+=])"
-)
+
+@dataclass(frozen=True)
+class Rule:
+    """One known secret format: the text a regex matches (or its `group`; -1: the last
+    group that took part) is redacted as `kind`. The match must not touch a byte of
+    `left`/`right` on that side (RE2 has no look-around)."""
+
+    kind: str
+    pattern: str
+    group: int = 0
+    left: bytes = b""
+    right: bytes = b""
+    kind_of: Callable[[bytes], str] | None = None
+    source: str = ""
+
+    @property
+    def compiled(self) -> LinearPattern:
+        return compile_linear(self.pattern)
 
 
-def _jwt_kind(token: str) -> str:
+def _jwt_kind(token: bytes) -> str:
     try:
-        payload = token.split(".")[1]
-        claims = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
-    except (ValueError, IndexError, binascii.Error):
+        payload = token.split(b".")[1]
+        if len(payload) > _MAX_JWT_PAYLOAD:
+            return "jwt"
+        claims = json.loads(base64.urlsafe_b64decode(payload + b"=" * (-len(payload) % 4)))
+    except (ValueError, IndexError, binascii.Error, RecursionError):
         return "jwt"
     if isinstance(claims, dict):
         subject = str(claims.get("sub", ""))
@@ -193,88 +342,342 @@ def _jwt_kind(token: str) -> str:
     return "jwt"
 
 
-#: Own rules: (regex, kind or kind function, group to redact (0 = whole match)).
-_OWN_RULES: tuple[tuple[re.Pattern[str], str | Callable[[str], str], int], ...] = (
-    (_PEM_PRIVATE_KEY, "private-key", 0),
-    (_PUTTY_KEY, "private-key", 0),
-    (_JWT, _jwt_kind, 0),
-    (_AZURE_DEVOPS_PAT, "azure-devops-pat", 0),
-    (_AUTHORIZATION, "authorization-header", 2),
-    (_AWS_SECRET_ACCESS_KEY, "aws-secret-access-key", 2),
+_ALNUM = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"
+_B64 = _ALNUM + b"+/="
+_TOKEN_CHARS = _ALNUM + b"_-"
+#: A value after `key=` / `key: `: quoted (JSON escapes allowed) or up to a delimiter.
+_VALUE = (
+    r"""(?:"((?:[^"\\\r\n]|\\.)+)"|'([^'\r\n]+)'"""
+    r"""|([^\s"'`&;,<>(){}\[\]]+))"""
+)
+#: `key=value`, `key: value`, `"key": "value"`, `key := value`, `key => value`.
+_ASSIGN = r"""["']?[ \t]{0,16}(?::=|=>|[:=])[ \t]{0,16}"""
+
+#: The known formats, most specific first: where matches overlap, the first rule names it.
+RULES: tuple[Rule, ...] = (
+    Rule(
+        "private-key",
+        r"-----BEGIN [A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?-----(?s:.*?)"
+        r"(?:-----END [A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?-----|\z)",
+        source="RFC 7468 (PEM); OpenSSH, PGP and PKCS#8 blocks; cut-off blocks to the end",
+    ),
+    Rule(
+        "private-key",
+        r"PuTTY-User-Key-File-\d{1,3}:(?s:.*?)(?:Private-MAC:[^\r\n]*|\z)",
+        source="PuTTY .ppk format",
+    ),
+    Rule(
+        "jwt",
+        r"eyJ[A-Za-z0-9_-]{4,}\.eyJ[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]*",
+        left=_TOKEN_CHARS,
+        kind_of=_jwt_kind,
+        source="RFC 7519 compact JWS (Kubernetes service-account tokens named as such)",
+    ),
+    Rule(
+        "github-token",
+        r"gh[pousr]_[A-Za-z0-9_]{36,}",
+        left=_TOKEN_CHARS,
+        source="GitHub: ghp_ (classic PAT), gho_, ghu_, ghs_, ghr_ + 36 base62 characters",
+    ),
+    Rule(
+        "github-token",
+        r"github_pat_[A-Za-z0-9_]{22,}",
+        left=_TOKEN_CHARS,
+        source="GitHub fine-grained PAT: github_pat_ + 22 + _ + 59 characters",
+    ),
+    Rule(
+        "gitlab-token",
+        r"(?:glpat|gloas|gldt|glrt|glrtr|glcbt|glptt|glft|glimt|glagent|glsoat|glffct|glwt)"
+        r"-[A-Za-z0-9_.-]{20,}",
+        left=_TOKEN_CHARS,
+        source="GitLab token prefixes (docs.gitlab.com security/tokens)",
+    ),
+    Rule(
+        "gitlab-token",
+        r"GR1348941[A-Za-z0-9_-]{20,}",
+        left=_TOKEN_CHARS,
+        source="GitLab runner registration token",
+    ),
+    Rule(
+        "slack-token",
+        r"(?:xox[abposre]|xoxe\.xox[bp]|xapp)-[A-Za-z0-9-]{10,}",
+        left=_TOKEN_CHARS,
+        source="Slack bot/user/app/config/refresh tokens (api.slack.com/authentication)",
+    ),
+    Rule(
+        "slack-webhook",
+        r"hooks\.slack\.com/(?:services|workflows|triggers)/[A-Za-z0-9_/-]{10,}",
+        source="Slack incoming webhook and workflow URLs",
+    ),
+    Rule(
+        "stripe-access-key",
+        r"(?:sk|rk)_(?:live|test)_[A-Za-z0-9]{10,}",
+        left=_TOKEN_CHARS,
+        source="Stripe secret (sk_) and restricted (rk_) keys",
+    ),
+    Rule(
+        "stripe-access-key",
+        r"whsec_[A-Za-z0-9]{20,}",
+        left=_TOKEN_CHARS,
+        source="Stripe webhook signing secret",
+    ),
+    Rule(
+        "anthropic-api-key",
+        r"sk-ant-(?:api|admin|oat|ort|sid)[0-9]{2}-[A-Za-z0-9_-]{20,}",
+        left=_TOKEN_CHARS,
+        source="Anthropic API (sk-ant-api03-), Admin (sk-ant-admin01-) and OAuth keys",
+    ),
+    Rule(
+        "openai-token",
+        r"sk-(?:proj|svcacct|admin|None)-[A-Za-z0-9_-]{20,}",
+        left=_TOKEN_CHARS,
+        source="OpenAI project, service-account and admin keys",
+    ),
+    Rule(
+        "openai-token",
+        r"sk-[A-Za-z0-9_-]*T3BlbkFJ[A-Za-z0-9_-]{10,}",
+        left=_TOKEN_CHARS,
+        source="OpenAI keys carrying the T3BlbkFJ marker",
+    ),
+    Rule(
+        "openai-token",
+        r"sk-[A-Za-z0-9]{48}",
+        left=_TOKEN_CHARS,
+        right=_TOKEN_CHARS,
+        source="OpenAI legacy user keys: sk- + 48 characters",
+    ),
+    Rule(
+        "google-api-key",
+        r"AIza[0-9A-Za-z_-]{35}",
+        left=_TOKEN_CHARS,
+        source="Google Cloud API keys (AIza + 35 characters)",
+    ),
+    Rule(
+        "google-oauth-secret",
+        r"GOCSPX-[A-Za-z0-9_-]{20,}|ya29\.[0-9A-Za-z_-]{20,}|1//0[0-9A-Za-z_-]{30,}",
+        left=_TOKEN_CHARS,
+        source="Google OAuth client secrets, access and refresh tokens",
+    ),
+    Rule(
+        "npm-tokens",
+        r"npm_[A-Za-z0-9]{36}",
+        left=_TOKEN_CHARS,
+        source="npm access tokens",
+    ),
+    Rule(
+        "npm-tokens",
+        r"(?i)_(?:authToken|auth|password)[ \t]{0,16}=[ \t]{0,16}[\"']?([^\s\"']{6,})",
+        group=1,
+        source=".npmrc _authToken, _auth and _password",
+    ),
+    Rule(
+        "pypi-token",
+        r"pypi-AgE[A-Za-z0-9_-]{50,}",
+        left=_TOKEN_CHARS,
+        source="PyPI and TestPyPI API tokens (macaroons)",
+    ),
+    Rule(
+        "aws-access-key",
+        r"(?:A3T[A-Z0-9]|AKIA|ASIA|ABIA|ACCA)[A-Z0-9]{16}",
+        left=_ALNUM,
+        right=_ALNUM,
+        source="AWS access key ids (AKIA long-term, ASIA temporary)",
+    ),
+    Rule(
+        "aws-secret-access-key",
+        r"(?i)secret_?access_?key" + _ASSIGN + r"[\"']?([A-Za-z0-9/+]{40})",
+        group=1,
+        right=_B64,
+        source="AWS secret access keys where named (credentials file, env, STS JSON)",
+    ),
+    Rule(
+        "aws-session-token",
+        r"(?i)session_?token" + _ASSIGN + r"[\"']?([A-Za-z0-9/+=]{100,})",
+        group=1,
+        source="AWS session tokens where named",
+    ),
+    Rule(
+        "azure-connection-string",
+        r"(?i)(?:AccountKey|SharedAccessKey|SharedSecretValue)[ \t]{0,16}=[ \t]{0,16}"
+        r"([A-Za-z0-9+/]{20,}={0,2})",
+        group=1,
+        source="Azure Storage, Service Bus, Event Hubs and Cosmos DB connection strings",
+    ),
+    Rule(
+        "azure-sas-signature",
+        r"(?i)(?:^|[?&;\s\"'])sig=([A-Za-z0-9%+/=]{20,})",
+        group=1,
+        source="Azure shared access signatures (sig= of a SAS URL or connection string)",
+    ),
+    Rule(
+        "azure-ad-client-secret",
+        r"[A-Za-z0-9_~.]{3}[0-9]Q~[A-Za-z0-9_~.-]{31,34}",
+        left=_TOKEN_CHARS + b"~.",
+        right=_TOKEN_CHARS + b"~.",
+        source="Microsoft Entra ID (Azure AD) application client secrets",
+    ),
+    Rule(
+        "azure-devops-pat",
+        r"[a-z2-7]{52}",
+        left=_ALNUM,
+        right=_ALNUM,
+        source="Azure DevOps PATs, legacy 52-character base32 format",
+    ),
+    Rule(
+        "azure-devops-pat",
+        r"[A-Za-z0-9]{76}AZDO[A-Za-z0-9]{4}",
+        left=_ALNUM,
+        right=_ALNUM,
+        source="Azure DevOps PATs, 84-character format with AZDO at 76",
+    ),
+    Rule(
+        "discord-bot-token",
+        r"[MNO][A-Za-z0-9_-]{23,25}\.[A-Za-z0-9_-]{6}\.[A-Za-z0-9_-]{27,38}",
+        left=_TOKEN_CHARS,
+        source="Discord bot tokens",
+    ),
+    Rule(
+        "mailchimp-access-key",
+        r"[0-9a-f]{32}-us[0-9]{1,2}",
+        left=_ALNUM,
+        right=_ALNUM,
+        source="Mailchimp API keys",
+    ),
+    Rule(
+        "sendgrid-api-key",
+        r"SG\.[A-Za-z0-9_-]{22}\.[A-Za-z0-9_-]{43}",
+        left=_TOKEN_CHARS,
+        source="SendGrid API keys",
+    ),
+    Rule(
+        "square-oauth-secret",
+        r"sq0csp-[0-9A-Za-z_-]{43}|sq0atp-[0-9A-Za-z_-]{22}|EAAA[A-Za-z0-9_-]{60}",
+        left=_TOKEN_CHARS,
+        source="Square OAuth secrets and access tokens",
+    ),
+    Rule(
+        "telegram-bot-token",
+        r"[0-9]{8,10}:[0-9A-Za-z_-]{35}",
+        left=_ALNUM,
+        right=_TOKEN_CHARS,
+        source="Telegram bot tokens",
+    ),
+    Rule(
+        "twilio-api-key",
+        r"(?:SK|AC)[0-9a-f]{32}",
+        left=_ALNUM,
+        right=_ALNUM,
+        source="Twilio API key and account SIDs",
+    ),
+    Rule(
+        "authorization-header",
+        r"(?i)authorization[\"']?[ \t]{0,16}[:=][ \t]{0,16}[\"']?"
+        r"(?:bearer|basic|token|bot|digest|negotiate|apikey|sso-key)[ \t]{1,16}"
+        r"([A-Za-z0-9._~+/=-]{8,})",
+        group=1,
+        source="HTTP Authorization and Proxy-Authorization header values",
+    ),
+    Rule(
+        "basic-auth-credentials",
+        r"://[^\s/?#@:]*:([^\s/?#@]+)@",
+        group=1,
+        source="credentials in URLs (RFC 3986 userinfo)",
+    ),
+    Rule(
+        "secret-assignment",
+        r"(?i)(?:password|passwd|passphrase|secret|token|api[_-]?key|access[_-]?key"
+        r"|private[_-]?key|credentials?)" + _ASSIGN + _VALUE,
+        group=-1,
+        source="password=, secret:, token=, api_key: ... in config, env, JSON, YAML and URLs",
+    ),
 )
 
-_DETECTORS: tuple[Any, ...] = (
-    AWSKeyDetector(),
-    AzureStorageKeyDetector(),
-    BasicAuthDetector(),
-    DiscordBotTokenDetector(),
-    GitHubTokenDetector(),
-    GitLabTokenDetector(),
-    MailchimpDetector(),
-    NpmDetector(),
-    OpenAIDetector(),
-    PypiTokenDetector(),
-    SendGridDetector(),
-    SlackDetector(),
-    SquareOAuthDetector(),
-    StripeDetector(),
-    TelegramBotTokenDetector(),
-    TwilioKeyDetector(),
-)
+
+#: Whether any rule matches at all: one pass instead of one per rule, for short texts (the
+#: many small strings of structured content, messages). Long texts run rule by rule: one
+#: automaton for every rule would outgrow RE2's DFA budget and fall back to its slower NFA.
+_ANY_RULE = compile_internal("|".join(f"(?:{rule.pattern})" for rule in RULES))
+_PREFILTER_BELOW = 4096
 
 
-def _slug(text: str) -> str:
-    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
-
-
-#: Detectors whose regex groups capture the secret inside its context (`://user:PW@`):
-#: only the group is redacted. Every other detector's whole match is redacted (their
-#: groups are prefixes such as `(ghp|gho)`).
-_GROUP_DETECTORS = (AWSKeyDetector, BasicAuthDetector, NpmDetector)
-
-
-def _pattern_rules() -> Iterable[tuple[re.Pattern[str], str | Callable[[str], str], int]]:
-    yield from _OWN_RULES
-    for detector in _DETECTORS:
-        kind = _slug(str(detector.secret_type))
-        group = -1 if isinstance(detector, _GROUP_DETECTORS) else 0
-        for regex in detector.denylist:
-            yield regex, kind, group  # -1: the last group that matched, else the whole match
-
-
-def _redact_patterns(text: str, counts: Counter[str]) -> str:
-    for regex, kind, group in _pattern_rules():
-        spans: list[tuple[int, int, str]] = []
-        for match in regex.finditer(text):
-            index = group
+def _pattern_spans(data: bytes, spans: list[tuple[int, int, int, str]]) -> None:
+    if len(data) < _PREFILTER_BELOW and _ANY_RULE.search(data) is None:
+        return
+    for priority, rule in enumerate(RULES):
+        regex = rule.compiled
+        for match in regex.finditer(data):
+            index = rule.group
             if index < 0:
                 index = max(
-                    (i for i in range(1, (regex.groups or 0) + 1) if match.group(i)), default=0
+                    (i for i in range(1, regex.groups + 1) if match.span(i)[0] >= 0), default=0
                 )
             start, end = match.span(index)
             if end <= start:
                 continue
-            found = match.group(index)
-            spans.append((start, end, kind(found) if callable(kind) else kind))
-        if spans:
-            text = _replace_spans(text, spans, counts)
-    return text
+            if rule.left and start > 0 and data[start - 1] in rule.left:
+                continue
+            if rule.right and end < len(data) and data[end] in rule.right:
+                continue
+            kind = rule.kind_of(data[start:end]) if rule.kind_of else rule.kind
+            spans.append((start, end, priority, kind))
 
 
-def _replace_spans(text: str, spans: list[tuple[int, int, str]], counts: Counter[str]) -> str:
-    out: list[str] = []
-    position = 0
-    for start, end, kind in sorted(spans):
-        if start < position:  # overlaps the previous span: extend it instead
-            if end > position:
-                position = end
-            continue
-        out.append(text[position:start])
-        out.append(marker(kind))
-        counts[kind] += 1
-        position = end
-    out.append(text[position:])
-    return "".join(out)
+# --------------------------------------------------------------------------- redaction
+
+
+class _Redactor:
+    """The redaction of one call: its brokered values' forms, computed once."""
+
+    def __init__(self, secrets: Sequence[str]) -> None:
+        forms: set[bytes] = set()
+        for value in secrets:
+            if value:
+                forms.update(
+                    f.encode("utf-8", errors="surrogatepass") for f in secret_forms(value)
+                )
+        self.needles = sorted((f, _smallest_period(f)) for f in forms)
+        longest = max((len(f) for f in forms), default=0)
+        #: A secret spelled with every byte escaped (`\\u0041`) is six times as long.
+        self.margin = max(_MIN_MARGIN, 8 * longest + 4096)
+
+    def spans(self, data: bytes) -> list[tuple[int, int, int, str]]:
+        spans: list[tuple[int, int, int, str]] = []
+        if self.needles:
+            for view, to_source in _views(data):
+                for needle, period in self.needles:
+                    for start, end in _occurrences(view, needle, period):
+                        source_start, source_end = to_source(start, end)
+                        spans.append((source_start, source_end, -1, BROKERED_SECRET))
+        _pattern_spans(data, spans)
+        return spans
+
+    def redact(self, data: bytes, counts: Counter[str], keep: int | None = None) -> bytes:
+        """`data` with every span replaced by its marker; with `keep`, the text from that
+        offset on is left out (a span that starts before it is still replaced whole)."""
+        spans = self.spans(data)
+        if not spans and keep is None:
+            return data
+        limit = len(data) if keep is None else keep
+        out: list[bytes] = []
+        position = 0
+        # By start, then by rule: where spans overlap, the most specific names the marker.
+        for start, end, _priority, kind in sorted(spans, key=lambda s: (s[0], s[2], -s[1])):
+            if start < position:  # overlaps the previous span: extend it instead
+                position = max(position, end)
+                continue
+            if start >= limit:
+                break
+            out.append(data[position:start])
+            out.append(marker(kind).encode())
+            counts[kind] += 1
+            position = end
+        if position < limit:
+            out.append(data[position:limit])
+        return b"".join(out)
+
+
+def _utf8(text: str) -> bytes:
+    return text.encode("utf-8", errors="replace")
 
 
 # --------------------------------------------------------------------------- public
@@ -283,7 +686,33 @@ def _replace_spans(text: str, spans: list[tuple[int, int, str]], counts: Counter
 def redact_text(text: str, secrets: Sequence[str] = ()) -> str:
     """`text` with brokered secret values and known secret patterns redacted (for logs)."""
     counts: Counter[str] = Counter()
-    return _redact_patterns(_redact_exact(text, secrets, counts), counts)
+    return _Redactor(secrets).redact(_utf8(text), counts).decode("utf-8", errors="replace")
+
+
+#: Bounds of texts that reach status and events (`bounded_message`).
+STATUS_MESSAGE_CHARS = 2048
+EVENT_MESSAGE_CHARS = 1024
+
+
+def bounded_message(
+    text: str | None, secrets: Sequence[str] = (), *, max_chars: int = STATUS_MESSAGE_CHARS
+) -> str:
+    """A message for status, an event or a log line: redacted like a result, then cut to
+    `max_chars` with an ellipsis. Only a bounded prefix is scanned (the cut drops the rest
+    anyway), and the cut happens after redaction, so no secret is left half-shown."""
+    if not text:
+        return ""
+    redactor = _Redactor(secrets)
+    window = text[: 4 * max_chars + 2 * redactor.margin]
+    data = _utf8(window)
+    keep = None
+    if len(window) < len(text):
+        keep = max(0, len(data) - redactor.margin)
+    counts: Counter[str] = Counter()
+    clean = redactor.redact(data, counts, keep).decode("utf-8", errors="replace")
+    if len(clean) <= max_chars and keep is None:
+        return clean
+    return clean[: max_chars - 1] + "…"
 
 
 #: A recorded command line is a record, not the argv: bounded per element and in length.
@@ -294,18 +723,18 @@ RECORDED_ARGS = 64
 def redact_argv(argv: Sequence[str], secrets: Sequence[str] = ()) -> list[str]:
     """A command line as it may be recorded (status, receipts): every element redacted
     like a result, bounded. The agent's own command can carry a secret it typed."""
-    recorded = [redact_text(arg, secrets)[:RECORDED_ARG_CHARS] for arg in argv[:RECORDED_ARGS]]
+    recorded = [
+        bounded_message(arg, secrets, max_chars=RECORDED_ARG_CHARS) for arg in argv[:RECORDED_ARGS]
+    ]
     if len(argv) > RECORDED_ARGS:
         recorded.append(f"[TRUNCATED: {len(argv) - RECORDED_ARGS} more arguments]")
     return recorded
 
 
-def _truncate_utf8(text: str, max_bytes: int) -> tuple[str, int, int]:
-    data = text.encode("utf-8", errors="surrogatepass")
+def _truncate_utf8(data: bytes, max_bytes: int) -> bytes:
     if len(data) <= max_bytes:
-        return text, len(data), len(data)
-    shown = data[:max_bytes].decode("utf-8", errors="ignore")
-    return shown, len(shown.encode("utf-8", errors="surrogatepass")), len(data)
+        return data
+    return data[:max_bytes].decode("utf-8", errors="ignore").encode("utf-8")
 
 
 def sanitize(
@@ -318,24 +747,110 @@ def sanitize(
 
     `raw` bytes are decoded as UTF-8 with replacement characters. `original_bytes` and
     `original_sha256` describe the raw output; the content, when truncated, ends with
-    `\\n[TRUNCATED: N of M bytes shown]` where N and M count the redacted text.
+    `\\n[TRUNCATED: N of M bytes shown]` where N and M count the redacted text (M counts
+    the raw text when more than the bound plus a margin came in: only that much is read).
+    CPU-heavy for large outputs: the flow runs it on a worker thread (RE2 matches without
+    the GIL).
     """
     data = raw if isinstance(raw, bytes) else raw.encode("utf-8", errors="surrogatepass")
     text = raw.decode("utf-8", errors="replace") if isinstance(raw, bytes) else raw
+    redactor = _Redactor(secrets)
     counts: Counter[str] = Counter()
-    redacted = _redact_patterns(_redact_exact(text, secrets, counts), counts)
-    shown, shown_bytes, total_bytes = _truncate_utf8(redacted, max_bytes)
-    truncated = shown_bytes < total_bytes
+    scan = max_bytes + 2 * redactor.margin
+    if len(text) > scan:  # only the part that can be shown is read (plus the margin)
+        window = _utf8(text[:scan])
+        redacted = redactor.redact(window, counts, keep=len(window) - redactor.margin)
+        total = len(data)
+    else:
+        redacted = redactor.redact(_utf8(text), counts)
+        total = len(redacted)
+    shown = _truncate_utf8(redacted, max_bytes)
+    truncated = len(shown) < total
+    content = shown.decode("utf-8", errors="replace")
     if truncated:
-        shown += f"\n[TRUNCATED: {shown_bytes} of {total_bytes} bytes shown]"
+        content += f"\n[TRUNCATED: {len(shown)} of {total} bytes shown]"
     return Sanitized(
-        content=shown,
+        content=content,
         truncated=truncated,
         original_bytes=len(data),
         original_sha256="sha256:" + hashlib.sha256(data).hexdigest(),
         redactions=tuple(sorted(counts)),
         redaction_count=sum(counts.values()),
     )
+
+
+@dataclass(frozen=True)
+class SanitizedStructure:
+    """Structured content redacted value by value; `value` is None when it was too large
+    (or too deep) to keep, like a truncated text result."""
+
+    value: Any
+    redactions: tuple[str, ...]
+    redaction_count: int
+
+
+#: Structured content nests at most this deep (deeper content is dropped, not walked).
+MAX_STRUCTURED_DEPTH = 64
+
+
+def sanitize_structured(
+    value: Any, *, secrets: Sequence[str] = (), max_bytes: int = DEFAULT_MAX_RESULT_BYTES
+) -> SanitizedStructure:
+    """Redact every string (keys included) of parsed JSON in place of a regex over its
+    serialisation, which a redaction could cut through; None when the redacted value is
+    larger than `max_bytes` as compact JSON or nests deeper than MAX_STRUCTURED_DEPTH.
+    Iterative: a deep value cannot exhaust the stack."""
+    redactor = _Redactor(secrets)
+    counts: Counter[str] = Counter()
+    budget = max_bytes
+
+    def clean(text: str) -> str:
+        nonlocal budget
+        budget -= len(text)
+        if budget < 0:
+            raise _TooLarge
+        return redactor.redact(_utf8(text), counts).decode("utf-8", errors="replace")
+
+    root: list[Any] = [None]
+    # (source node, container to fill, key or index in it, depth)
+    stack: list[tuple[Any, Any, Any, int]] = [(value, root, 0, 0)]
+    try:
+        while stack:
+            node, parent, slot, depth = stack.pop()
+            if depth > MAX_STRUCTURED_DEPTH:
+                raise _TooLarge
+            if isinstance(node, dict):
+                copy: dict[str, Any] = {}
+                parent[slot] = copy
+                for key, child in node.items():
+                    name = clean(str(key))
+                    while name in copy:  # two keys redacted alike stay apart
+                        name += "'"
+                    copy[name] = None
+                    stack.append((child, copy, name, depth + 1))
+            elif isinstance(node, list | tuple):
+                items: list[Any] = [None] * len(node)
+                parent[slot] = items
+                stack.extend((child, items, i, depth + 1) for i, child in enumerate(node))
+            elif isinstance(node, str):
+                parent[slot] = clean(node)
+            else:
+                budget -= 8
+                parent[slot] = node
+        result = root[0]
+        if len(json.dumps(result, ensure_ascii=False).encode("utf-8", errors="replace")) > (
+            max_bytes
+        ):
+            raise _TooLarge
+    except _TooLarge:
+        result = None
+    return SanitizedStructure(
+        value=result, redactions=tuple(sorted(counts)), redaction_count=sum(counts.values())
+    )
+
+
+class _TooLarge(Exception):
+    pass
 
 
 def provenance_envelope(

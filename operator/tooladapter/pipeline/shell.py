@@ -68,6 +68,11 @@ from enum import StrEnum
 from fnmatch import fnmatchcase
 from functools import lru_cache
 
+
+def _names(text: str) -> tuple[str, ...]:
+    return tuple(text.split())
+
+
 #: The reference's default allow list (Tools:Shell:AllowList): run as sandbox class.
 DEFAULT_ALLOW_LIST: tuple[str, ...] = (
     "dotnet restore",
@@ -95,9 +100,7 @@ STANDARD_BIN_DIRS = frozenset(
 )
 
 #: Interpreters whose `-c STRING` is a shell command line.
-SHELLS = frozenset(
-    {"sh", "bash", "zsh", "dash", "ksh", "ash", "mksh", "yash", "fish", "csh", "tcsh", "rbash"}
-)
+SHELLS = frozenset(_names("sh bash zsh dash ksh ash mksh yash fish csh tcsh rbash hush msh posh"))
 
 #: Other names of a blocked program (same CLI, same effect).
 PROGRAM_ALIASES: dict[str, frozenset[str]] = {
@@ -347,10 +350,6 @@ def _metacharacter(command: str) -> tuple[str, ShellRule] | None:
     return None
 
 
-def _names(text: str) -> tuple[str, ...]:
-    return tuple(text.split())
-
-
 def _basename(token: str) -> str:
     return token.rsplit("/", 1)[-1].lower()
 
@@ -467,7 +466,7 @@ _ENV = _Getopt(
 )
 _SU = _Getopt(
     short_flags="lmpfPhV",
-    short_values="cgGsw",
+    short_values="cgGswu",
     long_flags=("login", "preserve-environment", "pty", "fast", "help", "version"),
     long_values=_names("command session-command group supp-group shell whitelist-environment"),
 )
@@ -558,9 +557,11 @@ def _permuted_values(
         if name in names and value is not None:
             yield f"{program} -c", value
     if unknown is not None:
-        for k in range(start, len(argv) - 1):
-            if argv[k] in ("-c", "--command", "--session-command"):
+        for k in range(start, len(argv)):
+            if argv[k] in ("-c", "--command", "--session-command") and k + 1 < len(argv):
                 yield f"{program} -c", argv[k + 1]
+            elif argv[k].startswith(("--command=", "--session-command=")):
+                yield f"{program} -c", argv[k].split("=", 1)[1]
 
 
 def _shell_c_argument(argv: Sequence[str], index: int) -> str | None:
@@ -897,6 +898,8 @@ def _judge(argv: Sequence[str], *, depth: int) -> _Judged:
         if inner is None:
             return [list(argv)], None
         startup = _shell_startup_option(argv)
+        if any(a.startswith("+") and "c" in a for a in argv[1 : argv.index(inner)]):
+            return [], f"`{name}` has a `+c` option, which shells read differently"
         if startup is not None:
             return [], f"`{name} {startup}` runs a startup file or command first"
         return _judge_line(inner, f"{name} -c", depth)
@@ -1215,6 +1218,15 @@ RUNNERS = frozenset(
 # ---- inline code: never covered by an allow entry
 
 _PYTHON = re.compile(r"^(python|pypy)[0-9.]*$")
+_VERSION_SUFFIX = re.compile(r"(?<=[a-z])[0-9][0-9.]*$")
+
+
+def _interpreter(name: str) -> _Interpreter | None:
+    """The interpreter a program name runs (`python3.12`, `perl5.36`, `php8.2`, `lua5.4`)."""
+    if _PYTHON.match(name):
+        return _INTERPRETERS["python"]
+    base = _VERSION_SUFFIX.sub("", name)
+    return _INTERPRETERS.get(name) or (_INTERPRETERS.get(base) if len(base) >= 3 else None)
 
 
 @dataclass(frozen=True)
@@ -1249,7 +1261,7 @@ _INTERPRETERS["nodejs"] = _INTERPRETERS["node"]
 _INTERPRETERS["deno"] = _Interpreter("", ("eval",))
 
 _AWKS = frozenset({"awk", "gawk", "mawk", "nawk"})
-_AWK_CODE = re.compile(r"system|\||\b(?:print|printf)\b[^;{}]*>")
+_AWK_CODE = re.compile(r"system|\||@|\b(?:print|printf)\b[^;{}]*>")
 _AWK = _Getopt(
     short_flags="bcCdDghMnNoOpPrsStVWy",
     short_values="FvfeiIlEL",
@@ -1284,8 +1296,7 @@ def _runs_code(name: str, argv: Sequence[str]) -> str | None:
     """Why `argv` runs code that cannot be judged (inline code, a runner), or None."""
     if name in RUNNERS:
         return "runs another command or code given in its arguments"
-    key = "python" if _PYTHON.match(name) else name
-    interpreter = _INTERPRETERS.get(key)
+    interpreter = _interpreter(name)
     if interpreter is not None:
         return _inline_code(argv, interpreter)
     if name in _AWKS:
@@ -1294,8 +1305,7 @@ def _runs_code(name: str, argv: Sequence[str]) -> str | None:
         return _sed_code(argv)
     sql = _SQL_CODE.get(name)
     if sql is not None:
-        text = unicodedata.normalize("NFKC", " ".join(argv[1:]))
-        if sql.search(text):
+        if any(sql.search(unicodedata.normalize("NFKC", arg).strip()) for arg in argv[1:]):
             return "runs a client command that reaches the shell or the file system"
         if name == "psql" and any(t in ("-f", "--file") or t.startswith("--file=") for t in argv):
             return "runs SQL from a file"
@@ -1320,8 +1330,7 @@ def _script_operand(name: str, argv: Sequence[str]) -> int | None:
             else:
                 break
         return j if j < len(argv) else None
-    key = "python" if _PYTHON.match(name) else name
-    interpreter = _INTERPRETERS.get(key)
+    interpreter = _interpreter(name)
     if interpreter is None:
         return None
     i = 1
@@ -1509,7 +1518,10 @@ _EFFECT_SPECS: dict[str, tuple[_EffectSpec, ...]] = {
     "npm": (
         _EffectSpec(
             _RUNS,
-            long=_names("script-shell shell node-options userconfig globalconfig prefix"),
+            long=_names(
+                "script-shell shell node-options userconfig globalconfig prefix git editor"
+                " browser viewer onload-script init-module"
+            ),
         ),
     ),
     "curl": (
@@ -1539,6 +1551,11 @@ _EFFECT_SPECS: dict[str, tuple[_EffectSpec, ...]] = {
     "perl": (_EffectSpec("edits files in place", short="i", short_values="I"),),
     "ruby": (_EffectSpec("edits files in place", short="i", short_values="CEFIKTWx"),),
     "dd": (_EffectSpec("writes to a file or device", prefixes=("of=",)),),
+    "sort": (
+        _EffectSpec(
+            "writes its output to a file", long=("output",), short="o", short_values="kStT"
+        ),
+    ),
     "psql": (
         _EffectSpec(
             "writes a file", long=("output", "log-file"), short="oL", short_values="cdfhpUvPTF"
@@ -1575,6 +1592,9 @@ _DOTNET_EFFECTS = frozenset(
         " preprocess fl filelogger flp fileloggerparameters orc outputresultscache"
     )
 )
+_COMPRESSORS = frozenset(
+    _names("gzip gunzip bzip2 bunzip2 xz unxz lzma unlzma zstd unzstd compress uncompress")
+)
 _MAKE_ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*\s*[:+?!]*=")
 
 
@@ -1600,6 +1620,19 @@ def _effects(name: str, argv: Sequence[str]) -> list[tuple[int, str]]:
                 found.append((i, "sets properties, targets, loggers or adapters (can run code)"))
             elif token.startswith("@") or token in ("--",):
                 found.append((i, "reads settings that can run code"))
+    elif name == "uniq":
+        operands = [i for i, t in enumerate(argv[1:], start=1) if not t.startswith("-")]
+        if len(operands) > 1:
+            found.append((operands[1], "is an output file uniq writes"))
+    elif name in _COMPRESSORS:
+        keeps = any(
+            t in ("-c", "--stdout", "-k", "--keep", "-l", "--list", "-t", "--test")
+            or (t.startswith("-") and not t.startswith("--") and set(t[1:]) & set("cklt"))
+            for t in argv[1:]
+        )
+        operands = [i for i, t in enumerate(argv[1:], start=1) if not t.startswith("-")]
+        if operands and not keeps:
+            found.append((operands[0], "is replaced (the original deleted) unless -c or -k"))
     elif name in ("make", "gmake"):
         for i, token in enumerate(argv[1:], start=1):
             if (
@@ -1623,7 +1656,8 @@ def _spec_effects(spec: _EffectSpec, argv: Sequence[str], name: str) -> Iterator
         if token in spec.exact or any(token.startswith(p) for p in spec.prefixes):
             yield i, spec.what
         elif token.startswith("--") and len(token) > 2:
-            given = token[2:].split("=", 1)[0]
+            # npm and others also accept `--script_shell`, `--Script-Shell`.
+            given = token[2:].split("=", 1)[0].lower().replace("_", "-")
             if len(given) >= 2 and any(long.startswith(given) for long in spec.long):
                 yield i, spec.what
         elif token.startswith("-") and len(token) > 1:
