@@ -25,18 +25,22 @@ prefix, leader election on with a short Lease so a restart takes over quickly):
 
 Hard rules (exit status 1 when one fails): no key executed more than once; no call
 non-terminal CHAOS_SETTLE_SECONDS after the last fault; every terminal call's `receiptRef`
-is a file in the operator's artifact store; `Uncertain` only where an effect may have
-started (an execution recorded, a class whose effects are not contained); an `Observed`
-effectful call was seen by the server; the 50 creators executed exactly once.
+is a file of the operator's artifact store whose sha256 it is; `Uncertain` only where an
+effect may have started (an execution recorded, a class whose effects are not contained);
+an `Observed` effectful call was seen by the server; the 50 creators executed exactly once.
 
 Other knobs: CHAOS_LEASE_SECONDS (5), CHAOS_HTTP_DELAY (0.3: the counting server answers
 after up to this many seconds, so kills land mid-request too), CHAOS_SEED (random),
-CHAOS_REPORT (chaos-report.json), CHAOS_KEEP=1 (keep namespaces and the operator's workdir;
-the workdir is also kept when a rule fails). Without make, from the repository root:
-`PYTHONPATH=hack .venv/bin/python -m chaos --help`.
+CHAOS_OPERATOR_SRC (`tree`: the working tree's package, copied once at the start so that
+edits made meanwhile never reach the operator under test; `HEAD`; or a directory holding
+a `tooladapter` package), CHAOS_REPORT (chaos-report.json), CHAOS_KEEP=1 (keep namespaces
+and the operator's workdir; the workdir, with the operator's log, is also kept when a rule
+fails). Without make, from the repository root: `PYTHONPATH=hack .venv/bin/python -m chaos
+--help`.
 
 Modules: `config` (knobs), `objects` (descriptors, agents, grants, approvals), `counter`
-(the counting server), `tracker` (a watch per namespace, and the reviewer), `operator`
-(the supervised operator process), `faults` (kills, API server restarts, pod deletions),
-`load` (the creators), `runner` (set-up, the run, clean-up), `report` (rules and table).
+(the counting server), `tracker` (a watch per namespace, and the reviewer), `supervisor`
+(the operator's source snapshot and its supervised process), `faults` (kills, API server
+restarts, pod deletions), `load` (the creators), `runner` (set-up, the run, clean-up),
+`report` (rules and table).
 """

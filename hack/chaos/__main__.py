@@ -10,7 +10,7 @@ from dataclasses import asdict
 from typing import Any
 
 from .config import Config
-from .report import analyse, analyse_same_key, print_table, rules
+from .report import analyse, analyse_same_key, deleted_pods, print_table, rules
 from .runner import Chaos, log
 
 
@@ -25,7 +25,9 @@ def build_report(chaos: Chaos, began: float) -> dict[str, Any]:
         "faults": {
             "kills": chaos.plan.kills,
             "apiserver_restarts": chaos.plan.restarts,
-            "pod_deletions": chaos.deleter.deleted,
+            "pod_deletions": deleted_pods(
+                chaos.deleter.deleted, chaos.load.calls, chaos.final, counts
+            ),
             "pod_deletions_missed": chaos.deleter.missed,
             "operator_exits": chaos.operator.exits,
             "operator_start_failures": chaos.operator.start_failures,

@@ -31,6 +31,7 @@ class Config:
     seed: int = 0
     report: Path = ROOT / "chaos-report.json"
     keep: bool = False
+    operator_src: str = "tree"
 
     @property
     def load_seconds(self) -> float:
@@ -67,6 +68,12 @@ class Config:
             default=env("CHAOS_KEEP", "") == "1",
             help="keep the namespaces and the operator's workdir",
         )
+        p.add_argument(
+            "--operator-src",
+            default=env("CHAOS_OPERATOR_SRC", "tree"),
+            help="the operator's code: tree (the working tree, copied at the start), HEAD "
+            "(git HEAD), or a directory holding a tooladapter package",
+        )
         a = p.parse_args(argv)
         if a.invocations < 1 or a.rate <= 0:
             p.error("--invocations must be >= 1 and --rate > 0")
@@ -83,4 +90,5 @@ class Config:
             seed=a.seed,
             report=Path(a.report),
             keep=a.keep,
+            operator_src=a.operator_src,
         )

@@ -8,6 +8,7 @@ while a request is in flight.
 
 from __future__ import annotations
 
+import contextlib
 import http.server
 import random
 import threading
@@ -34,11 +35,13 @@ class CountingServer:
                 if delay > 0:
                     time.sleep(random.uniform(0, delay))
                 body = b'{"counted": true}'
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
+                # The caller may be gone (an operator killed mid-request): nothing to say.
+                with contextlib.suppress(OSError):
+                    self.send_response(200)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(body)))
+                    self.end_headers()
+                    self.wfile.write(body)
 
             do_GET = handle_hit
             do_POST = handle_hit

@@ -3,7 +3,7 @@
 The local cluster (`make cluster-up`) runs kube-apiserver as a host process whose pid is
 recorded in `.cluster/pids/` and in the machine-wide registry (`~/.cache/tooladapter/run/
 pids/`). A restart reads its argv, environment and working directory from /proc, stops it
-with SIGTERM, starts the same command in a new session (log appended to
+with SIGTERM (SIGKILL after 15 s), starts the same command in a new session (log appended to
 `.cluster/logs/kube-apiserver.log`), records the new pid in both places and waits for
 /readyz. It holds the cluster scripts' lock meanwhile, so a concurrent `make cluster-up`
 waits instead of taking the restarting API server for a dead cluster and rebuilding it.
@@ -29,13 +29,16 @@ from kubernetes import client
 from tooladapter.devtools import kubeconfig
 
 from .config import ROOT
-from .operator import SupervisedOperator
+from .supervisor import SupervisedOperator
 
 CLUSTER = ROOT / ".cluster"
 RUN = Path(os.environ.get("TOOLADAPTER_CACHE") or Path.home() / ".cache" / "tooladapter") / "run"
 PID_FILES = (CLUSTER / "pids" / "kube-apiserver.pid", RUN / "pids" / "kube-apiserver.pid")
 APISERVER_LOG = CLUSTER / "logs" / "kube-apiserver.log"
 MANAGED = "app.kubernetes.io/managed-by=tooladapter"
+#: SIGTERM, then SIGKILL after this long (as `make cluster-down` does after 10 s): a
+#: kube-apiserver with watches open can take a minute to finish its graceful termination.
+STOP_TIMEOUT = 15.0
 
 
 def local_apiserver() -> tuple[int | None, str]:
@@ -126,7 +129,7 @@ class ApiServerRestarter:
             )
             cwd = os.readlink(f"/proc/{pid}/cwd")
             os.kill(pid, signal.SIGTERM)
-            deadline = time.monotonic() + 60
+            deadline = time.monotonic() + STOP_TIMEOUT
             while running(pid, self.children) and time.monotonic() < deadline:
                 time.sleep(0.1)
             if running(pid, self.children):

@@ -112,6 +112,9 @@ def shell_tool(api: client.ApiClient, namespace: str, tool_id: str, egress: list
             },
             "egress": {"allow": egress},
         },
+        # Listed, so the call runs as its declared class (sandbox): an unlisted command
+        # would be raised to shared-write and need an approval.
+        shell={"allow": ["wget -q -O -"]},
     )
 
 

@@ -3,6 +3,8 @@ the JSON report and the printed table."""
 
 from __future__ import annotations
 
+import hashlib
+import re
 import statistics
 from collections import Counter
 from pathlib import Path
@@ -10,12 +12,22 @@ from typing import Any
 
 from .config import TERMINAL
 from .load import Planned
-from .operator import SupervisedOperator
+from .supervisor import SupervisedOperator
 from .tracker import state_of
 
 #: Classes whose effects stay inside the operator or the call's own sandbox: such a call
 #: that cannot be confirmed ends Failed, never Uncertain.
 CONTAINED = {"read", "sandbox"}
+JOB_NAME = re.compile(r"ta-[0-9a-f]{8}-[0-9a-f-]{27}")
+
+
+def generic(message: object) -> str:
+    """A message without the names of one call's objects, to count alike ones together."""
+    return JOB_NAME.sub("ta-<uid>", str(message))[:100]
+
+
+def sha256_of(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def receipt_path(artifacts: Path, ref: str | None) -> Path | None:
@@ -77,7 +89,7 @@ def analyse(
             }
         if state == "Failed":
             failed[
-                f"{call.tool}: {status.get('failureClass')}: {str(status.get('message'))[:90]}"
+                f"{call.tool}: {status.get('failureClass')}: {generic(status.get('message'))}"
             ] += 1
         if state == "Uncertain":
             execution = status.get("execution")
@@ -99,7 +111,7 @@ def analyse(
                 problems[call.name] = detail(obj, operator, ref)
         if state in TERMINAL:
             path = receipt_path(operator.artifacts, status.get("receiptRef"))
-            if path is None or not path.is_file():
+            if path is None or not path.is_file() or path.name != sha256_of(path):
                 missing.append(call.name)
                 problems[call.name] = detail(obj, operator, ref)
         if state == "Observed" and executions == 0:
@@ -138,6 +150,34 @@ def analyse(
         "problems": problems,
         "not_observed": not_observed,
     }
+
+
+def deleted_pods(
+    deletions: list[dict[str, Any]],
+    calls: list[Planned],
+    final: dict[str, dict[str, Any]],
+    counts: dict[str, int],
+) -> list[dict[str, Any]]:
+    """What became of the call of each deleted sandbox pod."""
+    by_uid = {o["metadata"]["uid"]: name for name, o in final.items()}
+    planned = {c.name: c for c in calls}
+    out = []
+    for d in deletions:
+        name = by_uid.get(d.get("invocation_uid") or "")
+        call = planned.get(name or "")
+        obj = final.get(name or "") or {}
+        out.append(
+            {
+                "pod": d["pod"],
+                "phase": d["phase"],
+                "running_containers": d["running_containers"],
+                "invocation": name,
+                "state": state_of(obj) if obj else None,
+                "message": (obj.get("status") or {}).get("message"),
+                "executions_counted": counts.get(call.path, 0) if call and call.path else None,
+            }
+        )
+    return out
 
 
 def analyse_same_key(
@@ -218,8 +258,9 @@ def fault_summary(report: dict[str, Any]) -> list[str]:
         if r.get("done"):
             lines.append(
                 f"API server restart at +{r['at'] - start:.0f} s: pid {r['old_pid']} -> "
-                f"{r['new_pid']}, stopped after {r['stopped_after_s']} s, ready after "
-                f"{r['ready_after_s']} s"
+                f"{r['new_pid']}, stopped after {r['stopped_after_s']} s"
+                f"{' (SIGKILL: SIGTERM not done in 15 s)' if r.get('sigkill') else ''}, "
+                f"ready after {r['ready_after_s']} s"
             )
         else:
             lines.append(
@@ -229,9 +270,14 @@ def fault_summary(report: dict[str, Any]) -> list[str]:
     if missing > 0:
         lines.append(f"API server restarts not reached: {missing}")
     pods = f["pod_deletions"]
+    outcomes = Counter(
+        f"{p['state']} ({p['phase']}{', running' if p['running_containers'] else ''}, "
+        f"server saw {p['executions_counted']})"
+        for p in pods
+    )
     lines.append(
-        f"sandbox pods deleted: {len(pods)} ({sum(1 for p in pods if p['running_containers'])} "
-        f"with a container running); missed: {len(f['pod_deletions_missed'])}"
+        f"sandbox pods deleted: {len(pods)}, missed: {len(f['pod_deletions_missed'])}; their "
+        f"calls ended: {', '.join(f'{n}x {o}' for o, n in outcomes.most_common()) or '-'}"
     )
     exits = f["operator_exits"]
     lines.append(
@@ -273,14 +319,7 @@ def print_table(report: dict[str, Any]) -> None:
         print(f"  {tool:<8} {dict(sorted(states.items()))}")
     for reason, n in load["failed_reasons"].items():
         print(f"  Failed x{n}: {reason}")
-    print(f"Uncertain: {len(load['uncertain'])}")
-    for u in load["uncertain"]:
-        print(
-            f"  {u['name']}: class {u['effectiveClass']}, execution "
-            f"{'recorded (' + str(u['execution_kind']) + ')' if u['execution_recorded'] else '-'}"
-            f", effect may have started: {'yes' if u['effect_may_have_started'] else 'NO (bug)'}, "
-            f"server saw {u['executions_counted']}; {str(u['message'])[:100]}"
-        )
+    print_uncertain(load["uncertain"])
     print(
         f"terminal calls without a receipt: {len(load['terminal_without_receipt'])} "
         f"{load['terminal_without_receipt'][:20] or ''}"
@@ -309,6 +348,25 @@ def print_table(report: dict[str, Any]) -> None:
     for warning in report["warnings"]:
         print(f"WARNING: {warning}")
     print(f"wall time: {report['wall_seconds']:.0f} s")
+
+
+def print_uncertain(uncertain: list[dict[str, Any]]) -> None:
+    may = sum(1 for u in uncertain if u["effect_may_have_started"])
+    seen = sum(1 for u in uncertain if u["executions_counted"])
+    print(
+        f"Uncertain: {len(uncertain)} (effect may have started: {may}, of which the server saw "
+        f"{seen}; Uncertain where no effect can have started: {len(uncertain) - may})"
+    )
+    for message, n in Counter(generic(u["message"]) for u in uncertain).most_common():
+        print(f"  x{n}: {message}")
+    print("  each as name [class, execution recorded, effect may have started, server saw]:")
+    cells = [
+        f"{u['name']} [{u['effectiveClass']}, {u['execution_kind'] or 'none'}, "
+        f"{'yes' if u['effect_may_have_started'] else 'NO (bug)'}, {u['executions_counted']}]"
+        for u in uncertain
+    ]
+    for i in range(0, len(cells), 3):
+        print("    " + "  ".join(cells[i : i + 3]))
 
 
 def _stat(values: list[float], fn: Any) -> str:

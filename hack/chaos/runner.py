@@ -25,7 +25,7 @@ from .counter import CountingServer
 from .faults import ApiServerRestarter, FaultPlan, PodDeleter, local_apiserver, schedule
 from .load import Load, same_key
 from .objects import TIMEOUT, Agent, custom, http_tool, list_all, shell_tool, wait_active
-from .operator import SupervisedOperator
+from .supervisor import SupervisedOperator
 from .tracker import Reviewer, Tracker, state_of
 
 LEASE_NAMESPACE = "tooladapter-system"
@@ -75,6 +75,7 @@ class Chaos:
                 "TOOLADAPTER_NAMESPACES": f"{self.prefix}-*",
                 "TOOLADAPTER_LEASE_SECONDS": str(cfg.lease_seconds),
             },
+            cfg.operator_src,
         )
         self.restarter = ApiServerRestarter()
         self.trackers: list[Tracker] = []
@@ -88,6 +89,7 @@ class Chaos:
             "run_id": self.run_id,
             "seed": cfg.seed,
             "workdir": str(self.workdir),
+            "operator_source": self.operator.source,
             "warnings": [],
         }
 
@@ -175,11 +177,16 @@ class Chaos:
         )
         while not (self.load.done.is_set() and self.plan.finished.is_set()):
             time.sleep(10)
+            self.check_operator()
             self.progress()
         self.deleter.thread.join()
         loader.join()
         self.result["load_started"] = self.load.started_at
         self.result["load_ended"] = self.load.ended_at
+
+    def check_operator(self) -> None:
+        if self.operator.broken:
+            raise RuntimeError(self.operator.broken)
 
     def progress(self) -> None:
         assert self.load is not None and self.plan is not None and self.deleter is not None
@@ -215,6 +222,7 @@ class Chaos:
             if not self.trackers[0].unfinished(names) and self.confirmed_terminal(names):
                 settled_at = time.time()
                 break
+            self.check_operator()
             time.sleep(1.0)
         stuck = self.unfinished_now(names)
         self.result["settle"] = {
@@ -292,7 +300,7 @@ class Chaos:
         for tracker in self.trackers:
             tracker.stop()
         if not self.cfg.keep:
-            self.delete_namespaces()
+            self.delete_namespaces(30 if self.operator.broken else 180)
         self.operator.stop()
         with contextlib.suppress(Exception):
             client.CoordinationV1Api(self.admin).delete_namespaced_lease(
@@ -304,9 +312,9 @@ class Chaos:
         else:
             shutil.rmtree(self.workdir, ignore_errors=True)
 
-    def delete_namespaces(self) -> None:
+    def delete_namespaces(self, timeout: float) -> None:
         """Delete them while the operator still runs (it lets go of its finalizers); if
-        one is still there after 3 minutes, drop the finalizers of what is left."""
+        one is still there after `timeout`, drop the finalizers of what is left."""
         core = client.CoreV1Api(self.admin)
         for ns in self.namespaces:
             ns.delete()
@@ -316,7 +324,7 @@ class Chaos:
             return not any(ns.name in names for ns in self.namespaces)
 
         try:
-            wait_for(gone, timeout=180, what="chaos namespaces gone", interval=2)
+            wait_for(gone, timeout=timeout, what="chaos namespaces gone", interval=2)
         except AssertionError:
             for ns in self.namespaces:
                 with contextlib.suppress(Exception):

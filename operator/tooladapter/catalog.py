@@ -35,16 +35,25 @@ M = TypeVar("M", bound=BaseModel)
 
 
 def thaw(body: Mapping[str, Any]) -> Body:
-    """A plain, mutable deep copy of a kopf body."""
-    return {k: _thaw(v) for k, v in body.items()}
-
-
-def _thaw(value: Any) -> Any:
-    if isinstance(value, Mapping):
-        return {k: _thaw(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_thaw(v) for v in value]
-    return value
+    """A plain, mutable deep copy of a kopf body, made without recursion: an invocation's
+    arguments can nest as deep as the API server accepts (10,000 levels) when admission
+    did not bound them, and copying must not fail before validation denies the call."""
+    root: Body = {}
+    stack: list[tuple[Mapping[str, Any] | list[Any] | tuple[Any, ...], Any]] = [(body, root)]
+    while stack:
+        source, target = stack.pop()
+        items = source.items() if isinstance(source, Mapping) else enumerate(source)
+        for key, value in items:
+            if isinstance(value, Mapping):
+                copy: Any = {}
+            elif isinstance(value, list | tuple):
+                copy = [None] * len(value)
+            else:
+                target[key] = value
+                continue
+            target[key] = copy
+            stack.append((value, copy))
+    return root
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,16 @@ import sys
 from .settings import Settings
 
 
+#: The API server accepts JSON nested 10,000 levels deep; kopf decodes every watch event
+#: with `json.loads`, whose C decoder counts against the recursion limit. Below this an
+#: invocation whose arguments nest ~1,000 deep (the admission policy bounds them at 32, but
+#: it may be missing) raises RecursionError in the watch and stops the operator for every
+#: tenant; above it the event decodes and validation denies the call.
+RECURSION_LIMIT = 12_000
+
+
 def run(extra: list[str]) -> None:
+    sys.setrecursionlimit(max(sys.getrecursionlimit(), RECURSION_LIMIT))
     # kopf imports the synchronous `kubernetes` client, when installed, only to recognise its
     # model types and to log in through it. The operator uses kubernetes_asyncio alone (kopf
     # logs in through that as well): not loading it keeps ~14 MB out of the operator's RSS.

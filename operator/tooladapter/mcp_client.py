@@ -53,6 +53,7 @@ from .mcp_types import (
     McpCallTimeout,
     McpError,
     McpProtocolError,
+    McpResponseTooLarge,
     McpToolChanged,
     McpToolNotListed,
     McpUnavailable,
@@ -146,19 +147,56 @@ class _GuardedTransport(httpx2.AsyncHTTPTransport):
         )
 
 
+#: Bound of one response (a listing, a probe) when the caller gives none.
+DEFAULT_MAX_RESPONSE_BYTES: Final = 8 << 20
+
+
+class _BoundedStream(httpx2.AsyncByteStream):
+    """A response body that stops (`McpResponseTooLarge`) past `limit` bytes."""
+
+    def __init__(self, inner: Any, limit: int, tracker: _CallTracker, is_call: bool) -> None:
+        self.inner = inner
+        self.limit = limit
+        self.tracker = tracker
+        self.is_call = is_call
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        size = 0
+        async for chunk in self.inner:
+            size += len(chunk)
+            if size > self.limit:
+                error = McpResponseTooLarge(
+                    f"the MCP server's response is larger than {self.limit} bytes: "
+                    "not read on (the tool's maxResultBytes bounds it)",
+                    effect_possible=self.is_call,
+                )
+                self.tracker.too_large = error
+                raise error
+            yield chunk
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
 class _CallTracker(httpx2.AsyncBaseTransport):
     """Knows whether the tools/call request left, and how the server answered it.
 
     `call_state`: "none" (not attempted), "unsent" (the connection could not be opened:
     nothing left), "maybe-sent" (failed after connecting, before a response), "answered"
-    (a response status arrived; `call_status` holds it).
+    (a response status arrived; `call_status` holds it). Every response body is bounded by
+    `max_response_bytes` and asked for uncompressed (a compressed one is refused: its size
+    on the wire would not bound what it decodes to).
     """
 
-    def __init__(self, inner: httpx2.AsyncBaseTransport) -> None:
+    def __init__(
+        self, inner: httpx2.AsyncBaseTransport, max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES
+    ) -> None:
         self.inner = inner
         self.call_state = "none"
         self.call_status: int | None = None
         self.last_error_status: int | None = None
+        self.max_response_bytes = max_response_bytes
+        self.too_large: McpResponseTooLarge | None = None
 
     @staticmethod
     def _is_call(request: httpx2.Request) -> bool:
@@ -176,6 +214,7 @@ class _CallTracker(httpx2.AsyncBaseTransport):
         is_call = self._is_call(request)
         if is_call:
             self.call_state = "unsent"
+        request.headers["Accept-Encoding"] = "identity"
         try:
             response = await self.inner.handle_async_request(request)
         except (httpx2.ConnectError, httpx2.ConnectTimeout, httpx2.PoolTimeout, AddressRefused):
@@ -189,6 +228,17 @@ class _CallTracker(httpx2.AsyncBaseTransport):
             self.call_status = response.status_code
         if response.status_code >= 400:
             self.last_error_status = response.status_code
+        encoding = response.headers.get("content-encoding", "identity").strip().lower()
+        if encoding not in ("", "identity"):
+            await response.aclose()
+            error = McpResponseTooLarge(
+                f"the MCP server answered with Content-Encoding {encoding!r} though asked for "
+                "identity: refused (a compressed body's size does not bound its content)",
+                effect_possible=is_call,
+            )
+            self.too_large = error
+            raise error
+        response.stream = _BoundedStream(response.stream, self.max_response_bytes, self, is_call)
         return response
 
     async def aclose(self) -> None:
@@ -489,8 +539,12 @@ async def call_tool(
     idempotency_key: str | None = None,
     expected_digest: str | None = None,
     addresses: AddressRule | None = None,
+    max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
 ) -> McpCallResult:
     """`tools/call` with the given arguments; the idempotency key in `_meta`.
+
+    Every response (the listing, the result) is read up to `max_response_bytes`: a larger
+    one raises `McpResponseTooLarge` (effect possible when it was the call's answer).
 
     The tool list is fetched fresh first (never from a cache): with `expected_digest`, a
     tool whose current digest differs raises `McpToolChanged` and nothing is called; a tool
@@ -502,7 +556,7 @@ async def call_tool(
     request_meta: dict[str, Any] = dict(meta or {})
     if idempotency_key is not None:
         request_meta[IDEMPOTENCY_META_KEY] = idempotency_key
-    tracker = _CallTracker(_GuardedTransport(addresses or AddressRule()))
+    tracker = _CallTracker(_GuardedTransport(addresses or AddressRule()), max_response_bytes)
     connected = False
     listed: dict[str, Any] | None = None
     version = ""
@@ -532,6 +586,8 @@ async def call_tool(
     except McpError:
         raise
     except Exception as exc:
+        if tracker.too_large is not None:  # however the SDK reported the broken stream
+            raise tracker.too_large from exc
         ours = _find(exc, McpError)
         if ours is not None:
             raise ours from exc

@@ -69,6 +69,11 @@ class McpProtocolError(McpError):
         self.http_status = http_status
 
 
+class McpResponseTooLarge(McpProtocolError):
+    """A response was larger than the bound (`max_response_bytes`): it is not read on.
+    Possible effect when it answered the tools/call request (the tool ran)."""
+
+
 class McpToolNotListed(McpError):
     """The tool is not in the server's current listing: the call was not sent."""
 

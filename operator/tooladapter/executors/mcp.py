@@ -10,9 +10,8 @@ never reaches a result or message. The server's addresses must be public or in i
 from __future__ import annotations
 
 import dataclasses
-import json
 
-from .. import mcp_types
+from .. import mcp_types, offload
 from ..catalog import Catalog
 from ..enums import FailureClass
 from ..kube.client import NotFound
@@ -21,7 +20,7 @@ from ..kube.sandbox import decode_b64
 from ..model import McpServerSpec
 from ..pipeline.addresses import AddressRule
 from ..pipeline.mcp import validate_structured_output
-from ..pipeline.sanitize import redact_text
+from ..pipeline.sanitize import bounded_message, redact_text, sanitize_structured
 from . import Call, InOperator, Outcome, unconfirmed
 
 
@@ -75,7 +74,10 @@ class McpExecutor(InOperator):
             return Outcome.failed(FailureClass.CREDENTIALS, f"server credentials: {exc}")
         rule = address_rule(entry.spec, self.blocked)
         outcome = await self._call(call, entry.spec.url, headers, rule)
-        return _redacted(outcome, secrets) if secrets else outcome
+        if not secrets:
+            return outcome
+        size = len(outcome.output) + (offload.INLINE_BYTES if outcome.structured else 0)
+        return await offload.run(call.namespace, size, _redacted, outcome, secrets)
 
     async def _call(
         self, call: Call, url: str, headers: dict[str, str], rule: AddressRule
@@ -95,6 +97,7 @@ class McpExecutor(InOperator):
                 idempotency_key=call.idempotency_key,
                 expected_digest=binding.pinned_digest,
                 addresses=rule,
+                max_response_bytes=max_response_bytes(call.max_result_bytes),
             )
         except mcp_types.McpAddressRefused as exc:
             return Outcome.failed(FailureClass.POLICY_DENIED, str(exc))
@@ -123,20 +126,26 @@ class McpExecutor(InOperator):
         return Outcome.observed(output, structured=result.structured_content)
 
 
+def max_response_bytes(max_result_bytes: int) -> int:
+    """The bound of one MCP response for a call whose result is bounded by
+    `max_result_bytes`: the result may come twice (text and structuredContent), JSON-escaped
+    and framed, and the tool listing before it needs room too. Larger responses are refused
+    (`McpResponseTooLarge`), not read into memory."""
+    return 4 * max_result_bytes + 256 * 1024
+
+
 def _redacted(outcome: Outcome, secrets: list[str]) -> Outcome:
     """The server's own credential never reaches a result or message, even if echoed.
 
-    A redaction can cut through JSON syntax: the structured content is then dropped (the
-    redacted text stays), never an exception after the effect."""
+    Structured content is redacted value by value (`sanitize_structured`), so a redaction
+    never cuts through JSON syntax; the message is redacted and bounded."""
     structured = outcome.structured
     if structured is not None:
-        try:
-            structured = json.loads(redact_text(json.dumps(structured), secrets))
-        except ValueError:
-            structured = None
+        value = sanitize_structured(structured, secrets=secrets).value
+        structured = value if isinstance(value, dict) else None
     return dataclasses.replace(
         outcome,
         output=redact_text(outcome.output.decode(errors="replace"), secrets).encode(),
         structured=structured,
-        message=redact_text(outcome.message, secrets),
+        message=bounded_message(outcome.message, secrets),
     )

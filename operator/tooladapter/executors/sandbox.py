@@ -102,7 +102,14 @@ class SandboxExecutor:
             await self.cluster.delete("Job", call.namespace, names.job)
             return unconfirmed(call, str(exc))
         if job is None:
-            return unconfirmed(call, f"sandbox job {names.job} disappeared before it finished")
+            # Gone without a trace: either never created (the operator stopped between
+            # writing Executing and creating it) or deleted with its pod. The two cannot be
+            # told apart afterwards, so the call settles as if the tool might have run.
+            return unconfirmed(
+                call,
+                f"sandbox job {names.job} does not exist: it was never created (the operator "
+                "stopped first) or was deleted before it finished",
+            )
         return await self.outcome_of(call, job)
 
     async def interrupt(self, call: Call) -> Outcome:

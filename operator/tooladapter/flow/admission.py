@@ -11,11 +11,12 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from .. import offload
 from ..catalog import invocation_key
 from ..enums import FailureClass, InvocationState, Resource, Stage, StageOutcome
 from ..kube.client import NotFound
 from ..pipeline.hashing import descriptor_digest, request_hash
-from ..pipeline.validation import check_bounds, validate_arguments
+from ..pipeline.validation import SchemaProblem, check_bounds, validate_arguments
 from ..timeutil import now_iso
 from .context import Denial, FlowContext
 from .ending import cancel
@@ -35,20 +36,24 @@ async def on_received(ctx: FlowContext) -> None:
     if ctx.interrupt_requested() or spec.interrupt:
         return await cancel(ctx, "interrupted before validation")
     descriptor = await ctx.load_descriptor()
-    problems = check_bounds(spec.arguments)
+    # Bounds, schema and hash walk what the agent sent: off the event loop unless small.
+    problems, errors, hashed = await offload.run(
+        ctx.namespace,
+        _rough_size(spec.arguments),
+        check_arguments,
+        descriptor.input_schema,
+        spec.arguments,
+        namespace=ctx.namespace,
+        tool_id=spec.tool.id,
+        tool_version=spec.tool.version,
+    )
     if problems:
         raise Denial(
             Stage.VALIDATION,
             "arguments too large: " + "; ".join(problems),
             FailureClass.VALIDATION,
         )
-    errors = validate_arguments(descriptor.input_schema, spec.arguments)
-    ctx.status.request_hash = request_hash(
-        namespace=ctx.namespace,
-        tool_id=spec.tool.id,
-        tool_version=spec.tool.version,
-        arguments=spec.arguments,
-    )
+    ctx.status.request_hash = hashed
     ctx.status.descriptor_digest = descriptor_digest(descriptor.wire())
     ctx.status.declared_class = descriptor.side_effect_class
     if errors:
@@ -60,6 +65,32 @@ async def on_received(ctx: FlowContext) -> None:
         )
     ctx.record(Stage.VALIDATION, StageOutcome.PASSED, f"{spec.tool.id}@{spec.tool.version}")
     await ctx.advance(InvocationState.VALIDATED)
+
+
+def check_arguments(
+    schema: dict[str, Any], arguments: Any, *, namespace: str, tool_id: str, tool_version: str
+) -> tuple[list[str], list[SchemaProblem], str | None]:
+    """(bound problems, schema problems, request hash): the bounds first, so nothing walks
+    arguments that are too large or too deep."""
+    problems = check_bounds(arguments)
+    if problems:
+        return problems, [], None
+    errors = validate_arguments(schema, arguments)
+    hashed = request_hash(
+        namespace=namespace, tool_id=tool_id, tool_version=tool_version, arguments=arguments
+    )
+    return [], errors, hashed
+
+
+def _rough_size(arguments: dict[str, Any]) -> int:
+    """0 for the common small call (a few scalars and short strings), else "large"."""
+    small = len(arguments) <= 32 and all(
+        value is None
+        or isinstance(value, bool | int | float)
+        or (isinstance(value, str) and len(value) <= 1024)
+        for value in arguments.values()
+    )
+    return 0 if small else offload.INLINE_BYTES + 1
 
 
 async def claim_idempotency_key(ctx: FlowContext) -> None:

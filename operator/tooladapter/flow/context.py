@@ -38,7 +38,7 @@ from ..model import (
 )
 from ..pipeline.classification import environment_class
 from ..pipeline.policy import PolicyDecision, evaluate_policies
-from ..pipeline.sanitize import redact_argv
+from ..pipeline.sanitize import EVENT_MESSAGE_CHARS, bounded_message, redact_argv
 from ..pipeline.shell import check_command
 from ..pipeline.states import transition
 from ..runtime import Runtime
@@ -51,6 +51,8 @@ LABEL_FROZEN = "tooladapter.dev/frozen"
 #: Holds a deleted invocation whose execution started until its outcome is settled and its
 #: receipt written (removed by the flow at its end).
 FINALIZER = "tooladapter.dev/settle"
+#: Bound of one stage's detail in status.
+STAGE_DETAIL_CHARS = 1024
 #: Tool kinds that run in a sandbox Job (the rest run in the operator).
 SANDBOX_KINDS = frozenset({ToolKind.SHELL, ToolKind.CONTAINER})
 
@@ -134,7 +136,14 @@ class FlowContext:
         )
 
     def post(self, *, reason: str, message: str, warning: bool = False) -> None:
+        """An event on the invocation: its message redacted (brokered values, secret
+        formats) and bounded, as everything that reaches events is."""
+        message = bounded_message(message, self.secret_values, max_chars=EVENT_MESSAGE_CHARS)
         self.rt.events.post(self.event_ref(), reason=reason, message=message, warning=warning)
+
+    def bounded(self, text: str | None) -> str:
+        """Text for status (`message`, stage details): redacted and bounded."""
+        return bounded_message(text, self.secret_values)
 
     def interrupt_requested(self) -> bool:
         return self.interrupted.is_set() or bool((self.body.get("spec") or {}).get("interrupt"))
@@ -142,8 +151,9 @@ class FlowContext:
     # ------------------------------------------------------------------ status writing
 
     def record(self, stage: Stage, outcome: StageOutcome, detail: str = "") -> None:
+        detail = bounded_message(detail, self.secret_values, max_chars=STAGE_DETAIL_CHARS)
         self.status.stages.append(
-            StageEntry(stage=stage, outcome=outcome, time=now_iso(), detail=detail[:1024])
+            StageEntry(stage=stage, outcome=outcome, time=now_iso(), detail=detail)
         )
 
     def enter(self, state: InvocationState) -> None:

@@ -9,9 +9,9 @@ of an Uncertain effect uses too.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 
+from .. import offload
 from ..artifacts import ArtifactStore
 from ..enums import FailureClass, InvocationState, Stage, StageOutcome
 from ..executors import Outcome
@@ -25,7 +25,7 @@ from ..model import (
 )
 from ..pipeline.hashing import canonical_json
 from ..pipeline.receipt import build_receipt
-from ..pipeline.sanitize import sanitize
+from ..pipeline.sanitize import sanitize, sanitize_structured
 from ..timeutil import now_iso, parse_time
 from .context import Denial, Failure, FlowContext
 
@@ -44,16 +44,28 @@ async def finish(ctx: FlowContext, outcome: Outcome) -> None:
     max_bytes = ctx.rt.settings.max_result_bytes
     if ctx.descriptor is not None:
         max_bytes = min(ctx.descriptor.max_result_bytes, max_bytes)
-    clean = sanitize(outcome.output, secrets=ctx.secret_values, max_bytes=max_bytes)
+    # Linear (RE2) but CPU-heavy for large outputs: off the event loop, in this tenant's
+    # turn, so another tenant's call never waits for this one's sanitization.
+    clean = await offload.run(
+        ctx.namespace,
+        len(outcome.output),
+        sanitize,
+        outcome.output,
+        secrets=ctx.secret_values,
+        max_bytes=max_bytes,
+    )
     structured = None
     if outcome.structured is not None:
-        cleaned = sanitize(
-            json.dumps(outcome.structured), secrets=ctx.secret_values, max_bytes=max_bytes
+        # Redacted value by value (never a regex over serialised JSON); dropped when too big.
+        cleaned = await offload.run(
+            ctx.namespace,
+            offload.INLINE_BYTES + 1,
+            sanitize_structured,
+            outcome.structured,
+            secrets=ctx.secret_values,
+            max_bytes=max_bytes,
         )
-        try:
-            structured = json.loads(cleaned.content) if not cleaned.truncated else None
-        except ValueError:
-            structured = None  # a redaction cut through JSON syntax: the text result stays
+        structured = cleaned.value
     ctx.record(
         Stage.SANITIZE,
         StageOutcome.DONE,
@@ -76,7 +88,7 @@ async def finish(ctx: FlowContext, outcome: Outcome) -> None:
         exit_code=outcome.exit_code,
     )
     ctx.status.failure_class = outcome.failure_class
-    ctx.status.message = outcome.message or None
+    ctx.status.message = ctx.bounded(outcome.message) or None
     await release(ctx, f"invocation ended {outcome.state}")
     ctx.record(Stage.EXECUTE, _OUTCOME_STAGE[outcome.state], outcome.message)
     await end(ctx, outcome.state)
@@ -95,7 +107,7 @@ async def release(ctx: FlowContext, reason: str) -> None:
 
 async def cancel(ctx: FlowContext, reason: str) -> None:
     ctx.status.failure_class = FailureClass.CANCELLED
-    ctx.status.message = reason
+    ctx.status.message = ctx.bounded(reason)
     await release(ctx, reason)
     ctx.record(Stage.EXECUTE, StageOutcome.CANCELLED, reason)
     await end(ctx, InvocationState.CANCELLED)
@@ -106,7 +118,7 @@ async def deny(ctx: FlowContext, denial: Denial) -> None:
         return await cancel(ctx, denial.reason)
     ctx.status.failure_class = denial.failure
     ctx.status.denied_stage = denial.stage
-    ctx.status.message = denial.reason
+    ctx.status.message = ctx.bounded(denial.reason)
     ctx.record(denial.stage, StageOutcome.DENIED, denial.reason)
     DENIALS.labels(ctx.namespace, str(denial.stage), str(denial.failure)).inc()
     await release(ctx, f"denied at {denial.stage}")
@@ -121,7 +133,7 @@ async def deny(ctx: FlowContext, denial: Denial) -> None:
 async def fail(ctx: FlowContext, failure: Failure) -> None:
     """End Failed before any effect started (nothing to confirm, safe to call again)."""
     ctx.status.failure_class = failure.failure
-    ctx.status.message = failure.reason
+    ctx.status.message = ctx.bounded(failure.reason)
     ctx.record(failure.stage, StageOutcome.FAILED, failure.reason)
     await release(ctx, f"failed at {failure.stage}")
     await end(ctx, InvocationState.FAILED)
@@ -207,21 +219,26 @@ async def write_receipt(
     """Store the receipt and set `auditRef`, `receiptRef` and the summary on `status`.
 
     A duplicate keeps its winner's receipt as `receiptRef`; its own is its `auditRef`."""
-    receipt = build_receipt(
-        namespace=namespace,
-        name=name,
-        uid=uid,
-        spec=spec,
-        status=status,
-        tool_kind=tool_kind or "unknown",
-        sandbox_kind=sandbox_kind,
-        sandbox_pool=sandbox_pool,
-        command_line=command_line or None,
-        written_at=written_at,
-        audit=audit,
-    )
-    # fsync off the event loop: every other call waits while a write syncs.
-    own_ref = await asyncio.to_thread(store.put, canonical_json(receipt))
+
+    def canonical_receipt() -> bytes:
+        receipt = build_receipt(
+            namespace=namespace,
+            name=name,
+            uid=uid,
+            spec=spec,
+            status=status,
+            tool_kind=tool_kind or "unknown",
+            sandbox_kind=sandbox_kind,
+            sandbox_pool=sandbox_pool,
+            command_line=command_line or None,
+            written_at=written_at,
+            audit=audit,
+        )
+        return canonical_json(receipt)
+
+    # Hashing the arguments and canonicalising (pure Python, up to the argument bound),
+    # and the fsync: off the event loop, where every other call would wait.
+    own_ref = await asyncio.to_thread(lambda: store.put(canonical_receipt()))
     status.audit_ref = own_ref
     if not (status.duplicate_of and status.receipt_ref):
         status.receipt_ref = own_ref

@@ -20,10 +20,13 @@ validators (JavaScript, Python `re`) backtrack.
 from __future__ import annotations
 
 import functools
-from re import _parser as sre_parse
+import importlib
 from typing import Any, Protocol
 
 import re2
+
+#: Python's own regex parser (`re._parser`), used only to judge a pattern's shape.
+sre_parse: Any = importlib.import_module("re._parser")
 
 #: The engine every pattern of this module runs on (tests and `make bench` assert it).
 ENGINE = "re2"
@@ -117,24 +120,30 @@ def search(pattern: str, text: str) -> bool:
 
 
 def pattern_problem(pattern: str) -> str | None:
-    """Why a descriptor's or policy's pattern is refused, or None when it is accepted."""
+    """Why a descriptor's or policy's pattern is refused ("does not compile ..." or "is
+    refused: ..."), or None when it is accepted."""
     try:
         compile_linear(pattern)
     except UnsafePattern as err:
-        return f"the linear regex engine ({ENGINE}) cannot run it: {err}"
+        return f"does not compile on the linear regex engine ({ENGINE}): {err}"
     nested = _ambiguous_repetition(pattern)
     if nested:
         return (
-            f"it nests unbounded quantifiers ({nested}), so one string matches it in "
-            "exponentially many ways: agents' backtracking validators would stall on it; "
-            "write it without the nested repetition (e.g. '^a+$' for '^(a+)+$')"
+            f"is refused: it nests unbounded quantifiers ({nested} around another), so one "
+            "string matches it in exponentially many ways and backtracking validators "
+            "(agents', other tools') stall on it; write it without the nested repetition "
+            "(e.g. '^a+$' for '^(a+)+$')"
         )
     return None
 
 
 # --------------------------------------------------------------------------- nesting rule
 
-_REPEATS = {sre_parse.MAX_REPEAT, sre_parse.MIN_REPEAT, getattr(sre_parse, "POSSESSIVE_REPEAT", None)}
+_REPEATS = {
+    sre_parse.MAX_REPEAT,
+    sre_parse.MIN_REPEAT,
+    getattr(sre_parse, "POSSESSIVE_REPEAT", None),
+}
 
 
 def _ambiguous_repetition(pattern: str) -> str | None:
@@ -144,7 +153,7 @@ def _ambiguous_repetition(pattern: str) -> str | None:
     Python's parser does not know (RE2-only syntax) are not judged: RE2 runs them linearly."""
     try:
         parsed = sre_parse.parse(pattern)
-    except Exception:  # noqa: BLE001 (RE2-only syntax; RE2 already accepted it)
+    except Exception:  # RE2-only syntax (RE2 already accepted it): not judged
         return None
     stack: list[Any] = [parsed]
     while stack:
@@ -154,7 +163,7 @@ def _ambiguous_repetition(pattern: str) -> str | None:
                 low, high, body = av
                 repeated = high == sre_parse.MAXREPEAT or high > _NESTING_REPEAT
                 if repeated and _matches_many_ways(body):
-                    return _describe(op, low, high)
+                    return _describe(low, high)
                 stack.append(body)
             elif op is sre_parse.SUBPATTERN:
                 stack.append(av[-1])
@@ -165,7 +174,7 @@ def _ambiguous_repetition(pattern: str) -> str | None:
     return None
 
 
-def _describe(op: Any, low: int, high: int) -> str:
+def _describe(low: int, high: int) -> str:
     if high == sre_parse.MAXREPEAT:
         return {0: "a group repeated with '*'", 1: "a group repeated with '+'"}.get(
             low, f"a group repeated {{{low},}}"
@@ -190,6 +199,8 @@ def _matches_many_ways(body: Any) -> bool:
     if body.getwidth()[0] == 0:
         return True  # an empty-matchable body repeated: `(a*)*`, `(a?)+`
     mandatory = _mandatory(body)
-    return len(mandatory) == 1 and mandatory[0][0] in _REPEATS and (
-        mandatory[0][1][1] == sre_parse.MAXREPEAT or mandatory[0][1][1] > _NESTING_REPEAT
+    return (
+        len(mandatory) == 1
+        and mandatory[0][0] in _REPEATS
+        and (mandatory[0][1][1] == sre_parse.MAXREPEAT or mandatory[0][1][1] > _NESTING_REPEAT)
     )

@@ -40,6 +40,7 @@ from packaging.version import InvalidVersion, Version
 from ..enums import BlockAction, SideEffectClass, UnlistedAction
 from ..model import ArgumentCondition, SpendPolicy, ToolPolicySpec, ToolVersionRule
 from .hashing import CanonicalizationError, canonical_json, digest
+from .linear_regex import ENGINE, UnsafePattern, compile_linear
 from .shell import DEFAULT_BLOCK_LIST
 from .validation import check_shell_patterns
 
@@ -213,9 +214,12 @@ def _check_condition(condition: ArgumentCondition) -> Iterable[str]:
             yield f".value: operator 'matches' needs a regular expression string, got {value!r}"
         else:
             try:
-                re.compile(value)
-            except re.error as err:
-                yield f".value: regular expression {value!r} does not compile: {err}"
+                compile_linear(value)  # RE2: it runs on agent arguments, in linear time
+            except UnsafePattern as err:
+                yield (
+                    f".value: regular expression {value!r} does not compile on the linear "
+                    f"regex engine ({ENGINE}): {err}"
+                )
     elif operator in ("greaterThan", "lessThan") and (
         isinstance(value, bool) or not isinstance(value, int | float)
     ):
@@ -520,7 +524,7 @@ def _condition_holds(condition: ArgumentCondition, arguments: Any) -> tuple[bool
         return any(_same(actual, item) for item in expected or ()), ""
     if operator == "matches":
         text = actual if isinstance(actual, str) else canonical_json(actual).decode("utf-8")
-        return re.search(str(expected), text) is not None, ""
+        return compile_linear(str(expected)).search(text) is not None, ""
     number = _number(actual)
     if number is None:
         return True, f" (argument {condition.path} is not a number, so it counts as holding)"

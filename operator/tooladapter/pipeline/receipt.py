@@ -15,13 +15,26 @@ from typing import Any
 
 from ..enums import SandboxKind, ToolKind
 from ..model import AuditRequirements, ToolInvocationSpec, ToolInvocationStatus
-from .hashing import digest
+from .hashing import CanonicalizationError, digest
+from .validation import check_bounds
 
 RECEIPT_SCHEMA = "tool-invocation-v1"
 
 
 def _value(item: Any) -> Any:
     return item.value if hasattr(item, "value") else item
+
+
+def _arguments_hash(arguments: Any) -> str | None:
+    """The arguments' digest; None for arguments outside the validation bounds (too large,
+    too deep, no canonical form): the receipt of their denial must not fail on them, or
+    every retry of writing it would fail again."""
+    if not arguments or check_bounds(arguments):
+        return None
+    try:
+        return digest(arguments)
+    except CanonicalizationError:
+        return None
 
 
 def build_receipt(
@@ -83,7 +96,7 @@ def build_receipt(
         "approvalId": status.approval.name if status.approval else None,
         "approvedBy": status.approval.reviewer if status.approval else None,
         "requestHash": status.request_hash,
-        "argumentsHash": digest(arguments) if audit.arguments_hash and arguments else None,
+        "argumentsHash": _arguments_hash(arguments) if audit.arguments_hash else None,
         "idempotencyKey": getattr(spec, "idempotency_key", None),
         "caller": ({"kind": caller.kind, "name": caller.name} if caller is not None else None),
         "runId": getattr(spec, "run_id", None),

@@ -206,7 +206,7 @@ class _View:
         if index < 0:
             return offset
         at = self.view_at[index]
-        start, end, length = self.specials[index]
+        _start, end, length = self.specials[index]
         return end if offset <= at + length else end + (offset - at - length)
 
 
@@ -245,9 +245,12 @@ def _unescape(piece: bytes) -> bytes:
         if piece.startswith(b"%") or piece.startswith(b"\\x"):
             return bytes([int(piece[-2:], 16)])
         if piece.startswith(b"\\u"):
-            return piece.decode("unicode_escape").encode("utf-16", "surrogatepass").decode(
-                "utf-16"
-            ).encode("utf-8")
+            return (
+                piece.decode("unicode_escape")
+                .encode("utf-16", "surrogatepass")
+                .decode("utf-16")
+                .encode("utf-8")
+            )
         if piece.startswith((b"&#x", b"&#X")):
             return chr(int(piece[3:-1], 16)).encode("utf-8")
         if piece.startswith(b"&#"):
@@ -632,9 +635,7 @@ class _Redactor:
         forms: set[bytes] = set()
         for value in secrets:
             if value:
-                forms.update(
-                    f.encode("utf-8", errors="surrogatepass") for f in secret_forms(value)
-                )
+                forms.update(f.encode("utf-8", errors="surrogatepass") for f in secret_forms(value))
         self.needles = sorted((f, _smallest_period(f)) for f in forms)
         longest = max((len(f) for f in forms), default=0)
         #: A secret spelled with every byte escaped (`\\u0041`) is six times as long.
