@@ -3,16 +3,14 @@
 from __future__ import annotations
 
 import hashlib
-import http.server
 import json
-import threading
 import urllib.request
 from collections.abc import Iterator
 
 import pytest
 from kubernetes import client
 
-from tooladapter.devtools import Namespace, OperatorProcess, free_port, node_ip, wait_for
+from tooladapter.devtools import Namespace, OperatorProcess, node_ip, wait_for
 
 from .objects import (
     Agent,
@@ -25,32 +23,16 @@ from .objects import (
     shell_tool,
     status_of,
 )
+from .servers import recording_server
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(300)]
-
-
-class _Handler(http.server.BaseHTTPRequestHandler):
-    def do_GET(self) -> None:
-        body = json.dumps({"path": self.path, "greeting": "hello from the node"}).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args: object) -> None:
-        pass
 
 
 @pytest.fixture(scope="module")
 def node_server() -> Iterator[tuple[str, int]]:
     """An HTTP server on the node's own address, for http tools and egress tests."""
-    host = node_ip()
-    server = http.server.ThreadingHTTPServer((host, free_port(host)), _Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield host, server.server_address[1]
-    server.shutdown()
+    with recording_server(node_ip()) as server:
+        yield server.host, server.port
 
 
 def receipt_matches(op: OperatorProcess, ref: str) -> dict[str, object]:

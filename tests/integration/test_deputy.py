@@ -7,8 +7,6 @@ namespaced Role, or an agent with the requester role. The operator is the sessio
 
 from __future__ import annotations
 
-import http.server
-import threading
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -27,6 +25,7 @@ from tooladapter.devtools import (
 )
 
 from .objects import Agent, create, custom, descriptor, get, pretty, status_of
+from .servers import recording_server
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(240)]
 
@@ -98,32 +97,11 @@ def server_body(name: str, url: str, **spec: Any) -> dict[str, Any]:
     return {"kind": "McpServer", "metadata": {"name": name}, "spec": {"url": url, **spec}}
 
 
-class _Counting(http.server.BaseHTTPRequestHandler):
-    hits: list[str]
-
-    def do_GET(self) -> None:
-        self.hits.append(self.path)
-        body = b'{"ok": true}'
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args: object) -> None:
-        pass
-
-
 @pytest.fixture
 def loopback_server() -> Iterator[tuple[int, list[str]]]:
     """An HTTP server on 127.0.0.1 that records every request path it gets."""
-    hits: list[str] = []
-    handler = type("Handler", (_Counting,), {"hits": hits})
-    server = http.server.ThreadingHTTPServer((LOOPBACK, 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield server.server_address[1], hits
-    server.shutdown()
+    with recording_server(LOOPBACK) as server:
+        yield server.port, server.paths
 
 
 # --------------------------------------------------------------------------- Secret references

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import http.server
 import json
-import threading
 from collections import Counter
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 import pytest
 from kubernetes import client
@@ -37,40 +35,20 @@ from .objects import (
     shell_tool,
     status_of,
 )
+from .servers import Recorder, recording_server
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(600)]
 
 
-class Hits(http.server.BaseHTTPRequestHandler):
-    """Counts requests per path: each path is one call's effect."""
-
-    counts: ClassVar[Counter[str]] = Counter()
-    lock: ClassVar[threading.Lock] = threading.Lock()
-
-    def do_POST(self) -> None:
-        length = int(self.headers.get("Content-Length") or 0)
-        self.rfile.read(length)
-        with self.lock:
-            self.counts[self.path] += 1
-        body = json.dumps({"path": self.path}).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args: object) -> None:
-        pass
+@pytest.fixture
+def server() -> Iterator[Recorder]:
+    with recording_server(node_ip()) as recorder:
+        yield recorder
 
 
 @pytest.fixture
-def hits() -> Iterator[str]:
-    host = node_ip()
-    Hits.counts = Counter()
-    server = http.server.ThreadingHTTPServer((host, free_port(host)), Hits)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"{host}:{server.server_address[1]}"
-    server.shutdown()
+def hits(server: Recorder) -> str:
+    return server.address
 
 
 def effect_tool(api: client.ApiClient, namespace: str, address: str, cls: str) -> None:
@@ -99,7 +77,7 @@ def reviewer_of(api: client.ApiClient, namespace: str) -> Agent:
 
 
 def test_two_operators_on_the_same_namespaces_execute_each_call_exactly_once(
-    api: client.ApiClient, tmp_path: Path, hits: str
+    api: client.ApiClient, tmp_path: Path, hits: str, server: Recorder
 ) -> None:
     # Both operators serve the same scope and neither stands by: only the execution claim
     # (Executing written onto the version each flow saw) keeps a call from running twice.
@@ -143,7 +121,7 @@ def test_two_operators_on_the_same_namespaces_execute_each_call_exactly_once(
         finals = {n: status_of(agent.wait(n, timeout=300)) for n in names}
         assert all(s["state"] == "Observed" for s in finals.values()), pretty(finals)
         paths = {f"/{'gated' if i % 5 == 0 else 'effect'}/c{i}" for i in range(50)}
-        assert dict(Hits.counts) == dict.fromkeys(paths, 1), dict(Hits.counts)
+        assert dict(server.hits) == dict.fromkeys(paths, 1), dict(server.hits)
         holders = Counter(s["execution"]["holder"] for s in finals.values())
         assert sum(holders.values()) == 50
     finally:
@@ -187,7 +165,7 @@ def test_a_descriptor_without_what_its_kind_needs_is_never_active(
 
 
 def test_an_approval_of_a_deleted_invocation_does_not_bind_a_new_one_of_the_same_name(
-    api: client.ApiClient, ns: Namespace, agent: Agent, hits: str
+    api: client.ApiClient, ns: Namespace, agent: Agent, hits: str, server: Recorder
 ) -> None:
     effect_tool(api, ns.name, hits, "shared-write")
     agent.grant(["effect"], ["shared-write"])
@@ -229,7 +207,7 @@ def test_an_approval_of_a_deleted_invocation_does_not_bind_a_new_one_of_the_same
     assert "no approval bound" in status["message"]
     bound = status_of(get(api, ns.name, "toolapprovals", approval))
     assert bound["boundUid"] != get(api, ns.name, "toolinvocations", again)["metadata"]["uid"]
-    assert Hits.counts["/effect/same"] == 1
+    assert server.hits["/effect/same"] == 1
 
 
 def test_an_agent_cannot_set_owner_references_finalizers_or_labels_on_an_invocation(
@@ -276,7 +254,7 @@ def waiting_call(agent: Agent, tool: str, call_id: str) -> str:
 
 
 def test_what_changed_while_a_call_waited_denies_it_after_approval(
-    api: client.ApiClient, ns: Namespace, agent: Agent, hits: str
+    api: client.ApiClient, ns: Namespace, agent: Agent, hits: str, server: Recorder
 ) -> None:
     effect_tool(api, ns.name, hits, "shared-write")
     agent.grant(["effect"], ["shared-write"])
@@ -345,7 +323,7 @@ def test_what_changed_while_a_call_waited_denies_it_after_approval(
     status = status_of(agent.wait(moved))
     assert status["state"] == "Denied", pretty(status)
     assert status["deniedStage"] == "validation" and "changed" in status["message"]
-    assert Hits.counts == Counter({"/effect/changed": 1})
+    assert server.hits == Counter({"/effect/changed": 1})
 
 
 def test_deleting_a_running_call_leaves_its_receipt_and_event(
@@ -381,7 +359,12 @@ def test_deleting_a_running_call_leaves_its_receipt_and_event(
 
 
 def test_confirming_an_effect_did_not_happen_frees_its_key_for_one_new_execution(
-    api: client.ApiClient, ns: Namespace, agent: Agent, operator: OperatorProcess, hits: str
+    api: client.ApiClient,
+    ns: Namespace,
+    agent: Agent,
+    operator: OperatorProcess,
+    hits: str,
+    server: Recorder,
 ) -> None:
     shell_tool(api, ns.name, "slow", side_effect_class="shared-write", timeout=120)
     effect_tool(api, ns.name, hits, "external")
@@ -450,7 +433,7 @@ def test_confirming_an_effect_did_not_happen_frees_its_key_for_one_new_execution
     assert retry["state"] == "Observed" and not retry.get("duplicateOf"), pretty(retry)
     twice = status_of(agent.wait(agent.invoke("effect", {"id": "k1"}, idempotencyKey="k-1")))
     assert twice["failureClass"] == "duplicate" and twice["duplicateOf"] == again
-    assert Hits.counts["/effect/k1"] == 1
+    assert server.hits["/effect/k1"] == 1
 
 
 def test_retry_policy_runs_again_only_what_provably_never_left_the_operator(

@@ -4,15 +4,13 @@ clean-up, on the real cluster with the real operator process."""
 from __future__ import annotations
 
 import base64
-import http.server
-import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from kubernetes import client
 
-from tooladapter.devtools import Namespace, OperatorProcess, free_port, node_ip, wait_for
+from tooladapter.devtools import Namespace, OperatorProcess, node_ip, wait_for
 
 from .objects import (
     Agent,
@@ -26,6 +24,7 @@ from .objects import (
     shell_tool,
     status_of,
 )
+from .servers import Recorder, recording_server
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(420)]
 
@@ -154,39 +153,19 @@ def test_rejection_expiry_and_self_approval_never_run_the_call(
     assert "expired" in expired["message"]
 
 
-class Counter(http.server.BaseHTTPRequestHandler):
-    hits = 0
-    lock = threading.Lock()
-
-    def do_GET(self) -> None:
-        with Counter.lock:
-            Counter.hits += 1
-        self.send_response(200)
-        self.send_header("Content-Length", "2")
-        self.end_headers()
-        self.wfile.write(b"ok")
-
-    def log_message(self, *args: object) -> None:
-        pass
-
-
 @pytest.fixture
-def counting_server() -> Iterator[tuple[str, int]]:
-    host = node_ip()
-    Counter.hits = 0
-    server = http.server.ThreadingHTTPServer((host, free_port(host)), Counter)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield host, server.server_address[1]
-    server.shutdown()
+def counting_server() -> Iterator[Recorder]:
+    with recording_server(node_ip()) as server:
+        yield server
 
 
 def test_twenty_concurrent_invocations_with_one_key_execute_once(
     api: client.ApiClient,
     ns: Namespace,
     agent: Agent,
-    counting_server: tuple[str, int],
+    counting_server: Recorder,
 ) -> None:
-    host, port = counting_server
+    host, port = counting_server.host, counting_server.port
     shell_tool(api, ns.name, "hit", egress=[f"{host}/32"])
     agent.grant(["hit"], ["sandbox"])
     command = {"command": f"wget -q -O - http://{host}:{port}/effect"}
@@ -208,7 +187,7 @@ def test_twenty_concurrent_invocations_with_one_key_execute_once(
         if s.get("duplicateOf"):
             assert s["duplicateOf"] == winner and s["failureClass"] == "duplicate"
             assert s["receiptRef"] == winners[0]["receiptRef"]
-    assert Counter.hits == 1
+    assert counting_server.total == 1
     assert len(jobs_of(api, ns.name)) == 1
 
 
