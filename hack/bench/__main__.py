@@ -1,5 +1,6 @@
 """`python -m bench [flags]` runs the bench; `floor-controller NAMESPACE` and
-`http-server HOST PORT` are its helper processes."""
+`http-server HOST PORT` are its helper processes; `adversarial` times what agent-crafted
+input costs the operator (no cluster, `adversarial.py`)."""
 
 from __future__ import annotations
 
@@ -22,6 +23,11 @@ def main(argv: list[str]) -> None:
         return
     if argv[:1] == ["http-server"]:
         asyncio.run(http_server(argv[1], int(argv[2])))
+        return
+    if argv[:1] == ["adversarial"]:
+        from .adversarial import main as adversarial
+
+        adversarial()
         return
     cfg = Config.parse(argv)
     bench = Bench(cfg)

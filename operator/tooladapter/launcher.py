@@ -9,7 +9,6 @@ import sys
 
 from .settings import Settings
 
-
 #: The API server accepts JSON nested 10,000 levels deep; kopf decodes every watch event
 #: with `json.loads`, whose C decoder counts against the recursion limit. Below this an
 #: invocation whose arguments nest ~1,000 deep (the admission policy bounds them at 32, but

@@ -447,7 +447,12 @@ class ToolInvocationSpec(Model):
     caller: Caller
     run_id: str | None = Field(default=None, max_length=128)
     attempt_id: str | None = Field(default=None, max_length=128)
-    fencing_token: int | None = Field(default=None, ge=0)
+    fencing_token: int | None = Field(
+        default=None,
+        ge=0,
+        # RFC 8785 (receipts, hashes) takes integers up to 2^53 - 1 only.
+        le=2**53 - 1,
+    )
     idempotency_key: str | None = Field(default=None, min_length=1, max_length=256)
     environment_id: str | None = Field(default=None, max_length=128)
     interrupt: bool = False

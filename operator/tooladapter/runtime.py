@@ -66,6 +66,9 @@ class Runtime:
     rates: RateBook = field(default_factory=RateBook)
     #: (namespace, label value) pairs of unknown environment classes already warned about.
     warned_environments: set[tuple[str, str]] = field(default_factory=set)
+    #: (host, port) of the network gate's canary listener (None: no gate); the lease's
+    #: NetworkPolicy never lets a sandbox reach it.
+    canary: tuple[str, int] | None = None
     #: This process, as it signs execution claims (and leases).
     identity: str = field(default_factory=lambda: process_identity())
 

@@ -445,7 +445,6 @@ def test_server_credentials_from_a_secret_reach_only_the_server_that_references_
     status = status_of(agent.wait(agent.invoke("echo", {"text": f"you sent {token}"})))
     assert status["state"] == "Observed", pretty(status)
     assert status["result"]["content"] == "you sent [REDACTED:brokered-secret]"
-    assert token not in json.dumps(status)
 
 
 @pytest.mark.timeout(120)
@@ -453,9 +452,10 @@ def test_a_redaction_that_breaks_structured_content_is_sent_once_and_settles(
     api: client.ApiClient, ns: Namespace, agent: Agent, servers: Servers
 ) -> None:
     # The credential itself spells JSON syntax: redacting it from the serialised structured
-    # content leaves text that is no longer JSON. That once made the call raise after the
-    # effect and be sent again and again; now the structured part is dropped, the text
-    # stays, and the server sees exactly one call.
+    # content left text that is no longer JSON. That once made the call raise after the
+    # effect and be sent again and again, later dropped the structured part; now redaction
+    # works on the parsed values (the credential is in none of them), so the structured
+    # content stays and the server sees exactly one call.
     token = '{"echo": "'
     server = servers("--mode", "current", "--token", token)
     client.CoreV1Api(api).create_namespaced_secret(
@@ -474,8 +474,29 @@ def test_a_redaction_that_breaks_structured_content_is_sent_once_and_settles(
     agent.grant(["echo"], ["read"])
     mark = server.mark()
     status = status_of(agent.wait(agent.invoke("echo", {"text": "hello"}), timeout=60))
-    assert status["state"] in ("Observed", "Failed", "Uncertain"), pretty(status)
-    assert "structuredContent" not in (status.get("result") or {}), pretty(status)
+    assert status["state"] == "Observed", pretty(status)
+    assert status["result"]["structuredContent"] == {"echo": "hello"}, pretty(status)
     server.mark()  # takes in what the server printed so far
     calls = [line for line in server.seen[mark:] if line.startswith("CALLED echo")]
     assert len(calls) == 1, calls
+
+
+def test_a_response_beyond_the_result_bound_is_refused_once_and_settles(
+    api: client.ApiClient, ns: Namespace, agent: Agent, servers: Servers
+) -> None:
+    """An MCP response is read only up to a bound derived from the tool's maxResultBytes
+    (4x plus 64 KiB for the framing and the listing): a larger one is refused, not read
+    into the operator's memory; the tool ran, so a read call ends Failed, once."""
+    server = servers("--mode", "current")
+    register(api, ns.name, "big", server.url, interval=30)
+    wait_phase(api, ns.name, "big", "Active")
+    bind(api, ns.name, "echo", "big", "echo", maxResultBytes=1024)
+    agent.grant(["echo"], ["read"])
+    mark = server.mark()
+    status = status_of(agent.wait(agent.invoke("echo", {"text": "y" * 100_000}), timeout=60))
+    assert status["state"] == "Failed", pretty(status)
+    assert "larger than 69632 bytes" in status["message"], status["message"]
+    server.mark()
+    assert len([line for line in server.seen[mark:] if line.startswith("CALLED echo")]) == 1
+    small = status_of(agent.wait(agent.invoke("echo", {"text": "y" * 500}), timeout=60))
+    assert small["state"] == "Observed" and small["result"]["content"] == "y" * 500

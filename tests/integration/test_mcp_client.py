@@ -25,6 +25,7 @@ from tooladapter.mcp_client import (
     McpAddressRefused,
     McpBrokenMidCall,
     McpCallTimeout,
+    McpResponseTooLarge,
     McpToolChanged,
     McpToolNotListed,
     McpUnavailable,
@@ -171,6 +172,44 @@ async def test_echo_returns_text_and_structured_content_and_carries_the_key(serv
     # The idempotency key reached the tool, in the namespaced _meta entry.
     await _wait_line(server, f"CALLED echo {key}", since=since)
     assert IDEMPOTENCY_META_KEY == "dev.tooladapter/idempotencyKey"
+
+
+async def test_a_response_larger_than_the_bound_is_refused_not_read(server: Any) -> None:
+    """The tool ran (effect possible); its answer is not read into memory past the bound."""
+    with pytest.raises(McpResponseTooLarge) as refused:
+        await call_tool(
+            server.url,
+            headers=AUTH,
+            tool="echo",
+            arguments={"text": "x" * 200_000},
+            timeout=20,
+            max_response_bytes=100_000,
+        )
+    assert refused.value.effect_possible is True
+    assert "larger than 100000 bytes" in refused.value.message
+    small = await call_tool(
+        server.url,
+        headers=AUTH,
+        tool="echo",
+        arguments={"text": "x" * 1000},
+        timeout=20,
+        max_response_bytes=100_000,
+    )
+    assert small.content_text == "x" * 1000
+    # A handshake or listing larger than the bound: nothing was called.
+    since = server.mark()
+    with pytest.raises(McpResponseTooLarge) as unsent:
+        await call_tool(
+            server.url,
+            headers=AUTH,
+            tool="echo",
+            arguments={"text": "hi"},
+            timeout=20,
+            max_response_bytes=200,
+        )
+    assert unsent.value.effect_possible is False
+    server.mark()
+    assert not any(line.startswith("CALLED") for line in server.seen[since:])
 
 
 async def test_add_and_counter_count_executions(server: Any) -> None:

@@ -134,6 +134,7 @@ def test_every_policy_is_bound_fail_closed() -> None:
     bindings = _by_kind("ValidatingAdmissionPolicyBinding")
     assert set(policies) == {
         "tooladapter-invocation-caller",
+        "tooladapter-invocation-arguments",
         "tooladapter-invocation-interrupt",
         "tooladapter-approval-reviewer",
         "tooladapter-mcpserver-activation",

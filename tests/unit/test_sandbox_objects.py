@@ -112,10 +112,27 @@ def test_the_network_policy_denies_everything_but_allow_listed_cidrs() -> None:
     assert split_egress(["10.0.0.1/32", "github.com"]) == (["10.0.0.1/32"], ["github.com"])
 
 
-def test_the_network_gate_waits_for_enforcement_unless_the_canary_is_allowed() -> None:
+def test_the_network_gate_waits_for_enforcement_whatever_the_allow_list() -> None:
     canary = ("192.0.2.2", 4242)
     assert network_gate_for(canary, ["10.0.0.0/8"]) == canary
-    assert network_gate_for(canary, ["192.0.2.0/24"]) is None
+    # An allowed CIDR covering the canary is let out on every port but the canary's.
+    assert network_gate_for(canary, ["192.0.2.0/24"]) == canary
+    policy = build_network_policy(
+        namespace="n",
+        uid=UID,
+        owner=OWNER,
+        egress_allow=["10.0.0.0/8", "192.0.2.0/24"],
+        canary=canary,
+    )
+    plain, covering = policy["spec"]["egress"]
+    assert plain == {"to": [{"ipBlock": {"cidr": "10.0.0.0/8"}}]}
+    assert covering["to"] == [{"ipBlock": {"cidr": "192.0.2.0/24"}}]
+    assert covering["ports"] == [
+        {"protocol": "TCP", "port": 1, "endPort": 4241},
+        {"protocol": "TCP", "port": 4243, "endPort": 65535},
+        {"protocol": "UDP"},
+        {"protocol": "SCTP"},
+    ]
     assert network_gate_for(None, []) is None
     init = job(network_gate=canary)["spec"]["template"]["spec"]["initContainers"][0]
     assert init["name"] == GATE_CONTAINER_NAME

@@ -96,6 +96,18 @@ def unconfirmed_for(
     )
 
 
+#: Executors read this much past a call's `max_result_bytes`: the sanitizer must see any
+#: secret whole (in any of its encodings) before the result is cut at the bound, or the
+#: shown part could end with most of one. `flow.ending` drops what lies within this
+#: distance of the end of a cut read before redacting.
+READ_MARGIN_BYTES = 64 * 1024
+
+
+def read_limit(max_result_bytes: int) -> int:
+    """How many bytes of output an executor reads for a call bounded at `max_result_bytes`."""
+    return max_result_bytes + READ_MARGIN_BYTES
+
+
 class Executor(Protocol):
     """Runs one kind of tool."""
 

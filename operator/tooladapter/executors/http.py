@@ -21,7 +21,7 @@ from ..enums import FailureClass
 from ..model import ToolDescriptorSpec
 from ..pipeline.addresses import AddressRefused, AddressRule, parse_networks
 from ..pipeline.validation import render_http_request
-from . import Call, InOperator, Outcome, unconfirmed
+from . import Call, InOperator, Outcome, read_limit, unconfirmed
 
 
 def blocked_host(url: str, blocked: tuple[str, ...]) -> str | None:
@@ -126,9 +126,10 @@ class HttpExecutor(InOperator):
                 sent = True
                 chunks: list[bytes] = []
                 size = 0
-                # Read one byte past the bound so the sanitizer can mark truncation.
-                while size <= call.max_result_bytes:
-                    chunk = await resp.content.read(min(65536, call.max_result_bytes + 1 - size))
+                # Read past the bound: the sanitizer must see any secret whole before the cut.
+                limit = read_limit(call.max_result_bytes)
+                while size < limit:
+                    chunk = await resp.content.read(min(65536, limit - size))
                     if not chunk:
                         break
                     chunks.append(chunk)

@@ -131,7 +131,7 @@ def max_response_bytes(max_result_bytes: int) -> int:
     `max_result_bytes`: the result may come twice (text and structuredContent), JSON-escaped
     and framed, and the tool listing before it needs room too. Larger responses are refused
     (`McpResponseTooLarge`), not read into memory."""
-    return 4 * max_result_bytes + 256 * 1024
+    return 4 * max_result_bytes + 64 * 1024
 
 
 def _redacted(outcome: Outcome, secrets: list[str]) -> Outcome:

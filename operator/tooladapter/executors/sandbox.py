@@ -25,7 +25,7 @@ from ..pipeline.sandbox import (
     runtime_class_for,
 )
 from ..settings import Settings
-from . import Call, Outcome, unconfirmed, unconfirmed_for
+from . import Call, Outcome, read_limit, unconfirmed, unconfirmed_for
 
 #: Time the Job may take to be scheduled and report, beyond the tool's own timeout.
 SCHEDULING_MARGIN_SECONDS = 120
@@ -115,11 +115,18 @@ class SandboxExecutor:
     async def interrupt(self, call: Call) -> Outcome:
         names = LeaseNames.for_uid(call.uid)
         pod = await self.cluster.job_pod(call.namespace, call.uid)
-        started = ksandbox.pod_started(pod)
+        # The pod's status lags the kubelet by up to a second or more: a pod bound to a node
+        # may already have run its tool though its status still says Pending. Only a pod
+        # not yet scheduled (or none at all) proves the tool never started.
+        started = ksandbox.pod_started(pod) or ksandbox.pod_scheduled(pod)
         await self.cluster.delete("Job", call.namespace, names.job)
         contained = call.effective_class.effects_contained
         if not started or contained:
-            why = "before the tool started" if not started else "inside its own sandbox only"
+            why = (
+                "before its pod was scheduled (the tool never started)"
+                if not started
+                else "inside its own sandbox only"
+            )
             return Outcome(
                 InvocationState.CANCELLED,
                 failure_class=FailureClass.CANCELLED,
@@ -128,13 +135,14 @@ class SandboxExecutor:
         return Outcome(
             InvocationState.UNCERTAIN,
             failure_class=FailureClass.EFFECT_UNCONFIRMED,
-            message=f"interrupted after the tool started; job {names.job} deleted",
+            message=f"interrupted after its pod was scheduled (the tool may have run); "
+            f"job {names.job} deleted",
         )
 
     async def outcome_of(self, call: Call, job: dict[str, Any]) -> Outcome:
         finished = ksandbox.job_finished(job)
         result = await self.cluster.pod_outcome(
-            call.namespace, call.uid, max_bytes=call.max_result_bytes
+            call.namespace, call.uid, max_bytes=read_limit(call.max_result_bytes)
         )
         if finished == "Complete":
             return Outcome.observed(

@@ -122,6 +122,7 @@ async def lease_sandbox(
             uid=ctx.uid,
             owner=owner,
             egress_allow=list(sandbox.egress.allow),
+            canary=ctx.rt.canary,
         )
     )
     lease = SandboxLease(

@@ -14,7 +14,7 @@ import logging
 from .. import offload
 from ..artifacts import ArtifactStore
 from ..enums import FailureClass, InvocationState, Stage, StageOutcome
-from ..executors import Outcome
+from ..executors import Outcome, read_limit
 from ..metrics import DENIALS, INVOCATIONS, LATENCY
 from ..model import (
     AuditRequirements,
@@ -25,7 +25,7 @@ from ..model import (
 )
 from ..pipeline.hashing import canonical_json
 from ..pipeline.receipt import build_receipt
-from ..pipeline.sanitize import sanitize, sanitize_structured
+from ..pipeline.sanitize import BROKERED_SECRET, sanitize, sanitize_structured, secret_forms
 from ..timeutil import now_iso, parse_time
 from .context import Denial, Failure, FlowContext
 
@@ -44,13 +44,14 @@ async def finish(ctx: FlowContext, outcome: Outcome) -> None:
     max_bytes = ctx.rt.settings.max_result_bytes
     if ctx.descriptor is not None:
         max_bytes = min(ctx.descriptor.max_result_bytes, max_bytes)
+    output = whole_secrets_only(outcome.output, max_bytes, ctx.secret_values)
     # Linear (RE2) but CPU-heavy for large outputs: off the event loop, in this tenant's
     # turn, so another tenant's call never waits for this one's sanitization.
     clean = await offload.run(
         ctx.namespace,
-        len(outcome.output),
+        len(output),
         sanitize,
-        outcome.output,
+        output,
         secrets=ctx.secret_values,
         max_bytes=max_bytes,
     )
@@ -66,6 +67,10 @@ async def finish(ctx: FlowContext, outcome: Outcome) -> None:
             max_bytes=max_bytes,
         )
         structured = cleaned.value
+    if BROKERED_SECRET in clean.redactions:
+        # A brokered value was in the output: it may sit in the structured form in pieces no
+        # value-by-value redaction recognises (a secret that is itself JSON). Text only.
+        structured = None
     ctx.record(
         Stage.SANITIZE,
         StageOutcome.DONE,
@@ -83,7 +88,9 @@ async def finish(ctx: FlowContext, outcome: Outcome) -> None:
         truncated=clean.truncated,
         inline=inline,
         original_bytes=clean.original_bytes,
-        original_sha256=clean.original_sha256,
+        # The hash of output that held a secret would let an agent confirm guesses of it
+        # offline (its own arguments are known): only outputs without redactions show it.
+        original_sha256=None if clean.redactions else clean.original_sha256,
         redactions=list(clean.redactions),
         exit_code=outcome.exit_code,
     )
@@ -92,6 +99,18 @@ async def finish(ctx: FlowContext, outcome: Outcome) -> None:
     await release(ctx, f"invocation ended {outcome.state}")
     ctx.record(Stage.EXECUTE, _OUTCOME_STAGE[outcome.state], outcome.message)
     await end(ctx, outcome.state)
+
+
+def whole_secrets_only(output: bytes, max_bytes: int, secrets: list[str]) -> bytes:
+    """A read cut at `read_limit` may end inside a secret: drop that tail before redacting.
+
+    Only what lies beyond `max_bytes` is dropped (the shown part is cut there anyway), and
+    only when the executor's read was cut, so a whole output keeps every byte."""
+    if len(output) < read_limit(max_bytes):
+        return output
+    longest = max((len(form) for s in secrets for form in secret_forms(s)), default=0)
+    tail = min(len(output) - max_bytes, max(longest, 4096))
+    return output[: len(output) - tail]
 
 
 async def release(ctx: FlowContext, reason: str) -> None:

@@ -13,8 +13,9 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
+from typing import Any
 
-from ..enums import FailureClass, InvocationState, SideEffectClass, Stage, StageOutcome
+from ..enums import FailureClass, InvocationState, Resource, SideEffectClass, Stage, StageOutcome
 from ..executors import Call, Outcome, unconfirmed_for
 from ..kube.client import Conflict, NotFound
 from ..kube.sandbox import decode_b64
@@ -27,6 +28,8 @@ from .recheck import needs_recheck, recheck
 
 logger = logging.getLogger("tooladapter.invocations")
 
+#: Claims retried when only an invocation's metadata moved under the flow.
+CLAIM_ATTEMPTS = 10
 #: A read call in the operator still running after this long shows Executing on its status.
 PROGRESS_AFTER_SECONDS = 1.0
 
@@ -62,21 +65,38 @@ async def claim_execution(ctx: FlowContext) -> None:
     from the state stored."""
     assert ctx.status.execution is not None
     ctx.status.execution.holder = ctx.rt.identity
-    try:
-        # Held by a finalizer from here on: a deleted running call still settles and leaves
-        # its receipt and event before the object goes.
-        await ctx.hold()
-        await ctx.commit(InvocationState.EXECUTING, exclusive=True)
-    except Conflict:
-        fresh = await ctx.reload()
-        execution = (fresh.get("status") or {}).get("execution") or {}
-        mine = execution.get("holder") == ctx.rt.identity
-        if ctx.status.state == InvocationState.EXECUTING and mine:
-            return  # our write landed though its answer was lost: the claim is ours
-        if ctx.status.state == InvocationState.EXECUTING or ctx.status.state.terminal:
-            if not mine:
-                raise Superseded(execution.get("holder") or "another operator") from None
-        raise Restart from None
+    for _ in range(CLAIM_ATTEMPTS):
+        try:
+            # Held by a finalizer from here on: a deleted running call still settles and
+            # leaves its receipt and event before the object goes.
+            await ctx.hold()
+            await ctx.commit(InvocationState.EXECUTING, exclusive=True)
+            return
+        except Conflict:
+            fresh = await ctx.rt.cluster.get(Resource.INVOCATIONS, ctx.namespace, ctx.name)
+        if untouched(ctx.body, fresh):
+            ctx.body = fresh  # only metadata moved (an annotation, say): claim again
+            continue
+        break
+    fresh = await ctx.reload()
+    execution = (fresh.get("status") or {}).get("execution") or {}
+    mine = execution.get("holder") == ctx.rt.identity
+    if ctx.status.state == InvocationState.EXECUTING and mine:
+        return  # our write landed though its answer was lost: the claim is ours
+    if ctx.status.state == InvocationState.EXECUTING or ctx.status.state.terminal:
+        if not mine:
+            raise Superseded(execution.get("holder") or "another operator")
+    raise Restart
+
+
+def untouched(seen: dict[str, Any], fresh: dict[str, Any]) -> bool:
+    """Nobody claimed, interrupted or deleted the call since `seen`: same status and spec,
+    no deletion (other metadata may have moved)."""
+    return (
+        (fresh.get("status") or {}) == (seen.get("status") or {})
+        and fresh.get("spec") == seen.get("spec")
+        and not fresh["metadata"].get("deletionTimestamp")
+    )
 
 
 def admit(ctx: FlowContext, descriptor: ToolDescriptorSpec) -> None:

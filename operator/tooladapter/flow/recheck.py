@@ -43,7 +43,7 @@ async def recheck(ctx: FlowContext) -> None:
             "; ".join(decision.denials) or "denied by policy",
             FailureClass.POLICY_DENIED,
         )
-    verdict = shell_verdict(ctx, descriptor, decision)
+    verdict = await shell_verdict(ctx, descriptor, decision)
     classification = classify_call(ctx, descriptor, decision, verdict)
     recorded = ctx.status.effective_class
     if classification.refused:

@@ -14,7 +14,7 @@ from ..enums import InvocationState, Resource
 from ..events import object_ref
 from ..flow.ending import write_receipt
 from ..model import ToolInvocationSpec, ToolInvocationStatus
-from ..pipeline.sanitize import redact_text
+from ..pipeline.sanitize import bounded_message
 from ..runtime import Runtime
 from ..timeutil import now_iso
 
@@ -85,6 +85,7 @@ async def record_confirmation(rt: Runtime, body: dict[str, Any]) -> None:
         object_ref("ToolInvocation", meta),
         reason="ToolInvoked",
         message=f"effect {happened}, confirmed by {confirmation.confirmed_by} "
-        f"({redact_text(confirmation.evidence)[:200]}); receipt {status.receipt_ref}"
+        f"({bounded_message(confirmation.evidence, max_chars=200)}); "
+        f"receipt {status.receipt_ref}"
         + ("; its idempotency key is free again" if released else ""),
     )

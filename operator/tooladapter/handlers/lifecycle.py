@@ -122,6 +122,7 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo) -> None:
         started = await start_canary(config.canary_host, config.canary_port)
         if started is not None:
             canary_server, sandbox.canary = started
+            rt.canary = sandbox.canary
 
             async def close_canary() -> None:
                 canary_server.close()

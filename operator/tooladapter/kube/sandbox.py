@@ -158,6 +158,11 @@ async def job_pod(kube: Kube, namespace: str, uid: str) -> dict[str, Any] | None
     return dict(items[-1])
 
 
+def pod_scheduled(pod: dict[str, Any] | None) -> bool:
+    """Whether the pod was bound to a node (its kubelet may have started it)."""
+    return bool(pod and (pod.get("spec") or {}).get("nodeName"))
+
+
 def pod_started(pod: dict[str, Any] | None) -> bool:
     """Whether the tool's process may have run: its container started at some point."""
     if not pod:

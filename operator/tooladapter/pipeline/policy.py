@@ -485,10 +485,24 @@ def _show(value: Any) -> str:
 
 
 def _same(a: Any, b: Any) -> bool:
+    return _one_of(a, [b])
+
+
+def _one_of(actual: Any, items: Sequence[Any]) -> bool:
+    """Whether `actual` equals any of `items` as JSON. The agent's value is canonicalised
+    once, not once per item (up to the argument bound each time, on the event loop)."""
     try:
-        return canonical_json(a) == canonical_json(b)
+        key = canonical_json(actual)
     except CanonicalizationError:
-        return bool(a == b)
+        return any(bool(actual == item) for item in items)
+    for item in items:
+        try:
+            if canonical_json(item) == key:
+                return True
+        except CanonicalizationError:
+            if bool(actual == item):
+                return True
+    return False
 
 
 def _number(value: Any) -> float | None:
@@ -521,7 +535,7 @@ def _condition_holds(condition: ArgumentCondition, arguments: Any) -> tuple[bool
     if operator == "notEquals":
         return not _same(actual, expected), ""
     if operator == "in":
-        return any(_same(actual, item) for item in expected or ()), ""
+        return _one_of(actual, list(expected or ())), ""
     if operator == "matches":
         text = actual if isinstance(actual, str) else canonical_json(actual).decode("utf-8")
         return compile_linear(str(expected)).search(text) is not None, ""

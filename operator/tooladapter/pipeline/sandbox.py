@@ -78,18 +78,31 @@ def labels_for(uid: str) -> dict[str, str]:
 def network_gate_for(
     canary: tuple[str, int] | None, egress_allow: list[str]
 ) -> tuple[str, int] | None:
-    """The canary a pod must find unreachable before its tool runs, if it can tell.
+    """The canary a pod must find unreachable before its tool runs.
 
-    A canary inside an allowed CIDR stays reachable by design, so it proves nothing: then
-    there is no gate (and the operator logs that the allow-list covers its canary).
+    An allowed CIDR that covers the canary's address is let out on every port but the
+    canary's (see `build_network_policy`), so the canary still proves the policy is
+    enforced: every sandbox is gated, whatever its allow-list.
     """
-    if canary is None:
-        return None
-    cidrs, _ = split_egress(egress_allow)
-    address = ipaddress.ip_address(canary[0])
-    if any(address in ipaddress.ip_network(cidr) for cidr in cidrs):
-        return None
     return canary
+
+
+def _covers(cidr: str, address: str) -> bool:
+    try:
+        return ipaddress.ip_address(address) in ipaddress.ip_network(cidr)
+    except ValueError:
+        return False
+
+
+def _all_ports_but(port: int) -> list[dict[str, Any]]:
+    """NetworkPolicy ports: every TCP port except `port` (endPort ranges), all UDP/SCTP."""
+    ranges = [(1, port - 1), (port + 1, 65535)]
+    tcp = [
+        {"protocol": "TCP", "port": low, **({"endPort": high} if high > low else {})}
+        for low, high in ranges
+        if low <= high
+    ]
+    return [*tcp, {"protocol": "UDP"}, {"protocol": "SCTP"}]
 
 
 def split_egress(allow: list[str]) -> tuple[list[str], list[str]]:
@@ -105,16 +118,34 @@ def split_egress(allow: list[str]) -> tuple[list[str], list[str]]:
 
 
 def build_network_policy(
-    *, namespace: str, uid: str, owner: dict[str, Any], egress_allow: list[str]
+    *,
+    namespace: str,
+    uid: str,
+    owner: dict[str, Any],
+    egress_allow: list[str],
+    canary: tuple[str, int] | None = None,
 ) -> dict[str, Any]:
     """Default-deny ingress and egress for the lease's pod; CIDR entries are let out.
 
-    Host names are not expressible in a NetworkPolicy; until the egress proxy exists they
-    stay denied (fail closed).
+    A CIDR that covers the `canary` (the operator's listener the network gate must find
+    unreachable) is let out on every port but the canary's TCP port, so the gate still
+    proves enforcement before the tool runs. Host names are not expressible in a
+    NetworkPolicy; until the egress proxy exists they stay denied (fail closed).
     """
     cidrs, _hosts = split_egress(egress_allow)
     names = LeaseNames.for_uid(uid)
-    egress = [{"to": [{"ipBlock": {"cidr": cidr}} for cidr in cidrs]}] if cidrs else []
+    covering = [c for c in cidrs if canary and _covers(c, canary[0])]
+    plain = [c for c in cidrs if c not in covering]
+    egress: list[dict[str, Any]] = []
+    if plain:
+        egress.append({"to": [{"ipBlock": {"cidr": cidr}} for cidr in plain]})
+    if covering and canary is not None:
+        egress.append(
+            {
+                "to": [{"ipBlock": {"cidr": cidr}} for cidr in covering],
+                "ports": _all_ports_but(canary[1]),
+            }
+        )
     return {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",

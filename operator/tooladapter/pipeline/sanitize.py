@@ -71,8 +71,10 @@ BROKERED_SECRET = "brokered-secret"  # noqa: S105 (a redaction kind, not a passw
 MIN_SECRET_CHARS = 4
 #: Shortest base64 fragment searched for at a non-zero alignment.
 MIN_FRAGMENT_CHARS = 6
-#: Text scanned beyond the bound, and the margin kept clear of a cut (see `_Scan`).
+#: Text scanned beyond the bound, and the margin kept clear of a cut.
 _MIN_MARGIN = 16 * 1024
+#: No rule matches fewer bytes than this (`://:x@`; a unit test checks every rule).
+_SHORTEST_MATCH = 6
 #: A JWT payload longer than this is not decoded to tell its kind (it is redacted anyway).
 _MAX_JWT_PAYLOAD = 16 * 1024
 
@@ -366,7 +368,7 @@ RULES: tuple[Rule, ...] = (
     ),
     Rule(
         "private-key",
-        r"PuTTY-User-Key-File-\d{1,3}:(?s:.*?)(?:Private-MAC:[^\r\n]*|\z)",
+        r"PuTTY-User-Key-File-\d{1,3}:(?s:.*?)(?:Private-MAC:[ \t]*[0-9a-fA-F]*|\z)",
         source="PuTTY .ppk format",
     ),
     Rule(
@@ -469,7 +471,7 @@ RULES: tuple[Rule, ...] = (
     ),
     Rule(
         "npm-tokens",
-        r"(?i)_(?:authToken|auth|password)[ \t]{0,16}=[ \t]{0,16}[\"']?([^\s\"']{6,})",
+        r"(?im)(?:^|:)_(?:authToken|auth|password)[ \t]{0,16}=[ \t]{0,16}[\"']?([^\s\"']{6,})",
         group=1,
         source=".npmrc _authToken, _auth and _password",
     ),
@@ -640,6 +642,10 @@ class _Redactor:
         longest = max((len(f) for f in forms), default=0)
         #: A secret spelled with every byte escaped (`\\u0041`) is six times as long.
         self.margin = max(_MIN_MARGIN, 8 * longest + 4096)
+        #: Shorter texts cannot hold a match: views only ever shrink a text, and no rule
+        #: matches fewer than `_SHORTEST_MATCH` bytes (the many tiny strings of structured
+        #: content cost nothing).
+        self.floor = min([_SHORTEST_MATCH, *(len(f) for f in forms)])
 
     def spans(self, data: bytes) -> list[tuple[int, int, int, str]]:
         spans: list[tuple[int, int, int, str]] = []
@@ -655,6 +661,8 @@ class _Redactor:
     def redact(self, data: bytes, counts: Counter[str], keep: int | None = None) -> bytes:
         """`data` with every span replaced by its marker; with `keep`, the text from that
         offset on is left out (a span that starts before it is still replaced whole)."""
+        if len(data) < self.floor:
+            return data if keep is None else data[:keep]
         spans = self.spans(data)
         if not spans and keep is None:
             return data
