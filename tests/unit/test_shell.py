@@ -352,7 +352,7 @@ UNLISTED_EVASIONS: list[str] = [
     "awk 'BEGIN { system(\"rm x\") }'",
     "awk '{ print > \"/workspace/x\" }' f",
     # A brace inside a string once ended the search for the redirect.
-    "awk 'BEGIN{print \"{\" > \"/workspace/x\"; close(\"/workspace/x\")}'",
+    'awk \'BEGIN{print "{" > "/workspace/x"; close("/workspace/x")}\'',
     "awk 'BEGIN { getline line < \"/inet/tcp/0/example.com/80\" }'",
     "awk -f /tooladapter/arguments.json",
     "sed -i 's/a/b/' f",
