@@ -293,7 +293,7 @@ async def test_a_job_that_vanished_follows_the_unconfirmed_rule(
     outcome = await settle(executor, call)
 
     assert outcome.state == state
-    assert "disappeared" in outcome.message
+    assert "does not exist" in outcome.message
 
 
 @pytest.mark.parametrize(
@@ -357,7 +357,7 @@ async def test_an_interrupt_before_any_pod_exists_is_cancelled(
     outcome = await settle(executor, call)
 
     assert outcome.state == InvocationState.CANCELLED
-    assert "before the tool started" in outcome.message
+    assert "never started" in outcome.message
 
 
 # --------------------------------------------------------------------------- no Job at all
@@ -451,3 +451,18 @@ async def test_an_in_operator_resume_settles_by_class_and_names_the_kind(
     expected = InvocationState.FAILED if effective in CONTAINED else InvocationState.UNCERTAIN
     assert outcome.state == expected
     assert "during the native call" in outcome.message
+
+
+async def test_an_interrupt_of_a_scheduled_pod_whose_status_still_says_pending_is_uncertain(
+    cluster: FakeCluster, executor: SandboxExecutor
+) -> None:
+    # A pod's status lags its kubelet: bound to a node, its tool may already have acted.
+    call = make_call(S.SHARED_WRITE, interrupted=True)
+    scheduled = pod(started=False)
+    scheduled.setdefault("spec", {})["nodeName"] = "node-1"
+    cluster.script_job(call.uid, PENDING, pod=scheduled)
+
+    outcome = await settle(executor, call)
+
+    assert outcome.state == InvocationState.UNCERTAIN
+    assert "may have run" in outcome.message

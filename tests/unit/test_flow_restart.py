@@ -328,7 +328,7 @@ async def test_a_resumed_sandbox_call_whose_job_is_gone_settles_by_its_class(
 
     status = stored["status"]
     assert (status["state"], status["failureClass"]) == (state, failure)
-    assert "disappeared" in status["message"]
+    assert "does not exist" in status["message"]
     assert [obj["kind"] for obj in cluster.created] == ["NetworkPolicy"]
 
 
