@@ -157,6 +157,10 @@ class Catalog:
         """An event set whenever an object keyed (namespace, key) changes; re-armed by callers."""
         return self._changed.setdefault((namespace, key), asyncio.Event())
 
+    def forget(self, namespace: str, key: str) -> None:
+        """Drop a signal nobody waits for any more (one per gated call would pile up)."""
+        self._changed.pop((namespace, key), None)
+
     def notify(self, namespace: str, key: str) -> None:
         event = self._changed.get((namespace, key))
         if event is not None:

@@ -8,6 +8,7 @@ from collections.abc import Callable
 
 import pytest
 
+from tooladapter.catalog import approval_key
 from tooladapter.enums import Resource, ToolKind
 from tooladapter.flow import run_invocation
 from tooladapter.settings import Settings
@@ -623,3 +624,16 @@ async def test_an_unchanged_call_passes_the_recheck_after_its_wait(h: Harness) -
     status = h.cluster.invocation("write-1")["status"]
     assert status["state"] == "Observed"
     assert ("recheck", "passed") in stages(status)
+
+
+async def test_a_gated_call_leaves_no_approval_signal_behind(h: Harness) -> None:
+    """One change signal per gated call would pile up in a long-running operator."""
+    writer_tool(h)
+    task = h.start(h.submit(writer_call()))
+    await h.cluster.wait_for_state("write-1", "AwaitingApproval")
+    assert (NAMESPACE, approval_key("write-1")) in h.rt.catalog._changed
+    h.approve_waiting("write-1", name="yes")
+    await asyncio.wait_for(task, 5)
+
+    assert h.cluster.invocation("write-1")["status"]["state"] == "Observed"
+    assert (NAMESPACE, approval_key("write-1")) not in h.rt.catalog._changed

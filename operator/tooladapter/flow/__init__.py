@@ -32,6 +32,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from ..catalog import approval_key
 from ..enums import FailureClass, InvocationState, Resource, Stage
 from ..kube.client import NotFound, is_transient
 from ..runtime import Runtime
@@ -83,7 +84,11 @@ async def run_invocation(rt: Runtime, body: dict[str, Any]) -> None:
         if fresh["metadata"]["uid"] != ctx.uid:
             return
         ctx = FlowContext.of(rt, fresh)
-    await drive(ctx)
+    try:
+        await drive(ctx)
+    finally:
+        # Only this flow waited on its approvals' signal: it goes with the flow.
+        rt.catalog.forget(ctx.namespace, approval_key(ctx.name))
     rt.mark_finished(ctx.uid)
 
 
