@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 
 from .. import offload
 from ..artifacts import ArtifactStore
@@ -40,6 +41,10 @@ logger = logging.getLogger("tooladapter.invocations")
 
 #: Delays between attempts to store an artifact; the last repeats until the store takes it.
 STORE_RETRY_DELAYS = (1, 2, 5, 10, 30)
+#: Store I/O (an fsync, a request to a bucket) blocks a thread for as long as the store
+#: takes: its own threads, so a hung store never holds the loop's default executor, which
+#: resolves every host name the operator connects to.
+_STORE_IO = ThreadPoolExecutor(max_workers=4, thread_name_prefix="tooladapter-store")
 
 _OUTCOME_STAGE = {
     InvocationState.OBSERVED: StageOutcome.OBSERVED,
@@ -304,7 +309,7 @@ async def stored(
     attempt = 0
     while True:
         try:
-            return await asyncio.to_thread(store.put, data)
+            return await asyncio.get_running_loop().run_in_executor(_STORE_IO, store.put, data)
         except asyncio.CancelledError:
             raise
         except Exception as exc:
