@@ -12,7 +12,7 @@ log() { echo "[s3-build] $*" >&2; }
 die() { log "error: $*"; exit 1; }
 
 mod="$S3_HACK_DIR/seaweedfs"
-version="$(awk '$1=="github.com/seaweedfs/seaweedfs" {print $2; exit}' "$mod/go.mod")"
+version="$(awk '($1=="require" && $2=="github.com/seaweedfs/seaweedfs") {print $3; exit} $1=="github.com/seaweedfs/seaweedfs" {print $2; exit}' "$mod/go.mod")"
 [ -n "$version" ] || die "no seaweedfs version in $mod/go.mod"
 # The key changes with the pinned module graph and the Go toolchain.
 key="$( { go env GOVERSION 2>/dev/null || echo none; cat "$mod/go.mod" "$mod/go.sum"; } \

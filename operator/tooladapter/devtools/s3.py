@@ -52,6 +52,7 @@ class S3Server:
             "S3_VOLUME_PORT": str(free_port()),
             "S3_FILER_PORT": str(free_port()),
             "S3_GRPC_PORTS": ",".join(str(free_port()) for _ in range(4)),
+            "S3_ADMIN_PORTS": f"{free_port()},{free_port()}",
         }
         self.endpoint = f"http://127.0.0.1:{self.port}"
         self.admin_key = ("admin-" + secrets.token_hex(6), secrets.token_urlsafe(24))
