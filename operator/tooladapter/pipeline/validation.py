@@ -40,6 +40,7 @@ from referencing.jsonschema import DRAFT202012
 from ..enums import ToolKind
 from ..model import HttpSpec, ToolDescriptorSpec
 from . import linear_regex
+from .hashing import request_hash
 
 DEFAULT_MAX_ARGUMENT_BYTES = 262_144
 DEFAULT_MAX_DEPTH = 32
@@ -562,6 +563,21 @@ def validate_arguments(
             SchemaProblem(path="$", message=f"and {more} more problems", rule="max-problems")
         )
     return problems
+
+
+def check_arguments(
+    schema: dict[str, Any], arguments: Any, *, namespace: str, tool_id: str, tool_version: str
+) -> tuple[list[str], list[SchemaProblem], str | None]:
+    """(bound problems, schema problems, request hash): the bounds first, so nothing walks
+    arguments that are too large or too deep."""
+    problems = check_bounds(arguments)
+    if problems:
+        return problems, [], None
+    errors = validate_arguments(schema, arguments)
+    hashed = request_hash(
+        namespace=namespace, tool_id=tool_id, tool_version=tool_version, arguments=arguments
+    )
+    return [], errors, hashed
 
 
 def _problem_from(error: ValidationError) -> SchemaProblem:
