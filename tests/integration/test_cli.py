@@ -68,6 +68,23 @@ class Cli:
         env = {k: v for k, v in os.environ.items() if not k.startswith("TOOLADAPTER_")}
         return {**env, "KUBECONFIG": str(self.path)}
 
+    def complete(self, words: str) -> list[str]:
+        """What bash completion offers for the last of `words` (click's protocol)."""
+        done = subprocess.run(
+            [sys.executable, "-m", "tooladapter"],
+            env={
+                **self.env(),
+                "_TOOLADAPTER_COMPLETE": "bash_complete",
+                "COMP_WORDS": words,
+                "COMP_CWORD": str(len(words.split(" ")) - 1),
+            },
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        return [line.split(",", 1)[1] for line in done.stdout.splitlines() if "," in line]
+
     def json(self, *args: str, code: int = 0) -> Any:
         done = self(*args, "-o", "json")
         assert done.returncode == code, explain(done)
@@ -99,6 +116,7 @@ def test_an_agent_lists_its_tools_invokes_one_to_observed_and_verifies_the_recei
     tools = cli.json("tools")
     assert [t["toolId"] for t in tools] == ["listing"], tools
     assert tools[0]["classGranted"] is True
+    assert cli.complete("tooladapter invoke li") == ["listing"]
 
     done = cli("invoke", "listing", "--run-id", "run-1", "-o", "json")
     assert done.returncode == 0, explain(done)
@@ -177,6 +195,7 @@ def test_a_reviewer_sees_the_arguments_and_what_changed_and_approves_a_waiting_c
         waiting = status_of(get(api, ns.name, "toolinvocations", "call-a"))
         assert waiting["state"] == "AwaitingApproval", pretty(waiting)
 
+        assert reviewer_cli.complete("tooladapter approve ") == ["call-a"]
         pending = reviewer_cli.json("approvals")
         assert [p["name"] for p in pending] == ["call-a"], pending
         assert pending[0]["arguments"] == {"branch": "a"}

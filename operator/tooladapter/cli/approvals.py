@@ -12,6 +12,7 @@ from ..enums import ApprovalDecision, InvocationState, Resource
 from ..kube.user import UserApi
 from . import views
 from .bodies import approval_body
+from .complete import invocations_in
 from .context import Settings, common_options, run_async
 from .diff import Change, ChangeKind
 from .diff import render as render_changes
@@ -164,7 +165,11 @@ async def _decide(
 
 def decision_options(func: Any) -> Any:
     options = [
-        click.argument("name", metavar="NAME"),
+        click.argument(
+            "name",
+            metavar="NAME",
+            shell_complete=invocations_in(InvocationState.AWAITING_APPROVAL),
+        ),
         click.option("--comment", default="", help="Why (kept on the ToolApproval)."),
         click.option(
             "--wait/--no-wait",

@@ -6,8 +6,9 @@ import asyncio
 
 import click
 
-from ..enums import Resource
+from ..enums import InvocationState, Resource
 from .bodies import confirmation_patch
+from .complete import invocations_in
 from .context import Settings, common_options, run_async
 from .exitcodes import ExitCode
 
@@ -56,7 +57,7 @@ async def _confirm(
 
 @click.command("confirm")
 @common_options
-@click.argument("name", metavar="NAME")
+@click.argument("name", metavar="NAME", shell_complete=invocations_in(InvocationState.UNCERTAIN))
 @click.option(
     "--happened/--did-not-happen",
     "happened",

@@ -11,6 +11,7 @@ from ..enums import InvocationState, Resource
 from ..kube.user import ApiError, UserApi
 from . import views
 from .bodies import claimable_groups, invocation_body
+from .complete import tool_ids
 from .context import Settings, common_options, run_async, stderr_is_tty
 from .exitcodes import CliError, ExitCode, for_state
 from .follow import PREVIEWED, StageDisplay, follow_until_finished
@@ -20,7 +21,7 @@ from .parsing import name_prefix, parse_arguments
 def call_options(func: Callable[..., Any]) -> Callable[..., Any]:
     """The input both commands take: the tool, its arguments, the call's identity."""
     options = [
-        click.argument("tool_id", metavar="TOOL"),
+        click.argument("tool_id", metavar="TOOL", shell_complete=tool_ids),
         click.option(
             "--arg",
             "pairs",

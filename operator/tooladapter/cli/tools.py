@@ -10,6 +10,7 @@ import click
 from ..enums import Resource
 from ..kube.user import ApiError, UserApi
 from . import views
+from .complete import tool_ids
 from .context import Settings, common_options, run_async
 from .exitcodes import CliError, ExitCode
 from .render import fields, table
@@ -156,7 +157,7 @@ def _indent(text: str) -> str:
 
 @click.command("describe")
 @common_options
-@click.argument("tool_id", metavar="TOOL")
+@click.argument("tool_id", metavar="TOOL", shell_complete=tool_ids)
 @click.pass_obj
 def describe(settings: Settings, tool_id: str) -> ExitCode:
     """A tool's versions, classes, schemas and when its calls need an approval."""
