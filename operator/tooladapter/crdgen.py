@@ -353,10 +353,8 @@ def crd(
         "properties": {
             "apiVersion": {"type": "string", "description": "APIVersion of this object."},
             "kind": {"type": "string", "description": "Kind of this object."},
-            "metadata": {
-                "type": "object",
-                "description": "Standard object metadata (name, namespace, labels, ...).",
-            },
+            # The API server refuses anything here: kubectl explain shows ObjectMeta's own.
+            "metadata": {"type": "object"},
             "spec": spec_schema,
             "status": model_schema(status, ".status"),
         },
