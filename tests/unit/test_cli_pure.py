@@ -365,6 +365,8 @@ def test_the_preview_prints_in_pipeline_order_and_says_when_a_call_would_be_deni
     assert not views.preview_denied(preview)
     assert views.preview_denied({"allowed": False})
     assert views.preview_denied({"outcome": "Denied"})
+    assert views.preview_denied({"verdict": "would-be-denied", "deniedStage": "policy"})
+    assert not views.preview_denied({"verdict": "would-await-approval"})
 
 
 # --------------------------------------------------------------------------- output
@@ -411,10 +413,11 @@ def test_the_display_writes_plain_lines_without_a_terminal_and_hints_at_approval
     assert "\r\x1b[K" in "".join(tty)
 
 
-def test_finished_means_terminal_and_previewed_only_for_a_dry_run() -> None:
+def test_finished_means_terminal_previewed_included() -> None:
     assert finished({"status": {"state": "Denied"}})
     assert not finished({"status": {"state": "AwaitingApproval"}})
-    assert not finished({"status": {"state": "Previewed"}})
+    # Previewed is a terminal state of the operator's (InvocationState.PREVIEWED).
+    assert finished({"status": {"state": "Previewed"}})
     assert finished({"status": {"state": "Previewed"}}, dry_run=True)
 
 

@@ -324,6 +324,7 @@ def preview_denied(preview: dict[str, Any]) -> bool:
     return str(preview.get("outcome") or preview.get("verdict") or "").lower() in (
         "denied",
         "deny",
+        "would-be-denied",  # the operator's PreviewVerdict.WOULD_BE_DENIED
     )
 
 
