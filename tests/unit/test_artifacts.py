@@ -164,6 +164,16 @@ def test_the_file_store_refuses_a_file_that_does_not_hash_to_its_name(tmp_path: 
         store.get(REF)
 
 
+def test_the_file_store_never_overwrites_a_damaged_file(tmp_path: Path) -> None:
+    store = LocalArtifactStore(tmp_path)
+    store.put(DATA)
+    path = tmp_path / "sha256" / DIGEST[:2] / DIGEST
+    path.write_bytes(b"short")
+    with pytest.raises(CorruptArtifact, match="holds 5 bytes"):
+        store.put(DATA)
+    assert path.read_bytes() == b"short"
+
+
 # -- the s3 store -----------------------------------------------------------------------
 
 

@@ -6,7 +6,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from .protocol import content_ref, relative_key, verified
+from .protocol import CorruptArtifact, content_ref, relative_key, verified
 
 
 class LocalArtifactStore:
@@ -25,6 +25,10 @@ class LocalArtifactStore:
         ref = content_ref(data)
         path = self.path_of(ref)
         if path.exists():
+            # Its name is its hash: another size is damage, which a write-once store never
+            # repairs by overwriting.
+            if path.stat().st_size != len(data):
+                raise CorruptArtifact(f"{path} holds {path.stat().st_size} bytes, not {len(data)}")
             return ref
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
