@@ -28,9 +28,7 @@ def token_of(agent: Agent) -> str:
 @asynccontextmanager
 async def mcp_client(url: str, token: str | None, *, timeout: float = 120) -> AsyncIterator[Client]:
     headers = {"Authorization": f"Bearer {token}"} if token else {}
-    http = httpx2.AsyncClient(
-        headers=headers, timeout=httpx2.Timeout(timeout), trust_env=False
-    )
+    http = httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(timeout), trust_env=False)
     async with (
         http,
         Client(
@@ -59,7 +57,7 @@ def http_json(
     if data is not None:
         request.add_header("Content-Type", "application/json")
     try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:  # noqa: S310
+        with urllib.request.urlopen(request, timeout=timeout) as response:
             raw = response.read()
             return response.status, response.headers.get("Content-Type", ""), json.loads(raw)
     except urllib.error.HTTPError as exc:

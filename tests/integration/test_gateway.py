@@ -65,7 +65,7 @@ def test_rest_reads_act_as_the_caller(
     api: client.ApiClient, operator: OperatorProcess, tenants: tuple[Tenant, Tenant]
 ) -> None:
     one, _ = tenants
-    base, ns, token = f"{operator.gateway_url}/namespaces/{one.ns.name}", one.ns.name, one.token
+    base, token = f"{operator.gateway_url}/namespaces/{one.ns.name}", one.token
 
     status, _, tools = http_json("GET", f"{base}/tools", token)
     assert status == 200, tools

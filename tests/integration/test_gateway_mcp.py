@@ -166,6 +166,7 @@ async def test_a_standby_serves_the_gateway_and_answers_a_long_wait_with_the_inv
             url, token_of(agent), reviewer, approve_on_progress=False
         )
         assert result.is_error is False, text_of(result)
+        assert any("awaiting approval" in m for m in messages), messages
         text = text_of(result)
         assert "awaiting approval" in text, text
         name = meta_of(result)["dev.tooladapter/invocation"]

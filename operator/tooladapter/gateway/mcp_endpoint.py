@@ -37,7 +37,6 @@ from .tools import invocable
 logger = logging.getLogger("tooladapter.gateway")
 
 
-
 def _version() -> str:
     try:
         return metadata.version("tooladapter")
