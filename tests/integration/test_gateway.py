@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import socket
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -20,12 +21,12 @@ from schemathesis.checks import (
     status_code_conformance,
 )
 
-from tooladapter.devtools import Namespace, OperatorProcess
+from tooladapter.devtools import Namespace, OperatorProcess, wait_for
 from tooladapter.gateway.openapi import document
 from tooladapter.gateway.routes import MODULES
 
 from .gateway_client import http_json, token_of, unbound_sa
-from .objects import Agent, descriptor, status_of
+from .objects import Agent, approve, descriptor, get, status_of
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(600)]
 
@@ -195,3 +196,53 @@ def test_the_api_matches_its_openapi_document_and_never_fails_with_5xx(
         ],
         timeout=60,
     )
+
+
+def test_an_uncertain_effect_is_confirmed_through_the_gateway_as_the_caller(
+    api: client.ApiClient, ns: Namespace, agent: Agent, operator: OperatorProcess
+) -> None:
+    # A server that takes the request and never answers: the call times out after it was
+    # sent, so an `external` effect is Uncertain.
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        port = silent.getsockname()[1]
+        descriptor(
+            api,
+            ns.name,
+            "deploy",
+            kind="http",
+            side_effect_class="external",
+            timeoutSeconds=3,
+            http={
+                "method": "POST",
+                "url": f"http://127.0.0.1:{port}/deploy",
+                "allowedHosts": [f"127.0.0.1:{port}"],
+            },
+        )
+        agent.grant(["deploy"], ["external"])
+        reviewer = Agent.create(api, ns.name, "reviewer-1", role="tooladapter-reviewer")
+        name = agent.invoke("deploy", {})
+        agent.wait(name, states={"AwaitingApproval"})
+        approve(reviewer, name)
+        uncertain = status_of(agent.wait(name))
+    assert uncertain["state"] == "Uncertain", uncertain
+    oncall = Agent.create(api, ns.name, "oncall-1", role="tooladapter-operations")
+    url = f"{operator.gateway_url}/namespaces/{ns.name}/tool-invocations/{name}/confirm-effect"
+    claim = {"effectHappened": False, "evidence": "the deploy log shows no request"}
+
+    # The agent has no right to confirm (no toolinvocations/status): the API says so.
+    status, _, body = http_json("POST", url, token_of(agent), claim)
+    assert status == 403, body
+    status, _, body = http_json("POST", url, token_of(oncall), claim)
+    assert status == 202, body
+    assert body["status"]["effectConfirmation"]["confirmedBy"] == oncall.user
+
+    def recorded() -> dict[str, object] | None:
+        current = status_of(get(api, ns.name, "toolinvocations", name))
+        return current if (current.get("effectConfirmation") or {}).get("recorded") else None
+
+    final = wait_for(recorded, timeout=60, what="the confirmation on a new receipt")
+    assert final["receiptRef"] != uncertain["receiptRef"]
+    status, _, body = http_json("POST", url, token_of(oncall), claim)
+    assert status == 409, body
