@@ -15,7 +15,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from tooladapter.gateway import Gateway, GatewayPortTaken
+from tooladapter.gateway import Gateway, GatewayPortTaken, check_port
 from tooladapter.gateway.asgi import serve_asgi
 from tooladapter.gateway.auth import ReviewCache
 from tooladapter.gateway.context import Deps
@@ -53,9 +53,11 @@ async def test_a_taken_port_is_named_in_one_clear_error() -> None:
         with pytest.raises(GatewayPortTaken) as caught:
             await gateway.serve()
         await gateway.stop()
-    message = str(caught.value)
-    assert f"127.0.0.1:{port} is already in use" in message
-    assert "TOOLADAPTER_GATEWAY_PORT" in message and "\n" not in message
+        with pytest.raises(GatewayPortTaken) as checked:
+            check_port(settings)
+    for message in (str(caught.value), str(checked.value)):
+        assert f"127.0.0.1:{port} is already in use" in message
+        assert "TOOLADAPTER_GATEWAY_PORT" in message and "\n" not in message
 
 
 async def test_port_zero_disables_the_gateway() -> None:

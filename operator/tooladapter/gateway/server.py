@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import errno
 import logging
+import socket
 import ssl
 from typing import Final
 
@@ -36,6 +37,28 @@ SHUTDOWN_GRACE: Final = 5.0
 
 class GatewayPortTaken(RuntimeError):
     """The gateway's address is in use by another process."""
+
+    def __init__(self, host: str, port: int) -> None:
+        super().__init__(
+            f"gateway: {host}:{port} is already in use by another process; free it or set "
+            "TOOLADAPTER_GATEWAY_PORT (0 disables the gateway)"
+        )
+
+
+def check_port(settings: Settings) -> None:
+    """Raise `GatewayPortTaken` when the gateway's address cannot be bound now (checked by
+    the launcher before kopf starts, so a taken port is one line, not a retried handler)."""
+    if settings.gateway_port == 0:
+        return
+    family = socket.AF_INET6 if ":" in settings.gateway_host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((settings.gateway_host, settings.gateway_port))
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                raise GatewayPortTaken(settings.gateway_host, settings.gateway_port) from None
+            raise
 
 
 def build_app(deps: Deps, mcp: McpEndpoint) -> web.Application:
@@ -111,11 +134,7 @@ class Gateway:
             await site.start()
         except OSError as exc:
             if exc.errno == errno.EADDRINUSE:
-                raise GatewayPortTaken(
-                    f"gateway: {settings.gateway_host}:{settings.gateway_port} is already in "
-                    "use by another process; free it or set TOOLADAPTER_GATEWAY_PORT "
-                    "(0 disables the gateway)"
-                ) from None
+                raise GatewayPortTaken(settings.gateway_host, settings.gateway_port) from None
             raise
         server = getattr(site, "_server", None)
         sockets = getattr(server, "sockets", None) or []
