@@ -1,8 +1,9 @@
 """Start-up and clean-up: kopf's settings, the shared clients, executors and caches.
 
 Shared clients are built once in `@kopf.on.startup` into kopf's memo and closed in
-`@kopf.on.cleanup` (gafaelfawr's pattern). Leadership of the served namespace set comes
-first and is released last (`leadership`).
+`@kopf.on.cleanup` (gafaelfawr's pattern). The gateway (HTTP API and MCP endpoint) starts
+first, so a standby serves it too; leadership of the served namespace set comes next and
+is released last (`leadership`).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from ..executors.http import HttpExecutor
 from ..executors.mcp import McpExecutor
 from ..executors.native import NativeExecutor
 from ..executors.sandbox import SandboxExecutor
+from ..gateway import Gateway, GatewayPortTaken
 from ..kube.auth import AllowCache
 from ..kube.client import Conflict, Kube, NotFound, is_transient
 from ..kube.cluster import KubeCluster
@@ -101,6 +103,14 @@ def configure(settings: kopf.OperatorSettings) -> None:
 async def start(settings: kopf.OperatorSettings, memo: kopf.Memo) -> None:
     configure(settings)
     config = Settings.from_env()
+    if "gateway" not in memo:
+        # Before leadership: every replica serves the gateway, standbys included. Kept
+        # across kopf's retries of this handler.
+        try:
+            memo["gateway"] = await Gateway.start(config)
+        except GatewayPortTaken as exc:
+            logger.error("%s", exc)
+            raise kopf.PermanentError(str(exc)) from None
     if config.leader_election and memo.get("leadership") is None:
         # Before anything else: a standby waits here, and kopf starts no watch until the
         # start-up handlers return. Kept across kopf's retries of this handler.
@@ -190,7 +200,10 @@ def short_reason(exc: BaseException) -> str:
 async def stop(memo: kopf.Memo) -> None:
     rt: Runtime | None = memo.get("runtime")
     held: leadership.Leadership | None = memo.get("leadership")
+    gateway: Gateway | None = memo.get("gateway")
     try:
+        if gateway is not None:
+            await gateway.stop()
         if rt is not None:
             await rt.close()
     finally:
