@@ -33,6 +33,12 @@ def parser() -> argparse.ArgumentParser:
         "Options after `--` go to `kopf run`.",
     )
     run.add_argument("kopf_args", nargs=argparse.REMAINDER, help="extra `kopf run` options")
+    commands.add_parser(
+        "egress-proxy",
+        help="run the lease-scoped egress proxy sandboxes reach host names through",
+        description="Run the egress proxy (its own process, never the operator's). Settings "
+        "come from TOOLADAPTER_EGRESS_* environment variables (see the README's Egress).",
+    )
     return top
 
 
@@ -43,6 +49,10 @@ def main(argv: list[str] | None = None) -> None:
 
         extra = [a for a in args.kopf_args if a != "--"]
         run(extra)
+    elif args.command == "egress-proxy":
+        from .egress.main import main as egress_main
+
+        egress_main()
 
 
 if __name__ == "__main__":

@@ -35,3 +35,11 @@ def serve(port: int, *collectors: Collector) -> None:
         REGISTRY.register(collector)
     if port:
         start_http_server(port)
+
+
+#: Counted by the egress proxy's own process (`tooladapter.egress`), on its /metrics port.
+EGRESS_CONNECTIONS = Counter(
+    "tooladapter_egress_connections",
+    "Connections through the egress proxy by verdict (tenant: the lease's namespace).",
+    ["tenant", "verdict"],
+)

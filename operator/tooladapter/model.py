@@ -20,6 +20,7 @@ from pydantic.config import JsonDict
 from .enums import (
     ApprovalDecision,
     BlockAction,
+    EgressVerdict,
     FailureClass,
     InvocationState,
     McpServerPhase,
@@ -135,10 +136,39 @@ class Resources(Model):
     limits: ResourceQuantities = Field(default_factory=ResourceQuantities)
 
 
+class SecretKeyRef(Model):
+    name: str = Field(min_length=1)
+    key: str = Field(min_length=1)
+
+
+class EgressCredential(Model):
+    """A header the egress proxy adds to requests for `host`: the sandbox never holds it."""
+
+    host: str = Field(
+        min_length=1,
+        max_length=260,
+        description="Host name (exact or `*.suffix`), optionally `:port`, as in `allow`; the "
+        "sandbox sends plain `http://host/...` to the proxy, which speaks verified TLS upstream.",
+    )
+    header: str = Field(default="Authorization", min_length=1, max_length=128)
+    scheme: str = Field(
+        default="Bearer", max_length=64, description="Prefix of the header value; may be empty."
+    )
+    secret_key_ref: SecretKeyRef
+
+
 class Egress(Model):
-    allow: list[str] = Field(
+    allow: list[str] | None = Field(
+        default=None,
+        description="Host names (exact or `*.suffix`, optionally `:port`; through the egress "
+        "proxy, port 443 for CONNECT and 80 for plain HTTP unless given) and CIDRs (in the "
+        "lease's NetworkPolicy). Unset: the operator's default list "
+        "(TOOLADAPTER_DEFAULT_EGRESS_ALLOW); `[]`: no egress.",
+    )
+    credentials: list[EgressCredential] = Field(
         default_factory=list,
-        description="CIDRs (enforced by NetworkPolicy) or host names (via the egress proxy).",
+        description="Headers the egress proxy injects for a host; the value never enters the "
+        "sandbox.",
     )
 
 
@@ -301,11 +331,6 @@ class ToolDescriptorStatus(Model):
 
 
 # --------------------------------------------------------------------------- MCP server
-
-
-class SecretKeyRef(Model):
-    name: str = Field(min_length=1)
-    key: str = Field(min_length=1)
 
 
 class McpCredentials(Model):
@@ -495,6 +520,21 @@ class SandboxLease(Model):
     secret_name: str | None = None
     #: The RuntimeClass the sandbox pod runs with (None: the node's default runtime).
     runtime_class: str | None = None
+    #: `address:port` of the egress proxy the pod was pointed at (None: no host egress).
+    egress_proxy: str | None = None
+
+
+class EgressRecord(Model):
+    """One connection of a sandbox through the egress proxy, as the proxy recorded it."""
+
+    host: str
+    port: int
+    method: str
+    verdict: EgressVerdict
+    reason: str = ""
+    bytes_up: int = 0
+    bytes_down: int = 0
+    at: str | None = None
 
 
 class InvocationResult(Model):
@@ -579,6 +619,8 @@ class ToolInvocationStatus(Model):
     ended_at: str | None = None
     duplicate_of: str | None = None
     effect_confirmation: EffectConfirmation | None = None
+    #: Connections through the egress proxy (bounded; the receipt's `egress` list).
+    egress: list[EgressRecord] = Field(default_factory=list)
     observed_generation: int | None = None
 
 
@@ -682,6 +724,14 @@ class ShellPolicy(Model):
     )
 
 
+class EgressPolicy(Model):
+    allow: list[str] | None = Field(
+        default=None,
+        description="Narrows every sandbox's egress allow-list: an entry survives only when "
+        "one of these covers it (a host, `*.suffix` or CIDR entry; a port must match).",
+    )
+
+
 class SpendPolicy(Model):
     argument: str = Field(default="amount", description="Argument holding the amount.")
     threshold: float = Field(default=0, ge=0)
@@ -710,6 +760,7 @@ class ToolPolicySpec(Model):
     spend: SpendPolicy | None = None
     approval: ApprovalPolicy | None = None
     rate_limits: RateLimitPolicy = Field(default_factory=RateLimitPolicy)
+    egress: EgressPolicy = Field(default_factory=EgressPolicy)
     conditions: list[ArgumentCondition] = Field(default_factory=list)
 
 
