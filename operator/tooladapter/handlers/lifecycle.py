@@ -7,7 +7,10 @@ first and is released last (`leadership`).
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import socket
+import time
 from typing import Any
 
 import kopf
@@ -23,7 +26,7 @@ from ..executors.mcp import McpExecutor
 from ..executors.native import NativeExecutor
 from ..executors.sandbox import SandboxExecutor
 from ..kube.auth import AllowCache
-from ..kube.client import Kube
+from ..kube.client import Conflict, Kube, NotFound, is_transient
 from ..kube.cluster import KubeCluster
 from ..metrics import serve
 from ..pipeline.sandbox import ProxyPeer
@@ -34,6 +37,13 @@ from .kopf_events import KopfEvents
 from .mcp import McpServers
 
 logger = logging.getLogger("tooladapter")
+
+#: How long start-up waits for just-created (or just-changed) CRDs to be served.
+CRD_WAIT_SECONDS = 120
+CRD_POLL_SECONDS = 1.0
+
+#: The component Events are reported by (`source.component`, `reportingComponent`).
+REPORTING_COMPONENT = "tooladapter"
 
 
 def _not_a_handler_success(record: logging.LogRecord) -> bool:
@@ -63,6 +73,10 @@ def configure(settings: kopf.OperatorSettings) -> None:
     )
     # Domain events are posted explicitly; kopf's own handler chatter stays in the log.
     settings.posting.level = logging.WARNING
+    # `kubectl describe` and `kubectl get events` name who reported: us, not the framework.
+    settings.posting.reporting_component = REPORTING_COMPONENT
+    settings.posting.reporting_instance = socket.gethostname()
+    settings.posting.event_name_prefix = f"{REPORTING_COMPONENT}-"
     # Watches have frozen silently before: bound every watch request (kopf notes #8).
     settings.watching.server_timeout = 300
     settings.watching.client_timeout = 330
@@ -95,7 +109,7 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo) -> None:
     catalog = Catalog()
     try:
         # First, so a failed attempt leaves nothing open (no listener, no session) behind.
-        await catalog.prime(kube)
+        await prime_when_served(catalog, kube)
     except BaseException:
         await kube.close()
         raise
@@ -134,6 +148,41 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo) -> None:
     serve(config.metrics_port, rt.census)
     memo["runtime"] = rt
     logger.info("tooladapter started; artifacts in %s", config.artifact_dir)
+
+
+async def prime_when_served(catalog: Catalog, kube: Kube) -> None:
+    """Prime the catalog, waiting (one log line) while the API server does not serve our
+    CRDs yet: right after they are created or changed it answers 404, or 429 "storage is
+    (re)initializing", for a few seconds. Anything else, or a wait beyond
+    `CRD_WAIT_SECONDS`, fails the start-up as before."""
+    deadline = time.monotonic() + CRD_WAIT_SECONDS
+    said = False
+    while True:
+        try:
+            await catalog.prime(kube)
+            return
+        except Exception as exc:
+            if not not_served_yet(exc) or time.monotonic() > deadline:
+                raise
+            if not said:
+                logger.warning(
+                    "waiting for the API server to serve the tooladapter CRDs (%s); "
+                    "run `make install` if they are not installed",
+                    short_reason(exc),
+                )
+                said = True
+            await asyncio.sleep(CRD_POLL_SECONDS)
+
+
+def not_served_yet(exc: BaseException) -> bool:
+    """404 (not served yet) or 429/503 (storage initializing) on a list of our kinds."""
+    return isinstance(exc, NotFound) or (is_transient(exc) and not isinstance(exc, Conflict))
+
+
+def short_reason(exc: BaseException) -> str:
+    status = getattr(exc, "status", None)
+    reason = getattr(exc, "reason", None) or str(exc) or type(exc).__name__
+    return f"{status} {reason}" if status else f"{type(exc).__name__}: {reason}"
 
 
 def egress_peer(settings: EgressSettings) -> ProxyPeer | None:
