@@ -335,7 +335,7 @@ def test_an_injected_credential_reaches_the_server_but_never_the_sandbox(
         side_effect_class="sandbox",
         inputSchema=SHELL_SCHEMA,
         timeoutSeconds=60,
-        shell={"allow": ["wget", "cat", "grep"]},
+        shell={"allow": ["wget", "cat", "grep", "ls"]},
         sandbox={
             "resources": {"limits": {"cpu": "500m", "memory": "64Mi"}},
             "egress": {
@@ -353,11 +353,19 @@ def test_an_injected_credential_reaches_the_server_but_never_the_sandbox(
     assert verdicts(fetched["egress"]) == [(TLS, servers.tls_port, "allowed")]
     # Environment and files of the sandbox: the value is nowhere (and no mount carries it).
     env = run(eagent, "private", "cat /proc/self/environ")
-    files = run(eagent, "private", "grep -rl -s Qm9Qm9 /workspace /tooladapter /etc /tmp /var /run")
-    for status in (env, files):
+    # Every file but the agent's own arguments (which hold this command): no value; and
+    # nothing but the arguments is mounted under /tooladapter.
+    files = run(
+        eagent, "private", f"grep -rl -s -F {SECRET_VALUE[:24]} /workspace /etc /tmp /var /run"
+    )
+    mounts = run(eagent, "private", "ls -R /tooladapter")
+    for status in (env, files, mounts):
         assert status["state"] in ("Observed", "Failed"), pretty(status)
         assert SECRET_VALUE not in json.dumps(status)
-        assert "Qm9Qm9" not in (status.get("result") or {}).get("content", "")
+    assert "secrets" not in mounts["result"]["content"], pretty(mounts)
+    # grep exits 1 when no file holds the value: the call fails with empty output.
+    assert files.get("failureClass") == "tool-error", pretty(files)
+    assert files["result"]["content"] == "", pretty(files)
     assert "HTTP_PROXY=" in env["result"]["content"]
     assert files.get("failureClass") == "tool-error", pretty(files)  # grep found nothing
     for log in (egress[0].log_text(), egress[1].log_text()):
