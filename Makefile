@@ -21,7 +21,7 @@ help:
 	@echo "make demo       local cluster, operator, example tools, calls as an agent, receipts"
 	@echo "make cluster-up | cluster-down | cluster-status"
 	@echo "make install    CRDs, RBAC, admission policies into the cluster of KUBECONFIG"
-	@echo "make run        the operator in the foreground against KUBECONFIG"
+	@echo "make run        the operator (and its egress proxy) in the foreground against KUBECONFIG"
 	@echo "make crds       regenerate crds/ from the models"
 	@echo "make bench      benchmarks (never part of make test)"
 	@echo "make chaos      exactly once and never stuck under faults (never part of make test)"
@@ -61,7 +61,10 @@ uninstall:
 	-kubectl delete -k manifests/ --ignore-not-found
 	-kubectl delete -f crds/ --ignore-not-found
 
+# The egress proxy runs beside the operator (its own process; host mode: sandboxes reach it
+# on this node's address); it stops with the operator.
 run: venv
+	@$(PY) -m tooladapter egress-proxy & proxy=$$!; trap 'kill $$proxy 2>/dev/null' EXIT INT TERM; \
 	$(PY) -m tooladapter run
 
 demo: venv
@@ -87,6 +90,7 @@ bench: venv
 	@if [ "$(KUBECONFIG)" = "$(LOCAL_KUBECONFIG)" ]; then $(MAKE) --no-print-directory cluster-up; fi
 	$(MAKE) --no-print-directory install
 	PYTHONPATH=$(ROOT)/hack$${PYTHONPATH:+:$$PYTHONPATH} $(PY) -m bench
+	BENCH_REPORT=bench-egress.json PYTHONPATH=$(ROOT)/hack$${PYTHONPATH:+:$$PYTHONPATH} $(PY) -m bench egress
 
 chaos: venv
 	@if [ "$(KUBECONFIG)" = "$(LOCAL_KUBECONFIG)" ]; then $(MAKE) --no-print-directory cluster-up; fi

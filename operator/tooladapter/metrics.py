@@ -67,3 +67,11 @@ def serve(port: int, *collectors: Collector) -> None:
     for collector in collectors:
         REGISTRY.register(collector)
     listen(port)
+
+
+#: Counted by the egress proxy's own process (`tooladapter.egress`), on its /metrics port.
+EGRESS_CONNECTIONS = Counter(
+    "tooladapter_egress_connections",
+    "Connections through the egress proxy by verdict (tenant: the lease's namespace).",
+    ["tenant", "verdict"],
+)

@@ -65,6 +65,7 @@ async def on_dry_run(ctx: FlowContext) -> None:
                 default_approval_timeout_seconds=settings.default_approval_timeout_seconds,
                 runtime_classes=tuple(settings.runtime_classes),
                 sandbox_image=settings.sandbox_image,
+                default_egress_allow=settings.egress.default_allow,
             ),
             namespace_labels=catalog.namespace_labels(ctx.namespace),
             published=published,

@@ -21,7 +21,7 @@ from ..artifacts import open_store
 from ..catalog import Catalog
 from ..enums import ToolKind
 from ..executors import Executor
-from ..executors.canary import start_canary
+from ..executors.canary import default_route_address, start_canary
 from ..executors.http import HttpExecutor
 from ..executors.mcp import McpExecutor
 from ..executors.native import NativeExecutor
@@ -31,8 +31,9 @@ from ..kube.auth import AllowCache
 from ..kube.client import Conflict, Kube, NotFound, is_transient
 from ..kube.cluster import KubeCluster
 from ..metrics import serve
+from ..pipeline.sandbox import ProxyPeer
 from ..runtime import Runtime
-from ..settings import Settings
+from ..settings import EgressSettings, Settings
 from . import leadership
 from .kopf_events import KopfEvents
 from .mcp import McpServers
@@ -156,6 +157,7 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo) -> None:
                 canary_server.close()
 
             rt.closers.append(close_canary)
+    rt.egress_peer = egress_peer(config.egress)
     rt.mcp = McpServers(rt)
     serve(config.metrics_port, rt.census)
     memo["runtime"] = rt
@@ -195,6 +197,21 @@ def short_reason(exc: BaseException) -> str:
     status = getattr(exc, "status", None)
     reason = getattr(exc, "reason", None) or str(exc) or type(exc).__name__
     return f"{status} {reason}" if status else f"{type(exc).__name__}: {reason}"
+
+
+def egress_peer(settings: EgressSettings) -> ProxyPeer | None:
+    """The egress proxy as sandboxes reach it: the configured address, else (host mode,
+    `make run`) this host's default-route address, where the proxy listens."""
+    address = settings.proxy_address or default_route_address()
+    if address is None:
+        logger.warning("no egress proxy address: sandboxes cannot reach host names")
+        return None
+    return ProxyPeer(
+        address=address,
+        port=settings.proxy_port,
+        namespace=settings.namespace if settings.proxy_pod_labels else None,
+        pod_labels=settings.proxy_pod_labels,
+    )
 
 
 async def stop(memo: kopf.Memo) -> None:
