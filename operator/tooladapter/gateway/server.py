@@ -107,6 +107,7 @@ class Gateway:
             pool=CallerPool.from_default(),
             store=LocalArtifactStore(settings.artifact_dir),
             settings=settings,
+            kube=kube,
         )
         gateway = cls(deps, kube)
         try:
