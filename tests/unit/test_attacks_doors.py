@@ -10,8 +10,9 @@ Hits fixed (unit-pinned here):
   upstream, and `Transfer-Encoding` + `Content-Length` could desynchronise it;
 - a bare LF (or CR, NUL) inside a header line passed the head parser and went upstream,
   where a lenient server reads a second `Host` the proxy never checked;
-- an upstream reflecting request headers handed the injected credential to the sandbox,
-  whose command could then transform it past every exact-value redaction;
+- an upstream reflecting request headers handed the injected credential to the sandbox
+  in clear (the operator's exact-value redaction caught it in an agent's one-argv shell
+  output; a command that transforms its input would not be caught): now masked;
 - connections without a limit: one sandbox could open heads by the thousand (30 s each)
   or one lease keep hundreds of tunnels; made-up lease uids each cost a GET of a grant;
 - the gateway: a body nested thousands deep was a 500 with a traceback per request; a
