@@ -6,7 +6,7 @@ Names follow Prometheus conventions (`tooladapter_*`), dimensions follow the ref
 
 from __future__ import annotations
 
-from prometheus_client import REGISTRY, Counter, Histogram, start_http_server
+from prometheus_client import REGISTRY, Counter, Gauge, Histogram, start_http_server
 from prometheus_client.registry import Collector
 
 INVOCATIONS = Counter(
@@ -28,10 +28,21 @@ DENIALS = Counter(
 #: The gauges (uncertain, approvals waiting, open sandboxes) are counted from the watch's
 #: view of every invocation when scraped: see `tooladapter.census`.
 
+#: Not one of the reference's: which replica acts. Summed over the replicas of one
+#: namespace set it is 1 (0 during a takeover).
+LEADING = Gauge(
+    "tooladapter_leading",
+    "1 while this process holds its namespace set's leadership Lease and handles calls.",
+)
+
+_serving: set[int] = set()
+
 
 def serve(port: int, *collectors: Collector) -> None:
-    """Expose /metrics on `port` (0 disables), with `collectors` registered beside ours."""
+    """Expose /metrics on `port` (0 disables; once per process, so a standby serves it
+    before it leads), with `collectors` registered beside ours."""
     for collector in collectors:
         REGISTRY.register(collector)
-    if port:
+    if port and port not in _serving:
         start_http_server(port)
+        _serving.add(port)

@@ -110,6 +110,9 @@ class Settings:
     #: leaseDurationSeconds: a standby takes over this long after the leader stopped
     #: renewing; the leader stops acting after two thirds of it without a renewal.
     lease_seconds: int = 15
+    #: Port of `/healthz` and `/readyz`, served from start-up in every role (a standby
+    #: too, unlike kopf's own liveness endpoint); 0 disables it (host processes).
+    health_port: int = 0
 
     #: RuntimeClass of each sandbox kind without a `runtimeClassName` ("Kind=class" pairs;
     #: Container maps to none: the node's default runtime).
@@ -156,4 +159,5 @@ class Settings:
             leader_election=_bool("TOOLADAPTER_LEADER_ELECTION", base.leader_election),
             lease_namespace=os.environ.get("TOOLADAPTER_LEASE_NAMESPACE") or base.lease_namespace,
             lease_seconds=_at_least("TOOLADAPTER_LEASE_SECONDS", base.lease_seconds, 3),
+            health_port=_int("TOOLADAPTER_HEALTH_PORT", base.health_port),
         )

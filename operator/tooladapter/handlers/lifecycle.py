@@ -15,7 +15,7 @@ import kopf
 from .. import GROUP
 from ..artifacts import LocalArtifactStore
 from ..catalog import Catalog
-from ..enums import ToolKind
+from ..enums import OperatorRole, ToolKind
 from ..executors import Executor
 from ..executors.canary import start_canary
 from ..executors.http import HttpExecutor
@@ -25,10 +25,11 @@ from ..executors.sandbox import SandboxExecutor
 from ..kube.auth import AllowCache
 from ..kube.client import Kube
 from ..kube.cluster import KubeCluster
-from ..metrics import serve
+from ..metrics import LEADING, serve
 from ..runtime import Runtime
 from ..settings import Settings
 from . import leadership
+from .health import Health
 from .kopf_events import KopfEvents
 from .mcp import McpServers
 
@@ -86,10 +87,18 @@ def configure(settings: kopf.OperatorSettings) -> None:
 async def start(settings: kopf.OperatorSettings, memo: kopf.Memo) -> None:
     configure(settings)
     config = Settings.from_env()
+    health: Health | None = memo.get("health")
+    if health is None:
+        # Probes and scrapes answer a standby too (a Deployment runs two replicas).
+        health = memo["health"] = Health()
+        await health.serve(config.health_port)
+        serve(config.metrics_port)
     if config.leader_election and memo.get("leadership") is None:
         # Before anything else: a standby waits here, and kopf starts no watch until the
         # start-up handlers return. Kept across kopf's retries of this handler.
+        health.role = OperatorRole.STANDBY
         memo["leadership"] = await leadership.lead(config)
+    health.role = OperatorRole.STARTING
     kube = await Kube.connect()
     catalog = Catalog()
     try:
@@ -131,12 +140,16 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo) -> None:
     rt.mcp = McpServers(rt)
     serve(config.metrics_port, rt.census)
     memo["runtime"] = rt
+    LEADING.set(1)
+    health.role = OperatorRole.LEADING
     logger.info("tooladapter started; artifacts in %s", config.artifact_dir)
 
 
 async def stop(memo: kopf.Memo) -> None:
     rt: Runtime | None = memo.get("runtime")
     held: leadership.Leadership | None = memo.get("leadership")
+    health: Health | None = memo.get("health")
+    LEADING.set(0)
     try:
         if rt is not None:
             await rt.close()
@@ -144,3 +157,5 @@ async def stop(memo: kopf.Memo) -> None:
         # Only once no flow runs any more: then a standby may take over at once.
         if held is not None:
             await held.release()
+        if health is not None:
+            await health.close()
