@@ -89,10 +89,12 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo) -> None:
     config = Settings.from_env()
     health: Health | None = memo.get("health")
     if health is None:
-        # Probes and scrapes answer a standby too (a Deployment runs two replicas).
-        health = memo["health"] = Health()
+        # Probes and scrapes answer a standby too (a Deployment runs two replicas). Kept
+        # once listening; a failed bind fails this attempt and kopf tries again.
+        health = Health()
         await health.serve(config.health_port)
         serve(config.metrics_port)
+        memo["health"] = health
     if config.leader_election and memo.get("leadership") is None:
         # Before anything else: a standby waits here, and kopf starts no watch until the
         # start-up handlers return. Kept across kopf's retries of this handler.
