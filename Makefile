@@ -95,9 +95,15 @@ deploy: venv
 	kubectl label --overwrite namespace $(DEPLOY_NAMESPACE) \
 	  pod-security.kubernetes.io/enforce=restricted pod-security.kubernetes.io/enforce-version=latest
 
-# Remove the release. CRDs stay (deleting them deletes every tool, policy and invocation),
-# and so does the receipts' claim (artifacts.file.keepOnUninstall).
+# Remove the release. The operators are stopped first, while their RBAC still exists, so the
+# leader's clean stop deletes its leadership Lease (helm uninstall alone removes the RBAC
+# before the pods have stopped). CRDs stay (deleting them deletes every tool, policy and
+# invocation), and so does the receipts' claim (artifacts.file.keepOnUninstall).
+DEPLOY_OPERATORS = -n $(DEPLOY_NAMESPACE) \
+	-l app.kubernetes.io/instance=$(DEPLOY_RELEASE),app.kubernetes.io/component=operator
 undeploy:
+	-kubectl scale deployment $(DEPLOY_OPERATORS) --replicas=0
+	-kubectl wait --for=delete pod $(DEPLOY_OPERATORS) --timeout=120s
 	-$(HELM) uninstall $(DEPLOY_RELEASE) --namespace $(DEPLOY_NAMESPACE) --wait --timeout 2m
 	@echo "kept: the CRDs (kubectl delete -f crds/) and the receipts' claim" \
 	  "(kubectl delete pvc -n $(DEPLOY_NAMESPACE) -l app.kubernetes.io/instance=$(DEPLOY_RELEASE))"

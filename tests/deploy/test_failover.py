@@ -4,6 +4,7 @@ runs twice."""
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import pytest
 from kubernetes import client
@@ -39,8 +40,12 @@ def test_killing_the_leader_mid_load_loses_no_call_and_runs_none_twice(
 
     # A call made right after the death: it completes once a standby leads.
     probe = agent.invoke("effect", {"id": f"probe-{load.tag}"}, name=f"probe-{load.tag}")
+    def new_holder() -> dict[str, Any] | None:
+        lease = release.lease()
+        return lease if lease and lease["holder"] not in ("", holder_before) else None
+
     takeover = wait_for(
-        lambda: (lease := release.lease()) and lease["holder"] not in ("", holder_before),
+        new_holder,
         timeout=TAKEOVER_BOUND_SECONDS + 10,
         what="another process holding the Lease",
         interval=0.2,
