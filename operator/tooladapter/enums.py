@@ -99,6 +99,8 @@ class InvocationState(StrEnum):
     UNCERTAIN = "Uncertain"
     CANCELLED = "Cancelled"
     DENIED = "Denied"
+    #: A dry run (`spec.dryRun`) ends here: evaluated, never executed (`status.preview`).
+    PREVIEWED = "Previewed"
 
     @property
     def terminal(self) -> bool:
@@ -112,8 +114,17 @@ TERMINAL_STATES = frozenset(
         InvocationState.UNCERTAIN,
         InvocationState.CANCELLED,
         InvocationState.DENIED,
+        InvocationState.PREVIEWED,
     }
 )
+
+
+class PreviewVerdict(StrEnum):
+    """What a real call with the same spec would do now (`status.preview.verdict`)."""
+
+    WOULD_RUN = "would-run"
+    WOULD_AWAIT_APPROVAL = "would-await-approval"
+    WOULD_BE_DENIED = "would-be-denied"
 
 
 class SandboxKind(StrEnum):

@@ -29,20 +29,43 @@ DENIALS = Counter(
 #: view of every invocation when scraped: see `tooladapter.census`.
 
 #: Not one of the reference's: which replica acts. Summed over the replicas of one
-#: namespace set it is 1 (0 during a takeover).
+#: namespace set it is 1 (0 during a takeover). Every replica serves /metrics.
 LEADING = Gauge(
     "tooladapter_leading",
     "1 while this process holds its namespace set's leadership Lease and handles calls.",
 )
 
-_serving: set[int] = set()
+
+class MetricsPortTaken(OSError):
+    """The metrics port cannot be bound: say which, in one line."""
+
+    def __init__(self, port: int, cause: OSError) -> None:
+        super().__init__(
+            f"cannot serve metrics on port {port} (TOOLADAPTER_METRICS_PORT): "
+            f"{cause.strerror or cause}; another process holds it: stop it, or set "
+            "TOOLADAPTER_METRICS_PORT to a free port (0 disables metrics)"
+        )
+        self.port = port
+
+
+_listening: set[int] = set()
+
+
+def listen(port: int) -> None:
+    """Serve /metrics on `port` (0: not at all); once per port. `MetricsPortTaken` when
+    another process holds it. The launcher binds it before kopf starts, so a taken port is
+    one error line, not a start-up handler retried with a traceback each time."""
+    if not port or port in _listening:
+        return
+    try:
+        start_http_server(port)
+    except OSError as exc:
+        raise MetricsPortTaken(port, exc) from None
+    _listening.add(port)
 
 
 def serve(port: int, *collectors: Collector) -> None:
-    """Expose /metrics on `port` (0 disables; once per process, so a standby serves it
-    before it leads), with `collectors` registered beside ours."""
+    """Expose /metrics on `port` (0 disables), with `collectors` registered beside ours."""
     for collector in collectors:
         REGISTRY.register(collector)
-    if port and port not in _serving:
-        start_http_server(port)
-        _serving.add(port)
+    listen(port)

@@ -49,6 +49,18 @@ def _list(name: str, default: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(part.strip() for part in raw.split(",") if part.strip())
 
 
+def _port(name: str, default: int) -> int:
+    value = _int(name, default)
+    if not 0 <= value <= 65535:
+        raise ValueError(f"environment variable {name}={value} is not a port (0-65535)")
+    return value
+
+
+def _path(name: str) -> Path | None:
+    raw = os.environ.get(name, "").strip()
+    return Path(raw) if raw else None
+
+
 def _pairs(name: str, default: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str], ...]:
     raw = os.environ.get(name)
     if raw is None:
@@ -118,6 +130,19 @@ class Settings:
     #: Container maps to none: the node's default runtime).
     runtime_classes: tuple[tuple[str, str], ...] = (("GVisor", "gvisor"), ("Kata", "kata"))
 
+    #: Port of the HTTP API and MCP endpoint (`tooladapter.gateway`); 0 disables it. Every
+    #: replica serves it, a standby included: it keeps no state of its own.
+    gateway_port: int = 8080
+    #: Address the gateway binds.
+    gateway_host: str = "0.0.0.0"  # noqa: S104 - a Service in front of every replica
+    #: PEM certificate chain and key: the gateway speaks TLS when both are set.
+    gateway_tls_cert: Path | None = None
+    gateway_tls_key: Path | None = None
+    #: Audiences a caller's token must carry (TokenReview); empty: the API server's default.
+    gateway_audiences: tuple[str, ...] = ()
+    #: How long a tools/call waits for an approval before answering "still pending".
+    gateway_approval_wait_seconds: int = 300
+
     def serves(self, namespace: str) -> bool:
         return not self.namespaces or any(
             fnmatch.fnmatchcase(namespace, p) for p in self.namespaces
@@ -159,5 +184,20 @@ class Settings:
             leader_election=_bool("TOOLADAPTER_LEADER_ELECTION", base.leader_election),
             lease_namespace=os.environ.get("TOOLADAPTER_LEASE_NAMESPACE") or base.lease_namespace,
             lease_seconds=_at_least("TOOLADAPTER_LEASE_SECONDS", base.lease_seconds, 3),
-            health_port=_int("TOOLADAPTER_HEALTH_PORT", base.health_port),
+            gateway_port=_port("TOOLADAPTER_GATEWAY_PORT", base.gateway_port),
+            gateway_host=os.environ.get("TOOLADAPTER_GATEWAY_HOST") or base.gateway_host,
+            gateway_tls_cert=_path("TOOLADAPTER_GATEWAY_TLS_CERT"),
+            gateway_tls_key=_path("TOOLADAPTER_GATEWAY_TLS_KEY"),
+            gateway_audiences=_list("TOOLADAPTER_GATEWAY_AUDIENCES", base.gateway_audiences),
+            gateway_approval_wait_seconds=_at_least(
+                "TOOLADAPTER_GATEWAY_APPROVAL_WAIT_SECONDS", base.gateway_approval_wait_seconds, 0
+            ),
+            health_port=_port("TOOLADAPTER_HEALTH_PORT", base.health_port),
         )
+
+    def __post_init__(self) -> None:
+        if (self.gateway_tls_cert is None) != (self.gateway_tls_key is None):
+            raise ValueError(
+                "TOOLADAPTER_GATEWAY_TLS_CERT and TOOLADAPTER_GATEWAY_TLS_KEY go together: "
+                "set both for TLS, or neither"
+            )

@@ -7,6 +7,7 @@ import json
 import pytest
 from kubernetes import client
 
+from tests.integration.objects import Agent, jobs_of, shell_tool
 from tests.integration.servers import Recorder
 from tooladapter.devtools import Namespace
 
@@ -35,3 +36,25 @@ def test_an_agent_calls_a_tool_through_the_installed_operator_to_observed(
     assert server.hits["/effect/hello"] == 1
     holder = status["execution"]["holder"]
     assert holder.startswith(leader.metadata.name), (holder, leader.metadata.name)
+
+
+def test_a_sandboxed_shell_call_runs_its_job_behind_the_network_gate(
+    api: client.ApiClient, release: Release, tenant: Namespace
+) -> None:
+    """The in-cluster operator's Job, NetworkPolicy, log and canary (at the pod's address)."""
+    shell_tool(api, tenant.name)
+    agent = Agent.create(api, tenant.name, "agent-1", role=f"{release.prefix}-requester")
+    agent.grant(["sh"], ["sandbox"])
+
+    name = agent.invoke("sh", {"command": "echo hello from the sandbox"})
+    obj = agent.wait(name, timeout=180)
+
+    status = obj["status"]
+    assert status["state"] == "Observed", status
+    assert status["result"]["content"].strip() == "hello from the sandbox"
+    # Its pod waited for its NetworkPolicy by probing the leader's canary at the leader
+    # pod's own address (POD_IP), which the policy then cut off.
+    (job,) = jobs_of(api, tenant.name)
+    (gate,) = job.spec.template.spec.init_containers
+    assert gate.name == "network-gate"
+    assert gate.command[4] == release.leader_pod().status.pod_ip

@@ -40,6 +40,7 @@ def test_killing_the_leader_mid_load_loses_no_call_and_runs_none_twice(
 
     # A call made right after the death: it completes once a standby leads.
     probe = agent.invoke("effect", {"id": f"probe-{load.tag}"}, name=f"probe-{load.tag}")
+
     def new_holder() -> dict[str, Any] | None:
         lease = release.lease()
         return lease if lease and lease["holder"] not in ("", holder_before) else None

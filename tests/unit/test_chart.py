@@ -33,7 +33,7 @@ S3 = [
     "--set=artifacts.s3.bucket=receipts",
     "--set=artifacts.s3.existingSecret=s3-credentials",
 ]
-GATEWAY = ["--set=gateway.enabled=true"]
+NO_GATEWAY = ["--set=gateway.enabled=false"]
 #: helm template's default Kubernetes version depends on how helm was built.
 KUBE = ["--kube-version=1.34.0"]
 
@@ -183,7 +183,7 @@ def test_default_release_runs_two_operators_with_failover_and_probes() -> None:
     assert env["TOOLADAPTER_LEASE_SECONDS"] == "10"
     assert env["TOOLADAPTER_NAMESPACES"] == ""
     assert env["TOOLADAPTER_ARTIFACT_BACKEND"] == "file"
-    assert env["TOOLADAPTER_GATEWAY_PORT"] == "0"
+    assert env["TOOLADAPTER_GATEWAY_PORT"] == "8080", "every replica serves the gateway"
     assert env["POD_IP"] == {"fieldRef": {"fieldPath": "status.podIP"}}
     assert "KUBERNETES_SERVICE_HOST" not in env
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
@@ -198,8 +198,9 @@ def test_default_release_runs_two_operators_with_failover_and_probes() -> None:
     assert metrics["spec"]["selector"] == selector
     assert metrics["spec"]["ports"][0]["targetPort"] == "metrics"
     assert not {"ServiceMonitor"} & kinds(docs)
-    assert [d["metadata"]["name"] for d in docs if d["kind"] == "Service"] == [
-        "tooladapter-metrics"
+    assert sorted(d["metadata"]["name"] for d in docs if d["kind"] == "Service") == [
+        "tooladapter-gateway",
+        "tooladapter-metrics",
     ]
 
 
@@ -220,7 +221,7 @@ def test_default_artifact_store_is_a_claim_kept_on_uninstall() -> None:
 
 
 def test_every_pod_runs_restricted() -> None:
-    docs = render(*GATEWAY, "--set=egressProxy.enabled=true")
+    docs = render("--set=egressProxy.enabled=true")
     deployments = [d for d in docs if d["kind"] == "Deployment"]
     assert len(deployments) == 2
     for deployment in deployments:
@@ -283,9 +284,12 @@ def test_an_unknown_backend_is_refused() -> None:
 
 
 def test_gateway_serves_on_every_replica_behind_a_service() -> None:
-    docs = render(*S3, *GATEWAY)
+    docs = render(*S3)
     container = operator_container(docs)
-    assert env_of(container)["TOOLADAPTER_GATEWAY_PORT"] == "8080"
+    env = env_of(container)
+    assert env["TOOLADAPTER_GATEWAY_PORT"] == "8080"
+    assert env["TOOLADAPTER_GATEWAY_APPROVAL_WAIT_SECONDS"] == "300"
+    assert "TOOLADAPTER_GATEWAY_TLS_CERT" not in env
     assert {"name": "gateway", "containerPort": 8080} in container["ports"]
     service = one(docs, "Service", "tooladapter-gateway")
     assert service["spec"]["ports"] == [{"name": "http", "port": 8080, "targetPort": "gateway"}]
@@ -298,8 +302,16 @@ def test_gateway_serves_on_every_replica_behind_a_service() -> None:
     assert ("subjectaccessreviews", "create") in granted
 
 
+def test_a_disabled_gateway_listens_nowhere() -> None:
+    docs = render(*NO_GATEWAY)
+    container = operator_container(docs)
+    assert env_of(container)["TOOLADAPTER_GATEWAY_PORT"] == "0"
+    assert "gateway" not in {p["name"] for p in container["ports"]}
+    assert "tooladapter-gateway" not in {d["metadata"]["name"] for d in docs}
+
+
 def test_gateway_tls_comes_from_a_secret_mounted_read_only() -> None:
-    docs = render(*GATEWAY, "--set=gateway.tlsSecret=gateway-tls")
+    docs = render("--set=gateway.tlsSecretName=gateway-tls")
     container = operator_container(docs)
     env = env_of(container)
     assert env["TOOLADAPTER_GATEWAY_TLS_CERT"] == "/etc/tooladapter/gateway-tls/tls.crt"
@@ -392,7 +404,7 @@ def _changed(value: Any) -> Any:
 #: (values files, so that a change given with --set-json wins over them).
 BASES: dict[str, dict[str, Any]] = {
     "file, everything on": {
-        "gateway": {"enabled": True, "tlsSecret": "gateway-tls"},
+        "gateway": {"tlsSecretName": "gateway-tls"},
         "egressProxy": {"enabled": True},
         "metrics": {"serviceMonitor": {"enabled": True}},
         "apiServer": {"host": "192.0.2.2", "port": "6443"},
@@ -446,7 +458,7 @@ def _render_uncached(*args: str) -> str:
 
 
 def test_helm_lint_is_clean() -> None:
-    for args in ([], S3 + GATEWAY + ["--set=egressProxy.enabled=true"]):
+    for args in ([], S3 + NO_GATEWAY + ["--set=egressProxy.enabled=true"]):
         done = run_helm("lint", "--strict", str(CHART), *KUBE, *args)
         assert done.returncode == 0, done.stdout + done.stderr
         assert "0 chart(s) failed" in done.stdout

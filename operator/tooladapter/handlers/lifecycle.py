@@ -1,13 +1,17 @@
 """Start-up and clean-up: kopf's settings, the shared clients, executors and caches.
 
 Shared clients are built once in `@kopf.on.startup` into kopf's memo and closed in
-`@kopf.on.cleanup` (gafaelfawr's pattern). Leadership of the served namespace set comes
-first and is released last (`leadership`).
+`@kopf.on.cleanup` (gafaelfawr's pattern). The gateway (HTTP API and MCP endpoint) starts
+first, so a standby serves it too; leadership of the served namespace set comes next and
+is released last (`leadership`).
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import socket
+import time
 from typing import Any
 
 import kopf
@@ -22,8 +26,9 @@ from ..executors.http import HttpExecutor
 from ..executors.mcp import McpExecutor
 from ..executors.native import NativeExecutor
 from ..executors.sandbox import SandboxExecutor
+from ..gateway import Gateway, GatewayPortTaken
 from ..kube.auth import AllowCache
-from ..kube.client import Kube
+from ..kube.client import Conflict, Kube, NotFound, is_transient
 from ..kube.cluster import KubeCluster
 from ..metrics import LEADING, serve
 from ..runtime import Runtime
@@ -34,6 +39,13 @@ from .kopf_events import KopfEvents
 from .mcp import McpServers
 
 logger = logging.getLogger("tooladapter")
+
+#: How long start-up waits for just-created (or just-changed) CRDs to be served.
+CRD_WAIT_SECONDS = 120
+CRD_POLL_SECONDS = 1.0
+
+#: The component Events are reported by (`source.component`, `reportingComponent`).
+REPORTING_COMPONENT = "tooladapter"
 
 
 def _not_a_handler_success(record: logging.LogRecord) -> bool:
@@ -63,6 +75,10 @@ def configure(settings: kopf.OperatorSettings) -> None:
     )
     # Domain events are posted explicitly; kopf's own handler chatter stays in the log.
     settings.posting.level = logging.WARNING
+    # `kubectl describe` and `kubectl get events` name who reported: us, not the framework.
+    settings.posting.reporting_component = REPORTING_COMPONENT
+    settings.posting.reporting_instance = socket.gethostname()
+    settings.posting.event_name_prefix = f"{REPORTING_COMPONENT}-"
     # Watches have frozen silently before: bound every watch request (kopf notes #8).
     settings.watching.server_timeout = 300
     settings.watching.client_timeout = 330
@@ -89,12 +105,19 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo) -> None:
     config = Settings.from_env()
     health: Health | None = memo.get("health")
     if health is None:
-        # Probes and scrapes answer a standby too (a Deployment runs two replicas). Kept
-        # once listening; a failed bind fails this attempt and kopf tries again.
+        # Probes answer a standby too (a Deployment runs two replicas). Kept once
+        # listening; a failed bind fails this attempt and kopf tries again.
         health = Health()
         await health.serve(config.health_port)
-        serve(config.metrics_port)
         memo["health"] = health
+    if "gateway" not in memo:
+        # Before leadership: every replica serves the gateway, standbys included. Kept
+        # across kopf's retries of this handler.
+        try:
+            memo["gateway"] = await Gateway.start(config)
+        except GatewayPortTaken as exc:
+            logger.error("%s", exc)
+            raise kopf.PermanentError(str(exc)) from None
     if config.leader_election and memo.get("leadership") is None:
         # Before anything else: a standby waits here, and kopf starts no watch until the
         # start-up handlers return. Kept across kopf's retries of this handler.
@@ -105,7 +128,7 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo) -> None:
     catalog = Catalog()
     try:
         # First, so a failed attempt leaves nothing open (no listener, no session) behind.
-        await catalog.prime(kube)
+        await prime_when_served(catalog, kube)
     except BaseException:
         await kube.close()
         raise
@@ -147,12 +170,50 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo) -> None:
     logger.info("tooladapter started; artifacts in %s", config.artifact_dir)
 
 
+async def prime_when_served(catalog: Catalog, kube: Kube) -> None:
+    """Prime the catalog, waiting (one log line) while the API server does not serve our
+    CRDs yet: right after they are created or changed it answers 404, or 429 "storage is
+    (re)initializing", for a few seconds. Anything else, or a wait beyond
+    `CRD_WAIT_SECONDS`, fails the start-up as before."""
+    deadline = time.monotonic() + CRD_WAIT_SECONDS
+    said = False
+    while True:
+        try:
+            await catalog.prime(kube)
+            return
+        except Exception as exc:
+            if not not_served_yet(exc) or time.monotonic() > deadline:
+                raise
+            if not said:
+                logger.warning(
+                    "waiting for the API server to serve the tooladapter CRDs (%s); "
+                    "run `make install` if they are not installed",
+                    short_reason(exc),
+                )
+                said = True
+            await asyncio.sleep(CRD_POLL_SECONDS)
+
+
+def not_served_yet(exc: BaseException) -> bool:
+    """404 (not served yet) or 429/503 (storage initializing) on a list of our kinds."""
+    return isinstance(exc, NotFound) or (is_transient(exc) and not isinstance(exc, Conflict))
+
+
+def short_reason(exc: BaseException) -> str:
+    status = getattr(exc, "status", None)
+    reason = getattr(exc, "reason", None) or str(exc) or type(exc).__name__
+    return f"{status} {reason}" if status else f"{type(exc).__name__}: {reason}"
+
+
 async def stop(memo: kopf.Memo) -> None:
     rt: Runtime | None = memo.get("runtime")
     held: leadership.Leadership | None = memo.get("leadership")
     health: Health | None = memo.get("health")
+    gateway: Gateway | None = memo.get("gateway")
     LEADING.set(0)
     try:
+        if gateway is not None:
+            await gateway.stop()
         if rt is not None:
             await rt.close()
     finally:
