@@ -266,12 +266,29 @@ def test_s3_backend_takes_credentials_from_an_existing_secret_and_no_claim() -> 
         "secretKeyRef": {"name": "s3-credentials", "key": "AWS_SECRET_ACCESS_KEY"}
     }
     assert "Secret" not in kinds(docs), "the chart never holds the credentials"
+    assert env["TOOLADAPTER_S3_REGION"] == "us-east-1"
+    assert env["TOOLADAPTER_S3_PATH_STYLE"] == "false"
+    assert "AWS_CA_BUNDLE" not in env
     assert "artifacts" not in {m["name"] for m in container["volumeMounts"]}
     pod = one(docs, "Deployment")["spec"]["template"]["spec"]
     assert pod["affinity"]["podAntiAffinity"], "no shared volume: spread over nodes"
 
 
-@pytest.mark.parametrize("missing", ["endpoint", "bucket", "existingSecret"])
+def test_s3_on_aws_needs_no_endpoint_and_a_private_ca_is_mounted() -> None:
+    args = [a for a in S3 if ".endpoint=" not in a]
+    docs = render(*args, "--set=artifacts.s3.caConfigMap=s3-ca")
+    container = operator_container(docs)
+    env = env_of(container)
+    assert "TOOLADAPTER_S3_ENDPOINT" not in env
+    assert env["AWS_CA_BUNDLE"] == "/etc/tooladapter/s3-ca/ca.crt"
+    mount = next(m for m in container["volumeMounts"] if m["name"] == "s3-ca")
+    assert mount == {"name": "s3-ca", "mountPath": "/etc/tooladapter/s3-ca", "readOnly": True}
+    pod = one(docs, "Deployment")["spec"]["template"]["spec"]
+    volume = next(v for v in pod["volumes"] if v["name"] == "s3-ca")
+    assert volume["configMap"]["name"] == "s3-ca"
+
+
+@pytest.mark.parametrize("missing", ["bucket", "existingSecret"])
 def test_s3_backend_without_a_required_value_fails_naming_it(missing: str) -> None:
     args = [a for a in S3 if f".{missing}=" not in a]
     with pytest.raises(RenderError, match=rf"artifacts\.s3\.{missing} is required"):
