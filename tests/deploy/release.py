@@ -7,6 +7,8 @@ the first with its own prefix and namespace scope, e.g.
 
     DEPLOY_RELEASE=tachart DEPLOY_NAMESPACE=ta-chart \\
     DEPLOY_ARGS="--set prefix=tachart --set namespaces=tachart-*" make deploy-test
+
+(DEPLOY_TEST_SKIP_DEPLOY=1 reuses the installed release instead of running `make deploy`.)
 """
 
 from __future__ import annotations
@@ -14,7 +16,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -188,10 +189,6 @@ def kill(api: client.ApiClient, pod: Any) -> str:
         pod.metadata.name, pod.metadata.namespace, grace_period_seconds=0
     )
     return "pod deleted with grace period 0"
-
-
-def monotonic() -> float:
-    return time.monotonic()
 
 
 def token() -> str:
