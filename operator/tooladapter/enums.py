@@ -269,3 +269,17 @@ class OperatorRole(StrEnum):
     STANDBY = "standby"
     #: Holding the Lease and handling calls.
     LEADING = "leading"
+
+
+class ArtifactBackend(StrEnum):
+    """Where receipts and results are stored (`TOOLADAPTER_ARTIFACT_BACKEND`)."""
+
+    FILE = "file"
+    S3 = "s3"
+
+
+class ArtifactKind(StrEnum):
+    """What a call stores in the artifact store (a label of its error metric)."""
+
+    RESULT = "result"
+    RECEIPT = "receipt"

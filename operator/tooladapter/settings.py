@@ -11,6 +11,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .enums import ArtifactBackend
 from .model import DEFAULT_MAX_RESULT_BYTES, DEFAULT_TIMEOUT_SECONDS
 
 
@@ -74,10 +75,39 @@ def _pairs(name: str, default: tuple[tuple[str, str], ...]) -> tuple[tuple[str, 
     return tuple(pairs)
 
 
+def _choice(name: str, default: ArtifactBackend) -> ArtifactBackend:
+    raw = os.environ.get(name, "").strip().lower()
+    if raw == "":
+        return default
+    try:
+        return ArtifactBackend(raw)
+    except ValueError:
+        allowed = "|".join(ArtifactBackend)
+        raise ValueError(f"environment variable {name}={raw!r} is not one of {allowed}") from None
+
+
+def _endpoint(name: str) -> str | None:
+    raw = os.environ.get(name, "").strip()
+    if raw and not raw.startswith(("https://", "http://")):
+        raise ValueError(f"environment variable {name}={raw!r} is not an http(s) URL")
+    return raw or None
+
+
 @dataclass(frozen=True)
 class Settings:
-    #: Where receipts and results are stored by content hash (a PVC when in-cluster).
+    #: Where receipts and results are stored by content hash: `file` (under
+    #: `artifact_dir`) or `s3` (the `s3_*` bucket; credentials from the environment's
+    #: AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, never settings).
+    artifact_backend: ArtifactBackend = ArtifactBackend.FILE
+    #: The file backend's directory (a PVC when in-cluster).
     artifact_dir: Path = field(default_factory=lambda: Path.home() / ".tooladapter" / "artifacts")
+    #: The s3 backend's endpoint URL (None: AWS's own for `s3_region`), bucket, key
+    #: prefix (a folder: a trailing `/` is implied), region and addressing.
+    s3_endpoint: str | None = None
+    s3_bucket: str = ""
+    s3_prefix: str = ""
+    s3_region: str = "us-east-1"
+    s3_path_style: bool = False
     #: Port of the Prometheus /metrics endpoint; 0 disables it.
     metrics_port: int = 9464
     #: Timeout when a descriptor sets none (reference: Tools:Execution:DefaultTimeoutSeconds).
@@ -151,7 +181,18 @@ class Settings:
     @classmethod
     def from_env(cls) -> Settings:
         base = cls()
+        backend = _choice("TOOLADAPTER_ARTIFACT_BACKEND", base.artifact_backend)
+        bucket = os.environ.get("TOOLADAPTER_S3_BUCKET", "").strip()
+        if backend == ArtifactBackend.S3 and not bucket:
+            # Fail closed: receipts must go somewhere durable that was chosen, not a default.
+            raise ValueError("TOOLADAPTER_ARTIFACT_BACKEND=s3 needs TOOLADAPTER_S3_BUCKET")
         return cls(
+            artifact_backend=backend,
+            s3_endpoint=_endpoint("TOOLADAPTER_S3_ENDPOINT"),
+            s3_bucket=bucket,
+            s3_prefix=os.environ.get("TOOLADAPTER_S3_PREFIX", "").strip(),
+            s3_region=os.environ.get("TOOLADAPTER_S3_REGION", "").strip() or base.s3_region,
+            s3_path_style=_bool("TOOLADAPTER_S3_PATH_STYLE", base.s3_path_style),
             artifact_dir=Path(os.environ.get("TOOLADAPTER_ARTIFACT_DIR", str(base.artifact_dir))),
             metrics_port=_int("TOOLADAPTER_METRICS_PORT", base.metrics_port),
             default_timeout_seconds=_int(

@@ -17,7 +17,7 @@ from typing import Any
 import kopf
 
 from .. import GROUP
-from ..artifacts import LocalArtifactStore
+from ..artifacts import open_store
 from ..catalog import Catalog
 from ..enums import OperatorRole, ToolKind
 from ..executors import Executor
@@ -93,7 +93,8 @@ def configure(settings: kopf.OperatorSettings) -> None:
     settings.queueing.idle_timeout = 0.5
 
     # The API client logs whole response bodies at DEBUG, Secrets included: never let it.
-    for name in ("kubernetes_asyncio", "kubernetes", "urllib3", "aiohttp.client"):
+    # botocore logs request headers at DEBUG (a session token among them): never either.
+    for name in ("kubernetes_asyncio", "kubernetes", "urllib3", "aiohttp.client", "botocore"):
         logging.getLogger(name).setLevel(logging.WARNING)
     # kopf logs "Handler 'invocation_event' succeeded." at INFO for every watch event, about
     # six per call: noise that cost measurable CPU under load. Failures and retries still log.
@@ -124,6 +125,9 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo) -> None:
         health.role = OperatorRole.STANDBY
         memo["leadership"] = await leadership.lead(config)
     health.role = OperatorRole.STARTING
+    # Before any watch: an artifact store that cannot take receipts stops the start (an
+    # s3 bucket absent, forbidden or unreachable), rather than every call at its end.
+    store = await asyncio.to_thread(open_store, config)
     kube = await Kube.connect()
     catalog = Catalog()
     try:
@@ -145,7 +149,7 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo) -> None:
     rt = Runtime(
         cluster=cluster,
         settings=config,
-        store=LocalArtifactStore(config.artifact_dir),
+        store=store,
         catalog=catalog,
         executors=executors,
         events=KopfEvents(),
@@ -167,7 +171,7 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo) -> None:
     memo["runtime"] = rt
     LEADING.set(1)
     health.role = OperatorRole.LEADING
-    logger.info("tooladapter started; artifacts in %s", config.artifact_dir)
+    logger.info("tooladapter started; artifacts in %s", store)
 
 
 async def prime_when_served(catalog: Catalog, kube: Kube) -> None:
