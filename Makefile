@@ -14,7 +14,20 @@ export PYTHONUNBUFFERED := 1
 
 include hack/cluster.mk
 
-.PHONY: help venv lint unit crds crds-check install uninstall run demo test integration bench chaos s3-server
+.PHONY: help venv lint unit crds crds-check install uninstall run demo test integration bench chaos s3-server \
+	deploy undeploy deploy-test
+
+# `make deploy`: the Helm release (charts/tooladapter) in the cluster of KUBECONFIG.
+HELM              ?= helm
+DEPLOY_RELEASE    ?= tooladapter
+DEPLOY_NAMESPACE  ?= tooladapter-system
+# Further `helm upgrade` flags, e.g. DEPLOY_ARGS="--set replicas=3 -f my-values.yaml".
+DEPLOY_ARGS       ?=
+# The local cluster has no Service proxy yet (no kube-proxy among its components): its pods
+# reach the API server at the node's address, a narrow workaround that goes with kube-proxy.
+LOCAL_DEPLOY_ARGS = $(if $(shell grep -sw kube-proxy $(ROOT)/hack/cluster/lib.sh),,\
+	--set apiServer.host=$$($(PY) -c 'from tooladapter.devtools import node_ip; print(node_ip())') \
+	--set-string apiServer.port=6443)
 
 help:
 	@echo "make test       set up everything on a fresh machine, then run all tests"
@@ -22,6 +35,7 @@ help:
 	@echo "make cluster-up | cluster-down | cluster-status"
 	@echo "make install    CRDs, RBAC, admission policies into the cluster of KUBECONFIG"
 	@echo "make run        the operator (and its egress proxy) in the foreground against KUBECONFIG"
+	@echo "make deploy     the operator in-cluster with Helm (2 replicas); undeploy removes it"
 	@echo "make crds       regenerate crds/ from the models"
 	@echo "make bench      benchmarks (never part of make test)"
 	@echo "make chaos      exactly once and never stuck under faults (never part of make test)"
@@ -66,6 +80,42 @@ uninstall:
 run: venv
 	@$(PY) -m tooladapter egress-proxy & proxy=$$!; trap 'kill $$proxy 2>/dev/null' EXIT INT TERM; \
 	$(PY) -m tooladapter run
+
+# Install or upgrade the Helm release. Helm never upgrades a chart's crds/, so they are
+# applied server-side first. On the local cluster the operator image is built and imported
+# first (`make image`).
+deploy: venv
+	@command -v $(HELM) >/dev/null || { echo "make deploy: no helm binary (HELM=$(HELM)); \
+	  the local cluster's tools are in .cluster/bin" >&2; exit 1; }
+	@if [ "$(KUBECONFIG)" = "$(LOCAL_KUBECONFIG)" ]; then \
+	  if $(MAKE) -n image >/dev/null 2>&1; then $(MAKE) --no-print-directory image; \
+	  else echo "make deploy: there is no \`make image\` yet to build \
+	    localhost/tooladapter-operator:dev for the local cluster" >&2; exit 1; fi; fi
+	kubectl apply --server-side --force-conflicts -f crds/
+	kubectl wait --for=condition=Established --timeout=60s -f crds/
+	$(HELM) upgrade --install $(DEPLOY_RELEASE) charts/tooladapter \
+	  --namespace $(DEPLOY_NAMESPACE) --create-namespace --wait --timeout 5m \
+	  $(if $(filter $(LOCAL_KUBECONFIG),$(KUBECONFIG)),$(LOCAL_DEPLOY_ARGS)) $(DEPLOY_ARGS)
+	kubectl label --overwrite namespace $(DEPLOY_NAMESPACE) \
+	  pod-security.kubernetes.io/enforce=restricted pod-security.kubernetes.io/enforce-version=latest
+
+# Remove the release. The operators are stopped first, while their RBAC still exists, so the
+# leader's clean stop deletes its leadership Lease (helm uninstall alone removes the RBAC
+# before the pods have stopped). CRDs stay (deleting them deletes every tool, policy and
+# invocation), and so does the receipts' claim (artifacts.file.keepOnUninstall).
+DEPLOY_OPERATORS = -n $(DEPLOY_NAMESPACE) \
+	-l app.kubernetes.io/instance=$(DEPLOY_RELEASE),app.kubernetes.io/component=operator
+undeploy:
+	-kubectl scale deployment $(DEPLOY_OPERATORS) --replicas=0
+	-kubectl wait --for=delete pod $(DEPLOY_OPERATORS) --timeout=120s
+	-$(HELM) uninstall $(DEPLOY_RELEASE) --namespace $(DEPLOY_NAMESPACE) --wait --timeout 2m
+	@echo "kept: the CRDs (kubectl delete -f crds/) and the receipts' claim" \
+	  "(kubectl delete pvc -n $(DEPLOY_NAMESPACE) -l app.kubernetes.io/instance=$(DEPLOY_RELEASE))"
+
+# The in-cluster suite: deploys (tests/deploy/conftest.py runs `make deploy`), then calls,
+# failover, upgrade and finally uninstall. Never together with `make install`'s objects.
+deploy-test: venv
+	TOOLADAPTER_REQUIRE_CLUSTER=1 $(VENV)/bin/pytest -q tests/deploy
 
 demo: venv
 	@if [ "$(KUBECONFIG)" = "$(LOCAL_KUBECONFIG)" ]; then $(MAKE) --no-print-directory cluster-up; fi

@@ -205,6 +205,9 @@ class Settings:
     #: leaseDurationSeconds: a standby takes over this long after the leader stopped
     #: renewing; the leader stops acting after two thirds of it without a renewal.
     lease_seconds: int = 15
+    #: Port of `/healthz` and `/readyz`, served from start-up in every role (a standby
+    #: too, unlike kopf's own liveness endpoint); 0 disables it (host processes).
+    health_port: int = 0
 
     #: RuntimeClass of each sandbox kind without a `runtimeClassName` ("Kind=class" pairs;
     #: Container maps to none: the node's default runtime).
@@ -286,6 +289,7 @@ class Settings:
                 "TOOLADAPTER_GATEWAY_APPROVAL_WAIT_SECONDS", base.gateway_approval_wait_seconds, 0
             ),
             egress=EgressSettings.from_env(),
+            health_port=_port("TOOLADAPTER_HEALTH_PORT", base.health_port),
         )
 
     def __post_init__(self) -> None:
