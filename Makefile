@@ -14,7 +14,7 @@ export PYTHONUNBUFFERED := 1
 
 include hack/cluster.mk
 
-.PHONY: help venv lint unit crds crds-check install uninstall run demo test integration bench chaos
+.PHONY: help venv lint unit crds crds-check install uninstall run demo test integration bench chaos image
 
 help:
 	@echo "make test       set up everything on a fresh machine, then run all tests"
@@ -23,6 +23,7 @@ help:
 	@echo "make install    CRDs, RBAC, admission policies into the cluster of KUBECONFIG"
 	@echo "make run        the operator in the foreground against KUBECONFIG"
 	@echo "make crds       regenerate crds/ from the models"
+	@echo "make image      operator and sandbox images without Docker (loaded into the local cluster)"
 	@echo "make bench      benchmarks (never part of make test)"
 	@echo "make chaos      exactly once and never stuck under faults (never part of make test)"
 
@@ -77,6 +78,13 @@ test: lint unit
 	$(MAKE) --no-print-directory integration
 	@if [ "$(KUBECONFIG)" = "$(LOCAL_KUBECONFIG)" ]; then \
 	  $(VENV)/bin/pytest -q -m cluster_down tests/cluster; fi
+
+# Images without a Docker engine (hack/image): OCI archives under ~/.cache/tooladapter/images,
+# imported into the local cluster's containerd only when KUBECONFIG is that cluster's.
+IMAGES ?= sandbox operator
+IMAGE_TAG ?= dev
+image: venv
+	PYTHONPATH=$(ROOT)/hack $(PY) -m image $(IMAGES) --tag $(IMAGE_TAG)
 
 bench: venv
 	@if [ "$(KUBECONFIG)" = "$(LOCAL_KUBECONFIG)" ]; then $(MAKE) --no-print-directory cluster-up; fi
