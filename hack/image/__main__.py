@@ -13,6 +13,7 @@ kubeconfig (see containerd.py).
 from __future__ import annotations
 
 import argparse
+import fcntl
 import hashlib
 import importlib.util
 import os
@@ -145,6 +146,9 @@ def main() -> None:
     load = a.load == "yes" or (
         a.load == "auto" and containerd.local_cluster(os.environ.get("KUBECONFIG"))
     )
+    # One build at a time per machine: `make image` and a cluster-up may overlap.
+    lock = (cache / ".lock").open("w")
+    fcntl.flock(lock, fcntl.LOCK_EX)
     for name in names:
         started = time.monotonic()
         archive, digest = build(name, a.tag, cache)

@@ -65,7 +65,10 @@ def source_digest() -> str:
 
 
 def _pip(*args: str) -> None:
-    subprocess.run([sys.executable, "-m", "pip", "--disable-pip-version-check", "--no-input", *args], check=True)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "--disable-pip-version-check", "--no-input", *args],
+        check=True,
+    )
 
 
 def build_wheel(out: Path) -> Path:
@@ -88,7 +91,15 @@ def install(root: Path) -> None:
     """The pinned dependencies and the wheel into the image tree, compiled."""
     site = root / SITE
     site.mkdir(parents=True, exist_ok=True)
-    common = ("install", "--quiet", "--root-user-action=ignore", "--no-compile", "--no-deps", "--target", str(site))
+    common = (
+        "install",
+        "--quiet",
+        "--root-user-action=ignore",
+        "--no-compile",
+        "--no-deps",
+        "--target",
+        str(site),
+    )
     # Console scripts (`bin/`) carry the host's interpreter in their shebang: dropped.
     _pip(*common, *TARGET, "--require-hashes", "-r", str(LOCK))
     shutil.rmtree(site / "bin", ignore_errors=True)
