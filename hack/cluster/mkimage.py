@@ -9,7 +9,6 @@ config's dates are fixed too. So the same input always gives the same digests.
 
   mkimage.py rootfs  --dir ROOTFS --tag localhost/x:dev --out x.tar \\
                      [--user 65532:65532] [--entrypoint JSON] [--cmd JSON] [--env K=V]...
-  mkimage.py busybox --busybox /bin/busybox --tag localhost/x:dev --out x.tar
   mkimage.py binary  --binary ./pause --tag localhost/pause:dev --out p.tar
 
 Prints the manifest digest (what `ctr images ls` shows as DIGEST).
@@ -23,7 +22,6 @@ import io
 import json
 import os
 import stat
-import subprocess
 import sys
 import tarfile
 import tempfile
@@ -265,21 +263,6 @@ def group() -> str:
     return f"root:x:0:\n{USER}:x:{GID}:\nnogroup:x:65534:\n"
 
 
-def busybox_layer(busybox: str) -> Layer:
-    layer = Layer()
-    base_dirs(layer)
-    with open(busybox, "rb") as f:
-        layer.file("bin/busybox", f.read(), 0o755)
-    applets = subprocess.run(
-        [busybox, "--list-full"], check=True, capture_output=True, text=True
-    ).stdout.split()
-    for path in applets:
-        if path in ("bin/busybox",) or path.startswith("linuxrc"):
-            continue
-        layer.symlink(path, "/bin/busybox")
-    return layer
-
-
 def binary_layer(binary: str, dest: str) -> Layer:
     layer = Layer()
     base_dirs(layer)
@@ -290,7 +273,7 @@ def binary_layer(binary: str, dest: str) -> Layer:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("kind", choices=["rootfs", "busybox", "binary"])
+    p.add_argument("kind", choices=["rootfs", "binary"])
     p.add_argument("--tag", required=True)
     p.add_argument("--out", required=True, type=Path)
     p.add_argument("--dir", type=Path, help="rootfs: the root file system directory")
@@ -299,7 +282,6 @@ def main() -> None:
     p.add_argument("--cmd", type=json.loads, help="rootfs: a JSON list")
     p.add_argument("--env", action="append", default=[], help="rootfs: K=V (repeatable)")
     p.add_argument("--workdir", default="/")
-    p.add_argument("--busybox", default="/bin/busybox")
     p.add_argument("--binary")
     a = p.parse_args()
     cfg: dict[str, Any]
@@ -317,24 +299,15 @@ def main() -> None:
         if a.cmd:
             cfg["Cmd"] = a.cmd
     else:
-        if a.kind == "busybox":
-            layer = busybox_layer(a.busybox)
-            cfg = {
-                "Env": [PATH_ENV, f"HOME=/home/{USER}"],
-                "Cmd": ["/bin/sh"],
-                "User": f"{UID}:{GID}",
-                "WorkingDir": "/workspace",
-            }
-        else:
-            if not a.binary:
-                sys.exit("--binary is required")
-            layer = binary_layer(a.binary, "pause")
-            cfg = {
-                "Env": [PATH_ENV],
-                "Entrypoint": ["/pause"],
-                "User": f"{UID}:{GID}",
-                "WorkingDir": "/",
-            }
+        if not a.binary:
+            sys.exit("--binary is required")
+        layer = binary_layer(a.binary, "pause")
+        cfg = {
+            "Env": [PATH_ENV],
+            "Entrypoint": ["/pause"],
+            "User": f"{UID}:{GID}",
+            "WorkingDir": "/",
+        }
         write_layer = layer.write
     digest = write_archive(a.out, a.tag, write_layer, cfg, "hack/cluster/mkimage.py " + a.kind)
     print(digest)
