@@ -14,7 +14,7 @@ export PYTHONUNBUFFERED := 1
 
 include hack/cluster.mk
 
-.PHONY: help venv lint unit crds crds-check install uninstall run demo test integration bench chaos image
+.PHONY: help venv lint unit crds crds-check install uninstall run demo test integration bench chaos s3-server image
 
 help:
 	@echo "make test       set up everything on a fresh machine, then run all tests"
@@ -26,6 +26,7 @@ help:
 	@echo "make image      operator and sandbox images without Docker (loaded into the local cluster)"
 	@echo "make bench      benchmarks (never part of make test)"
 	@echo "make chaos      exactly once and never stuck under faults (never part of make test)"
+	@echo "make s3-server  build the S3-compatible test server (SeaweedFS) into the cache"
 
 $(STAMP): pyproject.toml
 	@command -v python3 >/dev/null || { apt-get update -qq && apt-get install -y -qq python3 python3-venv; }
@@ -69,7 +70,11 @@ demo: venv
 	$(MAKE) --no-print-directory install
 	$(PY) hack/demo.py
 
-integration: venv
+# The S3-compatible server the s3 artifact tests start (built once into ~/.cache/tooladapter).
+s3-server:
+	hack/s3/build.sh >/dev/null
+
+integration: venv s3-server
 	TOOLADAPTER_REQUIRE_CLUSTER=1 $(VENV)/bin/pytest -q -m "not cluster_down" tests/cluster tests/integration
 
 test: lint unit

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Build the cluster binaries from the pinned wrapper modules into the binary
-# cache ($BIN_DIR, outside the repo). A no-op when the cache is complete.
+# cache ($BIN_DIR, outside the repo), and the add-on binaries (CoreDNS,
+# local-path-provisioner, helm) each into its own cache dir (addon_bin in
+# lib.sh). A no-op when the cache is complete.
 #
 #   hack/cluster/build.sh          build if needed, print the bin dir
 #   hack/cluster/build.sh --force  rebuild
@@ -13,6 +15,7 @@ force=0
 complete() {
   local b
   for b in $CLUSTER_BINARIES; do [ -x "$BIN_DIR/$b" ] || return 1; done
+  for b in $ADDON_BINARIES; do [ -x "$(addon_bin "$b")" ] || return 1; done
 }
 
 if [ "$force" = 0 ] && complete; then
@@ -51,34 +54,68 @@ for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
 done
 
 have() { [ -x "$BIN_DIR/$1" ]; }
-keep() { for b in "$@"; do [ "$force" = 0 ] && have "$b" && cp -p "$BIN_DIR/$b" "$tmp/$b"; done; return 0; }
+need() { [ "$force" = 1 ] || ! have "$1"; }
+# timed DESCRIPTION CMD...: run CMD, log how long it took (cold-build budget).
+timed() {
+  local what="$1" t=$SECONDS
+  shift
+  log "building $what"
+  "$@"
+  log "built $what in $((SECONDS - t))s"
+}
+# gobuild MODULE_DIR GO_BUILD_ARGS...
+gobuild() { local dir="$1"; shift; (cd "$dir" && go build -p "$JOBS" -trimpath "$@"); }
 
-keep kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl etcd kube-router pause
-if ! { [ -x "$tmp/kube-apiserver" ] && [ -x "$tmp/kube-controller-manager" ] && [ -x "$tmp/kube-scheduler" ] \
-       && [ -x "$tmp/kubelet" ] && [ -x "$tmp/kubectl" ]; }; then
-  log "building Kubernetes $K8S_VERSION (cold builds take tens of minutes)"
-  (cd "$CLUSTER_HACK_DIR" && go build -p "$JOBS" -trimpath -ldflags "$ldflags" -o "$tmp/" \
-    k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
-    k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kubectl)
-fi
-if [ ! -x "$tmp/pause" ]; then
-  log "building pause"
-  (cd "$CLUSTER_HACK_DIR" && go build -p "$JOBS" -trimpath -ldflags "-s -w" -o "$tmp/pause" ./pause)
-fi
-if [ ! -x "$tmp/etcd" ]; then
-  log "building etcd $ETCD_VERSION"
-  (cd "$CLUSTER_HACK_DIR/etcd" && go build -p "$JOBS" -trimpath -ldflags "-s -w" -o "$tmp/etcd" go.etcd.io/etcd/server/v3)
-fi
-if [ ! -x "$tmp/kube-router" ]; then
-  log "building kube-router $KUBE_ROUTER_VERSION"
+core_complete() { local b; for b in $CLUSTER_BINARIES; do have "$b" || return 1; done; }
+
+if [ "$force" = 1 ] || ! core_complete; then
+  k8s_pkgs=""
+  for b in kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl kube-proxy; do
+    need "$b" && k8s_pkgs+=" k8s.io/kubernetes/cmd/$b"
+  done
+  if [ -n "$k8s_pkgs" ]; then
+    # shellcheck disable=SC2086
+    timed "Kubernetes $K8S_VERSION:${k8s_pkgs//k8s.io\/kubernetes\/cmd\// } (cold: tens of minutes)" \
+      gobuild "$CLUSTER_HACK_DIR" -ldflags "$ldflags" -o "$tmp/" $k8s_pkgs
+  fi
+  ! need pause || timed pause gobuild "$CLUSTER_HACK_DIR" -ldflags "-s -w" -o "$tmp/pause" ./pause
+  ! need etcd || timed "etcd $ETCD_VERSION" \
+    gobuild "$CLUSTER_HACK_DIR/etcd" -ldflags "-s -w" -o "$tmp/etcd" go.etcd.io/etcd/server/v3
   kr=github.com/cloudnativelabs/kube-router/v2/pkg/version
-  (cd "$CLUSTER_HACK_DIR/kube-router" && go build -p "$JOBS" -trimpath \
+  ! need kube-router || timed "kube-router $KUBE_ROUTER_VERSION" gobuild "$CLUSTER_HACK_DIR/kube-router" \
     -ldflags "-s -w -X $kr.Version=$KUBE_ROUTER_VERSION -X $kr.BuildDate=$build_date" \
-    -o "$tmp/kube-router" github.com/cloudnativelabs/kube-router/v2/cmd/kube-router)
-fi
+    -o "$tmp/kube-router" github.com/cloudnativelabs/kube-router/v2/cmd/kube-router
 
-rm -rf "$BIN_DIR"
-mv "$tmp" "$BIN_DIR"
+  if [ "$force" = 0 ] && [ -d "$BIN_DIR" ]; then
+    # Only add what was missing, file by file: the running cluster's binaries
+    # and the kubectl link stay where they are.
+    for b in $CLUSTER_BINARIES; do have "$b" || mv "$tmp/$b" "$BIN_DIR/$b"; done
+  else
+    rm -rf "$BIN_DIR"
+    mv "$tmp" "$BIN_DIR"
+  fi
+fi
+mkdir -p "$tmp"
+
+# Add-ons: each from its own wrapper module into its own cache dir.
+for name in $ADDON_BINARIES; do
+  out="$(addon_bin "$name")"
+  [ "$force" = 0 ] && [ -x "$out" ] && continue
+  case "$name" in
+    coredns) pkg=. flags="-s -w" ;;  # main.go of the wrapper: only our plugins
+    local-path-provisioner) pkg=github.com/rancher/local-path-provisioner flags="-s -w" ;;
+    helm)
+      pkg=helm.sh/helm/v3/cmd/helm
+      flags="-s -w -X helm.sh/helm/v3/internal/version.version=$HELM_VERSION"
+      flags+=" -X helm.sh/helm/v3/internal/version.gitTreeState=clean" ;;
+  esac
+  mkdir -p "$(dirname "$out")"
+  timed "$name $(addon_version "$name")" \
+    gobuild "$CLUSTER_HACK_DIR/$(addon_module "$name")" -ldflags "$flags" -o "$tmp/$name" "$pkg"
+  mv "$tmp/$name" "$out"
+done
+
+rm -rf "$tmp"
 trap - EXIT
-log "built $(echo "$CLUSTER_BINARIES" | wc -w) binaries in $((SECONDS - start))s into $BIN_DIR"
+log "binaries complete after $((SECONDS - start))s: $BIN_DIR and $TA_CACHE/addons/"
 echo "$BIN_DIR"

@@ -2,11 +2,13 @@
 # Stop the local cluster and remove its state (the binary cache is kept).
 #
 # Stops, by recorded pid, every component started by up.sh from any checkout
-# on this machine (pids are registered in ~/.cache/tooladapter/run/pids), then
-# the pod containers (descendants of our containerd's shims, and anything
-# left in the kubepods cgroups), and removes mounts, network namespaces, the
-# CNI bridge, iptables chains, ipsets, /var/lib/tooladapter, /run/tooladapter
-# and .cluster/.
+# on this machine (pids are registered in ~/.cache/tooladapter/run/pids), the
+# kube-proxy add-on included, then the pod containers (descendants of our
+# containerd's shims, and anything left in the kubepods cgroups: CoreDNS and
+# local-path too), and removes mounts, network namespaces, the CNI bridge,
+# iptables/ip6tables chains (kube-proxy's Service rules among them), ipsets,
+# /var/lib/tooladapter (local-path volumes among it), /run/tooladapter and
+# .cluster/.
 #
 #   down.sh                 full stop, removes .cluster/
 #   down.sh --for-restart   used by up.sh: keeps .cluster/pki and old logs
@@ -93,7 +95,7 @@ kill_pods() {
 }
 
 # Reverse start order; pods are killed once the kubelet cannot restart them.
-for c in kube-router kubelet; do stop_component "$c"; done
+for c in $ADDON_COMPONENTS kube-router kubelet; do stop_component "$c"; done
 kill_pods
 for c in kube-scheduler kube-controller-manager kube-apiserver etcd containerd; do stop_component "$c"; done
 kill_pods
@@ -116,16 +118,18 @@ ip link show "$CNI_BRIDGE" >/dev/null 2>&1 && ip link delete "$CNI_BRIDGE" || tr
 rm -f "$CNI_CONF"
 
 # iptables: chains of kube-router (KUBE-ROUTER-*, KUBE-NWPLCY-*, KUBE-POD-FW-*,
-# KUBE-SRC-*, KUBE-DST-*), of the kubelet (KUBE-*) and of the CNI plugins (CNI-*).
-if command -v iptables >/dev/null; then
+# KUBE-SRC-*, KUBE-DST-*), of kube-proxy and the kubelet (KUBE-*) and of the
+# CNI plugins (CNI-*); kube-proxy and the kubelet write ip6tables too.
+for ipt in iptables ip6tables; do
+  command -v "$ipt" >/dev/null || continue
   for t in filter nat mangle; do
-    iptables -t "$t" -S 2>/dev/null | grep -E '^-A [A-Z]+ .*-j (KUBE-|CNI-)' | grep -vE '^-A (KUBE-|CNI-)' \
-      | while read -r rule; do eval "iptables -t $t -D ${rule#-A }" 2>/dev/null || true; done || true
-    chains="$(iptables -t "$t" -S 2>/dev/null | awk '$1=="-N" && ($2 ~ /^KUBE-/ || $2 ~ /^CNI-/) {print $2}' || true)"
-    for ch in $chains; do iptables -t "$t" -F "$ch" 2>/dev/null || true; done
-    for ch in $chains; do iptables -t "$t" -X "$ch" 2>/dev/null || true; done
+    "$ipt" -t "$t" -S 2>/dev/null | grep -E '^-A [A-Z]+ .*-j (KUBE-|CNI-)' | grep -vE '^-A (KUBE-|CNI-)' \
+      | while read -r rule; do eval "$ipt -t $t -D ${rule#-A }" 2>/dev/null || true; done || true
+    chains="$("$ipt" -t "$t" -S 2>/dev/null | awk '$1=="-N" && ($2 ~ /^KUBE-/ || $2 ~ /^CNI-/) {print $2}' || true)"
+    for ch in $chains; do "$ipt" -t "$t" -F "$ch" 2>/dev/null || true; done
+    for ch in $chains; do "$ipt" -t "$t" -X "$ch" 2>/dev/null || true; done
   done
-fi
+done
 if command -v ipset >/dev/null; then
   for s in $(ipset list -n 2>/dev/null | grep -E '^(KUBE-|kube-router)' || true); do
     ipset destroy "$s" 2>/dev/null || true

@@ -16,32 +16,80 @@ modver() { awk -v m="$2" '($1==m || ($1=="require" && $2==m)) {print ($1=="requi
 K8S_VERSION="$(modver "$CLUSTER_HACK_DIR/go.mod" k8s.io/kubernetes)"
 ETCD_VERSION="$(modver "$CLUSTER_HACK_DIR/etcd/go.mod" go.etcd.io/etcd/server/v3)"
 KUBE_ROUTER_VERSION="$(modver "$CLUSTER_HACK_DIR/kube-router/go.mod" github.com/cloudnativelabs/kube-router/v2)"
+COREDNS_VERSION="$(modver "$CLUSTER_HACK_DIR/coredns/go.mod" github.com/coredns/coredns)"
+LOCAL_PATH_VERSION="$(modver "$CLUSTER_HACK_DIR/local-path/go.mod" github.com/rancher/local-path-provisioner)"
+HELM_VERSION="$(modver "$CLUSTER_HACK_DIR/helm/go.mod" helm.sh/helm/v3)"
 
+GO_VERSION="$(go env GOVERSION 2>/dev/null || echo none)"
 # Bump when build.sh changes in a way that changes the binaries.
 BUILD_REV=1
 build_key() {
   {
-    echo "rev=$BUILD_REV go=$(go env GOVERSION 2>/dev/null || echo none)"
+    echo "rev=$BUILD_REV go=$GO_VERSION"
     cat "$CLUSTER_HACK_DIR/go.mod" "$CLUSTER_HACK_DIR/go.sum" \
         "$CLUSTER_HACK_DIR/etcd/go.mod" "$CLUSTER_HACK_DIR/etcd/go.sum" \
         "$CLUSTER_HACK_DIR/kube-router/go.mod" "$CLUSTER_HACK_DIR/kube-router/go.sum"
   } | sha256sum | cut -c1-12
 }
 BIN_DIR="${CLUSTER_BIN_DIR:-$TA_CACHE/k8s-$K8S_VERSION-etcd-$ETCD_VERSION-kube-router-$KUBE_ROUTER_VERSION-$(build_key)/bin}"
-CLUSTER_BINARIES="kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl etcd kube-router pause"
+CLUSTER_BINARIES="kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl kube-proxy etcd kube-router pause"
+
+# Add-on binaries (issue 15), each built from its own wrapper module under
+# hack/cluster/<module>/ into its own cache dir, keyed by that module alone:
+# bumping one rebuilds only it, and never moves $BIN_DIR (which would make
+# up.sh restart a running cluster).
+ADDON_BINARIES="coredns local-path-provisioner helm"
+addon_module() {
+  case "$1" in
+    coredns) echo coredns ;;
+    local-path-provisioner) echo local-path ;;
+    helm) echo helm ;;
+    *) die "unknown add-on binary $1" ;;
+  esac
+}
+addon_version() {
+  case "$1" in
+    coredns) echo "$COREDNS_VERSION" ;;
+    local-path-provisioner) echo "$LOCAL_PATH_VERSION" ;;
+    helm) echo "$HELM_VERSION" ;;
+  esac
+}
+# Bump when build.sh builds an add-on differently.
+ADDON_BUILD_REV=1
+# addon_bin NAME: the cached path of add-on binary NAME.
+addon_bin() {
+  local dir key
+  dir="$CLUSTER_HACK_DIR/$(addon_module "$1")"
+  key="$({ echo "rev=$ADDON_BUILD_REV go=$GO_VERSION"
+           cat "$dir/go.mod" "$dir/go.sum"
+           for f in "$dir"/*.go; do [ ! -f "$f" ] || cat "$f"; done; } | sha256sum | cut -c1-12)"
+  echo "$TA_CACHE/addons/$1-$(addon_version "$1")-$key/$1"
+}
+# addon_image NAME: the local image of an in-cluster add-on, tagged with a key
+# of its binary and the image scripts: a rebuilt image rolls its Deployment.
+addon_image() {
+  local key
+  key="$({ dirname "$(addon_bin "$1")"; cat "$CLUSTER_HACK_DIR/mkimage.py" "$CLUSTER_HACK_DIR/addons/image.py"; } \
+    | sha256sum | cut -c1-12)"
+  echo "localhost/tooladapter-$1:$key"
+}
 
 # Network layout.
 SERVICE_CIDR=10.0.0.0/24
 SERVICE_IP=10.0.0.1
 CLUSTER_DNS_IP=10.0.0.10
+CLUSTER_DOMAIN=cluster.local
 CLUSTER_CIDR=10.244.0.0/16
 POD_CIDR=10.244.0.0/24
 APISERVER_PORT="${APISERVER_PORT:-6443}"
 ETCD_CLIENT_PORT=2379
 ETCD_PEER_PORT=2380
 KUBE_ROUTER_HEALTH_PORT=20244
+KUBE_PROXY_HEALTH_PORT=10256
+KUBE_PROXY_METRICS_PORT=10249
 # Ports this cluster listens on (checked before start).
 CLUSTER_PORTS="$APISERVER_PORT $ETCD_CLIENT_PORT $ETCD_PEER_PORT 10248 10250 10257 10259 $KUBE_ROUTER_HEALTH_PORT"
+CLUSTER_PORTS+=" $KUBE_PROXY_HEALTH_PORT $KUBE_PROXY_METRICS_PORT"
 
 # Host state of the running cluster (wiped by down.sh): containerd's and the
 # kubelet's directories, CNI IPAM, the CNI config and bridge.
@@ -50,9 +98,17 @@ RUN_DIR=/run/tooladapter
 CONTAINERD_SOCK="$RUN_DIR/containerd/containerd.sock"
 CNI_CONF=/etc/cni/net.d/10-tooladapter.conflist
 CNI_BRIDGE=tooladapter0
+LOCAL_PATH_DIR="$VAR_DIR/local-path"
 
-# Components in start order; each is a process recorded by pid.
+# Components in start order; each is a process recorded by pid. A missing
+# core component makes up.sh restart the cluster; a missing add-on process is
+# only started (so a running cluster gains add-ons without a restart).
 COMPONENTS="containerd etcd kube-apiserver kube-controller-manager kube-scheduler kubelet kube-router"
+ADDON_COMPONENTS="kube-proxy"
+# In-cluster add-ons: Deployments (namespace/name), and where local-path
+# keeps the volumes' directories on the node (wiped with $VAR_DIR).
+COREDNS_DEPLOYMENT=kube-system/coredns
+LOCAL_PATH_DEPLOYMENT=local-path-storage/local-path-provisioner
 
 # component_pid NAME [PIDDIR]: the recorded pid of NAME if that process is
 # still alive and still runs the NAME binary (pids can be reused).
@@ -93,6 +149,14 @@ node_ip() {
   fi
   [ -n "$ip" ] || die "cannot determine the node IP address"
   echo "$ip"
+}
+
+# cluster_dns_answers: CoreDNS answers for the API's Service name through the
+# kube-dns Service, asked from the host (so kube-proxy's rules, the pod
+# network and CoreDNS all work).
+cluster_dns_answers() {
+  busybox nslookup "kubernetes.default.svc.$CLUSTER_DOMAIN" "$CLUSTER_DNS_IP" 2>/dev/null \
+    | grep -q "Address.*$SERVICE_IP"
 }
 
 node_name() { hostname | tr '[:upper:]' '[:lower:]' | tr -c 'a-z0-9.\n-' '-'; }

@@ -25,7 +25,7 @@ import stat
 import sys
 import tarfile
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -93,12 +93,14 @@ class Layer:
         ti.linkname = target
         self.entries[name] = (ti, None)
 
-    def write(self, out: IO[bytes]) -> None:
-        with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as tar:
+    def finish(self) -> bytes:
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
             # Parents first: sorting by path does that.
             for name in sorted(self.entries):
                 ti, data = self.entries[name]
                 tar.addfile(ti, io.BytesIO(data) if data is not None else None)
+        return buf.getvalue()
 
 
 def walk_sorted(root: Path) -> Iterator[Path]:
@@ -147,31 +149,46 @@ def _canonical_json(value: Any) -> bytes:
     return json.dumps(value, sort_keys=True, separators=(",", ":")).encode()
 
 
-def image_config(*, history: str, cfg: dict[str, Any], diff_id: str) -> dict[str, Any]:
+def image_config(cfg: dict[str, Any], history: str) -> dict[str, Any]:
+    """The image configuration of a one-layer amd64 image (`rootfs` is added when the
+    layer is written)."""
     return {
         "architecture": "amd64",
         "os": "linux",
         "config": cfg,
         "created": CREATED,
         "history": [{"created": CREATED, "created_by": history}],
-        "rootfs": {"type": "layers", "diff_ids": [diff_id]},
     }
 
 
-def write_archive(out: Path, tag: str, write_layer: Any, cfg: dict[str, Any], history: str) -> str:
-    """Write the OCI archive of one layer (made by `write_layer(file)`); returns the
-    manifest digest. The layer goes through a temporary file: it may be large."""
+def write_archive(
+    out: str | Path,
+    tag: str,
+    layer: bytes | Callable[[IO[bytes]], None],
+    config: dict[str, Any],
+) -> str:
+    """Write the OCI archive of one layer and the image configuration `config` (see
+    `image_config`); returns the manifest digest. `layer` is the layer tar, or a function
+    that writes it to a file: a root file system's layer goes through a temporary file,
+    it may be large."""
+    out = Path(out)
+    write_layer = layer if callable(layer) else (lambda f: f.write(layer))
     with tempfile.TemporaryFile(dir=out.parent) as layer_file:
         hashing = _HashingWriter(layer_file)
         write_layer(hashing)
         layer_digest, layer_size = "sha256:" + hashing.sha.hexdigest(), hashing.size
-        config = _canonical_json(image_config(history=history, cfg=cfg, diff_id=layer_digest))
-        config_digest = "sha256:" + hashlib.sha256(config).hexdigest()
+        rootfs = {"type": "layers", "diff_ids": [layer_digest]}
+        config_bytes = _canonical_json({**config, "rootfs": rootfs})
+        config_digest = "sha256:" + hashlib.sha256(config_bytes).hexdigest()
         manifest = _canonical_json(
             {
                 "schemaVersion": 2,
                 "mediaType": MEDIA_MANIFEST,
-                "config": {"mediaType": MEDIA_CONFIG, "digest": config_digest, "size": len(config)},
+                "config": {
+                    "mediaType": MEDIA_CONFIG,
+                    "digest": config_digest,
+                    "size": len(config_bytes),
+                },
                 "layers": [{"mediaType": MEDIA_LAYER, "digest": layer_digest, "size": layer_size}],
             }
         )
@@ -211,7 +228,7 @@ def write_archive(out: Path, tag: str, write_layer: Any, cfg: dict[str, Any], hi
             add("blobs")
             add("blobs/sha256")
             blobs = sorted(
-                [(config_digest, config), (manifest_digest, manifest), (layer_digest, None)]
+                [(config_digest, config_bytes), (manifest_digest, manifest), (layer_digest, None)]
             )
             for digest, data in blobs:
                 name = "blobs/sha256/" + digest.split(":", 1)[1]
@@ -263,12 +280,12 @@ def group() -> str:
     return f"root:x:0:\n{USER}:x:{GID}:\nnogroup:x:65534:\n"
 
 
-def binary_layer(binary: str, dest: str) -> Layer:
+def binary_layer(binary: str, dest: str) -> bytes:
     layer = Layer()
     base_dirs(layer)
     with open(binary, "rb") as f:
         layer.file(dest, f.read(), 0o755)
-    return layer
+    return layer.finish()
 
 
 def main() -> None:
@@ -290,7 +307,7 @@ def main() -> None:
             sys.exit("--dir must be a directory")
         root: Path = a.dir
 
-        def write_layer(f: IO[bytes]) -> None:
+        def layer(f: IO[bytes]) -> None:
             write_rootfs_layer(root, f)
 
         cfg = {"Env": [PATH_ENV, *a.env], "User": a.user, "WorkingDir": a.workdir}
@@ -301,15 +318,16 @@ def main() -> None:
     else:
         if not a.binary:
             sys.exit("--binary is required")
-        layer = binary_layer(a.binary, "pause")
+        layer: bytes | Callable[[IO[bytes]], None] = binary_layer(a.binary, "pause")
         cfg = {
             "Env": [PATH_ENV],
             "Entrypoint": ["/pause"],
             "User": f"{UID}:{GID}",
             "WorkingDir": "/",
         }
-        write_layer = layer.write
-    digest = write_archive(a.out, a.tag, write_layer, cfg, "hack/cluster/mkimage.py " + a.kind)
+    digest = write_archive(
+        a.out, a.tag, layer, image_config(cfg, "hack/cluster/mkimage.py " + a.kind)
+    )
     print(digest)
 
 

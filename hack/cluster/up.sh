@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Bring up (or confirm) the local single-node Kubernetes cluster:
 # etcd, kube-apiserver, kube-controller-manager, kube-scheduler, containerd,
-# kubelet and kube-router (NetworkPolicy firewall), all host processes.
+# kubelet and kube-router (NetworkPolicy firewall), all host processes; then
+# its add-ons (addons/addons.sh): kube-proxy, CoreDNS, local-path storage, helm.
 #
 # Idempotent: when the cluster of this checkout is already healthy it only
-# re-checks it. When a component is missing, the half-dead cluster is torn
-# down and started afresh (a few seconds with a warm binary cache). When a
-# cluster of another checkout is running, it is stopped first.
+# re-checks it and starts any missing add-on. When a core component is
+# missing, the half-dead cluster is torn down and started afresh (a few
+# seconds with a warm binary cache). When a cluster of another checkout is
+# running, it is stopped first.
 #
 # Needs root. Writes .cluster/kubeconfig, .cluster/env, .cluster/bin/kubectl,
 # .cluster/logs/<component>.log and .cluster/pids/<component>.pid.
@@ -29,7 +31,62 @@ WAIT_LONG="${CLUSTER_WAIT_LONG:-180}"
 
 # ---------------------------------------------------------------- helpers --
 
+LOCAL_API="https://127.0.0.1:$APISERVER_PORT"
+CLIENT_EXT="basicConstraints=CA:FALSE
+keyUsage=critical,digitalSignature,keyEncipherment
+extendedKeyUsage=clientAuth"
+
 kc() { "$BIN_DIR/kubectl" --kubeconfig "$KUBECONFIG_ADMIN" "$@"; }
+
+# write_file FILE [MODE]: replace FILE with stdin, atomically (readers never
+# see it half-written), unless it already has that content. Returns 0 when
+# FILE changed, 1 when it did not.
+write_file() {
+  local file="$1" mode="${2:-644}" tmp="$1.tmp.$$"
+  cat >"$tmp"
+  chmod "$mode" "$tmp"
+  if [ -f "$file" ] && cmp -s "$tmp" "$file"; then rm -f "$tmp"; return 1; fi
+  mv -f "$tmp" "$file"
+}
+
+# cert NAME SUBJECT EXT: an RSA key + certificate signed by the cluster CA.
+cert() {
+  local name="$1" subj="$2" ext="$3"
+  [ -f "$PKI/$name.crt" ] && return 0
+  openssl genrsa -out "$PKI/$name.key" 2048 2>/dev/null
+  chmod 600 "$PKI/$name.key"
+  openssl req -new -key "$PKI/$name.key" -subj "$subj" -out "$PKI/$name.csr" 2>/dev/null
+  printf '%s\n' "$ext" >"$PKI/$name.ext"
+  openssl x509 -req -in "$PKI/$name.csr" -CA "$PKI/ca.crt" -CAkey "$PKI/ca.key" -CAcreateserial \
+    -days 3650 -sha256 -extfile "$PKI/$name.ext" -out "$PKI/$name.crt" 2>/dev/null
+  rm -f "$PKI/$name.csr"
+}
+
+# kubeconfig FILE USER SERVER
+kubeconfig() {
+  local file="$1" user="$2" server="$3"
+  write_file "$file" 600 <<EOF || true
+apiVersion: v1
+kind: Config
+clusters:
+- name: tooladapter
+  cluster:
+    certificate-authority-data: $(base64 -w0 "$PKI/ca.crt")
+    server: $server
+users:
+- name: $user
+  user:
+    client-certificate-data: $(base64 -w0 "$PKI/$user.crt")
+    client-key-data: $(base64 -w0 "$PKI/$user.key")
+contexts:
+- name: tooladapter
+  context:
+    cluster: tooladapter
+    user: $user
+    namespace: default
+current-context: tooladapter
+EOF
+}
 
 apiserver_ready() {
   curl -fsS --max-time 3 --cacert "$PKI/ca.crt" --cert "$PKI/admin.crt" --key "$PKI/admin.key" \
@@ -46,6 +103,18 @@ healthy() {
   [ "$(cat "$TA_RUN/owner" 2>/dev/null)" = "$CLUSTER_DIR" ] || return 1
   for c in $COMPONENTS; do component_running "$c" || return 1; done
   apiserver_ready && node_ready
+}
+
+# stop_component_pid NAME: stop one running component (SIGTERM, then SIGKILL
+# after 10s), e.g. to restart it with a new configuration.
+stop_component_pid() {
+  local pid i
+  pid="$(component_pid "$1")" || return 0
+  log "stopping $1 (pid $pid)"
+  kill -TERM "$pid" 2>/dev/null || return 0
+  for i in $(seq 1 100); do proc_alive "$pid" || return 0; sleep 0.1; done
+  kill -KILL "$pid" 2>/dev/null || true
+  for i in $(seq 1 50); do proc_alive "$pid" || return 0; sleep 0.1; done
 }
 
 # start NAME BINARY ARGS...: start a component in its own session, logging to
@@ -83,6 +152,65 @@ wait_component() {
   done
 }
 
+# The kubelet's configuration; a function because the add-ons rewrite it
+# (cluster DNS) on a running cluster and restart the kubelet.
+kubelet_config() {
+  cat <<EOF
+apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+address: 0.0.0.0
+port: 10250
+readOnlyPort: 0
+healthzBindAddress: 127.0.0.1
+healthzPort: 10248
+tlsCertFile: $PKI/kubelet-serving.crt
+tlsPrivateKeyFile: $PKI/kubelet-serving.key
+authentication:
+  anonymous:
+    enabled: false
+  webhook:
+    enabled: true
+  x509:
+    clientCAFile: $PKI/ca.crt
+authorization:
+  mode: Webhook
+cgroupDriver: cgroupfs
+cgroupsPerQOS: ${KUBELET_CGROUPS_PER_QOS:-true}
+failSwapOn: false
+containerRuntimeEndpoint: unix://$CONTAINERD_SOCK
+imageServiceEndpoint: unix://$CONTAINERD_SOCK
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
+evictionHard:
+  memory.available: "100Mi"
+  nodefs.available: "1%"
+  nodefs.inodesFree: "1%"
+  imagefs.available: "1%"
+maxPods: 110
+serializeImagePulls: false
+resolvConf: /etc/resolv.conf
+# Pods resolve through CoreDNS (addons/coredns.yaml) at the kube-dns Service.
+clusterDNS: [$CLUSTER_DNS_IP]
+clusterDomain: $CLUSTER_DOMAIN
+registerNode: true
+shutdownGracePeriod: 0s
+# No CAP_SYS_RESOURCE here: the kubelet cannot lower its own OOM score.
+oomScoreAdj: 0
+EOF
+}
+
+start_kubelet() {
+  start kubelet "$BIN_DIR/kubelet" \
+    --config "$CONF/kubelet.yaml" \
+    --kubeconfig "$CONF/kubelet.kubeconfig" \
+    --root-dir "$VAR_DIR/kubelet" \
+    --hostname-override "$NODE_NAME" \
+    --node-ip "$NODE_IP" \
+    --v=1
+}
+
+. "$CLUSTER_HACK_DIR/addons/addons.sh"
+
 # ------------------------------------------------------ kind (optional) ----
 
 if [ "${CLUSTER:-local}" = kind ]; then
@@ -97,6 +225,8 @@ exec 8>"$TA_RUN/lock"
 flock -w 600 8 || die "another cluster-up/cluster-down holds $TA_RUN/lock"
 if healthy; then
   log "cluster already up (node $NODE_NAME, kubeconfig $KUBECONFIG_ADMIN)"
+  ensure_addons
+  log "add-ons up after $((SECONDS - T0))s"
   exit 0
 fi
 
@@ -157,18 +287,6 @@ if [ "$(cat "$PKI/node-ip" 2>/dev/null)" != "$NODE_IP/$NODE_NAME" ]; then
   rm -rf "$PKI"; mkdir -p "$PKI"
 fi
 
-# cert NAME SUBJECT EXT: an RSA key + certificate signed by the cluster CA.
-cert() {
-  local name="$1" subj="$2" ext="$3"
-  [ -f "$PKI/$name.crt" ] && return 0
-  openssl genrsa -out "$PKI/$name.key" 2048 2>/dev/null
-  openssl req -new -key "$PKI/$name.key" -subj "$subj" -out "$PKI/$name.csr" 2>/dev/null
-  printf '%s\n' "$ext" >"$PKI/$name.ext"
-  openssl x509 -req -in "$PKI/$name.csr" -CA "$PKI/ca.crt" -CAkey "$PKI/ca.key" -CAcreateserial \
-    -days 3650 -sha256 -extfile "$PKI/$name.ext" -out "$PKI/$name.crt" 2>/dev/null
-  rm -f "$PKI/$name.csr"
-}
-
 if [ ! -f "$PKI/ca.crt" ]; then
   log "generating certificates"
   openssl genrsa -out "$PKI/ca.key" 2048 2>/dev/null
@@ -178,9 +296,6 @@ if [ ! -f "$PKI/ca.crt" ]; then
   openssl genrsa -out "$PKI/sa.key" 2048 2>/dev/null
   openssl rsa -in "$PKI/sa.key" -pubout -out "$PKI/sa.pub" 2>/dev/null
 fi
-client_ext="basicConstraints=CA:FALSE
-keyUsage=critical,digitalSignature,keyEncipherment
-extendedKeyUsage=clientAuth"
 cert apiserver "/CN=kube-apiserver" "basicConstraints=CA:FALSE
 keyUsage=critical,digitalSignature,keyEncipherment
 extendedKeyUsage=serverAuth
@@ -189,42 +304,15 @@ cert kubelet-serving "/CN=$NODE_NAME" "basicConstraints=CA:FALSE
 keyUsage=critical,digitalSignature,keyEncipherment
 extendedKeyUsage=serverAuth
 subjectAltName=DNS:$NODE_NAME,DNS:localhost,IP:127.0.0.1,IP:$NODE_IP"
-cert admin "/O=system:masters/CN=tooladapter-admin" "$client_ext"
-cert apiserver-kubelet-client "/O=system:masters/CN=kube-apiserver-kubelet-client" "$client_ext"
-cert node "/O=system:nodes/CN=system:node:$NODE_NAME" "$client_ext"
-cert controller-manager "/CN=system:kube-controller-manager" "$client_ext"
-cert scheduler "/CN=system:kube-scheduler" "$client_ext"
-cert kube-router "/CN=tooladapter:kube-router" "$client_ext"
+cert admin "/O=system:masters/CN=tooladapter-admin" "$CLIENT_EXT"
+cert apiserver-kubelet-client "/O=system:masters/CN=kube-apiserver-kubelet-client" "$CLIENT_EXT"
+cert node "/O=system:nodes/CN=system:node:$NODE_NAME" "$CLIENT_EXT"
+cert controller-manager "/CN=system:kube-controller-manager" "$CLIENT_EXT"
+cert scheduler "/CN=system:kube-scheduler" "$CLIENT_EXT"
+cert kube-router "/CN=tooladapter:kube-router" "$CLIENT_EXT"
 echo "$NODE_IP/$NODE_NAME" >"$PKI/node-ip"
 chmod 600 "$PKI"/*.key
 
-# kubeconfig FILE USER SERVER
-kubeconfig() {
-  local file="$1" user="$2" server="$3"
-  cat >"$file" <<EOF
-apiVersion: v1
-kind: Config
-clusters:
-- name: tooladapter
-  cluster:
-    certificate-authority-data: $(base64 -w0 "$PKI/ca.crt")
-    server: $server
-users:
-- name: $user
-  user:
-    client-certificate-data: $(base64 -w0 "$PKI/$user.crt")
-    client-key-data: $(base64 -w0 "$PKI/$user.key")
-contexts:
-- name: tooladapter
-  context:
-    cluster: tooladapter
-    user: $user
-    namespace: default
-current-context: tooladapter
-EOF
-  chmod 600 "$file"
-}
-LOCAL_API="https://127.0.0.1:$APISERVER_PORT"
 kubeconfig "$KUBECONFIG_ADMIN" admin "$LOCAL_API"
 kubeconfig "$CONF/controller-manager.kubeconfig" controller-manager "$LOCAL_API"
 kubeconfig "$CONF/scheduler.kubeconfig" scheduler "$LOCAL_API"
@@ -379,53 +467,8 @@ EOF
 
 # ---------------------------------------------------------------- kubelet --
 
-cat >"$CONF/kubelet.yaml" <<EOF
-apiVersion: kubelet.config.k8s.io/v1beta1
-kind: KubeletConfiguration
-address: 0.0.0.0
-port: 10250
-readOnlyPort: 0
-healthzBindAddress: 127.0.0.1
-healthzPort: 10248
-tlsCertFile: $PKI/kubelet-serving.crt
-tlsPrivateKeyFile: $PKI/kubelet-serving.key
-authentication:
-  anonymous:
-    enabled: false
-  webhook:
-    enabled: true
-  x509:
-    clientCAFile: $PKI/ca.crt
-authorization:
-  mode: Webhook
-cgroupDriver: cgroupfs
-cgroupsPerQOS: ${KUBELET_CGROUPS_PER_QOS:-true}
-failSwapOn: false
-containerRuntimeEndpoint: unix://$CONTAINERD_SOCK
-imageServiceEndpoint: unix://$CONTAINERD_SOCK
-imageGCHighThresholdPercent: 100
-imageGCLowThresholdPercent: 99
-evictionHard:
-  memory.available: "100Mi"
-  nodefs.available: "1%"
-  nodefs.inodesFree: "1%"
-  imagefs.available: "1%"
-maxPods: 110
-serializeImagePulls: false
-resolvConf: /etc/resolv.conf
-registerNode: true
-shutdownGracePeriod: 0s
-# No CAP_SYS_RESOURCE here: the kubelet cannot lower its own OOM score.
-oomScoreAdj: 0
-EOF
-
-start kubelet "$BIN_DIR/kubelet" \
-  --config "$CONF/kubelet.yaml" \
-  --kubeconfig "$CONF/kubelet.kubeconfig" \
-  --root-dir "$VAR_DIR/kubelet" \
-  --hostname-override "$NODE_NAME" \
-  --node-ip "$NODE_IP" \
-  --v=1
+kubelet_config | write_file "$CONF/kubelet.yaml" || true
+start_kubelet
 
 node_pod_cidr() { kc get node "$NODE_NAME" -o jsonpath='{.spec.podCIDR}' 2>/dev/null | grep -q /; }
 wait_component kubelet "node $NODE_NAME registered with a podCIDR" "$WAIT_LONG" node_pod_cidr
@@ -487,6 +530,10 @@ wait_component kube-router "kube-router firewall chains" "$WAIT_SHORT" kube_rout
 
 default_sa() { kc -n default get serviceaccount default; }
 wait_for "default service account" "$WAIT_SHORT" default_sa || die "no default service account"
+
+# ---------------------------------------------------------------- add-ons --
+
+ensure_addons
 
 ln -sfn "$BIN_DIR/kubectl" "$CLUSTER_DIR/bin/kubectl"
 cat >"$CLUSTER_DIR/env" <<EOF

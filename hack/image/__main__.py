@@ -114,8 +114,7 @@ def build(name: str, tag: str, cache: Path) -> tuple[Path, str]:
             archive,
             ref,
             lambda f: mk.write_rootfs_layer(tree, f),
-            image_config(name),
-            f"hack/image {name}",
+            mk.image_config(image_config(name), f"hack/image {name}"),
         )
     finally:
         shutil.rmtree(tree, ignore_errors=True)

@@ -47,15 +47,21 @@ NULLABLE_OPTIONALS = True
 _AGE: JSON = {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}
 
 #: Printer columns per kind, in display order.
+_READY = '.status.conditions[?(@.type=="Ready")]'
+
 PRINTER_COLUMNS: dict[str, list[JSON]] = {
     "ToolInvocation": [
         {"name": "Tool", "type": "string", "jsonPath": ".spec.tool.id"},
         {"name": "Version", "type": "string", "jsonPath": ".spec.tool.version"},
         {"name": "State", "type": "string", "jsonPath": ".status.state"},
         {"name": "Class", "type": "string", "jsonPath": ".status.effectiveClass"},
+        # Why a call ended as it did (a denial names its stage and rule in the message).
+        {"name": "Reason", "type": "string", "jsonPath": ".status.failureClass"},
+        {"name": "Stage", "type": "string", "jsonPath": ".status.deniedStage", "priority": 1},
         {"name": "Caller", "type": "string", "jsonPath": ".spec.caller.name", "priority": 1},
-        {"name": "Failure", "type": "string", "jsonPath": ".status.failureClass", "priority": 1},
+        {"name": "Run", "type": "string", "jsonPath": ".spec.runId", "priority": 1},
         _AGE,
+        {"name": "Message", "type": "string", "jsonPath": ".status.message"},
     ],
     "ToolDescriptor": [
         {"name": "Tool", "type": "string", "jsonPath": ".spec.toolId"},
@@ -64,13 +70,16 @@ PRINTER_COLUMNS: dict[str, list[JSON]] = {
         {"name": "Class", "type": "string", "jsonPath": ".spec.sideEffectClass"},
         {"name": "Active", "type": "boolean", "jsonPath": ".status.active"},
         {"name": "Healthy", "type": "boolean", "jsonPath": ".status.healthy"},
+        {"name": "Reason", "type": "string", "jsonPath": _READY + ".reason"},
         _AGE,
+        {"name": "Message", "type": "string", "jsonPath": ".status.message", "priority": 1},
     ],
     "McpServer": [
         {"name": "URL", "type": "string", "jsonPath": ".spec.url"},
         {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
         {"name": "Activated", "type": "boolean", "jsonPath": ".spec.activated", "priority": 1},
         _AGE,
+        {"name": "Message", "type": "string", "jsonPath": ".status.lastProbe.message"},
     ],
     "ToolApproval": [
         {"name": "Invocation", "type": "string", "jsonPath": ".spec.invocation"},
@@ -78,11 +87,22 @@ PRINTER_COLUMNS: dict[str, list[JSON]] = {
         {"name": "Reviewer", "type": "string", "jsonPath": ".spec.reviewer"},
         {"name": "Bound", "type": "boolean", "jsonPath": ".status.bound"},
         _AGE,
+        # Why it bound, or why not (descriptor-changed, already-used, ...).
+        {"name": "Reason", "type": "string", "jsonPath": ".status.reason"},
     ],
     "ToolPolicy": [
         {"name": "Valid", "type": "boolean", "jsonPath": ".status.valid"},
         _AGE,
+        {"name": "Message", "type": "string", "jsonPath": ".status.message"},
     ],
+}
+
+#: Fields `kubectl get --field-selector` can filter on (CRD selectableFields, at most 8):
+#: a run's invocations (`spec.runId=X`), a tool's, a caller's, those in a state.
+SELECTABLE_FIELDS: dict[str, list[str]] = {
+    "ToolInvocation": [".spec.runId", ".spec.tool.id", ".spec.caller.name", ".status.state"],
+    "ToolDescriptor": [".spec.toolId", ".spec.version"],
+    "ToolApproval": [".spec.invocation"],
 }
 
 #: Kinds whose spec is immutable after creation except for these fields (wire names).
@@ -149,7 +169,9 @@ def _keywords(node: Mapping[str, Any], defs: Mapping[str, Any], path: str) -> JS
         node.setdefault("type", _json_type(const, path))
     out: JSON = {}
     for key, value in node.items():
-        if key in _KEEP:
+        if key == "description":
+            out[key] = _one_line(value)  # docstrings wrap; kubectl explain wraps itself
+        elif key in _KEEP:
             out[key] = list(value) if isinstance(value, list) else value
         elif key == "default":
             if isinstance(value, _SCALARS):
@@ -331,6 +353,7 @@ def crd(
         "properties": {
             "apiVersion": {"type": "string", "description": "APIVersion of this object."},
             "kind": {"type": "string", "description": "Kind of this object."},
+            # The API server refuses anything here: kubectl explain shows ObjectMeta's own.
             "metadata": {"type": "object"},
             "spec": spec_schema,
             "status": model_schema(status, ".status"),
@@ -363,6 +386,11 @@ def crd(
                     "schema": {"openAPIV3Schema": schema},
                     "subresources": {"status": {}},
                     "additionalPrinterColumns": PRINTER_COLUMNS[kind],
+                    **(
+                        {"selectableFields": [{"jsonPath": p} for p in SELECTABLE_FIELDS[kind]]}
+                        if kind in SELECTABLE_FIELDS
+                        else {}
+                    ),
                 }
             ],
         },

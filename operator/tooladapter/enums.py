@@ -99,6 +99,8 @@ class InvocationState(StrEnum):
     UNCERTAIN = "Uncertain"
     CANCELLED = "Cancelled"
     DENIED = "Denied"
+    #: A dry run (`spec.dryRun`) ends here: evaluated, never executed (`status.preview`).
+    PREVIEWED = "Previewed"
 
     @property
     def terminal(self) -> bool:
@@ -112,8 +114,17 @@ TERMINAL_STATES = frozenset(
         InvocationState.UNCERTAIN,
         InvocationState.CANCELLED,
         InvocationState.DENIED,
+        InvocationState.PREVIEWED,
     }
 )
+
+
+class PreviewVerdict(StrEnum):
+    """What a real call with the same spec would do now (`status.preview.verdict`)."""
+
+    WOULD_RUN = "would-run"
+    WOULD_AWAIT_APPROVAL = "would-await-approval"
+    WOULD_BE_DENIED = "would-be-denied"
 
 
 class SandboxKind(StrEnum):
@@ -247,3 +258,17 @@ class UnlistedAction(StrEnum):
 
     ESCALATE = "escalate"
     DENY = "deny"
+
+
+class ArtifactBackend(StrEnum):
+    """Where receipts and results are stored (`TOOLADAPTER_ARTIFACT_BACKEND`)."""
+
+    FILE = "file"
+    S3 = "s3"
+
+
+class ArtifactKind(StrEnum):
+    """What a call stores in the artifact store (a label of its error metric)."""
+
+    RESULT = "result"
+    RECEIPT = "receipt"

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import sys
 
+from . import gateway, metrics
 from .settings import Settings
 
 #: The API server accepts JSON nested 10,000 levels deep; kopf decodes every watch event
@@ -27,7 +28,14 @@ def run(extra: list[str]) -> None:
 
     # TOOLADAPTER_NAMESPACES (comma-separated globs) shards the operator by namespace; the
     # same setting tells the workers which namespaces are theirs (`Settings.serves`).
-    patterns = Settings.from_env().namespaces
+    settings = Settings.from_env()
+    patterns = settings.namespaces
+    try:
+        metrics.listen(settings.metrics_port)
+        gateway.check_port(settings)
+    except (metrics.MetricsPortTaken, gateway.GatewayPortTaken) as exc:
+        sys.stderr.write(f"tooladapter: {exc}\n")
+        raise SystemExit(2) from None
     scope = [f"--namespace={p}" for p in patterns] or ["--all-namespaces"]
     sys.argv = ["kopf", "run", "--standalone", *scope, "-m", "tooladapter.main", *extra]
     kopf_main()

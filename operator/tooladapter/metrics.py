@@ -25,13 +25,45 @@ DENIALS = Counter(
     "Denials by stage.",
     ["tenant", "stage", "reason"],
 )
+ARTIFACT_STORE_ERRORS = Counter(
+    "tooladapter_artifact_store_errors",
+    "Puts the artifact store refused or never answered (each is retried until stored).",
+    ["artifact"],
+)
 #: The gauges (uncertain, approvals waiting, open sandboxes) are counted from the watch's
 #: view of every invocation when scraped: see `tooladapter.census`.
+
+
+class MetricsPortTaken(OSError):
+    """The metrics port cannot be bound: say which, in one line."""
+
+    def __init__(self, port: int, cause: OSError) -> None:
+        super().__init__(
+            f"cannot serve metrics on port {port} (TOOLADAPTER_METRICS_PORT): "
+            f"{cause.strerror or cause}; another process holds it: stop it, or set "
+            "TOOLADAPTER_METRICS_PORT to a free port (0 disables metrics)"
+        )
+        self.port = port
+
+
+_listening: set[int] = set()
+
+
+def listen(port: int) -> None:
+    """Serve /metrics on `port` (0: not at all); once per port. `MetricsPortTaken` when
+    another process holds it. The launcher binds it before kopf starts, so a taken port is
+    one error line, not a start-up handler retried with a traceback each time."""
+    if not port or port in _listening:
+        return
+    try:
+        start_http_server(port)
+    except OSError as exc:
+        raise MetricsPortTaken(port, exc) from None
+    _listening.add(port)
 
 
 def serve(port: int, *collectors: Collector) -> None:
     """Expose /metrics on `port` (0 disables), with `collectors` registered beside ours."""
     for collector in collectors:
         REGISTRY.register(collector)
-    if port:
-        start_http_server(port)
+    listen(port)

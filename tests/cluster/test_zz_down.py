@@ -26,7 +26,8 @@ pytestmark = [pytest.mark.cluster, pytest.mark.cluster_down]
 
 RUN_DIR = Path(os.environ.get("TOOLADAPTER_CACHE", Path.home() / ".cache" / "tooladapter")) / "run"
 CONTAINERD_SOCK = "/run/tooladapter/containerd/containerd.sock"
-PORTS = (6443, 2379, 2380, 10248, 10250, 10257, 10259, 20244)
+# 10249 and 10256: kube-proxy (an add-on, issue 15).
+PORTS = (6443, 2379, 2380, 10248, 10249, 10250, 10256, 10257, 10259, 20244)
 
 
 def _make(target: str) -> subprocess.CompletedProcess[str]:
@@ -144,6 +145,10 @@ def test_cluster_down_leaves_no_process_running(core: Any, namespace: str) -> No
         leftovers = _cluster_processes()
         assert not leftovers, f"cluster processes left: {leftovers}"
         assert not [p for p in PORTS if _port_open(p)], "cluster ports still open"
+        services = subprocess.run(
+            ["iptables", "-t", "nat", "-S", "KUBE-SERVICES"], capture_output=True, check=False
+        )
+        assert services.returncode != 0, "kube-proxy's Service rules are left"
         assert not LOCAL_KUBECONFIG.exists()
         assert not Path(CONTAINERD_SOCK).exists()
     finally:

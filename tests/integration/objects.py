@@ -19,7 +19,7 @@ from tooladapter.devtools import (
     wait_for,
 )
 
-TERMINAL = {"Observed", "Failed", "Uncertain", "Cancelled", "Denied"}
+TERMINAL = {"Observed", "Failed", "Uncertain", "Cancelled", "Denied", "Previewed"}
 SHELL_SCHEMA = {
     "type": "object",
     "properties": {"command": {"type": "string", "maxLength": 4096}},

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -128,7 +129,10 @@ def test_crd_shape(kind: str) -> None:
     assert version["subresources"] == {"status": {}}
     assert _schema(crd)["required"] == ["spec"]
     columns = [c["name"] for c in version["additionalPrinterColumns"]]
-    assert columns[-1] == "Age"
+    assert "Age" in columns
+    # Only the free-text columns that say why (as `kubectl get events` ends with MESSAGE)
+    # come after Age.
+    assert set(columns[columns.index("Age") + 1 :]) <= {"Message", "Reason"}
 
 
 def test_printer_columns() -> None:
@@ -143,18 +147,26 @@ def test_printer_columns() -> None:
         "Version": ".spec.tool.version",
         "State": ".status.state",
         "Class": ".status.effectiveClass",
+        "Reason": ".status.failureClass",
+        "Stage": ".status.deniedStage",
         "Caller": ".spec.caller.name",
-        "Failure": ".status.failureClass",
+        "Run": ".spec.runId",
         "Age": ".metadata.creationTimestamp",
+        "Message": ".status.message",
     }
     descriptor = columns("ToolDescriptor")
     assert descriptor["Tool"] == ".spec.toolId"
     assert descriptor["Class"] == ".spec.sideEffectClass"
     assert descriptor["Active"] == ".status.active"
     assert descriptor["Healthy"] == ".status.healthy"
+    assert descriptor["Reason"] == '.status.conditions[?(@.type=="Ready")].reason'
+    assert descriptor["Message"] == ".status.message"
     assert columns("ToolApproval")["Bound"] == ".status.bound"
+    assert columns("ToolApproval")["Reason"] == ".status.reason"
     assert columns("McpServer")["Phase"] == ".status.phase"
+    assert columns("McpServer")["Message"] == ".status.lastProbe.message"
     assert columns("ToolPolicy")["Valid"] == ".status.valid"
+    assert columns("ToolPolicy")["Message"] == ".status.message"
 
 
 @pytest.mark.parametrize("kind", sorted(KINDS))
@@ -163,11 +175,15 @@ def test_printer_columns_point_at_declared_fields(kind: str) -> None:
     schema = _schema(crd)
     for column in _version(crd)["additionalPrinterColumns"]:
         node = schema
-        *parents, leaf = column["jsonPath"].lstrip(".").split(".")
+        # A filter (`conditions[?(@.type=="Ready")]`) selects list items: walk into them.
+        path = re.sub(r"\[\?\(@\.[a-zA-Z]+==\"[A-Za-z]+\"\)\]", "[]", column["jsonPath"])
+        *parents, leaf = path.lstrip(".").split(".")
         if parents == ["metadata"]:
             continue
         for part in parents:
-            node = node["properties"][part]
+            node = node["properties"][part.removesuffix("[]")]
+            if part.endswith("[]"):
+                node = node["items"]
         assert leaf in node["properties"], f"{kind}: {column['jsonPath']} not in the schema"
 
 
@@ -187,7 +203,7 @@ def test_enums_ranges_and_free_form_fields() -> None:
     assert descriptor["kind"]["enum"] == [k.value for k in model.ToolKind]
     assert descriptor["timeoutSeconds"]["minimum"] == 1
     assert descriptor["timeoutSeconds"]["maximum"] == 86_400
-    assert descriptor["inputSchema"] == {
+    assert {k: v for k, v in descriptor["inputSchema"].items() if k != "description"} == {
         "type": "object",
         "x-kubernetes-preserve-unknown-fields": True,
     }
@@ -203,7 +219,10 @@ def test_enums_ranges_and_free_form_fields() -> None:
     ]
     policy = _schema(crds["ToolPolicy"])["properties"]["spec"]["properties"]
     value = policy["conditions"]["items"]["properties"]["value"]
-    assert value == {"x-kubernetes-preserve-unknown-fields": True}
+    assert value == {
+        "x-kubernetes-preserve-unknown-fields": True,
+        "description": "The value to compare with.",
+    }
 
 
 # --------------------------------------------------------------------------- CEL rules
@@ -299,3 +318,31 @@ def test_converter_exclusive_bounds_and_const() -> None:
         "exclusiveMinimum": True,
     }
     assert crdgen.structural({"const": "x"}, {}) == {"type": "string", "enum": ["x"]}
+
+
+# --------------------------------------------------------------------------- kubectl explain
+
+
+def _properties(node: dict[str, Any], path: str) -> Iterator[tuple[str, dict[str, Any]]]:
+    """Every named property under `node` (through list items and map values)."""
+    for name, sub in node.get("properties", {}).items():
+        yield f"{path}.{name}", sub
+        yield from _properties(sub, f"{path}.{name}")
+    if isinstance(node.get("items"), dict):
+        yield from _properties(node["items"], f"{path}[]")
+    if isinstance(node.get("additionalProperties"), dict):
+        yield from _properties(node["additionalProperties"], f"{path}.*")
+
+
+@pytest.mark.parametrize("kind", sorted(KINDS))
+def test_kubectl_explain_describes_every_field(kind: str) -> None:
+    """`kubectl explain` prints `<no description>` for a property without one."""
+    schema = _schema(_crds()[kind])
+    assert schema.get("description"), kind
+    missing = [
+        path
+        for path, node in _properties(schema, kind)
+        # The API server refuses a description of metadata (explain shows ObjectMeta's).
+        if not node.get("description") and path != f"{kind}.metadata"
+    ]
+    assert missing == [], f"{len(missing)} fields without a description: {missing}"

@@ -216,7 +216,7 @@ async def test_a_rejection_denies_the_call_at_approval(h: Harness) -> None:
     assert "not today" in status["message"]
     assert ("approval", "rejected") in stages(status)
     assert native(h).executed == []
-    assert h.events.reasons() == ["ToolInvocationDenied"]
+    assert h.events.reasons() == ["ToolApprovalRequested", "ToolInvocationDenied"]
 
 
 async def test_an_approval_of_other_arguments_never_binds_and_says_why(h: Harness) -> None:

@@ -55,9 +55,8 @@ def _tree(root: Path, order: list[str], mtime: int) -> Path:
 
 def _archive(tmp: Path, tree: Path, tag: str = "localhost/t:dev") -> tuple[str, bytes]:
     out = tmp / f"{tree.name}.tar"
-    digest = mkimage.write_archive(
-        out, tag, lambda f: mkimage.write_rootfs_layer(tree, f), {"User": "65532:65532"}, "t"
-    )
+    config = mkimage.image_config({"User": "65532:65532"}, "t")
+    digest = mkimage.write_archive(out, tag, lambda f: mkimage.write_rootfs_layer(tree, f), config)
     return digest, out.read_bytes()
 
 
@@ -116,6 +115,21 @@ def test_archive_is_an_oci_layout_named_for_containerd(tmp_path: Path) -> None:
     )
     manifest = outer.extractfile("blobs/sha256/" + digest.split(":")[1]).read()
     assert "sha256:" + hashlib.sha256(manifest).hexdigest() == digest
+
+
+def test_a_binary_layer_given_as_bytes_packs_the_same_every_time(tmp_path: Path) -> None:
+    # hack/cluster/addons/image.py packs CoreDNS and local-path-provisioner this way.
+    binary = tmp_path / "coredns"
+    binary.write_bytes(b"\x7fELF" + bytes(range(256)))
+    config = mkimage.image_config({"Entrypoint": ["/coredns"]}, "addons/image.py coredns")
+    digests = [
+        mkimage.write_archive(str(tmp_path / f"{i}.tar"), "localhost/c:k", layer, config)
+        for i, layer in enumerate([mkimage.binary_layer(str(binary), "coredns")] * 2)
+    ]
+    assert digests[0] == digests[1]
+    members = {m.name: m for m in _layer((tmp_path / "0.tar").read_bytes()).getmembers()}
+    assert members["coredns"].mode == 0o755
+    assert members["workspace"].uid == 65532
 
 
 STATUS = """\

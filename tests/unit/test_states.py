@@ -43,6 +43,8 @@ BEFORE_EXECUTING = (S.RECEIVED, S.VALIDATED, S.AUTHORIZED, S.AWAITING_APPROVAL, 
 EXTENDED = {
     (state, end) for state in BEFORE_EXECUTING for end in (S.CANCELLED, S.DENIED, S.FAILED)
 } - REFERENCE
+#: A dry run goes from Received to Previewed and nowhere else.
+EXTENDED |= {(S.RECEIVED, S.PREVIEWED)}
 LEGAL = REFERENCE | EXTENDED
 
 
@@ -85,6 +87,12 @@ def test_denied_and_failed_come_from_every_state_before_executing() -> None:
     # began can be Denied (the effect may have happened).
     assert {a for a, b in LEGAL if b is S.DENIED} == set(BEFORE_EXECUTING)
     assert {a for a, b in LEGAL if b is S.FAILED} == {*BEFORE_EXECUTING, S.EXECUTING}
+
+
+def test_only_a_received_call_can_end_previewed_and_nothing_leaves_it() -> None:
+    assert {a for a, b in LEGAL if b is S.PREVIEWED} == {S.RECEIVED}
+    assert is_terminal(S.PREVIEWED)
+    assert allowed_targets(S.PREVIEWED) == frozenset()
 
 
 @pytest.mark.parametrize("state", list(InvocationState))

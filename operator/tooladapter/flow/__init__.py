@@ -5,6 +5,7 @@ The flow is a table from the persisted state to the step that moves a call on:
 | state            | module          | step                                              |
 |------------------|-----------------|---------------------------------------------------|
 | Received         | admission       | idempotency, fencing, validation -> Validated     |
+|                  | dryrun          | (spec.dryRun) the preview -> Previewed            |
 | Validated        | authorization   | policy, classification, permission -> Authorized  |
 | Authorized       | approval        | gate -> AwaitingApproval, or brokering            |
 | AwaitingApproval | approval        | wait and bind -> brokering                        |

@@ -15,10 +15,11 @@ from .. import offload
 from ..catalog import invocation_key
 from ..enums import FailureClass, InvocationState, Resource, Stage, StageOutcome
 from ..kube.client import NotFound
-from ..pipeline.hashing import descriptor_digest, request_hash
-from ..pipeline.validation import SchemaProblem, check_bounds, validate_arguments
+from ..pipeline.hashing import descriptor_digest
+from ..pipeline.validation import check_arguments
 from ..timeutil import now_iso
 from .context import Denial, FlowContext
+from .dryrun import is_dry_run, on_dry_run
 from .ending import cancel
 
 #: Longest wait between re-reads of an idempotency winner (the watch usually wakes us).
@@ -26,6 +27,8 @@ WINNER_POLL_SECONDS = 30
 
 
 async def on_received(ctx: FlowContext) -> None:
+    if is_dry_run(ctx.body):
+        return await on_dry_run(ctx)
     spec = ctx.load_spec()
     if ctx.status.started_at is None:
         ctx.status.started_at = now_iso()
@@ -65,21 +68,6 @@ async def on_received(ctx: FlowContext) -> None:
         )
     ctx.record(Stage.VALIDATION, StageOutcome.PASSED, f"{spec.tool.id}@{spec.tool.version}")
     await ctx.advance(InvocationState.VALIDATED)
-
-
-def check_arguments(
-    schema: dict[str, Any], arguments: Any, *, namespace: str, tool_id: str, tool_version: str
-) -> tuple[list[str], list[SchemaProblem], str | None]:
-    """(bound problems, schema problems, request hash): the bounds first, so nothing walks
-    arguments that are too large or too deep."""
-    problems = check_bounds(arguments)
-    if problems:
-        return problems, [], None
-    errors = validate_arguments(schema, arguments)
-    hashed = request_hash(
-        namespace=namespace, tool_id=tool_id, tool_version=tool_version, arguments=arguments
-    )
-    return [], errors, hashed
 
 
 def _rough_size(arguments: dict[str, Any]) -> int:

@@ -23,6 +23,7 @@ from ..enums import (
 )
 from ..model import ApprovalBinding, ToolApprovalSpec
 from ..pipeline import approval as rules
+from ..pipeline.preview import reviewers_text
 from ..timeutil import now_iso, parse_time
 from .brokering import broker
 from .context import Denial, FlowContext
@@ -46,9 +47,27 @@ async def on_authorized(ctx: FlowContext) -> None:
             f"{ctx.status.request_hash} and version {spec.tool.version}",
         )
         await ctx.commit(InvocationState.AWAITING_APPROVAL)
+        announce_wait(ctx)
         return
     ctx.record(Stage.APPROVAL, StageOutcome.NOT_REQUIRED, f"class {effective}")
     await broker(ctx)
+
+
+def announce_wait(ctx: FlowContext) -> None:
+    """Tell reviewers (and the caller) that the call waits: who may approve, until when,
+    and what an approval must carry."""
+    spec = ctx.load_spec()
+    since = parse_time(ctx.status.approval_requested_at or now_iso())
+    until = since + timedelta(seconds=ctx.load_decision().approval_timeout_seconds)
+    deadline = until.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    ctx.post(
+        reason="ToolApprovalRequested",
+        message=f"{spec.tool.id}@{spec.tool.version} ({ctx.status.effective_class}) waits for "
+        f"an approval by {reviewers_text(reviewer_groups(ctx), spec.caller.name)} until "
+        f"{deadline}: a ToolApproval naming invocation {ctx.name} "
+        f"with requestHash {ctx.status.request_hash}, descriptorDigest "
+        f"{ctx.status.descriptor_digest} and toolVersion {spec.tool.version}",
+    )
 
 
 def reviewer_groups(ctx: FlowContext) -> list[str]:

@@ -11,11 +11,22 @@ from __future__ import annotations
 import asyncio
 
 from .. import offload
-from ..enums import FailureClass, InvocationState, Resource, Stage, StageOutcome, ToolKind
+from ..enums import (
+    FailureClass,
+    InvocationState,
+    Resource,
+    SideEffectClass,
+    Stage,
+    StageOutcome,
+    ToolKind,
+)
 from ..model import ToolDescriptorSpec
-from ..pipeline.classification import Classification, classify, mcp_hint_class
+from ..pipeline.classification import Classification, mcp_hint_class
+from ..pipeline.permission import refusal
 from ..pipeline.policy import PolicyDecision, check_ceiling
-from ..pipeline.shell import ShellVerdict, allow_list_for, check_command
+from ..pipeline.preview import classify_call as preview_classify
+from ..pipeline.preview import shell_check
+from ..pipeline.shell import ShellVerdict
 from .context import Denial, FlowContext
 
 
@@ -62,8 +73,7 @@ async def on_validated(ctx: FlowContext) -> None:
 async def shell_verdict(
     ctx: FlowContext, descriptor: ToolDescriptorSpec, decision: PolicyDecision
 ) -> ShellVerdict | None:
-    """The shell check of the command: the descriptor's allow list (or the reference's
-    default) narrowed by the policies', and every block list. A long command costs the
+    """The shell check of the command (`preview.shell_check`). A long command costs the
     check up to seconds of CPU (64 KiB of `a=b `: ~2 s): it runs off the event loop."""
     if descriptor.kind != ToolKind.SHELL:
         return None
@@ -72,11 +82,10 @@ async def shell_verdict(
     return await offload.run(
         ctx.namespace,
         len(command) * 16,  # ~8 KiB of command is already a few milliseconds of checks
-        check_command,
-        command,
-        allow=allow_list_for(descriptor.shell.allow if descriptor.shell else None),
-        block=[*(descriptor.shell.block if descriptor.shell else []), *decision.shell_block],
-        narrow=decision.shell_allow,
+        shell_check,
+        descriptor,
+        spec,
+        decision,
     )
 
 
@@ -86,7 +95,6 @@ def classify_call(
     decision: PolicyDecision,
     verdict: ShellVerdict | None,
 ) -> Classification:
-    environment, frozen = ctx.environment()
     hinted = None
     if descriptor.kind == ToolKind.MCP and descriptor.mcp is not None:
         # MCP annotations are untrusted hints: `classify` lets them raise, never lower.
@@ -94,19 +102,12 @@ def classify_call(
             ctx.namespace, descriptor.mcp.server, descriptor.mcp.tool
         )
         hinted = mcp_hint_class((info or {}).get("annotations"))
-    blocked = verdict is not None and verdict.blocked
-    return classify(
-        declared=descriptor.side_effect_class,
-        environment=environment,
-        frozen=frozen,
-        shell_blocked=blocked,
-        block_action=decision.block_action,
+    return preview_classify(
+        descriptor,
+        decision,
+        verdict,
+        namespace_labels=ctx.rt.catalog.namespace_labels(ctx.namespace),
         hinted=hinted,
-        risk=descriptor.risk_class,
-        shell_escalate_ok=verdict.escalate_ok if verdict is not None and blocked else True,
-        shell_unlisted=verdict is not None and verdict.unlisted,
-        unlisted_action=decision.unlisted_action,
-        shell_reason=verdict.reason if verdict is not None and not verdict.ok else "",
     )
 
 
@@ -134,28 +135,14 @@ async def check_permission(ctx: FlowContext, *, effective: str, fresh: bool = Fa
             groups=spec.caller.groups,
         ),
     )
-    hint = groups_hint(spec.caller.name, spec.caller.groups)
-    if not tool_verdict.allowed:
-        raise Denial(
-            Stage.PERMISSION,
-            f"{spec.caller.name} may not invoke tooldescriptors/{spec.tool.id} in "
-            f"{ctx.namespace} (RBAC verb invoke){hint}",
-            FailureClass.PERMISSION_DENIED,
-        )
-    if not class_verdict.allowed:
-        raise Denial(
-            Stage.PERMISSION,
-            f"{spec.caller.name} may not use sideeffectclasses/{effective} in "
-            f"{ctx.namespace} (RBAC verb use){hint}",
-            FailureClass.PERMISSION_DENIED,
-        )
-
-
-def groups_hint(user: str, groups: list[str]) -> str:
-    """A person without groups in spec.caller.groups is reviewed by name only: say so."""
-    if groups or user.startswith("system:serviceaccount:"):
-        return ""
-    return (
-        "; no spec.caller.groups were given, so grants to groups were not considered "
-        "(list your groups there to use them)"
+    refused = refusal(
+        caller=spec.caller.name,
+        groups=spec.caller.groups,
+        namespace=ctx.namespace,
+        tool_id=spec.tool.id,
+        effective=SideEffectClass(effective),
+        may_invoke=tool_verdict.allowed,
+        may_use=class_verdict.allowed,
     )
+    if refused is not None:
+        raise Denial(Stage.PERMISSION, refused, FailureClass.PERMISSION_DENIED)

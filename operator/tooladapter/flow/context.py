@@ -36,7 +36,9 @@ from ..model import (
     ToolRef,
     describe_errors,
 )
-from ..pipeline.classification import environment_class
+from ..pipeline.availability import published_versions, unavailable
+from ..pipeline.classification import namespace_environment
+from ..pipeline.conditions import invocation_conditions
 from ..pipeline.policy import PolicyDecision, evaluate_policies
 from ..pipeline.sanitize import EVENT_MESSAGE_CHARS, bounded_message, redact_argv
 from ..pipeline.shell import check_command
@@ -46,8 +48,6 @@ from ..timeutil import now_iso
 
 Body = dict[str, Any]
 
-LABEL_ENVIRONMENT = "tooladapter.dev/environment-class"
-LABEL_FROZEN = "tooladapter.dev/frozen"
 #: Holds a deleted invocation whose execution started until its outcome is settled and its
 #: receipt written (removed by the flow at its end).
 FINALIZER = "tooladapter.dev/settle"
@@ -174,6 +174,13 @@ class FlowContext:
         if state is not None and state != self.status.state:
             self.enter(state)
         version = self.body.get("metadata", {}).get("resourceVersion") if exclusive else None
+        self.status.conditions = invocation_conditions(
+            self.status.state,
+            failure_class=self.status.failure_class,
+            message=self.status.message,
+            previous=self.status.conditions,
+            now=now_iso(),
+        )
         try:
             self.body = await self.rt.cluster.patch_status(
                 Resource.INVOCATIONS,
@@ -272,42 +279,25 @@ class FlowContext:
         tool_id, version = spec.tool.id, spec.tool.version
         entry = self.rt.catalog.find_descriptor(self.namespace, tool_id, version)
         body = entry.body if entry else None
+        published: list[str] = []
         if body is None:
             # A tool published a moment ago may not have reached the watch yet.
-            for item in await self.rt.cluster.list_all(Resource.DESCRIPTORS, self.namespace):
+            known = await self.rt.cluster.list_all(Resource.DESCRIPTORS, self.namespace)
+            for item in known:
                 ispec = item.get("spec") or {}
                 if ispec.get("toolId") == tool_id and ispec.get("version") == version:
                     body = item
-        if body is None:
-            raise Denial(
-                Stage.VALIDATION,
-                f"tool {tool_id} version {version} is not published in {self.namespace}",
-                FailureClass.VALIDATION,
-            )
-        status = body.get("status") or {}
-        if not status.get("active"):
-            raise Denial(
-                Stage.VALIDATION,
-                f"tool {tool_id}@{version} is not active: {status.get('message') or 'inactive'}",
-                FailureClass.VALIDATION,
-            )
-        if not status.get("healthy"):
-            # An MCP server that is down or not active may come back (transient); a changed
-            # tool schema needs a person to re-pin the digest, so retrying cannot help.
-            ready: Body = next(
-                (c for c in status.get("conditions") or [] if c.get("type") == "Ready"), {}
-            )
-            failure = (
-                FailureClass.TRANSIENT
-                if (body.get("spec") or {}).get("kind") == ToolKind.MCP
-                and ready.get("reason") != "SchemaChanged"
-                else FailureClass.VALIDATION
-            )
-            raise Denial(
-                Stage.VALIDATION,
-                f"tool {tool_id}@{version} is unhealthy: {status.get('message') or ''}",
-                failure,
-            )
+            published = published_versions(known, tool_id)
+        refused = unavailable(
+            namespace=self.namespace,
+            tool_id=tool_id,
+            version=version,
+            body=body,
+            published=published,
+        )
+        if refused is not None:
+            raise Denial(Stage.VALIDATION, refused[0], refused[1])
+        assert body is not None
         if entry is not None and entry.body is body and entry.spec is not None:
             self.descriptor = entry.spec
         else:
@@ -345,9 +335,7 @@ class FlowContext:
     def environment(self) -> tuple[EnvironmentClass, bool]:
         """The namespace's environment class (an unknown one counts as production) and
         whether it is frozen (from its labels)."""
-        labels = self.rt.catalog.namespace_labels(self.namespace)
-        environment, _known = environment_class(labels.get(LABEL_ENVIRONMENT))
-        return environment, labels.get(LABEL_FROZEN, "").lower() == "true"
+        return namespace_environment(self.rt.catalog.namespace_labels(self.namespace))
 
     def recorded_command_line(self) -> list[str]:
         """The command line as status and receipts show it: redacted, bounded."""

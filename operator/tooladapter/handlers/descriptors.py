@@ -16,11 +16,14 @@ from ..events import object_ref
 from ..model import Condition, ToolDescriptorSpec, ToolDescriptorStatus, describe_errors
 from ..pipeline.hashing import digest
 from ..pipeline.sandbox import runtime_class_for
-from ..pipeline.validation import check_descriptor
+from ..pipeline.validation import check_descriptor, unknown_keywords
 from ..runtime import Runtime
 from ..timeutil import now_iso
 
 logger = logging.getLogger("tooladapter.descriptors")
+
+#: The condition that says whether every schema keyword is one JSON Schema defines.
+SCHEMA_KEYWORDS = "SchemaKeywords"
 
 
 def desired_status(
@@ -40,6 +43,53 @@ def desired_status(
     schema_digest = digest({"input": spec.input_schema, "output": spec.output_schema})
     if problems_list:
         return _status(False, False, "Invalid", "; ".join(problems_list), generation, schema_digest)
+    status = _active_status(spec, generation, schema_digest, mcp_health, missing_runtime_class)
+    return _flag_unknown_keywords(status, spec, generation)
+
+
+def _flag_unknown_keywords(
+    status: ToolDescriptorStatus, spec: ToolDescriptorSpec, generation: int | None
+) -> ToolDescriptorStatus:
+    """Unknown schema keywords are ignored by validation: say so on the status (condition
+    SchemaKeywords and the message), so nobody believes a rule is enforced that is not."""
+    found = [
+        f"{what} {finding}"
+        for what, schema in (
+            ("inputSchema", spec.input_schema),
+            ("outputSchema", spec.output_schema),
+        )
+        for finding in unknown_keywords(schema)
+    ]
+    if found:
+        text = "; ".join(found[:20]) + (f" and {len(found) - 20} more" if len(found) > 20 else "")
+        message = f"unknown JSON Schema keywords, ignored by validation: {text}"
+        status.message = f"{status.message}; {message}"
+        condition = Condition(
+            type=SCHEMA_KEYWORDS,
+            status="False",
+            reason="UnknownKeywords",
+            message=message[:1024],
+            observed_generation=generation,
+        )
+    else:
+        condition = Condition(
+            type=SCHEMA_KEYWORDS,
+            status="True",
+            reason="AllKnown",
+            message="every schema keyword is one JSON Schema 2020-12 defines",
+            observed_generation=generation,
+        )
+    status.conditions.append(condition)
+    return status
+
+
+def _active_status(
+    spec: ToolDescriptorSpec,
+    generation: int | None,
+    schema_digest: str,
+    mcp_health: tuple[bool, str, str] | None,
+    missing_runtime_class: str | None,
+) -> ToolDescriptorStatus:
     if spec.retired:
         return _status(False, True, "Retired", "marked retired", generation, schema_digest)
     if missing_runtime_class is not None:

@@ -1,19 +1,23 @@
 """Start-up and clean-up: kopf's settings, the shared clients, executors and caches.
 
 Shared clients are built once in `@kopf.on.startup` into kopf's memo and closed in
-`@kopf.on.cleanup` (gafaelfawr's pattern). Leadership of the served namespace set comes
-first and is released last (`leadership`).
+`@kopf.on.cleanup` (gafaelfawr's pattern). The gateway (HTTP API and MCP endpoint) starts
+first, so a standby serves it too; leadership of the served namespace set comes next and
+is released last (`leadership`).
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import socket
+import time
 from typing import Any
 
 import kopf
 
 from .. import GROUP
-from ..artifacts import LocalArtifactStore
+from ..artifacts import open_store
 from ..catalog import Catalog
 from ..enums import ToolKind
 from ..executors import Executor
@@ -22,8 +26,9 @@ from ..executors.http import HttpExecutor
 from ..executors.mcp import McpExecutor
 from ..executors.native import NativeExecutor
 from ..executors.sandbox import SandboxExecutor
+from ..gateway import Gateway, GatewayPortTaken
 from ..kube.auth import AllowCache
-from ..kube.client import Kube
+from ..kube.client import Conflict, Kube, NotFound, is_transient
 from ..kube.cluster import KubeCluster
 from ..metrics import serve
 from ..runtime import Runtime
@@ -33,6 +38,13 @@ from .kopf_events import KopfEvents
 from .mcp import McpServers
 
 logger = logging.getLogger("tooladapter")
+
+#: How long start-up waits for just-created (or just-changed) CRDs to be served.
+CRD_WAIT_SECONDS = 120
+CRD_POLL_SECONDS = 1.0
+
+#: The component Events are reported by (`source.component`, `reportingComponent`).
+REPORTING_COMPONENT = "tooladapter"
 
 
 def _not_a_handler_success(record: logging.LogRecord) -> bool:
@@ -62,6 +74,10 @@ def configure(settings: kopf.OperatorSettings) -> None:
     )
     # Domain events are posted explicitly; kopf's own handler chatter stays in the log.
     settings.posting.level = logging.WARNING
+    # `kubectl describe` and `kubectl get events` name who reported: us, not the framework.
+    settings.posting.reporting_component = REPORTING_COMPONENT
+    settings.posting.reporting_instance = socket.gethostname()
+    settings.posting.event_name_prefix = f"{REPORTING_COMPONENT}-"
     # Watches have frozen silently before: bound every watch request (kopf notes #8).
     settings.watching.server_timeout = 300
     settings.watching.client_timeout = 330
@@ -76,7 +92,8 @@ def configure(settings: kopf.OperatorSettings) -> None:
     settings.queueing.idle_timeout = 0.5
 
     # The API client logs whole response bodies at DEBUG, Secrets included: never let it.
-    for name in ("kubernetes_asyncio", "kubernetes", "urllib3", "aiohttp.client"):
+    # botocore logs request headers at DEBUG (a session token among them): never either.
+    for name in ("kubernetes_asyncio", "kubernetes", "urllib3", "aiohttp.client", "botocore"):
         logging.getLogger(name).setLevel(logging.WARNING)
     # kopf logs "Handler 'invocation_event' succeeded." at INFO for every watch event, about
     # six per call: noise that cost measurable CPU under load. Failures and retries still log.
@@ -86,15 +103,26 @@ def configure(settings: kopf.OperatorSettings) -> None:
 async def start(settings: kopf.OperatorSettings, memo: kopf.Memo) -> None:
     configure(settings)
     config = Settings.from_env()
+    if "gateway" not in memo:
+        # Before leadership: every replica serves the gateway, standbys included. Kept
+        # across kopf's retries of this handler.
+        try:
+            memo["gateway"] = await Gateway.start(config)
+        except GatewayPortTaken as exc:
+            logger.error("%s", exc)
+            raise kopf.PermanentError(str(exc)) from None
     if config.leader_election and memo.get("leadership") is None:
         # Before anything else: a standby waits here, and kopf starts no watch until the
         # start-up handlers return. Kept across kopf's retries of this handler.
         memo["leadership"] = await leadership.lead(config)
+    # Before any watch: an artifact store that cannot take receipts stops the start (an
+    # s3 bucket absent, forbidden or unreachable), rather than every call at its end.
+    store = await asyncio.to_thread(open_store, config)
     kube = await Kube.connect()
     catalog = Catalog()
     try:
         # First, so a failed attempt leaves nothing open (no listener, no session) behind.
-        await catalog.prime(kube)
+        await prime_when_served(catalog, kube)
     except BaseException:
         await kube.close()
         raise
@@ -111,7 +139,7 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo) -> None:
     rt = Runtime(
         cluster=cluster,
         settings=config,
-        store=LocalArtifactStore(config.artifact_dir),
+        store=store,
         catalog=catalog,
         executors=executors,
         events=KopfEvents(),
@@ -131,13 +159,51 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo) -> None:
     rt.mcp = McpServers(rt)
     serve(config.metrics_port, rt.census)
     memo["runtime"] = rt
-    logger.info("tooladapter started; artifacts in %s", config.artifact_dir)
+    logger.info("tooladapter started; artifacts in %s", store)
+
+
+async def prime_when_served(catalog: Catalog, kube: Kube) -> None:
+    """Prime the catalog, waiting (one log line) while the API server does not serve our
+    CRDs yet: right after they are created or changed it answers 404, or 429 "storage is
+    (re)initializing", for a few seconds. Anything else, or a wait beyond
+    `CRD_WAIT_SECONDS`, fails the start-up as before."""
+    deadline = time.monotonic() + CRD_WAIT_SECONDS
+    said = False
+    while True:
+        try:
+            await catalog.prime(kube)
+            return
+        except Exception as exc:
+            if not not_served_yet(exc) or time.monotonic() > deadline:
+                raise
+            if not said:
+                logger.warning(
+                    "waiting for the API server to serve the tooladapter CRDs (%s); "
+                    "run `make install` if they are not installed",
+                    short_reason(exc),
+                )
+                said = True
+            await asyncio.sleep(CRD_POLL_SECONDS)
+
+
+def not_served_yet(exc: BaseException) -> bool:
+    """404 (not served yet) or 429/503 (storage initializing) on a list of our kinds."""
+    return isinstance(exc, NotFound) or (is_transient(exc) and not isinstance(exc, Conflict))
+
+
+def short_reason(exc: BaseException) -> str:
+    status = getattr(exc, "status", None)
+    reason = getattr(exc, "reason", None) or str(exc) or type(exc).__name__
+    return f"{status} {reason}" if status else f"{type(exc).__name__}: {reason}"
 
 
 async def stop(memo: kopf.Memo) -> None:
     rt: Runtime | None = memo.get("runtime")
     held: leadership.Leadership | None = memo.get("leadership")
+    gateway: Gateway | None = memo.get("gateway")
     try:
+        if gateway is not None:
+            await gateway.stop()
         if rt is not None:
             await rt.close()
     finally:

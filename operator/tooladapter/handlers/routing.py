@@ -15,8 +15,8 @@ from ..catalog import invocation_key, thaw
 from ..enums import InvocationState, Resource
 from ..events import namespace_ref
 from ..flow import release_finalizer, run_invocation
-from ..flow.context import FINALIZER, LABEL_ENVIRONMENT
-from ..pipeline.classification import environment_class
+from ..flow.context import FINALIZER
+from ..pipeline.classification import LABEL_ENVIRONMENT, environment_class
 from ..runtime import Runtime
 from ..timeutil import parse_time
 from . import confirmations, descriptors, policies, workers

@@ -41,6 +41,10 @@ from ..enums import (
     UnlistedAction,
 )
 
+#: Namespace labels: the environment class, and a freeze.
+LABEL_ENVIRONMENT = "tooladapter.dev/environment-class"
+LABEL_FROZEN = "tooladapter.dev/frozen"
+
 #: Classes a production environment raises to production.
 PRODUCTION_RAISES = frozenset({SideEffectClass.SHARED_WRITE, SideEffectClass.EXTERNAL})
 #: Classes a frozen environment refuses (judged on the effective class).
@@ -77,16 +81,19 @@ def classify(
     shell_unlisted: bool = False,
     unlisted_action: UnlistedAction = UnlistedAction.ESCALATE,
     shell_reason: str = "",
+    shell_policy_source: str = "",
 ) -> Classification:
     """Classify one call; see the module docstring for the rules.
 
     `shell_blocked` / `shell_escalate_ok` / `shell_unlisted` come from
     `ShellVerdict.blocked` / `.escalate_ok` / `.unlisted`; `block_action` and
     `unlisted_action` from the policy decision; `shell_reason` (`ShellVerdict.reason`)
-    is quoted in refusals and raises; `hinted` from `mcp_hint_class`; `risk` from the
-    descriptor's `riskClass`.
+    is quoted in refusals and raises; `shell_policy_source` names the policies whose
+    blockAction or shell.unlisted decided a refusal; `hinted` from `mcp_hint_class`;
+    `risk` from the descriptor's `riskClass`.
     """
     why = f" ({shell_reason})" if shell_reason else ""
+    source = f" ({shell_policy_source})" if shell_policy_source else ""
     effective = declared
     raised_by: list[str] = []
 
@@ -116,13 +123,14 @@ def classify(
             )
         else:
             refusals.append(
-                f"the shell command is on the block list and the policy's blockAction is deny{why}"
+                "the shell command is on the block list and the policy's blockAction is "
+                f"deny{source}{why}"
             )
     elif shell_unlisted:
         if unlisted_action is UnlistedAction.DENY:
             refusals.append(
                 "the shell command is not on the allow list and the policy's shell.unlisted "
-                f"is deny{why}"
+                f"is deny{source}{why}"
             )
         else:
             raise_to(SideEffectClass.SHARED_WRITE, f"a shell command not on the allow list{why}")
@@ -149,6 +157,13 @@ def classify(
         raised_by=tuple(raised_by),
         approval_forced=approval_forced,
     )
+
+
+def namespace_environment(labels: Mapping[str, str]) -> tuple[EnvironmentClass, bool]:
+    """A namespace's environment class (an unknown one counts as production) and whether it
+    is frozen, from its labels."""
+    environment, _known = environment_class(labels.get(LABEL_ENVIRONMENT))
+    return environment, labels.get(LABEL_FROZEN, "").lower() == "true"
 
 
 def environment_class(label: str | None) -> tuple[EnvironmentClass, bool]:

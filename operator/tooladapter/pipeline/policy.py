@@ -266,6 +266,11 @@ class PolicyDecision:
     invalid_policies: tuple[str, ...]
     #: Descriptors' rateLimits count per caller too (any policy asking for it).
     rate_limit_per_caller: bool = False
+    #: (pattern, policy) for every `shell.block` entry a policy added: denials name it.
+    shell_block_sources: tuple[tuple[str, str], ...] = ()
+    #: Policies that set `shell.blockAction: deny` / `shell.unlisted: deny` explicitly.
+    block_action_deny_by: tuple[str, ...] = ()
+    unlisted_deny_by: tuple[str, ...] = ()
 
     def reviewer_groups_for(self, effective: SideEffectClass) -> tuple[str, ...]:
         """Groups whose members may approve a call of this class (empty: any reviewer).
@@ -476,7 +481,48 @@ def evaluate_policies(
         policies=tuple(name for name, _ in ordered),
         invalid_policies=tuple(invalid),
         rate_limit_per_caller=any(spec.rate_limits.per_caller for _, spec in valid),
+        shell_block_sources=tuple((p, name) for name, spec in valid for p in spec.shell.block),
+        block_action_deny_by=tuple(
+            name
+            for name, spec in valid
+            if "block_action" in spec.shell.model_fields_set
+            and spec.shell.block_action is BlockAction.DENY
+        ),
+        unlisted_deny_by=tuple(
+            name for name, spec in valid if spec.shell.unlisted is UnlistedAction.DENY
+        ),
     )
+
+
+def _pattern_key(pattern: str) -> str:
+    return " ".join(pattern.lower().split())
+
+
+def block_pattern_source(
+    pattern: str, *, descriptor_block: Sequence[str], decision: PolicyDecision
+) -> str:
+    """Where a block-list pattern comes from: the default list, the tool, which policies."""
+    key = _pattern_key(pattern)
+    sources = [
+        f"ToolPolicy {name}"
+        for entry, name in decision.shell_block_sources
+        if _pattern_key(entry) == key
+    ]
+    if any(_pattern_key(entry) == key for entry in descriptor_block):
+        sources.insert(0, "the tool's shell.block")
+    if any(_pattern_key(entry) == key for entry in DEFAULT_BLOCK_LIST):
+        sources.insert(0, "the default block list")
+    return ", ".join(dict.fromkeys(sources)) or "the block list"
+
+
+def shell_action_source(decision: PolicyDecision, *, blocked: bool) -> str:
+    """Which policies made a blocked (or unlisted) command a denial."""
+    names = decision.block_action_deny_by if blocked else decision.unlisted_deny_by
+    if names:
+        return "set by " + ", ".join(f"ToolPolicy {name}" for name in names)
+    if blocked:
+        return "the default: no ToolPolicy sets blockAction: escalate"
+    return "the default"
 
 
 def _show(value: Any) -> str:

@@ -36,6 +36,10 @@ EXTENSIONS: dict[InvocationState, frozenset[InvocationState]] = {
     state: frozenset({S.CANCELLED, S.DENIED, S.FAILED}) for state in BEFORE_EXECUTING
 }
 
+#: A dry run (`spec.dryRun`) is evaluated from Received straight to its own terminal state,
+#: Previewed: it never executes, so no other state is ever written for it.
+EXTENSIONS[S.RECEIVED] = EXTENSIONS[S.RECEIVED] | {S.PREVIEWED}
+
 TRANSITIONS: dict[InvocationState, frozenset[InvocationState]] = {
     state: REFERENCE_TRANSITIONS.get(state, frozenset()) | EXTENSIONS.get(state, frozenset())
     for state in InvocationState

@@ -18,6 +18,7 @@ Why this shape:
 
 from __future__ import annotations
 
+import difflib
 import ipaddress
 import json
 import math
@@ -40,6 +41,7 @@ from referencing.jsonschema import DRAFT202012
 from ..enums import ToolKind
 from ..model import HttpSpec, ToolDescriptorSpec
 from . import linear_regex
+from .hashing import request_hash
 
 DEFAULT_MAX_ARGUMENT_BYTES = 262_144
 DEFAULT_MAX_DEPTH = 32
@@ -564,6 +566,21 @@ def validate_arguments(
     return problems
 
 
+def check_arguments(
+    schema: dict[str, Any], arguments: Any, *, namespace: str, tool_id: str, tool_version: str
+) -> tuple[list[str], list[SchemaProblem], str | None]:
+    """(bound problems, schema problems, request hash): the bounds first, so nothing walks
+    arguments that are too large or too deep."""
+    problems = check_bounds(arguments)
+    if problems:
+        return problems, [], None
+    errors = validate_arguments(schema, arguments)
+    hashed = request_hash(
+        namespace=namespace, tool_id=tool_id, tool_version=tool_version, arguments=arguments
+    )
+    return [], errors, hashed
+
+
 def _problem_from(error: ValidationError) -> SchemaProblem:
     message = error.message
     if error.context:
@@ -655,6 +672,90 @@ def _check_refs_and_patterns(schema: dict[str, Any], *, what: str) -> Iterator[s
         for key, child in node.items():
             if key not in _DATA_KEYWORDS:
                 stack.append((child, base, (*path, key)))
+
+
+#: Every keyword of JSON Schema 2020-12 (core, applicator, unevaluated, validation, format,
+#: content, meta-data), the draft-07 spellings the validator still honours, and annotations
+#: OpenAPI-derived tool schemas commonly carry. Anything else is ignored by a validator.
+SCHEMA_KEYWORDS = frozenset(
+    {
+        "$schema", "$id", "$ref", "$anchor", "$dynamicRef", "$dynamicAnchor", "$vocabulary",
+        "$comment", "$defs", "allOf", "anyOf", "oneOf", "not", "if", "then", "else",
+        "dependentSchemas", "prefixItems", "items", "contains", "properties",
+        "patternProperties", "additionalProperties", "propertyNames", "unevaluatedItems",
+        "unevaluatedProperties", "type", "enum", "const", "multipleOf", "maximum",
+        "exclusiveMaximum", "minimum", "exclusiveMinimum", "maxLength", "minLength",
+        "pattern", "maxItems", "minItems", "uniqueItems", "maxContains", "minContains",
+        "maxProperties", "minProperties", "required", "dependentRequired", "format",
+        "contentEncoding", "contentMediaType", "contentSchema", "title", "description",
+        "default", "deprecated", "readOnly", "writeOnly", "examples",
+        "definitions", "dependencies", "additionalItems", "$recursiveRef", "$recursiveAnchor",
+        "example",
+    }
+)  # fmt: skip
+_LOWER_KEYWORDS = {keyword.lower(): keyword for keyword in SCHEMA_KEYWORDS}
+_ONE_SCHEMA = frozenset(
+    {
+        "items", "additionalProperties", "not", "if", "then", "else", "contains",
+        "propertyNames", "unevaluatedProperties", "unevaluatedItems", "additionalItems",
+        "contentSchema",
+    }
+)  # fmt: skip
+_SCHEMA_MAPS = frozenset(
+    {"properties", "patternProperties", "$defs", "definitions", "dependentSchemas", "dependencies"}
+)
+_SCHEMA_LISTS = frozenset({"allOf", "anyOf", "oneOf", "prefixItems", "items"})
+
+
+@dataclass(frozen=True)
+class UnknownKeyword:
+    """A keyword no validator knows: ignored, so the rule its author meant is not enforced."""
+
+    path: str
+    keyword: str
+    #: The known keyword it is one typo away from (`requird` -> `required`), if any.
+    meant: str | None
+
+    def __str__(self) -> str:
+        hint = f" (did you mean {self.meant!r}?)" if self.meant else ""
+        return f"unknown keyword {self.keyword!r} at {self.path}{hint}"
+
+
+def unknown_keywords(schema: Any) -> list[UnknownKeyword]:
+    """Keywords of `schema` (and its subschemas) that JSON Schema does not define, except
+    `x-` extensions; values of unknown keywords are not walked (nobody knows what they are)."""
+    found: list[UnknownKeyword] = []
+    stack: list[tuple[Any, tuple[str | int, ...]]] = [(schema, ())]
+    while stack:
+        node, path = stack.pop()
+        if not isinstance(node, dict):
+            continue
+        for key, value in node.items():
+            where = (*path, key)
+            if key not in SCHEMA_KEYWORDS:
+                if not key.startswith("x-"):
+                    close = difflib.get_close_matches(key.lower(), _LOWER_KEYWORDS, n=1, cutoff=0.8)
+                    meant = _LOWER_KEYWORDS[close[0]] if close else None
+                    found.append(UnknownKeyword(json_path(path), key, meant))
+                continue
+            if key in _ONE_SCHEMA and isinstance(value, dict):
+                stack.append((value, where))
+            elif key in _SCHEMA_LISTS and isinstance(value, list):
+                stack.extend((item, (*where, i)) for i, item in enumerate(value))
+            elif key in _SCHEMA_MAPS and isinstance(value, dict):
+                stack.extend((sub, (*where, name)) for name, sub in value.items())
+    return sorted(found, key=lambda k: (k.path, k.keyword))
+
+
+def misspelt_keywords(schema: Any, *, what: str) -> list[str]:
+    """Problems for keywords one typo away from a known one: a misspelt `required` would
+    silently stop requiring anything, so the descriptor is refused until it is fixed."""
+    return [
+        f"{what}: {finding}: JSON Schema ignores unknown keywords, so the rule it meant "
+        "would not be enforced"
+        for finding in unknown_keywords(schema)
+        if finding.meant is not None
+    ]
 
 
 def _regex_problem(pattern: str, where: str) -> Iterator[str]:
@@ -789,8 +890,10 @@ def check_descriptor(spec: ToolDescriptorSpec) -> list[str]:
     """
     problems: list[str] = []
     problems.extend(check_schema(spec.input_schema, what="inputSchema"))
+    problems.extend(misspelt_keywords(spec.input_schema, what="inputSchema"))
     if spec.output_schema is not None:
         problems.extend(check_schema(spec.output_schema, what="outputSchema"))
+        problems.extend(misspelt_keywords(spec.output_schema, what="outputSchema"))
     declared_type = spec.input_schema.get("type")
     if declared_type is not None and declared_type != "object":
         problems.append(

@@ -1,0 +1,242 @@
+"""`approvals`, `approve`, `reject`: a reviewer's view of gated calls, and the decision."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime
+from typing import Any
+
+import click
+
+from ..enums import ApprovalDecision, InvocationState, Resource
+from ..kube.user import UserApi
+from . import views
+from .bodies import approval_body
+from .complete import invocations_in
+from .context import Settings, common_options, run_async
+from .diff import Change, ChangeKind
+from .diff import render as render_changes
+from .exitcodes import ExitCode
+from .parsing import parse_expiry
+from .render import fields
+
+
+async def _approvals(settings: Settings) -> ExitCode:
+    async with settings.connect() as api:
+        pending = views.pending_approvals(await api.list_all(Resource.INVOCATIONS))
+    if settings.structured:
+        settings.emit(pending)
+        return ExitCode.OK
+    if not pending:
+        click.echo(f"No calls wait for an approval in namespace {api.namespace}.", err=True)
+        return ExitCode.OK
+    for index, view in enumerate(pending):
+        if index:
+            click.echo("")
+        click.echo(
+            fields(
+                [
+                    ("Invocation", view["name"]),
+                    ("Tool", f"{view['tool']} {view['version']}"),
+                    ("Caller", view["caller"]),
+                    ("Run", view["runId"]),
+                    ("Class", f"{view['effectiveClass']} (declared {view['declaredClass']})"),
+                    ("Waiting since", view["waitingSince"]),
+                    ("Request hash", view["requestHash"]),
+                    ("Descriptor", view["descriptorDigest"]),
+                    ("Arguments", view["canonicalArguments"]),
+                ]
+            )
+        )
+        for reason in view["reasons"]:
+            click.echo(f"  reason: {reason}")
+        previous = view["lastApproved"]
+        if previous is None:
+            click.echo("  changed: first approval of this tool for this caller")
+        else:
+            click.echo(
+                f"  changed since {previous['name']} (approved by {previous['approvedBy']} "
+                f"at {previous['approvedAt']}):"
+            )
+            lines = render_changes(_changes(view["changes"])) or ["(same arguments)"]
+            for line in lines:
+                click.echo(f"    {line}")
+    return ExitCode.OK
+
+
+def _changes(wire: list[dict[str, Any]]) -> list[Change]:
+    return [
+        Change(ChangeKind(c["kind"]), c["path"], before=c.get("before"), after=c.get("after"))
+        for c in wire
+    ]
+
+
+@click.command("approvals")
+@common_options
+@click.pass_obj
+def approvals(settings: Settings) -> ExitCode:
+    """Calls waiting for an approval: arguments (canonical JSON), class, reasons, the
+    request hash and descriptor digest an approval binds to, and what changed since the
+    same caller's last approved call of that tool."""
+    return run_async(_approvals(settings))
+
+
+async def _bound_or_refused(
+    api: UserApi, approval: str, invocation: str, *, rejection: bool, timeout: float
+) -> tuple[str, str]:
+    """Wait until the operator binds the approval, refuses it (its status.reason) or, for
+    a rejection it accepted, the call ends Denied: ("bound"|"refused"|"denied"|"pending",
+    detail)."""
+    try:
+        async with asyncio.timeout(timeout):
+            async for obj in api.follow(Resource.APPROVALS, approval):
+                status = obj.get("status") or {}
+                if status.get("bound"):
+                    return "bound", str(status.get("reason") or "")
+                reason = str(status.get("reason") or "")
+                if not reason:
+                    continue
+                # The operator words an accepted rejection "ToolApproval X: rejected by ...";
+                # the call's Denied status follows it.
+                if rejection and reason.startswith(f"ToolApproval {approval}: rejected by"):
+                    async for call in api.follow(Resource.INVOCATIONS, invocation):
+                        cstatus = call.get("status") or {}
+                        if cstatus.get("state") != InvocationState.AWAITING_APPROVAL:
+                            return "denied", str(cstatus.get("message") or reason)
+                return "refused", reason
+    except TimeoutError:
+        pass
+    return "pending", ""
+
+
+async def _decide(
+    settings: Settings,
+    *,
+    name: str,
+    decision: ApprovalDecision,
+    comment: str,
+    expires: str | None,
+    wait: bool,
+    timeout: float,
+) -> ExitCode:
+    expires_at = parse_expiry(expires, now=datetime.now(UTC)) if expires else None
+    async with settings.connect() as api:
+        me = await api.whoami()
+        invocation = await api.get(Resource.INVOCATIONS, name)
+        body = approval_body(
+            invocation,
+            decision=decision,
+            reviewer=me.username,
+            reviewer_groups=list(me.groups),
+            comment=comment,
+            expires_at=expires_at,
+        )
+        created = await api.create(Resource.APPROVALS, body)
+        approval = str(created["metadata"]["name"])
+        click.echo(
+            f"toolapproval {api.namespace}/{approval} created: {decision.value} {name} "
+            f"({body['spec']['requestHash']}) as {me.username}",
+            err=True,
+        )
+        if not wait:
+            result, detail = "pending", ""
+        else:
+            result, detail = await _bound_or_refused(
+                api,
+                approval,
+                name,
+                rejection=decision is ApprovalDecision.REJECTED,
+                timeout=timeout,
+            )
+    if settings.structured:
+        settings.emit(
+            {"approval": approval, "invocation": name, "result": result, "detail": detail}
+        )
+    elif result != "pending" or wait:
+        click.echo(f"{approval}: {result}{': ' + detail if detail else ''}")
+    else:
+        click.echo(approval)
+    if result == "bound" or (decision is ApprovalDecision.REJECTED and result == "denied"):
+        return ExitCode.OK
+    if result == "pending":
+        return ExitCode.PENDING if wait else ExitCode.OK
+    return ExitCode.DENIED
+
+
+def decision_options(func: Any) -> Any:
+    options = [
+        click.argument(
+            "name",
+            metavar="NAME",
+            shell_complete=invocations_in(InvocationState.AWAITING_APPROVAL),
+        ),
+        click.option("--comment", default="", help="Why (kept on the ToolApproval)."),
+        click.option(
+            "--wait/--no-wait",
+            default=True,
+            show_default=True,
+            help="Wait until the operator binds (or refuses) the approval.",
+        ),
+        click.option(
+            "--timeout",
+            type=click.FloatRange(min=1),
+            default=60,
+            show_default=True,
+            help="Seconds to wait for the operator (exit 7 after).",
+        ),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
+@click.command("approve")
+@common_options
+@decision_options
+@click.option(
+    "--expires",
+    default="1h",
+    show_default=True,
+    help="Unused after this long (15m, 2h, 1d) or this RFC 3339 time.",
+)
+@click.pass_obj
+def approve(
+    settings: Settings, name: str, comment: str, expires: str, wait: bool, timeout: float
+) -> ExitCode:
+    """Approve the waiting call NAME, bound to its exact request hash, tool version,
+    descriptor digest and uid, as yourself (you may not approve your own calls).
+
+    Exit 0 once bound; 3 when the operator refuses it (its reason is printed: e.g. you
+    are not in the policy's reviewer groups); 7 when no answer within --timeout."""
+    return run_async(
+        _decide(
+            settings,
+            name=name,
+            decision=ApprovalDecision.APPROVED,
+            comment=comment,
+            expires=expires,
+            wait=wait,
+            timeout=timeout,
+        )
+    )
+
+
+@click.command("reject")
+@common_options
+@decision_options
+@click.pass_obj
+def reject(settings: Settings, name: str, comment: str, wait: bool, timeout: float) -> ExitCode:
+    """Reject the waiting call NAME: it ends Denied (policy-denied) and never runs.
+
+    Exit 0 once the call is Denied; 3 when the operator does not accept the rejection."""
+    return run_async(
+        _decide(
+            settings,
+            name=name,
+            decision=ApprovalDecision.REJECTED,
+            comment=comment,
+            expires=None,
+            wait=wait,
+            timeout=timeout,
+        )
+    )

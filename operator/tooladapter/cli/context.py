@@ -1,0 +1,107 @@
+"""What every command shares: the global options, the connection, printing, async.
+
+The global options (`-n`, `-o`, `--kubeconfig`, `--context`) are accepted before the
+command and after it (`tooladapter -n team-a approvals` and `kubectl tooladapter approvals
+-n team-a` both work); a value given after the command wins.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from collections.abc import AsyncIterator, Callable, Coroutine
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import click
+
+from ..kube.user import UserApi, connect
+from .render import Output, document
+
+F = TypeVar("F", bound=Callable[..., Any])
+T = TypeVar("T")
+
+
+@dataclass
+class Settings:
+    """The global options as given (None: not given; the kubeconfig decides)."""
+
+    namespace: str | None = None
+    output: Output = Output.TABLE
+    kubeconfig: str | None = None
+    context: str | None = None
+
+    @asynccontextmanager
+    async def connect(self) -> AsyncIterator[UserApi]:
+        async with connect(
+            kubeconfig=self.kubeconfig, context=self.context, namespace=self.namespace
+        ) as api:
+            yield api
+
+    @property
+    def structured(self) -> bool:
+        return self.output is not Output.TABLE
+
+    def emit(self, data: Any) -> None:
+        """A JSON or YAML document on stdout (only with -o json|yaml)."""
+        click.echo(document(data, self.output))
+
+
+def _store(field: str, convert: Callable[[str], Any] = str) -> Callable[..., None]:
+    def callback(ctx: click.Context, _param: click.Parameter, value: str | None) -> None:
+        settings = ctx.ensure_object(Settings)
+        if value is not None:
+            setattr(settings, field, convert(value))
+
+    return callback
+
+
+def common_options(func: F) -> F:
+    """-n/--namespace, -o/--output, --kubeconfig, --context (on the group and each command)."""
+    options = [
+        click.option(
+            "-n",
+            "--namespace",
+            expose_value=False,
+            callback=_store("namespace"),
+            help="Namespace (default: the kubeconfig context's).",
+        ),
+        click.option(
+            "-o",
+            "--output",
+            type=click.Choice([o.value for o in Output]),
+            expose_value=False,
+            callback=_store("output", Output),
+            help="Output format (default: table).",
+        ),
+        click.option(
+            "--kubeconfig",
+            expose_value=False,
+            callback=_store("kubeconfig"),
+            type=click.Path(dir_okay=False),
+            help="Kubeconfig file (default: $KUBECONFIG, ~/.kube/config).",
+        ),
+        click.option(
+            "--context",
+            expose_value=False,
+            callback=_store("context"),
+            help="Kubeconfig context (default: its current context).",
+        ),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
+def run_async(coro: Coroutine[Any, Any, T]) -> T:
+    return asyncio.run(coro)
+
+
+def progress(text: str) -> None:
+    """A line for the person watching (stderr: stdout stays for results)."""
+    click.echo(text, err=True)
+
+
+def stderr_is_tty() -> bool:
+    return sys.stderr.isatty()

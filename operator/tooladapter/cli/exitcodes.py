@@ -1,0 +1,74 @@
+"""The exit codes scripts can rely on, one per outcome (the README's "Command line" lists
+them). An invocation's terminal state maps onto them, and so does an API error status."""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+from ..enums import InvocationState
+
+
+class ExitCode(IntEnum):
+    OK = 0
+    """Success: the call was Observed (or previewed), the command did what it said."""
+    ERROR = 1
+    """Anything else: the API server unreachable, an object in the wrong state."""
+    USAGE = 2
+    """Bad options or arguments, or an object the API server refuses as invalid."""
+    DENIED = 3
+    """The call was Denied (or a dry-run says it would be); an approval did not bind."""
+    FAILED = 4
+    """The call ran and Failed (no effect, or a tool error)."""
+    UNCERTAIN = 5
+    """The call's effect is Uncertain: an operator must confirm it."""
+    CANCELLED = 6
+    """The call was Cancelled (interrupted)."""
+    PENDING = 7
+    """Not finished within --timeout (still waiting, e.g. for an approval)."""
+    NOT_FOUND = 8
+    """No such tool, invocation or receipt."""
+    FORBIDDEN = 9
+    """The API server (RBAC or an admission policy) forbade the action, or you are not
+    authenticated."""
+    MISMATCH = 10
+    """`receipt verify`: the bytes do not hash to the reference."""
+
+
+_STATE_CODES = {
+    InvocationState.OBSERVED: ExitCode.OK,
+    InvocationState.DENIED: ExitCode.DENIED,
+    InvocationState.FAILED: ExitCode.FAILED,
+    InvocationState.UNCERTAIN: ExitCode.UNCERTAIN,
+    InvocationState.CANCELLED: ExitCode.CANCELLED,
+}
+
+
+def for_state(state: str | None) -> ExitCode:
+    """The exit code of an invocation that stopped in `state` (PENDING unless terminal)."""
+    try:
+        known = InvocationState(state or "")
+    except ValueError:
+        # A terminal state this version does not know (e.g. a dry-run's Previewed) is read
+        # by the command that asked for it; anything else is not finished.
+        return ExitCode.PENDING
+    return _STATE_CODES.get(known, ExitCode.PENDING)
+
+
+def for_api_status(status: int) -> ExitCode:
+    """The exit code of an API error with HTTP `status` (0: no answer at all)."""
+    if status == 404:
+        return ExitCode.NOT_FOUND
+    if status in (401, 403):
+        return ExitCode.FORBIDDEN
+    if status in (400, 422):
+        return ExitCode.USAGE
+    return ExitCode.ERROR
+
+
+class CliError(Exception):
+    """A command's failure: a message for stderr and the exit code."""
+
+    def __init__(self, message: str, code: ExitCode = ExitCode.ERROR) -> None:
+        super().__init__(message)
+        self.message = message
+        self.code = code

@@ -1,0 +1,253 @@
+"""`invoke` and `dry-run`: create a ToolInvocation as yourself and follow it to its end."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import click
+
+from ..enums import InvocationState, Resource
+from ..kube.user import ApiError, UserApi
+from . import views
+from .bodies import claimable_groups, invocation_body
+from .complete import tool_ids
+from .context import Settings, common_options, run_async, stderr_is_tty
+from .exitcodes import CliError, ExitCode, for_state
+from .follow import PREVIEWED, StageDisplay, follow_until_finished
+from .parsing import name_prefix, parse_arguments
+
+
+def call_options(func: Callable[..., Any]) -> Callable[..., Any]:
+    """The input both commands take: the tool, its arguments, the call's identity."""
+    options = [
+        click.argument("tool_id", metavar="TOOL", shell_complete=tool_ids),
+        click.option(
+            "--arg",
+            "pairs",
+            multiple=True,
+            metavar="KEY=VALUE",
+            help="An argument: key=text, or key:=json (count:=3, tags:='[\"a\"]'). Repeatable.",
+        ),
+        click.option("--args-json", metavar="JSON", help="All arguments as one JSON object."),
+        click.option(
+            "--version", "tool_version", help="Tool version (default: the newest active)."
+        ),
+        click.option(
+            "--run-id", envvar="TOOLADAPTER_RUN_ID", help="spec.runId ($TOOLADAPTER_RUN_ID)."
+        ),
+        click.option("--name", help="Name of the ToolInvocation (default: generated)."),
+        click.option(
+            "--wait/--no-wait", default=True, show_default=True, help="Follow the call to its end."
+        ),
+        click.option(
+            "--timeout",
+            type=click.FloatRange(min=1),
+            default=600,
+            show_default=True,
+            help="Seconds to follow before giving up (exit 7; the call goes on).",
+        ),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
+async def _resolve_version(api: UserApi, tool_id: str, version: str | None) -> str:
+    if version:
+        return version
+    latest = views.latest_version(await api.list_all(Resource.DESCRIPTORS), tool_id)
+    if latest is None:
+        raise CliError(
+            f"no active version of tool {tool_id!r} in namespace {api.namespace} "
+            "(see `tooladapter tools`)",
+            ExitCode.NOT_FOUND,
+        )
+    return latest
+
+
+async def _call(
+    settings: Settings,
+    *,
+    tool_id: str,
+    pairs: tuple[str, ...],
+    args_json: str | None,
+    tool_version: str | None,
+    run_id: str | None,
+    name: str | None,
+    wait: bool,
+    timeout: float,
+    idempotency_key: str | None = None,
+    dry_run: bool = False,
+) -> ExitCode:
+    arguments = parse_arguments(pairs, args_json)
+    async with settings.connect() as api:
+        me = await api.whoami()
+        version = await _resolve_version(api, tool_id, tool_version)
+        body = invocation_body(
+            tool_id=tool_id,
+            version=version,
+            arguments=arguments,
+            username=me.username,
+            groups=claimable_groups(me.groups),
+            generate_name=name_prefix(tool_id),
+            name=name,
+            run_id=run_id,
+            idempotency_key=idempotency_key,
+            dry_run=dry_run,
+        )
+        try:
+            created = await api.create(Resource.INVOCATIONS, body)
+        except ApiError as err:
+            if dry_run and err.status == 400 and "dryRun" in err.message:
+                raise CliError(
+                    "this cluster's ToolInvocation CRD has no spec.dryRun: dry-run needs a newer "
+                    f"tooladapter ({err.message})",
+                    ExitCode.ERROR,
+                ) from err
+            raise
+        created_name = str(created["metadata"]["name"])
+        click.echo(
+            f"toolinvocation {api.namespace}/{created_name} created "
+            f"({tool_id} {version} as {me.username})",
+            err=True,
+        )
+        if not wait:
+            return _report(settings, created, finished=False, dry_run=dry_run)
+        display = StageDisplay(
+            write=lambda text: click.echo(text, err=True, nl=False),
+            tty=stderr_is_tty(),
+            namespace=api.namespace,
+        )
+        final, done = await follow_until_finished(
+            api, created_name, timeout=timeout, display=display, dry_run=dry_run
+        )
+    return _report(settings, final or created, finished=done, dry_run=dry_run, timeout=timeout)
+
+
+def _report(
+    settings: Settings,
+    obj: dict[str, Any],
+    *,
+    finished: bool,
+    dry_run: bool,
+    timeout: float | None = None,
+) -> ExitCode:
+    """Print the outcome and choose the exit code."""
+    status = obj.get("status") or {}
+    state = status.get("state")
+    if dry_run and state == PREVIEWED:
+        preview = status.get("preview") or {}
+        code = ExitCode.DENIED if views.preview_denied(preview) else ExitCode.OK
+    elif not finished:
+        code = ExitCode.OK if timeout is None else ExitCode.PENDING
+    else:
+        code = for_state(state)
+    if settings.structured:
+        settings.emit(views.outcome(obj))
+        return code
+    name = (obj.get("metadata") or {}).get("name")
+    if not finished:
+        if timeout is None:
+            click.echo(name)  # --no-wait: the name, for the next command
+        else:
+            click.echo(
+                f"{name}: still {state or 'not evaluated'} after {timeout:.0f}s; "
+                "the call goes on (follow it with kubectl get ti -w)",
+                err=True,
+            )
+        return code
+    if dry_run and state == PREVIEWED:
+        click.echo("\n".join(views.preview_lines(status.get("preview") or {})))
+        return code
+    summary = [str(state)]
+    if status.get("effectiveClass"):
+        summary.append(f"class {status['effectiveClass']}")
+    if status.get("receiptRef"):
+        summary.append(f"receipt {status['receiptRef']}")
+    click.echo(f"{name}: {', '.join(summary)}", err=True)
+    if state != InvocationState.OBSERVED:
+        detail = [status.get("failureClass"), status.get("deniedStage"), status.get("message")]
+        click.echo("  " + " | ".join(str(d) for d in detail if d), err=True)
+        if status.get("duplicateOf"):
+            click.echo(f"  duplicate of {status['duplicateOf']}", err=True)
+    text = views.result_text(obj)
+    if text:
+        click.echo(text, nl=not text.endswith("\n"))
+    return code
+
+
+@click.command("invoke")
+@common_options
+@call_options
+@click.option(
+    "--idempotency-key", help="spec.idempotencyKey: the same key (per caller) executes once."
+)
+@click.pass_obj
+def invoke(
+    settings: Settings,
+    tool_id: str,
+    pairs: tuple[str, ...],
+    args_json: str | None,
+    tool_version: str | None,
+    run_id: str | None,
+    name: str | None,
+    wait: bool,
+    timeout: float,
+    idempotency_key: str | None,
+) -> ExitCode:
+    """Call TOOL as yourself: create the ToolInvocation, follow its stages, print the result.
+
+    With -o json the outcome (state, result, receiptRef, ...) is printed as JSON; the stage
+    lines always go to stderr. Exit code: the call's end (0 Observed, 3 Denied, 4 Failed,
+    5 Uncertain, 6 Cancelled, 7 still running after --timeout)."""
+    return run_async(
+        _call(
+            settings,
+            tool_id=tool_id,
+            pairs=pairs,
+            args_json=args_json,
+            tool_version=tool_version,
+            run_id=run_id,
+            name=name,
+            wait=wait,
+            timeout=timeout,
+            idempotency_key=idempotency_key,
+        )
+    )
+
+
+@click.command("dry-run")
+@common_options
+@call_options
+@click.pass_obj
+def dry_run(
+    settings: Settings,
+    tool_id: str,
+    pairs: tuple[str, ...],
+    args_json: str | None,
+    tool_version: str | None,
+    run_id: str | None,
+    name: str | None,
+    wait: bool,
+    timeout: float,
+) -> ExitCode:
+    """What calling TOOL would do, without doing it: validation, policy, class,
+    permission, whether an approval is needed and from whom, sandbox and egress.
+
+    Creates the ToolInvocation with spec.dryRun: true and prints its status.preview once it
+    is Previewed. Exit code 0, or 3 when the preview says the call would be denied."""
+    return run_async(
+        _call(
+            settings,
+            tool_id=tool_id,
+            pairs=pairs,
+            args_json=args_json,
+            tool_version=tool_version,
+            run_id=run_id,
+            name=name,
+            wait=wait,
+            timeout=timeout,
+            dry_run=True,
+        )
+    )
