@@ -1,7 +1,7 @@
 """`make image`: the operator and sandbox images without a Docker engine.
 
   PYTHONPATH=hack python3 -m image [sandbox] [operator] [--tag dev] [--load auto|yes|no]
-  PYTHONPATH=hack python3 -m image lock     # re-resolve packages.lock, requirements.lock
+  PYTHONPATH=hack python3 -m image lock [--only debian|python]   # re-resolve the pins
 
 Prints one archive path per image. Each archive is cached under
 `~/.cache/tooladapter/images/`, keyed by every input (pinned packages, the builder's
@@ -131,6 +131,7 @@ def main() -> None:
     p.add_argument("images", nargs="*", metavar="sandbox|operator|lock")
     p.add_argument("--tag", default=os.environ.get("IMAGE_TAG", "dev"))
     p.add_argument("--load", choices=["auto", "yes", "no"], default="auto")
+    p.add_argument("--only", choices=["debian", "python"], help="lock: re-resolve one lock")
     a = p.parse_args()
     unknown = set(a.images) - {*REPOSITORIES, "lock"}
     if unknown:
@@ -138,8 +139,10 @@ def main() -> None:
     cache = containerd.cache_root() / "images"
     cache.mkdir(parents=True, exist_ok=True)
     if "lock" in a.images:
-        log(f"pinned {len(base.write_lock(cache))} Debian packages in {base.LOCK}")
-        log(f"pinned {python.write_lock()} Python packages in {python.LOCK}")
+        if a.only != "python":
+            log(f"pinned {len(base.write_lock(cache))} Debian packages in {base.LOCK}")
+        if a.only != "debian":
+            log(f"pinned {python.write_lock()} Python packages in {python.LOCK}")
         return
     names = a.images or list(REPOSITORIES)
     load = a.load == "yes" or (

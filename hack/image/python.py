@@ -19,6 +19,9 @@ import tempfile
 import tomllib
 from pathlib import Path
 
+from pip._vendor.packaging.requirements import Requirement
+from pip._vendor.packaging.utils import canonicalize_name
+
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
 LOCK = HERE / "requirements.lock"
@@ -64,6 +67,26 @@ def source_digest() -> str:
     return h.hexdigest()
 
 
+#: The interpreter the markers of `pyproject.toml`'s dependencies are evaluated for.
+MARKER_ENV = {"python_version": "3.11", "sys_platform": "linux", "platform_system": "Linux"}
+
+
+def missing_from_lock(pyproject: str, lock: str) -> list[str]:
+    """The dependencies of `pyproject` (for the image's interpreter) that `lock` does
+    not pin: the image installs the lock with --no-deps, so each would be absent."""
+    pinned = {
+        canonicalize_name(line.split("==", 1)[0])
+        for line in lock.splitlines()
+        if "==" in line and not line.lstrip().startswith("#")
+    }
+    wanted = []
+    for text in tomllib.loads(pyproject)["project"]["dependencies"]:
+        req = Requirement(text)
+        if req.marker is None or req.marker.evaluate(MARKER_ENV):
+            wanted.append(req.name)
+    return [name for name in wanted if canonicalize_name(name) not in pinned]
+
+
 def _pip(*args: str) -> None:
     subprocess.run(
         [sys.executable, "-m", "pip", "--disable-pip-version-check", "--no-input", *args],
@@ -89,6 +112,12 @@ def build_wheel(out: Path) -> Path:
 
 def install(root: Path) -> None:
     """The pinned dependencies and the wheel into the image tree, compiled."""
+    missing = missing_from_lock((REPO / "pyproject.toml").read_text(), LOCK.read_text())
+    if missing:
+        raise SystemExit(
+            f"{LOCK.name} does not pin {', '.join(missing)} (pyproject.toml needs them): "
+            "PYTHONPATH=hack python3 -m image lock --only python"
+        )
     site = root / SITE
     site.mkdir(parents=True, exist_ok=True)
     common = (
@@ -119,6 +148,12 @@ def install(root: Path) -> None:
                 if not line.startswith(("../", "bin/")) and "direct_url.json" not in line
             )
         )
+    # The image's own interpreter imports the operator: a dependency missing from the
+    # lock fails the build, not the first start.
+    subprocess.run(
+        ["chroot", str(root), "/usr/bin/python3", "-c", "import tooladapter.main"],
+        check=True,
+    )
     subprocess.run(
         [
             "chroot",

@@ -29,7 +29,7 @@ def _load(name: str, path: Path) -> ModuleType:
 
 mkimage = _load("mkimage", ROOT / "hack" / "cluster" / "mkimage.py")
 sys.path.insert(0, str(ROOT / "hack"))
-from image import containerd, dpkg  # noqa: E402
+from image import containerd, dpkg, python  # noqa: E402
 
 
 def _tree(root: Path, order: list[str], mtime: int) -> Path:
@@ -265,3 +265,20 @@ def test_only_the_running_local_clusters_kubeconfig_gets_an_import(
         assert not containerd.local_cluster(str(checkout / "kubeconfig"))
     finally:
         sock.close()
+
+
+def test_the_operator_images_lock_pins_every_dependency_of_pyproject() -> None:
+    # The image installs requirements.lock with --no-deps: a dependency added to
+    # pyproject.toml without `python -m image lock --only python` would be absent.
+    pyproject = (ROOT / "pyproject.toml").read_text()
+    assert python.missing_from_lock(pyproject, python.LOCK.read_text()) == []
+
+
+def test_a_dependency_missing_from_the_lock_is_named_and_other_platforms_are_not() -> None:
+    pyproject = """
+[project]
+dependencies = [
+  "Boto3>=1.36", "uvloop; sys_platform != 'win32'", "pywin32; sys_platform == 'win32'",
+]
+"""
+    assert python.missing_from_lock(pyproject, "boto3==1.44.8 --hash=sha256:00\n") == ["uvloop"]
