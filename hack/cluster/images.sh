@@ -15,9 +15,13 @@
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 
+# The checkout's venv has pip (the operator image installs wheels with it); Debian's
+# python3 may not.
+PYTHON="$REPO_ROOT/.venv/bin/python3"
+[ -x "$PYTHON" ] || PYTHON=python3
 build_images() {
   PYTHONPATH="$REPO_ROOT/hack${PYTHONPATH:+:$PYTHONPATH}" \
-    python3 -m image "$@" --tag dev --load no
+    "$PYTHON" -m image "$@" --tag dev --load no
 }
 
 case "${1:-}" in

@@ -11,6 +11,7 @@ is compiled inside the image by its own python3 with unchecked hashes: determini
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 import shutil
 import subprocess
@@ -18,9 +19,6 @@ import sys
 import tempfile
 import tomllib
 from pathlib import Path
-
-from pip._vendor.packaging.requirements import Requirement
-from pip._vendor.packaging.utils import canonicalize_name
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
@@ -74,6 +72,10 @@ MARKER_ENV = {"python_version": "3.11", "sys_platform": "linux", "platform_syste
 def missing_from_lock(pyproject: str, lock: str) -> list[str]:
     """The dependencies of `pyproject` (for the image's interpreter) that `lock` does
     not pin: the image installs the lock with --no-deps, so each would be absent."""
+    # pip's own copy of packaging: the builder needs pip anyway, and nothing else.
+    from pip._vendor.packaging.requirements import Requirement
+    from pip._vendor.packaging.utils import canonicalize_name
+
     pinned = {
         canonicalize_name(line.split("==", 1)[0])
         for line in lock.splitlines()
@@ -88,6 +90,8 @@ def missing_from_lock(pyproject: str, lock: str) -> list[str]:
 
 
 def _pip(*args: str) -> None:
+    if importlib.util.find_spec("pip") is None:
+        raise SystemExit(f"{sys.executable} has no pip: run `make venv` (or install python3-pip)")
     subprocess.run(
         [sys.executable, "-m", "pip", "--disable-pip-version-check", "--no-input", *args],
         check=True,
