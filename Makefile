@@ -15,7 +15,7 @@ export PYTHONUNBUFFERED := 1
 include hack/cluster.mk
 
 .PHONY: help venv lint unit crds crds-check install uninstall run demo test integration bench chaos s3-server \
-	deploy undeploy deploy-test
+	deploy undeploy deploy-test image
 
 # `make deploy`: the Helm release (charts/tooladapter) in the cluster of KUBECONFIG.
 HELM              ?= helm
@@ -23,11 +23,6 @@ DEPLOY_RELEASE    ?= tooladapter
 DEPLOY_NAMESPACE  ?= tooladapter-system
 # Further `helm upgrade` flags, e.g. DEPLOY_ARGS="--set replicas=3 -f my-values.yaml".
 DEPLOY_ARGS       ?=
-# The local cluster has no Service proxy yet (no kube-proxy among its components): its pods
-# reach the API server at the node's address, a narrow workaround that goes with kube-proxy.
-LOCAL_DEPLOY_ARGS = $(if $(shell grep -sw kube-proxy $(ROOT)/hack/cluster/lib.sh),,\
-	--set apiServer.host=$$($(PY) -c 'from tooladapter.devtools import node_ip; print(node_ip())') \
-	--set-string apiServer.port=6443)
 
 help:
 	@echo "make test       set up everything on a fresh machine, then run all tests"
@@ -37,6 +32,7 @@ help:
 	@echo "make run        the operator (and its egress proxy) in the foreground against KUBECONFIG"
 	@echo "make deploy     the operator in-cluster with Helm (2 replicas); undeploy removes it"
 	@echo "make crds       regenerate crds/ from the models"
+	@echo "make image      operator and sandbox images without Docker (loaded into the local cluster)"
 	@echo "make bench      benchmarks (never part of make test)"
 	@echo "make chaos      exactly once and never stuck under faults (never part of make test)"
 	@echo "make s3-server  build the S3-compatible test server (SeaweedFS) into the cache"
@@ -87,15 +83,12 @@ run: venv
 deploy: venv
 	@command -v $(HELM) >/dev/null || { echo "make deploy: no helm binary (HELM=$(HELM)); \
 	  the local cluster's tools are in .cluster/bin" >&2; exit 1; }
-	@if [ "$(KUBECONFIG)" = "$(LOCAL_KUBECONFIG)" ]; then \
-	  if $(MAKE) -n image >/dev/null 2>&1; then $(MAKE) --no-print-directory image; \
-	  else echo "make deploy: there is no \`make image\` yet to build \
-	    localhost/tooladapter-operator:dev for the local cluster" >&2; exit 1; fi; fi
+	@if [ "$(KUBECONFIG)" = "$(LOCAL_KUBECONFIG)" ]; then $(MAKE) --no-print-directory image; fi
 	kubectl apply --server-side --force-conflicts -f crds/
 	kubectl wait --for=condition=Established --timeout=60s -f crds/
 	$(HELM) upgrade --install $(DEPLOY_RELEASE) charts/tooladapter \
 	  --namespace $(DEPLOY_NAMESPACE) --create-namespace --wait --timeout 5m \
-	  $(if $(filter $(LOCAL_KUBECONFIG),$(KUBECONFIG)),$(LOCAL_DEPLOY_ARGS)) $(DEPLOY_ARGS)
+	  $(DEPLOY_ARGS)
 	kubectl label --overwrite namespace $(DEPLOY_NAMESPACE) \
 	  pod-security.kubernetes.io/enforce=restricted pod-security.kubernetes.io/enforce-version=latest
 
@@ -129,12 +122,26 @@ s3-server:
 integration: venv s3-server
 	TOOLADAPTER_REQUIRE_CLUSTER=1 $(VENV)/bin/pytest -q -m "not cluster_down" tests/cluster tests/integration
 
-test: lint unit
+# The host-process suite first (it reads the operator's log and artifacts and kills its
+# process), then what `make install` applied is removed and the Helm-installed operator is
+# tested (tests/deploy); kubectl-applied and Helm-owned objects never coexist.
+test: lint
+	$(MAKE) --no-print-directory cluster-build  # helm (the chart's unit tests render it)
+	$(MAKE) --no-print-directory unit
 	@if [ "$(KUBECONFIG)" = "$(LOCAL_KUBECONFIG)" ]; then $(MAKE) --no-print-directory cluster-up; fi
 	$(MAKE) --no-print-directory install
 	$(MAKE) --no-print-directory integration
+	$(MAKE) --no-print-directory uninstall
+	$(MAKE) --no-print-directory deploy-test
 	@if [ "$(KUBECONFIG)" = "$(LOCAL_KUBECONFIG)" ]; then \
 	  $(VENV)/bin/pytest -q -m cluster_down tests/cluster; fi
+
+# Images without a Docker engine (hack/image): OCI archives under ~/.cache/tooladapter/images,
+# imported into the local cluster's containerd only when KUBECONFIG is that cluster's.
+IMAGES ?= sandbox operator
+IMAGE_TAG ?= dev
+image: venv
+	PYTHONPATH=$(ROOT)/hack $(PY) -m image $(IMAGES) --tag $(IMAGE_TAG)
 
 bench: venv
 	@if [ "$(KUBECONFIG)" = "$(LOCAL_KUBECONFIG)" ]; then $(MAKE) --no-print-directory cluster-up; fi
