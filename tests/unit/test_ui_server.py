@@ -55,9 +55,8 @@ class StubApi:
         self.world.created.append(body)
         return body
 
-    async def watch_changes(self, plural: str, namespace: str | None) -> AsyncIterator[Any]:
+    async def collection_version(self, plural: str, namespace: str | None) -> str:
         raise CallerApiError(403, "no watching here")
-        yield  # an async generator
 
 
 class World:

@@ -338,34 +338,41 @@ class AsCaller:
             if not token:
                 return items
 
-    async def watch_changes(
-        self, plural: str, namespace: str | None
-    ) -> AsyncGenerator[tuple[str, dict[str, Any]], None]:
-        """(event type, object) of every change to a kind in `namespace` (None: every
-        namespace) from now on, until the watch request ends (at most `WATCH_SECONDS`).
-        Starts from the collection's current version, so existing objects are not
-        replayed."""
-        list_call = (
-            self.custom.list_cluster_custom_object
-            if namespace is None
-            else self.custom.list_namespaced_custom_object
-        )
-        where = (
-            (GROUP, VERSION, plural) if namespace is None else (GROUP, VERSION, namespace, plural)
-        )
+    def _collection(self, namespace: str | None) -> tuple[Any, tuple[str, ...]]:
+        if namespace is None:
+            return self.custom.list_cluster_custom_object, (GROUP, VERSION)
+        return self.custom.list_namespaced_custom_object, (GROUP, VERSION, namespace)
+
+    async def collection_version(self, plural: str, namespace: str | None) -> str:
+        """The current resourceVersion of a kind's collection in `namespace` (None: every
+        namespace): where a watch of changes from now on starts."""
+        list_call, where = self._collection(namespace)
         try:
             head = await json_body(
-                await list_call(*where, limit=1, _preload_content=False, _headers=self._headers)
+                await list_call(
+                    *where, plural, limit=1, _preload_content=False, _headers=self._headers
+                )
             )
         except ApiException as exc:
             raise _error(exc) from exc
-        version = str((head.get("metadata") or {}).get("resourceVersion") or "")
+        return str((head.get("metadata") or {}).get("resourceVersion") or "")
+
+    async def watch_changes(
+        self, plural: str, namespace: str | None, resource_version: str
+    ) -> AsyncGenerator[tuple[str, dict[str, Any]], None]:
+        """(event type, object) of every change to a kind in `namespace` (None: every
+        namespace) after `resource_version`, until the watch request ends (at most
+        `WATCH_SECONDS`); the caller goes on from the last object's resourceVersion. A
+        `CallerApiError` with status 410 means the version is too old: start again from
+        `collection_version`."""
+        list_call, where = self._collection(namespace)
         stream = watch.Watch()
         try:
             async for event in stream.stream(
                 list_call,
                 *where,
-                resource_version=version,
+                plural,
+                resource_version=resource_version,
                 timeout_seconds=WATCH_SECONDS,
                 allow_watch_bookmarks=False,
                 _headers=self._headers,

@@ -2,8 +2,8 @@
 
 One watch per chosen namespace (or one cluster-wide), each with the person's own token,
 so RBAC decides what they hear about; each event names the call and its state and the
-page reloads its list. A watch that ends (at most `WATCH_SECONDS`) is started again from
-now; a refused one ends the stream. The stream ends when the session does.
+page reads its list again. A watch that ends (at most `WATCH_SECONDS`) goes on from the
+last version it saw; a refused one ends the stream. The stream ends when the session does.
 """
 
 from __future__ import annotations
@@ -29,11 +29,19 @@ RETRY_SECONDS: Final = 2.0
 async def _follow(
     person: Person, namespace: str | None, queue: asyncio.Queue[dict[str, Any]]
 ) -> None:
+    """Put every change of the scope into `queue`. Each (re)start first fixes the version
+    the watch starts from, then says SYNCED: the page reads its list again after that, so
+    nothing that happened between its first read and the watch is missed."""
     api = person.caller.api
+    version: str | None = None
     while True:
         try:
-            async for kind, obj in api.watch_changes(Resource.INVOCATIONS, namespace):
+            if version is None:
+                version = await api.collection_version(Resource.INVOCATIONS, namespace)
+                await queue.put({"type": "SYNCED", "namespace": namespace})
+            async for kind, obj in api.watch_changes(Resource.INVOCATIONS, namespace, version):
                 meta = obj.get("metadata") or {}
+                version = str(meta.get("resourceVersion") or version)
                 await queue.put(
                     {
                         "type": kind,
@@ -46,7 +54,8 @@ async def _follow(
             if exc.status in (401, 403):
                 await queue.put({"type": "REFUSED", "namespace": namespace})
                 return
-            await asyncio.sleep(RETRY_SECONDS)
+            version = None  # 410 (too old) or a failure: read the version again
+            await asyncio.sleep(RETRY_SECONDS if exc.status != 410 else 0)
 
 
 @page

@@ -37,7 +37,7 @@ _HEADERS: Final = {
         "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
     ),
     "X-Content-Type-Options": "nosniff",
-    "Referrer-Policy": "no-referrer",
+    "Referrer-Policy": "same-origin",
     "X-Frame-Options": "DENY",
     "Cache-Control": "no-store",
 }
@@ -137,8 +137,10 @@ def same_origin(request: web.Request) -> bool:
     if site is not None and site not in ("same-origin", "none"):
         return False
     origin = request.headers.get("Origin")
-    if origin is None or origin == "null":
-        return origin is None
+    if origin is None:
+        return True
+    if origin == "null":  # an opaque origin: only the fetch metadata can vouch for it
+        return site == "same-origin"
     return urlsplit(origin).netloc == request.host
 
 
