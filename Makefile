@@ -14,7 +14,7 @@ export PYTHONUNBUFFERED := 1
 
 include hack/cluster.mk
 
-.PHONY: help venv lint unit crds crds-check install uninstall run demo test integration bench chaos
+.PHONY: help venv lint unit crds crds-check install uninstall run demo test integration bench chaos browser
 
 help:
 	@echo "make test       set up everything on a fresh machine, then run all tests"
@@ -68,7 +68,11 @@ demo: venv
 	$(MAKE) --no-print-directory install
 	$(PY) hack/demo.py
 
-integration: venv
+# Debian's chromium for the reviewers' page tests (Playwright drives it; never `playwright install`).
+browser:
+	@command -v chromium >/dev/null || { apt-get update -qq && apt-get install -y -qq chromium; }
+
+integration: venv browser
 	TOOLADAPTER_REQUIRE_CLUSTER=1 $(VENV)/bin/pytest -q -m "not cluster_down" tests/cluster tests/integration
 
 test: lint unit
