@@ -4,6 +4,7 @@ refusals. The real API server, RBAC and admission are in tests/integration/test_
 
 from __future__ import annotations
 
+import asyncio
 import re
 import socket
 from collections.abc import AsyncIterator
@@ -209,3 +210,20 @@ async def test_without_the_reviewer_role_no_form_and_refused_namespaces_are_name
             assert response.status == 422
         async with http.get(f"{base}/ui/uncertain") as response:
             assert response.status == 200 and "No call is Uncertain" in await response.text()
+
+
+async def test_the_event_stream_says_when_the_api_server_refuses_the_watch(
+    served: tuple[str, World],
+) -> None:
+    base, _ = served
+    async with aiohttp.ClientSession(cookie_jar=aiohttp.CookieJar(unsafe=True)) as http:
+        await _signed_in(http, base)
+        async with http.get(f"{base}/ui/events") as response:
+            assert response.status == 200
+            assert response.headers["Content-Type"].startswith("text/event-stream")
+            seen = b""
+            while b"REFUSED" not in seen:
+                line = await asyncio.wait_for(response.content.readline(), timeout=10)
+                assert line, seen
+                seen += line
+    assert b"event: change" in seen and b'"namespace":"team-a"' in seen
