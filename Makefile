@@ -14,17 +14,18 @@ export PYTHONUNBUFFERED := 1
 
 include hack/cluster.mk
 
-.PHONY: help venv lint unit crds crds-check install uninstall run demo test integration bench chaos browser
+.PHONY: help venv lint unit crds crds-check install uninstall run demo test integration bench chaos s3-server browser
 
 help:
 	@echo "make test       set up everything on a fresh machine, then run all tests"
 	@echo "make demo       local cluster, operator, example tools, calls as an agent, receipts"
 	@echo "make cluster-up | cluster-down | cluster-status"
 	@echo "make install    CRDs, RBAC, admission policies into the cluster of KUBECONFIG"
-	@echo "make run        the operator in the foreground against KUBECONFIG"
+	@echo "make run        the operator (and its egress proxy) in the foreground against KUBECONFIG"
 	@echo "make crds       regenerate crds/ from the models"
 	@echo "make bench      benchmarks (never part of make test)"
 	@echo "make chaos      exactly once and never stuck under faults (never part of make test)"
+	@echo "make s3-server  build the S3-compatible test server (SeaweedFS) into the cache"
 
 $(STAMP): pyproject.toml
 	@command -v python3 >/dev/null || { apt-get update -qq && apt-get install -y -qq python3 python3-venv; }
@@ -60,7 +61,10 @@ uninstall:
 	-kubectl delete -k manifests/ --ignore-not-found
 	-kubectl delete -f crds/ --ignore-not-found
 
+# The egress proxy runs beside the operator (its own process; host mode: sandboxes reach it
+# on this node's address); it stops with the operator.
 run: venv
+	@$(PY) -m tooladapter egress-proxy & proxy=$$!; trap 'kill $$proxy 2>/dev/null' EXIT INT TERM; \
 	$(PY) -m tooladapter run
 
 demo: venv
@@ -68,11 +72,15 @@ demo: venv
 	$(MAKE) --no-print-directory install
 	$(PY) hack/demo.py
 
+# The S3-compatible server the s3 artifact tests start (built once into ~/.cache/tooladapter).
+s3-server:
+	hack/s3/build.sh >/dev/null
+
 # Debian's chromium for the reviewers' page tests (Playwright drives it; never `playwright install`).
 browser:
 	@command -v chromium >/dev/null || { apt-get update -qq && apt-get install -y -qq chromium; }
 
-integration: venv browser
+integration: venv s3-server browser
 	TOOLADAPTER_REQUIRE_CLUSTER=1 $(VENV)/bin/pytest -q -m "not cluster_down" tests/cluster tests/integration
 
 test: lint unit
@@ -86,6 +94,7 @@ bench: venv
 	@if [ "$(KUBECONFIG)" = "$(LOCAL_KUBECONFIG)" ]; then $(MAKE) --no-print-directory cluster-up; fi
 	$(MAKE) --no-print-directory install
 	PYTHONPATH=$(ROOT)/hack$${PYTHONPATH:+:$$PYTHONPATH} $(PY) -m bench
+	BENCH_REPORT=bench-egress.json PYTHONPATH=$(ROOT)/hack$${PYTHONPATH:+:$$PYTHONPATH} $(PY) -m bench egress
 
 chaos: venv
 	@if [ "$(KUBECONFIG)" = "$(LOCAL_KUBECONFIG)" ]; then $(MAKE) --no-print-directory cluster-up; fi

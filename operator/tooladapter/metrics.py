@@ -25,6 +25,11 @@ DENIALS = Counter(
     "Denials by stage.",
     ["tenant", "stage", "reason"],
 )
+ARTIFACT_STORE_ERRORS = Counter(
+    "tooladapter_artifact_store_errors",
+    "Puts the artifact store refused or never answered (each is retried until stored).",
+    ["artifact"],
+)
 #: The gauges (uncertain, approvals waiting, open sandboxes) are counted from the watch's
 #: view of every invocation when scraped: see `tooladapter.census`.
 
@@ -62,3 +67,11 @@ def serve(port: int, *collectors: Collector) -> None:
     for collector in collectors:
         REGISTRY.register(collector)
     listen(port)
+
+
+#: Counted by the egress proxy's own process (`tooladapter.egress`), on its /metrics port.
+EGRESS_CONNECTIONS = Counter(
+    "tooladapter_egress_connections",
+    "Connections through the egress proxy by verdict (tenant: the lease's namespace).",
+    ["tenant", "verdict"],
+)

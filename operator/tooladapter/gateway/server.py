@@ -7,6 +7,7 @@ naming the address and the setting.
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import logging
 import socket
@@ -15,7 +16,7 @@ from typing import Final
 
 from aiohttp import web
 
-from ..artifacts import LocalArtifactStore
+from ..artifacts import open_store
 from ..kube.auth import AllowCache
 from ..kube.callers import CallerPool, Reviews
 from ..kube.client import Kube
@@ -107,8 +108,10 @@ class Gateway:
                 kube, settings.gateway_audiences, AllowCache(settings.authz_cache_seconds)
             ),
             pool=CallerPool.from_default(),
-            store=LocalArtifactStore(settings.artifact_dir),
+            # The configured backend: with s3 every replica reads every receipt.
+            store=await asyncio.to_thread(open_store, settings),
             settings=settings,
+            kube=kube,
         )
         gateway = cls(deps, kube)
         try:

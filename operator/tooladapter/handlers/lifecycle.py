@@ -17,11 +17,11 @@ from typing import Any
 import kopf
 
 from .. import GROUP
-from ..artifacts import LocalArtifactStore
+from ..artifacts import open_store
 from ..catalog import Catalog
 from ..enums import ToolKind
 from ..executors import Executor
-from ..executors.canary import start_canary
+from ..executors.canary import default_route_address, start_canary
 from ..executors.http import HttpExecutor
 from ..executors.mcp import McpExecutor
 from ..executors.native import NativeExecutor
@@ -31,8 +31,9 @@ from ..kube.auth import AllowCache
 from ..kube.client import Conflict, Kube, NotFound, is_transient
 from ..kube.cluster import KubeCluster
 from ..metrics import serve
+from ..pipeline.sandbox import ProxyPeer
 from ..runtime import Runtime
-from ..settings import Settings
+from ..settings import EgressSettings, Settings
 from . import leadership
 from .kopf_events import KopfEvents
 from .mcp import McpServers
@@ -92,7 +93,8 @@ def configure(settings: kopf.OperatorSettings) -> None:
     settings.queueing.idle_timeout = 0.5
 
     # The API client logs whole response bodies at DEBUG, Secrets included: never let it.
-    for name in ("kubernetes_asyncio", "kubernetes", "urllib3", "aiohttp.client"):
+    # botocore logs request headers at DEBUG (a session token among them): never either.
+    for name in ("kubernetes_asyncio", "kubernetes", "urllib3", "aiohttp.client", "botocore"):
         logging.getLogger(name).setLevel(logging.WARNING)
     # kopf logs "Handler 'invocation_event' succeeded." at INFO for every watch event, about
     # six per call: noise that cost measurable CPU under load. Failures and retries still log.
@@ -114,6 +116,9 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo) -> None:
         # Before anything else: a standby waits here, and kopf starts no watch until the
         # start-up handlers return. Kept across kopf's retries of this handler.
         memo["leadership"] = await leadership.lead(config)
+    # Before any watch: an artifact store that cannot take receipts stops the start (an
+    # s3 bucket absent, forbidden or unreachable), rather than every call at its end.
+    store = await asyncio.to_thread(open_store, config)
     kube = await Kube.connect()
     catalog = Catalog()
     try:
@@ -135,7 +140,7 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo) -> None:
     rt = Runtime(
         cluster=cluster,
         settings=config,
-        store=LocalArtifactStore(config.artifact_dir),
+        store=store,
         catalog=catalog,
         executors=executors,
         events=KopfEvents(),
@@ -152,10 +157,11 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo) -> None:
                 canary_server.close()
 
             rt.closers.append(close_canary)
+    rt.egress_peer = egress_peer(config.egress)
     rt.mcp = McpServers(rt)
     serve(config.metrics_port, rt.census)
     memo["runtime"] = rt
-    logger.info("tooladapter started; artifacts in %s", config.artifact_dir)
+    logger.info("tooladapter started; artifacts in %s", store)
 
 
 async def prime_when_served(catalog: Catalog, kube: Kube) -> None:
@@ -191,6 +197,21 @@ def short_reason(exc: BaseException) -> str:
     status = getattr(exc, "status", None)
     reason = getattr(exc, "reason", None) or str(exc) or type(exc).__name__
     return f"{status} {reason}" if status else f"{type(exc).__name__}: {reason}"
+
+
+def egress_peer(settings: EgressSettings) -> ProxyPeer | None:
+    """The egress proxy as sandboxes reach it: the configured address, else (host mode,
+    `make run`) this host's default-route address, where the proxy listens."""
+    address = settings.proxy_address or default_route_address()
+    if address is None:
+        logger.warning("no egress proxy address: sandboxes cannot reach host names")
+        return None
+    return ProxyPeer(
+        address=address,
+        port=settings.proxy_port,
+        namespace=settings.namespace if settings.proxy_pod_labels else None,
+        pod_labels=settings.proxy_pod_labels,
+    )
 
 
 async def stop(memo: kopf.Memo) -> None:
