@@ -4,11 +4,13 @@ recent decisions, runs, and the sealed session with its CSRF token."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tooladapter.gateway.ui.data import parse_namespaces
+from tooladapter.artifacts import LocalArtifactStore
+from tooladapter.gateway.ui.data import _stored, parse_namespaces
 from tooladapter.gateway.ui.session import Sealer, nonces_match
 from tooladapter.pipeline import reviewpage
 
@@ -169,3 +171,15 @@ def test_namespaces_are_names_and_bounded() -> None:
     assert parse_namespaces("") == ()
     assert parse_namespaces("Team_A") is None
     assert parse_namespaces(" ".join(f"n{i}" for i in range(21))) is None
+
+
+def test_a_stored_receipt_is_checked_and_a_tampered_one_is_a_mismatch(tmp_path: Path) -> None:
+    store = LocalArtifactStore(tmp_path)
+    ref = store.put(b'{"schema":"tool-invocation-v1","tenantId":"team-a"}')
+    shown = _stored(store, ref, "team-a")
+    assert shown is not None and shown.verdict.ok and shown.receipt["tenantId"] == "team-a"
+    assert _stored(store, ref, "team-b") is None  # another namespace's receipt: not shown
+    assert _stored(store, "sha256:" + "0" * 64, "team-a") is None
+    store.path_of(ref).write_bytes(b'{"schema":"tool-invocation-v1","tenantId":"team-a "}')
+    tampered = _stored(store, ref, "team-a")
+    assert tampered is not None and not tampered.verdict.ok

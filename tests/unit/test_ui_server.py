@@ -92,7 +92,7 @@ def _free_port() -> int:
 async def served() -> AsyncIterator[tuple[str, World]]:
     world = World()
     settings = Settings(gateway_host="127.0.0.1", gateway_port=_free_port())
-    deps = Deps(reviews=world, pool=world, store=None, settings=settings)  # type: ignore[arg-type]
+    deps = Deps(reviews=world, pool=world, store=None, settings=settings, kube=None)  # type: ignore[arg-type]
     gateway = Gateway(deps, None)
     await gateway.serve()
     try:

@@ -16,10 +16,11 @@ from typing import Any, Final
 
 from aiohttp import web
 
+from ...artifacts import ArtifactStore, ArtifactStoreError, CorruptArtifact
 from ...enums import Resource
 from ...kube.callers import CallerApiError
 from ...pipeline.linear_regex import compile_internal
-from ...pipeline.receipt_check import Verdict, verify
+from ...pipeline.receipt_check import Match, Verdict, verify
 from ..context import deps_of
 from ..params import NAME_PATTERN, NAMESPACE_PATTERN
 from .web import Person
@@ -123,10 +124,14 @@ class StoredReceipt:
     verdict: Verdict
 
 
-def _stored(store: Any, ref: str, namespace: str) -> StoredReceipt | None:
+def _stored(store: ArtifactStore, ref: str, namespace: str) -> StoredReceipt | None:
     try:
         data = store.get(ref)
-    except (KeyError, ValueError):
+    except CorruptArtifact:
+        # The store holds other bytes under this name: a mismatch, whatever they say.
+        refused = "(other bytes: the artifact store refused them)"
+        return StoredReceipt(ref, {}, refused, Verdict(ref, refused, Match.NONE))
+    except (KeyError, ValueError, ArtifactStoreError):
         return None
     try:
         receipt = json.loads(data)
@@ -147,7 +152,8 @@ async def stored_receipt(
     request: web.Request, ref: str | None, namespace: str
 ) -> StoredReceipt | None:
     """The receipt `ref` of a call the person listed (so may read) in `namespace`, with
-    its sha256 recomputed over the stored bytes; None when this replica's store lacks it."""
+    its sha256 recomputed over the stored bytes; None when the store lacks it or cannot be
+    reached."""
     if not ref:
         return None
     return await asyncio.to_thread(_stored, deps_of(request).store, ref, namespace)
