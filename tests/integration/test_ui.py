@@ -255,10 +255,10 @@ def test_the_run_view_lists_a_runs_receipts_and_verifies_one(
 ) -> None:
     descriptor(api, ns.name, "list-tools", **NATIVE)
     agent.grant(["list-tools"], ["read"])
-    names = [agent.invoke("list-tools", {}, runId="run-ui-1") for _ in range(2)]
-    refs = []
-    for name in names:
-        status = status_of(agent.wait(name))
+    names, refs = [], []
+    for _ in range(2):  # one after the other: the page lists them in that order
+        names.append(agent.invoke("list-tools", {}, runId="run-ui-1"))
+        status = status_of(agent.wait(names[-1]))
         assert status["state"] == "Observed", status
         refs.append(status["receiptRef"])
     auditor = Agent.create(api, ns.name, "auditor", role="tooladapter-observer")

@@ -126,6 +126,7 @@ def test_recent_decisions_runs_and_uncertain_calls() -> None:
     )
     plain = call("c", {}, state="Observed", runId="run-1", created="2026-01-02T00:00:00Z")
     first = call("d", {}, state="Uncertain", runId="run-1", endedAt="T1")
+    same_second = call("a0", {}, state="Observed", runId="run-1", startedAt="T0.5")
     done = call(
         "e",
         {},
@@ -137,7 +138,8 @@ def test_recent_decisions_runs_and_uncertain_calls() -> None:
     decided = reviewpage.recent_decisions([approved, rejected, plain])
     assert [(d["name"], d["decision"]) for d in decided] == [("b", "Rejected"), ("a", "Approved")]
     assert reviewpage.run_ids([plain, first, done]) == ["run-1", "run-0"]
-    assert [c["name"] for c in reviewpage.run_calls([plain, first, done], "run-1")] == ["d", "c"]
+    run = reviewpage.run_calls([plain, same_second, first, done], "run-1")
+    assert [c["name"] for c in run] == ["d", "a0", "c"]  # same second: by start time
     uncertain = reviewpage.uncertain_calls([plain, done, first])
     assert [(u["name"], u["confirmable"]) for u in uncertain] == [("d", True), ("e", False)]
 

@@ -270,10 +270,16 @@ def run_ids(invocations: Sequence[dict[str, Any]], limit: int = MAX_RUNS) -> lis
 
 
 def run_calls(invocations: Sequence[dict[str, Any]], run_id: str) -> list[dict[str, Any]]:
-    """The calls of one run in creation order, each with its stage timeline."""
+    """The calls of one run in creation order (then start order), each with its stage
+    timeline."""
     chosen = [i for i in invocations if _spec(i).get("runId") == run_id]
+    # creationTimestamp has whole seconds; startedAt (microseconds) orders calls within one.
     chosen.sort(
-        key=lambda i: (str(_meta(i).get("creationTimestamp") or ""), str(_meta(i).get("name")))
+        key=lambda i: (
+            str(_meta(i).get("creationTimestamp") or ""),
+            str(_status(i).get("startedAt") or ""),
+            _name(i),
+        )
     )
     rows = []
     for obj in chosen:
