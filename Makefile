@@ -15,7 +15,7 @@ export PYTHONUNBUFFERED := 1
 include hack/cluster.mk
 
 .PHONY: help venv lint unit crds crds-check install uninstall run demo test integration bench chaos s3-server \
-	deploy undeploy deploy-test image
+	deploy undeploy deploy-test image browser
 
 # `make deploy`: the Helm release (charts/tooladapter) in the cluster of KUBECONFIG.
 HELM              ?= helm
@@ -119,7 +119,11 @@ demo: venv
 s3-server:
 	hack/s3/build.sh >/dev/null
 
-integration: venv s3-server
+# Debian's chromium for the reviewers' page tests (Playwright drives it; never `playwright install`).
+browser:
+	@command -v chromium >/dev/null || { apt-get update -qq && apt-get install -y -qq chromium; }
+
+integration: venv s3-server browser
 	TOOLADAPTER_REQUIRE_CLUSTER=1 $(VENV)/bin/pytest -q -m "not cluster_down" tests/cluster tests/integration
 
 # The host-process suite first (it reads the operator's log and artifacts and kills its

@@ -227,6 +227,11 @@ class Settings:
     gateway_audiences: tuple[str, ...] = ()
     #: How long a tools/call waits for an approval before answering "still pending".
     gateway_approval_wait_seconds: int = 300
+    #: A file of at least 32 random bytes sealing the reviewers' page session cookies
+    #: (every replica behind one Service needs the same); unset: a key per process.
+    ui_session_key_file: Path | None = None
+    #: How long a sign-in to the reviewers' page lasts (the token's own expiry still ends it).
+    ui_session_seconds: int = 8 * 3600
 
     def serves(self, namespace: str) -> bool:
         return not self.namespaces or any(
@@ -287,6 +292,10 @@ class Settings:
             gateway_audiences=_list("TOOLADAPTER_GATEWAY_AUDIENCES", base.gateway_audiences),
             gateway_approval_wait_seconds=_at_least(
                 "TOOLADAPTER_GATEWAY_APPROVAL_WAIT_SECONDS", base.gateway_approval_wait_seconds, 0
+            ),
+            ui_session_key_file=_path("TOOLADAPTER_UI_SESSION_KEY_FILE"),
+            ui_session_seconds=_at_least(
+                "TOOLADAPTER_UI_SESSION_SECONDS", base.ui_session_seconds, 60
             ),
             egress=EgressSettings.from_env(),
             health_port=_port("TOOLADAPTER_HEALTH_PORT", base.health_port),
