@@ -14,7 +14,7 @@ export PYTHONUNBUFFERED := 1
 
 include hack/cluster.mk
 
-.PHONY: help venv lint unit crds crds-check install uninstall run demo test integration bench chaos
+.PHONY: help venv lint unit crds crds-check install uninstall run demo test integration bench chaos otel-collector
 
 help:
 	@echo "make test       set up everything on a fresh machine, then run all tests"
@@ -25,6 +25,7 @@ help:
 	@echo "make crds       regenerate crds/ from the models"
 	@echo "make bench      benchmarks (never part of make test)"
 	@echo "make chaos      exactly once and never stuck under faults (never part of make test)"
+	@echo "make otel-collector  build the OTLP receiver the tracing tests use, into the cache"
 
 $(STAMP): pyproject.toml
 	@command -v python3 >/dev/null || { apt-get update -qq && apt-get install -y -qq python3 python3-venv; }
@@ -68,7 +69,12 @@ demo: venv
 	$(MAKE) --no-print-directory install
 	$(PY) hack/demo.py
 
-integration: venv
+# The OpenTelemetry Collector (OTLP receiver, file exporter) the tracing tests export to,
+# built once from hack/otel/go.mod into ~/.cache/tooladapter/bin.
+otel-collector:
+	hack/otel/build.sh >/dev/null
+
+integration: venv otel-collector
 	TOOLADAPTER_REQUIRE_CLUSTER=1 $(VENV)/bin/pytest -q -m "not cluster_down" tests/cluster tests/integration
 
 test: lint unit

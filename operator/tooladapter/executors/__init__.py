@@ -32,6 +32,8 @@ class Call:
     idempotency_key: str | None = None
     argv: tuple[str, ...] = ()
     lease_id: str | None = None
+    #: W3C trace context for the tool's request (http, MCP), when traces are exported.
+    traceparent: str | None = None
     interrupted: asyncio.Event = field(default_factory=asyncio.Event, compare=False)
 
 

@@ -41,6 +41,7 @@ _OUTCOME_STAGE = {
 
 async def finish(ctx: FlowContext, outcome: Outcome) -> None:
     """End an execution: sanitize its output, store it, and settle as the Outcome says."""
+    returned = now_iso()  # the tool's answer: its span ends here, sanitizing's begins
     max_bytes = ctx.rt.settings.max_result_bytes
     if ctx.descriptor is not None:
         max_bytes = min(ctx.descriptor.max_result_bytes, max_bytes)
@@ -76,6 +77,7 @@ async def finish(ctx: FlowContext, outcome: Outcome) -> None:
         StageOutcome.DONE,
         f"{clean.original_bytes} bytes, {len(clean.redactions)} redaction(s)"
         + (", truncated" if clean.truncated else ""),
+        since=returned,
     )
     content = clean.content.encode()
     # fsync off the event loop: every other call waits while a write syncs.
@@ -97,7 +99,7 @@ async def finish(ctx: FlowContext, outcome: Outcome) -> None:
     ctx.status.failure_class = outcome.failure_class
     ctx.status.message = ctx.bounded(outcome.message) or None
     await release(ctx, f"invocation ended {outcome.state}")
-    ctx.record(Stage.EXECUTE, _OUTCOME_STAGE[outcome.state], outcome.message)
+    ctx.record(Stage.EXECUTE, _OUTCOME_STAGE[outcome.state], outcome.message, until=returned)
     await end(ctx, outcome.state)
 
 
@@ -193,6 +195,7 @@ async def conclude(ctx: FlowContext, *, post_event: bool = True) -> None:
             audit=descriptor.audit_requirements if descriptor else None,
         )
     await ctx.commit()
+    ctx.trace_end()
     ctx.rt.rates.release(ctx.uid)
     tool = spec.tool.id
     effective = str(ctx.status.effective_class or "")
