@@ -14,7 +14,7 @@ export PYTHONUNBUFFERED := 1
 
 include hack/cluster.mk
 
-.PHONY: help venv lint unit crds crds-check install uninstall run demo test integration bench chaos otel-collector
+.PHONY: help venv lint unit crds crds-check install uninstall run demo test integration bench chaos s3-server otel-collector
 
 help:
 	@echo "make test       set up everything on a fresh machine, then run all tests"
@@ -25,6 +25,7 @@ help:
 	@echo "make crds       regenerate crds/ from the models"
 	@echo "make bench      benchmarks (never part of make test)"
 	@echo "make chaos      exactly once and never stuck under faults (never part of make test)"
+	@echo "make s3-server  build the S3-compatible test server (SeaweedFS) into the cache"
 	@echo "make otel-collector  build the OTLP receiver the tracing tests use, into the cache"
 
 $(STAMP): pyproject.toml
@@ -69,12 +70,16 @@ demo: venv
 	$(MAKE) --no-print-directory install
 	$(PY) hack/demo.py
 
+# The S3-compatible server the s3 artifact tests start (built once into ~/.cache/tooladapter).
+s3-server:
+	hack/s3/build.sh >/dev/null
+
 # The OpenTelemetry Collector (OTLP receiver, file exporter) the tracing tests export to,
 # built once from hack/otel/go.mod into ~/.cache/tooladapter/bin.
 otel-collector:
 	hack/otel/build.sh >/dev/null
 
-integration: venv otel-collector
+integration: venv s3-server otel-collector
 	TOOLADAPTER_REQUIRE_CLUSTER=1 $(VENV)/bin/pytest -q -m "not cluster_down" tests/cluster tests/integration
 
 test: lint unit

@@ -258,3 +258,17 @@ class UnlistedAction(StrEnum):
 
     ESCALATE = "escalate"
     DENY = "deny"
+
+
+class ArtifactBackend(StrEnum):
+    """Where receipts and results are stored (`TOOLADAPTER_ARTIFACT_BACKEND`)."""
+
+    FILE = "file"
+    S3 = "s3"
+
+
+class ArtifactKind(StrEnum):
+    """What a call stores in the artifact store (a label of its error metric)."""
+
+    RESULT = "result"
+    RECEIPT = "receipt"

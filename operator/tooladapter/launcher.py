@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import sys
 
-from . import metrics
+from . import gateway, metrics
 from .settings import Settings
 
 #: The API server accepts JSON nested 10,000 levels deep; kopf decodes every watch event
@@ -32,7 +32,8 @@ def run(extra: list[str]) -> None:
     patterns = settings.namespaces
     try:
         metrics.listen(settings.metrics_port)
-    except metrics.MetricsPortTaken as exc:
+        gateway.check_port(settings)
+    except (metrics.MetricsPortTaken, gateway.GatewayPortTaken) as exc:
         sys.stderr.write(f"tooladapter: {exc}\n")
         raise SystemExit(2) from None
     scope = [f"--namespace={p}" for p in patterns] or ["--all-namespaces"]

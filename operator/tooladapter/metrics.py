@@ -25,6 +25,11 @@ DENIALS = Counter(
     "Denials by stage.",
     ["tenant", "stage", "reason"],
 )
+ARTIFACT_STORE_ERRORS = Counter(
+    "tooladapter_artifact_store_errors",
+    "Puts the artifact store refused or never answered (each is retried until stored).",
+    ["artifact"],
+)
 #: The gauges (uncertain, approvals waiting, open sandboxes) are counted from the watch's
 #: view of every invocation when scraped: see `tooladapter.census`.
 

@@ -11,6 +11,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .enums import ArtifactBackend
 from .model import DEFAULT_MAX_RESULT_BYTES, DEFAULT_TIMEOUT_SECONDS
 
 
@@ -49,6 +50,18 @@ def _list(name: str, default: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(part.strip() for part in raw.split(",") if part.strip())
 
 
+def _port(name: str, default: int) -> int:
+    value = _int(name, default)
+    if not 0 <= value <= 65535:
+        raise ValueError(f"environment variable {name}={value} is not a port (0-65535)")
+    return value
+
+
+def _path(name: str) -> Path | None:
+    raw = os.environ.get(name, "").strip()
+    return Path(raw) if raw else None
+
+
 def _pairs(name: str, default: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str], ...]:
     raw = os.environ.get(name)
     if raw is None:
@@ -62,10 +75,39 @@ def _pairs(name: str, default: tuple[tuple[str, str], ...]) -> tuple[tuple[str, 
     return tuple(pairs)
 
 
+def _choice(name: str, default: ArtifactBackend) -> ArtifactBackend:
+    raw = os.environ.get(name, "").strip().lower()
+    if raw == "":
+        return default
+    try:
+        return ArtifactBackend(raw)
+    except ValueError:
+        allowed = "|".join(ArtifactBackend)
+        raise ValueError(f"environment variable {name}={raw!r} is not one of {allowed}") from None
+
+
+def _endpoint(name: str) -> str | None:
+    raw = os.environ.get(name, "").strip()
+    if raw and not raw.startswith(("https://", "http://")):
+        raise ValueError(f"environment variable {name}={raw!r} is not an http(s) URL")
+    return raw or None
+
+
 @dataclass(frozen=True)
 class Settings:
-    #: Where receipts and results are stored by content hash (a PVC when in-cluster).
+    #: Where receipts and results are stored by content hash: `file` (under
+    #: `artifact_dir`) or `s3` (the `s3_*` bucket; credentials from the environment's
+    #: AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, never settings).
+    artifact_backend: ArtifactBackend = ArtifactBackend.FILE
+    #: The file backend's directory (a PVC when in-cluster).
     artifact_dir: Path = field(default_factory=lambda: Path.home() / ".tooladapter" / "artifacts")
+    #: The s3 backend's endpoint URL (None: AWS's own for `s3_region`), bucket, key
+    #: prefix (a folder: a trailing `/` is implied), region and addressing.
+    s3_endpoint: str | None = None
+    s3_bucket: str = ""
+    s3_prefix: str = ""
+    s3_region: str = "us-east-1"
+    s3_path_style: bool = False
     #: Port of the Prometheus /metrics endpoint; 0 disables it.
     metrics_port: int = 9464
     #: Timeout when a descriptor sets none (reference: Tools:Execution:DefaultTimeoutSeconds).
@@ -115,6 +157,19 @@ class Settings:
     #: Container maps to none: the node's default runtime).
     runtime_classes: tuple[tuple[str, str], ...] = (("GVisor", "gvisor"), ("Kata", "kata"))
 
+    #: Port of the HTTP API and MCP endpoint (`tooladapter.gateway`); 0 disables it. Every
+    #: replica serves it, a standby included: it keeps no state of its own.
+    gateway_port: int = 8080
+    #: Address the gateway binds.
+    gateway_host: str = "0.0.0.0"  # noqa: S104 - a Service in front of every replica
+    #: PEM certificate chain and key: the gateway speaks TLS when both are set.
+    gateway_tls_cert: Path | None = None
+    gateway_tls_key: Path | None = None
+    #: Audiences a caller's token must carry (TokenReview); empty: the API server's default.
+    gateway_audiences: tuple[str, ...] = ()
+    #: How long a tools/call waits for an approval before answering "still pending".
+    gateway_approval_wait_seconds: int = 300
+
     def serves(self, namespace: str) -> bool:
         return not self.namespaces or any(
             fnmatch.fnmatchcase(namespace, p) for p in self.namespaces
@@ -123,7 +178,18 @@ class Settings:
     @classmethod
     def from_env(cls) -> Settings:
         base = cls()
+        backend = _choice("TOOLADAPTER_ARTIFACT_BACKEND", base.artifact_backend)
+        bucket = os.environ.get("TOOLADAPTER_S3_BUCKET", "").strip()
+        if backend == ArtifactBackend.S3 and not bucket:
+            # Fail closed: receipts must go somewhere durable that was chosen, not a default.
+            raise ValueError("TOOLADAPTER_ARTIFACT_BACKEND=s3 needs TOOLADAPTER_S3_BUCKET")
         return cls(
+            artifact_backend=backend,
+            s3_endpoint=_endpoint("TOOLADAPTER_S3_ENDPOINT"),
+            s3_bucket=bucket,
+            s3_prefix=os.environ.get("TOOLADAPTER_S3_PREFIX", "").strip(),
+            s3_region=os.environ.get("TOOLADAPTER_S3_REGION", "").strip() or base.s3_region,
+            s3_path_style=_bool("TOOLADAPTER_S3_PATH_STYLE", base.s3_path_style),
             artifact_dir=Path(os.environ.get("TOOLADAPTER_ARTIFACT_DIR", str(base.artifact_dir))),
             metrics_port=_int("TOOLADAPTER_METRICS_PORT", base.metrics_port),
             default_timeout_seconds=_int(
@@ -156,4 +222,19 @@ class Settings:
             leader_election=_bool("TOOLADAPTER_LEADER_ELECTION", base.leader_election),
             lease_namespace=os.environ.get("TOOLADAPTER_LEASE_NAMESPACE") or base.lease_namespace,
             lease_seconds=_at_least("TOOLADAPTER_LEASE_SECONDS", base.lease_seconds, 3),
+            gateway_port=_port("TOOLADAPTER_GATEWAY_PORT", base.gateway_port),
+            gateway_host=os.environ.get("TOOLADAPTER_GATEWAY_HOST") or base.gateway_host,
+            gateway_tls_cert=_path("TOOLADAPTER_GATEWAY_TLS_CERT"),
+            gateway_tls_key=_path("TOOLADAPTER_GATEWAY_TLS_KEY"),
+            gateway_audiences=_list("TOOLADAPTER_GATEWAY_AUDIENCES", base.gateway_audiences),
+            gateway_approval_wait_seconds=_at_least(
+                "TOOLADAPTER_GATEWAY_APPROVAL_WAIT_SECONDS", base.gateway_approval_wait_seconds, 0
+            ),
         )
+
+    def __post_init__(self) -> None:
+        if (self.gateway_tls_cert is None) != (self.gateway_tls_key is None):
+            raise ValueError(
+                "TOOLADAPTER_GATEWAY_TLS_CERT and TOOLADAPTER_GATEWAY_TLS_KEY go together: "
+                "set both for TLS, or neither"
+            )

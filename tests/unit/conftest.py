@@ -5,14 +5,17 @@ from __future__ import annotations
 import pytest
 
 import tooladapter.flow
+import tooladapter.flow.ending
 
 from .fake_cluster import Harness, make_runtime
 
 
 @pytest.fixture
 def fast_retries(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The flow retries at once (its delays, and the guard's, are RETRY_DELAYS)."""
+    """The flow retries at once (its delays, and the guard's, are RETRY_DELAYS; a put the
+    artifact store refused is retried after STORE_RETRY_DELAYS)."""
     monkeypatch.setattr(tooladapter.flow, "RETRY_DELAYS", (0, 0, 0, 0, 0))
+    monkeypatch.setattr(tooladapter.flow.ending, "STORE_RETRY_DELAYS", (0,))
 
 
 @pytest.fixture

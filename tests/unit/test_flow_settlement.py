@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 import tooladapter.flow
+from tooladapter.artifacts import ArtifactStoreError
 from tooladapter.enums import FailureClass, InvocationState, Resource, SideEffectClass, ToolKind
 from tooladapter.executors import Executor, Outcome, unconfirmed_for
 from tooladapter.executors.sandbox import SandboxExecutor
@@ -517,6 +518,53 @@ async def test_a_receipt_write_that_fails_once_is_retried_before_the_end_is_pers
     assert status["receipt"]["state"] == state
     assert json.loads(h.store.get(status["auditRef"]))["state"] == state
     assert len(h.store.receipts()) == 1
+
+
+async def test_a_result_the_store_refuses_is_kept_until_stored_and_the_call_runs_once() -> None:
+    executor = ScriptedExecutor()
+    h = with_executor(executor)
+    body = approved_write(h)
+    refusals = []
+
+    def store_down_three_times(data: bytes) -> None:
+        if len(refusals) < 3:
+            refusals.append(data)
+            raise ArtifactStoreError("put tooladapter/sha256/..: EndpointConnectionError")
+
+    h.store.hook = store_down_three_times
+
+    stored = await h.run(body)
+
+    status = stored["status"]
+    assert status["state"] == "Observed", status
+    assert len(executor.executed) == 1
+    assert h.store.get(status["resultRef"]) == refusals[0]  # the very output, kept meanwhile
+    assert json.loads(h.store.get(status["receiptRef"]))["resultHash"] == status["resultRef"]
+    warnings = h.events.of("ArtifactStoreUnavailable")
+    assert len(warnings) == 1 and warnings[0].warning
+    assert "did not take the result" in warnings[0].message
+
+
+async def test_a_receipt_the_store_refuses_delays_the_end_and_warns_once(h: Harness) -> None:
+    refused = []
+
+    def receipts_refused_twice(data: bytes) -> None:
+        if b'"schema":"tool-invocation-v1"' in data and len(refused) < 2:
+            refused.append(data)
+            raise ArtifactStoreError("put: 503 SlowDown")
+
+    h.store.hook = receipts_refused_twice
+
+    stored = await h.run(read_call(h))
+
+    status = stored["status"]
+    assert status["state"] == "Observed"
+    assert len(refused) == 2
+    assert json.loads(h.store.get(status["receiptRef"]))["state"] == "Observed"
+    assert [e.message for e in h.events.of("ArtifactStoreUnavailable")] == [
+        "the artifact store did not take the receipt (ArtifactStoreError: put: 503 SlowDown); "
+        "retrying: the call ends once it is stored"
+    ]
 
 
 async def test_a_finalizer_that_cannot_be_removed_does_not_swallow_the_ends_event() -> None:

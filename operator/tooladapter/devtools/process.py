@@ -26,11 +26,15 @@ class OperatorProcess:
         self.artifacts = workdir / "artifacts"
         self.log_path = workdir / "operator.log"
         self.metrics_port = free_port()
+        #: The gateway (HTTP API, MCP) on loopback, a port of its own per process.
+        self.gateway_port = free_port()
         self.env = {
             **os.environ,
             "KUBECONFIG": kubeconfig(),
             "TOOLADAPTER_ARTIFACT_DIR": str(self.artifacts),
             "TOOLADAPTER_METRICS_PORT": str(self.metrics_port),
+            "TOOLADAPTER_GATEWAY_PORT": str(self.gateway_port),
+            "TOOLADAPTER_GATEWAY_HOST": "127.0.0.1",
             "TOOLADAPTER_RECONCILE_INTERVAL_SECONDS": "3",
             "TOOLADAPTER_SANDBOX_RETAIN_SECONDS": "30",
             "TOOLADAPTER_NAMESPACES": f"{SESSION}-*",
@@ -40,6 +44,10 @@ class OperatorProcess:
         self.starts = 0
         #: Where the log of the latest start begins.
         self.offset = 0
+
+    @property
+    def gateway_url(self) -> str:
+        return f"http://127.0.0.1:{self.env['TOOLADAPTER_GATEWAY_PORT']}"
 
     def start(self, until: str = STARTED, timeout: float = 60) -> None:
         """Start the process and wait until its log says `until` (by default that it is

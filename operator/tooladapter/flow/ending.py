@@ -4,18 +4,26 @@ Every call ends here, in exactly one terminal state, with its sandbox lease rele
 receipt in the artifact store, the receipt summary in status, its metrics and its event.
 The receipt and its summary are built by `write_receipt`, which an operator's confirmation
 of an Uncertain effect uses too.
+
+The artifact store may be down (an s3 bucket across the network): a result or receipt that
+it does not take is retried in place until it does (`stored`), with a warning event and a
+metric. Until then the end is decided but not persisted, so a persisted end always has its
+receipt, and the call never runs again (it is past Executing; a restarted operator follows
+it as after any crash).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 
 from .. import offload
 from ..artifacts import ArtifactStore
-from ..enums import FailureClass, InvocationState, Stage, StageOutcome
+from ..enums import ArtifactKind, FailureClass, InvocationState, Stage, StageOutcome
 from ..executors import Outcome, read_limit
-from ..metrics import DENIALS, INVOCATIONS, LATENCY
+from ..metrics import ARTIFACT_STORE_ERRORS, DENIALS, INVOCATIONS, LATENCY
 from ..model import (
     AuditRequirements,
     InvocationResult,
@@ -30,6 +38,13 @@ from ..timeutil import now_iso, parse_time
 from .context import Denial, Failure, FlowContext
 
 logger = logging.getLogger("tooladapter.invocations")
+
+#: Delays between attempts to store an artifact; the last repeats until the store takes it.
+STORE_RETRY_DELAYS = (1, 2, 5, 10, 30)
+#: Store I/O (an fsync, a request to a bucket) blocks a thread for as long as the store
+#: takes: its own threads, so a hung store never holds the loop's default executor, which
+#: resolves every host name the operator connects to.
+_STORE_IO = ThreadPoolExecutor(max_workers=4, thread_name_prefix="tooladapter-store")
 
 _OUTCOME_STAGE = {
     InvocationState.OBSERVED: StageOutcome.OBSERVED,
@@ -80,8 +95,10 @@ async def finish(ctx: FlowContext, outcome: Outcome) -> None:
         since=returned,
     )
     content = clean.content.encode()
-    # fsync off the event loop: every other call waits while a write syncs.
-    ctx.status.result_ref = await asyncio.to_thread(ctx.rt.store.put, content)
+    # The output exists only here now: a store error delays the end, never loses it.
+    ctx.status.result_ref = await stored(
+        ctx.rt.store, content, ArtifactKind.RESULT, of=ctx.ref, on_failure=store_warning(ctx)
+    )
     ctx.status.result_hash = ctx.status.result_ref
     inline = len(content) <= ctx.rt.settings.inline_result_bytes
     ctx.status.result = InvocationResult(
@@ -182,6 +199,8 @@ async def conclude(ctx: FlowContext, *, post_event: bool = True) -> None:
         sandbox = descriptor.sandbox_spec if descriptor else None
         await write_receipt(
             ctx.rt.store,
+            of=ctx.ref,
+            on_failure=store_warning(ctx),
             namespace=ctx.namespace,
             name=ctx.name,
             uid=ctx.uid,
@@ -226,6 +245,8 @@ async def conclude(ctx: FlowContext, *, post_event: bool = True) -> None:
 async def write_receipt(
     store: ArtifactStore,
     *,
+    of: str,
+    on_failure: Callable[[ArtifactKind, Exception], None] | None = None,
     namespace: str,
     name: str,
     uid: str,
@@ -258,9 +279,10 @@ async def write_receipt(
         )
         return canonical_json(receipt)
 
-    # Hashing the arguments and canonicalising (pure Python, up to the argument bound),
-    # and the fsync: off the event loop, where every other call would wait.
-    own_ref = await asyncio.to_thread(lambda: store.put(canonical_receipt()))
+    # Hashing the arguments and canonicalising (pure Python, up to the argument bound):
+    # off the event loop, where every other call would wait.
+    data = await asyncio.to_thread(canonical_receipt)
+    own_ref = await stored(store, data, ArtifactKind.RECEIPT, of=of, on_failure=on_failure)
     status.audit_ref = own_ref
     if not (status.duplicate_of and status.receipt_ref):
         status.receipt_ref = own_ref
@@ -275,3 +297,51 @@ async def write_receipt(
         effect_confirmed=confirmation.effect_happened if confirmation else None,
         written_at=written_at,
     )
+
+
+async def stored(
+    store: ArtifactStore,
+    data: bytes,
+    kind: ArtifactKind,
+    *,
+    of: str,
+    on_failure: Callable[[ArtifactKind, Exception], None] | None = None,
+) -> str:
+    """`store.put(data)` off the event loop (an fsync, a bucket across the network), tried
+    until the store takes it; `on_failure` hears of the first refusal of this artifact."""
+    attempt = 0
+    while True:
+        try:
+            return await asyncio.get_running_loop().run_in_executor(_STORE_IO, store.put, data)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            ARTIFACT_STORE_ERRORS.labels(str(kind)).inc()
+            delay = STORE_RETRY_DELAYS[min(attempt, len(STORE_RETRY_DELAYS) - 1)]
+            attempt += 1
+            logger.warning(
+                "%s: the artifact store did not take the %s (%s: %s); attempt %d, next in %ss",
+                of,
+                kind,
+                type(exc).__name__,
+                exc,
+                attempt,
+                delay,
+            )
+            if attempt == 1 and on_failure is not None:
+                on_failure(kind, exc)
+            await asyncio.sleep(delay)
+
+
+def store_warning(ctx: FlowContext) -> Callable[[ArtifactKind, Exception], None]:
+    """A warning event on the call whose artifact the store refused (once per artifact)."""
+
+    def post(kind: ArtifactKind, exc: Exception) -> None:
+        ctx.post(
+            warning=True,
+            reason="ArtifactStoreUnavailable",
+            message=f"the artifact store did not take the {kind} ({type(exc).__name__}: "
+            f"{exc}); retrying: the call ends once it is stored",
+        )
+
+    return post

@@ -46,6 +46,7 @@ async def record_confirmation(rt: Runtime, body: dict[str, Any]) -> None:
     entry = rt.catalog.find_descriptor(meta["namespace"], spec.tool.id, spec.tool.version)
     await write_receipt(
         rt.store,
+        of=f"{meta['namespace']}/{meta['name']}",
         namespace=meta["namespace"],
         name=meta["name"],
         uid=meta["uid"],

@@ -1,8 +1,9 @@
 """Start-up and clean-up: kopf's settings, the shared clients, executors and caches.
 
 Shared clients are built once in `@kopf.on.startup` into kopf's memo and closed in
-`@kopf.on.cleanup` (gafaelfawr's pattern). Leadership of the served namespace set comes
-first and is released last (`leadership`).
+`@kopf.on.cleanup` (gafaelfawr's pattern). The gateway (HTTP API and MCP endpoint) starts
+first, so a standby serves it too; leadership of the served namespace set comes next and
+is released last (`leadership`).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import Any
 import kopf
 
 from .. import GROUP, tracing
-from ..artifacts import LocalArtifactStore
+from ..artifacts import open_store
 from ..catalog import Catalog
 from ..enums import ToolKind
 from ..executors import Executor
@@ -26,6 +27,7 @@ from ..executors.http import HttpExecutor
 from ..executors.mcp import McpExecutor
 from ..executors.native import NativeExecutor
 from ..executors.sandbox import SandboxExecutor
+from ..gateway import Gateway, GatewayPortTaken
 from ..kube.auth import AllowCache
 from ..kube.client import Conflict, Kube, NotFound, is_transient
 from ..kube.cluster import KubeCluster
@@ -91,7 +93,8 @@ def configure(settings: kopf.OperatorSettings) -> None:
     settings.queueing.idle_timeout = 0.5
 
     # The API client logs whole response bodies at DEBUG, Secrets included: never let it.
-    for name in ("kubernetes_asyncio", "kubernetes", "urllib3", "aiohttp.client"):
+    # botocore logs request headers at DEBUG (a session token among them): never either.
+    for name in ("kubernetes_asyncio", "kubernetes", "urllib3", "aiohttp.client", "botocore"):
         logging.getLogger(name).setLevel(logging.WARNING)
     # kopf logs "Handler 'invocation_event' succeeded." at INFO for every watch event, about
     # six per call: noise that cost measurable CPU under load. Failures and retries still log.
@@ -101,10 +104,21 @@ def configure(settings: kopf.OperatorSettings) -> None:
 async def start(settings: kopf.OperatorSettings, memo: kopf.Memo) -> None:
     configure(settings)
     config = Settings.from_env()
+    if "gateway" not in memo:
+        # Before leadership: every replica serves the gateway, standbys included. Kept
+        # across kopf's retries of this handler.
+        try:
+            memo["gateway"] = await Gateway.start(config)
+        except GatewayPortTaken as exc:
+            logger.error("%s", exc)
+            raise kopf.PermanentError(str(exc)) from None
     if config.leader_election and memo.get("leadership") is None:
         # Before anything else: a standby waits here, and kopf starts no watch until the
         # start-up handlers return. Kept across kopf's retries of this handler.
         memo["leadership"] = await leadership.lead(config)
+    # Before any watch: an artifact store that cannot take receipts stops the start (an
+    # s3 bucket absent, forbidden or unreachable), rather than every call at its end.
+    store = await asyncio.to_thread(open_store, config)
     kube = await Kube.connect()
     catalog = Catalog()
     try:
@@ -126,7 +140,7 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo) -> None:
     rt = Runtime(
         cluster=cluster,
         settings=config,
-        store=LocalArtifactStore(config.artifact_dir),
+        store=store,
         catalog=catalog,
         executors=executors,
         events=KopfEvents(),
@@ -150,7 +164,7 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo) -> None:
     rt.mcp = McpServers(rt)
     serve(config.metrics_port, rt.census)
     memo["runtime"] = rt
-    logger.info("tooladapter started; artifacts in %s", config.artifact_dir)
+    logger.info("tooladapter started; artifacts in %s", store)
 
 
 async def prime_when_served(catalog: Catalog, kube: Kube) -> None:
@@ -191,7 +205,10 @@ def short_reason(exc: BaseException) -> str:
 async def stop(memo: kopf.Memo) -> None:
     rt: Runtime | None = memo.get("runtime")
     held: leadership.Leadership | None = memo.get("leadership")
+    gateway: Gateway | None = memo.get("gateway")
     try:
+        if gateway is not None:
+            await gateway.stop()
         if rt is not None:
             await rt.close()
     finally:

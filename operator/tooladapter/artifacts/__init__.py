@@ -1,0 +1,31 @@
+"""The artifact store: receipts and results, addressed by the sha256 of their bytes.
+
+One `ArtifactStore` protocol (`protocol`), two backends: files on a volume (`file`) and
+objects in an S3-compatible bucket (`s3`), chosen by the settings (`factory`).
+"""
+
+from __future__ import annotations
+
+from .factory import open_store
+from .file import LocalArtifactStore
+from .protocol import (
+    ArtifactStore,
+    ArtifactStoreError,
+    CorruptArtifact,
+    content_ref,
+    digest_of,
+    relative_key,
+    verified,
+)
+
+__all__ = [
+    "ArtifactStore",
+    "ArtifactStoreError",
+    "CorruptArtifact",
+    "LocalArtifactStore",
+    "content_ref",
+    "digest_of",
+    "open_store",
+    "relative_key",
+    "verified",
+]

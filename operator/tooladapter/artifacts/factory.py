@@ -1,0 +1,27 @@
+"""The artifact store the settings choose (`TOOLADAPTER_ARTIFACT_BACKEND`)."""
+
+from __future__ import annotations
+
+from ..enums import ArtifactBackend
+from ..settings import Settings
+from .file import LocalArtifactStore
+from .protocol import ArtifactStore
+
+
+def open_store(settings: Settings) -> ArtifactStore:
+    """The configured store, checked where a check is possible. Blocking (an s3 store
+    talks to its bucket once): call it off the event loop."""
+    if settings.artifact_backend == ArtifactBackend.S3:
+        # Imported here: boto3 costs a file-backed operator (and every unit test) nothing.
+        from .s3 import S3ArtifactStore, S3Location
+
+        return S3ArtifactStore.connect(
+            S3Location(
+                bucket=settings.s3_bucket,
+                prefix=settings.s3_prefix,
+                endpoint=settings.s3_endpoint,
+                region=settings.s3_region,
+                path_style=settings.s3_path_style,
+            )
+        )
+    return LocalArtifactStore(settings.artifact_dir)

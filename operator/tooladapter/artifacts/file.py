@@ -1,0 +1,51 @@
+"""Artifacts as files on a local (or mounted) file system: as durable as that volume."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+from .protocol import CorruptArtifact, content_ref, relative_key, verified
+
+
+class LocalArtifactStore:
+    """Files under `root/sha256/<2 hex>/<64 hex>`, written atomically (rename) and fsynced."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def __str__(self) -> str:
+        return f"file:{self.root}"
+
+    def path_of(self, ref: str) -> Path:
+        return self.root / relative_key(ref)
+
+    def put(self, data: bytes) -> str:
+        ref = content_ref(data)
+        path = self.path_of(ref)
+        if path.exists():
+            # Its name is its hash: another size is damage, which a write-once store never
+            # repairs by overwriting.
+            if path.stat().st_size != len(data):
+                raise CorruptArtifact(f"{path} holds {path.stat().st_size} bytes, not {len(data)}")
+            return ref
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(data)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        return ref
+
+    def get(self, ref: str) -> bytes:
+        path = self.path_of(ref)
+        try:
+            return verified(ref, path.read_bytes())
+        except FileNotFoundError:
+            raise KeyError(ref) from None

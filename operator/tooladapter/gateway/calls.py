@@ -1,0 +1,240 @@
+"""One tools/call: create the ToolInvocation as the caller, follow it, answer its end.
+
+The invocation is followed on a watch (with the caller's token) from the version the
+create returned; every change of state or stage is reported as progress. A call waiting
+for an approval is followed for `gateway_approval_wait_seconds` at most, then answered as
+still pending (not an error), naming the invocation; so is any call still running after
+its descriptor's timeout plus that wait (plus a margin). A `Denied` duplicate of an
+idempotency key is answered with the call that holds the key, as a retry expects.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from contextlib import aclosing
+from typing import Any, Final
+
+from ..enums import FailureClass, InvocationState, Resource
+from ..kube.callers import CallerApiError
+from ..pipeline.toolview import (
+    CallOptions,
+    ToolEntry,
+    call_result,
+    invocation_body,
+    pending_result,
+    progress_of,
+    state_of,
+)
+from .context import Caller, Deps
+from .tools import invocable
+
+#: Report progress: (progress, total, message).
+Progress = Callable[[float, float | None, str | None], Awaitable[None]]
+
+#: Beyond the descriptor's timeout and the approval wait: the pipeline's own steps.
+FOLLOW_MARGIN_SECONDS: Final = 120
+
+
+class UnknownTool(LookupError):
+    """The caller may invoke no callable tool of that id in the namespace."""
+
+
+def _version(obj: Mapping[str, Any]) -> str:
+    return str((obj.get("metadata") or {}).get("resourceVersion") or "")
+
+
+def _name(obj: Mapping[str, Any]) -> str:
+    return str((obj.get("metadata") or {}).get("name") or "")
+
+
+def _refused(namespace: str, exc: CallerApiError) -> dict[str, Any]:
+    return {
+        "content": [
+            {
+                "type": "text",
+                "text": f"the API server refused to create the invocation in {namespace} "
+                f"({exc.status}): {exc.message}",
+            }
+        ],
+        "isError": True,
+    }
+
+
+async def call_tool(
+    deps: Deps,
+    caller: Caller,
+    *,
+    namespace: str,
+    tool_id: str,
+    arguments: Mapping[str, Any],
+    options: CallOptions,
+    progress: Progress,
+) -> dict[str, Any]:
+    """The tools/call result (MCP wire form) of calling `tool_id` as `caller`."""
+    versions = (await invocable(deps, caller, namespace)).get(tool_id)
+    if not versions:
+        raise UnknownTool(f"unknown tool {tool_id!r} (none the caller may invoke in {namespace})")
+    entry: ToolEntry | None = versions[0]
+    version = options.version or versions[0].spec.version
+    if options.version is not None:
+        # A pinned version that is not callable still becomes an invocation: the pipeline
+        # denies it at validation, with a receipt.
+        entry = next((v for v in versions if v.spec.version == options.version), None)
+    body = invocation_body(
+        tool_id=tool_id,
+        version=version,
+        arguments=arguments,
+        username=caller.identity.username,
+        groups=caller.identity.groups,
+        options=options,
+    )
+    try:
+        created = await caller.api.create(Resource.INVOCATIONS, namespace, body)
+    except CallerApiError as exc:
+        return _refused(namespace, exc)
+    timeout = entry.spec.timeout_seconds if entry is not None else 0
+    follower = _Follower(deps, caller, namespace, entry, progress, timeout)
+    return await follower.follow(created)
+
+
+class _Follower:
+    def __init__(
+        self,
+        deps: Deps,
+        caller: Caller,
+        namespace: str,
+        entry: ToolEntry | None,
+        progress: Progress,
+        timeout_seconds: int,
+    ) -> None:
+        self.deps = deps
+        self.caller = caller
+        self.namespace = namespace
+        self.entry = entry
+        self.progress = progress
+        self.wait = deps.settings.gateway_approval_wait_seconds
+        self.started = time.monotonic()
+        self.give_up = self.started + timeout_seconds + self.wait + FOLLOW_MARGIN_SECONDS
+        self.approval_since: float | None = None
+        self.reported: str | None = None
+        self.sent = 0
+        self.followed_duplicate = False
+
+    def deadline(self) -> float:
+        if self.approval_since is not None:
+            return min(self.give_up, self.approval_since + self.wait)
+        return self.give_up
+
+    async def follow(self, obj: dict[str, Any]) -> dict[str, Any]:
+        name = _name(obj)
+        while True:
+            answer, obj, name = await self.observe(obj, name)
+            if answer is not None:
+                return answer
+            loop = asyncio.get_running_loop()
+            try:
+                async with asyncio.timeout(None) as window:
+                    window.reschedule(loop.time() + max(0.0, self.deadline() - time.monotonic()))
+                    events = self.caller.api.watch_one(
+                        Resource.INVOCATIONS, self.namespace, name, _version(obj)
+                    )
+                    async with aclosing(events) as stream:
+                        async for changed in stream:
+                            answer, obj, followed = await self.observe(changed, name)
+                            if answer is not None:
+                                return answer
+                            if followed != name:
+                                name = followed
+                                break  # watch the holder of the key instead
+                            window.reschedule(
+                                loop.time() + max(0.0, self.deadline() - time.monotonic())
+                            )
+            except TimeoutError:
+                pass
+            except CallerApiError as exc:
+                if exc.status not in (410, 0) and exc.status < 500:
+                    return self.lost(name, exc)
+            try:
+                obj = await self.caller.api.get(Resource.INVOCATIONS, self.namespace, name)
+            except CallerApiError as exc:
+                return self.lost(name, exc)
+
+    def lost(self, name: str, exc: CallerApiError) -> dict[str, Any]:
+        return {
+            "content": [
+                {
+                    "type": "text",
+                    "text": f"invocation {self.namespace}/{name} can no longer be followed "
+                    f"({exc.status}: {exc.message})",
+                }
+            ],
+            "isError": True,
+            "_meta": {
+                "dev.tooladapter/invocation": name,
+                "dev.tooladapter/namespace": self.namespace,
+            },
+        }
+
+    async def observe(
+        self, obj: dict[str, Any], name: str
+    ) -> tuple[dict[str, Any] | None, dict[str, Any], str]:
+        """(the answer, or None to go on following; the object; the name followed)."""
+        state = state_of(obj)
+        now = time.monotonic()
+        if state is not None and state.terminal:
+            status = obj.get("status") or {}
+            holder = status.get("duplicateOf")
+            if (
+                state == InvocationState.DENIED
+                and status.get("failureClass") == FailureClass.DUPLICATE
+                and holder
+                and not self.followed_duplicate
+            ):
+                self.followed_duplicate = True
+                await self.report(f"a duplicate of {holder}, which holds the idempotency key")
+                try:
+                    held = await self.caller.api.get(Resource.INVOCATIONS, self.namespace, holder)
+                except CallerApiError:
+                    return await self.answer(obj), obj, name
+                return await self.observe(held, str(holder))
+            return await self.answer(obj), obj, name
+        step = progress_of(obj)
+        if step is not None:
+            await self.report(step[1])
+        if state == InvocationState.AWAITING_APPROVAL:
+            self.approval_since = self.approval_since or now
+        if now >= self.deadline():
+            return pending_result(obj, now - self.started), obj, name
+        return None, obj, name
+
+    async def report(self, message: str) -> None:
+        if message == self.reported:
+            return
+        self.reported = message
+        self.sent += 1
+        await self.progress(float(self.sent), None, message)
+
+    async def answer(self, obj: dict[str, Any]) -> dict[str, Any]:
+        status = obj.get("status") or {}
+        result = status.get("result") or {}
+        text: str | None = result.get("content") if result else None
+        ref = status.get("resultRef")
+        if result and not result.get("inline", True) and ref:
+            text = await self._stored_text(str(ref))
+        schema = None
+        if self.entry is not None and state_of(obj) == InvocationState.OBSERVED:
+            tool = (obj.get("spec") or {}).get("tool") or {}
+            if tool.get("version") == self.entry.spec.version:
+                schema = self.entry.spec.output_schema
+                if not (isinstance(schema, dict) and schema.get("type") == "object"):
+                    schema = None
+        return call_result(obj, text=text, output_schema=schema)
+
+    async def _stored_text(self, ref: str) -> str:
+        try:
+            data = await asyncio.to_thread(self.deps.store.get, ref)
+        except KeyError:
+            return f"(the result is stored as {ref}; this replica cannot read it)"
+        return data.decode("utf-8", errors="replace")

@@ -1,0 +1,49 @@
+"""What every gateway handler shares: the process's dependencies and the request's caller."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final
+
+from aiohttp import web
+
+from ..artifacts import ArtifactStore
+from ..kube.callers import AsCaller, CallerIdentity, CallerPool, Reviews
+from ..settings import Settings
+
+
+@dataclass(frozen=True)
+class Deps:
+    """Built once per gateway: the operator's reviews, the credential-less pool callers'
+    requests go through, the artifact store and the settings."""
+
+    reviews: Reviews
+    pool: CallerPool
+    store: ArtifactStore
+    settings: Settings
+
+
+@dataclass(frozen=True)
+class Caller:
+    """The authenticated caller of one request and a client that speaks as it."""
+
+    identity: CallerIdentity
+    api: AsCaller
+
+
+DEPS: Final = web.AppKey("tooladapter.deps", Deps)
+_CALLER: Final = "tooladapter.caller"
+
+
+def deps_of(request: web.Request) -> Deps:
+    return request.app[DEPS]
+
+
+def caller_of(request: web.Request) -> Caller:
+    caller = request.get(_CALLER)
+    assert isinstance(caller, Caller), "the authentication middleware sets the caller"
+    return caller
+
+
+def set_caller(request: web.Request, caller: Caller) -> None:
+    request[_CALLER] = caller

@@ -1,0 +1,273 @@
+"""The OpenAPI 3.1 document of the gateway, written by hand from small parts.
+
+Each route module declares its own `PATHS` with the helpers here; `document()` joins them
+with the shared component schemas. Schemas are exact where the gateway builds the JSON
+itself and open (`additionalProperties` allowed) where it passes an object's spec or
+status through, which other versions of the CRDs may extend.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any, Final
+
+from ..pipeline.problems import PROBLEM_MEDIA_TYPE
+from .params import NAME_PATTERN, NAMESPACE_PATTERN, RUN_ID_MAX, SHA256_PATTERN
+
+_ERROR_TEXT: Final = {
+    400: "Bad request",
+    401: "No valid bearer token",
+    403: "The caller may not do this",
+    404: "Not found (or not visible to the caller)",
+    409: "Conflicts with the object's current state",
+    413: "Request body too large",
+    422: "Invalid request",
+    503: "The Kubernetes API server is unavailable",
+}
+
+#: The errors every authenticated operation may answer.
+COMMON_ERRORS: Final = (401, 403, 404, 503)
+
+
+def ref(name: str) -> dict[str, str]:
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+def problems(*codes: int) -> dict[str, Any]:
+    return {
+        str(code): {
+            "description": _ERROR_TEXT[code],
+            "content": {PROBLEM_MEDIA_TYPE: {"schema": ref("Problem")}},
+        }
+        for code in sorted({*COMMON_ERRORS, *codes})
+    }
+
+
+def ok(schema: Mapping[str, Any], description: str, code: int = 200) -> dict[str, Any]:
+    return {
+        str(code): {"description": description, "content": {"application/json": {"schema": schema}}}
+    }
+
+
+def path_param(name: str, schema: Mapping[str, Any], description: str) -> dict[str, Any]:
+    return {
+        "name": name,
+        "in": "path",
+        "required": True,
+        "description": description,
+        "schema": dict(schema),
+    }
+
+
+NAMESPACE: Final = path_param(
+    "namespace",
+    {"type": "string", "pattern": NAMESPACE_PATTERN, "maxLength": 63},
+    "The tenant namespace.",
+)
+OBJECT_NAME: Final = path_param(
+    "name",
+    {"type": "string", "pattern": NAME_PATTERN, "maxLength": 253},
+    "The ToolInvocation's name.",
+)
+TOOL_ID: Final = path_param(
+    "toolId",
+    {"type": "string", "pattern": r"^[a-z0-9]([-a-z0-9._]{0,61}[a-z0-9])?$", "maxLength": 63},
+    "The tool id (the descriptor's spec.toolId).",
+)
+RUN_ID: Final = path_param(
+    "runId", {"type": "string", "minLength": 1, "maxLength": RUN_ID_MAX}, "spec.runId of calls."
+)
+SHA256: Final = path_param(
+    "sha256", {"type": "string", "pattern": SHA256_PATTERN}, "The receipt's sha256 (hex)."
+)
+SECURITY: Final[list[dict[str, list[str]]]] = [{"bearer": []}]
+
+_NULLABLE_STRING: Final = {"type": ["string", "null"]}
+_ANNOTATIONS: Final = {
+    "type": "object",
+    "required": ["readOnlyHint", "destructiveHint", "idempotentHint", "openWorldHint"],
+    "properties": {
+        "readOnlyHint": {"type": "boolean"},
+        "destructiveHint": {"type": "boolean"},
+        "idempotentHint": {"type": "boolean"},
+        "openWorldHint": {"type": "boolean"},
+    },
+    "additionalProperties": False,
+}
+_TOOL_PROPERTIES: Final = {
+    "toolId": {"type": "string"},
+    "version": {"type": "string"},
+    "versions": {"type": "array", "items": {"type": "string"}},
+    "descriptor": {"type": "string"},
+    "kind": {"type": "string", "enum": ["native", "mcp", "shell", "container", "http"]},
+    "description": {"type": "string"},
+    "sideEffectClass": {"type": "string"},
+    "declaredClass": {"type": "string"},
+    "riskClass": _NULLABLE_STRING,
+    "server": _NULLABLE_STRING,
+    "active": {"type": "boolean"},
+    "healthy": {"type": "boolean"},
+    "annotations": _ANNOTATIONS,
+}
+_TOOL_REQUIRED: Final = list(_TOOL_PROPERTIES)
+
+SCHEMAS: Final[dict[str, Any]] = {
+    "Problem": {
+        "type": "object",
+        "description": "RFC 9457 problem details.",
+        "required": ["type", "title", "status", "detail"],
+        "properties": {
+            "type": {"type": "string", "format": "uri"},
+            "title": {"type": "string"},
+            "status": {"type": "integer", "minimum": 400, "maximum": 599},
+            "detail": {"type": "string"},
+        },
+    },
+    "Health": {
+        "type": "object",
+        "required": ["status"],
+        "properties": {"status": {"const": "ok"}},
+        "additionalProperties": False,
+    },
+    "Tool": {
+        "type": "object",
+        "required": _TOOL_REQUIRED,
+        "properties": _TOOL_PROPERTIES,
+        "additionalProperties": False,
+    },
+    "ToolList": {
+        "type": "object",
+        "required": ["namespace", "items"],
+        "properties": {
+            "namespace": {"type": "string"},
+            "items": {"type": "array", "items": ref("Tool")},
+        },
+        "additionalProperties": False,
+    },
+    "ToolDetail": {
+        "type": "object",
+        "required": [*_TOOL_REQUIRED, "inputSchema"],
+        "properties": {
+            **_TOOL_PROPERTIES,
+            "inputSchema": {"type": "object"},
+            "outputSchema": {"type": ["object", "null"]},
+            "authorization": {"type": ["object", "null"]},
+            "secretDependencies": {"type": ["array", "null"], "items": {"type": "object"}},
+            "timeoutSeconds": {"type": ["integer", "null"]},
+            "maxResultBytes": {"type": ["integer", "null"]},
+            "retryPolicy": {"type": ["object", "null"]},
+            "rateLimits": {"type": ["object", "null"]},
+            "auditRequirements": {"type": ["object", "null"]},
+            "releaseId": _NULLABLE_STRING,
+            "message": _NULLABLE_STRING,
+        },
+        "additionalProperties": False,
+    },
+    "Invocation": {
+        "type": "object",
+        "description": "A ToolInvocation with its pipeline stages, sandbox lease and receipt.",
+        "required": ["name", "namespace", "uid", "createdAt", "spec", "status"],
+        "properties": {
+            "name": {"type": "string"},
+            "namespace": {"type": "string"},
+            "uid": {"type": "string"},
+            "createdAt": _NULLABLE_STRING,
+            "spec": {"type": "object"},
+            "status": {
+                "type": "object",
+                "properties": {
+                    "state": {"type": "string"},
+                    "stages": {"type": "array", "items": {"type": "object"}},
+                    "sandboxLease": {"type": "object"},
+                    "receipt": {"type": "object"},
+                    "receiptRef": {"type": "string"},
+                },
+            },
+        },
+        "additionalProperties": False,
+    },
+    "EffectConfirmation": {
+        "type": "object",
+        "description": "What a person on call found out about an Uncertain effect.",
+        "required": ["effectHappened", "evidence"],
+        "properties": {
+            "effectHappened": {"type": "boolean"},
+            "evidence": {"type": "string", "minLength": 1, "maxLength": 4096},
+        },
+        "additionalProperties": False,
+    },
+    "ReceiptRow": {
+        "type": "object",
+        "required": ["invocation", "toolId", "toolVersion", "state", "receiptRef", "receipt"],
+        "properties": {
+            "invocation": {"type": "string"},
+            "toolId": _NULLABLE_STRING,
+            "toolVersion": _NULLABLE_STRING,
+            "state": _NULLABLE_STRING,
+            "declaredClass": _NULLABLE_STRING,
+            "effectiveClass": _NULLABLE_STRING,
+            "policyDecisionId": _NULLABLE_STRING,
+            "approval": _NULLABLE_STRING,
+            "requestHash": _NULLABLE_STRING,
+            "resultHash": _NULLABLE_STRING,
+            "receiptRef": _NULLABLE_STRING,
+            "startedAt": _NULLABLE_STRING,
+            "endedAt": _NULLABLE_STRING,
+            "receipt": {"oneOf": [ref("Receipt"), {"type": "null"}]},
+        },
+        "additionalProperties": False,
+    },
+    "RunReceipts": {
+        "type": "object",
+        "required": ["namespace", "runId", "items"],
+        "properties": {
+            "namespace": {"type": "string"},
+            "runId": {"type": "string"},
+            "items": {"type": "array", "items": ref("ReceiptRow")},
+        },
+        "additionalProperties": False,
+    },
+    "Receipt": {
+        "type": "object",
+        "description": "A tool-invocation-v1 receipt, exactly as stored (its sha256 is its name).",
+        "required": ["schema", "invocationId", "tenantId", "toolId", "state"],
+        "properties": {
+            "schema": {"const": "tool-invocation-v1"},
+            "invocationId": {"type": "string"},
+            "tenantId": {"type": "string"},
+            "toolId": _NULLABLE_STRING,
+            "state": {"type": "string"},
+        },
+    },
+}
+
+
+def document(paths: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+    merged: dict[str, Any] = {}
+    for part in paths:
+        for path, operations in part.items():
+            merged.setdefault(path, {}).update(operations)
+    return {
+        "openapi": "3.1.0",
+        "info": {
+            "title": "tooladapter gateway",
+            "version": "v1alpha1",
+            "description": (
+                "The HTTP API of tooladapter. Every operation but /healthz and /openapi.json "
+                "takes the caller's Kubernetes bearer token and acts with it: RBAC and the "
+                "admission policies apply as they do to kubectl. The MCP endpoint "
+                "(streamable HTTP, stateless) is /namespaces/{namespace}/mcp."
+            ),
+        },
+        "paths": dict(sorted(merged.items())),
+        "components": {
+            "schemas": SCHEMAS,
+            "securitySchemes": {
+                "bearer": {
+                    "type": "http",
+                    "scheme": "bearer",
+                    "description": "A Kubernetes token of the caller (TokenReview).",
+                }
+            },
+        },
+    }

@@ -1,0 +1,122 @@
+"""`/namespaces/{namespace}/tool-invocations/{name}`: read a call, confirm its effect.
+
+Both act with the caller's token. A confirmation is the same status patch a person makes
+with kubectl (`status.effectConfirmation`, `confirmedBy` = the caller), so the admission
+policy decides who may confirm, and the operator records it on a new receipt.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Final
+
+from aiohttp import web
+
+from ...enums import InvocationState, Resource
+from ...kube.callers import CallerApiError
+from ...pipeline.problems import ProblemKind
+from ...pipeline.toolview import invocation_view
+from .. import params
+from ..context import caller_of
+from ..errors import ProblemError, from_api
+from ..openapi import NAMESPACE, OBJECT_NAME, SECURITY, ok, problems, ref
+
+MAX_EVIDENCE: Final = 4096
+
+PATHS: Final[dict[str, Any]] = {
+    "/namespaces/{namespace}/tool-invocations/{name}": {
+        "get": {
+            "operationId": "getToolInvocation",
+            "summary": "One invocation with its pipeline stages, sandbox lease and receipt.",
+            "security": SECURITY,
+            "parameters": [NAMESPACE, OBJECT_NAME],
+            "responses": {**ok(ref("Invocation"), "The invocation"), **problems()},
+        }
+    },
+    "/namespaces/{namespace}/tool-invocations/{name}/confirm-effect": {
+        "post": {
+            "operationId": "confirmToolEffect",
+            "summary": "Confirm whether an Uncertain invocation's effect happened (people "
+            "with tooladapter-operations); the operator writes a new receipt.",
+            "security": SECURITY,
+            "parameters": [NAMESPACE, OBJECT_NAME],
+            "requestBody": {
+                "required": True,
+                "content": {"application/json": {"schema": ref("EffectConfirmation")}},
+            },
+            "responses": {
+                **ok(ref("Invocation"), "Recorded on the invocation; the receipt follows", 202),
+                **problems(400, 409, 413, 422),
+            },
+        }
+    },
+}
+
+
+async def get_invocation(request: web.Request) -> web.Response:
+    namespace, name = params.namespace(request), params.object_name(request)
+    try:
+        obj = await caller_of(request).api.get(Resource.INVOCATIONS, namespace, name)
+    except CallerApiError as exc:
+        raise from_api(exc, f"reading tool invocation {namespace}/{name}") from exc
+    return web.json_response(invocation_view(obj))
+
+
+async def _confirmation(request: web.Request) -> tuple[bool, str]:
+    try:
+        body = json.loads(await request.read())
+    except ValueError as exc:
+        raise ProblemError(ProblemKind.BAD_REQUEST, "the body is not JSON") from exc
+    if not isinstance(body, dict) or set(body) != {"effectHappened", "evidence"}:
+        raise ProblemError(
+            ProblemKind.INVALID, 'the body is {"effectHappened": bool, "evidence": string}'
+        )
+    happened, evidence = body["effectHappened"], body["evidence"]
+    if not isinstance(happened, bool):
+        raise ProblemError(ProblemKind.INVALID, "effectHappened must be true or false")
+    if not isinstance(evidence, str) or not 1 <= len(evidence) <= MAX_EVIDENCE:
+        raise ProblemError(
+            ProblemKind.INVALID, f"evidence must be a string of 1-{MAX_EVIDENCE} characters"
+        )
+    return happened, evidence
+
+
+async def confirm_effect(request: web.Request) -> web.Response:
+    namespace, name = params.namespace(request), params.object_name(request)
+    happened, evidence = await _confirmation(request)
+    caller = caller_of(request)
+    what = f"confirming the effect of {namespace}/{name}"
+    try:
+        obj = await caller.api.get(Resource.INVOCATIONS, namespace, name)
+    except CallerApiError as exc:
+        raise from_api(exc, what) from exc
+    status = obj.get("status") or {}
+    if status.get("state") != InvocationState.UNCERTAIN:
+        raise ProblemError(
+            ProblemKind.CONFLICT,
+            f"only an Uncertain invocation's effect can be confirmed; {name} is "
+            f"{status.get('state') or 'not started'}",
+        )
+    if status.get("effectConfirmation"):
+        raise ProblemError(ProblemKind.CONFLICT, f"the effect of {name} was already confirmed")
+    confirmation = {
+        "effectHappened": happened,
+        "confirmedBy": caller.identity.username,
+        "evidence": evidence,
+    }
+    try:
+        patched = await caller.api.merge_patch_status(
+            Resource.INVOCATIONS, namespace, name, {"effectConfirmation": confirmation}
+        )
+    except CallerApiError as exc:
+        raise from_api(exc, what) from exc
+    return web.json_response(invocation_view(patched), status=202)
+
+
+def add_routes(app: web.Application) -> None:
+    app.router.add_get(
+        "/namespaces/{namespace}/tool-invocations/{name}", get_invocation, allow_head=False
+    )
+    app.router.add_post(
+        "/namespaces/{namespace}/tool-invocations/{name}/confirm-effect", confirm_effect
+    )

@@ -1,0 +1,160 @@
+"""The gateway's aiohttp application, its listener and its life cycle.
+
+Started by the operator's start-up before leadership is decided, so a standby serves it
+too; it holds no state beyond short caches. A taken port fails the start-up with one line
+naming the address and the setting.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import logging
+import socket
+import ssl
+from typing import Final
+
+from aiohttp import web
+
+from ..artifacts import open_store
+from ..kube.auth import AllowCache
+from ..kube.callers import CallerPool, Reviews
+from ..kube.client import Kube
+from ..settings import Settings
+from .auth import REVIEWS, ReviewCache, authentication_middleware
+from .context import DEPS, Deps
+from .errors import problems_middleware
+from .mcp_endpoint import MAX_BODY_BYTES, MCP_ENDPOINT, McpEndpoint
+from .openapi import document
+from .routes import MODULES
+from .routes.meta import OPENAPI
+
+logger = logging.getLogger("tooladapter.gateway")
+
+#: Seconds in-flight requests get to finish on shutdown (a followed call is cancelled;
+#: its invocation goes on and can be read later).
+SHUTDOWN_GRACE: Final = 5.0
+
+
+class GatewayPortTaken(RuntimeError):
+    """The gateway's address is in use by another process."""
+
+    def __init__(self, host: str, port: int) -> None:
+        super().__init__(
+            f"gateway: {host}:{port} is already in use by another process; free it or set "
+            "TOOLADAPTER_GATEWAY_PORT (0 disables the gateway)"
+        )
+
+
+def check_port(settings: Settings) -> None:
+    """Raise `GatewayPortTaken` when the gateway's address cannot be bound now (checked by
+    the launcher before kopf starts, so a taken port is one line, not a retried handler)."""
+    if settings.gateway_port == 0:
+        return
+    family = socket.AF_INET6 if ":" in settings.gateway_host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((settings.gateway_host, settings.gateway_port))
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                raise GatewayPortTaken(settings.gateway_host, settings.gateway_port) from None
+            raise
+
+
+def build_app(deps: Deps, mcp: McpEndpoint) -> web.Application:
+    app = web.Application(
+        middlewares=[problems_middleware, authentication_middleware],
+        client_max_size=MAX_BODY_BYTES,
+    )
+    app[DEPS] = deps
+    app[REVIEWS] = ReviewCache()
+    app[MCP_ENDPOINT] = mcp
+    app[OPENAPI] = document(module.PATHS for module in MODULES)
+    for module in MODULES:
+        module.add_routes(app)
+    return app
+
+
+def tls_context(settings: Settings) -> ssl.SSLContext | None:
+    if settings.gateway_tls_cert is None or settings.gateway_tls_key is None:
+        return None
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    context.load_cert_chain(settings.gateway_tls_cert, settings.gateway_tls_key)
+    return context
+
+
+class Gateway:
+    """One running gateway: `await Gateway.start(settings)`, later `await gateway.stop()`."""
+
+    def __init__(self, deps: Deps, kube: Kube | None) -> None:
+        self.deps = deps
+        self.kube = kube
+        self.mcp = McpEndpoint()
+        self.runner: web.AppRunner | None = None
+        self.port: int | None = None
+
+    @classmethod
+    async def start(cls, settings: Settings) -> Gateway | None:
+        """Serve on `gateway_host:gateway_port`; None when the port is 0 (disabled)."""
+        if settings.gateway_port == 0:
+            return None
+        kube = await Kube.connect()
+        deps = Deps(
+            reviews=Reviews(
+                kube, settings.gateway_audiences, AllowCache(settings.authz_cache_seconds)
+            ),
+            pool=CallerPool.from_default(),
+            # The configured backend: with s3 every replica reads every receipt.
+            store=await asyncio.to_thread(open_store, settings),
+            settings=settings,
+        )
+        gateway = cls(deps, kube)
+        try:
+            await gateway.serve()
+        except BaseException:
+            await gateway.stop()
+            raise
+        return gateway
+
+    async def serve(self) -> None:
+        settings = self.deps.settings
+        await self.mcp.start()
+        self.runner = web.AppRunner(
+            build_app(self.deps, self.mcp),
+            handler_cancellation=True,
+            access_log=None,
+            shutdown_timeout=SHUTDOWN_GRACE,
+        )
+        await self.runner.setup()
+        context = tls_context(settings)
+        site = web.TCPSite(
+            self.runner, settings.gateway_host, settings.gateway_port, ssl_context=context
+        )
+        try:
+            await site.start()
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                raise GatewayPortTaken(settings.gateway_host, settings.gateway_port) from None
+            raise
+        server = getattr(site, "_server", None)
+        sockets = getattr(server, "sockets", None) or []
+        self.port = sockets[0].getsockname()[1] if sockets else settings.gateway_port
+        scheme = "https" if context is not None else "http"
+        logger.info(
+            "gateway serving on %s://%s:%s (MCP at /namespaces/{namespace}/mcp)",
+            scheme,
+            settings.gateway_host,
+            self.port,
+        )
+
+    async def stop(self) -> None:
+        if self.runner is not None:
+            await self.runner.cleanup()
+            self.runner = None
+        await self.mcp.stop()
+        await self.deps.pool.close()
+        if self.kube is not None:
+            await self.kube.close()
+            self.kube = None

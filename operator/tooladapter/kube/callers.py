@@ -1,0 +1,310 @@
+"""The gateway's API access: the operator's own identity only to review, the caller's for
+everything else.
+
+- `Reviews` asks the API server, as the operator, who a bearer token belongs to
+  (TokenReview) and what that identity may do (SubjectAccessReview with the reviewed user,
+  uid, groups and extra, so it answers exactly what RBAC answers for the caller).
+- `AsCaller` reads and writes objects with the caller's own token. Its connection pool is
+  built from the cluster's address and CA only: no client certificate, no token of the
+  operator's, no refresh hook. Each request carries `Authorization: Bearer <caller token>`,
+  so RBAC and the admission policies (caller identity, reviewer identity, confirmations)
+  see the caller, and the gateway needs no impersonation rights.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncGenerator
+from dataclasses import dataclass
+from typing import Any, Final
+
+from kubernetes_asyncio import client, watch
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from .. import GROUP, VERSION
+from .auth import AllowCache
+from .client import Kube, json_body
+
+#: A watch request ends after this long without an event; the follower starts another.
+WATCH_SECONDS: Final = 60
+#: Page size of lists read for a caller (runs may hold many invocations).
+PAGE_SIZE: Final = 250
+
+
+class CallerApiError(Exception):
+    """The API server refused or failed a caller's request; `status` is its HTTP status
+    (0 when it could not be reached) and `message` its own explanation."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(f"{status}: {message}")
+        self.status = status
+        self.message = message
+
+
+def _error(exc: ApiException) -> CallerApiError:
+    message = exc.reason or ""
+    try:
+        message = json.loads(exc.body or "{}").get("message") or message
+    except (ValueError, AttributeError):
+        pass
+    return CallerApiError(int(exc.status or 0), str(message)[:1024])
+
+
+@dataclass(frozen=True)
+class CallerIdentity:
+    """Who a bearer token belongs to, as the API server's TokenReview said."""
+
+    username: str
+    uid: str = ""
+    groups: tuple[str, ...] = ()
+    #: (key, values) pairs, sorted: hashable, so an identity can key the allowance cache.
+    extra: tuple[tuple[str, tuple[str, ...]], ...] = ()
+
+
+class Reviews:
+    """TokenReviews and SubjectAccessReviews, as the operator."""
+
+    def __init__(self, kube: Kube, audiences: tuple[str, ...], cache: AllowCache) -> None:
+        self.kube = kube
+        self.audiences = audiences
+        self.cache = cache
+
+    async def identify(self, token: str) -> CallerIdentity | None:
+        """The token's identity; None when the API server does not accept it (for the
+        configured audiences)."""
+        spec: dict[str, Any] = {"token": token}
+        if self.audiences:
+            spec["audiences"] = list(self.audiences)
+        body = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview", "spec": spec}
+        try:
+            review = await json_body(
+                await self.kube.authentication.create_token_review(body, _preload_content=False)
+            )
+        except ApiException as exc:
+            raise _error(exc) from exc
+        status = review.get("status") or {}
+        user = status.get("user") or {}
+        if not status.get("authenticated") or not user.get("username"):
+            return None
+        extra = tuple(
+            sorted(
+                (str(k), tuple(str(x) for x in v or ()))
+                for k, v in (user.get("extra") or {}).items()
+            )
+        )
+        return CallerIdentity(
+            username=str(user["username"]),
+            uid=str(user.get("uid") or ""),
+            groups=tuple(str(g) for g in user.get("groups") or ()),
+            extra=extra,
+        )
+
+    async def allowed(
+        self,
+        who: CallerIdentity,
+        *,
+        namespace: str,
+        verb: str,
+        resource: str,
+        name: str | None = None,
+        subresource: str | None = None,
+        group: str = GROUP,
+    ) -> bool:
+        """Whether RBAC (and any other authorizer) lets `who` do this; allowances are
+        remembered briefly (`AllowCache`), denials never."""
+        key = (who, namespace, verb, group, resource, subresource, name)
+        if self.cache.allowed(key):
+            return True
+        attributes: dict[str, Any] = {
+            "namespace": namespace,
+            "verb": verb,
+            "group": group,
+            "resource": resource,
+        }
+        if name:
+            attributes["name"] = name
+        if subresource:
+            attributes["subresource"] = subresource
+        spec: dict[str, Any] = {
+            "user": who.username,
+            "groups": list(who.groups),
+            "resourceAttributes": attributes,
+        }
+        if who.uid:
+            spec["uid"] = who.uid
+        if who.extra:
+            spec["extra"] = {k: list(v) for k, v in who.extra}
+        body = {
+            "apiVersion": "authorization.k8s.io/v1",
+            "kind": "SubjectAccessReview",
+            "spec": spec,
+        }
+        try:
+            review = await json_body(
+                await self.kube.authorization.create_subject_access_review(
+                    body, _preload_content=False
+                )
+            )
+        except ApiException as exc:
+            raise _error(exc) from exc
+        status = review.get("status") or {}
+        allowed = bool(status.get("allowed") and not status.get("denied"))
+        if allowed:
+            self.cache.remember(key)
+        return allowed
+
+
+class CallerPool:
+    """One connection pool to the API server that holds no credentials of its own."""
+
+    def __init__(self, api: client.ApiClient) -> None:
+        self.api = api
+
+    @classmethod
+    def from_default(cls) -> CallerPool:
+        """Built from the configuration `Kube.connect` loaded: address, CA, TLS server
+        name and proxy only (never its client certificate, token or refresh hook)."""
+        loaded = client.Configuration.get_default_copy()
+        bare = client.Configuration(host=loaded.host)
+        bare.ssl_ca_cert = loaded.ssl_ca_cert
+        bare.verify_ssl = loaded.verify_ssl
+        bare.tls_server_name = loaded.tls_server_name
+        bare.proxy = loaded.proxy
+        api = client.ApiClient(configuration=bare)
+        api.rest_client.pool_manager.connector._limit = 100
+        return cls(api)
+
+    def as_caller(self, token: str) -> AsCaller:
+        return AsCaller(self.api, token)
+
+    async def close(self) -> None:
+        await self.api.close()
+
+
+class AsCaller:
+    """tooladapter objects, read and written with one caller's token."""
+
+    def __init__(self, api: client.ApiClient, token: str) -> None:
+        self.custom = client.CustomObjectsApi(api)
+        self._headers = {"Authorization": f"Bearer {token}"}
+
+    async def get(self, plural: str, namespace: str, name: str) -> dict[str, Any]:
+        try:
+            obj: dict[str, Any] = await json_body(
+                await self.custom.get_namespaced_custom_object(
+                    GROUP,
+                    VERSION,
+                    namespace,
+                    plural,
+                    name,
+                    _preload_content=False,
+                    _headers=self._headers,
+                )
+            )
+        except ApiException as exc:
+            raise _error(exc) from exc
+        return obj
+
+    async def list(
+        self, plural: str, namespace: str, *, field_selector: str | None = None
+    ) -> list[dict[str, Any]]:
+        """Every object of a kind in the namespace (page by page)."""
+        items: list[dict[str, Any]] = []
+        token = ""
+        while True:
+            params: dict[str, Any] = {"limit": PAGE_SIZE}
+            if token:
+                params["_continue"] = token
+            if field_selector:
+                params["field_selector"] = field_selector
+            try:
+                page = await json_body(
+                    await self.custom.list_namespaced_custom_object(
+                        GROUP,
+                        VERSION,
+                        namespace,
+                        plural,
+                        _preload_content=False,
+                        _headers=self._headers,
+                        **params,
+                    )
+                )
+            except ApiException as exc:
+                raise _error(exc) from exc
+            items.extend(page.get("items") or [])
+            token = (page.get("metadata") or {}).get("continue") or ""
+            if not token:
+                return items
+
+    async def create(self, plural: str, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
+        try:
+            obj: dict[str, Any] = await json_body(
+                await self.custom.create_namespaced_custom_object(
+                    GROUP,
+                    VERSION,
+                    namespace,
+                    plural,
+                    body,
+                    _preload_content=False,
+                    _headers=self._headers,
+                )
+            )
+        except ApiException as exc:
+            raise _error(exc) from exc
+        return obj
+
+    async def merge_patch_status(
+        self, plural: str, namespace: str, name: str, status: dict[str, Any]
+    ) -> dict[str, Any]:
+        try:
+            obj: dict[str, Any] = await json_body(
+                await self.custom.patch_namespaced_custom_object_status(
+                    GROUP,
+                    VERSION,
+                    namespace,
+                    plural,
+                    name,
+                    {"status": status},
+                    _content_type="application/merge-patch+json",
+                    _preload_content=False,
+                    _headers=self._headers,
+                )
+            )
+        except ApiException as exc:
+            raise _error(exc) from exc
+        return obj
+
+    async def watch_one(
+        self, plural: str, namespace: str, name: str, resource_version: str
+    ) -> AsyncGenerator[dict[str, Any], None]:
+        """The object's versions after `resource_version`, until the watch request ends
+        (at most `WATCH_SECONDS`); the caller starts another from the last version seen.
+        A `CallerApiError` with status 410 means the version is too old: read it again."""
+        stream = watch.Watch()
+        try:
+            async for event in stream.stream(
+                self.custom.list_namespaced_custom_object,
+                GROUP,
+                VERSION,
+                namespace,
+                plural,
+                field_selector=f"metadata.name={name}",
+                resource_version=resource_version,
+                timeout_seconds=WATCH_SECONDS,
+                allow_watch_bookmarks=False,
+                _headers=self._headers,
+            ):
+                kind = event.get("type")
+                obj = event.get("raw_object") or event.get("object")
+                if kind == "ERROR":
+                    code = int((obj or {}).get("code") or 0) if isinstance(obj, dict) else 0
+                    raise CallerApiError(code, str((obj or {}).get("message") or "watch error"))
+                if kind in ("ADDED", "MODIFIED") and isinstance(obj, dict):
+                    yield obj
+                if kind == "DELETED":
+                    raise CallerApiError(404, f"{plural[:-1]} {name} was deleted")
+        except ApiException as exc:
+            raise _error(exc) from exc
+        finally:
+            stream.stop()
+            await stream.close()

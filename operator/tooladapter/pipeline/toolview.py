@@ -1,0 +1,517 @@
+"""How tools and calls look to agents through the gateway: pure functions over plain data.
+
+- Which tools a namespace offers: descriptors that are active, healthy and not retired,
+  one entry per `toolId`, bound to its highest version (the caller's grants are checked
+  by the gateway, which has the API).
+- The MCP tool object of a descriptor, with hints derived from its side-effect class.
+- What a caller's `_meta` may set on a call, and the ToolInvocation the gateway creates.
+- What a followed invocation reports as progress and, once it ends, as a tools/call
+  result: `isError` for every end but `Observed` (an `Uncertain` effect is never reported
+  as a success), with the stage and reason, the invocation and its receipt in `_meta`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+from packaging.version import InvalidVersion, Version
+from pydantic import ValidationError
+
+from ..enums import RISK_TO_CLASS, InvocationState, SideEffectClass, ToolKind
+from ..model import (
+    TOOL_ID_MAX,
+    TOOL_ID_PATTERN,
+    VERSION_MAX,
+    VERSION_PATTERN,
+    ToolDescriptorSpec,
+    ToolDescriptorStatus,
+    ToolInvocationSpec,
+)
+from .linear_regex import compile_internal
+from .validation import validate_arguments
+
+#: `_meta` keys of tooladapter (namespaced, as MCP asks of non-protocol keys).
+META_PREFIX: Final = "dev.tooladapter/"
+META_IDEMPOTENCY_KEY: Final = META_PREFIX + "idempotencyKey"
+META_VERSION: Final = META_PREFIX + "version"
+META_RUN_ID: Final = META_PREFIX + "runId"
+META_ATTEMPT_ID: Final = META_PREFIX + "attemptId"
+META_FENCING_TOKEN: Final = META_PREFIX + "fencingToken"
+META_INVOCATION: Final = META_PREFIX + "invocation"
+META_NAMESPACE: Final = META_PREFIX + "namespace"
+META_RECEIPT_REF: Final = META_PREFIX + "receiptRef"
+META_STATE: Final = META_PREFIX + "state"
+META_STAGE: Final = META_PREFIX + "stage"
+META_FAILURE_CLASS: Final = META_PREFIX + "failureClass"
+META_SIDE_EFFECT_CLASS: Final = META_PREFIX + "sideEffectClass"
+META_KIND: Final = META_PREFIX + "kind"
+META_DESCRIPTOR: Final = META_PREFIX + "descriptor"
+META_TRUNCATED: Final = META_PREFIX + "truncated"
+META_DUPLICATE_OF: Final = META_PREFIX + "duplicateOf"
+
+# Anchored patterns (`^...$`; RE2's `$` matches only at the very end).
+_TOOL_ID = compile_internal(TOOL_ID_PATTERN)
+_VERSION = compile_internal(VERSION_PATTERN)
+
+#: Invocation states in pipeline order: the progress value of a followed call.
+_ORDER: Final = {
+    state: rank
+    for rank, state in enumerate(
+        [
+            InvocationState.RECEIVED,
+            InvocationState.VALIDATED,
+            InvocationState.AUTHORIZED,
+            InvocationState.AWAITING_APPROVAL,
+            InvocationState.BROKERED,
+            InvocationState.EXECUTING,
+        ],
+        start=1,
+    )
+}
+PROGRESS_TOTAL: Final = len(_ORDER) + 1
+
+
+def is_tool_id(value: str) -> bool:
+    return len(value) <= TOOL_ID_MAX and _TOOL_ID.search(value) is not None
+
+
+def is_version(value: str) -> bool:
+    return len(value) <= VERSION_MAX and _VERSION.search(value) is not None
+
+
+# --------------------------------------------------------------------------- the tool list
+
+
+@dataclass(frozen=True)
+class ToolEntry:
+    """One published descriptor as the gateway shows it."""
+
+    name: str
+    spec: ToolDescriptorSpec
+    status: ToolDescriptorStatus
+
+    @property
+    def callable(self) -> bool:
+        return self.status.active and self.status.healthy and not self.spec.retired
+
+    @property
+    def declared_class(self) -> SideEffectClass:
+        """The class a call starts from: the declared one, raised by the risk class (the
+        namespace's environment or a shell command may raise it further at call time)."""
+        risk = self.spec.risk_class
+        if risk is None:
+            return self.spec.side_effect_class
+        return SideEffectClass.highest(self.spec.side_effect_class, RISK_TO_CLASS[risk])
+
+
+def parse_descriptors(items: Iterable[Mapping[str, Any]]) -> list[ToolEntry]:
+    """Descriptors as listed by the API; one that does not parse is skipped (the operator
+    never activates it either)."""
+    entries = []
+    for item in items:
+        try:
+            spec = ToolDescriptorSpec.model_validate(item.get("spec") or {})
+            status = ToolDescriptorStatus.model_validate(item.get("status") or {})
+        except ValidationError:
+            continue
+        name = str((item.get("metadata") or {}).get("name") or "")
+        entries.append(ToolEntry(name=name, spec=spec, status=status))
+    return entries
+
+
+def version_key(version: str) -> tuple[int, Version | str]:
+    """Order versions as releases (`1.10.0` after `1.9.0`); an unparsable one sorts first."""
+    try:
+        return (1, Version(version))
+    except InvalidVersion:
+        return (0, version)
+
+
+def callable_versions(entries: Iterable[ToolEntry]) -> dict[str, list[ToolEntry]]:
+    """The callable versions of each tool id, highest first."""
+    by_tool: dict[str, list[ToolEntry]] = {}
+    for entry in entries:
+        if entry.callable:
+            by_tool.setdefault(entry.spec.tool_id, []).append(entry)
+    for versions in by_tool.values():
+        versions.sort(key=lambda e: version_key(e.spec.version), reverse=True)
+    return dict(sorted(by_tool.items()))
+
+
+def annotations_for(entry: ToolEntry) -> dict[str, bool]:
+    """MCP tool annotations from the side-effect class (hints: they never replace the
+    pipeline's classification, which can only raise the class at call time).
+
+    `read` changes nothing and may be repeated; `sandbox` acts only inside its own
+    throwaway sandbox; `shared-write` and above may change shared state for good. The
+    open world: http and MCP tools, classes that act outside the cluster (`external`,
+    `production`, `spend`), and a sandbox allowed out to the network."""
+    cls = entry.declared_class
+    read_only = cls == SideEffectClass.READ
+    contained = cls.effects_contained
+    sandbox = entry.spec.sandbox
+    open_world = (
+        entry.spec.kind in (ToolKind.HTTP, ToolKind.MCP)
+        or cls.rank >= SideEffectClass.EXTERNAL.rank
+        or bool(sandbox is not None and sandbox.egress.allow)
+    )
+    return {
+        "readOnlyHint": read_only,
+        "destructiveHint": not contained,
+        "idempotentHint": read_only,
+        "openWorldHint": open_world,
+    }
+
+
+def mcp_tool(entry: ToolEntry) -> dict[str, Any]:
+    """The MCP `Tool` wire object of a descriptor version (name = toolId)."""
+    spec = entry.spec
+    tool: dict[str, Any] = {
+        "name": spec.tool_id,
+        "description": spec.description or f"{spec.tool_id} {spec.version} ({spec.kind})",
+        "inputSchema": spec.input_schema or {"type": "object"},
+        "annotations": annotations_for(entry),
+        "_meta": {
+            META_VERSION: spec.version,
+            META_SIDE_EFFECT_CLASS: str(entry.declared_class),
+            META_KIND: str(spec.kind),
+            META_DESCRIPTOR: entry.name,
+        },
+    }
+    # MCP requires an object schema at the root of outputSchema; any other is not offered
+    # (the tool's text result is still returned).
+    if isinstance(spec.output_schema, dict) and spec.output_schema.get("type") == "object":
+        tool["outputSchema"] = spec.output_schema
+    return tool
+
+
+def tool_summary(entry: ToolEntry, versions: Iterable[ToolEntry]) -> dict[str, Any]:
+    """A tool in the REST list: what a client needs to choose it."""
+    spec = entry.spec
+    summary: dict[str, Any] = {
+        "toolId": spec.tool_id,
+        "version": spec.version,
+        "versions": [v.spec.version for v in versions],
+        "descriptor": entry.name,
+        "kind": str(spec.kind),
+        "description": spec.description,
+        "sideEffectClass": str(spec.side_effect_class),
+        "declaredClass": str(entry.declared_class),
+        "riskClass": str(spec.risk_class) if spec.risk_class else None,
+        "server": spec.mcp.server if spec.mcp else None,
+        "active": entry.status.active,
+        "healthy": entry.status.healthy,
+        "annotations": annotations_for(entry),
+    }
+    return summary
+
+
+def tool_detail(entry: ToolEntry, versions: Iterable[ToolEntry]) -> dict[str, Any]:
+    """One tool version with schemas, authorization, secret dependencies, limits and audit
+    requirements (what the caller could read from the descriptor itself)."""
+    spec = entry.spec.wire()
+    detail = tool_summary(entry, versions)
+    for key in (
+        "inputSchema",
+        "outputSchema",
+        "authorization",
+        "secretDependencies",
+        "timeoutSeconds",
+        "maxResultBytes",
+        "retryPolicy",
+        "rateLimits",
+        "auditRequirements",
+        "releaseId",
+    ):
+        detail[key] = spec.get(key)
+    detail["message"] = entry.status.message
+    return detail
+
+
+# --------------------------------------------------------------------------- a call
+
+
+@dataclass(frozen=True)
+class CallOptions:
+    """What a tools/call's `_meta` may set on the invocation."""
+
+    idempotency_key: str | None = None
+    version: str | None = None
+    run_id: str | None = None
+    attempt_id: str | None = None
+    fencing_token: int | None = None
+
+
+class BadCallOptions(ValueError):
+    """A `_meta` value of tooladapter's that the invocation cannot take."""
+
+
+def _text_option(meta: Mapping[str, Any], key: str, max_length: int) -> str | None:
+    value = meta.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, str) or not 1 <= len(value) <= max_length:
+        raise BadCallOptions(f"_meta[{key!r}] must be a string of 1-{max_length} characters")
+    return value
+
+
+def call_options(meta: Mapping[str, Any] | None) -> CallOptions:
+    """The call's options from `_meta`, checked as the CRD would check them."""
+    meta = meta or {}
+    version = _text_option(meta, META_VERSION, VERSION_MAX)
+    if version is not None and not is_version(version):
+        raise BadCallOptions(f"_meta[{META_VERSION!r}] is not a version: {version!r}")
+    token = meta.get(META_FENCING_TOKEN)
+    if token is not None and (
+        isinstance(token, bool) or not isinstance(token, int) or not 0 <= token <= 2**53 - 1
+    ):
+        raise BadCallOptions(f"_meta[{META_FENCING_TOKEN!r}] must be an integer 0..2^53-1")
+    return CallOptions(
+        idempotency_key=_text_option(meta, META_IDEMPOTENCY_KEY, 256),
+        version=version,
+        run_id=_text_option(meta, META_RUN_ID, 128),
+        attempt_id=_text_option(meta, META_ATTEMPT_ID, 128),
+        fencing_token=token,
+    )
+
+
+def caller_kind(username: str) -> str:
+    """ServiceAccounts are agents; anyone else calling through the gateway is a user."""
+    return "agent" if username.startswith("system:serviceaccount:") else "user"
+
+
+#: spec.caller.groups holds at most this many (the CRD's bound).
+MAX_CALLER_GROUPS: Final = 64
+
+
+def invocation_body(
+    *,
+    tool_id: str,
+    version: str,
+    arguments: Mapping[str, Any],
+    username: str,
+    groups: Iterable[str],
+    options: CallOptions,
+) -> dict[str, Any]:
+    """The ToolInvocation the gateway creates as the caller: caller name and groups are
+    the TokenReview's (admission checks both against the creator anyway)."""
+    caller: dict[str, Any] = {"kind": caller_kind(username), "name": username}
+    kept = [g for g in dict.fromkeys(groups) if 1 <= len(g) <= 253][:MAX_CALLER_GROUPS]
+    if kept:
+        caller["groups"] = kept
+    spec: dict[str, Any] = {
+        "tool": {"id": tool_id, "version": version},
+        "arguments": dict(arguments),
+        "caller": caller,
+    }
+    for key, value in (
+        ("idempotencyKey", options.idempotency_key),
+        ("runId", options.run_id),
+        ("attemptId", options.attempt_id),
+        ("fencingToken", options.fencing_token),
+    ):
+        if value is not None:
+            spec[key] = value
+    # Validated here so a bad call is answered before anything is created.
+    ToolInvocationSpec.model_validate(spec)
+    return {
+        "apiVersion": "tooladapter.dev/v1alpha1",
+        "kind": "ToolInvocation",
+        "metadata": {"generateName": f"{tool_id[:40].rstrip('.-_')}-"},
+        "spec": spec,
+    }
+
+
+def state_of(obj: Mapping[str, Any]) -> InvocationState | None:
+    raw = (obj.get("status") or {}).get("state")
+    try:
+        return InvocationState(raw) if raw else None
+    except ValueError:
+        return None
+
+
+def progress_of(obj: Mapping[str, Any]) -> tuple[float, str] | None:
+    """(progress, message) for a state the call walks through; None once it ended."""
+    state = state_of(obj) or InvocationState.RECEIVED
+    if state.terminal:
+        return None
+    status = obj.get("status") or {}
+    name = (obj.get("metadata") or {}).get("name", "")
+    if state == InvocationState.AWAITING_APPROVAL:
+        cls = status.get("effectiveClass") or "gated"
+        message = (
+            f"awaiting approval ({cls}): a reviewer approves invocation {name} with a "
+            f"ToolApproval for requestHash {status.get('requestHash')} and descriptorDigest "
+            f"{status.get('descriptorDigest')}"
+        )
+    else:
+        stages = status.get("stages") or []
+        last = stages[-1] if stages else {}
+        detail = f": {last.get('stage')} {last.get('outcome')}" if last else ""
+        message = f"{state}{detail}"
+    return float(_ORDER.get(state, 1)), message
+
+
+def _stage_of(status: Mapping[str, Any]) -> str | None:
+    if status.get("deniedStage"):
+        return str(status["deniedStage"])
+    stages = status.get("stages") or []
+    return str(stages[-1].get("stage")) if stages else None
+
+
+def _text(value: str) -> dict[str, Any]:
+    return {"type": "text", "text": value}
+
+
+def result_meta(obj: Mapping[str, Any]) -> dict[str, Any]:
+    meta_obj = obj.get("metadata") or {}
+    status = obj.get("status") or {}
+    meta: dict[str, Any] = {
+        META_INVOCATION: meta_obj.get("name"),
+        META_NAMESPACE: meta_obj.get("namespace"),
+        META_STATE: status.get("state"),
+        META_RECEIPT_REF: status.get("receiptRef"),
+    }
+    for key, field in (
+        (META_STAGE, _stage_of(status)),
+        (META_FAILURE_CLASS, status.get("failureClass")),
+        (META_DUPLICATE_OF, status.get("duplicateOf")),
+    ):
+        if field:
+            meta[key] = field
+    if (status.get("result") or {}).get("truncated"):
+        meta[META_TRUNCATED] = True
+    return meta
+
+
+def structured_result(
+    output_schema: Mapping[str, Any] | None, text: str, structured: Any
+) -> tuple[dict[str, Any] | None, str | None]:
+    """(structuredContent, problem) for an Observed call.
+
+    Without an output schema the tool's own structured content (if any) passes. With one,
+    the structured content, or else the (sanitized) text parsed as a JSON object, must
+    match it: MCP clients reject a result that declares a schema and breaks it."""
+    if output_schema is None:
+        return (structured if isinstance(structured, dict) else None), None
+    candidate = structured
+    if not isinstance(candidate, dict):
+        try:
+            candidate = json.loads(text)
+        except ValueError:
+            candidate = None
+    if not isinstance(candidate, dict):
+        return None, "the result has no structured content for the tool's outputSchema"
+    problems = validate_arguments(output_schema, candidate, max_problems=3)
+    if problems:
+        listed = "; ".join(f"{p.path}: {p.message}" for p in problems)
+        return None, f"the result does not match the tool's outputSchema: {listed}"
+    return candidate, None
+
+
+def call_result(
+    obj: Mapping[str, Any],
+    *,
+    text: str | None,
+    output_schema: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The tools/call result of an ended invocation (MCP `CallToolResult` wire form).
+
+    `text` is the sanitized result (inline in status, or read from the artifact store);
+    only `Observed` is a success."""
+    status = obj.get("status") or {}
+    state = state_of(obj)
+    meta = result_meta(obj)
+    message = str(status.get("message") or "")
+    if state == InvocationState.OBSERVED:
+        body = text if text is not None else ""
+        result = status.get("result") or {}
+        structured, problem = structured_result(
+            output_schema, body, result.get("structuredContent")
+        )
+        if problem is not None:
+            return {
+                "content": [_text(f"Observed, but {problem}"), _text(body)],
+                "isError": True,
+                "_meta": meta,
+            }
+        wire: dict[str, Any] = {"content": [_text(body)], "isError": False, "_meta": meta}
+        if structured is not None:
+            wire["structuredContent"] = structured
+        return wire
+    stage = _stage_of(status) or "unknown"
+    failure = status.get("failureClass")
+    why = f" ({failure})" if failure else ""
+    if state == InvocationState.UNCERTAIN:
+        lead = (
+            f"Uncertain at stage {stage}{why}: the call may have had its effect and that "
+            f"could not be confirmed; it is never retried automatically (an operator "
+            f"confirms what happened). {message}"
+        )
+    else:
+        lead = f"{state or 'Unknown'} at stage {stage}{why}: {message}"
+    content = [_text(lead.strip())]
+    if text:
+        content.append(_text(text))
+    return {"content": content, "isError": True, "_meta": meta}
+
+
+def pending_result(obj: Mapping[str, Any], waited_seconds: float) -> dict[str, Any]:
+    """The answer for a call still waiting (for an approval, or still running) when the
+    gateway stops waiting: not an error; it names the invocation to come back to."""
+    meta = result_meta(obj)
+    status = obj.get("status") or {}
+    name, namespace = meta[META_INVOCATION], meta[META_NAMESPACE]
+    state = status.get("state") or InvocationState.RECEIVED
+    what = "awaiting approval" if state == InvocationState.AWAITING_APPROVAL else f"still {state}"
+    text = (
+        f"{what} after {int(waited_seconds)}s: invocation {namespace}/{name} goes on; read it "
+        f"later with GET /namespaces/{namespace}/tool-invocations/{name}"
+    )
+    return {"content": [_text(text)], "isError": False, "_meta": meta}
+
+
+# --------------------------------------------------------------------------- REST views
+
+
+def invocation_view(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """An invocation with its pipeline stages, sandbox lease and receipt (no managedFields,
+    annotations or other bookkeeping)."""
+    meta = obj.get("metadata") or {}
+    return {
+        "name": meta.get("name"),
+        "namespace": meta.get("namespace"),
+        "uid": meta.get("uid"),
+        "createdAt": meta.get("creationTimestamp"),
+        "spec": obj.get("spec") or {},
+        "status": obj.get("status") or {},
+    }
+
+
+def receipt_row(obj: Mapping[str, Any], receipt: Mapping[str, Any] | None) -> dict[str, Any]:
+    """One call of a run: tool, version, classes, decision, approval, outcome, hashes, and
+    the stored receipt itself when it could be read."""
+    meta = obj.get("metadata") or {}
+    spec = obj.get("spec") or {}
+    status = obj.get("status") or {}
+    tool = spec.get("tool") or {}
+    approval = status.get("approval") or {}
+    return {
+        "invocation": meta.get("name"),
+        "toolId": tool.get("id"),
+        "toolVersion": tool.get("version"),
+        "state": status.get("state"),
+        "declaredClass": status.get("declaredClass"),
+        "effectiveClass": status.get("effectiveClass"),
+        "policyDecisionId": status.get("policyDecisionId"),
+        "approval": approval.get("name"),
+        "requestHash": status.get("requestHash"),
+        "resultHash": status.get("resultHash"),
+        "receiptRef": status.get("receiptRef"),
+        "startedAt": status.get("startedAt"),
+        "endedAt": status.get("endedAt"),
+        "receipt": dict(receipt) if receipt is not None else None,
+    }

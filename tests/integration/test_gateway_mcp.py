@@ -1,0 +1,187 @@
+"""Issue 16: the MCP endpoint of the gateway, with the `mcp` SDK's own client, on the real
+cluster: agents' ServiceAccount tokens, RBAC grants, the operator's pipeline."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client
+from mcp.shared.exceptions import MCPError
+
+from tooladapter.devtools import Namespace, OperatorProcess, wait_for
+
+from .gateway_client import http_json, mcp_client, mcp_url, token_of
+from .objects import Agent, approve, descriptor, get, pretty
+
+pytestmark = [pytest.mark.cluster, pytest.mark.timeout(300)]
+
+NATIVE = {"kind": "native", "native": {"name": "list-tools"}}
+
+
+def meta_of(result: Any) -> dict[str, Any]:
+    return dict(result.meta or {})
+
+
+def text_of(result: Any) -> str:
+    return "\n".join(getattr(block, "text", "") for block in result.content)
+
+
+async def test_an_agent_lists_only_its_granted_tools_and_calls_one_to_observed(
+    api: client.ApiClient, ns: Namespace, agent: Agent, operator: OperatorProcess
+) -> None:
+    descriptor(api, ns.name, "list-tools", **NATIVE)
+    descriptor(api, ns.name, "list-tools", version="1.1.0", **NATIVE)
+    descriptor(api, ns.name, "other-tool", **NATIVE)
+    agent.grant(["list-tools"], ["read"])
+    other = Agent.create(api, ns.name, "agent-2")
+    other.grant(["other-tool"], ["read"])
+    url = mcp_url(operator.gateway_url, ns.name)
+
+    async with mcp_client(url, token_of(agent)) as mcp:
+        listed = (await mcp.list_tools()).tools
+        assert [t.name for t in listed] == ["list-tools"]
+        tool = listed[0]
+        assert (tool.meta or {})["dev.tooladapter/version"] == "1.1.0"
+        assert tool.annotations is not None and tool.annotations.read_only_hint is True
+        assert tool.annotations.destructive_hint is False
+
+        result = await mcp.call_tool(
+            "list-tools", {}, meta={"dev.tooladapter/idempotencyKey": "key-1"}
+        )
+        assert result.is_error is False, text_of(result)
+        meta = meta_of(result)
+        assert meta["dev.tooladapter/state"] == "Observed"
+        assert str(meta["dev.tooladapter/receiptRef"]).startswith("sha256:")
+        # list-tools itself lists what the caller may invoke.
+        tools = (result.structured_content or {})["tools"]
+        assert {t["toolId"] for t in tools} == {"list-tools"}
+        obj = get(api, ns.name, "toolinvocations", meta["dev.tooladapter/invocation"])
+        assert obj["spec"]["caller"]["name"] == agent.user
+        assert obj["spec"]["tool"] == {"id": "list-tools", "version": "1.1.0"}
+        assert obj["spec"]["idempotencyKey"] == "key-1"
+
+        # The same key again: a duplicate, answered with the call that holds the key.
+        again = await mcp.call_tool(
+            "list-tools", {}, meta={"dev.tooladapter/idempotencyKey": "key-1"}
+        )
+        assert again.is_error is False, text_of(again)
+        assert meta_of(again)["dev.tooladapter/invocation"] == meta["dev.tooladapter/invocation"]
+
+        # A tool the agent may not invoke does not exist for it.
+        with pytest.raises(MCPError, match="unknown tool"):
+            await mcp.call_tool("other-tool", {})
+
+    async with mcp_client(url, token_of(other)) as mcp:
+        assert [t.name for t in (await mcp.list_tools()).tools] == ["other-tool"]
+
+
+async def test_no_token_or_a_bad_token_is_refused_with_401(
+    ns: Namespace, operator: OperatorProcess
+) -> None:
+    url = mcp_url(operator.gateway_url, ns.name)
+    ping = {"jsonrpc": "2.0", "id": 1, "method": "ping"}
+    for token in (None, "not-a-token"):
+        status, kind, body = await asyncio.to_thread(http_json, "POST", url, token, ping)
+        assert status == 401
+        assert kind.startswith("application/problem+json")
+        assert body["status"] == 401 and "bearer" in body["detail"].lower()
+    with pytest.raises(Exception):  # noqa: B017 - the SDK's error for an HTTP 401
+        async with mcp_client(url, None, timeout=20) as mcp:
+            await mcp.list_tools()
+
+
+async def test_a_denied_call_is_an_error_result_naming_the_stage_and_reason(
+    api: client.ApiClient, ns: Namespace, agent: Agent, operator: OperatorProcess
+) -> None:
+    descriptor(api, ns.name, "list-tools", **NATIVE)
+    agent.grant(["list-tools"], [])  # the tool, but not its class
+    async with mcp_client(mcp_url(operator.gateway_url, ns.name), token_of(agent)) as mcp:
+        result = await mcp.call_tool("list-tools", {})
+    assert result.is_error is True
+    text = text_of(result)
+    assert "Denied at stage permission" in text, text
+    assert "use" in text and "sideeffectclasses" in text, text
+    meta = meta_of(result)
+    assert meta["dev.tooladapter/state"] == "Denied"
+    assert meta["dev.tooladapter/stage"] == "permission"
+    assert str(meta["dev.tooladapter/receiptRef"]).startswith("sha256:")
+
+
+async def _call_and_approve(
+    url: str, token: str, reviewer: Agent, *, approve_on_progress: bool
+) -> tuple[Any, list[str]]:
+    messages: list[str] = []
+    approved = asyncio.Event()
+
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        messages.append(message or "")
+        if approve_on_progress and "awaiting approval" in (message or "") and not approved.is_set():
+            approved.set()
+            name = (message or "").split("invocation ", 1)[1].split(" ", 1)[0]
+            await asyncio.to_thread(approve, reviewer, name)
+
+    async with mcp_client(url, token) as mcp:
+        result = await mcp.call_tool("gated", {}, progress_callback=on_progress)
+    return result, messages
+
+
+async def test_a_gated_call_reports_awaiting_approval_and_completes_once_approved(
+    api: client.ApiClient, ns: Namespace, agent: Agent, operator: OperatorProcess
+) -> None:
+    descriptor(api, ns.name, "gated", side_effect_class="shared-write", **NATIVE)
+    agent.grant(["gated"], ["shared-write"])
+    reviewer = Agent.create(api, ns.name, "reviewer-1", role="tooladapter-reviewer")
+    url = mcp_url(operator.gateway_url, ns.name)
+
+    result, messages = await _call_and_approve(
+        url, token_of(agent), reviewer, approve_on_progress=True
+    )
+    assert any("awaiting approval" in m for m in messages), messages
+    assert result.is_error is False, text_of(result)
+    meta = meta_of(result)
+    assert meta["dev.tooladapter/state"] == "Observed", pretty(meta)
+    obj = get(api, ns.name, "toolinvocations", meta["dev.tooladapter/invocation"])
+    assert obj["status"]["approval"]["reviewer"] == reviewer.user
+
+
+async def test_a_standby_serves_the_gateway_and_answers_a_long_wait_with_the_invocation(
+    api: client.ApiClient,
+    ns: Namespace,
+    agent: Agent,
+    operator: OperatorProcess,
+    tmp_path: Path,
+) -> None:
+    descriptor(api, ns.name, "gated", side_effect_class="shared-write", **NATIVE)
+    agent.grant(["gated"], ["shared-write"])
+    reviewer = Agent.create(api, ns.name, "reviewer-1", role="tooladapter-reviewer")
+    # Same namespaces as the session's operator, which leads: this one waits as a standby.
+    standby = OperatorProcess(tmp_path, {"TOOLADAPTER_GATEWAY_APPROVAL_WAIT_SECONDS": "1"})
+    standby.start(until="standby:")
+    try:
+        url = mcp_url(standby.gateway_url, ns.name)
+        result, messages = await _call_and_approve(
+            url, token_of(agent), reviewer, approve_on_progress=False
+        )
+        assert result.is_error is False, text_of(result)
+        assert any("awaiting approval" in m for m in messages), messages
+        text = text_of(result)
+        assert "awaiting approval" in text, text
+        name = meta_of(result)["dev.tooladapter/invocation"]
+        assert f"/tool-invocations/{name}" in text
+        await asyncio.to_thread(approve, reviewer, name)
+
+        def observed() -> dict[str, Any] | None:
+            status, _, body = http_json(
+                "GET",
+                f"{standby.gateway_url}/namespaces/{ns.name}/tool-invocations/{name}",
+                token_of(agent),
+            )
+            assert status == 200, body
+            return body if body["status"].get("state") == "Observed" else None
+
+        await asyncio.to_thread(wait_for, observed, timeout=60, what=f"{name} Observed")
+    finally:
+        standby.stop()
