@@ -14,7 +14,7 @@ export PYTHONUNBUFFERED := 1
 
 include hack/cluster.mk
 
-.PHONY: help venv lint unit crds crds-check install uninstall run demo test integration bench chaos s3-server otel-collector
+.PHONY: help venv lint unit crds crds-check install uninstall run demo test integration bench chaos s3-server otel-collector promtool
 
 help:
 	@echo "make test       set up everything on a fresh machine, then run all tests"
@@ -43,7 +43,13 @@ lint: venv
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
 
-unit: venv
+# promtool checks and unit-tests the alert rules (hack/monitoring/): Debian's prometheus
+# package ships it (no service is started where none runs).
+promtool:
+	@command -v promtool >/dev/null || { apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus; }
+
+unit: venv promtool
 	$(VENV)/bin/pytest -q tests/unit
 
 crds: venv

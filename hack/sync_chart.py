@@ -1,4 +1,5 @@
-"""Copy crds/ and manifests/ into the Helm chart, which cannot read files outside itself.
+"""Copy crds/, manifests/ and hack/monitoring/ into the Helm chart, which cannot read files
+outside itself.
 
 `tests/unit/test_chart.py` fails when the copies drift; `make crds` runs this.
 """
@@ -20,6 +21,11 @@ def sources() -> dict[Path, Path]:
         pairs[CHART / "files" / src.name] = src
     for src in sorted((ROOT / "manifests" / "admission").glob("*.yaml")):
         pairs[CHART / "files" / f"admission-{src.name}"] = src
+    # The alert rules and the dashboard, as templates/prometheusrule.yaml and
+    # templates/grafana-dashboard.yaml ship them (verbatim: their {{ }} are Prometheus's); in a
+    # folder of their own, out of the manifests' `files/*.yaml`.
+    for name in ("rules.yaml", "dashboard.json"):
+        pairs[CHART / "files" / "monitoring" / name] = ROOT / "hack" / "monitoring" / name
     return pairs
 
 
@@ -28,6 +34,7 @@ def main() -> None:
         shutil.rmtree(directory, ignore_errors=True)
         directory.mkdir(parents=True)
     for dst, src in sources().items():
+        dst.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(src, dst)
         print(f"synced {dst.relative_to(ROOT)}")
 

@@ -21,7 +21,12 @@ def test_chart_copies_match_their_sources() -> None:
         if not dst.exists() or dst.read_bytes() != src.read_bytes()
     ]
     assert not stale, f"run `make crds`: chart copies drifted: {stale}"
-    carried = set((ROOT / "charts/tooladapter/crds").glob("*")) | set(
-        (ROOT / "charts/tooladapter/files").glob("*")
-    )
+    carried = {
+        p
+        for p in (
+            *(ROOT / "charts/tooladapter/crds").glob("*"),
+            *(ROOT / "charts/tooladapter/files").rglob("*"),
+        )
+        if p.is_file()
+    }
     assert carried == set(pairs), "the chart carries files that have no source"
