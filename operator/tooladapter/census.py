@@ -40,6 +40,9 @@ class Row:
     waiting_since: float | None = None
     #: When the open sandbox lease's timeout passes (epoch seconds).
     lease_deadline: float | None = None
+    name: str = ""
+    #: When a finished call ended (epoch seconds): retention's candidates come from here.
+    ended_at: float | None = None
 
 
 def _epoch(text: object) -> float | None:
@@ -76,6 +79,8 @@ def row_of(body: Mapping[str, Any]) -> Row:
         unconfirmed=state == InvocationState.UNCERTAIN and not confirmation.get("recorded"),
         waiting_since=waiting_since,
         lease_deadline=deadline,
+        name=str(body["metadata"].get("name") or ""),
+        ended_at=_epoch(status.get("endedAt")) if state.terminal else None,
     )
 
 
@@ -90,6 +95,15 @@ class Census(Collector):
             self.rows.pop(uid, None)
         else:
             self.rows[uid] = row_of(body)
+
+    def ended_before(self, moment: float) -> list[tuple[str, str, str]]:
+        """(uid, namespace, name) of finished calls that ended before `moment`, except
+        unconfirmed Uncertain ones: the candidates of retention (each re-read before it goes)."""
+        return [
+            (uid, row.namespace, row.name)
+            for uid, row in self.rows.items()
+            if row.ended_at is not None and row.ended_at < moment and not row.unconfirmed
+        ]
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         now = self.clock()

@@ -215,6 +215,7 @@ async def conclude(ctx: FlowContext, *, post_event: bool = True) -> None:
         )
     await ctx.commit()
     ctx.trace_end()
+    await keep_receipt_on_claim(ctx, spec)
     ctx.rt.rates.release(ctx.uid)
     tool = spec.tool.id
     effective = str(ctx.status.effective_class or "")
@@ -240,6 +241,27 @@ async def conclude(ctx: FlowContext, *, post_event: bool = True) -> None:
     # Last: the end is persisted and announced; a finalizer left behind by a failure here
     # is removed by `release_finalizer`.
     await ctx.let_go()
+
+
+async def keep_receipt_on_claim(ctx: FlowContext, spec: ToolInvocationSpec) -> None:
+    """A winner's end and receipt onto its idempotency claim, which outlives the invocation
+    (retention): duplicates still find the receipt, and the claim's own retention counts from
+    here. Best effort: a claim without it is kept until its winner is gone."""
+    status = ctx.status
+    if not spec.idempotency_key or status.duplicate_of or not status.receipt_ref:
+        return
+    try:
+        await ctx.rt.cluster.record_idempotency_end(
+            namespace=ctx.namespace,
+            caller=spec.caller.name,
+            key=spec.idempotency_key,
+            holder_uid=ctx.uid,
+            receipt_ref=status.receipt_ref,
+            ended_at=status.ended_at or now_iso(),
+            state=str(status.state),
+        )
+    except Exception:
+        logger.warning("invocation %s: its end not kept on its claim", ctx.ref, exc_info=True)
 
 
 async def write_receipt(
