@@ -20,6 +20,7 @@ from kubernetes import client
 
 from tooladapter import GROUP, VERSION
 from tooladapter.devtools import (
+    EgressProxyProcess,
     OperatorProcess,
     admin_client,
     free_port,
@@ -31,6 +32,8 @@ from tooladapter.devtools import (
 ROOT = Path(__file__).resolve().parent.parent
 NS = "tooladapter-demo"
 AGENT = "demo-agent"
+#: The weather server's name for the sandbox: the egress proxy maps it to this node.
+WEATHER_HOST = "weather.example.test"
 
 
 def kubectl(*args: str, stdin: str | None = None, kubeconfig: str | None = None) -> str:
@@ -124,6 +127,24 @@ def main() -> None:
             "shell": {"allow": ["uname", "echo", "ls", "cat"]},
         },
         {
+            "toolId": "fetch",
+            "kind": "shell",
+            "sideEffectClass": "sandbox",
+            "description": "wget in a sandbox that may reach one host, by name",
+            "inputSchema": {
+                "type": "object",
+                "properties": {"command": {"type": "string"}},
+                "required": ["command"],
+            },
+            "timeoutSeconds": 60,
+            "sandbox": {
+                "resources": {"limits": {"cpu": "500m", "memory": "64Mi"}},
+                # A host name: the pod reaches it only through the egress proxy.
+                "egress": {"allow": [f"{WEATHER_HOST}:{port}"]},
+            },
+            "shell": {"allow": ["wget"]},
+        },
+        {
             "toolId": "weather",
             "kind": "http",
             "sideEffectClass": "read",
@@ -157,7 +178,17 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory() as tmp:
         agent_config = agent_kubeconfig(api, token, Path(tmp))
-        op = OperatorProcess(Path(tmp), {"TOOLADAPTER_NAMESPACES": NS})
+        # The egress proxy beside the operator, as `make run` starts them on a host.
+        proxy = EgressProxyProcess(
+            Path(tmp) / "proxy",
+            {"TOOLADAPTER_NAMESPACES": NS, "TOOLADAPTER_EGRESS_HOSTS": f"{WEATHER_HOST}={host}"},
+        )
+        (Path(tmp) / "proxy").mkdir()
+        proxy.start()
+        op = OperatorProcess(
+            Path(tmp),
+            {"TOOLADAPTER_NAMESPACES": NS, "TOOLADAPTER_EGRESS_PROXY_PORT": str(proxy.port)},
+        )
         op.start()
         try:
             wait_for(
@@ -180,6 +211,7 @@ def main() -> None:
                 "list-tools": {},
                 "shell": {"command": "uname -a"},
                 "weather": {"city": "Lisbon"},
+                "fetch": {"command": f"wget -q -O - http://{WEATHER_HOST}:{port}/weather/Porto"},
             }
             names = {}
             for tool, args in calls.items():
@@ -238,6 +270,7 @@ def main() -> None:
             print(kubectl("get", "toolinvocations", "-n", NS))
         finally:
             op.stop()
+            proxy.stop()
             server.shutdown()
     time.sleep(0)
 

@@ -1,6 +1,7 @@
 """`python -m bench [flags]` runs the bench; `floor-controller NAMESPACE` and
 `http-server HOST PORT` are its helper processes; `adversarial` times what agent-crafted
-input costs the operator (no cluster, `adversarial.py`)."""
+input costs the operator (no cluster, `adversarial.py`); `egress` what the egress proxy adds
+to a request (no cluster, `egress.py`)."""
 
 from __future__ import annotations
 
@@ -23,6 +24,11 @@ def main(argv: list[str]) -> None:
         return
     if argv[:1] == ["http-server"]:
         asyncio.run(http_server(argv[1], int(argv[2])))
+        return
+    if argv[:1] == ["egress"]:
+        from .egress import main as egress
+
+        egress()
         return
     if argv[:1] == ["adversarial"]:
         from .adversarial import main as adversarial

@@ -134,6 +134,26 @@ class SandboxKind(StrEnum):
     KATA = "Kata"
 
 
+class EgressVerdict(StrEnum):
+    """What the egress proxy decided about one connection of a sandbox (receipt, metrics)."""
+
+    ALLOWED = "allowed"
+    #: The host (or host:port) is on none of the lease's allow-list entries.
+    NOT_ALLOWED = "not-allowed"
+    #: An IP literal that no CIDR entry of the lease allows.
+    IP_LITERAL = "ip-literal"
+    #: The name resolved only to private, loopback, link-local, metadata or cluster addresses.
+    PRIVATE_ADDRESS = "private-address"
+    #: The TLS ClientHello named another host than CONNECT did (or none, or an encrypted one).
+    SNI_MISMATCH = "sni-mismatch"
+    #: No token, an unknown token, another lease's token, or a lease that has ended.
+    UNAUTHORIZED = "unauthorized"
+    #: Not a request the proxy speaks (a malformed head, a scheme other than http).
+    BAD_REQUEST = "bad-request"
+    #: Allowed, but the name did not resolve or the upstream could not be reached.
+    UPSTREAM_FAILED = "upstream-failed"
+
+
 class FailureClass(StrEnum):
     VALIDATION = "validation"
     PERMISSION_DENIED = "permission-denied"
@@ -258,6 +278,17 @@ class UnlistedAction(StrEnum):
 
     ESCALATE = "escalate"
     DENY = "deny"
+
+
+class OperatorRole(StrEnum):
+    """What an operator process is doing, as its health endpoint reports it."""
+
+    #: Connecting, or leading and priming its caches: not ready yet.
+    STARTING = "starting"
+    #: Waiting for the leadership Lease another process holds: ready to take over.
+    STANDBY = "standby"
+    #: Holding the Lease and handling calls.
+    LEADING = "leading"
 
 
 class ArtifactBackend(StrEnum):

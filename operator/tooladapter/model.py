@@ -20,6 +20,7 @@ from pydantic.config import JsonDict
 from .enums import (
     ApprovalDecision,
     BlockAction,
+    EgressVerdict,
     FailureClass,
     InvocationState,
     McpServerPhase,
@@ -174,12 +175,47 @@ class Resources(Model):
     """What the sandbox pod may use at most."""
 
 
-class Egress(Model):
-    """Where the sandbox may connect (default: nowhere)."""
+class SecretKeyRef(Model):
+    """One key of a Secret in the same namespace."""
 
-    allow: list[str] = Field(
+    name: str = Field(min_length=1)
+    """The Secret's name."""
+    key: str = Field(min_length=1)
+    """The key in the Secret."""
+
+
+class EgressCredential(Model):
+    """A header the egress proxy adds to requests for `host`: the sandbox never holds it."""
+
+    host: str = Field(
+        min_length=1,
+        max_length=260,
+        description="Host name (exact or `*.suffix`), optionally `:port`, as in `allow`; the "
+        "sandbox sends plain `http://host/...` to the proxy, which speaks verified TLS upstream.",
+    )
+    header: str = Field(default="Authorization", min_length=1, max_length=128)
+    """The header's name."""
+    scheme: str = Field(
+        default="Bearer", max_length=64, description="Prefix of the header value; may be empty."
+    )
+    secret_key_ref: SecretKeyRef
+    """The Secret key holding the value (whoever names it must be able to read it)."""
+
+
+class Egress(Model):
+    """Where the sandbox may connect (default: the operator's default list)."""
+
+    allow: list[str] | None = Field(
+        default=None,
+        description="Host names (exact or `*.suffix`, optionally `:port`; through the egress "
+        "proxy, port 443 for CONNECT and 80 for plain HTTP unless given) and CIDRs (in the "
+        "lease's NetworkPolicy). Unset: the operator's default list "
+        "(TOOLADAPTER_DEFAULT_EGRESS_ALLOW); `[]`: no egress.",
+    )
+    credentials: list[EgressCredential] = Field(
         default_factory=list,
-        description="CIDRs (enforced by NetworkPolicy) or host names (via the egress proxy).",
+        description="Headers the egress proxy injects for a host; the value never enters the "
+        "sandbox.",
     )
 
 
@@ -407,15 +443,6 @@ class ToolDescriptorStatus(Model):
 
 
 # --------------------------------------------------------------------------- MCP server
-
-
-class SecretKeyRef(Model):
-    """One key of a Secret in the same namespace."""
-
-    name: str = Field(min_length=1)
-    """The Secret's name."""
-    key: str = Field(min_length=1)
-    """The key in the Secret."""
 
 
 class McpCredentials(Model):
@@ -723,6 +750,29 @@ class SandboxLease(Model):
     """The ephemeral Secret with the brokered keys (deleted when the call ends)."""
     runtime_class: str | None = None
     """The RuntimeClass the sandbox pod runs with (None: the node's default runtime)."""
+    egress_proxy: str | None = None
+    """`address:port` of the egress proxy the pod was pointed at (None: no host egress)."""
+
+
+class EgressRecord(Model):
+    """One connection of a sandbox through the egress proxy, as the proxy recorded it."""
+
+    host: str
+    """The host the sandbox asked for."""
+    port: int
+    """Its port."""
+    method: str
+    """CONNECT, or the forwarded request's method."""
+    verdict: EgressVerdict
+    """What the proxy decided."""
+    reason: str = ""
+    """Why, for a refusal."""
+    bytes_up: int = 0
+    """Bytes sent upstream."""
+    bytes_down: int = 0
+    """Bytes sent back to the sandbox."""
+    at: str | None = None
+    """When the connection ended (RFC 3339)."""
 
 
 class InvocationResult(Model):
@@ -1000,6 +1050,8 @@ class ToolInvocationStatus(Model):
     """The invocation that holds this call's idempotency key."""
     effect_confirmation: EffectConfirmation | None = None
     """An operator's statement on an Uncertain effect."""
+    egress: list[EgressRecord] = Field(default_factory=list)
+    """Connections through the egress proxy (bounded; the receipt's `egress` list)."""
     preview: InvocationPreview | None = None
     """A dry run's result (spec.dryRun)."""
     conditions: list[Condition] = Field(default_factory=list)
@@ -1134,6 +1186,16 @@ class ShellPolicy(Model):
     )
 
 
+class EgressPolicy(Model):
+    """How a tenant narrows its sandboxes' egress."""
+
+    allow: list[str] | None = Field(
+        default=None,
+        description="Narrows every sandbox's egress allow-list: an entry survives only when "
+        "one of these covers it (a host, `*.suffix` or CIDR entry; a port must match).",
+    )
+
+
 class SpendPolicy(Model):
     """How spend-class calls are gated."""
 
@@ -1189,6 +1251,8 @@ class ToolPolicySpec(Model):
     """Approval timeout and reviewer groups."""
     rate_limits: RateLimitPolicy = Field(default_factory=RateLimitPolicy)
     """How descriptors' rateLimits are counted."""
+    egress: EgressPolicy = Field(default_factory=EgressPolicy)
+    """Narrows every sandbox's egress allow-list."""
     conditions: list[ArgumentCondition] = Field(default_factory=list)
     """Rules on argument values."""
 

@@ -26,6 +26,7 @@ from .executors import Executor
 from .kube.client import Kube
 from .kube.cluster import Cluster
 from .pipeline.ratelimit import RateBook
+from .pipeline.sandbox import ProxyPeer
 from .settings import Settings
 
 logger = logging.getLogger("tooladapter")
@@ -69,6 +70,8 @@ class Runtime:
     #: (host, port) of the network gate's canary listener (None: no gate); the lease's
     #: NetworkPolicy never lets a sandbox reach it.
     canary: tuple[str, int] | None = None
+    #: Where leases with host egress reach the egress proxy (None: host names fail closed).
+    egress_peer: ProxyPeer | None = None
     #: This process, as it signs execution claims (and leases).
     identity: str = field(default_factory=lambda: process_identity())
 

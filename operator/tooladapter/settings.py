@@ -13,6 +13,7 @@ from pathlib import Path
 
 from .enums import ArtifactBackend
 from .model import DEFAULT_MAX_RESULT_BYTES, DEFAULT_TIMEOUT_SECONDS
+from .pipeline.egress import REFERENCE_DEFAULT_ALLOW
 
 
 def _int(name: str, default: int) -> int:
@@ -70,7 +71,7 @@ def _pairs(name: str, default: tuple[tuple[str, str], ...]) -> tuple[tuple[str, 
     for part in _list(name, ()):
         key, sep, value = part.partition("=")
         if not sep or not key.strip() or not value.strip():
-            raise ValueError(f"environment variable {name}: {part!r} is not Kind=runtimeclass")
+            raise ValueError(f"environment variable {name}: {part!r} is not key=value")
         pairs.append((key.strip(), value.strip()))
     return tuple(pairs)
 
@@ -91,6 +92,58 @@ def _endpoint(name: str) -> str | None:
     if raw and not raw.startswith(("https://", "http://")):
         raise ValueError(f"environment variable {name}={raw!r} is not an http(s) URL")
     return raw or None
+
+
+@dataclass(frozen=True)
+class EgressSettings:
+    """The egress proxy (`python -m tooladapter egress-proxy`) and how leases reach it."""
+
+    #: Port the proxy listens on, and the port pods are pointed at.
+    proxy_port: int = 3128
+    #: Address the proxy binds (default: every address; the lease's NetworkPolicy decides
+    #: which pods reach it, and the token which lease they act for).
+    listen: str = "0.0.0.0"  # noqa: S104
+    #: Address pods are given in HTTP(S)_PROXY (host mode: the node's default-route address;
+    #: in the cluster: the proxy Service's ClusterIP, since sandboxes have no DNS).
+    proxy_address: str | None = None
+    #: In the cluster: the proxy pods' labels ("k=v,..."); the lease's NetworkPolicy selects
+    #: them in `namespace` instead of allowing `proxy_address`.
+    proxy_pod_labels: tuple[tuple[str, str], ...] = ()
+    #: Where lease grants and connection records live (the proxy's namespace).
+    namespace: str = "tooladapter-system"
+    #: A sandbox's allow-list when its descriptor sets none (reference: DefaultEgressAllowList).
+    default_allow: tuple[str, ...] = REFERENCE_DEFAULT_ALLOW
+    #: Names the proxy resolves to fixed addresses ("name=address,..."), for tests; those
+    #: addresses skip the non-public check, and such names never go to DNS.
+    hosts: str = ""
+    #: Cluster ranges (pod and service CIDRs) the proxy treats as non-public.
+    cluster_cidrs: tuple[str, ...] = ()
+    #: Extra CA bundle the proxy trusts for TLS upstreams of credentialed hosts.
+    ca_file: str | None = None
+    #: Port of the proxy's /metrics; 0 disables it.
+    metrics_port: int = 9465
+    #: Seconds a connection may stay idle (no byte either way) before the proxy closes it.
+    idle_seconds: int = 300
+
+    @classmethod
+    def from_env(cls) -> EgressSettings:
+        base = cls()
+        labels = _pairs("TOOLADAPTER_EGRESS_PROXY_POD_LABELS", ())
+        return cls(
+            proxy_port=_at_least("TOOLADAPTER_EGRESS_PROXY_PORT", base.proxy_port, 1),
+            listen=os.environ.get("TOOLADAPTER_EGRESS_PROXY_LISTEN") or base.listen,
+            proxy_address=os.environ.get("TOOLADAPTER_EGRESS_PROXY_ADDRESS") or None,
+            proxy_pod_labels=labels,
+            namespace=os.environ.get("TOOLADAPTER_EGRESS_NAMESPACE")
+            or os.environ.get("TOOLADAPTER_LEASE_NAMESPACE")
+            or base.namespace,
+            default_allow=_list("TOOLADAPTER_DEFAULT_EGRESS_ALLOW", base.default_allow),
+            hosts=os.environ.get("TOOLADAPTER_EGRESS_HOSTS", ""),
+            cluster_cidrs=_list("TOOLADAPTER_EGRESS_CLUSTER_CIDRS", ()),
+            ca_file=os.environ.get("TOOLADAPTER_EGRESS_CA_FILE") or None,
+            metrics_port=_int("TOOLADAPTER_EGRESS_METRICS_PORT", base.metrics_port),
+            idle_seconds=_at_least("TOOLADAPTER_EGRESS_IDLE_SECONDS", base.idle_seconds, 1),
+        )
 
 
 @dataclass(frozen=True)
@@ -156,10 +209,15 @@ class Settings:
     #: leaseDurationSeconds: a standby takes over this long after the leader stopped
     #: renewing; the leader stops acting after two thirds of it without a renewal.
     lease_seconds: int = 15
+    #: Port of `/healthz` and `/readyz`, served from start-up in every role (a standby
+    #: too, unlike kopf's own liveness endpoint); 0 disables it (host processes).
+    health_port: int = 0
 
     #: RuntimeClass of each sandbox kind without a `runtimeClassName` ("Kind=class" pairs;
     #: Container maps to none: the node's default runtime).
     runtime_classes: tuple[tuple[str, str], ...] = (("GVisor", "gvisor"), ("Kata", "kata"))
+    #: Egress by host name through the egress proxy.
+    egress: EgressSettings = field(default_factory=EgressSettings)
 
     #: Port of the HTTP API and MCP endpoint (`tooladapter.gateway`); 0 disables it. Every
     #: replica serves it, a standby included: it keeps no state of its own.
@@ -237,6 +295,8 @@ class Settings:
             gateway_approval_wait_seconds=_at_least(
                 "TOOLADAPTER_GATEWAY_APPROVAL_WAIT_SECONDS", base.gateway_approval_wait_seconds, 0
             ),
+            egress=EgressSettings.from_env(),
+            health_port=_port("TOOLADAPTER_HEALTH_PORT", base.health_port),
         )
 
     def __post_init__(self) -> None:

@@ -168,7 +168,11 @@ def test_the_gateway_serves_its_openapi_document(operator: OperatorProcess) -> N
     assert status == 200
     assert served == json.loads(json.dumps(DOCUMENT))
     assert served["openapi"] == "3.1.0"
-    assert {"/namespaces/{namespace}/mcp", "/healthz"} <= set(served["paths"])
+    assert {
+        "/namespaces/{namespace}/mcp",
+        "/healthz",
+        "/namespaces/{namespace}/tools/{toolId}/dry-run",
+    } <= set(served["paths"])
 
 
 @schema.parametrize()
@@ -183,8 +187,12 @@ def test_the_api_matches_its_openapi_document_and_never_fails_with_5xx(
     one, _ = tenants
     if case.path_parameters and "namespace" in case.path_parameters:
         # Mostly the tenant's own namespace, so real objects answer (others are 403s).
-        if hash(json.dumps(case.path_parameters, sort_keys=True, default=str)) % 4:
+        steer = hash(json.dumps(case.path_parameters, sort_keys=True, default=str))
+        if steer % 4:
             case.path_parameters["namespace"] = one.ns.name
+        # Mostly a tool that exists, so dry runs and tool reads answer previews and tools.
+        if "toolId" in case.path_parameters and steer % 3:
+            case.path_parameters["toolId"] = "list-tools"
     case.call_and_validate(
         base_url=operator.gateway_url,
         headers={"Authorization": f"Bearer {one.token}"},

@@ -34,7 +34,13 @@ class _Unused:
 
 
 def _deps(settings: Settings) -> Deps:
-    return Deps(reviews=_Unused(), pool=_Unused(), store=_Unused(), settings=settings)  # type: ignore[arg-type]
+    return Deps(
+        reviews=_Unused(),  # type: ignore[arg-type]
+        pool=_Unused(),  # type: ignore[arg-type]
+        store=_Unused(),  # type: ignore[arg-type]
+        settings=settings,
+        kube=_Unused(),  # type: ignore[arg-type]
+    )
 
 
 def _free_port() -> int:

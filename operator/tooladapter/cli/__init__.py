@@ -25,7 +25,7 @@ from .context import Settings, common_options
 from .exitcodes import CliError, ExitCode, for_api_status
 from .invoke import dry_run, invoke
 from .receipts import receipt, receipts
-from .run import run
+from .run import egress_proxy, run
 from .tools import describe, tools
 
 
@@ -66,6 +66,7 @@ for command in (
     receipt,
     completion,
     run,
+    egress_proxy,
 ):
     app.add_command(command)
 

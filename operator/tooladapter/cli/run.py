@@ -22,3 +22,16 @@ def run(kopf_args: tuple[str, ...]) -> ExitCode:
 
     launch([a for a in kopf_args if a != "--"])
     return ExitCode.OK
+
+
+@click.command("egress-proxy", context_settings={"help_option_names": ["-h", "--help"]})
+def egress_proxy() -> ExitCode:
+    """Run the lease-scoped egress proxy sandboxes reach host names through.
+
+    Its own process, never the operator's. Settings come from TOOLADAPTER_EGRESS_*
+    environment variables (see the README's Egress); `make run` starts it beside the operator.
+    """
+    from ..egress.main import main as egress_main
+
+    egress_main()
+    return ExitCode.OK

@@ -22,12 +22,13 @@ from .cluster import (
     unique,
 )
 from .host import free_port, node_ip
-from .process import OperatorProcess, operator_running
+from .process import EgressProxyProcess, OperatorProcess, operator_running
 from .waiting import wait_for
 
 __all__ = [
     "ROOT",
     "SESSION",
+    "EgressProxyProcess",
     "Namespace",
     "OperatorProcess",
     "admin_client",

@@ -21,10 +21,14 @@ STARTED = "tooladapter started"
 class OperatorProcess:
     """The operator as `make run` starts it, in its own process group, with its log kept."""
 
+    #: The `tooladapter` subcommand this process runs.
+    COMMAND: tuple[str, ...] = ("run",)
+    LOG_NAME = "operator.log"
+
     def __init__(self, workdir: Path, env: dict[str, str] | None = None) -> None:
         self.workdir = workdir
         self.artifacts = workdir / "artifacts"
-        self.log_path = workdir / "operator.log"
+        self.log_path = workdir / self.LOG_NAME
         self.metrics_port = free_port()
         #: The gateway (HTTP API, MCP) on loopback, a port of its own per process.
         self.gateway_port = free_port()
@@ -58,7 +62,7 @@ class OperatorProcess:
         log.flush()
         self.offset = self.log_path.stat().st_size
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "tooladapter", "run"],
+            [sys.executable, "-m", "tooladapter", *self.COMMAND],
             cwd=ROOT,
             env=self.env,
             stdout=log,
@@ -109,6 +113,29 @@ class OperatorProcess:
 
     def log_text(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+
+class EgressProxyProcess(OperatorProcess):
+    """The egress proxy as `python -m tooladapter egress-proxy` (host mode): its port and
+    metrics port are free ones, its scope the operator's unless `env` says otherwise."""
+
+    COMMAND = ("egress-proxy",)
+    LOG_NAME = "egress-proxy.log"
+
+    def __init__(self, workdir: Path, env: dict[str, str] | None = None) -> None:
+        self.port = free_port("0.0.0.0")  # noqa: S104
+        super().__init__(
+            workdir,
+            {
+                "TOOLADAPTER_EGRESS_PROXY_PORT": str(self.port),
+                "TOOLADAPTER_EGRESS_METRICS_PORT": str(free_port()),
+                **(env or {}),
+            },
+        )
+        self.metrics_port = int(self.env["TOOLADAPTER_EGRESS_METRICS_PORT"])
+
+    def start(self, until: str = "egress proxy listening", timeout: float = 60) -> None:
+        super().start(until, timeout)
 
 
 @contextlib.contextmanager

@@ -32,6 +32,9 @@ class Call:
     idempotency_key: str | None = None
     argv: tuple[str, ...] = ()
     lease_id: str | None = None
+    #: The lease goes through the egress proxy: the pod gets HTTP(S)_PROXY, and these
+    #: CIDR entries as NO_PROXY. None: no proxy.
+    proxy_bypass: tuple[str, ...] | None = None
     #: W3C trace context for the tool's request (http, MCP), when traces are exported.
     traceparent: str | None = None
     interrupted: asyncio.Event = field(default_factory=asyncio.Event, compare=False)

@@ -48,7 +48,7 @@ def allowances(spec: ToolDescriptorSpec) -> tuple[str, ...]:
     of `sandbox.egress.allow` (host names never count)."""
     entries = list(spec.http.allowed_hosts if spec.http is not None else [])
     if spec.sandbox is not None:
-        entries.extend(spec.sandbox.egress.allow)
+        entries.extend(spec.sandbox.egress.allow or [])
     return tuple(str(network) for network in parse_networks(entries))
 
 

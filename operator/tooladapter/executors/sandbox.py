@@ -17,6 +17,7 @@ from ..enums import FailureClass, InvocationState
 from ..kube import sandbox as ksandbox
 from ..kube.client import Refused
 from ..kube.cluster import Cluster
+from ..pipeline.egress_lease import proxy_env
 from ..pipeline.sandbox import (
     LeaseNames,
     build_job,
@@ -59,9 +60,14 @@ class SandboxExecutor:
             image_pull_policy=self.settings.image_pull_policy,
             secret_dependencies=descriptor.secret_dependencies or None,
             has_token=descriptor.authorization.kubernetes_identity is not None,
-            network_gate=network_gate_for(self.canary, list(sandbox.egress.allow)),
+            network_gate=network_gate_for(self.canary, list(sandbox.egress.allow or [])),
             gate_image=self.settings.sandbox_image,
             runtime_class=runtime_class_for(sandbox, dict(self.settings.runtime_classes)),
+            extra_env=(
+                proxy_env(call.uid, list(call.proxy_bypass))
+                if call.proxy_bypass is not None
+                else None
+            ),
         )
 
     async def execute(self, call: Call) -> Outcome:

@@ -7,11 +7,21 @@ Secret or ServiceAccount denies the call (fail closed) before anything runs.
 
 from __future__ import annotations
 
+import secrets
+
 from .. import API_VERSION
 from ..enums import FailureClass, InvocationState, Stage, StageOutcome
 from ..kube.client import NotFound
 from ..kube.sandbox import decode_b64
-from ..model import LeaseLimits, SandboxLease, ToolDescriptorSpec
+from ..model import LeaseLimits, SandboxLease, SandboxSpec, ToolDescriptorSpec
+from ..pipeline.egress import effective_allow, split_entries
+from ..pipeline.egress_lease import (
+    CredentialGrant,
+    LeaseGrant,
+    build_grant_secret,
+    build_proxy_secret,
+    proxy_url,
+)
 from ..pipeline.sandbox import (
     LeaseNames,
     build_network_policy,
@@ -116,13 +126,16 @@ async def lease_sandbox(
             build_secret(namespace=ctx.namespace, uid=ctx.uid, owner=owner, data_b64=data_b64)
         )
         expiry = await mint_token(ctx, descriptor, names.secret)
+    allow = lease_allow_list(ctx, sandbox)
+    proxied = await grant_egress(ctx, descriptor, sandbox, allow, owner)
     await ctx.rt.cluster.create(
         build_network_policy(
             namespace=ctx.namespace,
             uid=ctx.uid,
             owner=owner,
-            egress_allow=list(sandbox.egress.allow),
+            egress_allow=allow,
             canary=ctx.rt.canary,
+            proxy=ctx.rt.egress_peer if proxied else None,
         )
     )
     lease = SandboxLease(
@@ -134,7 +147,7 @@ async def lease_sandbox(
             cpu=sandbox.resources.limits.cpu,
             memory=sandbox.resources.limits.memory,
             timeout_seconds=descriptor.timeout_seconds,
-            egress_allow=list(sandbox.egress.allow),
+            egress_allow=allow,
         ),
         credential_expiry=expiry or (in_seconds(descriptor.timeout_seconds) if data_b64 else None),
         leased_at=now_iso(),
@@ -142,6 +155,7 @@ async def lease_sandbox(
         network_policy_name=names.network_policy,
         secret_name=names.secret if has_secret else None,
         runtime_class=runtime_class_for(sandbox, dict(ctx.rt.settings.runtime_classes)),
+        egress_proxy=ctx.rt.egress_peer.endpoint if proxied and ctx.rt.egress_peer else None,
     )
     ctx.status.sandbox_lease = lease
     ctx.record(
@@ -151,3 +165,101 @@ async def lease_sandbox(
         reason="SandboxLeased",
         message=f"lease {lease.lease_id} kind {lease.kind} pool {lease.pool_id}",
     )
+
+
+def lease_allow_list(ctx: FlowContext, sandbox: SandboxSpec) -> list[str]:
+    """The descriptor's egress list (the operator's default when it sets none), narrowed by
+    every ToolPolicy of the namespace that sets `egress.allow`."""
+    narrowing = [
+        entry.spec.egress.allow
+        for entry in ctx.rt.catalog.policies.in_namespace(ctx.namespace)
+        if entry.spec is not None and entry.spec.egress.allow is not None
+    ]
+    return effective_allow(sandbox.egress.allow, ctx.rt.settings.egress.default_allow, narrowing)
+
+
+async def grant_egress(
+    ctx: FlowContext,
+    descriptor: ToolDescriptorSpec,
+    sandbox: SandboxSpec,
+    allow: list[str],
+    owner: dict[str, object],
+) -> bool:
+    """Hand the lease to the egress proxy when it names hosts (or credentials): the grant
+    in the proxy's namespace, the proxy URL with a fresh token for the pod. False when the
+    lease needs no proxy, or none is configured (host names then stay unreachable: fail
+    closed)."""
+    _cidrs, hosts = split_entries(allow)
+    credentials = sandbox.egress.credentials
+    peer = ctx.rt.egress_peer
+    if not (hosts or credentials) or peer is None:
+        return False
+    values: dict[str, str] = {}
+    grants: list[CredentialGrant] = []
+    for index, credential in enumerate(credentials):
+        ref = credential.secret_key_ref
+        try:
+            source = await ctx.rt.cluster.read_secret(ctx.namespace, ref.name)
+        except NotFound:
+            raise Denial(
+                Stage.CREDENTIALS,
+                f"secret {ref.name} (egress credential for {credential.host}) not found in "
+                f"{ctx.namespace}: failing closed",
+                FailureClass.CREDENTIALS,
+            ) from None
+        if ref.key not in source:
+            raise Denial(
+                Stage.CREDENTIALS,
+                f"secret {ref.name} has no key {ref.key!r}: failing closed",
+                FailureClass.CREDENTIALS,
+            )
+        value = decode_b64(source[ref.key]).strip()
+        if not value or any(c in value for c in "\r\n\0"):
+            raise Denial(
+                Stage.CREDENTIALS,
+                f"secret {ref.name} key {ref.key!r} is not a one-line header value",
+                FailureClass.CREDENTIALS,
+            )
+        key = f"credential-{index}"
+        values[key] = value
+        grants.append(CredentialGrant(credential.host, credential.header, credential.scheme, key))
+        ctx.secret_values.append(value)
+    token = secrets.token_urlsafe(32)
+    # The token opens the lease's hosts while it lasts: redacted like a brokered value.
+    ctx.secret_values.append(token)
+    grant = LeaseGrant(
+        uid=ctx.uid,
+        namespace=ctx.namespace,
+        invocation=ctx.name,
+        allow=tuple(allow),
+        credentials=tuple(grants),
+        expires_at=in_seconds(descriptor.timeout_seconds + GRANT_MARGIN_SECONDS),
+    )
+    grant_secret = build_grant_secret(
+        namespace=ctx.rt.settings.egress.namespace, grant=grant, token=token, values=values
+    )
+    if not await ctx.rt.cluster.create(grant_secret):
+        # An earlier run of this step made one with another token (and maybe the pod's URL):
+        # nothing has run yet (the Job comes at Executing), so both are made afresh.
+        names = LeaseNames.for_uid(ctx.uid)
+        await ctx.rt.cluster.delete("Secret", ctx.rt.settings.egress.namespace, names.egress)
+        await ctx.rt.cluster.delete("Secret", ctx.namespace, names.proxy_secret)
+        if not await ctx.rt.cluster.create(grant_secret):
+            raise Failure(
+                Stage.SANDBOX, "the lease's egress grant kept reappearing", FailureClass.TRANSIENT
+            )
+    url = proxy_url(address=peer.url_address, port=peer.port, uid=ctx.uid, token=token)
+    await ctx.rt.cluster.create(
+        build_proxy_secret(namespace=ctx.namespace, uid=ctx.uid, owner=owner, url=url)
+    )
+    if values:
+        ctx.record(
+            Stage.CREDENTIALS,
+            StageOutcome.BROKERED,
+            f"{len(values)} egress credential(s), injected by the egress proxy",
+        )
+    return True
+
+
+#: A grant outlives the tool's timeout by the time a Job may take to be scheduled.
+GRANT_MARGIN_SECONDS = 180

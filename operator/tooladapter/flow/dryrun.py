@@ -1,22 +1,23 @@
 """Dry run: a call with `spec.dryRun: true` is previewed, never executed.
 
-The preview (`pipeline.preview`) is fed what the flow would use: the descriptor and
-policies from the catalog, the namespace's labels, the MCP tool's annotations, and the
-caller's RBAC answers to the very questions the permission stage would ask. It is written
+The preview (`previewing.dry_run`, shared with the gateway's REST dry run) is fed what
+the flow would use: the descriptor and policies from the catalog, the namespace's labels,
+the MCP tool's annotations, and the caller's RBAC answers to the very questions the
+permission stage would ask (`CatalogLookups`). It is written
 once, with the terminal state Previewed; no idempotency key is claimed, no fencing token
 recorded, no rate limit or invocation metric counted and no credential brokered.
 """
 
 from __future__ import annotations
 
-import asyncio
+from collections.abc import Mapping
 from typing import Any
 
-from .. import offload
 from ..enums import InvocationState, PreviewVerdict, Resource
-from ..model import ToolPolicySpec
+from ..model import Caller
 from ..pipeline.availability import published_versions
-from ..pipeline.preview import Permission, PreviewSettings, conclude, evaluate
+from ..pipeline.permission import Question
+from ..previewing import Found, Policies, dry_run, preview_settings
 from ..timeutil import now_iso
 from .context import FlowContext
 
@@ -27,68 +28,61 @@ def is_dry_run(body: Body) -> bool:
     return (body.get("spec") or {}).get("dryRun") is True
 
 
-async def on_dry_run(ctx: FlowContext) -> None:
-    raw = ctx.body.get("spec") or {}
-    tool = raw.get("tool") or {}
-    tool_id, version = str(tool.get("id")), str(tool.get("version"))
-    catalog = ctx.rt.catalog
-    entry = catalog.find_descriptor(ctx.namespace, tool_id, version)
-    descriptor = entry.body if entry else None
-    published: list[str] = []
-    if descriptor is None:
+class CatalogLookups:
+    """A dry run's inputs as a real call reads them: the watched catalog (the API server
+    for a descriptor not watched yet) and SubjectAccessReviews for the spec's caller."""
+
+    def __init__(self, ctx: FlowContext) -> None:
+        self.ctx = ctx
+
+    async def descriptor(self, namespace: str, tool_id: str, version: str) -> Found:
+        entry = self.ctx.rt.catalog.find_descriptor(namespace, tool_id, version)
+        if entry is not None:
+            return Found(entry.body)
         # As a call does: a tool published a moment ago may not have reached the watch.
-        known = await ctx.rt.cluster.list_all(Resource.DESCRIPTORS, ctx.namespace)
+        known = await self.ctx.rt.cluster.list_all(Resource.DESCRIPTORS, namespace)
+        descriptor = None
         for item in known:
             ispec = item.get("spec") or {}
             if ispec.get("toolId") == tool_id and ispec.get("version") == version:
                 descriptor = item
-        published = published_versions(known, tool_id)
-    policies: list[tuple[str, ToolPolicySpec | str]] = [
-        (f"{ctx.namespace}/{p.name}", p.spec if p.spec is not None else (p.error or "unreadable"))
-        for p in catalog.policies.in_namespace(ctx.namespace)
-    ]
-    mcp = ((descriptor or {}).get("spec") or {}).get("mcp") or {}
-    annotations = None
-    if mcp.get("server") and mcp.get("tool"):
-        info = catalog.discovered_tool(ctx.namespace, str(mcp["server"]), str(mcp["tool"]))
+        return Found(descriptor, published_versions(known, tool_id))
+
+    async def policies(self, namespace: str) -> Policies:
+        return [
+            (f"{namespace}/{p.name}", p.spec if p.spec is not None else (p.error or "unreadable"))
+            for p in self.ctx.rt.catalog.policies.in_namespace(namespace)
+        ]
+
+    async def namespace_labels(self, namespace: str) -> Mapping[str, str]:
+        return self.ctx.rt.catalog.namespace_labels(namespace)
+
+    async def mcp_annotations(
+        self, namespace: str, server: str, tool: str
+    ) -> Mapping[str, Any] | None:
+        info = self.ctx.rt.catalog.discovered_tool(namespace, server, tool)
         annotations = (info or {}).get("annotations")
-    settings = ctx.rt.settings
-    evaluation = await offload.run(
-        ctx.namespace,
-        offload.INLINE_BYTES + 1,  # a dry run is rare: never walk an agent's input inline
-        lambda: evaluate(
-            namespace=ctx.namespace,
-            spec=raw,
-            descriptor=descriptor,
-            policies=policies,
-            settings=PreviewSettings(
-                default_approval_timeout_seconds=settings.default_approval_timeout_seconds,
-                runtime_classes=tuple(settings.runtime_classes),
-                sandbox_image=settings.sandbox_image,
-            ),
-            namespace_labels=catalog.namespace_labels(ctx.namespace),
-            published=published,
-            mcp_annotations=annotations,
-        ),
-    )
-    permission = None
-    if evaluation.questions and evaluation.call is not None:
-        caller = evaluation.call.caller
-        invoke, use = await asyncio.gather(
-            *(
-                ctx.rt.cluster.can(
-                    user=caller.name,
-                    namespace=ctx.namespace,
-                    verb=q.verb,
-                    resource=q.resource,
-                    name=q.name,
-                    groups=caller.groups,
-                )
-                for q in evaluation.questions
-            )
+        return annotations if isinstance(annotations, Mapping) else None
+
+    async def allowed(self, namespace: str, caller: Caller, question: Question) -> bool:
+        verdict = await self.ctx.rt.cluster.can(
+            user=caller.name,
+            namespace=namespace,
+            verb=question.verb,
+            resource=question.resource,
+            name=question.name,
+            groups=caller.groups,
         )
-        permission = Permission(invoke=invoke.allowed, use=use.allowed)
-    preview = conclude(evaluation, permission)
+        return verdict.allowed
+
+
+async def on_dry_run(ctx: FlowContext) -> None:
+    preview = await dry_run(
+        CatalogLookups(ctx),
+        namespace=ctx.namespace,
+        spec=ctx.body.get("spec") or {},
+        settings=preview_settings(ctx.rt.settings),
+    )
     status = ctx.status
     status.preview = preview
     status.started_at = status.started_at or now_iso()

@@ -26,13 +26,16 @@ from ..executors import Outcome, read_limit
 from ..metrics import ARTIFACT_STORE_ERRORS, DENIALS, INVOCATIONS, LATENCY
 from ..model import (
     AuditRequirements,
+    EgressRecord,
     InvocationResult,
     ReceiptSummary,
     ToolInvocationSpec,
     ToolInvocationStatus,
 )
+from ..pipeline.egress_lease import records_from
 from ..pipeline.hashing import canonical_json
 from ..pipeline.receipt import build_receipt
+from ..pipeline.sandbox import LeaseNames
 from ..pipeline.sanitize import BROKERED_SECRET, sanitize, sanitize_structured, secret_forms
 from ..timeutil import now_iso, parse_time
 from .context import Denial, Failure, FlowContext
@@ -133,14 +136,36 @@ def whole_secrets_only(output: bytes, max_bytes: int, secrets: list[str]) -> byt
 
 
 async def release(ctx: FlowContext, reason: str) -> None:
-    """Credentials die with the call: the ephemeral Secret goes now, the rest is reaped."""
+    """Credentials die with the call: the ephemeral Secret goes now, the rest is reaped.
+
+    A proxied lease ends for the egress proxy in the same step (its grant and the pod's
+    proxy URL are deleted), and the connections the proxy recorded join the status."""
     lease = ctx.status.sandbox_lease
     if lease is None or lease.released_at is not None:
         return
     if lease.secret_name:
         await ctx.rt.cluster.delete("Secret", ctx.namespace, lease.secret_name)
+    if lease.egress_proxy is not None:
+        names = LeaseNames.for_uid(ctx.uid)
+        egress_namespace = ctx.rt.settings.egress.namespace
+        await ctx.rt.cluster.delete("Secret", egress_namespace, names.egress)
+        await ctx.rt.cluster.delete("Secret", ctx.namespace, names.proxy_secret)
+        data = await ctx.rt.cluster.read_config_map(egress_namespace, names.egress)
+        ctx.status.egress = [EgressRecord.model_validate(r) for r in valid_records(data)]
     lease.released_at = now_iso()
     ctx.post(reason="SandboxReleased", message=f"lease {lease.lease_id}: {reason}")
+
+
+def valid_records(data: dict[str, str] | None) -> list[dict[str, object]]:
+    """The proxy's records that parse as EgressRecord (one that does not is skipped)."""
+    out: list[dict[str, object]] = []
+    for record in records_from(data):
+        try:
+            EgressRecord.model_validate(record)
+        except ValueError:
+            continue
+        out.append(record)
+    return out
 
 
 async def cancel(ctx: FlowContext, reason: str) -> None:

@@ -21,6 +21,8 @@ from ..executors import Call, Outcome, unconfirmed_for
 from ..kube.client import Conflict, NotFound
 from ..kube.sandbox import decode_b64
 from ..model import ExecutionRecord, ToolDescriptorSpec
+from ..pipeline.egress import split_entries
+from ..pipeline.egress_lease import token_of
 from ..pipeline.sandbox import LeaseNames
 from ..timeutil import now_iso
 from .context import SANDBOX_KINDS, Denial, FlowContext, Restart, Superseded
@@ -160,9 +162,18 @@ def build_call(ctx: FlowContext) -> Call:
         idempotency_key=spec.idempotency_key,
         argv=tuple(ctx.command_line()),
         lease_id=ctx.uid,
+        proxy_bypass=proxy_bypass(ctx),
         interrupted=ctx.interrupted,
         traceparent=tracing.traceparent(ctx.uid),
     )
+
+
+def proxy_bypass(ctx: FlowContext) -> tuple[str, ...] | None:
+    """The CIDR entries a proxied lease reaches directly (NO_PROXY); None: no proxy."""
+    lease = ctx.status.sandbox_lease
+    if lease is None or lease.egress_proxy is None:
+        return None
+    return tuple(split_entries(lease.limits.egress_allow)[0])
 
 
 def max_result_bytes(ctx: FlowContext) -> int:
@@ -243,15 +254,31 @@ async def settle_unexpected(ctx: FlowContext, error: BaseException) -> None:
 
 
 async def recover_secret_values(ctx: FlowContext) -> None:
-    """After a restart the brokered values are needed again, for redaction only."""
+    """After a restart the brokered values are needed again, for redaction only: the
+    lease's Secret, the egress credentials in its grant, and its proxy token."""
     lease = ctx.status.sandbox_lease
-    if ctx.secret_values or lease is None or not lease.secret_name:
+    if ctx.secret_values or lease is None:
         return
-    try:
-        data = await ctx.rt.cluster.read_secret(ctx.namespace, lease.secret_name)
-    except NotFound:
-        return
-    ctx.secret_values = [decode_b64(v) for v in data.values()]
+    values: list[str] = []
+    names = LeaseNames.for_uid(ctx.uid)
+    sources = [(ctx.namespace, lease.secret_name)] if lease.secret_name else []
+    if lease.egress_proxy is not None:
+        sources.append((ctx.rt.settings.egress.namespace, names.egress))
+        sources.append((ctx.namespace, names.proxy_secret))
+    for namespace, name in sources:
+        try:
+            data = await ctx.rt.cluster.read_secret(namespace, name)
+        except NotFound:
+            continue
+        for key, value in data.items():
+            text = decode_b64(value)
+            if name == names.egress and not key.startswith("credential-"):
+                continue
+            if name == names.proxy_secret:
+                text = token_of(text) or ""
+            if text:
+                values.append(text)
+    ctx.secret_values = values
 
 
 async def show_progress(ctx: FlowContext, run: Awaitable[Outcome], persisted: bool) -> Outcome:

@@ -9,18 +9,22 @@ from aiohttp import web
 
 from ..artifacts import ArtifactStore
 from ..kube.callers import AsCaller, CallerIdentity, CallerPool, Reviews
+from ..kube.client import Kube
 from ..settings import Settings
 
 
 @dataclass(frozen=True)
 class Deps:
     """Built once per gateway: the operator's reviews, the credential-less pool callers'
-    requests go through, the artifact store and the settings."""
+    requests go through, the artifact store and the settings; `kube`, the operator's own
+    client, only reads what a dry run needs and callers cannot read themselves (tenant
+    policies, namespace labels, MCP discovery)."""
 
     reviews: Reviews
     pool: CallerPool
     store: ArtifactStore
     settings: Settings
+    kube: Kube
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
+from pydantic import BaseModel
+
+from ..model import VERSION_MAX, VERSION_PATTERN, InvocationPreview
 from ..pipeline.problems import PROBLEM_MEDIA_TYPE
 from .params import NAME_PATTERN, NAMESPACE_PATTERN, RUN_ID_MAX, SHA256_PATTERN
 
@@ -240,6 +243,51 @@ SCHEMAS: Final[dict[str, Any]] = {
         },
     },
 }
+
+
+def model_schemas(model: type[BaseModel]) -> dict[str, Any]:
+    """A pydantic model's JSON Schema as it is sent (camelCase aliases, serialisation mode)
+    and every schema it refers to, as components named by their models."""
+    schema = model.model_json_schema(
+        by_alias=True, mode="serialization", ref_template="#/components/schemas/{model}"
+    )
+    defs: dict[str, Any] = schema.pop("$defs", {})
+    return {**defs, model.__name__: schema}
+
+
+def _add_schemas(extra: Mapping[str, Any]) -> None:
+    taken = set(extra) & set(SCHEMAS)
+    assert not taken, f"component schemas named twice: {sorted(taken)}"
+    SCHEMAS.update(extra)
+
+
+_TEXT_OPTION: Final = {"type": "string", "minLength": 1}
+_add_schemas(
+    {
+        "DryRunRequest": {
+            "type": "object",
+            "description": "A call to preview: what a tools/call takes (its `_meta` options "
+            "without their prefix).",
+            "properties": {
+                "arguments": {"type": "object", "description": "The tool's arguments."},
+                "version": {
+                    "type": "string",
+                    "pattern": VERSION_PATTERN,
+                    "maxLength": VERSION_MAX,
+                    "description": "The tool version (default: the highest callable one).",
+                },
+                "runId": {**_TEXT_OPTION, "maxLength": 128},
+                "attemptId": {**_TEXT_OPTION, "maxLength": 128},
+                "idempotencyKey": {**_TEXT_OPTION, "maxLength": 256},
+                "fencingToken": {"type": "integer", "minimum": 0, "maximum": 2**53 - 1},
+            },
+            "additionalProperties": False,
+        },
+        # Generated from the model the operator writes to `status.preview`, so the REST
+        # dry run's document cannot drift from the CRD's.
+        **model_schemas(InvocationPreview),
+    }
+)
 
 
 def document(paths: Iterable[Mapping[str, Any]]) -> dict[str, Any]:

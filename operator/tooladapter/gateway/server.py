@@ -109,6 +109,7 @@ class Gateway:
             # The configured backend: with s3 every replica reads every receipt.
             store=await asyncio.to_thread(open_store, settings),
             settings=settings,
+            kube=kube,
         )
         gateway = cls(deps, kube)
         try:

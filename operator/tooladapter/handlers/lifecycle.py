@@ -20,9 +20,9 @@ import kopf
 from .. import GROUP, tracing
 from ..artifacts import open_store
 from ..catalog import Catalog
-from ..enums import ToolKind
+from ..enums import OperatorRole, ToolKind
 from ..executors import Executor
-from ..executors.canary import start_canary
+from ..executors.canary import default_route_address, start_canary
 from ..executors.http import HttpExecutor
 from ..executors.mcp import McpExecutor
 from ..executors.native import NativeExecutor
@@ -31,10 +31,12 @@ from ..gateway import Gateway, GatewayPortTaken
 from ..kube.auth import AllowCache
 from ..kube.client import Conflict, Kube, NotFound, is_transient
 from ..kube.cluster import KubeCluster
-from ..metrics import serve
+from ..metrics import LEADING, serve
+from ..pipeline.sandbox import ProxyPeer
 from ..runtime import Runtime
-from ..settings import Settings
+from ..settings import EgressSettings, Settings
 from . import leadership
+from .health import Health
 from .kopf_events import KopfEvents
 from .mcp import McpServers
 
@@ -104,6 +106,13 @@ def configure(settings: kopf.OperatorSettings) -> None:
 async def start(settings: kopf.OperatorSettings, memo: kopf.Memo) -> None:
     configure(settings)
     config = Settings.from_env()
+    health: Health | None = memo.get("health")
+    if health is None:
+        # Probes answer a standby too (a Deployment runs two replicas). Kept once
+        # listening; a failed bind fails this attempt and kopf tries again.
+        health = Health()
+        await health.serve(config.health_port)
+        memo["health"] = health
     if "gateway" not in memo:
         # Before leadership: every replica serves the gateway, standbys included. Kept
         # across kopf's retries of this handler.
@@ -115,7 +124,9 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo) -> None:
     if config.leader_election and memo.get("leadership") is None:
         # Before anything else: a standby waits here, and kopf starts no watch until the
         # start-up handlers return. Kept across kopf's retries of this handler.
+        health.role = OperatorRole.STANDBY
         memo["leadership"] = await leadership.lead(config)
+    health.role = OperatorRole.STARTING
     # Before any watch: an artifact store that cannot take receipts stops the start (an
     # s3 bucket absent, forbidden or unreachable), rather than every call at its end.
     store = await asyncio.to_thread(open_store, config)
@@ -161,9 +172,12 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo) -> None:
                 canary_server.close()
 
             rt.closers.append(close_canary)
+    rt.egress_peer = egress_peer(config.egress)
     rt.mcp = McpServers(rt)
     serve(config.metrics_port, rt.census)
     memo["runtime"] = rt
+    LEADING.set(1)
+    health.role = OperatorRole.LEADING
     logger.info("tooladapter started; artifacts in %s", store)
 
 
@@ -202,10 +216,27 @@ def short_reason(exc: BaseException) -> str:
     return f"{status} {reason}" if status else f"{type(exc).__name__}: {reason}"
 
 
+def egress_peer(settings: EgressSettings) -> ProxyPeer | None:
+    """The egress proxy as sandboxes reach it: the configured address, else (host mode,
+    `make run`) this host's default-route address, where the proxy listens."""
+    address = settings.proxy_address or default_route_address()
+    if address is None:
+        logger.warning("no egress proxy address: sandboxes cannot reach host names")
+        return None
+    return ProxyPeer(
+        address=address,
+        port=settings.proxy_port,
+        namespace=settings.namespace if settings.proxy_pod_labels else None,
+        pod_labels=settings.proxy_pod_labels,
+    )
+
+
 async def stop(memo: kopf.Memo) -> None:
     rt: Runtime | None = memo.get("runtime")
     held: leadership.Leadership | None = memo.get("leadership")
+    health: Health | None = memo.get("health")
     gateway: Gateway | None = memo.get("gateway")
+    LEADING.set(0)
     try:
         if gateway is not None:
             await gateway.stop()
@@ -215,3 +246,5 @@ async def stop(memo: kopf.Memo) -> None:
         # Only once no flow runs any more: then a standby may take over at once.
         if held is not None:
             await held.release()
+        if health is not None:
+            await health.close()

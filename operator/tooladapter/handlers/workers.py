@@ -23,7 +23,7 @@ from ..kube import sandbox as ksandbox
 from ..kube.client import NotFound
 from ..memory import release_free_heap
 from ..pipeline.retention import claim_expired, invocation_expired
-from ..pipeline.sandbox import LABEL_INVOCATION_UID
+from ..pipeline.sandbox import ANNOTATION_INVOCATION_REF, LABEL_INVOCATION_UID
 from ..runtime import Runtime
 from ..timeutil import parse_time
 
@@ -101,17 +101,18 @@ async def reap_sandboxes(rt: Runtime) -> None:
         ended[uid] = result
         return result
 
-    for kind in ("Secret", "Job", "NetworkPolicy"):
-        for obj in await ksandbox.list_managed(kube, kind):
+    egress_namespace = rt.settings.egress.namespace
+    listings = [(kind, await ksandbox.list_managed(kube, kind)) for kind in REAPED_KINDS]
+    # The egress grants and records live in the proxy's namespace (`egress_lease`).
+    listings.append(("ConfigMap", await ksandbox.list_managed(kube, "ConfigMap", egress_namespace)))
+    for kind, objects in listings:
+        for obj in objects:
             meta = obj["metadata"]
             uid = (meta.get("labels") or {}).get(LABEL_INVOCATION_UID)
-            if not uid or not rt.settings.serves(meta["namespace"]):
+            found = invocation_of(meta)
+            if not uid or found is None or not rt.settings.serves(found[0]):
                 continue
-            owner = next(
-                (o for o in meta.get("ownerReferences") or [] if o.get("kind") == "ToolInvocation"),
-                None,
-            )
-            if await invocation_ended(meta["namespace"], owner, uid):
+            if await invocation_ended(found[0], found[1], uid):
                 if await rt.cluster.delete(kind, meta["namespace"], meta["name"]):
                     logger.info("reaped %s %s/%s", kind, meta["namespace"], meta["name"])
 
@@ -183,6 +184,24 @@ async def expire_idempotency_claims(rt: Runtime) -> int:
     if deleted:
         logger.info("retention: deleted %d idempotency claim(s) older than %ss", deleted, seconds)
     return deleted
+
+
+REAPED_KINDS = ("Secret", "Job", "NetworkPolicy")
+
+
+def invocation_of(meta: dict[str, Any]) -> tuple[str, dict[str, Any] | None] | None:
+    """(namespace, owner reference or None) of the invocation an object belongs to: its
+    owner in its own namespace, or for an object in the egress proxy's namespace the
+    invocation its annotation names. None: not an object of an invocation."""
+    ref = (meta.get("annotations") or {}).get(ANNOTATION_INVOCATION_REF)
+    if ref:
+        namespace, _, name = str(ref).partition("/")
+        return (namespace, {"name": name}) if namespace and name else None
+    owner = next(
+        (o for o in meta.get("ownerReferences") or [] if o.get("kind") == "ToolInvocation"),
+        None,
+    )
+    return meta["namespace"], owner
 
 
 def ensure_started(rt: Runtime) -> None:

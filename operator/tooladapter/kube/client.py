@@ -151,6 +151,18 @@ class Kube:
     def coordination(self) -> client.CoordinationV1Api:
         return client.CoordinationV1Api(self.api)
 
+    # ------------------------------------------------------------------ namespaces
+
+    async def namespace_labels(self, name: str) -> dict[str, str]:
+        """The namespace's labels (environment class, freeze); `NotFound` when absent."""
+        try:
+            resp = await self.core.read_namespace(name, _preload_content=False)
+            body = await json_body(resp)
+        except ApiException as exc:
+            raise translate(exc) from exc
+        labels = (body.get("metadata") or {}).get("labels") or {}
+        return {str(k): str(v) for k, v in labels.items()}
+
     # ------------------------------------------------------------------ custom resources
 
     async def get_custom(self, plural: str, namespace: str, name: str) -> dict[str, Any]:

@@ -54,6 +54,8 @@ async def delete_quietly(kube: Kube, kind: str, namespace: str, name: str) -> bo
             await kube.networking.delete_namespaced_network_policy(name, namespace)
         elif kind == "Secret":
             await kube.core.delete_namespaced_secret(name, namespace)
+        elif kind == "ConfigMap":
+            await kube.core.delete_namespaced_config_map(name, namespace)
         else:
             raise ValueError(f"unsupported kind {kind}")
     except ApiException as exc:
@@ -220,7 +222,8 @@ async def pod_outcome(kube: Kube, namespace: str, uid: str, *, max_bytes: int) -
 
 
 async def list_managed(kube: Kube, kind: str, namespace: str | None = None) -> list[dict[str, Any]]:
-    """Every Job, Secret or NetworkPolicy tooladapter made (label-selected, cluster-wide)."""
+    """Every Job, Secret, NetworkPolicy or ConfigMap tooladapter made (label-selected,
+    cluster-wide unless `namespace` is given)."""
     selector = MANAGED_SELECTOR
     if kind == "Job":
         res = await (
@@ -239,6 +242,13 @@ async def list_managed(kube: Kube, kind: str, namespace: str | None = None) -> l
             kube.networking.list_network_policy_for_all_namespaces(label_selector=selector)
             if namespace is None
             else kube.networking.list_namespaced_network_policy(namespace, label_selector=selector)
+        )
+    elif kind == "ConfigMap":
+        # Only the egress proxy's records (in its namespace) are tooladapter's ConfigMaps.
+        res = await (
+            kube.core.list_config_map_for_all_namespaces(label_selector=selector)
+            if namespace is None
+            else kube.core.list_namespaced_config_map(namespace, label_selector=selector)
         )
     else:
         raise ValueError(kind)

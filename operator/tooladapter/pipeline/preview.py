@@ -44,6 +44,7 @@ from ..model import (
 from .approval import needs_approval
 from .availability import unavailable
 from .classification import Classification, classify, mcp_hint_class, namespace_environment
+from .egress import effective_allow
 from .hashing import descriptor_digest
 from .permission import Question, questions, refusal
 from .policy import (
@@ -77,6 +78,8 @@ class PreviewSettings:
     runtime_classes: tuple[tuple[str, str], ...] = ()
     #: The image of sandboxes whose descriptor names none.
     sandbox_image: str | None = None
+    #: The egress allow-list of sandboxes whose descriptor sets none.
+    default_egress_allow: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -471,17 +474,18 @@ def _reach(
     """The sandbox a call would run in and where it may connect."""
     sandbox = tool.sandbox_spec
     if sandbox is not None:
+        allow = effective_allow(sandbox.egress.allow, settings.default_egress_allow)
         return (
             PreviewSandbox(
                 kind=sandbox.kind,
                 runtime_class=runtime_class_for(sandbox, dict(settings.runtime_classes)),
                 image=sandbox.image or settings.sandbox_image,
-                egress=list(sandbox.egress.allow),
+                egress=list(allow),
             ),
-            list(sandbox.egress.allow),
+            list(allow),
         )
     if tool.kind == ToolKind.HTTP and tool.http is not None:
-        cidrs = list(tool.sandbox.egress.allow) if tool.sandbox else []
+        cidrs = list(tool.sandbox.egress.allow or []) if tool.sandbox else []
         return None, [*tool.http.allowed_hosts, *cidrs]
     if tool.kind == ToolKind.MCP and tool.mcp is not None:
         return None, [f"McpServer {tool.mcp.server}"]

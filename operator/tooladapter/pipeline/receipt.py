@@ -124,6 +124,7 @@ def build_receipt(
         ),
         "audit": audit.wire(),
         "redactions": list(result.redactions) if result is not None else [],
+        "egress": [record.wire() for record in status.egress],
         "stages": [stage.wire() for stage in status.stages],
         "startedAt": status.started_at,
         "endedAt": status.ended_at,

@@ -25,6 +25,9 @@ LABEL_INVOCATION_UID = "tooladapter.dev/invocation-uid"
 ANNOTATION_INVOCATION = "tooladapter.dev/invocation"
 ANNOTATION_ARGUMENTS = "tooladapter.dev/arguments"
 ANNOTATION_LEASE = "tooladapter.dev/lease-id"
+#: `namespace/name` of the invocation an object in another namespace belongs to (owner
+#: references cannot cross namespaces): the egress grant in the proxy's namespace.
+ANNOTATION_INVOCATION_REF = "tooladapter.dev/invocation-ref"
 
 WORKSPACE = "/workspace"
 TOOLADAPTER_DIR = "/tooladapter"
@@ -53,11 +56,59 @@ class LeaseNames:
     job: str
     network_policy: str
     secret: str
+    #: The proxy URL with the lease's token (tenant namespace).
+    proxy_secret: str
+    #: The grant and the connection records (the proxy's namespace).
+    egress: str
 
     @classmethod
     def for_uid(cls, uid: str) -> LeaseNames:
         # A uid is 36 characters of [0-9a-f-]: always a valid, unique object name part.
-        return cls(job=f"ta-{uid}", network_policy=f"ta-{uid}", secret=f"ta-cred-{uid}")
+        return cls(
+            job=f"ta-{uid}",
+            network_policy=f"ta-{uid}",
+            secret=f"ta-cred-{uid}",
+            proxy_secret=f"ta-proxy-{uid}",
+            egress=f"ta-egress-{uid}",
+        )
+
+
+@dataclass(frozen=True)
+class ProxyPeer:
+    """The egress proxy as a lease's pod reaches it: `address:port` in its HTTP(S)_PROXY
+    (an address: the pod has no DNS), and in its NetworkPolicy either that address (host
+    mode: the node's) or, in the cluster, the proxy pods by label in their namespace (a
+    policy cannot name a Service IP; the Service's address is translated to a pod's before
+    the policy is applied)."""
+
+    address: str
+    port: int
+    namespace: str | None = None
+    pod_labels: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def endpoint(self) -> str:
+        return (
+            f"[{self.address}]:{self.port}"
+            if ":" in self.address
+            else f"{self.address}:{self.port}"
+        )
+
+    @property
+    def url_address(self) -> str:
+        return self.address
+
+    def rule(self) -> dict[str, Any]:
+        ports = [{"protocol": "TCP", "port": self.port}]
+        if self.pod_labels:
+            peer: dict[str, Any] = {"podSelector": {"matchLabels": dict(self.pod_labels)}}
+            if self.namespace:
+                peer["namespaceSelector"] = {
+                    "matchLabels": {"kubernetes.io/metadata.name": self.namespace}
+                }
+            return {"to": [peer], "ports": ports}
+        bits = 128 if ":" in self.address else 32
+        return {"to": [{"ipBlock": {"cidr": f"{self.address}/{bits}"}}], "ports": ports}
 
 
 def owner_reference(*, api_version: str, kind: str, name: str, uid: str) -> dict[str, Any]:
@@ -124,13 +175,15 @@ def build_network_policy(
     owner: dict[str, Any],
     egress_allow: list[str],
     canary: tuple[str, int] | None = None,
+    proxy: ProxyPeer | None = None,
 ) -> dict[str, Any]:
     """Default-deny ingress and egress for the lease's pod; CIDR entries are let out.
 
     A CIDR that covers the `canary` (the operator's listener the network gate must find
     unreachable) is let out on every port but the canary's TCP port, so the gate still
     proves enforcement before the tool runs. Host names are not expressible in a
-    NetworkPolicy; until the egress proxy exists they stay denied (fail closed).
+    NetworkPolicy: they go through the egress `proxy`, the one other peer (its TCP port
+    only). No DNS: the proxy resolves, so UDP and TCP 53 stay closed to every address.
     """
     cidrs, _hosts = split_egress(egress_allow)
     names = LeaseNames.for_uid(uid)
@@ -146,6 +199,8 @@ def build_network_policy(
                 "ports": _all_ports_but(canary[1]),
             }
         )
+    if proxy is not None:
+        egress.append(proxy.rule())
     return {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",
@@ -223,10 +278,12 @@ def build_job(
     network_gate: tuple[str, int] | None = None,
     gate_image: str | None = None,
     runtime_class: str | None = None,
+    extra_env: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """The Job of one sandboxed call. `argv` is exec'd as is: never joined into a string.
 
-    `runtime_class` is the pod's RuntimeClass (see `runtime_class_for`)."""
+    `runtime_class` is the pod's RuntimeClass (see `runtime_class_for`); `extra_env` the
+    egress proxy's variables (`egress_lease.proxy_env`)."""
     names = LeaseNames.for_uid(uid)
     labels = labels_for(uid)
     mounts: list[dict[str, Any]] = [
@@ -276,6 +333,7 @@ def build_job(
             {"name": "HOME", "value": WORKSPACE},
             {"name": "TMPDIR", "value": WORKSPACE},
             {"name": "TOOLADAPTER_ARGUMENTS", "value": ARGUMENTS_FILE},
+            *(extra_env or []),
         ],
         "resources": _resources(sandbox),
         "securityContext": {

@@ -249,31 +249,35 @@ class BadCallOptions(ValueError):
     """A `_meta` value of tooladapter's that the invocation cannot take."""
 
 
-def _text_option(meta: Mapping[str, Any], key: str, max_length: int) -> str | None:
+def _text_option(meta: Mapping[str, Any], key: str, max_length: int, where: str) -> str | None:
     value = meta.get(key)
     if value is None:
         return None
     if not isinstance(value, str) or not 1 <= len(value) <= max_length:
-        raise BadCallOptions(f"_meta[{key!r}] must be a string of 1-{max_length} characters")
+        raise BadCallOptions(f"{where}[{key!r}] must be a string of 1-{max_length} characters")
     return value
 
 
-def call_options(meta: Mapping[str, Any] | None) -> CallOptions:
-    """The call's options from `_meta`, checked as the CRD would check them."""
+def call_options(
+    meta: Mapping[str, Any] | None, *, prefix: str = META_PREFIX, where: str = "_meta"
+) -> CallOptions:
+    """The call's options from `_meta`, checked as the CRD would check them; the REST dry
+    run reads the same options from its body (`prefix=""`, `where="body"`)."""
     meta = meta or {}
-    version = _text_option(meta, META_VERSION, VERSION_MAX)
+    version_key, token_key = prefix + "version", prefix + "fencingToken"
+    version = _text_option(meta, version_key, VERSION_MAX, where)
     if version is not None and not is_version(version):
-        raise BadCallOptions(f"_meta[{META_VERSION!r}] is not a version: {version!r}")
-    token = meta.get(META_FENCING_TOKEN)
+        raise BadCallOptions(f"{where}[{version_key!r}] is not a version: {version!r}")
+    token = meta.get(token_key)
     if token is not None and (
         isinstance(token, bool) or not isinstance(token, int) or not 0 <= token <= 2**53 - 1
     ):
-        raise BadCallOptions(f"_meta[{META_FENCING_TOKEN!r}] must be an integer 0..2^53-1")
+        raise BadCallOptions(f"{where}[{token_key!r}] must be an integer 0..2^53-1")
     return CallOptions(
-        idempotency_key=_text_option(meta, META_IDEMPOTENCY_KEY, 256),
+        idempotency_key=_text_option(meta, prefix + "idempotencyKey", 256, where),
         version=version,
-        run_id=_text_option(meta, META_RUN_ID, 128),
-        attempt_id=_text_option(meta, META_ATTEMPT_ID, 128),
+        run_id=_text_option(meta, prefix + "runId", 128, where),
+        attempt_id=_text_option(meta, prefix + "attemptId", 128, where),
         fencing_token=token,
     )
 

@@ -960,11 +960,24 @@ def check_descriptor(spec: ToolDescriptorSpec) -> list[str]:
         problems.append("native: a native tool needs a native block naming the built-in tool")
 
     if spec.sandbox is not None:
-        for index, entry in enumerate(spec.sandbox.egress.allow):
+        for index, entry in enumerate(spec.sandbox.egress.allow or []):
             try:
                 parse_egress_entry(entry)
             except ValueError as err:
                 problems.append(f"sandbox.egress.allow[{index}]: {err}")
+        for index, credential in enumerate(spec.sandbox.egress.credentials):
+            where = f"sandbox.egress.credentials[{index}]"
+            try:
+                if parse_egress_entry(credential.host).kind != "host":
+                    problems.append(f"{where}.host: {credential.host!r} is not a host name")
+            except ValueError as err:
+                problems.append(f"{where}.host: {err}")
+            if not _HEADER_NAME.match(credential.header):
+                problems.append(f"{where}.header: {credential.header!r} is not a header name")
+            if any(c in credential.scheme for c in "\r\n"):
+                problems.append(f"{where}.scheme: must be one line")
+            if not _DNS_SUBDOMAIN.match(credential.secret_key_ref.name):
+                problems.append(f"{where}.secretKeyRef.name: not a valid Secret name")
 
     for index, dependency in enumerate(spec.secret_dependencies):
         where = f"secretDependencies[{index}]"

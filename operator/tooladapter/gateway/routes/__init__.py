@@ -1,7 +1,7 @@
 """The gateway's routes, one module per resource.
 
 Each module has `PATHS` (its part of the OpenAPI document) and `add_routes(app)`. A new
-resource is a new module added to `MODULES` (dry-run, say: `routes/dry_run.py` with
+resource is a new module added to `MODULES` (as `routes/dry_run.py` was, with
 `POST /namespaces/{namespace}/tools/{toolId}/dry-run`).
 """
 
@@ -10,6 +10,14 @@ from __future__ import annotations
 from types import ModuleType
 from typing import Final
 
-from . import invocations, mcp, meta, receipts, runs, tools
+from . import dry_run, invocations, mcp, meta, receipts, runs, tools
 
-MODULES: Final[tuple[ModuleType, ...]] = (meta, tools, invocations, runs, receipts, mcp)
+MODULES: Final[tuple[ModuleType, ...]] = (
+    meta,
+    tools,
+    dry_run,
+    invocations,
+    runs,
+    receipts,
+    mcp,
+)

@@ -1,0 +1,415 @@
+"""The proxy's connections: CONNECT tunnels and plain-HTTP forwarding, one lease each.
+
+Every connection is judged by `pipeline.egress` before a byte goes upstream:
+
+1. the head is read (bounded) and the lease is authenticated from `Proxy-Authorization`
+   (`Basic <uid>:<token>`): 407 without a valid token of an open lease;
+2. the target must be on the lease's allow-list (an IP literal only under a CIDR entry);
+3. the proxy resolves the name itself (or takes the operator's mapping) and connects only
+   to a permitted address;
+4. CONNECT: the client's TLS ClientHello must name the CONNECT host in its SNI before the
+   upstream is dialled; forwarding: the Host header must name the target, and a host with
+   a credential is reached over verified TLS with the header added by the proxy.
+
+Then bytes are relayed until either side closes, the connection idles out, or the lease
+ends. Each connection leaves one record (`records.Recorder`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+import ssl
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from ..enums import EgressVerdict
+from ..pipeline.egress import (
+    ALLOWED,
+    HTTP_PORT,
+    HTTPS_PORT,
+    MAX_CLIENT_HELLO,
+    AddressPolicy,
+    BadRequest,
+    ClientHello,
+    NotClientHello,
+    RequestHead,
+    Verdict,
+    forward_target,
+    ip_literal,
+    judge_hello,
+    judge_target,
+    parse_client_hello,
+    parse_request_head,
+    proxy_credentials,
+    split_authority,
+    upstream_head,
+)
+from .leases import Lease, LeaseTable
+from .records import Recorder
+
+logger = logging.getLogger("tooladapter.egress")
+
+HEAD_TIMEOUT_SECONDS = 30.0
+HELLO_TIMEOUT_SECONDS = 15.0
+CONNECT_TIMEOUT_SECONDS = 10.0
+CHUNK = 65_536
+
+#: Resolves a name to addresses (getaddrinfo in production; a table in unit tests).
+Resolve = Callable[[str, int], Awaitable[list[str]]]
+
+
+async def system_resolve(host: str, port: int) -> list[str]:
+    loop = asyncio.get_running_loop()
+    try:
+        infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except OSError:
+        return []
+    return [str(info[4][0]) for info in infos]
+
+
+class Refusal(Exception):
+    def __init__(self, verdict: Verdict, status: int = 403) -> None:
+        super().__init__(verdict.reason)
+        self.verdict = verdict
+        self.status = status
+
+
+@dataclass
+class Counts:
+    up: int = 0
+    down: int = 0
+
+
+_STATUS_TEXT = {
+    400: "Bad Request",
+    403: "Forbidden",
+    407: "Proxy Authentication Required",
+    502: "Bad Gateway",
+}
+
+
+class EgressProxy:
+    def __init__(
+        self,
+        leases: LeaseTable,
+        recorder: Recorder,
+        *,
+        addresses: AddressPolicy,
+        resolve: Resolve = system_resolve,
+        upstream_tls: ssl.SSLContext | None = None,
+        idle_seconds: float = 300,
+    ) -> None:
+        self.leases = leases
+        self.recorder = recorder
+        self.addresses = addresses
+        self.resolve = resolve
+        self.upstream_tls = upstream_tls or ssl.create_default_context()
+        self.idle_seconds = idle_seconds
+
+    # ------------------------------------------------------------------ entry
+
+    async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            await self._serve(reader, writer)
+        except Exception:
+            logger.exception("egress connection failed")
+        finally:
+            writer.close()
+            with contextlib.suppress(Exception):
+                await writer.wait_closed()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            raw = await asyncio.wait_for(
+                reader.readuntil(b"\r\n\r\n"), timeout=HEAD_TIMEOUT_SECONDS
+            )
+            head = parse_request_head(raw)
+        except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError, BadRequest):
+            self._record(None, "-", 0, "-", Verdict(EgressVerdict.BAD_REQUEST, "no request head"))
+            await _answer(writer, 400)
+            return
+        host, port = _target_for_log(head)
+        creds = proxy_credentials(head)
+        lease = await self.leases.authenticate(*creds) if creds else None
+        if lease is None:
+            self._record(
+                None,
+                host,
+                port,
+                head.method,
+                Verdict(
+                    EgressVerdict.UNAUTHORIZED,
+                    "no token of an open lease" if creds else "no Proxy-Authorization",
+                ),
+            )
+            await _answer(writer, 407, extra=b'Proxy-Authenticate: Basic realm="tooladapter"\r\n')
+            return
+        task = asyncio.current_task()
+        assert task is not None
+        lease.connections.add(task)
+        try:
+            if head.method == "CONNECT":
+                await self._connect(lease, head, reader, writer)
+            else:
+                await self._forward(lease, head, reader, writer)
+        except asyncio.CancelledError:
+            if not lease.ended.is_set():
+                raise
+        finally:
+            lease.connections.discard(task)
+
+    def _record(
+        self,
+        lease: Lease | None,
+        host: str,
+        port: int,
+        method: str,
+        verdict: Verdict,
+        counts: Counts | None = None,
+    ) -> None:
+        self.recorder.record(
+            lease=lease.uid if lease else None,
+            tenant=lease.tenant if lease else None,
+            invocation=f"{lease.grant.namespace}/{lease.grant.invocation}" if lease else None,
+            host=host,
+            port=port,
+            method=method,
+            verdict=verdict.verdict,
+            reason=verdict.reason,
+            bytes_up=counts.up if counts else 0,
+            bytes_down=counts.down if counts else 0,
+        )
+
+    # ------------------------------------------------------------------ CONNECT
+
+    async def _connect(
+        self,
+        lease: Lease,
+        head: RequestHead,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+    ) -> None:
+        try:
+            host, port = split_authority(head.target, HTTPS_PORT)
+        except BadRequest as exc:
+            self._record(
+                lease, head.target, 0, "CONNECT", Verdict(EgressVerdict.BAD_REQUEST, str(exc))
+            )
+            await _answer(writer, 400)
+            return
+        counts = Counts()
+        try:
+            addresses = await self._admit(lease, host, port, HTTPS_PORT)
+            writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
+            await writer.drain()
+            hello = await self._client_hello(reader)
+            verdict = judge_hello(hello[0], host)
+            if not verdict.allowed:
+                raise Refusal(verdict)
+            upstream_reader, upstream_writer = await self._dial(addresses, port, None, host)
+        except Refusal as refusal:
+            self._record(lease, host, port, "CONNECT", refusal.verdict)
+            if not writer.is_closing() and refusal.status != 0:
+                await _answer(writer, refusal.status)
+            return
+        try:
+            upstream_writer.write(hello[1])
+            counts.up += len(hello[1])
+            await self._relay(lease, reader, writer, upstream_reader, upstream_writer, counts)
+        finally:
+            upstream_writer.close()
+            self._record(lease, host, port, "CONNECT", ALLOWED, counts)
+
+    async def _client_hello(self, reader: asyncio.StreamReader) -> tuple[ClientHello, bytes]:
+        """Read until a whole ClientHello is buffered; (parsed, the bytes read)."""
+        buffered = b""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + HELLO_TIMEOUT_SECONDS
+        while True:
+            try:
+                parsed = parse_client_hello(buffered)
+            except NotClientHello as exc:
+                raise Refusal(
+                    Verdict(EgressVerdict.SNI_MISMATCH, f"not a TLS ClientHello: {exc}"), 0
+                ) from None
+            if parsed is not None:
+                return parsed, buffered
+            if len(buffered) > MAX_CLIENT_HELLO + 5 * 8:
+                raise Refusal(Verdict(EgressVerdict.SNI_MISMATCH, "ClientHello too large"), 0)
+            try:
+                chunk = await asyncio.wait_for(reader.read(CHUNK), deadline - loop.time())
+            except TimeoutError:
+                chunk = b""
+            if not chunk:
+                raise Refusal(
+                    Verdict(EgressVerdict.SNI_MISMATCH, "no ClientHello after CONNECT"), 0
+                )
+            buffered += chunk
+
+    # ------------------------------------------------------------------ forwarding
+
+    async def _forward(
+        self,
+        lease: Lease,
+        head: RequestHead,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+    ) -> None:
+        try:
+            target = forward_target(head)
+        except BadRequest as exc:
+            self._record(
+                lease,
+                head.target[:255],
+                0,
+                head.method,
+                Verdict(EgressVerdict.BAD_REQUEST, str(exc)),
+            )
+            await _answer(writer, 400)
+            return
+        credential = lease.credential_for(target.host, target.port)
+        default_port = HTTPS_PORT if credential is not None else HTTP_PORT
+        port = target.port or default_port
+        counts = Counts()
+        try:
+            addresses = await self._admit(lease, target.host, port, default_port)
+            tls = self.upstream_tls if credential is not None else None
+            upstream_reader, upstream_writer = await self._dial(addresses, port, tls, target.host)
+        except Refusal as refusal:
+            self._record(lease, target.host, port, head.method, refusal.verdict)
+            await _answer(writer, refusal.status)
+            return
+        inject = (credential.header, credential.value) if credential is not None else None
+        try:
+            first = upstream_head(head, target, inject=inject)
+            upstream_writer.write(first)
+            counts.up += len(first)
+            await self._relay(lease, reader, writer, upstream_reader, upstream_writer, counts)
+        finally:
+            upstream_writer.close()
+            self._record(
+                lease, target.host, port, head.method, Verdict(EgressVerdict.ALLOWED), counts
+            )
+
+    # ------------------------------------------------------------------ shared
+
+    async def _admit(self, lease: Lease, host: str, port: int, default_port: int) -> list[str]:
+        verdict = judge_target(lease.allow, host, port, default_port=default_port)
+        if not verdict.allowed:
+            raise Refusal(verdict)
+        literal = ip_literal(host)
+        mapped = self.addresses.overrides.get(host)
+        if literal is not None:
+            candidates = [str(literal)]
+        elif mapped is not None:
+            candidates = [mapped]
+        else:
+            candidates = await self.resolve(host, port)
+        permitted, verdict = self.addresses.permitted(
+            lease.allow, host, candidates, mapped=mapped is not None and literal is None
+        )
+        if not verdict.allowed:
+            raise Refusal(verdict, 502 if verdict.verdict == EgressVerdict.UPSTREAM_FAILED else 403)
+        return permitted
+
+    async def _dial(
+        self, addresses: list[str], port: int, tls: ssl.SSLContext | None, host: str
+    ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        errors: list[str] = []
+        for address in addresses:
+            try:
+                return await asyncio.wait_for(
+                    asyncio.open_connection(
+                        address,
+                        port,
+                        ssl=tls,
+                        server_hostname=host if tls is not None else None,
+                    ),
+                    CONNECT_TIMEOUT_SECONDS,
+                )
+            except (OSError, TimeoutError, ssl.SSLError) as exc:
+                errors.append(f"{address}: {type(exc).__name__}: {exc}"[:200])
+        raise Refusal(
+            Verdict(EgressVerdict.UPSTREAM_FAILED, "; ".join(errors) or "no address"), 502
+        )
+
+    async def _relay(
+        self,
+        lease: Lease,
+        client_reader: asyncio.StreamReader,
+        client_writer: asyncio.StreamWriter,
+        upstream_reader: asyncio.StreamReader,
+        upstream_writer: asyncio.StreamWriter,
+        counts: Counts,
+    ) -> None:
+        """Both directions until both have ended (a half-close is passed on), the lease
+        ends, or nothing moves for `idle_seconds`."""
+        activity = asyncio.Event()
+
+        async def pump(src: asyncio.StreamReader, dst: asyncio.StreamWriter, up: bool) -> None:
+            while True:
+                chunk = await src.read(CHUNK)
+                if not chunk:
+                    if dst.can_write_eof():
+                        with contextlib.suppress(OSError, RuntimeError):
+                            dst.write_eof()
+                    return
+                activity.set()
+                if up:
+                    counts.up += len(chunk)
+                else:
+                    counts.down += len(chunk)
+                dst.write(chunk)
+                await dst.drain()
+
+        pumps: set[asyncio.Future[object]] = {
+            asyncio.ensure_future(pump(client_reader, upstream_writer, True)),
+            asyncio.ensure_future(pump(upstream_reader, client_writer, False)),
+        }
+        ended: asyncio.Future[object] = asyncio.ensure_future(lease.ended.wait())
+        try:
+            pending = set(pumps)
+            while pending:
+                activity.clear()
+                done, pending = await asyncio.wait(
+                    pending | {ended},
+                    timeout=self.idle_seconds,
+                    return_when=asyncio.FIRST_COMPLETED,
+                )
+                pending.discard(ended)
+                if ended in done or (not done and not activity.is_set()):
+                    break
+                for task in done:
+                    if task is not ended and task.exception() is not None:
+                        pending = set()  # a reset on one side ends the connection
+        finally:
+            ended.cancel()
+            for task in pumps:
+                task.cancel()
+            await asyncio.gather(*pumps, return_exceptions=True)
+
+
+def _target_for_log(head: RequestHead) -> tuple[str, int]:
+    try:
+        if head.method == "CONNECT":
+            return split_authority(head.target, HTTPS_PORT)
+        target = forward_target(head)
+        return target.host, target.port or HTTP_PORT
+    except BadRequest:
+        return head.target[:255], 0
+
+
+async def _answer(writer: asyncio.StreamWriter, status: int, *, extra: bytes = b"") -> None:
+    if writer.is_closing():
+        return
+    text = _STATUS_TEXT.get(status, "Error")
+    writer.write(
+        f"HTTP/1.1 {status} {text}\r\n".encode()
+        + extra
+        + b"Content-Length: 0\r\nConnection: close\r\n\r\n"
+    )
+    with contextlib.suppress(OSError, ConnectionError):
+        await writer.drain()

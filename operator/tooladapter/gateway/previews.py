@@ -1,0 +1,158 @@
+"""The REST dry run: what a call would meet now, answered without creating anything.
+
+The same preview the operator writes to `status.preview` of a `spec.dryRun` invocation
+(`previewing.dry_run`), fed from here: the descriptor is read with the caller's own token
+(a caller who may not read descriptors previews nothing), the tenant policies, the
+namespace's labels and the MCP server's discovery with the operator's client (a caller
+may not be able to read them, yet they decide its call), and the permission questions are
+reviewed for the authenticated caller. Nothing is created, claimed or counted.
+
+A caller who may not create ToolInvocations in the namespace is refused (403): it could
+not make the call at all, so there is nothing to preview.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from ..catalog import Entry
+from ..enums import Resource
+from ..kube.callers import CallerApiError
+from ..kube.client import NotFound
+from ..model import Caller as SpecCaller
+from ..model import ToolPolicySpec
+from ..pipeline.availability import published_versions
+from ..pipeline.permission import Question
+from ..pipeline.preview import Preview
+from ..pipeline.problems import ProblemKind
+from ..pipeline.toolview import CallOptions, callable_versions, invocation_body, parse_descriptors
+from ..previewing import Found, Policies, dry_run, preview_settings
+from .context import Caller, Deps
+from .errors import ProblemError, from_api
+
+Body = dict[str, Any]
+
+
+class GatewayLookups:
+    """A dry run's inputs for one authenticated caller; the descriptors it listed are
+    kept, so the version chosen and the one previewed are read once."""
+
+    def __init__(self, deps: Deps, caller: Caller, descriptors: list[Body]) -> None:
+        self.deps = deps
+        self.caller = caller
+        self.descriptors = descriptors
+
+    async def descriptor(self, namespace: str, tool_id: str, version: str) -> Found:
+        for item in self.descriptors:
+            spec = item.get("spec") or {}
+            if spec.get("toolId") == tool_id and spec.get("version") == version:
+                return Found(item)
+        return Found(None, published_versions(self.descriptors, tool_id))
+
+    async def policies(self, namespace: str) -> Policies:
+        items = await self.deps.kube.list_custom(Resource.POLICIES, namespace)
+        policies: list[tuple[str, ToolPolicySpec | str]] = []
+        for item in items:
+            entry = Entry.parse(ToolPolicySpec, item)
+            policies.append(
+                (
+                    f"{namespace}/{entry.name}",
+                    entry.spec if entry.spec is not None else (entry.error or "unreadable"),
+                )
+            )
+        return policies
+
+    async def namespace_labels(self, namespace: str) -> Mapping[str, str]:
+        try:
+            return await self.deps.kube.namespace_labels(namespace)
+        except NotFound:
+            return {}
+
+    async def mcp_annotations(
+        self, namespace: str, server: str, tool: str
+    ) -> Mapping[str, Any] | None:
+        try:
+            body = await self.deps.kube.get_custom(Resource.MCP_SERVERS, namespace, server)
+        except NotFound:
+            return None
+        for info in (body.get("status") or {}).get("tools") or []:
+            if isinstance(info, Mapping) and info.get("name") == tool:
+                annotations = info.get("annotations")
+                return annotations if isinstance(annotations, Mapping) else None
+        return None
+
+    async def allowed(self, namespace: str, caller: SpecCaller, question: Question) -> bool:
+        # The spec's caller is this request's caller (`invocation_body`); the review uses
+        # the whole TokenReview identity (uid, extra), as the API server would.
+        try:
+            return await self.deps.reviews.allowed(
+                self.caller.identity,
+                namespace=namespace,
+                verb=question.verb,
+                resource=question.resource,
+                name=question.name,
+            )
+        except CallerApiError as exc:
+            raise from_api(exc, "reviewing the caller's grants") from exc
+
+
+def _version(items: list[Body], tool_id: str, wanted: str | None) -> str:
+    """The version to preview: the one asked for (callable or not: the preview says why
+    not), else the highest callable one, as a tools/call without a version would take."""
+    if wanted is not None:
+        return wanted
+    versions = callable_versions(parse_descriptors(items)).get(tool_id)
+    if not versions:
+        published = published_versions(items, tool_id)
+        hint = f" (published: {', '.join(published)})" if published else ""
+        raise ProblemError(ProblemKind.NOT_FOUND, f"no callable version of tool {tool_id!r}{hint}")
+    return versions[0].spec.version
+
+
+async def preview_call(
+    deps: Deps,
+    caller: Caller,
+    *,
+    namespace: str,
+    tool_id: str,
+    arguments: Mapping[str, Any],
+    options: CallOptions,
+) -> Preview:
+    """The preview of `caller` calling `tool_id` with `arguments` and `options` now."""
+    try:
+        may_create = await deps.reviews.allowed(
+            caller.identity, namespace=namespace, verb="create", resource=Resource.INVOCATIONS
+        )
+    except CallerApiError as exc:
+        raise from_api(exc, "reviewing the caller's grants") from exc
+    if not may_create:
+        raise ProblemError(
+            ProblemKind.FORBIDDEN,
+            f"{caller.identity.username} may not create toolinvocations in {namespace}",
+        )
+    try:
+        items = await caller.api.list(Resource.DESCRIPTORS, namespace)
+    except CallerApiError as exc:
+        raise from_api(exc, f"listing tool descriptors in {namespace}") from exc
+    version = _version(items, tool_id, options.version)
+    try:
+        body = invocation_body(
+            tool_id=tool_id,
+            version=version,
+            arguments=arguments,
+            username=caller.identity.username,
+            groups=caller.identity.groups,
+            options=options,
+        )
+    except ValueError as exc:
+        raise ProblemError(
+            ProblemKind.INVALID, f"the call cannot become an invocation: {exc}"
+        ) from exc
+    spec = {**body["spec"], "dryRun": True}
+    return await dry_run(
+        GatewayLookups(deps, caller, items),
+        namespace=namespace,
+        spec=spec,
+        settings=preview_settings(deps.settings),
+    )

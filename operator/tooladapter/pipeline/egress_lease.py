@@ -1,0 +1,209 @@
+"""The objects of one lease's egress: what the operator hands the proxy and the pod.
+
+Two Secrets per lease with host egress, both made at brokering and deleted when the call
+ends (which ends the lease for the proxy at once):
+
+- the *grant*, `ta-egress-<uid>` in the proxy's namespace (`tooladapter-system`): the
+  lease's allow-list, the sha256 of its token, its expiry, and the values of the
+  credentials the proxy injects. The proxy watches only this namespace, so its RBAC is a
+  Role there, never cluster-wide Secret reads; and the token itself is not in it.
+- the *proxy URL*, `ta-proxy-<uid>` in the tenant's namespace, owned by the invocation:
+  `http://<uid>:<token>@<proxy>:<port>`, which the pod gets as `HTTP(S)_PROXY` through a
+  secretKeyRef (so it is not in the Job's spec either).
+
+The proxy records connections in the ConfigMap `ta-egress-<uid>` beside the grant, one key
+per proxy replica (`records.<replica>`), which the operator copies into the receipt.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from .sandbox import (
+    ANNOTATION_INVOCATION_REF,
+    LABEL_INVOCATION_UID,
+    LABEL_MANAGED_BY,
+    MANAGED_BY,
+    LeaseNames,
+)
+
+#: Grants carry this label; the proxy watches Secrets with it.
+LABEL_EGRESS = "tooladapter.dev/egress-lease"
+GRANT_KEY = "lease.json"
+TOKEN_HASH_KEY = "token-sha256"  # noqa: S105 (a key name)
+PROXY_URL_KEY = "url"
+RECORDS_PREFIX = "records."
+#: At most this many connection records per lease reach the receipt (the rest are counted).
+MAX_RECORDS = 200
+
+
+def token_digest(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class CredentialGrant:
+    host: str
+    header: str
+    scheme: str
+    #: The grant Secret's key that holds the value.
+    key: str
+
+
+@dataclass(frozen=True)
+class LeaseGrant:
+    uid: str
+    namespace: str
+    invocation: str
+    allow: tuple[str, ...]
+    credentials: tuple[CredentialGrant, ...]
+    expires_at: str
+
+    def document(self) -> str:
+        return json.dumps(
+            {
+                "uid": self.uid,
+                "namespace": self.namespace,
+                "invocation": self.invocation,
+                "allow": list(self.allow),
+                "credentials": [
+                    {"host": c.host, "header": c.header, "scheme": c.scheme, "key": c.key}
+                    for c in self.credentials
+                ],
+                "expiresAt": self.expires_at,
+            },
+            separators=(",", ":"),
+        )
+
+    @classmethod
+    def from_document(cls, text: str) -> LeaseGrant:
+        """Raises ValueError (or KeyError/TypeError) on a document this code did not write."""
+        doc = json.loads(text)
+        return cls(
+            uid=str(doc["uid"]),
+            namespace=str(doc["namespace"]),
+            invocation=str(doc["invocation"]),
+            allow=tuple(str(a) for a in doc["allow"]),
+            credentials=tuple(
+                CredentialGrant(str(c["host"]), str(c["header"]), str(c["scheme"]), str(c["key"]))
+                for c in doc["credentials"]
+            ),
+            expires_at=str(doc["expiresAt"]),
+        )
+
+
+def _b64(text: str) -> str:
+    return base64.b64encode(text.encode()).decode()
+
+
+def build_grant_secret(
+    *, namespace: str, grant: LeaseGrant, token: str, values: Mapping[str, str]
+) -> dict[str, Any]:
+    """The grant in the proxy's namespace (no owner: owners cannot cross namespaces; the
+    operator deletes it at the call's end and the reaper finds it by its annotation)."""
+    data = {
+        GRANT_KEY: _b64(grant.document()),
+        TOKEN_HASH_KEY: _b64(token_digest(token)),
+        **{key: _b64(value) for key, value in values.items()},
+    }
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "type": "Opaque",
+        "metadata": {
+            "name": LeaseNames.for_uid(grant.uid).egress,
+            "namespace": namespace,
+            "labels": {
+                LABEL_MANAGED_BY: MANAGED_BY,
+                LABEL_INVOCATION_UID: grant.uid,
+                LABEL_EGRESS: "true",
+            },
+            "annotations": {ANNOTATION_INVOCATION_REF: f"{grant.namespace}/{grant.invocation}"},
+        },
+        "data": data,
+    }
+
+
+def proxy_url(*, address: str, port: int, uid: str, token: str) -> str:
+    host = f"[{address}]" if ":" in address else address
+    return f"http://{uid}:{token}@{host}:{port}"
+
+
+def token_of(url: str) -> str | None:
+    """The token in a proxy URL (`proxy_url`'s form)."""
+    userinfo = url.partition("://")[2].partition("@")
+    if not userinfo[1]:
+        return None
+    return userinfo[0].partition(":")[2] or None
+
+
+def build_proxy_secret(
+    *, namespace: str, uid: str, owner: dict[str, Any], url: str
+) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "type": "Opaque",
+        "metadata": {
+            "name": LeaseNames.for_uid(uid).proxy_secret,
+            "namespace": namespace,
+            "labels": {LABEL_MANAGED_BY: MANAGED_BY, LABEL_INVOCATION_UID: uid},
+            "ownerReferences": [owner],
+        },
+        "data": {PROXY_URL_KEY: _b64(url)},
+    }
+
+
+def proxy_env(uid: str, no_proxy: list[str]) -> list[dict[str, Any]]:
+    """The pod's proxy variables: upper and lower case (curl reads only `http_proxy`
+    lower-case), the URL from the lease's Secret, and the CIDR entries as NO_PROXY (the
+    NetworkPolicy lets them out directly)."""
+    ref = {"secretKeyRef": {"name": LeaseNames.for_uid(uid).proxy_secret, "key": PROXY_URL_KEY}}
+    env: list[dict[str, Any]] = [
+        {"name": name, "valueFrom": ref}
+        for name in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy")
+    ]
+    bypass = ",".join(no_proxy)
+    env += [{"name": "NO_PROXY", "value": bypass}, {"name": "no_proxy", "value": bypass}]
+    return env
+
+
+def records_from(data: Mapping[str, str] | None, limit: int = MAX_RECORDS) -> list[dict[str, Any]]:
+    """Every replica's records of a lease (`records.*` keys), oldest first, at most `limit`;
+    a key that does not parse is skipped."""
+    found: list[dict[str, Any]] = []
+    for key, text in (data or {}).items():
+        if not key.startswith(RECORDS_PREFIX):
+            continue
+        try:
+            items = json.loads(text)
+        except ValueError:
+            continue
+        if isinstance(items, list):
+            found.extend(item for item in items if isinstance(item, dict))
+    found.sort(key=lambda r: str(r.get("at") or ""))
+    return found[:limit]
+
+
+__all__ = [
+    "GRANT_KEY",
+    "LABEL_EGRESS",
+    "MAX_RECORDS",
+    "PROXY_URL_KEY",
+    "RECORDS_PREFIX",
+    "TOKEN_HASH_KEY",
+    "CredentialGrant",
+    "LeaseGrant",
+    "build_grant_secret",
+    "build_proxy_secret",
+    "proxy_env",
+    "proxy_url",
+    "records_from",
+    "token_digest",
+    "token_of",
+]

@@ -1,0 +1,121 @@
+"""One dry run, from lookups to preview: shared by every door that previews a call.
+
+`pipeline.preview` is pure: it takes the descriptor, the policies, the namespace's labels,
+the MCP tool's annotations and the caller's RBAC answers as plain data. Where those come
+from differs by door: the operator (`spec.dryRun`) reads its watched catalog and asks
+SubjectAccessReviews for the spec's caller; the gateway's REST dry run reads the
+descriptor with the caller's own token, the rest with the operator's client, and asks
+reviews for the authenticated caller. Both hand a `Lookups` to `dry_run`, so the order
+(gather, evaluate, ask exactly `Evaluation.questions`, conclude) is written once and the
+doors cannot drift apart.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from . import offload
+from .model import Caller, ToolPolicySpec
+from .pipeline.permission import Question
+from .pipeline.preview import Permission, Preview, PreviewSettings, conclude, evaluate
+from .settings import Settings
+
+Body = dict[str, Any]
+
+#: Tenant policies as `pipeline.preview.evaluate` takes them: (`namespace/name`, spec),
+#: or (`namespace/name`, why it does not parse).
+Policies = Sequence[tuple[str, ToolPolicySpec | str]]
+
+
+@dataclass(frozen=True)
+class Found:
+    """The descriptor of the version a call names, or None and the versions published."""
+
+    descriptor: Body | None
+    published: Sequence[str] = ()
+
+
+class Lookups(Protocol):
+    """Where a door finds a dry run's inputs; every method is read-only."""
+
+    async def descriptor(self, namespace: str, tool_id: str, version: str) -> Found:
+        """The ToolDescriptor object (spec and status) of that tool version."""
+
+    async def policies(self, namespace: str) -> Policies:
+        """The namespace's ToolPolicies, unreadable ones included (they fail closed)."""
+
+    async def namespace_labels(self, namespace: str) -> Mapping[str, str]: ...
+
+    async def mcp_annotations(
+        self, namespace: str, server: str, tool: str
+    ) -> Mapping[str, Any] | None:
+        """The annotations the McpServer's last discovery listed for the tool."""
+
+    async def allowed(self, namespace: str, caller: Caller, question: Question) -> bool:
+        """The caller's RBAC answer to one permission question."""
+
+
+def preview_settings(settings: Settings) -> PreviewSettings:
+    """What a preview needs of the operator's settings (every door has the same)."""
+    return PreviewSettings(
+        default_approval_timeout_seconds=settings.default_approval_timeout_seconds,
+        runtime_classes=tuple(settings.runtime_classes),
+        sandbox_image=settings.sandbox_image,
+        default_egress_allow=settings.egress.default_allow,
+    )
+
+
+def _named_tool(spec: Mapping[str, Any]) -> tuple[str, str] | None:
+    tool = spec.get("tool")
+    if not isinstance(tool, Mapping):
+        return None
+    tool_id, version = tool.get("id"), tool.get("version")
+    if isinstance(tool_id, str) and isinstance(version, str):
+        return tool_id, version
+    return None  # the spec's validation refuses it before any lookup matters
+
+
+async def dry_run(
+    lookups: Lookups,
+    *,
+    namespace: str,
+    spec: Mapping[str, Any],
+    settings: PreviewSettings,
+) -> Preview:
+    """The preview of the call `spec` (a ToolInvocation spec) in `namespace`."""
+    named = _named_tool(spec)
+    found = Found(None)
+    if named is not None:
+        found = await lookups.descriptor(namespace, *named)
+    policies, labels = await asyncio.gather(
+        lookups.policies(namespace), lookups.namespace_labels(namespace)
+    )
+    mcp = ((found.descriptor or {}).get("spec") or {}).get("mcp") or {}
+    annotations = None
+    if mcp.get("server") and mcp.get("tool"):
+        annotations = await lookups.mcp_annotations(namespace, str(mcp["server"]), str(mcp["tool"]))
+    evaluation = await offload.run(
+        namespace,
+        offload.INLINE_BYTES + 1,  # a dry run is rare: never walk an agent's input inline
+        lambda: evaluate(
+            namespace=namespace,
+            spec=spec,
+            descriptor=found.descriptor,
+            policies=policies,
+            settings=settings,
+            namespace_labels=labels,
+            published=found.published,
+            mcp_annotations=annotations,
+        ),
+    )
+    permission = None
+    if evaluation.questions and evaluation.call is not None:
+        caller = evaluation.call.caller
+        invoke, use = await asyncio.gather(
+            *(lookups.allowed(namespace, caller, q) for q in evaluation.questions)
+        )
+        permission = Permission(invoke=invoke, use=use)
+    return conclude(evaluation, permission)
