@@ -20,6 +20,8 @@ pytestmark = [pytest.mark.cluster, pytest.mark.timeout(120)]
 
 CHART = ROOT / "charts" / "tooladapter"
 MONITORING = ROOT / "hack" / "monitoring"
+#: helm template's default Kubernetes version depends on how helm was built.
+KUBE = ["--kube-version=1.34.0"]
 ON = [
     "--set=monitoring.prometheusRule.enabled=true",
     "--set=monitoring.prometheusRule.labels.release=prometheus",
@@ -39,7 +41,7 @@ def helm() -> str:
 
 def render(*args: str) -> list[dict[str, Any]]:
     done = subprocess.run(
-        [helm(), "template", "tooladapter", str(CHART), "-n", "tooladapter-system", *args],
+        [helm(), "template", "tooladapter", str(CHART), "-n", "tooladapter-system", *KUBE, *args],
         capture_output=True,
         text=True,
         check=False,
