@@ -177,8 +177,12 @@ class Settings:
     reconcile_interval_seconds: int = 30
     #: Jobs and NetworkPolicies of ended calls are kept this long for inspection, then reaped.
     sandbox_retain_seconds: int = 60
-    #: Finished invocations older than this are deleted (0 keeps them forever).
-    retention_seconds: int = 0
+    #: Finished invocations are deleted this long after they ended (0 keeps them forever);
+    #: never an unconfirmed Uncertain one. Their receipts stay in the artifact store.
+    retention_seconds: int = 7 * 86_400
+    #: An idempotency claim (and so its key) is kept this long after its winner ended (0:
+    #: forever); it keeps the winner's receiptRef for duplicates.
+    idempotency_retention_seconds: int = 86_400
     #: Approval wait when no ToolPolicy sets one.
     default_approval_timeout_seconds: int = 3600
     #: Hosts (names, addresses or CIDRs) http tools may never reach, even when a
@@ -270,7 +274,10 @@ class Settings:
             sandbox_retain_seconds=_int(
                 "TOOLADAPTER_SANDBOX_RETAIN_SECONDS", base.sandbox_retain_seconds
             ),
-            retention_seconds=_int("TOOLADAPTER_RETENTION_SECONDS", base.retention_seconds),
+            retention_seconds=_at_least("TOOLADAPTER_RETENTION_SECONDS", base.retention_seconds, 0),
+            idempotency_retention_seconds=_at_least(
+                "TOOLADAPTER_IDEMPOTENCY_RETENTION_SECONDS", base.idempotency_retention_seconds, 0
+            ),
             default_approval_timeout_seconds=_int(
                 "TOOLADAPTER_APPROVAL_TIMEOUT_SECONDS", base.default_approval_timeout_seconds
             ),
