@@ -14,7 +14,15 @@ export PYTHONUNBUFFERED := 1
 
 include hack/cluster.mk
 
-.PHONY: help venv lint unit crds crds-check install uninstall run demo test integration bench chaos s3-server
+.PHONY: help venv lint unit crds crds-check install uninstall run demo test integration bench chaos s3-server \
+	deploy undeploy deploy-test image browser otel-collector promtool
+
+# `make deploy`: the Helm release (charts/tooladapter) in the cluster of KUBECONFIG.
+HELM              ?= helm
+DEPLOY_RELEASE    ?= tooladapter
+DEPLOY_NAMESPACE  ?= tooladapter-system
+# Further `helm upgrade` flags, e.g. DEPLOY_ARGS="--set replicas=3 -f my-values.yaml".
+DEPLOY_ARGS       ?=
 
 help:
 	@echo "make test       set up everything on a fresh machine, then run all tests"
@@ -22,10 +30,13 @@ help:
 	@echo "make cluster-up | cluster-down | cluster-status"
 	@echo "make install    CRDs, RBAC, admission policies into the cluster of KUBECONFIG"
 	@echo "make run        the operator (and its egress proxy) in the foreground against KUBECONFIG"
+	@echo "make deploy     the operator in-cluster with Helm (2 replicas); undeploy removes it"
 	@echo "make crds       regenerate crds/ from the models"
+	@echo "make image      operator and sandbox images without Docker (loaded into the local cluster)"
 	@echo "make bench      benchmarks (never part of make test)"
 	@echo "make chaos      exactly once and never stuck under faults (never part of make test)"
 	@echo "make s3-server  build the S3-compatible test server (SeaweedFS) into the cache"
+	@echo "make otel-collector  build the OTLP receiver the tracing tests use, into the cache"
 
 $(STAMP): pyproject.toml
 	@command -v python3 >/dev/null || { apt-get update -qq && apt-get install -y -qq python3 python3-venv; }
@@ -42,7 +53,13 @@ lint: venv
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
 
-unit: venv
+# promtool checks and unit-tests the alert rules (hack/monitoring/): Debian's prometheus
+# package ships it (no service is started where none runs).
+promtool:
+	@command -v promtool >/dev/null || { apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus; }
+
+unit: venv promtool
 	$(VENV)/bin/pytest -q tests/unit
 
 crds: venv
@@ -67,6 +84,39 @@ run: venv
 	@$(PY) -m tooladapter egress-proxy & proxy=$$!; trap 'kill $$proxy 2>/dev/null' EXIT INT TERM; \
 	$(PY) -m tooladapter run
 
+# Install or upgrade the Helm release. Helm never upgrades a chart's crds/, so they are
+# applied server-side first. On the local cluster the operator image is built and imported
+# first (`make image`).
+deploy: venv
+	@command -v $(HELM) >/dev/null || { echo "make deploy: no helm binary (HELM=$(HELM)); \
+	  the local cluster's tools are in .cluster/bin" >&2; exit 1; }
+	@if [ "$(KUBECONFIG)" = "$(LOCAL_KUBECONFIG)" ]; then $(MAKE) --no-print-directory image; fi
+	kubectl apply --server-side --force-conflicts -f crds/
+	kubectl wait --for=condition=Established --timeout=60s -f crds/
+	$(HELM) upgrade --install $(DEPLOY_RELEASE) charts/tooladapter \
+	  --namespace $(DEPLOY_NAMESPACE) --create-namespace --wait --timeout 5m \
+	  $(DEPLOY_ARGS)
+	kubectl label --overwrite namespace $(DEPLOY_NAMESPACE) \
+	  pod-security.kubernetes.io/enforce=restricted pod-security.kubernetes.io/enforce-version=latest
+
+# Remove the release. The operators are stopped first, while their RBAC still exists, so the
+# leader's clean stop deletes its leadership Lease (helm uninstall alone removes the RBAC
+# before the pods have stopped). CRDs stay (deleting them deletes every tool, policy and
+# invocation), and so does the receipts' claim (artifacts.file.keepOnUninstall).
+DEPLOY_OPERATORS = -n $(DEPLOY_NAMESPACE) \
+	-l app.kubernetes.io/instance=$(DEPLOY_RELEASE),app.kubernetes.io/component=operator
+undeploy:
+	-kubectl scale deployment $(DEPLOY_OPERATORS) --replicas=0
+	-kubectl wait --for=delete pod $(DEPLOY_OPERATORS) --timeout=120s
+	-$(HELM) uninstall $(DEPLOY_RELEASE) --namespace $(DEPLOY_NAMESPACE) --wait --timeout 2m
+	@echo "kept: the CRDs (kubectl delete -f crds/) and the receipts' claim" \
+	  "(kubectl delete pvc -n $(DEPLOY_NAMESPACE) -l app.kubernetes.io/instance=$(DEPLOY_RELEASE))"
+
+# The in-cluster suite: deploys (tests/deploy/conftest.py runs `make deploy`), then calls,
+# failover, upgrade and finally uninstall. Never together with `make install`'s objects.
+deploy-test: venv
+	TOOLADAPTER_REQUIRE_CLUSTER=1 $(VENV)/bin/pytest -q tests/deploy
+
 demo: venv
 	@if [ "$(KUBECONFIG)" = "$(LOCAL_KUBECONFIG)" ]; then $(MAKE) --no-print-directory cluster-up; fi
 	$(MAKE) --no-print-directory install
@@ -76,15 +126,38 @@ demo: venv
 s3-server:
 	hack/s3/build.sh >/dev/null
 
-integration: venv s3-server
+# Debian's chromium for the reviewers' page tests (Playwright drives it; never `playwright install`).
+browser:
+	@command -v chromium >/dev/null || { apt-get update -qq && apt-get install -y -qq chromium; }
+
+# The OpenTelemetry Collector (OTLP receiver, file exporter) the tracing tests export to,
+# built once from hack/otel/go.mod into ~/.cache/tooladapter/bin.
+otel-collector:
+	hack/otel/build.sh >/dev/null
+
+integration: venv s3-server browser otel-collector
 	TOOLADAPTER_REQUIRE_CLUSTER=1 $(VENV)/bin/pytest -q -m "not cluster_down" tests/cluster tests/integration
 
-test: lint unit
+# The host-process suite first (it reads the operator's log and artifacts and kills its
+# process), then what `make install` applied is removed and the Helm-installed operator is
+# tested (tests/deploy); kubectl-applied and Helm-owned objects never coexist.
+test: lint
+	$(MAKE) --no-print-directory cluster-build  # helm (the chart's unit tests render it)
+	$(MAKE) --no-print-directory unit
 	@if [ "$(KUBECONFIG)" = "$(LOCAL_KUBECONFIG)" ]; then $(MAKE) --no-print-directory cluster-up; fi
 	$(MAKE) --no-print-directory install
 	$(MAKE) --no-print-directory integration
+	$(MAKE) --no-print-directory uninstall
+	$(MAKE) --no-print-directory deploy-test
 	@if [ "$(KUBECONFIG)" = "$(LOCAL_KUBECONFIG)" ]; then \
 	  $(VENV)/bin/pytest -q -m cluster_down tests/cluster; fi
+
+# Images without a Docker engine (hack/image): OCI archives under ~/.cache/tooladapter/images,
+# imported into the local cluster's containerd only when KUBECONFIG is that cluster's.
+IMAGES ?= sandbox operator
+IMAGE_TAG ?= dev
+image: venv
+	PYTHONPATH=$(ROOT)/hack $(PY) -m image $(IMAGES) --tag $(IMAGE_TAG)
 
 bench: venv
 	@if [ "$(KUBECONFIG)" = "$(LOCAL_KUBECONFIG)" ]; then $(MAKE) --no-print-directory cluster-up; fi

@@ -282,6 +282,17 @@ class UnlistedAction(StrEnum):
     DENY = "deny"
 
 
+class OperatorRole(StrEnum):
+    """What an operator process is doing, as its health endpoint reports it."""
+
+    #: Connecting, or leading and priming its caches: not ready yet.
+    STARTING = "starting"
+    #: Waiting for the leadership Lease another process holds: ready to take over.
+    STANDBY = "standby"
+    #: Holding the Lease and handling calls.
+    LEADING = "leading"
+
+
 class ArtifactBackend(StrEnum):
     """Where receipts and results are stored (`TOOLADAPTER_ARTIFACT_BACKEND`)."""
 

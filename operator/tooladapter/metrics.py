@@ -6,7 +6,7 @@ Names follow Prometheus conventions (`tooladapter_*`), dimensions follow the ref
 
 from __future__ import annotations
 
-from prometheus_client import REGISTRY, Counter, Histogram, start_http_server
+from prometheus_client import REGISTRY, Counter, Gauge, Histogram, start_http_server
 from prometheus_client.registry import Collector
 
 INVOCATIONS = Counter(
@@ -32,6 +32,13 @@ ARTIFACT_STORE_ERRORS = Counter(
 )
 #: The gauges (uncertain, approvals waiting, open sandboxes) are counted from the watch's
 #: view of every invocation when scraped: see `tooladapter.census`.
+
+#: Not one of the reference's: which replica acts. Summed over the replicas of one
+#: namespace set it is 1 (0 during a takeover). Every replica serves /metrics.
+LEADING = Gauge(
+    "tooladapter_leading",
+    "1 while this process holds its namespace set's leadership Lease and handles calls.",
+)
 
 
 class MetricsPortTaken(OSError):

@@ -1,27 +1,505 @@
-"""The Helm chart carries exact copies of crds/ and manifests/ (helm cannot read outside)."""
+"""The Helm chart: in sync with crds/ and manifests/, and rendered (`helm template`) with
+default, s3 and gateway values it installs what the README promises, and nothing a value
+does not control."""
 
 from __future__ import annotations
 
+import copy
 import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from functools import cache
 from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+import yaml
+
+from tooladapter.kube.leases import renew_deadline, retry_period
 
 ROOT = Path(__file__).resolve().parents[2]
+CHART = ROOT / "charts" / "tooladapter"
+MANIFESTS = ROOT / "manifests"
+Doc = dict[str, Any]
+
+S3 = [
+    "--set=artifacts.backend=s3",
+    "--set=artifacts.s3.endpoint=http://s3.storage:8333",
+    "--set=artifacts.s3.bucket=receipts",
+    "--set=artifacts.s3.existingSecret=s3-credentials",
+]
+NO_GATEWAY = ["--set=gateway.enabled=false"]
+#: helm template's default Kubernetes version depends on how helm was built.
+KUBE = ["--kube-version=1.34.0"]
 
 
-def test_chart_copies_match_their_sources() -> None:
+def _sync() -> ModuleType:
     spec = importlib.util.spec_from_file_location("sync_chart", ROOT / "hack" / "sync_chart.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    pairs = module.sources()
+    return module
+
+
+@cache
+def helm() -> str:
+    found = os.environ.get("HELM") or shutil.which("helm")
+    local = ROOT / ".cluster" / "bin" / "helm"
+    if not found and local.exists():
+        found = str(local)
+    if not found:
+        pytest.fail("no helm binary: the local cluster's build puts one in .cluster/bin")
+    return found
+
+
+def run_helm(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([helm(), *args], capture_output=True, text=True, check=False)
+
+
+@cache
+def _render_cached(namespace: str, args: tuple[str, ...]) -> str:
+    done = run_helm("template", "tooladapter", str(CHART), "--namespace", namespace, *KUBE, *args)
+    if done.returncode:
+        raise RenderError(done.stderr.strip())
+    return done.stdout
+
+
+class RenderError(Exception):
+    pass
+
+
+def render(*args: str, namespace: str = "tooladapter-system") -> list[Doc]:
+    text = _render_cached(namespace, tuple(args))
+    return [d for d in yaml.safe_load_all(text) if d]
+
+
+def one(docs: list[Doc], kind: str, name: str | None = None) -> Doc:
+    found = [d for d in docs if d["kind"] == kind and name in (None, d["metadata"]["name"])]
+    assert len(found) == 1, (kind, name, [d["metadata"]["name"] for d in found])
+    return found[0]
+
+
+def kinds(docs: list[Doc]) -> set[str]:
+    return {d["kind"] for d in docs}
+
+
+def env_of(container: Doc) -> dict[str, Any]:
+    return {e["name"]: e.get("value", e.get("valueFrom")) for e in container.get("env", [])}
+
+
+def operator_container(docs: list[Doc]) -> Doc:
+    deployment = one(docs, "Deployment", "tooladapter-operator")
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    return dict(container)
+
+
+# --- the chart's copies of crds/ and manifests/ ------------------------------------------
+
+
+def test_chart_copies_match_their_sources() -> None:
+    sync = _sync()
+    pairs = sync.sources()
     assert pairs, "nothing to sync"
     stale = [
         str(dst.relative_to(ROOT))
         for dst, src in pairs.items()
-        if not dst.exists() or dst.read_bytes() != src.read_bytes()
+        if not dst.exists() or dst.read_text() != sync.expected(dst, src)
     ]
     assert not stale, f"run `make crds`: chart copies drifted: {stale}"
-    carried = set((ROOT / "charts/tooladapter/crds").glob("*")) | set(
-        (ROOT / "charts/tooladapter/files").glob("*")
+    assert sync.carried() == set(pairs), "the chart carries files that have no source"
+
+
+def test_the_chart_renders_exactly_the_objects_of_manifests() -> None:
+    """Object for object, with default values: only the chart's labels are added."""
+    rendered = {(d["kind"], d["metadata"]["name"]): d for d in render()}
+    for path in sorted(MANIFESTS.rglob("*.yaml")):
+        if path.name == "kustomization.yaml" or "examples" in path.parts:
+            continue
+        for doc in (d for d in yaml.safe_load_all(path.read_text()) if d):
+            key = (doc["kind"], doc["metadata"]["name"])
+            if doc["kind"] == "Namespace":
+                assert key not in rendered, "helm install --create-namespace makes it"
+                continue
+            assert key in rendered, f"{path.name}: {key} missing from the chart"
+            ours = copy.deepcopy(rendered[key])
+            labels = ours["metadata"].pop("labels")
+            theirs = copy.deepcopy(doc)
+            assert labels.items() >= theirs["metadata"].pop("labels").items()
+            assert labels["app.kubernetes.io/managed-by"] == "Helm"
+            assert ours == theirs, key
+
+
+def test_another_namespace_and_prefix_leave_no_trace_of_the_defaults() -> None:
+    """A second release beside the first: its own cluster-scoped names, its namespace."""
+    docs = render("--set=prefix=tachart", namespace="ta-chart")
+    text = yaml.safe_dump_all(docs)
+    assert "tooladapter-system" not in text
+    for doc in docs:
+        name = doc["metadata"]["name"]
+        assert name.startswith("tachart-"), (doc["kind"], name)
+        if doc["kind"] in ("ServiceAccount", "Deployment", "Service", "PersistentVolumeClaim"):
+            assert doc["metadata"]["namespace"] == "ta-chart"
+    binding = one(docs, "ClusterRoleBinding", "tachart-operator")
+    assert binding["roleRef"]["name"] == "tachart-operator"
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "tachart-operator", "namespace": "ta-chart"}
+    ]
+    for policy in (d for d in docs if d["kind"] == "ValidatingAdmissionPolicyBinding"):
+        assert policy["spec"]["policyName"].startswith("tachart-")
+    status = one(docs, "ValidatingAdmissionPolicy", "tachart-invocation-status")
+    assert "system:serviceaccount:ta-chart:tachart-operator" in yaml.safe_dump(status)
+
+
+# --- default values -------------------------------------------------------------------
+
+
+def test_default_release_runs_two_operators_with_failover_and_probes() -> None:
+    docs = render()
+    assert "Namespace" not in kinds(docs)
+    deployment = one(docs, "Deployment", "tooladapter-operator")
+    spec = deployment["spec"]
+    assert spec["replicas"] == 2
+    assert spec["strategy"] == {
+        "type": "RollingUpdate",
+        "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0},
+    }
+    selector = spec["selector"]["matchLabels"]
+    assert selector["app.kubernetes.io/name"] == "tooladapter"
+    assert selector["app.kubernetes.io/component"] == "operator"
+    assert selector.items() <= spec["template"]["metadata"]["labels"].items()
+    pod = spec["template"]["spec"]
+    assert pod["serviceAccountName"] == "tooladapter-operator"
+    container = operator_container(docs)
+    assert container["image"] == "localhost/tooladapter-operator:dev"
+    assert container["args"] == ["run"], "no --standalone peering flags: the Lease decides"
+    env = env_of(container)
+    assert env["TOOLADAPTER_LEADER_ELECTION"] == "true"
+    assert env["TOOLADAPTER_LEASE_NAMESPACE"] == "tooladapter-system"
+    assert env["TOOLADAPTER_LEASE_SECONDS"] == "10"
+    assert env["TOOLADAPTER_NAMESPACES"] == ""
+    assert env["TOOLADAPTER_ARTIFACT_BACKEND"] == "file"
+    assert env["TOOLADAPTER_GATEWAY_PORT"] == "8080", "every replica serves the gateway"
+    assert env["POD_IP"] == {"fieldRef": {"fieldPath": "status.podIP"}}
+    assert "KUBERNETES_SERVICE_HOST" not in env
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert env["TOOLADAPTER_HEALTH_PORT"] == str(ports["health"])
+    assert env["TOOLADAPTER_METRICS_PORT"] == str(ports["metrics"])
+    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
+    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "health"}
+    pdb = one(docs, "PodDisruptionBudget", "tooladapter-operator")
+    assert pdb["spec"]["minAvailable"] == 1
+    assert pdb["spec"]["selector"]["matchLabels"] == selector
+    metrics = one(docs, "Service", "tooladapter-metrics")
+    assert metrics["spec"]["selector"] == selector
+    assert metrics["spec"]["ports"][0]["targetPort"] == "metrics"
+    assert not {"ServiceMonitor"} & kinds(docs)
+    assert sorted(d["metadata"]["name"] for d in docs if d["kind"] == "Service") == [
+        "tooladapter-gateway",
+        "tooladapter-metrics",
+    ]
+
+
+def test_default_artifact_store_is_a_claim_kept_on_uninstall() -> None:
+    docs = render()
+    claim = one(docs, "PersistentVolumeClaim", "tooladapter-artifacts")
+    assert claim["metadata"]["annotations"] == {"helm.sh/resource-policy": "keep"}
+    container = operator_container(docs)
+    assert env_of(container)["TOOLADAPTER_ARTIFACT_DIR"] == "/var/lib/tooladapter/artifacts"
+    mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+    assert mounts["artifacts"] == "/var/lib/tooladapter/artifacts"
+    pod = one(docs, "Deployment")["spec"]["template"]["spec"]
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert volumes["artifacts"]["persistentVolumeClaim"]["claimName"] == "tooladapter-artifacts"
+    assert "affinity" not in pod, "a ReadWriteOnce claim keeps the replicas together"
+    dropped = render("--set=artifacts.file.keepOnUninstall=false")
+    assert "annotations" not in one(dropped, "PersistentVolumeClaim")["metadata"]
+
+
+def test_every_pod_runs_restricted() -> None:
+    docs = render("--set=egressProxy.enabled=true")
+    deployments = [d for d in docs if d["kind"] == "Deployment"]
+    assert len(deployments) == 2
+    for deployment in deployments:
+        pod = deployment["spec"]["template"]["spec"]
+        assert pod["securityContext"]["runAsNonRoot"] is True
+        assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+        for container in pod["containers"]:
+            context = container["securityContext"]
+            assert context["allowPrivilegeEscalation"] is False
+            assert context["readOnlyRootFilesystem"] is True
+            assert context["capabilities"] == {"drop": ["ALL"]}
+            assert container["resources"]["limits"]
+
+
+def test_default_lease_lets_a_standby_take_over_a_killed_leader_within_15s() -> None:
+    """Worst case after a SIGKILL: the last renewal was just before the death, the Lease
+    expires a duration later and the standby sees it one poll after that; kopf then primes
+    its caches (a few seconds on a loaded 2-core node), inside the 15 s."""
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    seconds = values["leaderElection"]["leaseSeconds"]
+    assert seconds + retry_period(seconds) <= 12
+    # A leader gives up before a standby can take over: never two acting at once.
+    assert renew_deadline(seconds) < seconds
+
+
+# --- s3 and gateway -------------------------------------------------------------------
+
+
+def test_s3_backend_takes_credentials_from_an_existing_secret_and_no_claim() -> None:
+    docs = render(*S3)
+    assert "PersistentVolumeClaim" not in kinds(docs)
+    container = operator_container(docs)
+    env = env_of(container)
+    assert env["TOOLADAPTER_ARTIFACT_BACKEND"] == "s3"
+    assert env["TOOLADAPTER_S3_ENDPOINT"] == "http://s3.storage:8333"
+    assert env["TOOLADAPTER_S3_BUCKET"] == "receipts"
+    assert "TOOLADAPTER_ARTIFACT_DIR" not in env
+    assert env["AWS_ACCESS_KEY_ID"] == {
+        "secretKeyRef": {"name": "s3-credentials", "key": "AWS_ACCESS_KEY_ID"}
+    }
+    assert env["AWS_SECRET_ACCESS_KEY"] == {
+        "secretKeyRef": {"name": "s3-credentials", "key": "AWS_SECRET_ACCESS_KEY"}
+    }
+    secrets = [d["metadata"]["name"] for d in docs if d["kind"] == "Secret"]
+    # The only Secret the chart makes is the page's session key, never S3 credentials.
+    assert secrets == ["tooladapter-ui-session"], "the chart never holds the credentials"
+    assert env["TOOLADAPTER_S3_REGION"] == "us-east-1"
+    assert env["TOOLADAPTER_S3_PATH_STYLE"] == "false"
+    assert "AWS_CA_BUNDLE" not in env
+    assert "artifacts" not in {m["name"] for m in container["volumeMounts"]}
+    pod = one(docs, "Deployment")["spec"]["template"]["spec"]
+    assert pod["affinity"]["podAntiAffinity"], "no shared volume: spread over nodes"
+
+
+def test_s3_on_aws_needs_no_endpoint_and_a_private_ca_is_mounted() -> None:
+    args = [a for a in S3 if ".endpoint=" not in a]
+    docs = render(*args, "--set=artifacts.s3.caConfigMap=s3-ca")
+    container = operator_container(docs)
+    env = env_of(container)
+    assert "TOOLADAPTER_S3_ENDPOINT" not in env
+    assert env["AWS_CA_BUNDLE"] == "/etc/tooladapter/s3-ca/ca.crt"
+    mount = next(m for m in container["volumeMounts"] if m["name"] == "s3-ca")
+    assert mount == {"name": "s3-ca", "mountPath": "/etc/tooladapter/s3-ca", "readOnly": True}
+    pod = one(docs, "Deployment")["spec"]["template"]["spec"]
+    volume = next(v for v in pod["volumes"] if v["name"] == "s3-ca")
+    assert volume["configMap"]["name"] == "s3-ca"
+
+
+@pytest.mark.parametrize("missing", ["bucket", "existingSecret"])
+def test_s3_backend_without_a_required_value_fails_naming_it(missing: str) -> None:
+    args = [a for a in S3 if f".{missing}=" not in a]
+    with pytest.raises(RenderError, match=rf"artifacts\.s3\.{missing} is required"):
+        render(*args)
+
+
+def test_an_unknown_backend_is_refused() -> None:
+    with pytest.raises(RenderError, match=r"artifacts\.backend must be file or s3"):
+        render("--set=artifacts.backend=nfs")
+
+
+def test_gateway_serves_on_every_replica_behind_a_service() -> None:
+    docs = render(*S3)
+    container = operator_container(docs)
+    env = env_of(container)
+    assert env["TOOLADAPTER_GATEWAY_PORT"] == "8080"
+    assert env["TOOLADAPTER_GATEWAY_APPROVAL_WAIT_SECONDS"] == "300"
+    assert "TOOLADAPTER_GATEWAY_TLS_CERT" not in env
+    assert {"name": "gateway", "containerPort": 8080} in container["ports"]
+    service = one(docs, "Service", "tooladapter-gateway")
+    assert service["spec"]["ports"] == [{"name": "http", "port": 8080, "targetPort": "gateway"}]
+    selector = one(docs, "Deployment")["spec"]["selector"]["matchLabels"]
+    assert service["spec"]["selector"] == selector
+    # The gateway checks callers' tokens and permissions with the operator's identity.
+    rules = one(docs, "ClusterRole", "tooladapter-operator")["rules"]
+    granted = {(r, v) for rule in rules for r in rule["resources"] for v in rule["verbs"]}
+    assert ("tokenreviews", "create") in granted
+    assert ("subjectaccessreviews", "create") in granted
+
+
+def test_a_disabled_gateway_listens_nowhere() -> None:
+    docs = render(*NO_GATEWAY)
+    container = operator_container(docs)
+    assert env_of(container)["TOOLADAPTER_GATEWAY_PORT"] == "0"
+    assert "gateway" not in {p["name"] for p in container["ports"]}
+    assert "tooladapter-gateway" not in {d["metadata"]["name"] for d in docs}
+
+
+def test_gateway_tls_comes_from_a_secret_mounted_read_only() -> None:
+    docs = render("--set=gateway.tlsSecretName=gateway-tls")
+    container = operator_container(docs)
+    env = env_of(container)
+    assert env["TOOLADAPTER_GATEWAY_TLS_CERT"] == "/etc/tooladapter/gateway-tls/tls.crt"
+    assert env["TOOLADAPTER_GATEWAY_TLS_KEY"] == "/etc/tooladapter/gateway-tls/tls.key"
+    mount = next(m for m in container["volumeMounts"] if m["name"] == "gateway-tls")
+    assert mount["readOnly"] is True
+    pod = one(docs, "Deployment")["spec"]["template"]["spec"]
+    volume = next(v for v in pod["volumes"] if v["name"] == "gateway-tls")
+    assert volume["secret"] == {"secretName": "gateway-tls"}
+
+
+def test_egress_proxy_and_service_monitor_are_off_until_asked_for() -> None:
+    assert not {"ServiceMonitor"} & kinds(render())
+    # Only its RBAC (generated from manifests/, like the operator's) is always there.
+    running = [d for d in render() if d["kind"] in ("Deployment", "Service")]
+    assert "egress-proxy" not in yaml.safe_dump_all(running)
+    docs = render(
+        "--set=egressProxy.enabled=true",
+        "--set=metrics.serviceMonitor.enabled=true",
+        "--set=metrics.serviceMonitor.labels.release=prom",
     )
-    assert carried == set(pairs), "the chart carries files that have no source"
+    proxy = one(docs, "Deployment", "tooladapter-egress-proxy")
+    pod = proxy["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] == "tooladapter-egress-proxy"
+    (container,) = pod["containers"]
+    assert container["args"] == ["egress-proxy"]
+    env = env_of(container)
+    assert env["TOOLADAPTER_EGRESS_PROXY_PORT"] == "3128"
+    assert env["TOOLADAPTER_EGRESS_NAMESPACE"] == "tooladapter-system"
+    service = one(docs, "Service", "tooladapter-egress-proxy")
+    assert service["spec"]["ports"][0]["port"] == 3128
+    selector = proxy["spec"]["selector"]["matchLabels"]
+    assert service["spec"]["selector"] == selector
+    # Its rights: the grants and its records in its own namespace, nothing cluster-wide.
+    role = one(docs, "Role", "tooladapter-egress-proxy")
+    assert role["metadata"]["namespace"] == "tooladapter-system"
+    granted = {(r, v) for rule in role["rules"] for r in rule["resources"] for v in rule["verbs"]}
+    assert granted == {
+        ("secrets", "get"),
+        ("secrets", "list"),
+        ("secrets", "watch"),
+        ("configmaps", "create"),
+        ("configmaps", "patch"),
+    }
+    binding = one(docs, "RoleBinding", "tooladapter-egress-proxy")
+    assert binding["subjects"][0]["name"] == "tooladapter-egress-proxy"
+    operator_env = env_of(operator_container(docs))
+    labels = dict(
+        pair.split("=") for pair in operator_env["TOOLADAPTER_EGRESS_PROXY_POD_LABELS"].split(",")
+    )
+    assert labels == selector
+    assert operator_env["TOOLADAPTER_EGRESS_PROXY_PORT"] == "3128"
+    monitor = one(docs, "ServiceMonitor")
+    assert monitor["metadata"]["labels"]["release"] == "prom"
+    assert monitor["spec"]["endpoints"][0]["port"] == "metrics"
+
+
+def test_the_api_server_workaround_sets_both_address_and_port() -> None:
+    env = env_of(
+        operator_container(
+            render("--set=apiServer.host=192.0.2.2", "--set-string=apiServer.port=6443")
+        )
+    )
+    assert env["KUBERNETES_SERVICE_HOST"] == "192.0.2.2"
+    assert env["KUBERNETES_SERVICE_PORT"] == "6443"
+    with pytest.raises(RenderError, match=r"apiServer\.port must be set"):
+        render("--set=apiServer.host=192.0.2.2")
+
+
+# --- every value does something ---------------------------------------------------------
+
+
+def _leaves(values: Any, path: tuple[str, ...] = ()) -> list[tuple[tuple[str, ...], Any]]:
+    if isinstance(values, dict) and values:
+        return [leaf for k, v in values.items() for leaf in _leaves(v, (*path, k))]
+    return [(path, values)]
+
+
+def _changed(value: Any) -> Any:
+    if isinstance(value, bool):
+        return not value
+    if isinstance(value, int):
+        return value + 1
+    if isinstance(value, str):
+        return f"{value}x" if value else "x"
+    if isinstance(value, list):
+        return [*value, "ReadWriteMany"] if value else [{"name": "X", "value": "y"}]
+    if value == {}:
+        return {"x": "y"}
+    raise AssertionError(f"no change for {value!r}")
+
+
+#: Values whose only effect is under another value's condition: changed under both bases
+#: (values files, so that a change given with --set-json wins over them).
+BASES: dict[str, dict[str, Any]] = {
+    "file, everything on": {
+        "gateway": {"tlsSecretName": "gateway-tls"},
+        "egressProxy": {"enabled": True},
+        "metrics": {"serviceMonitor": {"enabled": True}},
+        "apiServer": {"host": "192.0.2.2", "port": "6443"},
+    },
+    "s3": {
+        "artifacts": {
+            "backend": "s3",
+            "s3": {"endpoint": "http://s3:8333", "bucket": "r", "existingSecret": "s"},
+        }
+    },
+}
+
+
+@cache
+def _base_file(name: str) -> str:
+    path = Path(tempfile.mkdtemp(prefix="chart-base-")) / "values.yaml"
+    path.write_text(yaml.safe_dump(BASES[name]))
+    return str(path)
+
+
+def _changes_something(path: tuple[str, ...], value: Any) -> bool:
+    """Whether setting the value at `path` to another one changes (or refuses) the render
+    under some base."""
+    change = f"--set-json={'.'.join(path)}={json.dumps(_changed(value))}"
+    for name in BASES:
+        base = f"--values={_base_file(name)}"
+        try:
+            if _render_uncached(base, change) != _render_cached("tooladapter-system", (base,)):
+                return True
+        except RenderError:
+            return True  # refused: the value is checked
+    return False
+
+
+def test_every_value_changes_what_is_rendered() -> None:
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    leaves = _leaves(values)
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        used = list(pool.map(lambda leaf: _changes_something(*leaf), leaves))
+    unused = [".".join(path) for (path, _), ok in zip(leaves, used, strict=True) if not ok]
+    assert not unused, f"values that change nothing (remove them or use them): {unused}"
+
+
+def _render_uncached(*args: str) -> str:
+    done = run_helm(
+        "template", "tooladapter", str(CHART), "--namespace", "tooladapter-system", *KUBE, *args
+    )
+    if done.returncode:
+        raise RenderError(done.stderr.strip())
+    return done.stdout
+
+
+def test_helm_lint_is_clean() -> None:
+    for args in ([], S3 + NO_GATEWAY + ["--set=egressProxy.enabled=true"]):
+        done = run_helm("lint", "--strict", str(CHART), *KUBE, *args)
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert "0 chart(s) failed" in done.stdout
+
+
+def test_the_reviewers_page_shares_one_session_key_among_replicas() -> None:
+    docs = render()
+    secret = one(docs, "Secret", "tooladapter-ui-session")
+    assert len(secret["data"]["session-key"]) >= 44  # 32+ bytes, base64
+    container = operator_container(docs)
+    assert env_of(container)["TOOLADAPTER_UI_SESSION_KEY_FILE"] == (
+        "/etc/tooladapter/ui-session/session-key"
+    )
+    pod = one(docs, "Deployment")["spec"]["template"]["spec"]
+    volume = next(v for v in pod["volumes"] if v["name"] == "ui-session")
+    assert volume["secret"]["secretName"] == "tooladapter-ui-session"
+    own = render("--set=gateway.uiSessionSecretName=mine")
+    assert not [d for d in own if d["kind"] == "Secret"]
+    pod = one(own, "Deployment")["spec"]["template"]["spec"]
+    volume = next(v for v in pod["volumes"] if v["name"] == "ui-session")
+    assert volume["secret"]["secretName"] == "mine"

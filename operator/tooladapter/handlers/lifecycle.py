@@ -12,14 +12,15 @@ import asyncio
 import logging
 import socket
 import time
+from importlib.metadata import version
 from typing import Any
 
 import kopf
 
-from .. import GROUP
+from .. import GROUP, tracing
 from ..artifacts import open_store
 from ..catalog import Catalog
-from ..enums import ToolKind
+from ..enums import OperatorRole, ToolKind
 from ..executors import Executor
 from ..executors.canary import default_route_address, start_canary
 from ..executors.http import HttpExecutor
@@ -30,11 +31,12 @@ from ..gateway import Gateway, GatewayPortTaken
 from ..kube.auth import AllowCache
 from ..kube.client import Conflict, Kube, NotFound, is_transient
 from ..kube.cluster import KubeCluster
-from ..metrics import serve
+from ..metrics import LEADING, serve
 from ..pipeline.sandbox import ProxyPeer
 from ..runtime import Runtime
 from ..settings import EgressSettings, Settings
 from . import leadership
+from .health import Health
 from .kopf_events import KopfEvents
 from .mcp import McpServers
 
@@ -104,6 +106,13 @@ def configure(settings: kopf.OperatorSettings) -> None:
 async def start(settings: kopf.OperatorSettings, memo: kopf.Memo) -> None:
     configure(settings)
     config = Settings.from_env()
+    health: Health | None = memo.get("health")
+    if health is None:
+        # Probes answer a standby too (a Deployment runs two replicas). Kept once
+        # listening; a failed bind fails this attempt and kopf tries again.
+        health = Health()
+        await health.serve(config.health_port)
+        memo["health"] = health
     if "gateway" not in memo:
         # Before leadership: every replica serves the gateway, standbys included. Kept
         # across kopf's retries of this handler.
@@ -115,7 +124,9 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo) -> None:
     if config.leader_election and memo.get("leadership") is None:
         # Before anything else: a standby waits here, and kopf starts no watch until the
         # start-up handlers return. Kept across kopf's retries of this handler.
+        health.role = OperatorRole.STANDBY
         memo["leadership"] = await leadership.lead(config)
+    health.role = OperatorRole.STARTING
     # Before any watch: an artifact store that cannot take receipts stops the start (an
     # s3 bucket absent, forbidden or unreachable), rather than every call at its end.
     store = await asyncio.to_thread(open_store, config)
@@ -147,6 +158,10 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo) -> None:
         kube=kube,
     )
     rt.closers.append(http.close)
+    flush_traces = tracing.configure(version("tooladapter"))
+    if flush_traces is not None:
+        # First registered, so closed last: the spans of calls ending during shutdown go too.
+        rt.closers.insert(0, flush_traces)
     if config.network_gate:
         started = await start_canary(config.canary_host, config.canary_port)
         if started is not None:
@@ -161,6 +176,8 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo) -> None:
     rt.mcp = McpServers(rt)
     serve(config.metrics_port, rt.census)
     memo["runtime"] = rt
+    LEADING.set(1)
+    health.role = OperatorRole.LEADING
     logger.info("tooladapter started; artifacts in %s", store)
 
 
@@ -217,7 +234,9 @@ def egress_peer(settings: EgressSettings) -> ProxyPeer | None:
 async def stop(memo: kopf.Memo) -> None:
     rt: Runtime | None = memo.get("runtime")
     held: leadership.Leadership | None = memo.get("leadership")
+    health: Health | None = memo.get("health")
     gateway: Gateway | None = memo.get("gateway")
+    LEADING.set(0)
     try:
         if gateway is not None:
             await gateway.stop()
@@ -227,3 +246,5 @@ async def stop(memo: kopf.Memo) -> None:
         # Only once no flow runs any more: then a standby may take over at once.
         if held is not None:
             await held.release()
+        if health is not None:
+            await health.close()

@@ -1,0 +1,67 @@
+{{/*
+The prefix of every object name, cluster-scoped ones included (ClusterRoles, admission
+policies): `tooladapter` unless a second release must run beside the first.
+*/}}
+{{- define "tooladapter.prefix" -}}
+{{- required "prefix must be set" .Values.prefix | trunc 40 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* Labels of every object of the release (part-of comes from manifests/ or below). */}}
+{{- define "tooladapter.labels" -}}
+app.kubernetes.io/name: tooladapter
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+{{- end -}}
+
+{{/* Selector labels of one component: `include "tooladapter.selector" (list . "operator")`. */}}
+{{- define "tooladapter.selector" -}}
+{{- $root := index . 0 -}}
+app.kubernetes.io/name: tooladapter
+app.kubernetes.io/instance: {{ $root.Release.Name }}
+app.kubernetes.io/component: {{ index . 1 }}
+{{- end -}}
+
+{{/* All labels of one component's objects. */}}
+{{- define "tooladapter.componentLabels" -}}
+{{- $root := index . 0 -}}
+{{ include "tooladapter.labels" $root }}
+app.kubernetes.io/part-of: tooladapter
+app.kubernetes.io/component: {{ index . 1 }}
+{{- end -}}
+
+{{- define "tooladapter.image" -}}
+{{- $tag := .Values.image.tag | default .Chart.AppVersion -}}
+{{- if .Values.image.digest -}}
+{{ .Values.image.repository }}@{{ .Values.image.digest }}
+{{- else -}}
+{{ .Values.image.repository }}:{{ $tag }}
+{{- end -}}
+{{- end -}}
+
+{{/* The restricted pod security profile every pod of the chart runs under. */}}
+{{- define "tooladapter.podSecurityContext" -}}
+runAsNonRoot: true
+runAsUser: 65532
+runAsGroup: 65532
+fsGroup: 65532
+seccompProfile: {type: RuntimeDefault}
+{{- end -}}
+
+{{- define "tooladapter.containerSecurityContext" -}}
+allowPrivilegeEscalation: false
+readOnlyRootFilesystem: true
+capabilities: {drop: [ALL]}
+{{- end -}}
+
+{{/*
+The API server as pods reach it: the in-cluster `kubernetes` Service unless
+apiServer.host is set (clusters without kube-proxy; see values.yaml).
+*/}}
+{{- define "tooladapter.apiServerEnv" -}}
+{{- with .Values.apiServer.host -}}
+- {name: KUBERNETES_SERVICE_HOST, value: {{ . | quote }}}
+- {name: KUBERNETES_SERVICE_PORT, value: {{ required "apiServer.port must be set with apiServer.host" $.Values.apiServer.port | toString | quote }}}
+{{- end -}}
+{{- end -}}

@@ -1,0 +1,73 @@
+"""Fixtures of the deploy suite: the Helm-installed operator (`make deploy`, once per
+session), a tenant namespace in its scope per test, a recording server for effects, and the
+operator pods' logs when a test fails.
+
+Never run against a cluster where `make install` applied the same objects (same prefix):
+Helm refuses to take over objects kubectl owns, and `make uninstall` would delete the
+release's. `make test` runs `make uninstall` before this suite.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from tests.integration.servers import Recorder, recording_server
+from tooladapter.devtools import Namespace, admin_client, kubeconfig, node_ip
+
+from .release import Release, make
+
+pytestmark = pytest.mark.cluster
+
+
+@pytest.fixture(scope="session")
+def api() -> client.ApiClient:
+    path = Path(kubeconfig())
+    if not path.is_file():
+        pytest.fail(f"no kubeconfig at {path}: run `make cluster-up` (or set KUBECONFIG)")
+    return admin_client()
+
+
+@pytest.fixture(scope="session")
+def release(api: client.ApiClient) -> Release:
+    """The release as `make deploy` installs or upgrades it (once per session)."""
+    if os.environ.get("DEPLOY_TEST_SKIP_DEPLOY") != "1":
+        make("deploy")
+    rel = Release.from_env(api)
+    rel.wait_ready(int(rel.values()["replicas"]))
+    return rel
+
+
+@pytest.fixture
+def tenant(api: client.ApiClient, release: Release) -> Iterator[Namespace]:
+    namespace = Namespace(
+        api,
+        {"tooladapter.dev/environment-class": "development"},
+        prefix=release.tenant_prefix(),
+    )
+    yield namespace
+    namespace.delete()
+
+
+@pytest.fixture
+def server() -> Iterator[Recorder]:
+    with recording_server(node_ip()) as recorder:
+        yield recorder
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: Any) -> Iterator[None]:
+    outcome = yield
+    report = outcome.get_result()
+    if report.when == "call" and report.failed:
+        rel = item.funcargs.get("release") if hasattr(item, "funcargs") else None
+        if isinstance(rel, Release):
+            try:
+                report.sections.append(("operator pods' logs (tail)", rel.logs()))
+            except Exception as exc:  # the release may be gone (uninstall test)
+                report.sections.append(("operator pods' logs", f"unavailable: {exc}"))
