@@ -484,10 +484,17 @@ def main() -> None:
         url = f"http://{WEATHER_HOST}:{port}/weather/Porto"
         fetched = invoke(agent, "fetch", "--arg", f"command=wget -q -O - {url}")
         say(f"6. Egress by host name: wget {url} in a sandbox", one_line(fetched))
+        if artifacts is None and fetched.get("state") != "Observed":
+            print(
+                "    (that operator's egress proxy needs"
+                f" TOOLADAPTER_EGRESS_HOSTS={WEATHER_HOST}={host})"
+            )
 
     ref = str(allowed.get("receiptRef"))
     store = f"--artifact-dir {rel(artifacts)}" if artifacts else f"--gateway {gateway}"
-    run_url = f"http://127.0.0.1:8080/namespaces/{NS}/mcp"
+    # The demo's own operator has stopped: point at `make run`'s gateway, or the running one.
+    base = gateway if artifacts is None and gateway else "http://127.0.0.1:8080"
+    run_url = f"{base}/namespaces/{NS}/mcp"
     print("\nReceipts: every call has one; `tooladapter receipts --run demo` lists them. Call 1's:")
     print(f"    receiptRef {ref}")
     print(f"    KUBECONFIG={rel(agent)} tooladapter receipt get {ref} {store}")
