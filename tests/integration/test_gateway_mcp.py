@@ -4,6 +4,7 @@ cluster: agents' ServiceAccount tokens, RBAC grants, the operator's pipeline."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,7 @@ from tooladapter.devtools import Namespace, OperatorProcess, wait_for
 
 from .gateway_client import http_json, mcp_client, mcp_url, token_of
 from .objects import Agent, approve, descriptor, get, pretty
+from .test_cli import Cli, explain
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(300)]
 
@@ -111,34 +113,59 @@ async def test_a_denied_call_is_an_error_result_naming_the_stage_and_reason(
 
 
 async def _call_and_approve(
-    url: str, token: str, reviewer: Agent, *, approve_on_progress: bool
+    url: str, token: str, approver: Callable[[str], None], *, approve_on_progress: bool
 ) -> tuple[Any, list[str]]:
+    """Call the tool `gated` over MCP; with `approve_on_progress`, `approver(NAME)` approves
+    it once a progress message says it awaits approval, and the call's result is returned
+    only after the approver has finished too (the SDK does not await progress callbacks)."""
     messages: list[str] = []
-    approved = asyncio.Event()
+    waiting: list[str] = []
+    awaiting = asyncio.Event()
 
     async def on_progress(progress: float, total: float | None, message: str | None) -> None:
         messages.append(message or "")
-        if approve_on_progress and "awaiting approval" in (message or "") and not approved.is_set():
-            approved.set()
-            name = (message or "").split("invocation ", 1)[1].split(" ", 1)[0]
-            await asyncio.to_thread(approve, reviewer, name)
+        if "awaiting approval" in (message or "") and not awaiting.is_set():
+            waiting.append((message or "").split("invocation ", 1)[1].split(" ", 1)[0])
+            awaiting.set()
+
+    async def approve_once_waiting() -> None:
+        await asyncio.wait_for(awaiting.wait(), timeout=120)
+        await asyncio.to_thread(approver, waiting[0])
 
     async with mcp_client(url, token) as mcp:
-        result = await mcp.call_tool("gated", {}, progress_callback=on_progress)
+        call = mcp.call_tool("gated", {}, progress_callback=on_progress)
+        if approve_on_progress:
+            result, _ = await asyncio.gather(call, approve_once_waiting())
+        else:
+            result = await call
     return result, messages
 
 
-async def test_a_gated_call_reports_awaiting_approval_and_completes_once_approved(
-    api: client.ApiClient, ns: Namespace, agent: Agent, operator: OperatorProcess
+async def test_a_gated_call_reports_awaiting_approval_and_completes_once_approved_with_the_cli(
+    api: client.ApiClient,
+    ns: Namespace,
+    agent: Agent,
+    operator: OperatorProcess,
+    tmp_path: Path,
 ) -> None:
     descriptor(api, ns.name, "gated", side_effect_class="shared-write", **NATIVE)
     agent.grant(["gated"], ["shared-write"])
     reviewer = Agent.create(api, ns.name, "reviewer-1", role="tooladapter-reviewer")
-    url = mcp_url(operator.gateway_url, ns.name)
+    # The reviewer as a person does it: `tooladapter approve NAME` with a kubeconfig holding
+    # only the reviewer's token; it waits until the operator has bound the approval.
+    reviewer_cli = Cli(tmp_path, api, reviewer)
+    approvals: list[str] = []
 
+    def approve_with_cli(name: str) -> None:
+        done = reviewer_cli("approve", name, "--comment", "looked at it")
+        assert done.returncode == 0, explain(done)
+        approvals.append(done.stdout)
+
+    url = mcp_url(operator.gateway_url, ns.name)
     result, messages = await _call_and_approve(
-        url, token_of(agent), reviewer, approve_on_progress=True
+        url, token_of(agent), approve_with_cli, approve_on_progress=True
     )
+    assert len(approvals) == 1 and "bound" in approvals[0], approvals
     assert any("awaiting approval" in m for m in messages), messages
     assert result.is_error is False, text_of(result)
     meta = meta_of(result)
@@ -163,7 +190,7 @@ async def test_a_standby_serves_the_gateway_and_answers_a_long_wait_with_the_inv
     try:
         url = mcp_url(standby.gateway_url, ns.name)
         result, messages = await _call_and_approve(
-            url, token_of(agent), reviewer, approve_on_progress=False
+            url, token_of(agent), lambda name: approve(reviewer, name), approve_on_progress=False
         )
         assert result.is_error is False, text_of(result)
         assert any("awaiting approval" in m for m in messages), messages
