@@ -26,7 +26,7 @@ DEPLOY_ARGS       ?=
 
 help:
 	@echo "make test       set up everything on a fresh machine, then run all tests"
-	@echo "make demo       local cluster, operator, example tools, calls as an agent, receipts"
+	@echo "make demo       local cluster, operator, six governed calls in one screenful, receipts in .demo/"
 	@echo "make cluster-up | cluster-down | cluster-status"
 	@echo "make install    CRDs, RBAC, admission policies into the cluster of KUBECONFIG"
 	@echo "make run        the operator (and its egress proxy) in the foreground against KUBECONFIG"

@@ -287,17 +287,6 @@ def publish(host: str, port: int) -> list[str]:
         {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": AGENT, "namespace": NS}}
     )
     kubectl("apply", "-n", NS, "-f", str(ROOT / "hack" / "examples" / "demo-grants.yaml"))
-    # The agent may also escalate to shared-write, so an unlisted command waits for a reviewer.
-    kubectl(
-        "patch",
-        "-n",
-        NS,
-        "role",
-        "demo-agent-tools",
-        "--type=json",
-        "-p",
-        '[{"op":"add","path":"/rules/1/resourceNames/-","value":"shared-write"}]',
-    )
     return list(tools)
 
 
