@@ -209,6 +209,7 @@ def test_a_host_off_the_list_is_refused_and_a_direct_connection_gets_nowhere(
 
     assert status["state"] == "Observed", explain(release, status)
     content = status["result"]["content"]
+    print(f"\nattempts: {content.strip()!r}")
     assert "done" in content, content
     assert "listed=403" in content, content
     assert "direct=0" not in content and "direct=" in content, content
