@@ -185,8 +185,12 @@ class Settings:
     reconcile_interval_seconds: int = 30
     #: Jobs and NetworkPolicies of ended calls are kept this long for inspection, then reaped.
     sandbox_retain_seconds: int = 60
-    #: Finished invocations older than this are deleted (0 keeps them forever).
-    retention_seconds: int = 0
+    #: Finished invocations are deleted this long after they ended (0 keeps them forever);
+    #: never an unconfirmed Uncertain one. Their receipts stay in the artifact store.
+    retention_seconds: int = 7 * 86_400
+    #: An idempotency claim (and so its key) is kept this long after its winner ended (0:
+    #: forever); it keeps the winner's receiptRef for duplicates.
+    idempotency_retention_seconds: int = 86_400
     #: Approval wait when no ToolPolicy sets one.
     default_approval_timeout_seconds: int = 3600
     #: Hosts (names, addresses or CIDRs) http tools may never reach, even when a
@@ -235,6 +239,11 @@ class Settings:
     gateway_audiences: tuple[str, ...] = ()
     #: How long a tools/call waits for an approval before answering "still pending".
     gateway_approval_wait_seconds: int = 300
+    #: A file of at least 32 random bytes sealing the reviewers' page session cookies
+    #: (every replica behind one Service needs the same); unset: a key per process.
+    ui_session_key_file: Path | None = None
+    #: How long a sign-in to the reviewers' page lasts (the token's own expiry still ends it).
+    ui_session_seconds: int = 8 * 3600
 
     def serves(self, namespace: str) -> bool:
         return not self.namespaces or any(
@@ -273,7 +282,10 @@ class Settings:
             sandbox_retain_seconds=_int(
                 "TOOLADAPTER_SANDBOX_RETAIN_SECONDS", base.sandbox_retain_seconds
             ),
-            retention_seconds=_int("TOOLADAPTER_RETENTION_SECONDS", base.retention_seconds),
+            retention_seconds=_at_least("TOOLADAPTER_RETENTION_SECONDS", base.retention_seconds, 0),
+            idempotency_retention_seconds=_at_least(
+                "TOOLADAPTER_IDEMPOTENCY_RETENTION_SECONDS", base.idempotency_retention_seconds, 0
+            ),
             default_approval_timeout_seconds=_int(
                 "TOOLADAPTER_APPROVAL_TIMEOUT_SECONDS", base.default_approval_timeout_seconds
             ),
@@ -295,6 +307,10 @@ class Settings:
             gateway_audiences=_list("TOOLADAPTER_GATEWAY_AUDIENCES", base.gateway_audiences),
             gateway_approval_wait_seconds=_at_least(
                 "TOOLADAPTER_GATEWAY_APPROVAL_WAIT_SECONDS", base.gateway_approval_wait_seconds, 0
+            ),
+            ui_session_key_file=_path("TOOLADAPTER_UI_SESSION_KEY_FILE"),
+            ui_session_seconds=_at_least(
+                "TOOLADAPTER_UI_SESSION_SECONDS", base.ui_session_seconds, 60
             ),
             egress=EgressSettings.from_env(),
             health_port=_port("TOOLADAPTER_HEALTH_PORT", base.health_port),

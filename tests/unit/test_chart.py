@@ -266,7 +266,9 @@ def test_s3_backend_takes_credentials_from_an_existing_secret_and_no_claim() -> 
     assert env["AWS_SECRET_ACCESS_KEY"] == {
         "secretKeyRef": {"name": "s3-credentials", "key": "AWS_SECRET_ACCESS_KEY"}
     }
-    assert "Secret" not in kinds(docs), "the chart never holds the credentials"
+    secrets = [d["metadata"]["name"] for d in docs if d["kind"] == "Secret"]
+    # The only Secret the chart makes is the page's session key, never S3 credentials.
+    assert secrets == ["tooladapter-ui-session"], "the chart never holds the credentials"
     assert env["TOOLADAPTER_S3_REGION"] == "us-east-1"
     assert env["TOOLADAPTER_S3_PATH_STYLE"] == "false"
     assert "AWS_CA_BUNDLE" not in env
@@ -543,3 +545,21 @@ def test_helm_lint_is_clean() -> None:
         done = run_helm("lint", "--strict", str(CHART), *KUBE, *args)
         assert done.returncode == 0, done.stdout + done.stderr
         assert "0 chart(s) failed" in done.stdout
+
+
+def test_the_reviewers_page_shares_one_session_key_among_replicas() -> None:
+    docs = render()
+    secret = one(docs, "Secret", "tooladapter-ui-session")
+    assert len(secret["data"]["session-key"]) >= 44  # 32+ bytes, base64
+    container = operator_container(docs)
+    assert env_of(container)["TOOLADAPTER_UI_SESSION_KEY_FILE"] == (
+        "/etc/tooladapter/ui-session/session-key"
+    )
+    pod = one(docs, "Deployment")["spec"]["template"]["spec"]
+    volume = next(v for v in pod["volumes"] if v["name"] == "ui-session")
+    assert volume["secret"]["secretName"] == "tooladapter-ui-session"
+    own = render("--set=gateway.uiSessionSecretName=mine")
+    assert not [d for d in own if d["kind"] == "Secret"]
+    pod = one(own, "Deployment")["spec"]["template"]["spec"]
+    volume = next(v for v in pod["volumes"] if v["name"] == "ui-session")
+    assert volume["secret"]["secretName"] == "mine"

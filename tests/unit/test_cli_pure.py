@@ -10,7 +10,6 @@ from typing import Any
 import pytest
 
 from tooladapter.cli import bodies, views
-from tooladapter.cli.diff import Change, ChangeKind, diff, render
 from tooladapter.cli.exitcodes import CliError, ExitCode, for_api_status, for_state
 from tooladapter.cli.follow import StageDisplay, finished
 from tooladapter.cli.parsing import (
@@ -22,9 +21,11 @@ from tooladapter.cli.parsing import (
     parse_ref,
 )
 from tooladapter.cli.render import Output, cell, document, new_stage_lines, table
-from tooladapter.cli.verify import Match, ref_from_filename, verify
 from tooladapter.enums import ApprovalDecision
+from tooladapter.pipeline import review
+from tooladapter.pipeline.argdiff import Change, ChangeKind, diff, render
 from tooladapter.pipeline.hashing import canonical_json, sha256_ref
+from tooladapter.pipeline.receipt_check import Match, ref_from_filename, verify
 
 NOW = datetime(2026, 12, 1, 12, 0, 0, tzinfo=UTC)
 HEX = "ab" * 32
@@ -273,14 +274,14 @@ def test_pending_approvals_show_hashes_reasons_and_the_change_since_the_last_app
         stages=[{"stage": "approval", "outcome": "waiting", "detail": "class needs approval"}],
         approvalRequestedAt="T2",
     )
-    (view,) = views.pending_approvals([old, older, unapproved, waiting])
+    (view,) = review.pending_approvals([old, older, unapproved, waiting])
     assert view["name"] == "new" and view["requestHash"] == "sha256:r"
     assert view["descriptorDigest"] == "sha256:d"
     assert view["canonicalArguments"] == '{"tag":"v2"}'
     assert view["reasons"] == ["policy p: tag changes", "class needs approval"]
     assert view["lastApproved"]["name"] == "old"
     assert view["changes"] == [{"kind": "changed", "path": "/tag", "before": "v1", "after": "v2"}]
-    first = views.pending_view(waiting, None)
+    first = review.pending_view(waiting, None)
     assert first["lastApproved"] is None and first["changes"] is None
 
 

@@ -10,12 +10,12 @@ import click
 
 from ..enums import ApprovalDecision, InvocationState, Resource
 from ..kube.user import UserApi
-from . import views
+from ..pipeline.argdiff import Change, ChangeKind
+from ..pipeline.argdiff import render as render_changes
+from ..pipeline.review import pending_approvals
 from .bodies import approval_body
 from .complete import invocations_in
 from .context import Settings, common_options, run_async
-from .diff import Change, ChangeKind
-from .diff import render as render_changes
 from .exitcodes import ExitCode
 from .parsing import parse_expiry
 from .render import fields
@@ -23,7 +23,7 @@ from .render import fields
 
 async def _approvals(settings: Settings) -> ExitCode:
     async with settings.connect() as api:
-        pending = views.pending_approvals(await api.list_all(Resource.INVOCATIONS))
+        pending = pending_approvals(await api.list_all(Resource.INVOCATIONS))
     if settings.structured:
         settings.emit(pending)
         return ExitCode.OK

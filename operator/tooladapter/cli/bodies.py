@@ -16,12 +16,11 @@ from __future__ import annotations
 from typing import Any
 
 from .. import API_VERSION
-from ..enums import ApprovalDecision, InvocationState
+from ..enums import ApprovalDecision
+from ..pipeline import review
+from ..pipeline.review import MAX_GROUP_LENGTH, MAX_GROUPS, Refusal, Undecidable
 from .exitcodes import CliError, ExitCode
 
-#: The CRD's bound on groups in spec.caller.groups and spec.reviewerGroups.
-MAX_GROUPS = 64
-MAX_GROUP_LENGTH = 253
 _SA_PREFIX = "system:serviceaccount:"
 
 
@@ -68,6 +67,17 @@ def invocation_body(
     return {"apiVersion": API_VERSION, "kind": "ToolInvocation", "metadata": metadata, "spec": spec}
 
 
+_EXIT_CODES = {
+    Refusal.OWN_CALL: ExitCode.FORBIDDEN,
+    Refusal.NO_EVIDENCE: ExitCode.USAGE,
+    Refusal.EVIDENCE_TOO_LONG: ExitCode.USAGE,
+}
+
+
+def _cli_error(exc: Undecidable) -> CliError:
+    return CliError(exc.message, _EXIT_CODES.get(exc.refusal, ExitCode.ERROR))
+
+
 def approval_body(
     invocation: dict[str, Any],
     *,
@@ -78,74 +88,26 @@ def approval_body(
     expires_at: str | None,
 ) -> dict[str, Any]:
     """A ToolApproval of `invocation` as it waits; CliError when it cannot bind anyway."""
-    meta = invocation.get("metadata") or {}
-    spec = invocation.get("spec") or {}
-    status = invocation.get("status") or {}
-    name = str(meta.get("name"))
-    state = status.get("state")
-    if state != InvocationState.AWAITING_APPROVAL:
-        raise CliError(
-            f"toolinvocation {name} is {state or 'not evaluated yet'}, not AwaitingApproval: "
-            "there is nothing to decide",
-            ExitCode.ERROR,
+    try:
+        return review.approval_body(
+            invocation,
+            decision=decision,
+            reviewer=reviewer,
+            reviewer_groups=reviewer_groups,
+            comment=comment,
+            expires_at=expires_at,
         )
-    if not status.get("requestHash") or not status.get("descriptorDigest"):
-        raise CliError(f"toolinvocation {name} shows no request hash or descriptor digest yet")
-    caller = (spec.get("caller") or {}).get("name")
-    if caller == reviewer:
-        raise CliError(
-            f"you ({reviewer}) are the caller of {name}: someone else must review it",
-            ExitCode.FORBIDDEN,
-        )
-    approval_spec: dict[str, Any] = {
-        "invocation": name,
-        "invocationUid": meta.get("uid"),
-        "requestHash": status["requestHash"],
-        "descriptorDigest": status["descriptorDigest"],
-        "toolVersion": (spec.get("tool") or {}).get("version"),
-        "decision": decision.value,
-        "reviewer": reviewer,
-    }
-    groups = [g for g in reviewer_groups if g and len(g) <= MAX_GROUP_LENGTH][:MAX_GROUPS]
-    if groups:
-        approval_spec["reviewerGroups"] = groups
-    if comment:
-        approval_spec["comment"] = comment
-    if expires_at:
-        approval_spec["expiresAt"] = expires_at
-    prefix = f"{name[:200]}-{'approve' if decision is ApprovalDecision.APPROVED else 'reject'}-"
-    return {
-        "apiVersion": API_VERSION,
-        "kind": "ToolApproval",
-        "metadata": {"generateName": prefix},
-        "spec": approval_spec,
-    }
+    except Undecidable as exc:
+        raise _cli_error(exc) from None
 
 
 def confirmation_patch(
     invocation: dict[str, Any], *, happened: bool, confirmed_by: str, evidence: str
 ) -> dict[str, Any]:
     """The status patch recording an Uncertain effect; CliError when it cannot apply."""
-    name = (invocation.get("metadata") or {}).get("name")
-    status = invocation.get("status") or {}
-    state = status.get("state")
-    if state != InvocationState.UNCERTAIN:
-        raise CliError(
-            f"toolinvocation {name} is {state or 'not evaluated yet'}: only an Uncertain "
-            "effect is confirmed",
-            ExitCode.ERROR,
+    try:
+        return review.confirmation_patch(
+            invocation, happened=happened, confirmed_by=confirmed_by, evidence=evidence
         )
-    if (status.get("effectConfirmation") or {}).get("recorded"):
-        raise CliError(f"toolinvocation {name}'s effect was already confirmed and recorded")
-    text = evidence.strip()
-    if not text:
-        raise CliError("--evidence must say what you checked", ExitCode.USAGE)
-    if len(text) > 4096:
-        raise CliError("--evidence is longer than 4096 characters", ExitCode.USAGE)
-    return {
-        "effectConfirmation": {
-            "effectHappened": happened,
-            "confirmedBy": confirmed_by,
-            "evidence": text,
-        }
-    }
+    except Undecidable as exc:
+        raise _cli_error(exc) from None

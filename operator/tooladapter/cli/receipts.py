@@ -18,13 +18,13 @@ import click
 from ..artifacts import LocalArtifactStore
 from ..enums import Resource
 from ..kube.user import UserApi
+from ..pipeline.receipt_check import Match, parse_receipt, ref_from_filename, verify
 from . import views
 from .context import Settings, common_options, run_async
 from .exitcodes import CliError, ExitCode
 from .gateway import fetch_receipt
 from .parsing import looks_like_ref, parse_ref
 from .render import Output, document, table
-from .verify import Match, parse_receipt, ref_from_filename, verify
 
 
 async def _receipts(settings: Settings, run_id: str) -> ExitCode:

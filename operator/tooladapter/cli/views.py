@@ -11,8 +11,8 @@ from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
-from ..enums import GATED_CLASSES, InvocationState, SideEffectClass, ToolKind
-from .diff import canonical, diff
+from ..enums import GATED_CLASSES, SideEffectClass, ToolKind
+from ..pipeline.argdiff import canonical
 
 
 def _spec(obj: dict[str, Any]) -> dict[str, Any]:
@@ -191,82 +191,6 @@ def result_text(obj: dict[str, Any]) -> str:
     if result.get("structuredContent") is not None and not result.get("content"):
         return canonical(result["structuredContent"])
     return str(result.get("content") or "")
-
-
-def pending_approvals(invocations: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Invocations waiting in AwaitingApproval, oldest first, each with what a reviewer
-    needs: canonical arguments, classes, reasons, the hashes an approval binds to, and
-    the difference from the same caller's last approved call of the same tool."""
-    waiting = [
-        i for i in invocations if _status(i).get("state") == InvocationState.AWAITING_APPROVAL
-    ]
-    waiting.sort(key=lambda i: str(_status(i).get("approvalRequestedAt") or ""))
-    return [pending_view(i, last_approved(i, invocations)) for i in waiting]
-
-
-def last_approved(
-    invocation: dict[str, Any], invocations: Sequence[dict[str, Any]]
-) -> dict[str, Any] | None:
-    """The same caller's most recently approved call of the same tool (not this one)."""
-    spec = _spec(invocation)
-    caller = (spec.get("caller") or {}).get("name")
-    tool = (spec.get("tool") or {}).get("id")
-    uid = (invocation.get("metadata") or {}).get("uid")
-    candidates = [
-        other
-        for other in invocations
-        if (other.get("metadata") or {}).get("uid") != uid
-        and (_spec(other).get("caller") or {}).get("name") == caller
-        and (_spec(other).get("tool") or {}).get("id") == tool
-        and _status(other).get("approval")
-    ]
-    if not candidates:
-        return None
-    return max(candidates, key=lambda o: str(_status(o)["approval"].get("boundAt") or ""))
-
-
-def _reasons(status: dict[str, Any]) -> list[str]:
-    reasons = list(status.get("policyReasons") or [])
-    for entry in status.get("stages") or []:
-        if entry.get("stage") == "approval" and entry.get("outcome") == "waiting":
-            reasons.append(str(entry.get("detail") or ""))
-    if status.get("approvalForced"):
-        reasons.append("a block-listed shell command escalated by policy")
-    return [r for r in reasons if r]
-
-
-def pending_view(invocation: dict[str, Any], previous: dict[str, Any] | None) -> dict[str, Any]:
-    spec, status = _spec(invocation), _status(invocation)
-    tool = spec.get("tool") or {}
-    arguments = spec.get("arguments") or {}
-    view: dict[str, Any] = {
-        "name": _name(invocation),
-        "tool": tool.get("id"),
-        "version": tool.get("version"),
-        "caller": (spec.get("caller") or {}).get("name"),
-        "runId": spec.get("runId"),
-        "declaredClass": status.get("declaredClass"),
-        "effectiveClass": status.get("effectiveClass"),
-        "reasons": _reasons(status),
-        "requestHash": status.get("requestHash"),
-        "descriptorDigest": status.get("descriptorDigest"),
-        "waitingSince": status.get("approvalRequestedAt"),
-        "arguments": arguments,
-        "canonicalArguments": canonical(arguments),
-        "lastApproved": None,
-        "changes": None,
-    }
-    if previous is not None:
-        before = _spec(previous).get("arguments") or {}
-        approval = _status(previous).get("approval") or {}
-        view["lastApproved"] = {
-            "name": _name(previous),
-            "approvedBy": approval.get("reviewer"),
-            "approvedAt": approval.get("boundAt"),
-            "canonicalArguments": canonical(before),
-        }
-        view["changes"] = [c.wire() for c in diff(before, arguments)]
-    return view
 
 
 def receipt_row(obj: dict[str, Any]) -> dict[str, Any]:

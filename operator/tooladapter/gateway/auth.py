@@ -24,6 +24,9 @@ REVIEW_TTL_SECONDS: Final = 10.0
 REVIEW_ENTRIES: Final = 1024
 #: Routes anyone may read (liveness, the API description).
 PUBLIC_PATHS: Final = frozenset({"/healthz", "/openapi.json"})
+#: Routes under this prefix sign people in with a session cookie and review its token
+#: themselves (`gateway.ui`, with `identify` below).
+COOKIE_PREFIX: Final = "/ui"
 
 
 class ReviewCache:
@@ -70,18 +73,9 @@ def bearer_token(request: web.Request) -> str | None:
     return token
 
 
-@web.middleware
-async def authentication_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-    # Unknown routes answer 404 (or 405) before any review: the route table is public.
-    if request.path in PUBLIC_PATHS or request.match_info.http_exception is not None:
-        return await handler(request)
-    token = bearer_token(request)
-    if token is None:
-        raise ProblemError(
-            ProblemKind.UNAUTHENTICATED,
-            "send `Authorization: Bearer <token>` with a Kubernetes token of the caller "
-            "(e.g. `kubectl create token <serviceaccount>`)",
-        )
+async def identify(request: web.Request, token: str) -> CallerIdentity:
+    """The token's identity, from the cache or a TokenReview; `ProblemError` (401 or 502)
+    when the API server does not accept it or cannot be asked."""
     cache = request.app[REVIEWS]
     identity = cache.get(token)
     if identity is None:
@@ -98,5 +92,32 @@ async def authentication_middleware(request: web.Request, handler: Handler) -> w
                 "for this audience)",
             )
         cache.put(token, identity)
-    set_caller(request, Caller(identity=identity, api=deps_of(request).pool.as_caller(token)))
+    return identity
+
+
+def authenticate(request: web.Request, identity: CallerIdentity, token: str) -> Caller:
+    """Make `identity` the request's caller, with a client that speaks with its token."""
+    caller = Caller(identity=identity, api=deps_of(request).pool.as_caller(token))
+    set_caller(request, caller)
+    return caller
+
+
+@web.middleware
+async def authentication_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    # Unknown routes answer 404 (or 405) before any review: the route table is public.
+    if (
+        request.path in PUBLIC_PATHS
+        or request.path == COOKIE_PREFIX
+        or request.path.startswith(COOKIE_PREFIX + "/")
+        or request.match_info.http_exception is not None
+    ):
+        return await handler(request)
+    token = bearer_token(request)
+    if token is None:
+        raise ProblemError(
+            ProblemKind.UNAUTHENTICATED,
+            "send `Authorization: Bearer <token>` with a Kubernetes token of the caller "
+            "(e.g. `kubectl create token <serviceaccount>`)",
+        )
+    authenticate(request, await identify(request, token), token)
     return await handler(request)

@@ -28,6 +28,7 @@ from .mcp_endpoint import MAX_BODY_BYTES, MCP_ENDPOINT, McpEndpoint
 from .openapi import document
 from .routes import MODULES
 from .routes.meta import OPENAPI
+from .ui import add_routes as add_ui_routes
 
 logger = logging.getLogger("tooladapter.gateway")
 
@@ -73,6 +74,7 @@ def build_app(deps: Deps, mcp: McpEndpoint) -> web.Application:
     app[OPENAPI] = document(module.PATHS for module in MODULES)
     for module in MODULES:
         module.add_routes(app)
+    add_ui_routes(app)
     return app
 
 

@@ -12,11 +12,12 @@ import asyncio
 import logging
 import socket
 import time
+from importlib.metadata import version
 from typing import Any
 
 import kopf
 
-from .. import GROUP
+from .. import GROUP, tracing
 from ..artifacts import open_store
 from ..catalog import Catalog
 from ..enums import OperatorRole, ToolKind
@@ -159,6 +160,10 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo) -> None:
         kube=kube,
     )
     rt.closers.append(http.close)
+    flush_traces = tracing.configure(version("tooladapter"))
+    if flush_traces is not None:
+        # First registered, so closed last: the spans of calls ending during shutdown go too.
+        rt.closers.insert(0, flush_traces)
     if config.network_gate:
         started = await start_canary(config.canary_host, config.canary_port)
         if started is not None:

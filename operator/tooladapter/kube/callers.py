@@ -27,6 +27,8 @@ from .client import Kube, json_body
 
 #: A watch request ends after this long without an event; the follower starts another.
 WATCH_SECONDS: Final = 60
+Objects = list[dict[str, Any]]
+
 #: Page size of lists read for a caller (runs may hold many invocations).
 PAGE_SIZE: Final = 250
 
@@ -303,6 +305,85 @@ class AsCaller:
                     yield obj
                 if kind == "DELETED":
                     raise CallerApiError(404, f"{plural[:-1]} {name} was deleted")
+        except ApiException as exc:
+            raise _error(exc) from exc
+        finally:
+            stream.stop()
+            await stream.close()
+
+    async def list_cluster(self, plural: str) -> Objects:
+        """Every object of a kind in every namespace (page by page): callers RBAC lets
+        list cluster-wide (a ClusterRoleBinding); others get a 403 `CallerApiError`."""
+        items: Objects = []
+        token = ""
+        while True:
+            params: dict[str, Any] = {"limit": PAGE_SIZE}
+            if token:
+                params["_continue"] = token
+            try:
+                page = await json_body(
+                    await self.custom.list_cluster_custom_object(
+                        GROUP,
+                        VERSION,
+                        plural,
+                        _preload_content=False,
+                        _headers=self._headers,
+                        **params,
+                    )
+                )
+            except ApiException as exc:
+                raise _error(exc) from exc
+            items.extend(page.get("items") or [])
+            token = (page.get("metadata") or {}).get("continue") or ""
+            if not token:
+                return items
+
+    def _collection(self, namespace: str | None) -> tuple[Any, tuple[str, ...]]:
+        if namespace is None:
+            return self.custom.list_cluster_custom_object, (GROUP, VERSION)
+        return self.custom.list_namespaced_custom_object, (GROUP, VERSION, namespace)
+
+    async def collection_version(self, plural: str, namespace: str | None) -> str:
+        """The current resourceVersion of a kind's collection in `namespace` (None: every
+        namespace): where a watch of changes from now on starts."""
+        list_call, where = self._collection(namespace)
+        try:
+            head = await json_body(
+                await list_call(
+                    *where, plural, limit=1, _preload_content=False, _headers=self._headers
+                )
+            )
+        except ApiException as exc:
+            raise _error(exc) from exc
+        return str((head.get("metadata") or {}).get("resourceVersion") or "")
+
+    async def watch_changes(
+        self, plural: str, namespace: str | None, resource_version: str
+    ) -> AsyncGenerator[tuple[str, dict[str, Any]], None]:
+        """(event type, object) of every change to a kind in `namespace` (None: every
+        namespace) after `resource_version`, until the watch request ends (at most
+        `WATCH_SECONDS`); the caller goes on from the last object's resourceVersion. A
+        `CallerApiError` with status 410 means the version is too old: start again from
+        `collection_version`."""
+        list_call, where = self._collection(namespace)
+        stream = watch.Watch()
+        try:
+            async for event in stream.stream(
+                list_call,
+                *where,
+                plural,
+                resource_version=resource_version,
+                timeout_seconds=WATCH_SECONDS,
+                allow_watch_bookmarks=False,
+                _headers=self._headers,
+            ):
+                kind = str(event.get("type") or "")
+                obj = event.get("raw_object") or event.get("object")
+                if kind == "ERROR":
+                    code = int((obj or {}).get("code") or 0) if isinstance(obj, dict) else 0
+                    raise CallerApiError(code, str((obj or {}).get("message") or "watch error"))
+                if isinstance(obj, dict):
+                    yield kind, obj
         except ApiException as exc:
             raise _error(exc) from exc
         finally:

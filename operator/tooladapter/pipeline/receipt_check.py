@@ -15,7 +15,7 @@ from enum import StrEnum
 from pathlib import PurePath
 from typing import Any
 
-from ..pipeline.hashing import SHA256_PREFIX, CanonicalizationError, canonical_json, sha256_ref
+from .hashing import SHA256_PREFIX, CanonicalizationError, canonical_json, sha256_ref
 
 
 class Match(StrEnum):

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from ..pipeline.hashing import CanonicalizationError, canonical_json
+from .hashing import CanonicalizationError, canonical_json
 
 
 class ChangeKind(StrEnum):

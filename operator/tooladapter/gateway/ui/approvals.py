@@ -1,0 +1,97 @@
+"""`/ui/approvals`: the calls waiting for a decision, and the decision.
+
+Each waiting call shows what the command line's `approvals` shows (tool and version,
+caller, classes, the reasons it is gated, the request hash and descriptor digest an
+approval binds to, the change since the same caller's last approved call), its arguments
+redacted. Approve and Reject create the ToolApproval with the person's own token, built
+as `tooladapter approve` builds it, so admission checks that the reviewer is the person.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from aiohttp import web
+
+from ...enums import ApprovalDecision, Resource
+from ...pipeline.review import Undecidable, approval_body
+from ...pipeline.reviewpage import pending_for_page, recent_decisions
+from ...timeutil import in_seconds
+from .. import params
+from .data import allowed_in, invocations, namespaces_of
+from .web import PREFIX, Person, Refused, checked_form, page, redirect, render, undecidable
+
+#: The expiries a reviewer picks from (seconds, label); the first is the default.
+EXPIRIES: Final = ((3600, "1 hour"), (900, "15 minutes"), (4 * 3600, "4 hours"), (86400, "1 day"))
+MAX_COMMENT: Final = 1024
+
+
+@page
+async def approvals(request: web.Request, person: Person) -> web.StreamResponse:
+    listing = await invocations(person)
+    pending = pending_for_page(listing.items)
+    reviewable = await allowed_in(
+        request,
+        person,
+        namespaces_of(listing.items),
+        verb="create",
+        resource=Resource.APPROVALS,
+    )
+    return render(
+        request,
+        "approvals_live.html" if request.query.get("fragment") else "approvals.html",
+        person=person,
+        view="approvals",
+        pending=pending,
+        decided=recent_decisions(listing.items),
+        reviewable=reviewable,
+        refused=listing.refused,
+        expiries=EXPIRIES,
+        notice=_notice(request),
+    )
+
+
+def _notice(request: web.Request) -> str | None:
+    name, decision = request.query.get("decided", ""), request.query.get("decision", "")
+    if name and decision in (ApprovalDecision.APPROVED, ApprovalDecision.REJECTED):
+        verb = "approval" if decision == ApprovalDecision.APPROVED else "rejection"
+        return f"Your {verb} of {name[:253]} was created; the operator binds it to the call."
+    return None
+
+
+@page
+async def decide(request: web.Request, person: Person) -> web.StreamResponse:
+    namespace, name = params.namespace(request), params.object_name(request)
+    form = await checked_form(request, person)
+    try:
+        decision = ApprovalDecision(form.get("decision", ""))
+    except ValueError:
+        raise Refused("The decision must be Approved or Rejected.", 422) from None
+    seconds = {str(s): s for s, _ in EXPIRIES}.get(form.get("expires", ""))
+    if seconds is None:
+        raise Refused("Pick one of the offered expiries.", 422)
+    comment = form.get("comment", "").strip()[:MAX_COMMENT]
+    api = person.caller.api
+    invocation = await api.get(Resource.INVOCATIONS, namespace, name)
+    # The page showed this exact request: a call replaced meanwhile is not decided blindly.
+    shown = form.get("requestHash", "")
+    if shown != ((invocation.get("status") or {}).get("requestHash") or ""):
+        raise Refused(f"{name} changed since the page showed it; reload and review it again.", 409)
+    try:
+        body = approval_body(
+            invocation,
+            decision=decision,
+            reviewer=person.username,
+            reviewer_groups=list(person.caller.identity.groups),
+            comment=comment,
+            expires_at=in_seconds(seconds) if decision is ApprovalDecision.APPROVED else None,
+        )
+    except Undecidable as exc:
+        raise undecidable(exc) from None
+    await api.create(Resource.APPROVALS, namespace, body)
+    return redirect(f"{PREFIX}/approvals?decided={name}&decision={decision.value}")
+
+
+def add_routes(app: web.Application) -> None:
+    app.router.add_get(f"{PREFIX}/approvals", approvals, allow_head=False)
+    app.router.add_post(f"{PREFIX}/approvals/{{namespace}}/{{name}}", decide)

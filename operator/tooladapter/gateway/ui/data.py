@@ -1,0 +1,159 @@
+"""What a signed-in person may see and do, read with their own token.
+
+Invocations are listed in the namespaces the person chose at sign-in (or, with none
+chosen, cluster-wide, which RBAC allows only with a ClusterRoleBinding); a namespace
+the API server refuses is reported, not fatal. Whether to offer a form (approve, confirm)
+is a SubjectAccessReview for the person; the write itself still goes with their token,
+so RBAC and admission decide, whatever the page offered.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from aiohttp import web
+
+from ...artifacts import ArtifactStore, ArtifactStoreError, CorruptArtifact
+from ...enums import Resource
+from ...kube.callers import CallerApiError
+from ...pipeline.linear_regex import compile_internal
+from ...pipeline.receipt_check import Match, Verdict, verify
+from ..context import deps_of
+from ..params import NAME_PATTERN, NAMESPACE_PATTERN
+from .web import Person
+
+#: Namespaces one session may look at (each is a list and a watch).
+MAX_NAMESPACES: Final = 20
+_NAMESPACE = compile_internal(NAMESPACE_PATTERN)
+_NAME = compile_internal(NAME_PATTERN)
+
+
+def is_namespace(text: str) -> bool:
+    return _NAMESPACE.search(text) is not None
+
+
+def is_name(text: str) -> bool:
+    return len(text) <= 253 and _NAME.search(text) is not None
+
+
+def parse_namespaces(text: str) -> tuple[str, ...] | None:
+    """Comma- or space-separated namespace names; None when one is not a name or there
+    are too many."""
+    names = tuple(dict.fromkeys(p for p in text.replace(",", " ").split() if p))
+    if len(names) > MAX_NAMESPACES or not all(is_namespace(n) for n in names):
+        return None
+    return names
+
+
+@dataclass
+class Listing:
+    """Invocations the person may list, and the namespaces where they may not."""
+
+    items: list[dict[str, Any]] = field(default_factory=list)
+    refused: list[str] = field(default_factory=list)
+
+
+async def invocations(person: Person) -> Listing:
+    api = person.caller.api
+    listing = Listing()
+    if not person.session.namespaces:
+        try:
+            listing.items = await api.list_cluster(Resource.INVOCATIONS)
+        except CallerApiError as exc:
+            if exc.status not in (401, 403):
+                raise
+            listing.refused.append("all namespaces")
+        return listing
+
+    async def one(namespace: str) -> list[dict[str, Any]] | None:
+        try:
+            return await api.list(Resource.INVOCATIONS, namespace)
+        except CallerApiError as exc:
+            if exc.status not in (401, 403):
+                raise
+            return None
+
+    found = await asyncio.gather(*(one(n) for n in person.session.namespaces))
+    for namespace, items in zip(person.session.namespaces, found, strict=True):
+        if items is None:
+            listing.refused.append(namespace)
+        else:
+            listing.items.extend(items)
+    return listing
+
+
+def namespaces_of(items: list[dict[str, Any]]) -> list[str]:
+    return sorted({str((i.get("metadata") or {}).get("namespace") or "") for i in items})
+
+
+async def allowed_in(
+    request: web.Request,
+    person: Person,
+    namespaces: list[str],
+    *,
+    verb: str,
+    resource: str,
+    subresource: str | None = None,
+) -> set[str]:
+    """The namespaces where RBAC lets the person do this (one review each, cached)."""
+    reviews = deps_of(request).reviews
+
+    async def one(namespace: str) -> bool:
+        return await reviews.allowed(
+            person.caller.identity,
+            namespace=namespace,
+            verb=verb,
+            resource=resource,
+            subresource=subresource,
+        )
+
+    verdicts = await asyncio.gather(*(one(n) for n in namespaces))
+    return {n for n, ok in zip(namespaces, verdicts, strict=True) if ok}
+
+
+@dataclass(frozen=True)
+class StoredReceipt:
+    """A receipt's bytes from the artifact store, parsed, and their check."""
+
+    ref: str
+    receipt: dict[str, Any]
+    pretty: str
+    verdict: Verdict
+
+
+def _stored(store: ArtifactStore, ref: str, namespace: str) -> StoredReceipt | None:
+    try:
+        data = store.get(ref)
+    except CorruptArtifact:
+        # The store holds other bytes under this name: a mismatch, whatever they say.
+        refused = "(other bytes: the artifact store refused them)"
+        return StoredReceipt(ref, {}, refused, Verdict(ref, refused, Match.NONE))
+    except (KeyError, ValueError, ArtifactStoreError):
+        return None
+    try:
+        receipt = json.loads(data)
+    except ValueError:
+        return None
+    # Only the namespace's own receipts, as the gateway's receipts route serves them.
+    if not isinstance(receipt, dict) or receipt.get("tenantId") != namespace:
+        return None
+    return StoredReceipt(
+        ref=ref,
+        receipt=receipt,
+        pretty=json.dumps(receipt, indent=2, sort_keys=True, ensure_ascii=False),
+        verdict=verify(data, ref),
+    )
+
+
+async def stored_receipt(
+    request: web.Request, ref: str | None, namespace: str
+) -> StoredReceipt | None:
+    """The receipt `ref` of a call the person listed (so may read) in `namespace`, with
+    its sha256 recomputed over the stored bytes; None when the store lacks it or cannot be
+    reached."""
+    if not ref:
+        return None
+    return await asyncio.to_thread(_stored, deps_of(request).store, ref, namespace)

@@ -1,0 +1,59 @@
+"""`/ui/runs`: every call of a run on a timeline, with its receipt, verified on request.
+
+The runs offered are those of the calls the person may list. A run's calls are shown in
+creation order, each stage placed on the call's own time axis. "Verify" recomputes the
+sha256 of the receipt's stored bytes and compares it with the `receiptRef` the call's
+status names (as `tooladapter receipt verify` does), and says which form matched.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from aiohttp import web
+
+from ...pipeline.reviewpage import run_calls, run_ids
+from .data import invocations, is_namespace, stored_receipt
+from .web import PREFIX, Person, Refused, page, render
+
+MAX_RUN_ID = 128
+
+
+@page
+async def runs(request: web.Request, person: Person) -> web.StreamResponse:
+    namespace = request.query.get("namespace", "")
+    run_id = request.query.get("run", "")
+    verify_ref = request.query.get("verify", "")
+    if namespace and not is_namespace(namespace):
+        raise Refused(f"{namespace[:64]!r} is not a namespace name.", 422)
+    if len(run_id) > MAX_RUN_ID:
+        raise Refused(f"A run id has at most {MAX_RUN_ID} characters.", 422)
+    listing = await invocations(person)
+    by_namespace: dict[str, list[dict[str, Any]]] = {}
+    for obj in listing.items:
+        ns = str((obj.get("metadata") or {}).get("namespace") or "")
+        by_namespace.setdefault(ns, []).append(obj)
+    runs_by_namespace = {ns: run_ids(objs) for ns, objs in sorted(by_namespace.items())}
+    calls = []
+    if namespace and run_id:
+        calls = run_calls(by_namespace.get(namespace, []), run_id)
+    receipts = await asyncio.gather(
+        *(stored_receipt(request, c["receiptRef"], c["namespace"]) for c in calls)
+    )
+    return render(
+        request,
+        "runs_live.html" if request.query.get("fragment") else "runs.html",
+        person=person,
+        view="runs",
+        runs=runs_by_namespace,
+        namespace=namespace,
+        run_id=run_id,
+        verify_ref=verify_ref,
+        calls=list(zip(calls, receipts, strict=True)),
+        refused=listing.refused,
+    )
+
+
+def add_routes(app: web.Application) -> None:
+    app.router.add_get(f"{PREFIX}/runs", runs, allow_head=False)

@@ -1,0 +1,79 @@
+"""`/ui/uncertain`: calls whose effect nobody could confirm, and what happened.
+
+Each shows its receipt, the execution record and sandbox lease the operator kept (command
+line, Job, NetworkPolicy, holder, attempts), its stages, and, for people RBAC lets patch
+`toolinvocations/status`, a form recording whether the effect happened and the evidence.
+The record is the same status patch `tooladapter confirm` makes, with the person's token
+(admission requires `confirmedBy` to be them); the operator writes a new receipt.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from aiohttp import web
+
+from ...enums import Resource
+from ...pipeline.review import Undecidable, confirmation_patch
+from ...pipeline.reviewpage import uncertain_calls
+from .. import params
+from .data import allowed_in, invocations, namespaces_of, stored_receipt
+from .web import PREFIX, Person, Refused, checked_form, page, redirect, render, undecidable
+
+
+@page
+async def uncertain(request: web.Request, person: Person) -> web.StreamResponse:
+    listing = await invocations(person)
+    calls = uncertain_calls(listing.items)
+    confirmable = await allowed_in(
+        request,
+        person,
+        namespaces_of(listing.items),
+        verb="patch",
+        resource=Resource.INVOCATIONS,
+        subresource="status",
+    )
+    receipts = await asyncio.gather(
+        *(stored_receipt(request, c["receiptRef"], c["namespace"]) for c in calls)
+    )
+    return render(
+        request,
+        "uncertain_live.html" if request.query.get("fragment") else "uncertain.html",
+        person=person,
+        view="uncertain",
+        calls=list(zip(calls, receipts, strict=True)),
+        confirmable=confirmable,
+        refused=listing.refused,
+        notice="Your confirmation was recorded; the operator writes a new receipt."
+        if request.query.get("confirmed")
+        else None,
+    )
+
+
+@page
+async def confirm(request: web.Request, person: Person) -> web.StreamResponse:
+    namespace, name = params.namespace(request), params.object_name(request)
+    form = await checked_form(request, person)
+    happened = {"yes": True, "no": False}.get(form.get("happened", ""))
+    if happened is None:
+        raise Refused("Say whether the effect happened.", 422)
+    api = person.caller.api
+    invocation = await api.get(Resource.INVOCATIONS, namespace, name)
+    if (invocation.get("status") or {}).get("effectConfirmation"):
+        raise Refused(f"The effect of {name} was already confirmed.", 409)
+    try:
+        patch = confirmation_patch(
+            invocation,
+            happened=happened,
+            confirmed_by=person.username,
+            evidence=form.get("evidence", ""),
+        )
+    except Undecidable as exc:
+        raise undecidable(exc) from None
+    await api.merge_patch_status(Resource.INVOCATIONS, namespace, name, patch)
+    return redirect(f"{PREFIX}/uncertain?confirmed={name}")
+
+
+def add_routes(app: web.Application) -> None:
+    app.router.add_get(f"{PREFIX}/uncertain", uncertain, allow_head=False)
+    app.router.add_post(f"{PREFIX}/uncertain/{{namespace}}/{{name}}", confirm)

@@ -1,0 +1,235 @@
+"""What every page of the reviewers' page shares: templates, headers, the signed-in
+person, the CSRF check, and errors as HTML pages instead of problem documents."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+from urllib.parse import urlsplit
+
+import jinja2
+from aiohttp import web
+
+from ...kube.callers import CallerApiError
+from ...pipeline.problems import ProblemKind, kind_for_api_status
+from ...pipeline.review import Refusal, Undecidable
+from ...pipeline.sanitize import bounded_message
+from ..auth import authenticate, identify
+from ..context import Caller, deps_of
+from ..errors import ProblemError
+from .session import Sealer, Session
+
+HERE: Final = Path(__file__).parent
+PREFIX: Final = "/ui"
+SESSION_COOKIE: Final = "tooladapter_session"
+LOGIN_COOKIE: Final = "tooladapter_signin"
+
+SEALER: Final = web.AppKey("tooladapter.ui.sealer", Sealer)
+TEMPLATES: Final = web.AppKey("tooladapter.ui.templates", jinja2.Environment)
+
+#: Nothing but this origin's own files; no inline script or style, no framing.
+_HEADERS: Final = {
+    "Content-Security-Policy": (
+        "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
+        "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+    ),
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "same-origin",
+    "X-Frame-Options": "DENY",
+    "Cache-Control": "no-store",
+}
+
+
+def templates() -> jinja2.Environment:
+    return jinja2.Environment(
+        loader=jinja2.FileSystemLoader(HERE / "templates"),
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+
+
+def secure_headers(response: web.StreamResponse) -> web.StreamResponse:
+    response.headers.update(_HEADERS)
+    return response
+
+
+def render(
+    request: web.Request, template: str, *, status: int = 200, **context: Any
+) -> web.Response:
+    values = {"notice": None, "view": "", "refused": [], **context}
+    html = request.app[TEMPLATES].get_template(template).render(prefix=PREFIX, **values)
+    response = web.Response(text=html, status=status, content_type="text/html")
+    secure_headers(response)
+    return response
+
+
+def redirect(location: str) -> web.Response:
+    """303: the browser follows with a GET (a reload does not post the form again)."""
+    response = web.Response(status=303, headers={"Location": location})
+    secure_headers(response)
+    return response
+
+
+def uses_tls(request: web.Request) -> bool:
+    return request.secure or deps_of(request).settings.gateway_tls_cert is not None
+
+
+def set_cookie(
+    request: web.Request, response: web.StreamResponse, name: str, value: str, max_age: int
+) -> None:
+    response.set_cookie(
+        name,
+        value,
+        max_age=max_age,
+        path=PREFIX,
+        httponly=True,
+        secure=uses_tls(request),
+        samesite="Strict",
+    )
+
+
+def clear_cookie(response: web.StreamResponse, name: str) -> None:
+    response.del_cookie(name, path=PREFIX)
+
+
+@dataclass(frozen=True)
+class Person:
+    """The signed-in person of one request: the session, the reviewed caller (with a
+    client that speaks with their own token) and the CSRF token of their forms."""
+
+    session: Session
+    caller: Caller
+    csrf: str
+
+    @property
+    def username(self) -> str:
+        return self.caller.identity.username
+
+
+class SignedOut(Exception):
+    """No valid session: pages redirect to the sign-in, actions are refused."""
+
+
+async def person_of(request: web.Request) -> Person:
+    sealer = request.app[SEALER]
+    session = sealer.open(request.cookies.get(SESSION_COOKIE))
+    if session is None:
+        raise SignedOut
+    try:
+        identity = await identify(request, session.token)
+    except ProblemError as exc:
+        if exc.kind is ProblemKind.UNAUTHENTICATED:
+            raise SignedOut from None
+        raise
+    caller = authenticate(request, identity, session.token)
+    return Person(session=session, caller=caller, csrf=sealer.csrf(session))
+
+
+def same_origin(request: web.Request) -> bool:
+    """Whether a write comes from this origin, as far as the browser says (`Origin`,
+    `Sec-Fetch-Site`); the CSRF token is the check that does not rely on headers."""
+    site = request.headers.get("Sec-Fetch-Site")
+    if site is not None and site not in ("same-origin", "none"):
+        return False
+    origin = request.headers.get("Origin")
+    if origin is None:
+        return True
+    if origin == "null":  # an opaque origin: only the fetch metadata can vouch for it
+        return site == "same-origin"
+    return urlsplit(origin).netloc == request.host
+
+
+class Refused(Exception):
+    """An action refused before the API server was asked, shown as a page with `status`
+    (403 by default: a failed CSRF check, a decision that cannot bind)."""
+
+    def __init__(self, detail: str, status: int = 403) -> None:
+        super().__init__(detail)
+        self.detail = detail
+        self.status = status
+
+
+async def checked_form(request: web.Request, person: Person) -> dict[str, str]:
+    """The posted form of a signed-in person, after the CSRF and origin checks."""
+    form = await request.post()
+    if not same_origin(request) or not request.app[SEALER].csrf_ok(
+        person.session, str(form.get("csrf") or "")
+    ):
+        raise Refused(
+            "This form was not sent from the reviewers' page (the CSRF check failed). "
+            "Reload the page and try again."
+        )
+    return {k: str(v) for k, v in form.items() if isinstance(v, str)}
+
+
+_REFUSAL_STATUS: Final = {
+    Refusal.OWN_CALL: 403,
+    Refusal.NO_EVIDENCE: 422,
+    Refusal.EVIDENCE_TOO_LONG: 422,
+}
+
+
+def undecidable(exc: Undecidable) -> Refused:
+    """A decision the pure rules refuse (not waiting, own call, no evidence, ...)."""
+    return Refused(exc.message, _REFUSAL_STATUS.get(exc.refusal, 409))
+
+
+Page = Callable[[web.Request, Person], Awaitable[web.StreamResponse]]
+
+
+def page(handler: Page) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
+    """A handler for signed-in people, its failures shown as HTML pages with the status
+    the API server (or the check) gave."""
+
+    @functools.wraps(handler)
+    async def wrapped(request: web.Request) -> web.StreamResponse:
+        try:
+            person = await person_of(request)
+        except SignedOut:
+            if request.method == "GET":
+                return redirect(f"{PREFIX}/login")
+            return render(
+                request,
+                "error.html",
+                status=401,
+                title="Signed out",
+                detail="Your session ended; sign in again.",
+                person=None,
+            )
+        try:
+            return await handler(request, person)
+        except Refused as exc:
+            return render(
+                request,
+                "error.html",
+                status=exc.status,
+                title="Refused",
+                detail=exc.detail,
+                person=person,
+            )
+        except CallerApiError as exc:
+            kind = kind_for_api_status(exc.status)
+            return render(
+                request,
+                "error.html",
+                status=kind.status,
+                title=kind.summary,
+                detail=bounded_message(f"The API server answered: {exc.message}"),
+                person=person,
+            )
+        except ProblemError as exc:
+            return render(
+                request,
+                "error.html",
+                status=exc.kind.status,
+                title=exc.kind.summary,
+                detail=exc.detail,
+                person=person,
+            )
+
+    return wrapped

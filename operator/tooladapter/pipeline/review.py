@@ -1,0 +1,230 @@
+"""What a person in the loop decides on, as plain data: pending approvals with the
+difference since the caller's last approved call, and the objects a decision writes.
+
+Shared by the command line (`tooladapter approvals/approve/reject/confirm`) and the
+gateway's reviewers' page, so both show the same reasons and hashes and write the same
+ToolApproval and effect confirmation, which the admission policies and the flow expect:
+
+- A ToolApproval's `spec.reviewer` must be the creating user, each `reviewerGroups` entry
+  one of its groups (manifests/admission/approval-reviewer); it binds only with the
+  invocation's name, uid, `status.requestHash`, `status.descriptorDigest` and tool version
+  (pipeline/approval.bind_approval), and never for the call's own caller.
+- An effect confirmation is a status patch of `effectConfirmation` alone, with
+  `confirmedBy` the patching user, on an Uncertain call (manifests/admission/
+  invocation-status; handlers/confirmations records it on a new receipt).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from enum import StrEnum
+from typing import Any, Final
+
+from .. import API_VERSION
+from ..enums import ApprovalDecision, InvocationState
+from .argdiff import canonical, diff
+
+#: The CRD's bound on groups in spec.reviewerGroups (and spec.caller.groups).
+MAX_GROUPS: Final = 64
+MAX_GROUP_LENGTH: Final = 253
+#: The CRD's bound on an effect confirmation's evidence.
+MAX_EVIDENCE: Final = 4096
+
+
+class Refusal(StrEnum):
+    """Why a decision cannot be written (before asking the API server)."""
+
+    NOT_WAITING = "not-waiting"
+    NOT_HASHED = "not-hashed"
+    OWN_CALL = "own-call"
+    NOT_UNCERTAIN = "not-uncertain"
+    ALREADY_CONFIRMED = "already-confirmed"
+    NO_EVIDENCE = "no-evidence"
+    EVIDENCE_TOO_LONG = "evidence-too-long"
+
+
+class Undecidable(ValueError):
+    """The decision cannot bind or apply; `refusal` says why, the message in words."""
+
+    def __init__(self, refusal: Refusal, message: str) -> None:
+        super().__init__(message)
+        self.refusal = refusal
+        self.message = message
+
+
+def _spec(obj: dict[str, Any]) -> dict[str, Any]:
+    return dict(obj.get("spec") or {})
+
+
+def _status(obj: dict[str, Any]) -> dict[str, Any]:
+    return dict(obj.get("status") or {})
+
+
+def _name(obj: dict[str, Any]) -> str:
+    return str((obj.get("metadata") or {}).get("name", ""))
+
+
+def pending_approvals(invocations: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Invocations waiting in AwaitingApproval, oldest first, each with what a reviewer
+    needs: canonical arguments, classes, reasons, the hashes an approval binds to, and
+    the difference from the same caller's last approved call of the same tool."""
+    waiting = [
+        i for i in invocations if _status(i).get("state") == InvocationState.AWAITING_APPROVAL
+    ]
+    waiting.sort(key=lambda i: str(_status(i).get("approvalRequestedAt") or ""))
+    return [pending_view(i, last_approved(i, invocations)) for i in waiting]
+
+
+def last_approved(
+    invocation: dict[str, Any], invocations: Sequence[dict[str, Any]]
+) -> dict[str, Any] | None:
+    """The same caller's most recently approved call of the same tool (not this one)."""
+    spec = _spec(invocation)
+    caller = (spec.get("caller") or {}).get("name")
+    tool = (spec.get("tool") or {}).get("id")
+    uid = (invocation.get("metadata") or {}).get("uid")
+    candidates = [
+        other
+        for other in invocations
+        if (other.get("metadata") or {}).get("uid") != uid
+        and (_spec(other).get("caller") or {}).get("name") == caller
+        and (_spec(other).get("tool") or {}).get("id") == tool
+        and _status(other).get("approval")
+    ]
+    if not candidates:
+        return None
+    return max(candidates, key=lambda o: str(_status(o)["approval"].get("boundAt") or ""))
+
+
+def _reasons(status: dict[str, Any]) -> list[str]:
+    reasons = list(status.get("policyReasons") or [])
+    for entry in status.get("stages") or []:
+        if entry.get("stage") == "approval" and entry.get("outcome") == "waiting":
+            reasons.append(str(entry.get("detail") or ""))
+    if status.get("approvalForced"):
+        reasons.append("a block-listed shell command escalated by policy")
+    return [r for r in reasons if r]
+
+
+def pending_view(invocation: dict[str, Any], previous: dict[str, Any] | None) -> dict[str, Any]:
+    spec, status = _spec(invocation), _status(invocation)
+    tool = spec.get("tool") or {}
+    arguments = spec.get("arguments") or {}
+    view: dict[str, Any] = {
+        "name": _name(invocation),
+        "tool": tool.get("id"),
+        "version": tool.get("version"),
+        "caller": (spec.get("caller") or {}).get("name"),
+        "runId": spec.get("runId"),
+        "declaredClass": status.get("declaredClass"),
+        "effectiveClass": status.get("effectiveClass"),
+        "reasons": _reasons(status),
+        "requestHash": status.get("requestHash"),
+        "descriptorDigest": status.get("descriptorDigest"),
+        "waitingSince": status.get("approvalRequestedAt"),
+        "arguments": arguments,
+        "canonicalArguments": canonical(arguments),
+        "lastApproved": None,
+        "changes": None,
+    }
+    if previous is not None:
+        before = _spec(previous).get("arguments") or {}
+        approval = _status(previous).get("approval") or {}
+        view["lastApproved"] = {
+            "name": _name(previous),
+            "approvedBy": approval.get("reviewer"),
+            "approvedAt": approval.get("boundAt"),
+            "canonicalArguments": canonical(before),
+        }
+        view["changes"] = [c.wire() for c in diff(before, arguments)]
+    return view
+
+
+def approval_body(
+    invocation: dict[str, Any],
+    *,
+    decision: ApprovalDecision,
+    reviewer: str,
+    reviewer_groups: Sequence[str],
+    comment: str,
+    expires_at: str | None,
+) -> dict[str, Any]:
+    """A ToolApproval of `invocation` as it waits; `Undecidable` when it cannot bind."""
+    meta = invocation.get("metadata") or {}
+    spec = _spec(invocation)
+    status = _status(invocation)
+    name = str(meta.get("name"))
+    state = status.get("state")
+    if state != InvocationState.AWAITING_APPROVAL:
+        raise Undecidable(
+            Refusal.NOT_WAITING,
+            f"toolinvocation {name} is {state or 'not evaluated yet'}, not AwaitingApproval: "
+            "there is nothing to decide",
+        )
+    if not status.get("requestHash") or not status.get("descriptorDigest"):
+        raise Undecidable(
+            Refusal.NOT_HASHED,
+            f"toolinvocation {name} shows no request hash or descriptor digest yet",
+        )
+    if (spec.get("caller") or {}).get("name") == reviewer:
+        raise Undecidable(
+            Refusal.OWN_CALL,
+            f"you ({reviewer}) are the caller of {name}: someone else must review it",
+        )
+    approval_spec: dict[str, Any] = {
+        "invocation": name,
+        "invocationUid": meta.get("uid"),
+        "requestHash": status["requestHash"],
+        "descriptorDigest": status["descriptorDigest"],
+        "toolVersion": (spec.get("tool") or {}).get("version"),
+        "decision": decision.value,
+        "reviewer": reviewer,
+    }
+    groups = [g for g in reviewer_groups if g and len(g) <= MAX_GROUP_LENGTH][:MAX_GROUPS]
+    if groups:
+        approval_spec["reviewerGroups"] = groups
+    if comment:
+        approval_spec["comment"] = comment
+    if expires_at:
+        approval_spec["expiresAt"] = expires_at
+    prefix = f"{name[:200]}-{'approve' if decision is ApprovalDecision.APPROVED else 'reject'}-"
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "ToolApproval",
+        "metadata": {"generateName": prefix},
+        "spec": approval_spec,
+    }
+
+
+def confirmation_patch(
+    invocation: dict[str, Any], *, happened: bool, confirmed_by: str, evidence: str
+) -> dict[str, Any]:
+    """The status patch recording an Uncertain effect; `Undecidable` when it cannot apply."""
+    name = (invocation.get("metadata") or {}).get("name")
+    status = _status(invocation)
+    state = status.get("state")
+    if state != InvocationState.UNCERTAIN:
+        raise Undecidable(
+            Refusal.NOT_UNCERTAIN,
+            f"toolinvocation {name} is {state or 'not evaluated yet'}: only an Uncertain "
+            "effect is confirmed",
+        )
+    if (status.get("effectConfirmation") or {}).get("recorded"):
+        raise Undecidable(
+            Refusal.ALREADY_CONFIRMED,
+            f"toolinvocation {name}'s effect was already confirmed and recorded",
+        )
+    text = evidence.strip()
+    if not text:
+        raise Undecidable(Refusal.NO_EVIDENCE, "the evidence must say what you checked")
+    if len(text) > MAX_EVIDENCE:
+        raise Undecidable(
+            Refusal.EVIDENCE_TOO_LONG, f"the evidence is longer than {MAX_EVIDENCE} characters"
+        )
+    return {
+        "effectConfirmation": {
+            "effectHappened": happened,
+            "confirmedBy": confirmed_by,
+            "evidence": text,
+        }
+    }

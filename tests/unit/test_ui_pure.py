@@ -1,0 +1,187 @@
+"""The reviewers' page's pure parts: redaction of arguments and changes, timelines,
+recent decisions, runs, and the sealed session with its CSRF token."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tooladapter.artifacts import LocalArtifactStore
+from tooladapter.gateway.ui.data import _stored, parse_namespaces
+from tooladapter.gateway.ui.session import Sealer, nonces_match
+from tooladapter.pipeline import reviewpage
+
+KEY = b"k" * 32
+
+
+def call(
+    name: str,
+    arguments: dict[str, Any],
+    *,
+    namespace: str = "team-a",
+    uid: str | None = None,
+    **status: Any,
+) -> dict[str, Any]:
+    return {
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "uid": uid or f"uid-{name}",
+            "creationTimestamp": status.pop("created", "2026-01-01T00:00:00Z"),
+        },
+        "spec": {
+            "tool": {"id": "deploy", "version": "1.0.0"},
+            "arguments": arguments,
+            "caller": {"kind": "agent", "name": "system:serviceaccount:team-a:agent"},
+            "runId": status.pop("runId", None),
+        },
+        "status": status,
+    }
+
+
+def test_arguments_are_shown_with_secret_keys_and_secret_looking_values_redacted() -> None:
+    shown = reviewpage.redact_arguments(
+        {
+            "tag": "v42",
+            "dbPassword": "hunter2",
+            "nested": {"API_KEY": ["x"], "note": "ghp_" + "a" * 36},
+            "list": [{"token": 5}],
+        }
+    )
+    assert shown["tag"] == "v42"
+    assert shown["dbPassword"] == "[REDACTED:secret-argument]"
+    assert shown["nested"]["API_KEY"] == "[REDACTED:secret-argument]"
+    assert "ghp_" not in json.dumps(shown) and "[REDACTED:" in shown["nested"]["note"]
+    assert shown["list"] == [{"token": "[REDACTED:secret-argument]"}]
+
+
+def test_a_changed_secret_shows_as_changed_but_never_its_values() -> None:
+    changes = reviewpage.redacted_changes(
+        {"tag": "v41", "password": "old", "force": True},
+        {"tag": "v42", "password": "new", "extra": {"secretKey": "s"}},
+    )
+    by_path = {c["path"]: c for c in changes}
+    assert by_path["/tag"] == {
+        "kind": "changed",
+        "path": "/tag",
+        "before": '"v41"',
+        "after": '"v42"',
+    }
+    assert by_path["/password"]["kind"] == "changed"
+    assert "old" not in json.dumps(changes) and "new" not in by_path["/password"]["after"]
+    assert by_path["/force"] == {"kind": "removed", "path": "/force", "before": "true"}
+    assert by_path["/extra"]["after"] == '{"secretKey": "[REDACTED:secret-argument]"}'
+
+
+def test_pending_calls_carry_the_clis_view_per_namespace_redacted() -> None:
+    approved = call(
+        "old",
+        {"tag": "v1", "token": "abc"},
+        state="Observed",
+        approval={"reviewer": "r", "boundAt": "T1"},
+    )
+    waiting = call(
+        "new",
+        {"tag": "v2", "token": "abd"},
+        state="AwaitingApproval",
+        requestHash="sha256:r",
+        descriptorDigest="sha256:d",
+        approvalRequestedAt="T2",
+        stages=[{"stage": "approval", "outcome": "waiting", "detail": "class external"}],
+    )
+    # The same names in another namespace are other calls.
+    elsewhere = call("old", {"tag": "v0"}, namespace="team-b", state="Observed")
+    (view,) = reviewpage.pending_for_page([approved, waiting, elsewhere])
+    assert view["namespace"] == "team-a" and view["uid"] == "uid-new"
+    assert view["reasons"] == ["class external"]
+    assert view["requestHash"] == "sha256:r" and view["descriptorDigest"] == "sha256:d"
+    assert "abd" not in view["prettyArguments"] and '"tag": "v2"' in view["prettyArguments"]
+    assert view["lastApproved"]["name"] == "old"
+    assert [c["path"] for c in view["changes"]] == ["/tag", "/token"]
+    assert "abc" not in json.dumps(view)
+
+
+def test_a_timeline_places_each_stage_on_the_calls_time_axis() -> None:
+    stages = [
+        {"stage": "validation", "outcome": "passed", "time": "2026-01-01T00:00:00Z"},
+        {"stage": "approval", "outcome": "waiting", "time": "2026-01-01T00:00:01.000Z"},
+        {"stage": "execute", "outcome": "observed", "time": "2026-01-01T00:00:04Z"},
+        {"stage": "audit", "outcome": "receipt", "time": "not a time"},
+    ]
+    entries = reviewpage.timeline({"stages": stages})
+    assert [e.offset_ms for e in entries] == [0, 1000, 4000, 0]
+    assert entries[0].left == 0 and entries[0].width == 25.0
+    assert entries[1].left == 25.0 and entries[1].width == 75.0
+    assert entries[2].width == 1.0 and entries[2].left == 99.0  # a thin mark at the end
+    assert reviewpage.timeline({}) == []
+
+
+def test_recent_decisions_runs_and_uncertain_calls() -> None:
+    approved = call("a", {}, state="Observed", approval={"reviewer": "r", "boundAt": "T2"})
+    rejected = call(
+        "b", {}, state="Denied", endedAt="T3", stages=[{"stage": "approval", "outcome": "rejected"}]
+    )
+    plain = call("c", {}, state="Observed", runId="run-1", created="2026-01-02T00:00:00Z")
+    first = call("d", {}, state="Uncertain", runId="run-1", endedAt="T1")
+    same_second = call("a0", {}, state="Observed", runId="run-1", startedAt="T0.5")
+    done = call(
+        "e",
+        {},
+        state="Uncertain",
+        runId="run-0",
+        endedAt="T9",
+        effectConfirmation={"effectHappened": True, "confirmedBy": "o", "evidence": "x"},
+    )
+    decided = reviewpage.recent_decisions([approved, rejected, plain])
+    assert [(d["name"], d["decision"]) for d in decided] == [("b", "Rejected"), ("a", "Approved")]
+    assert reviewpage.run_ids([plain, first, done]) == ["run-1", "run-0"]
+    run = reviewpage.run_calls([plain, same_second, first, done], "run-1")
+    assert [c["name"] for c in run] == ["d", "a0", "c"]  # same second: by start time
+    uncertain = reviewpage.uncertain_calls([plain, done, first])
+    assert [(u["name"], u["confirmable"]) for u in uncertain] == [("d", True), ("e", False)]
+
+
+def test_a_session_opens_only_unchanged_unexpired_and_with_its_key() -> None:
+    sealer = Sealer(KEY)
+    session = sealer.new("the-token", ("team-a",), 60)
+    sealed = sealer.seal(session)
+    assert "the-token" not in sealed
+    assert sealer.open(sealed) == session
+    assert sealer.open(sealed, now=session.expires + 1) is None
+    assert Sealer(b"o" * 32).open(sealed) is None
+    tampered = sealed[:-2] + ("A" if sealed[-2] != "A" else "B") + sealed[-1]
+    assert sealer.open(tampered) is None
+    assert sealer.open("") is None and sealer.open("!!!") is None
+    with pytest.raises(ValueError):
+        Sealer(b"short")
+
+
+def test_csrf_tokens_belong_to_one_session() -> None:
+    sealer = Sealer(KEY)
+    one, two = sealer.new("t", (), 60), sealer.new("t", (), 60)
+    assert sealer.csrf_ok(one, sealer.csrf(one))
+    assert not sealer.csrf_ok(one, sealer.csrf(two))
+    assert not sealer.csrf_ok(one, "") and not sealer.csrf_ok(one, None)
+    assert nonces_match("n", "n") and not nonces_match("n", "m") and not nonces_match(None, None)
+
+
+def test_namespaces_are_names_and_bounded() -> None:
+    assert parse_namespaces("team-a, team-b team-a") == ("team-a", "team-b")
+    assert parse_namespaces("") == ()
+    assert parse_namespaces("Team_A") is None
+    assert parse_namespaces(" ".join(f"n{i}" for i in range(21))) is None
+
+
+def test_a_stored_receipt_is_checked_and_a_tampered_one_is_a_mismatch(tmp_path: Path) -> None:
+    store = LocalArtifactStore(tmp_path)
+    ref = store.put(b'{"schema":"tool-invocation-v1","tenantId":"team-a"}')
+    shown = _stored(store, ref, "team-a")
+    assert shown is not None and shown.verdict.ok and shown.receipt["tenantId"] == "team-a"
+    assert _stored(store, ref, "team-b") is None  # another namespace's receipt: not shown
+    assert _stored(store, "sha256:" + "0" * 64, "team-a") is None
+    store.path_of(ref).write_bytes(b'{"schema":"tool-invocation-v1","tenantId":"team-a "}')
+    tampered = _stored(store, ref, "team-a")
+    assert tampered is not None and not tampered.verdict.ok
