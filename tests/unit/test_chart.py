@@ -555,11 +555,11 @@ def test_the_reviewers_page_shares_one_session_key_among_replicas() -> None:
     assert env_of(container)["TOOLADAPTER_UI_SESSION_KEY_FILE"] == (
         "/etc/tooladapter/ui-session/session-key"
     )
-    pod = one(docs, "Deployment")["spec"]["template"]["spec"]
+    pod = one(docs, "Deployment", "tooladapter-operator")["spec"]["template"]["spec"]
     volume = next(v for v in pod["volumes"] if v["name"] == "ui-session")
     assert volume["secret"]["secretName"] == "tooladapter-ui-session"
     own = render("--set=gateway.uiSessionSecretName=mine")
     assert not [d for d in own if d["kind"] == "Secret"]
-    pod = one(own, "Deployment")["spec"]["template"]["spec"]
+    pod = one(own, "Deployment", "tooladapter-operator")["spec"]["template"]["spec"]
     volume = next(v for v in pod["volumes"] if v["name"] == "ui-session")
     assert volume["secret"]["secretName"] == "mine"
