@@ -7,7 +7,8 @@ chart carries the same objects as templates generated from it here:
   `make deploy` applies them server-side before every upgrade);
 - manifests/rbac/*.yaml and manifests/admission/*.yaml become templates/generated-*.yaml
   with, as the only changes, the release namespace instead of `tooladapter-system`, the
-  chart's `prefix` value instead of `tooladapter` in object names (so a second release,
+  chart's `prefix` value instead of `tooladapter` in object names and in a one-name
+  `resourceNames` (so a second release,
   e.g. the deploy tests on a shared cluster, can run beside the first), and the chart's
   labels beside `app.kubernetes.io/part-of`;
 - hack/monitoring/rules.yaml and dashboard.json are copied verbatim into files/monitoring/
@@ -38,6 +39,9 @@ OPERATOR_USER = f"system:serviceaccount:{NAMESPACE}:{NAME_PREFIX}operator"
 
 PREFIX = '{{ include "tooladapter.prefix" . }}'
 _NAME = re.compile(r"^(?P<indent>\s*)(?P<key>name|policyName): " + NAME_PREFIX + r"(?P<rest>\S+)$")
+_RESOURCE_NAME = re.compile(
+    r'^(?P<head>\s*resourceNames: \["?)' + NAME_PREFIX + r'(?P<rest>[^",\]]+"?\])$'
+)
 _NAMESPACE = re.compile(r"^(?P<indent>\s*)namespace: " + NAMESPACE + "$")
 _PART_OF = re.compile(r"^(?P<indent>\s*)app\.kubernetes\.io/part-of: tooladapter$")
 
@@ -59,6 +63,8 @@ def render(source: Path) -> str:
         code = line.split("#", 1)[0] if not line.lstrip().startswith("#") else ""
         if m := _NAME.match(line):
             line = f"{m['indent']}{m['key']}: {PREFIX}-{m['rest']}"
+        elif m := _RESOURCE_NAME.match(line):
+            line = f"{m['head']}{PREFIX}-{m['rest']}"
         elif m := _NAMESPACE.match(line):
             line = f"{m['indent']}namespace: {{{{ .Release.Namespace }}}}"
         elif m := _PART_OF.match(line):

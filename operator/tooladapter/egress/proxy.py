@@ -152,7 +152,15 @@ class EgressProxy:
         peer = str(peername[0]) if isinstance(peername, tuple) else "-"
         try:
             head = await self._head(reader, peer)
-        except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError, BadRequest):
+        except asyncio.IncompleteReadError as exc:
+            if not exc.partial:
+                # Opened and closed without a byte: the kubelet's TCP probes (every few
+                # seconds in the cluster) or a port scan. No request: no record, no count.
+                return
+            self._record(None, "-", 0, "-", Verdict(EgressVerdict.BAD_REQUEST, "no request head"))
+            await _answer(writer, 400)
+            return
+        except (asyncio.LimitOverrunError, TimeoutError, BadRequest):
             self._record(None, "-", 0, "-", Verdict(EgressVerdict.BAD_REQUEST, "no request head"))
             await _answer(writer, 400)
             return
