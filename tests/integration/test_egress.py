@@ -247,11 +247,16 @@ def test_a_connection_ignoring_the_proxy_and_dns_get_no_answer(
 ) -> None:
     node = node_ip()
     port = servers.plain.port
+    # The cluster's own DNS (CoreDNS behind kube-dns in the local cluster) must not answer
+    # a sandbox either: a name it resolves would leak where the allow-list says nothing.
+    cluster_dns = cluster_dns_address(api)
     with dns_listener(node) as dns:
         script = (
             f'wget -Y off -q -O - http://{node}:{port}/direct; echo "direct=$?"; '
             f'echo query | nc -u -w 2 {dns.host} 53; echo "udp=$?"; '
-            f'echo query | nc -w 2 {dns.host} 53; echo "tcp=$?"; echo done'
+            f'echo query | nc -w 2 {dns.host} 53; echo "tcp=$?"; '
+            f"busybox nslookup kubernetes.default.svc.cluster.local {cluster_dns} "
+            f'>/dev/null 2>&1; echo "clusterdns=$?"; echo done'
         )
         script_tool(api, ens.name, "bypass", script, [f"{API}:{port}"])
         eagent.grant(["bypass"], ["sandbox"])
@@ -261,6 +266,8 @@ def test_a_connection_ignoring_the_proxy_and_dns_get_no_answer(
         assert "done" in content and "direct=0" not in content, content
         assert servers.plain.hits["/direct"] == 0
         assert dns.received == [], f"the sandbox reached port 53: {dns.received}"
+        # 1: no answer (0 would be an answer, 127 a missing nslookup: both fail here).
+        assert "clusterdns=1" in content, content
         policy = client.NetworkingV1Api(api).read_namespaced_network_policy(
             status["sandboxLease"]["networkPolicyName"], ens.name
         )
@@ -388,6 +395,13 @@ class DnsListener:
     def __init__(self, host: str) -> None:
         self.host = host
         self.received: list[str] = []
+
+
+def cluster_dns_address(api: client.ApiClient) -> str:
+    """The cluster DNS Service's address (kube-system/kube-dns, as kubeadm and the local
+    cluster name it)."""
+    service = client.CoreV1Api(api).read_namespaced_service("kube-dns", "kube-system")
+    return str(service.spec.cluster_ip)
 
 
 @contextlib.contextmanager
