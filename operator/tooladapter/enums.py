@@ -300,6 +300,15 @@ class ArtifactBackend(StrEnum):
     S3 = "s3"
 
 
+class EventLevel(StrEnum):
+    """Which events a call posts (`TOOLADAPTER_EVENTS`)."""
+
+    #: Only those someone acts on: denials, approval requests, uncertain effects, failures.
+    ACTIONABLE = "actionable"
+    #: Also ToolInvoked for every call that ended Observed.
+    ALL = "all"
+
+
 class ArtifactKind(StrEnum):
     """What a call stores in the artifact store (a label of its error metric)."""
 

@@ -23,6 +23,7 @@ from .census import Census
 from .enums import ToolKind
 from .events import EventSink, NoEvents
 from .executors import Executor
+from .inflight import FairGate
 from .kube.client import Kube
 from .kube.cluster import Cluster
 from .pipeline.ratelimit import RateBook
@@ -74,6 +75,28 @@ class Runtime:
     egress_peer: ProxyPeer | None = None
     #: This process, as it signs execution claims (and leases).
     identity: str = field(default_factory=lambda: process_identity())
+    #: Calls evaluated or executed at once, fair between namespaces (`inflight`).
+    gate: FairGate = field(default_factory=lambda: FairGate(1))
+
+    def __post_init__(self) -> None:
+        self.gate = FairGate(self.settings.max_calls_in_flight)
+
+    def admit(
+        self, namespace: str, uid: str, flow: Callable[[], Coroutine[Any, Any, None]]
+    ) -> None:
+        """Run `flow()` for `uid` once the gate gives it a slot; the slot goes with its task.
+        Until then the call is only a queue entry: its coroutine is not even created."""
+        if uid in self.tasks:
+            return
+
+        def start() -> None:
+            if uid in self.tasks:
+                self.gate.release(uid)  # started meanwhile by another path
+                return
+            self.spawn(uid, flow())
+            self.tasks[uid].add_done_callback(lambda _: self.gate.release(uid))
+
+        self.gate.submit(namespace, uid, start)
 
     def spawn(self, uid: str, coro: Coroutine[Any, Any, None]) -> None:
         """Run one flow per uid; a second spawn for a running uid is dropped."""

@@ -10,8 +10,9 @@ import fnmatch
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
-from .enums import ArtifactBackend
+from .enums import ArtifactBackend, EventLevel
 from .model import DEFAULT_MAX_RESULT_BYTES, DEFAULT_TIMEOUT_SECONDS
 from .pipeline.egress import REFERENCE_DEFAULT_ALLOW
 
@@ -76,14 +77,18 @@ def _pairs(name: str, default: tuple[tuple[str, str], ...]) -> tuple[tuple[str, 
     return tuple(pairs)
 
 
-def _choice(name: str, default: ArtifactBackend) -> ArtifactBackend:
+_E = TypeVar("_E", ArtifactBackend, EventLevel)
+
+
+def _choice(name: str, default: _E) -> _E:
     raw = os.environ.get(name, "").strip().lower()
     if raw == "":
         return default
+    kind = type(default)
     try:
-        return ArtifactBackend(raw)
+        return kind(raw)
     except ValueError:
-        allowed = "|".join(ArtifactBackend)
+        allowed = "|".join(kind)
         raise ValueError(f"environment variable {name}={raw!r} is not one of {allowed}") from None
 
 
@@ -193,6 +198,14 @@ class Settings:
     idempotency_retention_seconds: int = 86_400
     #: Approval wait when no ToolPolicy sets one.
     default_approval_timeout_seconds: int = 3600
+    #: Invocations evaluated or executed at once (`inflight`); more wait in a queue per
+    #: namespace, served round-robin. A call waiting for an approval or an idempotency
+    #: winner holds no slot.
+    max_calls_in_flight: int = 64
+    #: Events posted per call: `actionable` (denials, approvals, uncertain effects, failures:
+    #: someone acts on them) or `all` (also a ToolInvoked event per finished call; the
+    #: per-call record is the receipt, `status.receiptRef`, either way).
+    events: EventLevel = EventLevel.ACTIONABLE
     #: Hosts (names, addresses or CIDRs) http tools may never reach, even when a
     #: descriptor allow-lists them: cloud metadata services hand out node credentials.
     blocked_http_hosts: tuple[str, ...] = ("169.254.169.254", "metadata.google.internal")
@@ -289,6 +302,10 @@ class Settings:
             default_approval_timeout_seconds=_int(
                 "TOOLADAPTER_APPROVAL_TIMEOUT_SECONDS", base.default_approval_timeout_seconds
             ),
+            max_calls_in_flight=_at_least(
+                "TOOLADAPTER_MAX_CALLS_IN_FLIGHT", base.max_calls_in_flight, 1
+            ),
+            events=_choice("TOOLADAPTER_EVENTS", base.events),
             write_every_state=_bool("TOOLADAPTER_WRITE_EVERY_STATE", base.write_every_state),
             authz_cache_seconds=_int("TOOLADAPTER_AUTHZ_CACHE_SECONDS", base.authz_cache_seconds),
             namespaces=_list("TOOLADAPTER_NAMESPACES", ()),

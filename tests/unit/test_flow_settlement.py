@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+from dataclasses import replace
 from collections.abc import Callable
 from typing import Any
 
@@ -14,7 +15,7 @@ import pytest
 
 import tooladapter.flow
 from tooladapter.artifacts import ArtifactStoreError
-from tooladapter.enums import FailureClass, InvocationState, Resource, SideEffectClass, ToolKind
+from tooladapter.enums import EventLevel, FailureClass, InvocationState, Resource, SideEffectClass, ToolKind
 from tooladapter.executors import Executor, Outcome, unconfirmed_for
 from tooladapter.executors.sandbox import SandboxExecutor
 from tooladapter.kube.client import Conflict, Refused
@@ -392,6 +393,7 @@ async def test_a_terminal_write_that_fails_once_is_retried_and_the_end_is_persis
             raise Conflict("the object has been modified")
 
     h.cluster.hooks["patch_status"] = fail_first_end
+    h.rt.settings = replace(h.rt.settings, events=EventLevel.ALL)  # the end's event counted
 
     stored = await h.run(read_call(h))
 
@@ -577,6 +579,7 @@ async def test_a_finalizer_that_cannot_be_removed_does_not_swallow_the_ends_even
             raise OSError("connection reset")
 
     h.cluster.hooks["set_finalizers"] = removal_fails
+    h.rt.settings = replace(h.rt.settings, events=EventLevel.ALL)
 
     stored = await h.run(body)
 

@@ -9,7 +9,7 @@ from collections.abc import Callable
 import pytest
 
 from tooladapter.catalog import approval_key
-from tooladapter.enums import Resource, ToolKind
+from tooladapter.enums import EventLevel, Resource, ToolKind
 from tooladapter.flow import run_invocation
 from tooladapter.settings import Settings
 
@@ -94,7 +94,19 @@ async def test_a_read_call_walks_from_received_to_observed_writing_status_once(h
     (call,) = native(h).executed
     assert (call.caller, call.arguments, call.effective_class) == (CALLER, {"q": 1}, "read")
     assert native(h).resumed == []
-    assert h.events.reasons() == ["ToolInvoked"]
+    # Nobody acts on a call that did what was asked: its record is the receipt.
+    assert h.events.reasons() == []
+
+
+async def test_with_events_all_an_observed_call_also_posts_tool_invoked() -> None:
+    h = make_runtime(settings=Settings(events=EventLevel.ALL))
+    read_tool(h)
+
+    stored = await h.run(h.submit(invocation()))
+
+    assert stored["status"]["state"] == "Observed"
+    (event,) = h.events.of("ToolInvoked")
+    assert stored["status"]["receiptRef"] in event.message
 
 
 async def test_with_write_every_state_each_state_is_persisted_in_table_order() -> None:

@@ -102,7 +102,8 @@ async def claim_idempotency_key(ctx: FlowContext) -> None:
             f"key already claimed by {claim.winner_name}",
         )
         await ctx.commit()
-    winner = await wait_for_terminal(ctx, claim.winner_name, claim.winner_uid)
+    async with ctx.without_slot():
+        winner = await wait_for_terminal(ctx, claim.winner_name, claim.winner_uid)
     wstatus = (winner or {}).get("status") or {}
     # A winner already deleted (retention) left its receipt on the claim.
     ctx.status.receipt_ref = wstatus.get("receiptRef") or claim.receipt_ref

@@ -113,11 +113,12 @@ async def on_awaiting_approval(ctx: FlowContext) -> None:
         interrupt = asyncio.ensure_future(ctx.interrupted.wait())
         changed = asyncio.ensure_future(signal.wait())
         try:
-            await asyncio.wait(
-                {interrupt, changed},
-                timeout=max(0.05, min(remaining, WAIT_SLICE_SECONDS)),
-                return_when=asyncio.FIRST_COMPLETED,
-            )
+            async with ctx.without_slot():
+                await asyncio.wait(
+                    {interrupt, changed},
+                    timeout=max(0.05, min(remaining, WAIT_SLICE_SECONDS)),
+                    return_when=asyncio.FIRST_COMPLETED,
+                )
         finally:
             interrupt.cancel()
             changed.cancel()

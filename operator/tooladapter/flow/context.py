@@ -10,6 +10,7 @@ of `status`, never parsed back from stage text.
 from __future__ import annotations
 
 import asyncio
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -141,6 +142,11 @@ class FlowContext:
         formats) and bounded, as everything that reaches events is."""
         message = bounded_message(message, self.secret_values, max_chars=EVENT_MESSAGE_CHARS)
         self.rt.events.post(self.event_ref(), reason=reason, message=message, warning=warning)
+
+    def without_slot(self) -> AbstractAsyncContextManager[None]:
+        """Wait on something outside the operator (an approval, an idempotency winner)
+        without holding one of the calls-in-flight slots (`inflight`)."""
+        return self.rt.gate.released(self.namespace, self.uid)
 
     def bounded(self, text: str | None) -> str:
         """Text for status (`message`, stage details): redacted and bounded."""

@@ -21,7 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from .. import offload
 from ..artifacts import ArtifactStore
-from ..enums import ArtifactKind, FailureClass, InvocationState, Stage, StageOutcome
+from ..enums import ArtifactKind, EventLevel, FailureClass, InvocationState, Stage, StageOutcome
 from ..executors import Outcome, read_limit
 from ..metrics import ARTIFACT_STORE_ERRORS, DENIALS, INVOCATIONS, LATENCY
 from ..model import (
@@ -257,7 +257,11 @@ async def conclude(ctx: FlowContext, *, post_event: bool = True) -> None:
             message=f"{tool} ({effective}): {ctx.status.message}; "
             "an operator must confirm the effect before any retry",
         )
-    elif post_event:
+    elif post_event and (
+        state != InvocationState.OBSERVED or ctx.rt.settings.events == EventLevel.ALL
+    ):
+        # A call that did what was asked needs nobody: its record is the receipt
+        # (status.receiptRef); an event per call is one more write per call (issue 17).
         ctx.post(
             reason="ToolInvoked",
             message=f"{tool} ended {state}; receipt {ctx.status.receipt_ref}",

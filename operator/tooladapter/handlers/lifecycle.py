@@ -176,7 +176,7 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo) -> None:
             rt.closers.append(close_canary)
     rt.egress_peer = egress_peer(config.egress, proxy_address)
     rt.mcp = McpServers(rt)
-    serve(config.metrics_port, rt.census)
+    serve(config.metrics_port, rt.census, rt.gate)
     memo["runtime"] = rt
     LEADING.set(1)
     health.role = OperatorRole.LEADING

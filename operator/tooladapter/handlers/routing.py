@@ -34,6 +34,7 @@ def invocation_event(rt: Runtime, event: RawEvent) -> None:
     rt.catalog.notify(meta["namespace"], invocation_key(meta["name"]))
     if event["type"] == "DELETED":
         rt.unfinished.pop(uid, None)
+        rt.gate.discard(meta["namespace"], uid)
         task = rt.tasks.get(uid)
         if task is not None:
             task.cancel()
@@ -56,7 +57,8 @@ def invocation_event(rt: Runtime, event: RawEvent) -> None:
         return  # a late echo of a state this operator already moved past
     rt.unfinished[uid] = (meta["namespace"], meta["name"])
     if uid not in rt.tasks:
-        rt.spawn(uid, run_invocation(rt, thaw(raw)))
+        # Queued until a slot is free (`inflight`); the raw body is the queue's bookkeeping.
+        rt.admit(meta["namespace"], uid, lambda: run_invocation(rt, thaw(raw)))
 
 
 def observe_rates(rt: Runtime, event_type: str | None, raw: Mapping[str, Any]) -> None:

@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from datetime import UTC, datetime
 from typing import Any
@@ -51,8 +52,8 @@ async def reconcile_uncertain(rt: Runtime) -> None:
     # The watch keeps the index of unfinished invocations (finished ones, possibly thousands,
     # are never listed again); each candidate is re-read before it is resumed.
     for uid, (namespace, name) in list(rt.unfinished.items()):
-        if uid in rt.tasks:
-            continue
+        if uid in rt.tasks or rt.gate.is_queued(uid):
+            continue  # running, or waiting for its turn
         try:
             body = await rt.cluster.get(Resource.INVOCATIONS, namespace, name)
         except NotFound:
@@ -70,7 +71,7 @@ async def reconcile_uncertain(rt: Runtime) -> None:
                 logger.error(
                     "stuck invocation %s/%s (%s, no live flow): resuming", namespace, name, state
                 )
-            rt.spawn(uid, run_invocation(rt, body))
+            rt.admit(namespace, uid, functools.partial(run_invocation, rt, body))
     release_free_heap()
 
 
