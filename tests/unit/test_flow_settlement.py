@@ -7,15 +7,22 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
-from dataclasses import replace
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import pytest
 
 import tooladapter.flow
 from tooladapter.artifacts import ArtifactStoreError
-from tooladapter.enums import EventLevel, FailureClass, InvocationState, Resource, SideEffectClass, ToolKind
+from tooladapter.enums import (
+    EventLevel,
+    FailureClass,
+    InvocationState,
+    Resource,
+    SideEffectClass,
+    ToolKind,
+)
 from tooladapter.executors import Executor, Outcome, unconfirmed_for
 from tooladapter.executors.sandbox import SandboxExecutor
 from tooladapter.kube.client import Conflict, Refused

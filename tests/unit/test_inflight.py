@@ -1,0 +1,246 @@
+"""Bounded calls in flight, fair between namespaces (`tooladapter.inflight`), alone and
+with the flow on the fake cluster."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+
+import pytest
+
+from tooladapter.enums import InvocationState, ToolKind
+from tooladapter.flow import run_invocation
+from tooladapter.inflight import FairGate
+from tooladapter.settings import Settings
+
+from .fake_cluster import (
+    NAMESPACE,
+    Harness,
+    ScriptedExecutor,
+    descriptor,
+    invocation,
+    make_runtime,
+)
+
+pytestmark = [pytest.mark.timeout(20), pytest.mark.usefixtures("fast_retries")]
+
+OTHER = "team-b"
+WRITER_SCHEMA = {
+    "type": "object",
+    "properties": {"path": {"type": "string"}},
+    "required": ["path"],
+}
+
+
+# --------------------------------------------------------------------------- the gate alone
+
+
+def recorder(started: list[str], key: str) -> functools.partial[None]:
+    return functools.partial(started.append, key)
+
+
+def test_a_gate_starts_at_most_its_capacity_and_the_rest_in_turn_by_namespace() -> None:
+    gate = FairGate(1)
+    started: list[str] = []
+    for i in range(5):
+        gate.submit("a", f"a{i}", recorder(started, f"a{i}"))
+    gate.submit("b", "b0", recorder(started, "b0"))
+    gate.submit("c", "c0", recorder(started, "c0"))
+
+    assert started == ["a0"]
+    assert gate.queued_by_namespace() == {"a": 4, "b": 1, "c": 1}
+    assert gate.position("a", "a2") == 2 and gate.position("b", "b0") == 1
+    for key in list(started):
+        gate.release(key)
+    while gate.queued():
+        gate.release(started[-1])
+
+    # a's burst waits its turn behind b and c, one call per namespace per round.
+    assert started == ["a0", "a1", "b0", "c0", "a2", "a3", "a4"]
+    assert gate.busy == 1 and gate.queues == {} and not gate.turns
+
+
+def test_a_key_is_queued_once_and_a_discarded_one_never_starts() -> None:
+    gate = FairGate(1)
+    started: list[str] = []
+    gate.submit("a", "x", recorder(started, "x"))
+    gate.submit("a", "x", recorder(started, "x"))  # a second event of a running call
+    gate.submit("a", "y", recorder(started, "y"))
+    gate.submit("a", "y", recorder(started, "y"))  # and of a queued one
+    assert gate.queued() == 1
+    gate.discard("a", "y")  # deleted before its turn
+    gate.release("x")
+    assert started == ["x"] and gate.busy == 0 and gate.queued() == 0
+
+
+def test_a_gate_needs_room_for_one_call() -> None:
+    with pytest.raises(ValueError, match="at least 1"):
+        FairGate(0)
+
+
+async def test_a_waiter_cancelled_in_the_queue_keeps_no_slot() -> None:
+    gate = FairGate(1)
+    gate.submit("a", "holder", lambda: None)
+    waiter = asyncio.ensure_future(gate.acquire("a", "late"))
+    await asyncio.sleep(0)
+    assert gate.is_queued("late")
+    waiter.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiter
+    gate.release("holder")
+    assert gate.busy == 0 and gate.queued() == 0
+
+
+async def test_released_gives_the_slot_back_for_the_wait_and_takes_one_after() -> None:
+    gate = FairGate(1)
+    gate.submit("a", "waiting", lambda: None)
+    other: list[str] = []
+    async with gate.released("a", "waiting"):
+        gate.submit("b", "other", recorder(other, "other"))
+        assert other == ["other"]  # the slot went to another call while this one waits
+        gate.release("other")
+    assert gate.holders == {"waiting"}
+
+
+async def test_released_queues_behind_the_call_that_took_its_slot() -> None:
+    gate = FairGate(1)
+    gate.submit("a", "waiting", lambda: None)
+
+    async def wait_then_go_on() -> None:
+        async with gate.released("a", "waiting"):
+            gate.submit("b", "other", lambda: None)
+        assert gate.holders == {"waiting"}
+
+    task = asyncio.ensure_future(wait_then_go_on())
+    await asyncio.sleep(0.01)
+    assert not task.done() and gate.holders == {"other"} and gate.is_queued("waiting")
+    gate.release("other")
+    await asyncio.wait_for(task, 2)
+
+
+def test_the_gauges_show_the_queue_by_tenant_and_the_slots_taken() -> None:
+    gate = FairGate(1)
+    for key in ("a0", "a1", "a2"):
+        gate.submit("a", key, lambda: None)
+    gate.submit("b", "b0", lambda: None)
+    families = {f.name: f for f in gate.collect()}
+    queued = {s.labels["tenant"]: s.value for s in families["tooladapter_calls_queued"].samples}
+    assert queued == {"a": 2, "b": 1}
+    assert families["tooladapter_calls_in_flight"].samples[0].value == 1
+
+
+# --------------------------------------------------------------------------- with the flow
+
+
+def two_tenants(capacity: int, executor: ScriptedExecutor) -> Harness:
+    h = make_runtime(
+        settings=Settings(max_calls_in_flight=capacity),
+        executors={ToolKind.NATIVE: executor},
+        namespaces={NAMESPACE: {}, OTHER: {}},
+    )
+    for namespace in (NAMESPACE, OTHER):
+        h.publish(descriptor(namespace=namespace))
+    h.cluster.grant(tools=["lister"], classes=["read"])
+    return h
+
+
+def admit(h: Harness, body: dict) -> None:
+    """What the invocations watch does with a new call (`handlers.routing`)."""
+    meta = body["metadata"]
+    h.rt.admit(meta["namespace"], meta["uid"], functools.partial(run_invocation, h.rt, body))
+
+
+async def all_done(h: Harness) -> None:
+    while h.rt.tasks or h.rt.gate.queued():
+        await asyncio.gather(*list(h.rt.tasks.values()))
+
+
+async def test_one_tenants_single_call_is_not_queued_behind_anothers_hundred() -> None:
+    held = asyncio.Event()
+    executor = ScriptedExecutor(gate=held)
+    h = two_tenants(2, executor)
+    for i in range(100):
+        admit(h, h.submit(invocation(f"a-{i}", namespace=NAMESPACE)))
+    admit(h, h.submit(invocation("b-0", namespace=OTHER)))
+
+    # Only the slots' calls have a task; the rest are queue entries, no coroutines.
+    assert len(h.rt.tasks) == 2
+    assert h.rt.gate.queued_by_namespace() == {NAMESPACE: 98, OTHER: 1}
+    held.set()
+    await asyncio.wait_for(all_done(h), 15)
+
+    order = [call.namespace for call in executor.executed]
+    # team-b's call goes at its first turn: right after the two that held the slots and
+    # at most one more of team-a's, not after a hundred.
+    assert order.index(OTHER) <= 3
+    names = [f"{c.namespace}/{c.name}" for c in executor.executed]
+    assert len(names) == 101 and len(set(names)) == 101  # every call, each exactly once
+    for i in range(100):
+        assert h.cluster.invocation(f"a-{i}")["status"]["state"] == "Observed"
+    assert h.cluster.invocation("b-0", OTHER)["status"]["state"] == "Observed"
+    assert h.rt.gate.busy == 0 and not h.rt.tasks
+
+
+async def test_a_call_waiting_for_approval_holds_no_slot() -> None:
+    executor = ScriptedExecutor()
+    h = two_tenants(1, executor)
+    h.publish(descriptor("writer", side_effect_class="shared-write", inputSchema=WRITER_SCHEMA))
+    h.cluster.grant(tools=["writer"], classes=["shared-write"])
+    admit(h, h.submit(invocation("write-1", tool="writer", arguments={"path": "/x"})))
+    await h.cluster.wait_for_state("write-1", InvocationState.AWAITING_APPROVAL)
+    await asyncio.sleep(0)
+
+    # The only slot is free while it waits: another call runs to its end meanwhile.
+    admit(h, h.submit(invocation("read-1")))
+    await h.cluster.wait_for_state("read-1", InvocationState.OBSERVED)
+
+    h.approve_waiting("write-1")
+    await asyncio.wait_for(all_done_after_approval(h), 10)
+    assert h.cluster.invocation("write-1")["status"]["state"] == "Observed"
+    assert [c.name for c in executor.executed] == ["read-1", "write-1"]
+    assert h.rt.gate.busy == 0
+
+
+async def all_done_after_approval(h: Harness) -> None:
+    await h.cluster.wait_for_state("write-1", InvocationState.OBSERVED)
+    await all_done(h)
+
+
+async def test_a_duplicate_waiting_for_its_winner_holds_no_slot_and_runs_nothing() -> None:
+    held = asyncio.Event()
+    executor = ScriptedExecutor(gate=held)
+    h = two_tenants(2, executor)
+    admit(h, h.submit(invocation("first", idempotencyKey="k-1")))
+    await asyncio.wait_for(executor.started.wait(), 5)
+    admit(h, h.submit(invocation("second", idempotencyKey="k-1")))
+    await asyncio.wait_for(until_holders(h, 1), 5)
+    assert h.rt.gate.holders == {h.cluster.invocation("first")["metadata"]["uid"]}
+    assert h.cluster.invocation("second")["metadata"]["uid"] in h.rt.tasks  # still waiting
+
+    # The winner holds its slot; the duplicate waits without one: a third call runs.
+    admit(h, h.submit(invocation("third")))
+    await asyncio.wait_for(until_executed(executor, 2), 5)
+    held.set()
+    await h.cluster.wait_for_state("first", InvocationState.OBSERVED)
+    h.invocation_changed("first")  # the watch wakes the duplicate
+    await asyncio.wait_for(all_done(h), 10)
+
+    first = h.cluster.invocation("first")["status"]
+    second = h.cluster.invocation("second")["status"]
+    assert first["state"] == "Observed"
+    assert second["state"] == "Denied" and second["receiptRef"] == first["receiptRef"]
+    assert sorted(c.name for c in executor.executed) == ["first", "third"]  # once each
+    assert h.rt.gate.busy == 0
+
+
+async def until_holders(h: Harness, count: int) -> None:
+    """Until only `count` calls hold slots and every admitted flow has started."""
+    # The gate has no event to wait on: polled, bounded by the caller's wait_for.
+    while len(h.rt.gate.holders) != count or h.rt.gate.queued():  # noqa: ASYNC110
+        await asyncio.sleep(0.005)
+
+
+async def until_executed(executor: ScriptedExecutor, count: int) -> None:
+    while len(executor.executed) < count:
+        executor.started.clear()
+        await executor.started.wait()
