@@ -37,7 +37,12 @@ def operator_for(workdir: Path, prefix: str) -> OperatorProcess:
     workdir.mkdir()
     return OperatorProcess(
         workdir,
-        {"TOOLADAPTER_NAMESPACES": f"{prefix}-*", "TOOLADAPTER_LEASE_SECONDS": str(LEASE_SECONDS)},
+        {
+            "TOOLADAPTER_NAMESPACES": f"{prefix}-*",
+            "TOOLADAPTER_LEASE_SECONDS": str(LEASE_SECONDS),
+            # One ToolInvoked per call, counted: which replica wrote it, and only once.
+            "TOOLADAPTER_EVENTS": "all",
+        },
     )
 
 

@@ -69,6 +69,8 @@ def s3_operator(workdir: Path, server: S3Server, **extra: str) -> OperatorProces
             **server.operator_env(BUCKET, PREFIX),
             "TOOLADAPTER_NAMESPACES": f"{SCOPE}-*",
             "TOOLADAPTER_LEASE_SECONDS": "6",
+            # One ToolInvoked per call, counted: the end is announced once, after its receipt.
+            "TOOLADAPTER_EVENTS": "all",
             **extra,
         },
     )
