@@ -17,9 +17,13 @@ Parts (BENCH_PARTS, default all):
 4. resources: the operator's CPU seconds per 1000 calls and RSS (from /proc), and RSS with
    BENCH_FILL (10,000) finished invocations stored, also after a restart.
 5. stages: where the time goes, from status.stages[].time of (1) and (3).
+6. overload: twice the capacity (the highest load (1) held) for BENCH_OVERLOAD_SECONDS:
+   achieved/offered, admitted p95, queue and RSS over time, plotted beside the report
+   (`<report>-overload.png`, matplotlib).
 
 Knobs (environment or flags): BENCH_SECONDS (60 per load), BENCH_LOADS ("10,25,50,100"),
-BENCH_TOOLS ("read-configmap,http"), BENCH_AGENTS (8), BENCH_PARTS ("1,2,3,4,5"),
+BENCH_TOOLS ("read-configmap,http"), BENCH_AGENTS (8), BENCH_PARTS ("1,2,3,4,5,6"),
+BENCH_OVERLOAD_SECONDS (60), BENCH_OVERLOAD_CAPACITY (0: measured by part 1),
 BENCH_FILL (10000), BENCH_FILL_RATE (100), BENCH_FILL_INFLIGHT (200), BENCH_DRAIN_SECONDS (60),
 BENCH_SANDBOX_SEQUENTIAL (10), BENCH_SANDBOX_CONCURRENT (10), BENCH_SANDBOX_ROUNDS (3),
 BENCH_REPORT (bench-report.json), BENCH_PYSPY (record the operator with py-spy during the

@@ -27,7 +27,7 @@ class Config:
     loads: list[float] = field(default_factory=lambda: [10.0, 25.0, 50.0, 100.0])
     tools: list[str] = field(default_factory=lambda: ["read-configmap", "http"])
     agents: int = 8
-    parts: set[str] = field(default_factory=lambda: {"1", "2", "3", "4", "5"})
+    parts: set[str] = field(default_factory=lambda: {"1", "2", "3", "4", "5", "6"})
     fill: int = 10_000
     fill_rate: float = 100.0
     fill_inflight: int = 200
@@ -39,6 +39,9 @@ class Config:
     pyspy: str = ""
     operator_src: str = ""
     keep: bool = False
+    #: Part 6: seconds of twice the capacity; the capacity (0: measured by part 1).
+    overload_seconds: float = 60.0
+    overload_capacity: float = 0.0
 
     @classmethod
     def parse(cls, argv: list[str]) -> Config:
@@ -50,7 +53,7 @@ class Config:
         p.add_argument("--loads", default=env("BENCH_LOADS", "10,25,50,100"))
         p.add_argument("--tools", default=env("BENCH_TOOLS", "read-configmap,http"))
         p.add_argument("--agents", type=int, default=int(env("BENCH_AGENTS", "8")))
-        p.add_argument("--parts", default=env("BENCH_PARTS", "1,2,3,4,5"))
+        p.add_argument("--parts", default=env("BENCH_PARTS", "1,2,3,4,5,6"))
         p.add_argument("--fill", type=int, default=int(env("BENCH_FILL", "10000")))
         p.add_argument("--fill-rate", type=float, default=float(env("BENCH_FILL_RATE", "100")))
         p.add_argument("--fill-inflight", type=int, default=int(env("BENCH_FILL_INFLIGHT", "200")))
@@ -70,6 +73,15 @@ class Config:
             help="directory holding another copy of the tooladapter package (A/B runs)",
         )
         p.add_argument("--keep", action="store_true", help="keep namespaces and CRD")
+        p.add_argument(
+            "--overload-seconds", type=float, default=float(env("BENCH_OVERLOAD_SECONDS", "60"))
+        )
+        p.add_argument(
+            "--overload-capacity",
+            type=float,
+            default=float(env("BENCH_OVERLOAD_CAPACITY", "0")),
+            help="calls/s the overload phase doubles (0: the highest load part 1 held)",
+        )
         a = p.parse_args(argv)
         return cls(
             seconds=a.seconds,
@@ -88,4 +100,6 @@ class Config:
             pyspy=a.pyspy,
             operator_src=a.operator_src,
             keep=a.keep,
+            overload_seconds=a.overload_seconds,
+            overload_capacity=a.overload_capacity,
         )

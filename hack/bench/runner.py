@@ -5,11 +5,12 @@ from __future__ import annotations
 from .api import Api
 from .fill import Fill
 from .load import Loads
+from .overload import Overload
 from .sandbox import Sandbox
 from .setup import Setup
 
 
-class Bench(Setup, Loads, Sandbox, Fill):
+class Bench(Setup, Overload, Loads, Sandbox, Fill):
     async def run(self) -> None:
         self.kube = Api(self.ep, limit=32)
         try:
@@ -19,6 +20,8 @@ class Bench(Setup, Loads, Sandbox, Fill):
             self.wait_rbac()
             if self.cfg.parts & {"1", "2", "5"}:
                 await self.calls_and_floor()
+            if "6" in self.cfg.parts:
+                await self.overload()
             if "3" in self.cfg.parts:
                 await self.sandbox()
             if "4" in self.cfg.parts:
