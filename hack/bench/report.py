@@ -146,6 +146,18 @@ def print_table(report: dict[str, Any]) -> None:
             for seg in stages["segments"]:
                 print(f"  {seg['segment']:<52} {_f(seg['p50_ms']):>8} {_f(seg['mean_ms']):>8}")
             print(f"  slowest: {stages['slowest']}")
+    over = report.get("overload")
+    if over:
+        print(
+            f"Overload ({over['tool']}, 2x {over['capacity_per_s']}/s = "
+            f"{over['offered_per_s']}/s for {over['seconds']:.0f} s): achieved "
+            f"{over['achieved_per_s_in_window']}/s ({over['achieved_over_offered']} of offered, "
+            f"{over['achieved_over_capacity']} of capacity); admitted p95 "
+            f"{_f(over['admitted_latency']['p95_ms'])} ms, create->end p95 "
+            f"{_f(over['end_to_end_latency']['p95_ms'])} ms; queue max {_f(over['queue_max'])}, "
+            f"backlog max {_f(over['backlog_max'])}; RSS max {_f(over['rss_mb_max'])} MB "
+            f"(plot: {over.get('plot', '-')})"
+        )
     for name, goal in (report.get("goals") or {}).items():
         print(f"goal {'met' if goal['met'] else 'NOT met'}: {name} (measured {goal['value']})")
     machine = report["machine"]
