@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
+from tooladapter.enums import EventLevel
 from tooladapter.kube.auth import AllowCache
 from tooladapter.settings import Settings
 
@@ -74,4 +77,33 @@ def test_runtime_classes_map_sandbox_kinds(monkeypatch: pytest.MonkeyPatch) -> N
     assert dict(Settings.from_env().runtime_classes) == {"GVisor": "runsc", "Kata": "kata-qemu"}
     monkeypatch.setenv("TOOLADAPTER_RUNTIME_CLASSES", "GVisor")
     with pytest.raises(ValueError, match="TOOLADAPTER_RUNTIME_CLASSES"):
+        Settings.from_env()
+
+
+def test_calls_in_flight_and_events_default_to_bounded_and_actionable(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    for name in ("TOOLADAPTER_MAX_CALLS_IN_FLIGHT", "TOOLADAPTER_EVENTS"):
+        monkeypatch.delenv(name, raising=False)
+    settings = Settings.from_env()
+    assert settings.max_calls_in_flight == 64
+    assert settings.events == EventLevel.ACTIONABLE
+    monkeypatch.setenv("TOOLADAPTER_MAX_CALLS_IN_FLIGHT", "8")
+    monkeypatch.setenv("TOOLADAPTER_EVENTS", "All")
+    settings = Settings.from_env()
+    assert (settings.max_calls_in_flight, settings.events) == (8, EventLevel.ALL)
+
+
+@pytest.mark.parametrize(
+    ("name", "raw", "says"),
+    [
+        ("TOOLADAPTER_MAX_CALLS_IN_FLIGHT", "0", "below its minimum 1"),
+        ("TOOLADAPTER_EVENTS", "some", "is not one of actionable|all"),
+    ],
+)
+def test_a_bad_in_flight_bound_or_event_level_names_the_variable(
+    monkeypatch: pytest.MonkeyPatch, name: str, raw: str, says: str
+) -> None:
+    monkeypatch.setenv(name, raw)
+    with pytest.raises(ValueError, match=f"{name}.*{re.escape(says)}"):
         Settings.from_env()
