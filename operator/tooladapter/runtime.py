@@ -76,6 +76,7 @@ class Runtime:
     #: This process, as it signs execution claims (and leases).
     identity: str = field(default_factory=lambda: process_identity())
     #: Calls evaluated or executed at once, fair between namespaces (`inflight`).
+    #: (Sized from `settings` after construction.)
     gate: FairGate = field(default_factory=lambda: FairGate(1))
 
     def __post_init__(self) -> None:
