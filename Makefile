@@ -15,7 +15,7 @@ export PYTHONUNBUFFERED := 1
 include hack/cluster.mk
 
 .PHONY: help venv lint unit crds crds-check install uninstall run demo test integration bench chaos s3-server \
-	deploy undeploy deploy-test image browser
+	deploy undeploy deploy-test image browser otel-collector promtool
 
 # `make deploy`: the Helm release (charts/tooladapter) in the cluster of KUBECONFIG.
 HELM              ?= helm
@@ -36,6 +36,7 @@ help:
 	@echo "make bench      benchmarks (never part of make test)"
 	@echo "make chaos      exactly once and never stuck under faults (never part of make test)"
 	@echo "make s3-server  build the S3-compatible test server (SeaweedFS) into the cache"
+	@echo "make otel-collector  build the OTLP receiver the tracing tests use, into the cache"
 
 $(STAMP): pyproject.toml
 	@command -v python3 >/dev/null || { apt-get update -qq && apt-get install -y -qq python3 python3-venv; }
@@ -52,7 +53,13 @@ lint: venv
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
 
-unit: venv
+# promtool checks and unit-tests the alert rules (hack/monitoring/): Debian's prometheus
+# package ships it (no service is started where none runs).
+promtool:
+	@command -v promtool >/dev/null || { apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus; }
+
+unit: venv promtool
 	$(VENV)/bin/pytest -q tests/unit
 
 crds: venv
@@ -123,7 +130,12 @@ s3-server:
 browser:
 	@command -v chromium >/dev/null || { apt-get update -qq && apt-get install -y -qq chromium; }
 
-integration: venv s3-server browser
+# The OpenTelemetry Collector (OTLP receiver, file exporter) the tracing tests export to,
+# built once from hack/otel/go.mod into ~/.cache/tooladapter/bin.
+otel-collector:
+	hack/otel/build.sh >/dev/null
+
+integration: venv s3-server browser otel-collector
 	TOOLADAPTER_REQUIRE_CLUSTER=1 $(VENV)/bin/pytest -q -m "not cluster_down" tests/cluster tests/integration
 
 # The host-process suite first (it reads the operator's log and artifacts and kills its

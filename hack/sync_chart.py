@@ -7,9 +7,12 @@ chart carries the same objects as templates generated from it here:
   `make deploy` applies them server-side before every upgrade);
 - manifests/rbac/*.yaml and manifests/admission/*.yaml become templates/generated-*.yaml
   with, as the only changes, the release namespace instead of `tooladapter-system`, the
-  chart's `prefix` value instead of `tooladapter` in object names (so a second release,
+  chart's `prefix` value instead of `tooladapter` in object names and in a one-name
+  `resourceNames` (so a second release,
   e.g. the deploy tests on a shared cluster, can run beside the first), and the chart's
   labels beside `app.kubernetes.io/part-of`;
+- hack/monitoring/rules.yaml and dashboard.json are copied verbatim into files/monitoring/
+  (templates/prometheusrule.yaml and grafana-dashboard.yaml read them);
 - manifests/namespace.yaml is not carried: `helm install -n X --create-namespace` makes the
   namespace, and a Namespace object in the chart would collide with it.
 
@@ -27,6 +30,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 CHART = ROOT / "charts" / "tooladapter"
 TEMPLATES = CHART / "templates"
+MONITORING = CHART / "files" / "monitoring"
+MONITORING_FILES = ("rules.yaml", "dashboard.json")
 GENERATED_PREFIX = "generated-"
 NAMESPACE = "tooladapter-system"
 NAME_PREFIX = "tooladapter-"
@@ -34,6 +39,9 @@ OPERATOR_USER = f"system:serviceaccount:{NAMESPACE}:{NAME_PREFIX}operator"
 
 PREFIX = '{{ include "tooladapter.prefix" . }}'
 _NAME = re.compile(r"^(?P<indent>\s*)(?P<key>name|policyName): " + NAME_PREFIX + r"(?P<rest>\S+)$")
+_RESOURCE_NAME = re.compile(
+    r'^(?P<head>\s*resourceNames: \["?)' + NAME_PREFIX + r'(?P<rest>[^",\]]+"?\])$'
+)
 _NAMESPACE = re.compile(r"^(?P<indent>\s*)namespace: " + NAMESPACE + "$")
 _PART_OF = re.compile(r"^(?P<indent>\s*)app\.kubernetes\.io/part-of: tooladapter$")
 
@@ -55,6 +63,8 @@ def render(source: Path) -> str:
         code = line.split("#", 1)[0] if not line.lstrip().startswith("#") else ""
         if m := _NAME.match(line):
             line = f"{m['indent']}{m['key']}: {PREFIX}-{m['rest']}"
+        elif m := _RESOURCE_NAME.match(line):
+            line = f"{m['head']}{PREFIX}-{m['rest']}"
         elif m := _NAMESPACE.match(line):
             line = f"{m['indent']}namespace: {{{{ .Release.Namespace }}}}"
         elif m := _PART_OF.match(line):
@@ -78,23 +88,34 @@ def sources() -> dict[Path, Path]:
         pairs[TEMPLATES / f"{GENERATED_PREFIX}rbac-{src.name}"] = src
     for src in sorted((ROOT / "manifests" / "admission").glob("*.yaml")):
         pairs[TEMPLATES / f"{GENERATED_PREFIX}admission-{src.name}"] = src
+    # The alert rules and the dashboard, read by templates/prometheusrule.yaml and
+    # templates/grafana-dashboard.yaml with .Files.Get (verbatim: their {{ }} are Prometheus's).
+    for src in sorted((ROOT / "hack" / "monitoring").glob("*")):
+        if src.name in MONITORING_FILES:
+            pairs[MONITORING / src.name] = src
     return pairs
 
 
 def expected(dst: Path, src: Path) -> str:
-    """What the chart file must contain: CRDs verbatim, templates rendered."""
-    return src.read_text() if dst.parent.name == "crds" else render(src)
+    """What the chart file must contain: CRDs and monitoring files verbatim, templates
+    rendered."""
+    return src.read_text() if dst.parent in (CHART / "crds", MONITORING) else render(src)
 
 
 def carried() -> set[Path]:
     """Every chart file this script owns (to find ones whose source is gone)."""
-    return set((CHART / "crds").glob("*")) | set(TEMPLATES.glob(f"{GENERATED_PREFIX}*"))
+    return (
+        set((CHART / "crds").glob("*"))
+        | set(TEMPLATES.glob(f"{GENERATED_PREFIX}*"))
+        | set(MONITORING.glob("*"))
+    )
 
 
 def main() -> None:
     pairs = sources()
-    shutil.rmtree(CHART / "crds", ignore_errors=True)
-    (CHART / "crds").mkdir(parents=True)
+    for directory in (CHART / "crds", MONITORING):
+        shutil.rmtree(directory, ignore_errors=True)
+        directory.mkdir(parents=True)
     for stale in TEMPLATES.glob(f"{GENERATED_PREFIX}*"):
         stale.unlink()
     for dst, src in pairs.items():

@@ -5,12 +5,17 @@ were incremented and decremented in memory, so a restarted operator reset them a
 double decrement drove them negative. The census keeps one small row per invocation from
 its watch events (a restart's listing rebuilds it) and the gauges are counted from it when
 Prometheus scrapes: a restarted operator reports the same numbers as before.
+
+Ages (the oldest approval wait, the oldest call not yet begun) and overdue sandbox leases are
+computed at the scrape from times the rows keep, so the alerts in `hack/monitoring/` see them
+grow while nothing changes on the watch.
 """
 
 from __future__ import annotations
 
+import time
 from collections import Counter
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,6 +23,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from .enums import InvocationState
+from .timeutil import parse_time
 
 
 @dataclass(frozen=True)
@@ -29,6 +35,23 @@ class Row:
     open_sandbox: str | None
     #: Uncertain and no person has recorded what happened yet.
     unconfirmed: bool
+    #: Since when (epoch seconds) the call has been waiting: for an approval while
+    #: AwaitingApproval, since its creation while Received (nothing written yet).
+    waiting_since: float | None = None
+    #: When the open sandbox lease's timeout passes (epoch seconds).
+    lease_deadline: float | None = None
+    name: str = ""
+    #: When a finished call ended (epoch seconds): retention's candidates come from here.
+    ended_at: float | None = None
+
+
+def _epoch(text: object) -> float | None:
+    if not isinstance(text, str) or not text:
+        return None
+    try:
+        return parse_time(text).timestamp()
+    except ValueError:
+        return None
 
 
 def row_of(body: Mapping[str, Any]) -> Row:
@@ -36,18 +59,35 @@ def row_of(body: Mapping[str, Any]) -> Row:
     state = InvocationState(status.get("state") or InvocationState.RECEIVED)
     lease = status.get("sandboxLease") or {}
     confirmation = status.get("effectConfirmation") or {}
+    open_sandbox = str(lease.get("kind")) if lease and not lease.get("releasedAt") else None
+    waiting_since = None
+    if state == InvocationState.AWAITING_APPROVAL:
+        waiting_since = _epoch(status.get("approvalRequestedAt"))
+    if state == InvocationState.RECEIVED or waiting_since is None:
+        waiting_since = _epoch(body["metadata"].get("creationTimestamp"))
+    deadline = None
+    if open_sandbox is not None:
+        leased = _epoch(lease.get("leasedAt"))
+        timeout = (lease.get("limits") or {}).get("timeoutSeconds")
+        if leased is not None and isinstance(timeout, int):
+            deadline = leased + timeout
     return Row(
         namespace=body["metadata"]["namespace"],
         state=state,
         effective_class=str(status.get("effectiveClass") or ""),
-        open_sandbox=str(lease.get("kind")) if lease and not lease.get("releasedAt") else None,
+        open_sandbox=open_sandbox,
         unconfirmed=state == InvocationState.UNCERTAIN and not confirmation.get("recorded"),
+        waiting_since=waiting_since,
+        lease_deadline=deadline,
+        name=str(body["metadata"].get("name") or ""),
+        ended_at=_epoch(status.get("endedAt")) if state.terminal else None,
     )
 
 
 class Census(Collector):
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], float] = time.time) -> None:
         self.rows: dict[str, Row] = {}
+        self.clock = clock
 
     def update(self, event_type: str | None, body: Mapping[str, Any]) -> None:
         uid = body["metadata"]["uid"]
@@ -56,17 +96,38 @@ class Census(Collector):
         else:
             self.rows[uid] = row_of(body)
 
+    def ended_before(self, moment: float) -> list[tuple[str, str, str]]:
+        """(uid, namespace, name) of finished calls that ended before `moment`, except
+        unconfirmed Uncertain ones: the candidates of retention (each re-read before it goes)."""
+        return [
+            (uid, row.namespace, row.name)
+            for uid, row in self.rows.items()
+            if row.ended_at is not None and row.ended_at < moment and not row.unconfirmed
+        ]
+
     def collect(self) -> Iterator[GaugeMetricFamily]:
+        now = self.clock()
         uncertain: Counter[str] = Counter()
         waiting: Counter[tuple[str, ...]] = Counter()
         sandboxes: Counter[tuple[str, ...]] = Counter()
+        overdue: Counter[tuple[str, ...]] = Counter()
+        pending: Counter[tuple[str, ...]] = Counter()
+        oldest_wait: dict[tuple[str, ...], float] = {}
+        oldest_pending: dict[tuple[str, ...], float] = {}
         for row in self.rows.values():
+            tenant = (row.namespace,)
             if row.unconfirmed:
                 uncertain[row.namespace] += 1
             if row.state == InvocationState.AWAITING_APPROVAL:
                 waiting[(row.namespace, row.effective_class)] += 1
+                _oldest(oldest_wait, tenant, row.waiting_since, now)
+            if row.state == InvocationState.RECEIVED:
+                pending[tenant] += 1
+                _oldest(oldest_pending, tenant, row.waiting_since, now)
             if row.open_sandbox is not None:
                 sandboxes[(row.namespace, row.open_sandbox)] += 1
+                if row.lease_deadline is not None and row.lease_deadline < now:
+                    overdue[(row.namespace, row.open_sandbox)] += 1
         yield _family(
             "tooladapter_uncertain",
             "Invocations awaiting effect confirmation.",
@@ -85,10 +146,44 @@ class Census(Collector):
             ["tenant", "kind"],
             dict(sandboxes),
         )
+        yield _family(
+            "tooladapter_approval_wait_oldest_seconds",
+            "How long the longest-waiting gated call has waited for an approval.",
+            ["tenant"],
+            oldest_wait,
+        )
+        yield _family(
+            "tooladapter_sandboxes_overdue",
+            "Open sandbox leases past their timeout (leasedAt + timeoutSeconds).",
+            ["tenant", "kind"],
+            dict(overdue),
+        )
+        yield _family(
+            "tooladapter_pending",
+            "Invocations created and not yet begun (no state written: Received).",
+            ["tenant"],
+            dict(pending),
+        )
+        yield _family(
+            "tooladapter_pending_oldest_seconds",
+            "Age of the oldest invocation not yet begun (Received).",
+            ["tenant"],
+            oldest_pending,
+        )
+
+
+def _oldest(
+    ages: dict[tuple[str, ...], float], key: tuple[str, ...], since: float | None, now: float
+) -> None:
+    if since is not None:
+        ages[key] = max(ages.get(key, 0.0), max(now - since, 0.0))
 
 
 def _family(
-    name: str, documentation: str, labels: list[str], counts: Mapping[tuple[str, ...], int]
+    name: str,
+    documentation: str,
+    labels: list[str],
+    counts: Mapping[tuple[str, ...], float],
 ) -> GaugeMetricFamily:
     family = GaugeMetricFamily(name, documentation, labels=labels)
     for values, count in sorted(counts.items()):

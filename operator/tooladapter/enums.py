@@ -152,6 +152,8 @@ class EgressVerdict(StrEnum):
     BAD_REQUEST = "bad-request"
     #: Allowed, but the name did not resolve or the upstream could not be reached.
     UPSTREAM_FAILED = "upstream-failed"
+    #: The lease already had the most connections open that one lease may hold.
+    TOO_MANY_CONNECTIONS = "too-many-connections"
 
 
 class FailureClass(StrEnum):

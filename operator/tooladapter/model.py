@@ -1059,6 +1059,9 @@ class ToolInvocationStatus(Model):
     (Observed)."""
     observed_generation: int | None = None
     """The metadata.generation this status was written for."""
+    trace_id: str | None = Field(default=None, pattern="^[0-9a-f]{32}$")
+    """The OpenTelemetry trace of this call (32 hex), when the operator exports traces; derived
+    from the uid, so a call resumed after a restart continues the same trace."""
 
 
 # --------------------------------------------------------------------------- approval

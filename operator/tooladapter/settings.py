@@ -103,9 +103,15 @@ class EgressSettings:
     #: Address the proxy binds (default: every address; the lease's NetworkPolicy decides
     #: which pods reach it, and the token which lease they act for).
     listen: str = "0.0.0.0"  # noqa: S104
+    #: False when no proxy runs (the chart's `egressProxy.enabled: false`): leases then get
+    #: no proxy, and host names stay unreachable (fail closed).
+    proxy_enabled: bool = True
     #: Address pods are given in HTTP(S)_PROXY (host mode: the node's default-route address;
     #: in the cluster: the proxy Service's ClusterIP, since sandboxes have no DNS).
     proxy_address: str | None = None
+    #: In the cluster, when `proxy_address` is unset: the proxy Service's name in
+    #: `namespace`, whose ClusterIP the operator reads at start-up (the chart sets it).
+    proxy_service: str | None = None
     #: In the cluster: the proxy pods' labels ("k=v,..."); the lease's NetworkPolicy selects
     #: them in `namespace` instead of allowing `proxy_address`.
     proxy_pod_labels: tuple[tuple[str, str], ...] = ()
@@ -132,7 +138,9 @@ class EgressSettings:
         return cls(
             proxy_port=_at_least("TOOLADAPTER_EGRESS_PROXY_PORT", base.proxy_port, 1),
             listen=os.environ.get("TOOLADAPTER_EGRESS_PROXY_LISTEN") or base.listen,
+            proxy_enabled=_bool("TOOLADAPTER_EGRESS_PROXY_ENABLED", base.proxy_enabled),
             proxy_address=os.environ.get("TOOLADAPTER_EGRESS_PROXY_ADDRESS") or None,
+            proxy_service=os.environ.get("TOOLADAPTER_EGRESS_PROXY_SERVICE") or None,
             proxy_pod_labels=labels,
             namespace=os.environ.get("TOOLADAPTER_EGRESS_NAMESPACE")
             or os.environ.get("TOOLADAPTER_LEASE_NAMESPACE")
@@ -177,8 +185,12 @@ class Settings:
     reconcile_interval_seconds: int = 30
     #: Jobs and NetworkPolicies of ended calls are kept this long for inspection, then reaped.
     sandbox_retain_seconds: int = 60
-    #: Finished invocations older than this are deleted (0 keeps them forever).
-    retention_seconds: int = 0
+    #: Finished invocations are deleted this long after they ended (0 keeps them forever);
+    #: never an unconfirmed Uncertain one. Their receipts stay in the artifact store.
+    retention_seconds: int = 7 * 86_400
+    #: An idempotency claim (and so its key) is kept this long after its winner ended (0:
+    #: forever); it keeps the winner's receiptRef for duplicates.
+    idempotency_retention_seconds: int = 86_400
     #: Approval wait when no ToolPolicy sets one.
     default_approval_timeout_seconds: int = 3600
     #: Hosts (names, addresses or CIDRs) http tools may never reach, even when a
@@ -270,7 +282,10 @@ class Settings:
             sandbox_retain_seconds=_int(
                 "TOOLADAPTER_SANDBOX_RETAIN_SECONDS", base.sandbox_retain_seconds
             ),
-            retention_seconds=_int("TOOLADAPTER_RETENTION_SECONDS", base.retention_seconds),
+            retention_seconds=_at_least("TOOLADAPTER_RETENTION_SECONDS", base.retention_seconds, 0),
+            idempotency_retention_seconds=_at_least(
+                "TOOLADAPTER_IDEMPOTENCY_RETENTION_SECONDS", base.idempotency_retention_seconds, 0
+            ),
             default_approval_timeout_seconds=_int(
                 "TOOLADAPTER_APPROVAL_TIMEOUT_SECONDS", base.default_approval_timeout_seconds
             ),

@@ -17,6 +17,8 @@ class Recorder:
         self.port = port
         self.hits: Counter[str] = Counter()
         self.paths: list[str] = []
+        #: The headers of each request, in order (names lower-cased).
+        self.headers: list[dict[str, str]] = []
         self.lock = threading.Lock()
 
     @property
@@ -27,10 +29,11 @@ class Recorder:
     def total(self) -> int:
         return sum(self.hits.values())
 
-    def record(self, path: str) -> None:
+    def record(self, path: str, headers: dict[str, str] | None = None) -> None:
         with self.lock:
             self.hits[path] += 1
             self.paths.append(path)
+            self.headers.append(headers or {})
 
 
 @contextmanager
@@ -43,7 +46,7 @@ def recording_server(host: str, port: int = 0) -> Iterator[Recorder]:
             length = int(self.headers.get("Content-Length") or 0)
             if length:
                 self.rfile.read(length)
-            recorder.record(self.path)
+            recorder.record(self.path, {k.lower(): v for k, v in self.headers.items()})
             body = json.dumps(
                 {"path": self.path, "greeting": "hello from the node", "ok": True}
             ).encode()

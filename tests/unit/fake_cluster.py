@@ -30,10 +30,11 @@ from tooladapter.enums import InvocationState, Resource, ToolKind
 from tooladapter.executors import Call, Executor, InOperator, Outcome
 from tooladapter.flow import run_invocation
 from tooladapter.kube.auth import AccessVerdict
-from tooladapter.kube.claims import Claim, FencingVerdict
+from tooladapter.kube.claims import Claim, FencingVerdict, idempotency_claim_name
 from tooladapter.kube.client import Conflict, NotFound
 from tooladapter.kube.sandbox import PodOutcome
 from tooladapter.pipeline.hashing import descriptor_digest, request_hash
+from tooladapter.pipeline.retention import ClaimRecord
 from tooladapter.pipeline.sandbox import LeaseNames
 from tooladapter.runtime import Runtime
 from tooladapter.settings import Settings
@@ -96,6 +97,9 @@ class FakeCluster:
         self.objects: dict[tuple[str, str, str], Body] = {}
         #: Idempotency claims: (namespace, caller, key) -> (winner name, winner uid).
         self.claims: dict[tuple[str, str, str], tuple[str, str]] = {}
+        #: What a claim records beside its winner: created, resourceVersion, and from its
+        #: winner's end receipt-ref, ended-at, state.
+        self.claim_notes: dict[tuple[str, str, str], dict[str, str]] = {}
         #: Fencing: (namespace, caller, attempt id) -> highest token seen.
         self.fencing: dict[tuple[str, str, str], int] = {}
         #: RBAC grants: (user, verb, resource, name); name "*" grants every name.
@@ -302,10 +306,89 @@ class FakeCluster:
     async def claim_idempotency_key(
         self, *, namespace: str, caller: str, key: str, invocation_name: str, invocation_uid: str
     ) -> Claim:
-        name, uid = self.claims.setdefault(
-            (namespace, caller, key), (invocation_name, invocation_uid)
+        claim_key = (namespace, caller, key)
+        self.claim_note(claim_key)
+        name, uid = self.claims.setdefault(claim_key, (invocation_name, invocation_uid))
+        return Claim(
+            won=uid == invocation_uid,
+            winner_name=name,
+            winner_uid=uid,
+            receipt_ref=self.claim_notes[claim_key].get("receipt"),
         )
-        return Claim(won=uid == invocation_uid, winner_name=name, winner_uid=uid)
+
+    def claim_note(self, claim_key: tuple[str, str, str]) -> dict[str, str]:
+        """A claim's record beside its winner (claims a test put in place get one too)."""
+        return self.claim_notes.setdefault(
+            claim_key,
+            {"created": to_iso(datetime.now(UTC)), "version": str(next(self._versions))},
+        )
+
+    @seam
+    async def record_idempotency_end(
+        self,
+        *,
+        namespace: str,
+        caller: str,
+        key: str,
+        holder_uid: str,
+        receipt_ref: str,
+        ended_at: str,
+        state: str,
+    ) -> bool:
+        claim_key = (namespace, caller, key)
+        claim = self.claims.get(claim_key)
+        if claim is None or claim[1] != holder_uid:
+            return False
+        self.claim_note(claim_key).update(
+            receipt=receipt_ref, ended=ended_at, state=state, version=str(next(self._versions))
+        )
+        return True
+
+    @seam
+    async def list_idempotency_claims(self) -> list[ClaimRecord]:
+        return [
+            ClaimRecord(
+                namespace=ns,
+                name=idempotency_claim_name(ns, caller, key),
+                resource_version=self.claim_note((ns, caller, key))["version"],
+                created=self.claim_note((ns, caller, key))["created"],
+                winner_name=name,
+                winner_uid=uid,
+                ended_at=self.claim_note((ns, caller, key)).get("ended"),
+                state=self.claim_note((ns, caller, key)).get("state"),
+                receipt_ref=self.claim_note((ns, caller, key)).get("receipt"),
+            )
+            for (ns, caller, key), (name, uid) in self.claims.items()
+        ]
+
+    @seam
+    async def delete_idempotency_claim(
+        self, namespace: str, name: str, *, resource_version: str
+    ) -> bool:
+        for claim_key in list(self.claims):
+            ns, caller, key = claim_key
+            if ns == namespace and idempotency_claim_name(ns, caller, key) == name:
+                if self.claim_note(claim_key)["version"] != resource_version:
+                    return False
+                del self.claims[claim_key]
+                self.claim_notes.pop(claim_key, None)
+                return True
+        return False
+
+    @seam
+    async def delete_invocation(
+        self, namespace: str, name: str, *, uid: str, resource_version: str
+    ) -> bool:
+        key = (str(Resource.INVOCATIONS), namespace, name)
+        obj = self.objects.get(key)
+        if obj is None:
+            return False
+        meta = obj["metadata"]
+        if meta["uid"] != uid or meta.get("resourceVersion") != resource_version:
+            return False
+        del self.objects[key]
+        self._changed().set()
+        return True
 
     @seam
     async def release_idempotency_key(

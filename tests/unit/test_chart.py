@@ -199,6 +199,7 @@ def test_default_release_runs_two_operators_with_failover_and_probes() -> None:
     assert metrics["spec"]["ports"][0]["targetPort"] == "metrics"
     assert not {"ServiceMonitor"} & kinds(docs)
     assert sorted(d["metadata"]["name"] for d in docs if d["kind"] == "Service") == [
+        "tooladapter-egress-proxy",
         "tooladapter-gateway",
         "tooladapter-metrics",
     ]
@@ -212,7 +213,7 @@ def test_default_artifact_store_is_a_claim_kept_on_uninstall() -> None:
     assert env_of(container)["TOOLADAPTER_ARTIFACT_DIR"] == "/var/lib/tooladapter/artifacts"
     mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
     assert mounts["artifacts"] == "/var/lib/tooladapter/artifacts"
-    pod = one(docs, "Deployment")["spec"]["template"]["spec"]
+    pod = one(docs, "Deployment", "tooladapter-operator")["spec"]["template"]["spec"]
     volumes = {v["name"]: v for v in pod["volumes"]}
     assert volumes["artifacts"]["persistentVolumeClaim"]["claimName"] == "tooladapter-artifacts"
     assert "affinity" not in pod, "a ReadWriteOnce claim keeps the replicas together"
@@ -272,7 +273,7 @@ def test_s3_backend_takes_credentials_from_an_existing_secret_and_no_claim() -> 
     assert env["TOOLADAPTER_S3_PATH_STYLE"] == "false"
     assert "AWS_CA_BUNDLE" not in env
     assert "artifacts" not in {m["name"] for m in container["volumeMounts"]}
-    pod = one(docs, "Deployment")["spec"]["template"]["spec"]
+    pod = one(docs, "Deployment", "tooladapter-operator")["spec"]["template"]["spec"]
     assert pod["affinity"]["podAntiAffinity"], "no shared volume: spread over nodes"
 
 
@@ -285,7 +286,7 @@ def test_s3_on_aws_needs_no_endpoint_and_a_private_ca_is_mounted() -> None:
     assert env["AWS_CA_BUNDLE"] == "/etc/tooladapter/s3-ca/ca.crt"
     mount = next(m for m in container["volumeMounts"] if m["name"] == "s3-ca")
     assert mount == {"name": "s3-ca", "mountPath": "/etc/tooladapter/s3-ca", "readOnly": True}
-    pod = one(docs, "Deployment")["spec"]["template"]["spec"]
+    pod = one(docs, "Deployment", "tooladapter-operator")["spec"]["template"]["spec"]
     volume = next(v for v in pod["volumes"] if v["name"] == "s3-ca")
     assert volume["configMap"]["name"] == "s3-ca"
 
@@ -312,7 +313,7 @@ def test_gateway_serves_on_every_replica_behind_a_service() -> None:
     assert {"name": "gateway", "containerPort": 8080} in container["ports"]
     service = one(docs, "Service", "tooladapter-gateway")
     assert service["spec"]["ports"] == [{"name": "http", "port": 8080, "targetPort": "gateway"}]
-    selector = one(docs, "Deployment")["spec"]["selector"]["matchLabels"]
+    selector = one(docs, "Deployment", "tooladapter-operator")["spec"]["selector"]["matchLabels"]
     assert service["spec"]["selector"] == selector
     # The gateway checks callers' tokens and permissions with the operator's identity.
     rules = one(docs, "ClusterRole", "tooladapter-operator")["rules"]
@@ -337,21 +338,24 @@ def test_gateway_tls_comes_from_a_secret_mounted_read_only() -> None:
     assert env["TOOLADAPTER_GATEWAY_TLS_KEY"] == "/etc/tooladapter/gateway-tls/tls.key"
     mount = next(m for m in container["volumeMounts"] if m["name"] == "gateway-tls")
     assert mount["readOnly"] is True
-    pod = one(docs, "Deployment")["spec"]["template"]["spec"]
+    pod = one(docs, "Deployment", "tooladapter-operator")["spec"]["template"]["spec"]
     volume = next(v for v in pod["volumes"] if v["name"] == "gateway-tls")
     assert volume["secret"] == {"secretName": "gateway-tls"}
 
 
-def test_egress_proxy_and_service_monitor_are_off_until_asked_for() -> None:
+def test_the_service_monitor_is_off_until_asked_for() -> None:
     assert not {"ServiceMonitor"} & kinds(render())
-    # Only its RBAC (generated from manifests/, like the operator's) is always there.
-    running = [d for d in render() if d["kind"] in ("Deployment", "Service")]
-    assert "egress-proxy" not in yaml.safe_dump_all(running)
     docs = render(
-        "--set=egressProxy.enabled=true",
         "--set=metrics.serviceMonitor.enabled=true",
         "--set=metrics.serviceMonitor.labels.release=prom",
     )
+    monitor = one(docs, "ServiceMonitor")
+    assert monitor["metadata"]["labels"]["release"] == "prom"
+    assert monitor["spec"]["endpoints"][0]["port"] == "metrics"
+
+
+def test_the_egress_proxy_runs_by_default_and_the_operator_finds_its_service() -> None:
+    docs = render()
     proxy = one(docs, "Deployment", "tooladapter-egress-proxy")
     pod = proxy["spec"]["template"]["spec"]
     assert pod["serviceAccountName"] == "tooladapter-egress-proxy"
@@ -360,6 +364,7 @@ def test_egress_proxy_and_service_monitor_are_off_until_asked_for() -> None:
     env = env_of(container)
     assert env["TOOLADAPTER_EGRESS_PROXY_PORT"] == "3128"
     assert env["TOOLADAPTER_EGRESS_NAMESPACE"] == "tooladapter-system"
+    assert "TOOLADAPTER_EGRESS_HOSTS" not in env, "the test resolver is off by default"
     service = one(docs, "Service", "tooladapter-egress-proxy")
     assert service["spec"]["ports"][0]["port"] == 3128
     selector = proxy["spec"]["selector"]["matchLabels"]
@@ -367,25 +372,80 @@ def test_egress_proxy_and_service_monitor_are_off_until_asked_for() -> None:
     # Its rights: the grants and its records in its own namespace, nothing cluster-wide.
     role = one(docs, "Role", "tooladapter-egress-proxy")
     assert role["metadata"]["namespace"] == "tooladapter-system"
-    granted = {(r, v) for rule in role["rules"] for r in rule["resources"] for v in rule["verbs"]}
-    assert granted == {
-        ("secrets", "get"),
-        ("secrets", "list"),
-        ("secrets", "watch"),
-        ("configmaps", "create"),
-        ("configmaps", "patch"),
+    assert rights(role) == {
+        ("secrets", "get", None),
+        ("secrets", "list", None),
+        ("secrets", "watch", None),
+        ("configmaps", "create", None),
+        ("configmaps", "patch", None),
     }
     binding = one(docs, "RoleBinding", "tooladapter-egress-proxy")
     assert binding["subjects"][0]["name"] == "tooladapter-egress-proxy"
+    # The operator: the proxy pods' labels for the lease's NetworkPolicy, and the Service
+    # whose ClusterIP it gives sandboxes, which it may `get` and nothing else of Services.
     operator_env = env_of(operator_container(docs))
     labels = dict(
         pair.split("=") for pair in operator_env["TOOLADAPTER_EGRESS_PROXY_POD_LABELS"].split(",")
     )
     assert labels == selector
     assert operator_env["TOOLADAPTER_EGRESS_PROXY_PORT"] == "3128"
-    monitor = one(docs, "ServiceMonitor")
-    assert monitor["metadata"]["labels"]["release"] == "prom"
-    assert monitor["spec"]["endpoints"][0]["port"] == "metrics"
+    assert operator_env["TOOLADAPTER_EGRESS_PROXY_SERVICE"] == "tooladapter-egress-proxy"
+    assert "TOOLADAPTER_EGRESS_PROXY_ADDRESS" not in operator_env
+    assert "TOOLADAPTER_EGRESS_PROXY_ENABLED" not in operator_env
+    own = one(docs, "Role", "tooladapter-operator-egress")
+    assert own["metadata"]["namespace"] == "tooladapter-system"
+    assert {r for r in rights(own) if r[0] == "services"} == {
+        ("services", "get", "tooladapter-egress-proxy")
+    }
+    binding = one(docs, "RoleBinding", "tooladapter-operator-egress")
+    assert binding["subjects"][0]["name"] == "tooladapter-operator"
+
+
+def test_a_second_release_reads_its_own_proxy_service() -> None:
+    docs = render("--set=prefix=tachart", namespace="ta-chart")
+    operator = one(docs, "Deployment", "tachart-operator")
+    env = env_of(operator["spec"]["template"]["spec"]["containers"][0])
+    assert env["TOOLADAPTER_EGRESS_PROXY_SERVICE"] == "tachart-egress-proxy"
+    assert env["TOOLADAPTER_EGRESS_NAMESPACE"] == "ta-chart"
+    one(docs, "Service", "tachart-egress-proxy")
+    own = one(docs, "Role", "tachart-operator-egress")
+    assert ("services", "get", "tachart-egress-proxy") in rights(own)
+
+
+def test_an_egress_address_or_a_disabled_proxy_never_falls_back_to_the_pod_address() -> None:
+    fixed = env_of(operator_container(render("--set=egressProxy.address=10.0.0.77")))
+    assert fixed["TOOLADAPTER_EGRESS_PROXY_ADDRESS"] == "10.0.0.77"
+    assert "TOOLADAPTER_EGRESS_PROXY_SERVICE" not in fixed
+    docs = render("--set=egressProxy.enabled=false")
+    running = [d for d in docs if d["kind"] in ("Deployment", "Service")]
+    assert "egress-proxy" not in yaml.safe_dump_all(running)
+    off = env_of(operator_container(docs))
+    assert off["TOOLADAPTER_EGRESS_PROXY_ENABLED"] == "false"
+    assert not {"TOOLADAPTER_EGRESS_PROXY_SERVICE", "TOOLADAPTER_EGRESS_PROXY_POD_LABELS"} & set(
+        off
+    )
+
+
+def test_the_test_resolver_and_cluster_ranges_reach_the_proxy() -> None:
+    docs = render(
+        "--set-string=egressProxy.hosts=api.example.test=192.0.2.9",
+        "--set-string=egressProxy.clusterCidrs=10.244.0.0/16\\,10.0.0.0/24",
+    )
+    proxy = one(docs, "Deployment", "tooladapter-egress-proxy")
+    env = env_of(proxy["spec"]["template"]["spec"]["containers"][0])
+    assert env["TOOLADAPTER_EGRESS_HOSTS"] == "api.example.test=192.0.2.9"
+    assert env["TOOLADAPTER_EGRESS_CLUSTER_CIDRS"] == "10.244.0.0/16,10.0.0.0/24"
+
+
+def rights(role: Doc) -> set[tuple[str, str, str | None]]:
+    """(resource, verb, resource name or None for any) of a Role's rules."""
+    return {
+        (resource, verb, name)
+        for rule in role["rules"]
+        for resource in rule["resources"]
+        for verb in rule["verbs"]
+        for name in rule.get("resourceNames") or [None]
+    }
 
 
 def test_the_api_server_workaround_sets_both_address_and_port() -> None:
@@ -495,11 +555,11 @@ def test_the_reviewers_page_shares_one_session_key_among_replicas() -> None:
     assert env_of(container)["TOOLADAPTER_UI_SESSION_KEY_FILE"] == (
         "/etc/tooladapter/ui-session/session-key"
     )
-    pod = one(docs, "Deployment")["spec"]["template"]["spec"]
+    pod = one(docs, "Deployment", "tooladapter-operator")["spec"]["template"]["spec"]
     volume = next(v for v in pod["volumes"] if v["name"] == "ui-session")
     assert volume["secret"]["secretName"] == "tooladapter-ui-session"
     own = render("--set=gateway.uiSessionSecretName=mine")
     assert not [d for d in own if d["kind"] == "Secret"]
-    pod = one(own, "Deployment")["spec"]["template"]["spec"]
+    pod = one(own, "Deployment", "tooladapter-operator")["spec"]["template"]["spec"]
     volume = next(v for v in pod["volumes"] if v["name"] == "ui-session")
     assert volume["secret"]["secretName"] == "mine"

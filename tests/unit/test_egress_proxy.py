@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import logging
 import ssl
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -12,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from prometheus_client import REGISTRY
 
 from tooladapter.devtools.tls import make_certificates
 from tooladapter.egress.leases import LeaseTable
@@ -305,3 +307,25 @@ async def test_an_upstream_with_an_untrusted_certificate_is_not_sent_the_credent
     assert answer.startswith(b"HTTP/1.1 502") and rig.tls.heads == []
     (record,) = await records_of(rig, "lease-a", 1)
     assert record["verdict"] == "upstream-failed"
+
+
+async def test_a_probe_that_sends_nothing_is_not_a_request_but_garbage_is(
+    rig: Rig, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The kubelet's TCP probes open and close the proxy port every few seconds."""
+    labels = {"tenant": "unknown", "verdict": str(EgressVerdict.BAD_REQUEST)}
+
+    def counted() -> float:
+        return REGISTRY.get_sample_value("tooladapter_egress_connections_total", labels) or 0.0
+
+    before = counted()
+    with caplog.at_level(logging.INFO, logger="tooladapter.egress"):
+        _reader, writer = await asyncio.open_connection("127.0.0.1", rig.proxy_port)
+        writer.close()
+        await writer.wait_closed()
+        answer = await exchange(rig.proxy_port, b"not a request\r\n\r\n")
+    assert answer.startswith(b"HTTP/1.1 400")
+    await rig.recorder.drain()
+    lines = [r.getMessage() for r in caplog.records if "bad-request" in r.getMessage()]
+    assert len(lines) == 1, lines
+    assert counted() == before + 1

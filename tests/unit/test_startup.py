@@ -3,6 +3,7 @@ port, not a traceback per retry; events reported by tooladapter, not by the fram
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import socket
@@ -12,6 +13,7 @@ from typing import Any
 
 import kopf
 import pytest
+from kubernetes_asyncio.client import V1Service, V1ServiceSpec
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from tooladapter import metrics
@@ -103,3 +105,70 @@ def test_tooladapter_run_on_a_taken_metrics_port_exits_with_one_line() -> None:
         "Address already in use; another process holds it: stop it, or set "
         "TOOLADAPTER_METRICS_PORT to a free port (0 disables metrics)"
     ]
+
+
+class Services:
+    """`kube.core.read_namespaced_service` answering from a dict of name -> ClusterIP."""
+
+    def __init__(self, **ips: str) -> None:
+        self.ips = ips
+        self.asked: list[tuple[str, str]] = []
+        self.core = self
+
+    async def read_namespaced_service(self, name: str, namespace: str) -> Any:
+        self.asked.append((namespace, name))
+        if name not in self.ips:
+            raise ApiException(status=404, reason="Not Found")
+        return V1Service(spec=V1ServiceSpec(cluster_ip=self.ips[name]))
+
+
+EGRESS = lifecycle.EgressSettings(namespace="ta-system", proxy_pod_labels=(("app", "proxy"),))
+
+
+async def test_in_the_cluster_sandboxes_get_the_proxy_services_cluster_ip(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(lifecycle, "default_route_address", lambda: "10.244.0.9")
+    kube = Services(**{"ta-egress-proxy": "10.0.0.200"})
+    settings = dataclasses.replace(EGRESS, proxy_service="ta-egress-proxy")
+    address = await lifecycle.egress_proxy_address(settings, kube)  # type: ignore[arg-type]
+    assert address == "10.0.0.200", "never the pod's own default-route address"
+    assert kube.asked == [("ta-system", "ta-egress-proxy")]
+    peer = lifecycle.egress_peer(settings, address)
+    assert peer is not None and peer.endpoint == "10.0.0.200:3128"
+    # The policy admits the proxy pods (the Service address is DNAT'ed before it applies).
+    assert peer.rule()["to"] == [
+        {
+            "podSelector": {"matchLabels": {"app": "proxy"}},
+            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "ta-system"}},
+        }
+    ]
+
+
+async def test_a_missing_proxy_service_retries_the_start_up_and_a_headless_one_fails_closed(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(lifecycle, "default_route_address", lambda: "10.244.0.9")
+    missing = dataclasses.replace(EGRESS, proxy_service="absent")
+    with pytest.raises(kopf.TemporaryError, match="ta-system/absent"):
+        await lifecycle.egress_proxy_address(missing, Services())  # type: ignore[arg-type]
+    headless = dataclasses.replace(EGRESS, proxy_service="headless")
+    kube = Services(headless="None")
+    assert await lifecycle.egress_proxy_address(headless, kube) is None  # type: ignore[arg-type]
+    assert "has no ClusterIP" in caplog.text
+    assert lifecycle.egress_peer(headless, None) is None
+
+
+async def test_a_configured_address_or_a_disabled_proxy_asks_no_service(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(lifecycle, "default_route_address", lambda: "192.0.2.5")
+    kube = Services(**{"ta-egress-proxy": "10.0.0.200"})
+    fixed = dataclasses.replace(EGRESS, proxy_address="10.0.0.7", proxy_service="ta-egress-proxy")
+    assert await lifecycle.egress_proxy_address(fixed, kube) == "10.0.0.7"  # type: ignore[arg-type]
+    off = dataclasses.replace(EGRESS, proxy_enabled=False, proxy_service="ta-egress-proxy")
+    assert await lifecycle.egress_proxy_address(off, kube) is None  # type: ignore[arg-type]
+    assert kube.asked == []
+    # Host mode (`make run`): the proxy listens on this host's default-route address.
+    host = lifecycle.EgressSettings()
+    assert await lifecycle.egress_proxy_address(host, kube) == "192.0.2.5"  # type: ignore[arg-type]

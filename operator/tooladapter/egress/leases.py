@@ -30,6 +30,9 @@ logger = logging.getLogger("tooladapter.egress")
 
 #: A uid the table does not know is looked up at most this often.
 LOOKUP_INTERVAL_SECONDS = 1.0
+#: And all unknown uids together at most this many times a second: made-up uids, one
+#: per connection, would otherwise turn into as many GETs on the API server.
+LOOKUPS_PER_SECOND = 10
 
 
 @dataclass(frozen=True)
@@ -37,6 +40,9 @@ class Credential:
     entry: HostEntry
     header: str
     value: str
+    #: The Secret's value itself (`value` may carry a scheme before it): what a response
+    #: must never hand back.
+    secret: str = ""
 
     def matches(self, host: str, port: int, default_port: int) -> bool:
         return self.entry.matches(host, port, default_port)
@@ -89,8 +95,9 @@ def lease_of(secret: dict[str, Any]) -> Lease:
         parsed = parse_egress_entry(item.host)
         if parsed.kind != "host":
             raise ValueError(f"credential host {item.host!r} is not a host name")
-        header, value = credential_header(item.header, item.scheme, _decode(data, item.key))
-        credentials.append(Credential(HostEntry(parsed.value, parsed.port), header, value))
+        raw = _decode(data, item.key)
+        header, value = credential_header(item.header, item.scheme, raw)
+        credentials.append(Credential(HostEntry(parsed.value, parsed.port), header, value, raw))
     return Lease(
         grant=grant,
         token_sha256=_decode(data, TOKEN_HASH_KEY),
@@ -113,6 +120,8 @@ class LeaseTable:
         self.serves = serves
         self.leases: dict[str, Lease] = {}
         self._looked_up: dict[str, float] = {}
+        #: (the second, the lookups made in it).
+        self._budget: tuple[int, int] = (0, 0)
 
     def _admit(self, secret: dict[str, Any]) -> Lease | None:
         name = (secret.get("metadata") or {}).get("name", "?")
@@ -163,7 +172,7 @@ class LeaseTable:
         lease = self.leases.get(user)
         if lease is None and user and len(user) <= 64:
             now = time.monotonic()
-            if now - self._looked_up.get(user, 0.0) >= LOOKUP_INTERVAL_SECONDS:
+            if now - self._looked_up.get(user, 0.0) >= LOOKUP_INTERVAL_SECONDS and self._spend(now):
                 self._looked_up[user] = now
                 if len(self._looked_up) > 10_000:
                     self._looked_up.clear()
@@ -179,6 +188,15 @@ class LeaseTable:
                 self.end(lease.uid, "it expired")
             return None
         return lease
+
+    def _spend(self, now: float) -> bool:
+        second, used = self._budget
+        if int(now) != second:
+            second, used = int(now), 0
+        if used >= LOOKUPS_PER_SECOND:
+            return False
+        self._budget = (second, used + 1)
+        return True
 
     def expire(self) -> None:
         now = datetime.now(UTC)

@@ -47,6 +47,7 @@ from ..pipeline.egress import (
     split_authority,
     upstream_head,
 )
+from ..pipeline.egress_framing import ChunkedEnd, Framing, Masker, body_framing
 from .leases import Lease, LeaseTable
 from .records import Recorder
 
@@ -56,6 +57,12 @@ HEAD_TIMEOUT_SECONDS = 30.0
 HELLO_TIMEOUT_SECONDS = 15.0
 CONNECT_TIMEOUT_SECONDS = 10.0
 CHUNK = 65_536
+#: Connections of one peer address still sending their head (each may take
+#: `HEAD_TIMEOUT_SECONDS`): beyond this a new one is closed unread, so one sandbox
+#: cannot hold the proxy's descriptors, which every tenant shares.
+MAX_PENDING_PER_PEER = 32
+#: Open connections of one lease; one more is refused (and recorded).
+MAX_LEASE_CONNECTIONS = 64
 
 #: Resolves a name to addresses (getaddrinfo in production; a table in unit tests).
 Resolve = Callable[[str, int], Awaitable[list[str]]]
@@ -87,6 +94,7 @@ _STATUS_TEXT = {
     400: "Bad Request",
     403: "Forbidden",
     407: "Proxy Authentication Required",
+    429: "Too Many Requests",
     502: "Bad Gateway",
 }
 
@@ -108,6 +116,8 @@ class EgressProxy:
         self.resolve = resolve
         self.upstream_tls = upstream_tls or ssl.create_default_context()
         self.idle_seconds = idle_seconds
+        #: Peer address -> its connections that have not sent a whole head yet.
+        self.pending: dict[str, int] = {}
 
     # ------------------------------------------------------------------ entry
 
@@ -121,16 +131,41 @@ class EgressProxy:
             with contextlib.suppress(Exception):
                 await writer.wait_closed()
 
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _head(self, reader: asyncio.StreamReader, peer: str) -> RequestHead | None:
+        """The request head, within `HEAD_TIMEOUT_SECONDS`; None when the peer has too
+        many heads under way (this one is not read)."""
+        if self.pending.get(peer, 0) >= MAX_PENDING_PER_PEER:
+            return None
+        self.pending[peer] = self.pending.get(peer, 0) + 1
         try:
             raw = await asyncio.wait_for(
                 reader.readuntil(b"\r\n\r\n"), timeout=HEAD_TIMEOUT_SECONDS
             )
-            head = parse_request_head(raw)
-        except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError, BadRequest):
+        finally:
+            self.pending[peer] -= 1
+            if not self.pending[peer]:
+                del self.pending[peer]
+        return parse_request_head(raw)
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        peername = writer.get_extra_info("peername")
+        peer = str(peername[0]) if isinstance(peername, tuple) else "-"
+        try:
+            head = await self._head(reader, peer)
+        except asyncio.IncompleteReadError as exc:
+            if not exc.partial:
+                # Opened and closed without a byte: the kubelet's TCP probes (every few
+                # seconds in the cluster) or a port scan. No request: no record, no count.
+                return
             self._record(None, "-", 0, "-", Verdict(EgressVerdict.BAD_REQUEST, "no request head"))
             await _answer(writer, 400)
             return
+        except (asyncio.LimitOverrunError, TimeoutError, BadRequest):
+            self._record(None, "-", 0, "-", Verdict(EgressVerdict.BAD_REQUEST, "no request head"))
+            await _answer(writer, 400)
+            return
+        if head is None:
+            return  # closed unread: its peer already has too many heads under way
         host, port = _target_for_log(head)
         creds = proxy_credentials(head)
         lease = await self.leases.authenticate(*creds) if creds else None
@@ -146,6 +181,19 @@ class EgressProxy:
                 ),
             )
             await _answer(writer, 407, extra=b'Proxy-Authenticate: Basic realm="tooladapter"\r\n')
+            return
+        if len(lease.connections) >= MAX_LEASE_CONNECTIONS:
+            self._record(
+                lease,
+                host,
+                port,
+                head.method,
+                Verdict(
+                    EgressVerdict.TOO_MANY_CONNECTIONS,
+                    f"the lease has {MAX_LEASE_CONNECTIONS} connections open already",
+                ),
+            )
+            await _answer(writer, 429)
             return
         task = asyncio.current_task()
         assert task is not None
@@ -254,6 +302,7 @@ class EgressProxy:
     ) -> None:
         try:
             target = forward_target(head)
+            framing = body_framing(head)
         except BadRequest as exc:
             self._record(
                 lease,
@@ -276,9 +325,20 @@ class EgressProxy:
             await _answer(writer, refusal.status)
             return
         inject = (credential.header, credential.value) if credential is not None else None
+        masker = Masker(credential.secret.encode()) if credential is not None else None
         first = upstream_head(head, target, inject=inject)
         upstream = (upstream_reader, upstream_writer)
-        await self._splice(lease, target.host, port, head.method, first, (reader, writer), upstream)
+        await self._splice(
+            lease,
+            target.host,
+            port,
+            head.method,
+            first,
+            (reader, writer),
+            upstream,
+            request=framing,
+            masker=masker,
+        )
 
     # ------------------------------------------------------------------ shared
 
@@ -291,14 +351,18 @@ class EgressProxy:
         first: bytes,
         client: tuple[asyncio.StreamReader, asyncio.StreamWriter],
         upstream: tuple[asyncio.StreamReader, asyncio.StreamWriter],
+        *,
+        request: Framing | None = None,
+        masker: Masker | None = None,
     ) -> None:
-        """Send `first` upstream, relay both ways until either side ends, then record the
-        allowed connection with its byte counts (however the relay ended)."""
+        """Send `first` upstream, relay both ways (`_relay`, with `request` and `masker`)
+        until it ends, then record the allowed connection with its byte counts (however
+        the relay ended)."""
         counts = Counts()
         try:
             upstream[1].write(first)
             counts.up += len(first)
-            await self._relay(lease, *client, *upstream, counts)
+            await self._relay(lease, *client, *upstream, counts, request=request, masker=masker)
         finally:
             upstream[1].close()
             self._record(lease, host, port, method, ALLOWED, counts)
@@ -351,15 +415,25 @@ class EgressProxy:
         upstream_reader: asyncio.StreamReader,
         upstream_writer: asyncio.StreamWriter,
         counts: Counts,
+        *,
+        request: Framing | None = None,
+        masker: Masker | None = None,
     ) -> None:
         """Both directions until both have ended (a half-close is passed on), the lease
-        ends, or nothing moves for `idle_seconds`."""
+        ends, or nothing moves for `idle_seconds`. With `request` (a forwarded request),
+        the client's side ends with that request's body; with `masker`, the answer is
+        masked on its way down."""
         activity = asyncio.Event()
 
         async def pump(src: asyncio.StreamReader, dst: asyncio.StreamWriter, up: bool) -> None:
+            mask = None if up else masker
             while True:
                 chunk = await src.read(CHUNK)
                 if not chunk:
+                    rest = mask.flush() if mask is not None else b""
+                    if rest:
+                        dst.write(rest)
+                        await dst.drain()
                     if dst.can_write_eof():
                         with contextlib.suppress(OSError, RuntimeError):
                             dst.write_eof()
@@ -369,11 +443,33 @@ class EgressProxy:
                     counts.up += len(chunk)
                 else:
                     counts.down += len(chunk)
-                dst.write(chunk)
-                await dst.drain()
+                out = mask.feed(chunk) if mask is not None else chunk
+                if out:
+                    dst.write(out)
+                    await dst.drain()
 
+        async def body(framing: Framing) -> None:
+            """The one request's body, then nothing more of the client's."""
+            left = framing.length
+            chunked = ChunkedEnd() if framing.chunked else None
+            while chunked is not None or left > 0:
+                chunk = await client_reader.read(CHUNK if chunked else min(CHUNK, left))
+                if not chunk:
+                    return
+                if chunked is not None:
+                    end = chunked.feed(chunk)
+                    if end is not None:
+                        chunk, chunked = chunk[:end], None
+                else:
+                    left -= len(chunk)
+                activity.set()
+                counts.up += len(chunk)
+                upstream_writer.write(chunk)
+                await upstream_writer.drain()
+
+        up = body(request) if request is not None else pump(client_reader, upstream_writer, True)
         pumps: set[asyncio.Future[object]] = {
-            asyncio.ensure_future(pump(client_reader, upstream_writer, True)),
+            asyncio.ensure_future(up),
             asyncio.ensure_future(pump(upstream_reader, client_writer, False)),
         }
         ended: asyncio.Future[object] = asyncio.ensure_future(lease.ended.wait())

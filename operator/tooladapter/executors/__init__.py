@@ -35,6 +35,8 @@ class Call:
     #: The lease goes through the egress proxy: the pod gets HTTP(S)_PROXY, and these
     #: CIDR entries as NO_PROXY. None: no proxy.
     proxy_bypass: tuple[str, ...] | None = None
+    #: W3C trace context for the tool's request (http, MCP), when traces are exported.
+    traceparent: str | None = None
     interrupted: asyncio.Event = field(default_factory=asyncio.Event, compare=False)
 
 

@@ -102,6 +102,9 @@ class HttpExecutor(InOperator):
             method, url, headers, body = render_http_request(spec, call.arguments)
         except ValueError as exc:
             return Outcome.failed(FailureClass.VALIDATION, str(exc))
+        if call.traceparent:
+            headers = {k: v for k, v in headers.items() if k.lower() != "traceparent"}
+            headers["traceparent"] = call.traceparent
         blocked = blocked_host(url, self.blocked_hosts)
         if blocked is not None:
             return Outcome.failed(

@@ -73,6 +73,8 @@ class McpExecutor(InOperator):
         except NotFound as exc:
             return Outcome.failed(FailureClass.CREDENTIALS, f"server credentials: {exc}")
         rule = address_rule(entry.spec, self.blocked)
+        if call.traceparent:
+            headers = {**headers, "traceparent": call.traceparent}
         outcome = await self._call(call, entry.spec.url, headers, rule)
         if not secrets:
             return outcome

@@ -104,7 +104,8 @@ async def claim_idempotency_key(ctx: FlowContext) -> None:
         await ctx.commit()
     winner = await wait_for_terminal(ctx, claim.winner_name, claim.winner_uid)
     wstatus = (winner or {}).get("status") or {}
-    ctx.status.receipt_ref = wstatus.get("receiptRef")
+    # A winner already deleted (retention) left its receipt on the claim.
+    ctx.status.receipt_ref = wstatus.get("receiptRef") or claim.receipt_ref
     ctx.status.result_ref = wstatus.get("resultRef")
     ctx.status.result_hash = wstatus.get("resultHash")
     raise Denial(

@@ -15,6 +15,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from .. import tracing
 from ..enums import (
     EnvironmentClass,
     FailureClass,
@@ -150,11 +151,68 @@ class FlowContext:
 
     # ------------------------------------------------------------------ status writing
 
-    def record(self, stage: Stage, outcome: StageOutcome, detail: str = "") -> None:
+    def record(
+        self,
+        stage: Stage,
+        outcome: StageOutcome,
+        detail: str = "",
+        *,
+        since: str | None = None,
+        until: str | None = None,
+    ) -> None:
+        """Append a stage entry (and, when tracing, its span: from `since`, else the previous
+        entry, to `until`, else now)."""
         detail = bounded_message(detail, self.secret_values, max_chars=STAGE_DETAIL_CHARS)
-        self.status.stages.append(
-            StageEntry(stage=stage, outcome=outcome, time=now_iso(), detail=detail)
+        entry = StageEntry(stage=stage, outcome=outcome, time=now_iso(), detail=detail)
+        self.status.stages.append(entry)
+        if tracing.enabled():
+            stages = self.status.stages
+            first = self.status.started_at or self.created
+            tracing.emit_stage(
+                self.uid,
+                entry,
+                start=since or tracing.stage_start(stages, len(stages) - 1, first),
+                end=until,
+                attributes=self.trace_attributes(),
+            )
+
+    def trace_attributes(self) -> dict[str, str | int | bool]:
+        """What identifies the call on its spans: never arguments, results or details."""
+        raw = self.body.get("spec") or {}
+        tool = raw.get("tool") or {}
+        labels = self.rt.catalog.namespace_labels(self.namespace)
+        attributes: dict[str, str | int | bool] = {
+            "k8s.namespace.name": self.namespace,
+            "tooladapter.tenant": labels.get(tracing.TENANT_LABEL) or self.namespace,
+            "tooladapter.invocation.name": self.name,
+            "tooladapter.invocation.uid": self.uid,
+            "tooladapter.tool.id": str(tool.get("id") or ""),
+            "tooladapter.tool.version": str(tool.get("version") or ""),
+            "tooladapter.state": str(self.status.state),
+        }
+        optional = {
+            "tooladapter.tool.kind": self.descriptor.kind if self.descriptor else None,
+            "tooladapter.class.declared": self.status.declared_class,
+            "tooladapter.class.effective": self.status.effective_class,
+            "tooladapter.failure_class": self.status.failure_class,
+            "tooladapter.run_id": raw.get("runId"),
+            "tooladapter.dry_run": True if raw.get("dryRun") is True else None,
+        }
+        attributes.update(
+            {k: v if isinstance(v, bool) else str(v) for k, v in optional.items() if v}
         )
+        return attributes
+
+    def trace_end(self) -> None:
+        """The call's root span, once its end is persisted."""
+        if tracing.enabled():
+            tracing.emit_invocation(
+                self.uid,
+                start=self.created,
+                end=self.status.ended_at or now_iso(),
+                state=self.status.state,
+                attributes=self.trace_attributes(),
+            )
 
     def enter(self, state: InvocationState) -> None:
         """Move to `state` in memory, after checking the transition is legal."""
@@ -174,6 +232,8 @@ class FlowContext:
         if state is not None and state != self.status.state:
             self.enter(state)
         version = self.body.get("metadata", {}).get("resourceVersion") if exclusive else None
+        if self.status.trace_id is None and tracing.enabled():
+            self.status.trace_id = tracing.trace_id_hex(self.uid)
         self.status.conditions = invocation_conditions(
             self.status.state,
             failure_class=self.status.failure_class,

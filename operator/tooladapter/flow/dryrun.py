@@ -96,6 +96,7 @@ async def on_dry_run(ctx: FlowContext) -> None:
         status.policy_decision_id = preview.policy.decision_id
     status.message = ctx.bounded(f"dry run, {describe(preview.verdict)}: {preview.message}")
     await ctx.commit(InvocationState.PREVIEWED)
+    ctx.trace_end()
     ctx.post(reason="ToolInvocationPreviewed", message=status.message)
 
 

@@ -59,6 +59,7 @@ _OUTCOME_STAGE = {
 
 async def finish(ctx: FlowContext, outcome: Outcome) -> None:
     """End an execution: sanitize its output, store it, and settle as the Outcome says."""
+    returned = now_iso()  # the tool's answer: its span ends here, sanitizing's begins
     max_bytes = ctx.rt.settings.max_result_bytes
     if ctx.descriptor is not None:
         max_bytes = min(ctx.descriptor.max_result_bytes, max_bytes)
@@ -94,6 +95,7 @@ async def finish(ctx: FlowContext, outcome: Outcome) -> None:
         StageOutcome.DONE,
         f"{clean.original_bytes} bytes, {len(clean.redactions)} redaction(s)"
         + (", truncated" if clean.truncated else ""),
+        since=returned,
     )
     content = clean.content.encode()
     # The output exists only here now: a store error delays the end, never loses it.
@@ -117,7 +119,7 @@ async def finish(ctx: FlowContext, outcome: Outcome) -> None:
     ctx.status.failure_class = outcome.failure_class
     ctx.status.message = ctx.bounded(outcome.message) or None
     await release(ctx, f"invocation ended {outcome.state}")
-    ctx.record(Stage.EXECUTE, _OUTCOME_STAGE[outcome.state], outcome.message)
+    ctx.record(Stage.EXECUTE, _OUTCOME_STAGE[outcome.state], outcome.message, until=returned)
     await end(ctx, outcome.state)
 
 
@@ -237,6 +239,8 @@ async def conclude(ctx: FlowContext, *, post_event: bool = True) -> None:
             audit=descriptor.audit_requirements if descriptor else None,
         )
     await ctx.commit()
+    ctx.trace_end()
+    await keep_receipt_on_claim(ctx, spec)
     ctx.rt.rates.release(ctx.uid)
     tool = spec.tool.id
     effective = str(ctx.status.effective_class or "")
@@ -262,6 +266,27 @@ async def conclude(ctx: FlowContext, *, post_event: bool = True) -> None:
     # Last: the end is persisted and announced; a finalizer left behind by a failure here
     # is removed by `release_finalizer`.
     await ctx.let_go()
+
+
+async def keep_receipt_on_claim(ctx: FlowContext, spec: ToolInvocationSpec) -> None:
+    """A winner's end and receipt onto its idempotency claim, which outlives the invocation
+    (retention): duplicates still find the receipt, and the claim's own retention counts from
+    here. Best effort: a claim without it is kept until its winner is gone."""
+    status = ctx.status
+    if not spec.idempotency_key or status.duplicate_of or not status.receipt_ref:
+        return
+    try:
+        await ctx.rt.cluster.record_idempotency_end(
+            namespace=ctx.namespace,
+            caller=spec.caller.name,
+            key=spec.idempotency_key,
+            holder_uid=ctx.uid,
+            receipt_ref=status.receipt_ref,
+            ended_at=status.ended_at or now_iso(),
+            state=str(status.state),
+        )
+    except Exception:
+        logger.warning("invocation %s: its end not kept on its claim", ctx.ref, exc_info=True)
 
 
 async def write_receipt(

@@ -15,6 +15,7 @@ from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Any
 
+from .. import tracing
 from ..enums import FailureClass, InvocationState, Resource, SideEffectClass, Stage, StageOutcome
 from ..executors import Call, Outcome, unconfirmed_for
 from ..kube.client import Conflict, NotFound
@@ -163,6 +164,7 @@ def build_call(ctx: FlowContext) -> Call:
         lease_id=ctx.uid,
         proxy_bypass=proxy_bypass(ctx),
         interrupted=ctx.interrupted,
+        traceparent=tracing.traceparent(ctx.uid),
     )
 
 

@@ -17,6 +17,8 @@ from typing import Any
 
 from aiohttp import web
 
+from .bodies import read_body
+
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
@@ -49,7 +51,7 @@ async def serve_asgi(
 ) -> web.StreamResponse:
     """Run `app` for `request`; `state` becomes the ASGI scope's `state` (what the app's
     request objects expose as `request.state`)."""
-    body = await request.read()
+    body = await read_body(request)
     answered = asyncio.Event()
     delivered = False
     response: web.StreamResponse | None = None

@@ -24,6 +24,7 @@ from ..settings import Settings
 from .auth import REVIEWS, ReviewCache, authentication_middleware
 from .context import DEPS, Deps
 from .errors import problems_middleware
+from .guard import Limits, guarded
 from .mcp_endpoint import MAX_BODY_BYTES, MCP_ENDPOINT, McpEndpoint
 from .openapi import document
 from .routes import MODULES
@@ -35,6 +36,9 @@ logger = logging.getLogger("tooladapter.gateway")
 #: Seconds in-flight requests get to finish on shutdown (a followed call is cancelled;
 #: its invocation goes on and can be read later).
 SHUTDOWN_GRACE: Final = 5.0
+#: A connection without a request in progress is closed after this long: an idle one,
+#: and one whose head has not arrived whole (aiohttp's default is an hour).
+KEEPALIVE_SECONDS: Final = 30.0
 
 
 class GatewayPortTaken(RuntimeError):
@@ -95,6 +99,8 @@ class Gateway:
         self.kube = kube
         self.mcp = McpEndpoint()
         self.runner: web.AppRunner | None = None
+        self.listener: asyncio.Server | None = None
+        self.limits = Limits()
         self.port: int | None = None
 
     @classmethod
@@ -129,20 +135,27 @@ class Gateway:
             handler_cancellation=True,
             access_log=None,
             shutdown_timeout=SHUTDOWN_GRACE,
+            keepalive_timeout=KEEPALIVE_SECONDS,
         )
         await self.runner.setup()
+        server = self.runner.server
+        assert server is not None
         context = tls_context(settings)
-        site = web.TCPSite(
-            self.runner, settings.gateway_host, settings.gateway_port, ssl_context=context
-        )
+        # The listener is ours rather than a TCPSite's, so every connection passes the
+        # guard (`guard.py`) before aiohttp sees it.
         try:
-            await site.start()
+            self.listener = await asyncio.get_running_loop().create_server(
+                guarded(server, self.limits),
+                settings.gateway_host,
+                settings.gateway_port,
+                ssl=context,
+                reuse_address=True,
+            )
         except OSError as exc:
             if exc.errno == errno.EADDRINUSE:
                 raise GatewayPortTaken(settings.gateway_host, settings.gateway_port) from None
             raise
-        server = getattr(site, "_server", None)
-        sockets = getattr(server, "sockets", None) or []
+        sockets = self.listener.sockets
         self.port = sockets[0].getsockname()[1] if sockets else settings.gateway_port
         scheme = "https" if context is not None else "http"
         logger.info(
@@ -153,6 +166,9 @@ class Gateway:
         )
 
     async def stop(self) -> None:
+        if self.listener is not None:
+            self.listener.close()
+            self.listener = None
         if self.runner is not None:
             await self.runner.cleanup()
             self.runner = None

@@ -12,11 +12,12 @@ import asyncio
 import logging
 import socket
 import time
+from importlib.metadata import version
 from typing import Any
 
 import kopf
 
-from .. import GROUP
+from .. import GROUP, tracing
 from ..artifacts import open_store
 from ..catalog import Catalog
 from ..enums import OperatorRole, ToolKind
@@ -30,6 +31,7 @@ from ..gateway import Gateway, GatewayPortTaken
 from ..kube.auth import AllowCache
 from ..kube.client import Conflict, Kube, NotFound, is_transient
 from ..kube.cluster import KubeCluster
+from ..kube.services import cluster_ip
 from ..metrics import LEADING, serve
 from ..pipeline.sandbox import ProxyPeer
 from ..runtime import Runtime
@@ -134,6 +136,7 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo) -> None:
     try:
         # First, so a failed attempt leaves nothing open (no listener, no session) behind.
         await prime_when_served(catalog, kube)
+        proxy_address = await egress_proxy_address(config.egress, kube)
     except BaseException:
         await kube.close()
         raise
@@ -157,6 +160,10 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo) -> None:
         kube=kube,
     )
     rt.closers.append(http.close)
+    flush_traces = tracing.configure(version("tooladapter"))
+    if flush_traces is not None:
+        # First registered, so closed last: the spans of calls ending during shutdown go too.
+        rt.closers.insert(0, flush_traces)
     if config.network_gate:
         started = await start_canary(config.canary_host, config.canary_port)
         if started is not None:
@@ -167,7 +174,7 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo) -> None:
                 canary_server.close()
 
             rt.closers.append(close_canary)
-    rt.egress_peer = egress_peer(config.egress)
+    rt.egress_peer = egress_peer(config.egress, proxy_address)
     rt.mcp = McpServers(rt)
     serve(config.metrics_port, rt.census)
     memo["runtime"] = rt
@@ -211,10 +218,33 @@ def short_reason(exc: BaseException) -> str:
     return f"{status} {reason}" if status else f"{type(exc).__name__}: {reason}"
 
 
-def egress_peer(settings: EgressSettings) -> ProxyPeer | None:
-    """The egress proxy as sandboxes reach it: the configured address, else (host mode,
-    `make run`) this host's default-route address, where the proxy listens."""
-    address = settings.proxy_address or default_route_address()
+async def egress_proxy_address(settings: EgressSettings, kube: Kube) -> str | None:
+    """Where sandboxes reach the egress proxy (an address: they have no DNS).
+
+    The configured address; else, in the cluster, the ClusterIP of the proxy's Service (the
+    chart names it; a Service's ClusterIP never changes while it exists); else (host mode,
+    `make run`) this host's default-route address, where the proxy listens. Never the
+    default-route address in the cluster: that is this pod's own. None when disabled."""
+    if not settings.proxy_enabled:
+        return None
+    if settings.proxy_address:
+        return settings.proxy_address
+    if settings.proxy_service:
+        where = f"{settings.namespace}/{settings.proxy_service}"
+        try:
+            address = await cluster_ip(kube, settings.namespace, settings.proxy_service)
+        except NotFound:
+            # Installed together with the operator: wait for it rather than start without.
+            raise kopf.TemporaryError(f"egress proxy Service {where} not found", delay=5) from None
+        if address is None:
+            logger.error("egress proxy Service %s has no ClusterIP: no egress by host name", where)
+        return address
+    return default_route_address()
+
+
+def egress_peer(settings: EgressSettings, address: str | None) -> ProxyPeer | None:
+    """The egress proxy as sandboxes reach it; None (host names unreachable) without an
+    address."""
     if address is None:
         logger.warning("no egress proxy address: sandboxes cannot reach host names")
         return None

@@ -5,8 +5,9 @@
   possible); it is never re-executed. It also hands freed heap back to the OS.
 - sandbox reaper: Jobs, NetworkPolicies and Secrets of ended (or deleted) invocations are
   removed after a short retention; a Secret never outlives its call.
-- retention: finished invocations older than the configured age are deleted (receipts stay
-  in the artifact store).
+- retention: finished invocations are deleted a configured time after they ended, and
+  idempotency claims a configured time after their winner ended (`pipeline.retention`);
+  receipts stay in the artifact store, a claim keeps its winner's receiptRef.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from ..flow import run_invocation
 from ..kube import sandbox as ksandbox
 from ..kube.client import NotFound
 from ..memory import release_free_heap
+from ..pipeline.retention import claim_expired, invocation_expired
 from ..pipeline.sandbox import ANNOTATION_INVOCATION_REF, LABEL_INVOCATION_UID
 from ..runtime import Runtime
 from ..timeutil import parse_time
@@ -115,26 +117,73 @@ async def reap_sandboxes(rt: Runtime) -> None:
                     logger.info("reaped %s %s/%s", kind, meta["namespace"], meta["name"])
 
 
-async def apply_retention(rt: Runtime) -> None:
-    kube = rt.kube
-    if rt.settings.retention_seconds <= 0 or kube is None:
-        return
+#: Deletions per retention run: a backlog (a first run over weeks of calls) drains over a few
+#: runs instead of one burst of writes to the API server.
+RETENTION_BATCH = 500
+
+
+async def apply_retention(rt: Runtime) -> int:
+    """Delete finished invocations `retention_seconds` after they ended (`pipeline.retention`
+    says which); the candidates come from the watch's census, each re-read and deleted only
+    as read. Returns how many went."""
+    seconds = rt.settings.retention_seconds
+    if seconds <= 0:
+        return 0
     now = datetime.now(UTC)
-    async for body in kube.iter_custom(Resource.INVOCATIONS):
-        if not rt.settings.serves(body["metadata"]["namespace"]):
+    deleted = 0
+    for uid, namespace, name in rt.census.ended_before(now.timestamp() - seconds):
+        if deleted >= RETENTION_BATCH:
+            break
+        if not rt.settings.serves(namespace):
             continue
-        status = body.get("status") or {}
-        ended_at = status.get("endedAt")
-        if not ended_at or not InvocationState(status.get("state", "Received")).terminal:
+        try:
+            body = await rt.cluster.get(Resource.INVOCATIONS, namespace, name)
+        except NotFound:
             continue
-        if status.get("state") == InvocationState.UNCERTAIN and not (
-            status.get("effectConfirmation") or {}
-        ).get("recorded"):
-            continue  # an unconfirmed effect stays until a person has looked at it
-        if (now - parse_time(ended_at)).total_seconds() >= rt.settings.retention_seconds:
-            await kube.delete_custom(
-                Resource.INVOCATIONS, body["metadata"]["namespace"], body["metadata"]["name"]
+        meta = body["metadata"]
+        if meta["uid"] != uid or meta.get("deletionTimestamp"):
+            continue
+        if not invocation_expired(body.get("status") or {}, now=now, retention_seconds=seconds):
+            continue
+        if await rt.cluster.delete_invocation(
+            namespace, name, uid=uid, resource_version=meta["resourceVersion"]
+        ):
+            deleted += 1
+    if deleted:
+        logger.info("retention: deleted %d finished invocation(s) older than %ss", deleted, seconds)
+    return deleted
+
+
+async def expire_idempotency_claims(rt: Runtime) -> int:
+    """Delete idempotency claims `idempotency_retention_seconds` after their winner ended
+    (`pipeline.retention.claim_expired`); the key may then run again. Returns how many went."""
+    seconds = rt.settings.idempotency_retention_seconds
+    if seconds <= 0:
+        return 0
+    now = datetime.now(UTC)
+    deleted = 0
+    for claim in await rt.cluster.list_idempotency_claims():
+        if not rt.settings.serves(claim.namespace):
+            continue
+        winner: dict[str, Any] | None = None
+        if claim.winner_name:
+            try:
+                winner = await rt.cluster.get(
+                    Resource.INVOCATIONS, claim.namespace, claim.winner_name
+                )
+            except NotFound:
+                winner = None
+            if winner is not None and winner["metadata"]["uid"] != claim.winner_uid:
+                winner = None  # another object took the name: the winner is gone
+        if claim_expired(claim, winner, now=now, retention_seconds=seconds) and (
+            await rt.cluster.delete_idempotency_claim(
+                claim.namespace, claim.name, resource_version=claim.resource_version
             )
+        ):
+            deleted += 1
+    if deleted:
+        logger.info("retention: deleted %d idempotency claim(s) older than %ss", deleted, seconds)
+    return deleted
 
 
 REAPED_KINDS = ("Secret", "Job", "NetworkPolicy")
@@ -167,5 +216,10 @@ def start_workers(rt: Runtime) -> None:
     rt.workers += [
         asyncio.create_task(every(interval, reconcile_uncertain, rt, "uncertain-reconciler")),
         asyncio.create_task(every(interval, reap_sandboxes, rt, "sandbox-reaper")),
-        asyncio.create_task(every(max(interval, 60), apply_retention, rt, "retention")),
+        # Candidates come from the census (memory): as often as the other reconcilers.
+        asyncio.create_task(every(interval, apply_retention, rt, "retention")),
+        # Claims are listed from the API server: at most once a minute.
+        asyncio.create_task(
+            every(max(interval, 60), expire_idempotency_claims, rt, "claim-retention")
+        ),
     ]

@@ -14,16 +14,24 @@ from typing import Any
 
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from ..pipeline.retention import ClaimRecord
 from ..pipeline.sandbox import LABEL_MANAGED_BY, MANAGED_BY
+from ..timeutil import to_iso
 from .client import AlreadyExists, Conflict, Kube, translate
 
 ANNOTATION_INVOCATION = "tooladapter.dev/invocation"
 ANNOTATION_HIGHEST = "tooladapter.dev/highest-fencing-token"
+#: Written onto an idempotency claim when its winner ends: duplicates find the receipt there
+#: after the winner is deleted, and retention counts the claim's age from `ended-at`.
+ANNOTATION_RECEIPT = "tooladapter.dev/receipt-ref"
+ANNOTATION_ENDED_AT = "tooladapter.dev/ended-at"
+ANNOTATION_STATE = "tooladapter.dev/state"
+IDEMPOTENCY_PREFIX = "ta-idem-"
 
 
 def idempotency_claim_name(namespace: str, caller: str, key: str) -> str:
     digest = hashlib.sha256(f"{namespace}\x00{caller}\x00{key}".encode()).hexdigest()
-    return f"ta-idem-{digest[:48]}"
+    return f"{IDEMPOTENCY_PREFIX}{digest[:48]}"
 
 
 def fencing_claim_name(namespace: str, caller: str, attempt_id: str) -> str:
@@ -37,6 +45,8 @@ class Claim:
     won: bool
     winner_name: str
     winner_uid: str
+    #: The winner's receipt, once it ended (the claim keeps it past the winner's deletion).
+    receipt_ref: str | None = None
 
 
 def _lease(
@@ -69,9 +79,98 @@ async def claim_idempotency_key(
             raise err from exc
     lease = await kube.coordination.read_namespaced_lease(name, namespace)
     winner_uid = lease.spec.holder_identity or ""
-    winner_name = (lease.metadata.annotations or {}).get(ANNOTATION_INVOCATION, "")
+    annotations = lease.metadata.annotations or {}
     # The same invocation resuming after a restart finds its own claim: it still wins.
-    return Claim(won=winner_uid == invocation_uid, winner_name=winner_name, winner_uid=winner_uid)
+    return Claim(
+        won=winner_uid == invocation_uid,
+        winner_name=annotations.get(ANNOTATION_INVOCATION, ""),
+        winner_uid=winner_uid,
+        receipt_ref=annotations.get(ANNOTATION_RECEIPT),
+    )
+
+
+async def record_idempotency_end(
+    kube: Kube,
+    *,
+    namespace: str,
+    caller: str,
+    key: str,
+    holder_uid: str,
+    receipt_ref: str,
+    ended_at: str,
+    state: str,
+) -> bool:
+    """Write the winner's end onto its claim (only if `holder_uid` holds it); True if done."""
+    name = idempotency_claim_name(namespace, caller, key)
+    for _ in range(5):
+        try:
+            lease = await kube.coordination.read_namespaced_lease(name, namespace)
+        except ApiException as exc:
+            if exc.status == 404:
+                return False
+            raise translate(exc) from exc
+        if lease.spec.holder_identity != holder_uid:
+            return False
+        annotations = dict(lease.metadata.annotations or {})
+        annotations.update(
+            {
+                ANNOTATION_RECEIPT: receipt_ref,
+                ANNOTATION_ENDED_AT: ended_at,
+                ANNOTATION_STATE: state,
+            }
+        )
+        lease.metadata.annotations = annotations
+        try:
+            await kube.coordination.replace_namespaced_lease(name, namespace, lease)
+            return True
+        except ApiException as exc:
+            if not isinstance(translate(exc), Conflict):
+                raise translate(exc) from exc
+    return False
+
+
+async def list_idempotency_claims(kube: Kube) -> list[ClaimRecord]:
+    """Every idempotency claim of the cluster (our managed Leases named ta-idem-*)."""
+    try:
+        leases = await kube.coordination.list_lease_for_all_namespaces(
+            label_selector=f"{LABEL_MANAGED_BY}={MANAGED_BY}"
+        )
+    except ApiException as exc:
+        raise translate(exc) from exc
+    found = []
+    for lease in leases.items:
+        meta = lease.metadata
+        if not meta.name.startswith(IDEMPOTENCY_PREFIX):
+            continue
+        annotations = meta.annotations or {}
+        created = meta.creation_timestamp
+        found.append(
+            ClaimRecord(
+                namespace=meta.namespace,
+                name=meta.name,
+                resource_version=meta.resource_version,
+                created=to_iso(created) if created is not None else None,
+                winner_name=annotations.get(ANNOTATION_INVOCATION, ""),
+                winner_uid=lease.spec.holder_identity or "",
+                ended_at=annotations.get(ANNOTATION_ENDED_AT),
+                state=annotations.get(ANNOTATION_STATE),
+                receipt_ref=annotations.get(ANNOTATION_RECEIPT),
+            )
+        )
+    return found
+
+
+async def delete_claim(kube: Kube, namespace: str, name: str, resource_version: str) -> bool:
+    """Delete a claim only as it was read (a claim changed meanwhile stays); True if gone."""
+    try:
+        await kube.coordination.delete_namespaced_lease(
+            name, namespace, body={"preconditions": {"resourceVersion": resource_version}}
+        )
+    except ApiException as exc:
+        if exc.status in (404, 409):
+            return False
+        raise translate(exc) from exc
+    return True
 
 
 @dataclass(frozen=True)

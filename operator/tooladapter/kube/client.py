@@ -273,11 +273,25 @@ class Kube:
             raise translate(exc) from exc
         return obj
 
-    async def delete_custom(self, plural: str, namespace: str, name: str) -> None:
+    async def delete_custom(
+        self,
+        plural: str,
+        namespace: str,
+        name: str,
+        *,
+        preconditions: dict[str, str] | None = None,
+    ) -> bool:
+        """Delete; with `preconditions` (uid, resourceVersion) only the object as read. False
+        when it is gone or (preconditions) changed meanwhile."""
+        extra: dict[str, Any] = {}
+        if preconditions:
+            extra["body"] = {"preconditions": preconditions}
         try:
             await self.custom.delete_namespaced_custom_object(
-                GROUP, VERSION, namespace, plural, name
+                GROUP, VERSION, namespace, plural, name, **extra
             )
         except ApiException as exc:
-            if exc.status != 404:
-                raise translate(exc) from exc
+            if exc.status == 404 or (preconditions and exc.status == 409):
+                return False
+            raise translate(exc) from exc
+        return True

@@ -16,6 +16,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from .. import GROUP
 from ..enums import Resource
+from ..pipeline.retention import ClaimRecord
 from . import auth, claims
 from . import sandbox as ksandbox
 from .client import Kube, NotFound, json_body, translate
@@ -67,6 +68,32 @@ class Cluster(Protocol):
     async def check_fencing_token(
         self, *, namespace: str, caller: str, attempt_id: str, token: int, holder_uid: str
     ) -> claims.FencingVerdict: ...
+
+    async def record_idempotency_end(
+        self,
+        *,
+        namespace: str,
+        caller: str,
+        key: str,
+        holder_uid: str,
+        receipt_ref: str,
+        ended_at: str,
+        state: str,
+    ) -> bool:
+        """The winner's receipt and end onto its claim (kept past the winner's deletion)."""
+
+    # -- bounded storage
+    async def delete_invocation(
+        self, namespace: str, name: str, *, uid: str, resource_version: str
+    ) -> bool:
+        """Delete an invocation only as it was read (uid and resourceVersion); False when
+        it changed meanwhile or is gone."""
+
+    async def list_idempotency_claims(self) -> list[ClaimRecord]: ...
+
+    async def delete_idempotency_claim(
+        self, namespace: str, name: str, *, resource_version: str
+    ) -> bool: ...
 
     # -- authorization and credentials
     async def can(
@@ -280,6 +307,46 @@ class KubeCluster:
                 return False
             raise
         return True
+
+    async def record_idempotency_end(
+        self,
+        *,
+        namespace: str,
+        caller: str,
+        key: str,
+        holder_uid: str,
+        receipt_ref: str,
+        ended_at: str,
+        state: str,
+    ) -> bool:
+        return await claims.record_idempotency_end(
+            self.kube,
+            namespace=namespace,
+            caller=caller,
+            key=key,
+            holder_uid=holder_uid,
+            receipt_ref=receipt_ref,
+            ended_at=ended_at,
+            state=state,
+        )
+
+    async def delete_invocation(
+        self, namespace: str, name: str, *, uid: str, resource_version: str
+    ) -> bool:
+        return await self.kube.delete_custom(
+            Resource.INVOCATIONS,
+            namespace,
+            name,
+            preconditions={"uid": uid, "resourceVersion": resource_version},
+        )
+
+    async def list_idempotency_claims(self) -> list[ClaimRecord]:
+        return await claims.list_idempotency_claims(self.kube)
+
+    async def delete_idempotency_claim(
+        self, namespace: str, name: str, *, resource_version: str
+    ) -> bool:
+        return await claims.delete_claim(self.kube, namespace, name, resource_version)
 
     async def create(self, obj: Body) -> bool:
         return await ksandbox.create_idempotent(self.kube, obj)

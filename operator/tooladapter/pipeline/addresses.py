@@ -74,6 +74,7 @@ _RANGES: Final[tuple[tuple[str, tuple[IPNetwork, ...]], ...]] = tuple(
 )
 
 _NAT64: Final = ipaddress.ip_network("64:ff9b::/96")
+_IPV4_COMPATIBLE: Final = ipaddress.IPv6Network("::/96")
 
 
 class AddressRefused(OSError):
@@ -100,6 +101,10 @@ def embedded_ipv4(address: IPAddress) -> ipaddress.IPv4Address | None:
         return address.ipv4_mapped
     if address in _NAT64:
         return ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
+    if address in _IPV4_COMPATIBLE and int(address) > 1:
+        # `::a.b.c.d` (deprecated, RFC 4291 2.5.5.1): a host with an automatic tunnel
+        # sends it to a.b.c.d; `::` and `::1` are themselves.
+        return ipaddress.IPv4Address(int(address))
     return address.sixtofour
 
 

@@ -420,6 +420,10 @@ HOP_BY_HOP: Final = frozenset(
 )
 
 
+#: Bytes no line of a head may hold (CR and LF only as the line ends).
+_CONTROL: Final = frozenset(chr(c) for c in (*range(0x20), 0x7F))
+
+
 class BadRequest(ValueError):
     """A request head the proxy does not accept."""
 
@@ -443,6 +447,11 @@ def parse_request_head(raw: bytes) -> RequestHead:
     except UnicodeDecodeError as exc:  # pragma: no cover - latin-1 decodes every byte
         raise BadRequest("undecodable head") from exc
     lines = text.split("\r\n")
+    # A bare CR or LF (or any control byte but a value's tab) inside a line would end a
+    # line for a lenient upstream: a second Host header, or a second request line, past
+    # the checks made on this parse.
+    if any(_CONTROL.intersection(line.replace("\t", "")) for line in lines):
+        raise BadRequest("a control character inside a line of the head")
     parts = lines[0].split(" ")
     if len(parts) != 3 or not parts[2].startswith("HTTP/1."):
         raise BadRequest("malformed request line")
@@ -520,7 +529,10 @@ def upstream_head(
         for token in [value]
         if token.strip()
     }
-    drop = HOP_BY_HOP | connection_named | ({inject[0].lower()} if inject else set())
+    # With a credential, the answer must come back uncompressed: the proxy masks the
+    # value in it (`egress_framing.Masker`), which it cannot do in compressed bytes.
+    injected = {inject[0].lower(), "accept-encoding"} if inject else set()
+    drop = HOP_BY_HOP | connection_named | injected
     lines = [f"{head.method} {target.path} HTTP/1.1"]
     host_value = target.host if target.port is None else f"{target.host}:{target.port}"
     if ":" in target.host:
@@ -532,6 +544,7 @@ def upstream_head(
         lines.append(f"{name}: {value}")
     if inject is not None:
         lines.append(f"{inject[0]}: {inject[1]}")
+        lines.append("Accept-Encoding: identity")
     lines.append("Connection: close")
     return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
 

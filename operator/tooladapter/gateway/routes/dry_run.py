@@ -7,7 +7,6 @@ a tools/call takes: arguments, and its `_meta` options without their prefix.
 
 from __future__ import annotations
 
-import json
 from typing import Any, Final
 
 from aiohttp import web
@@ -15,6 +14,7 @@ from aiohttp import web
 from ...pipeline.problems import ProblemKind
 from ...pipeline.toolview import BadCallOptions, CallOptions, call_options
 from .. import params
+from ..bodies import json_body
 from ..context import caller_of, deps_of
 from ..errors import ProblemError
 from ..openapi import NAMESPACE, SECURITY, TOOL_ID, ok, problems, ref
@@ -49,10 +49,7 @@ PATHS: Final[dict[str, Any]] = {
 
 
 async def _request(request: web.Request) -> tuple[dict[str, Any], CallOptions]:
-    try:
-        body = json.loads(await request.read())
-    except ValueError as exc:
-        raise ProblemError(ProblemKind.BAD_REQUEST, "the body is not JSON") from exc
+    body = await json_body(request)
     if not isinstance(body, dict):
         raise ProblemError(ProblemKind.INVALID, "the body is a JSON object")
     unknown = sorted(set(body) - KEYS)

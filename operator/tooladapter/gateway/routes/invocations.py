@@ -7,7 +7,6 @@ policy decides who may confirm, and the operator records it on a new receipt.
 
 from __future__ import annotations
 
-import json
 from typing import Any, Final
 
 from aiohttp import web
@@ -17,6 +16,7 @@ from ...kube.callers import CallerApiError
 from ...pipeline.problems import ProblemKind
 from ...pipeline.toolview import invocation_view
 from .. import params
+from ..bodies import json_body
 from ..context import caller_of
 from ..errors import ProblemError, from_api
 from ..openapi import NAMESPACE, OBJECT_NAME, SECURITY, ok, problems, ref
@@ -63,10 +63,7 @@ async def get_invocation(request: web.Request) -> web.Response:
 
 
 async def _confirmation(request: web.Request) -> tuple[bool, str]:
-    try:
-        body = json.loads(await request.read())
-    except ValueError as exc:
-        raise ProblemError(ProblemKind.BAD_REQUEST, "the body is not JSON") from exc
+    body = await json_body(request)
     if not isinstance(body, dict) or set(body) != {"effectHappened", "evidence"}:
         raise ProblemError(
             ProblemKind.INVALID, 'the body is {"effectHappened": bool, "evidence": string}'

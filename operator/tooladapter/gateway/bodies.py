@@ -1,0 +1,41 @@
+"""Request bodies: read within a deadline, parsed as JSON without a stack to blow.
+
+aiohttp bounds a body's size (`client_max_size`) but not its pace: a client sending a
+byte now and then would hold its handler for as long as it liked. And `json.loads` of a
+body nested a few thousand levels deep raises `RecursionError`, which would surface as a
+500 with a traceback in the operator's log for every such request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any, Final
+
+from aiohttp import web
+
+from ..pipeline.problems import ProblemKind
+from .errors import ProblemError
+
+#: A body must have arrived this long after its handler began reading it.
+BODY_SECONDS: Final = 30.0
+
+
+async def read_body(request: web.Request) -> bytes:
+    try:
+        async with asyncio.timeout(BODY_SECONDS):
+            return await request.read()
+    except TimeoutError:
+        raise ProblemError(
+            ProblemKind.BAD_REQUEST, f"the body did not arrive within {BODY_SECONDS:g} s"
+        ) from None
+
+
+async def json_body(request: web.Request) -> Any:
+    data = await read_body(request)
+    try:
+        return json.loads(data)
+    except RecursionError:
+        raise ProblemError(ProblemKind.BAD_REQUEST, "the body is nested too deeply") from None
+    except ValueError as exc:
+        raise ProblemError(ProblemKind.BAD_REQUEST, "the body is not JSON") from exc

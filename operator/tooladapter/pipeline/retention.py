@@ -1,0 +1,99 @@
+"""Bounded storage: which finished invocations and idempotency claims may be deleted.
+
+Like a Job's `ttlSecondsAfterFinished`: a finished invocation goes a configured time after
+it ended, and its receipt stays in the artifact store, reachable by `receiptRef`. Never a
+call that is not finished (one waiting for an approval, or running), never an `Uncertain`
+one nobody has confirmed (a person must look at it first), never one whose own receipt was
+not written (the object would be the only record).
+
+An idempotency claim (a Lease per key) keeps the winner's `receiptRef`, so a duplicate finds
+the receipt after the winner is gone; it goes a configured time after the winner ended, and
+the key may then execute again. Never while the winner runs, never while it is an
+unconfirmed `Uncertain` call (the key must not run a second time meanwhile).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from ..enums import InvocationState
+from ..timeutil import parse_time
+
+
+def _age(since: object, now: datetime) -> float | None:
+    if not isinstance(since, str) or not since:
+        return None
+    try:
+        return (now - parse_time(since)).total_seconds()
+    except ValueError:
+        return None
+
+
+def unconfirmed(status: Mapping[str, Any]) -> bool:
+    """An `Uncertain` call nobody has confirmed yet."""
+    return status.get("state") == InvocationState.UNCERTAIN and not (
+        (status.get("effectConfirmation") or {}).get("recorded")
+    )
+
+
+def invocation_expired(status: Mapping[str, Any], *, now: datetime, retention_seconds: int) -> bool:
+    """Whether a stored invocation (its status) may be deleted now (0 keeps every one)."""
+    if retention_seconds <= 0:
+        return False
+    try:
+        state = InvocationState(status.get("state") or InvocationState.RECEIVED)
+    except ValueError:
+        return False
+    if not state.terminal or unconfirmed(status):
+        return False
+    # A dry run writes no receipt; every other end does, before its status says so.
+    if state != InvocationState.PREVIEWED and not status.get("auditRef"):
+        return False
+    age = _age(status.get("endedAt"), now)
+    return age is not None and age >= retention_seconds
+
+
+@dataclass(frozen=True)
+class ClaimRecord:
+    """An idempotency claim as stored (its Lease)."""
+
+    namespace: str
+    name: str
+    resource_version: str
+    created: str | None
+    winner_name: str
+    winner_uid: str
+    #: Written when the winner ended (None: still running, or a claim from before).
+    ended_at: str | None = None
+    state: str | None = None
+    receipt_ref: str | None = None
+
+
+def claim_expired(
+    claim: ClaimRecord,
+    winner: Mapping[str, Any] | None,
+    *,
+    now: datetime,
+    retention_seconds: int,
+) -> bool:
+    """Whether a claim may be deleted now; `winner` is the winning invocation as stored now
+    (None: it is gone, or another object took its name)."""
+    if retention_seconds <= 0:
+        return False
+    status = (winner or {}).get("status") or {}
+    if winner is not None:
+        state = status.get("state") or InvocationState.RECEIVED
+        if not InvocationState(state).terminal or unconfirmed(status):
+            return False
+    # A winner that is gone was finished and, if Uncertain, confirmed: retention deletes
+    # nothing else (a person deleting it by hand has decided too).
+    ended = claim.ended_at or status.get("endedAt")
+    age = _age(ended, now)
+    if age is None and winner is None:
+        # A winner that vanished without its end on the claim (deleted by hand, or a claim
+        # older than this rule): counted from the claim's creation.
+        age = _age(claim.created, now)
+    return age is not None and age >= retention_seconds
