@@ -13,18 +13,9 @@ from packaging.version import InvalidVersion, Version
 
 from ..enums import GATED_CLASSES, SideEffectClass, ToolKind
 from ..pipeline.argdiff import canonical
-
-
-def _spec(obj: dict[str, Any]) -> dict[str, Any]:
-    return dict(obj.get("spec") or {})
-
-
-def _status(obj: dict[str, Any]) -> dict[str, Any]:
-    return dict(obj.get("status") or {})
-
-
-def _name(obj: dict[str, Any]) -> str:
-    return str((obj.get("metadata") or {}).get("name", ""))
+from ..pipeline.parts import name_of as _name
+from ..pipeline.parts import spec_of as _spec
+from ..pipeline.parts import status_of as _status
 
 
 def canonical_pretty(value: Any) -> str:

@@ -23,6 +23,9 @@ from typing import Any, Final
 from .. import API_VERSION
 from ..enums import ApprovalDecision, InvocationState
 from .argdiff import canonical, diff
+from .parts import name_of as _name
+from .parts import spec_of as _spec
+from .parts import status_of as _status
 
 #: The CRD's bound on groups in spec.reviewerGroups (and spec.caller.groups).
 MAX_GROUPS: Final = 64
@@ -50,18 +53,6 @@ class Undecidable(ValueError):
         super().__init__(message)
         self.refusal = refusal
         self.message = message
-
-
-def _spec(obj: dict[str, Any]) -> dict[str, Any]:
-    return dict(obj.get("spec") or {})
-
-
-def _status(obj: dict[str, Any]) -> dict[str, Any]:
-    return dict(obj.get("status") or {})
-
-
-def _name(obj: dict[str, Any]) -> str:
-    return str((obj.get("metadata") or {}).get("name", ""))
 
 
 def pending_approvals(invocations: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:

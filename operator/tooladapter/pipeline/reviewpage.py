@@ -21,6 +21,10 @@ from ..enums import InvocationState
 from ..timeutil import parse_time
 from .argdiff import ChangeKind, diff
 from .linear_regex import compile_internal
+from .parts import meta_of as _meta
+from .parts import name_of as _name
+from .parts import spec_of as _spec
+from .parts import status_of as _status
 from .review import pending_approvals
 from .sanitize import marker, sanitize_structured
 
@@ -35,22 +39,6 @@ _SECRET_KEY = compile_internal(
 MAX_RUNS: Final = 50
 #: Decisions listed below the waiting calls.
 RECENT_DECISIONS: Final = 20
-
-
-def _spec(obj: dict[str, Any]) -> dict[str, Any]:
-    return dict(obj.get("spec") or {})
-
-
-def _status(obj: dict[str, Any]) -> dict[str, Any]:
-    return dict(obj.get("status") or {})
-
-
-def _meta(obj: dict[str, Any]) -> dict[str, Any]:
-    return dict(obj.get("metadata") or {})
-
-
-def _name(obj: dict[str, Any]) -> str:
-    return str(_meta(obj).get("name") or "")
 
 
 def is_secret_key(key: str) -> bool:

@@ -19,7 +19,7 @@ from ...pipeline.reviewpage import pending_for_page, recent_decisions
 from ...timeutil import in_seconds
 from .. import params
 from .data import allowed_in, invocations, namespaces_of
-from .web import PREFIX, Person, Refused, checked_form, page, redirect, render, undecidable
+from .web import PREFIX, Person, Refused, checked_form, page, redirect, render_view, undecidable
 
 #: The expiries a reviewer picks from (seconds, label); the first is the default.
 EXPIRIES: Final = ((3600, "1 hour"), (900, "15 minutes"), (4 * 3600, "4 hours"), (86400, "1 day"))
@@ -37,11 +37,10 @@ async def approvals(request: web.Request, person: Person) -> web.StreamResponse:
         verb="create",
         resource=Resource.APPROVALS,
     )
-    return render(
+    return render_view(
         request,
-        "approvals_live.html" if request.query.get("fragment") else "approvals.html",
+        "approvals",
         person=person,
-        view="approvals",
         pending=pending,
         decided=recent_decisions(listing.items),
         reviewable=reviewable,
