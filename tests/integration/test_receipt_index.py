@@ -1,0 +1,84 @@
+"""The receipt index on the real cluster: after retention deletes a run's invocations, the
+gateway's run receipts still list every call, from the artifact store's run index, and only
+to callers who may list the namespace's invocations.
+
+The operator here serves `rix-<SESSION>-*`, out of the session operator's scope."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from kubernetes import client
+
+from tooladapter.devtools import SESSION, Namespace, OperatorProcess, wait_for
+
+from .gateway_client import http_json, token_of, unbound_sa
+from .objects import Agent, descriptor, get, pretty, status_of
+
+pytestmark = [pytest.mark.cluster, pytest.mark.timeout(300)]
+
+SCOPE = f"rix-{SESSION}"
+RUN = "run.index:1"
+
+
+@pytest.fixture(scope="module")
+def short_retention(
+    api: client.ApiClient, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[OperatorProcess]:
+    op = OperatorProcess(
+        tmp_path_factory.mktemp("index-operator"),
+        {
+            "TOOLADAPTER_NAMESPACES": f"{SCOPE}-*",
+            "TOOLADAPTER_RETENTION_SECONDS": "2",
+            "TOOLADAPTER_RECONCILE_INTERVAL_SECONDS": "2",
+        },
+    )
+    op.start()
+    yield op
+    op.stop()
+
+
+def gone(api: client.ApiClient, namespace: str, name: str) -> bool:
+    try:
+        get(api, namespace, "toolinvocations", name)
+    except client.ApiException as exc:
+        return exc.status == 404
+    return False
+
+
+def test_run_receipts_are_complete_after_retention_deleted_the_invocations(
+    api: client.ApiClient, short_retention: OperatorProcess
+) -> None:
+    ns = Namespace(api, prefix=SCOPE)
+    try:
+        agent = Agent.create(api, ns.name, "agent-1")
+        descriptor(api, ns.name, "list-tools", kind="native", native={"name": "list-tools"})
+        agent.grant(["list-tools"], ["read"])
+        calls = [agent.invoke("list-tools", {}, runId=RUN) for _ in range(2)]
+        other = agent.invoke("list-tools", {}, runId="another-run")
+        statuses = {name: status_of(agent.wait(name)) for name in [*calls, other]}
+        for status in statuses.values():
+            assert status["state"] == "Observed", pretty(status)
+        for name in [*calls, other]:
+            wait_for(lambda n=name: gone(api, ns.name, n), timeout=90, what=f"{name} deleted")
+
+        url = f"{short_retention.gateway_url}/namespaces/{ns.name}/runs/{RUN}/tool-receipts"
+        status, _, run = http_json("GET", url, token_of(agent))
+        assert status == 200, run
+        rows = {row["invocation"]: row for row in run["items"]}
+        assert sorted(rows) == sorted(calls), pretty(run)
+        for name in calls:
+            row = rows[name]
+            assert row["receiptRef"] == statuses[name]["receiptRef"]
+            assert row["state"] == "Observed" and row["toolId"] == "list-tools"
+            assert row["receipt"]["runId"] == RUN
+            assert row["receipt"]["tenantId"] == ns.name
+
+        # The index is served only to who may list the namespace's invocations.
+        stranger = unbound_sa(api, ns.name, "stranger")
+        status, kind, body = http_json("GET", url, stranger)
+        assert status == 403 and kind.startswith("application/problem+json"), body
+        assert not any(s["receiptRef"] in str(body) for s in statuses.values()), body
+    finally:
+        ns.delete()
