@@ -7,6 +7,7 @@ The operator here serves `rix-<SESSION>-*`, out of the session operator's scope.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from kubernetes import client
@@ -15,6 +16,7 @@ from tooladapter.devtools import SESSION, Namespace, OperatorProcess, wait_for
 
 from .gateway_client import http_json, token_of, unbound_sa
 from .objects import Agent, descriptor, get, pretty, status_of
+from .test_cli import Cli
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(300)]
 
@@ -48,7 +50,7 @@ def gone(api: client.ApiClient, namespace: str, name: str) -> bool:
 
 
 def test_run_receipts_are_complete_after_retention_deleted_the_invocations(
-    api: client.ApiClient, short_retention: OperatorProcess
+    api: client.ApiClient, short_retention: OperatorProcess, tmp_path: Path
 ) -> None:
     ns = Namespace(api, prefix=SCOPE)
     try:
@@ -74,6 +76,14 @@ def test_run_receipts_are_complete_after_retention_deleted_the_invocations(
             assert row["state"] == "Observed" and row["toolId"] == "list-tools"
             assert row["receipt"]["runId"] == RUN
             assert row["receipt"]["tenantId"] == ns.name
+
+        # The command line, through the gateway, shows them too; alone, it finds none.
+        cli = Cli(tmp_path, api, agent)
+        gateway = short_retention.gateway_url
+        listed = cli.json("receipts", "--run", RUN, "--gateway", gateway)
+        assert sorted(r["name"] for r in listed) == sorted(calls), listed
+        assert {r["receiptRef"] for r in listed} == {statuses[n]["receiptRef"] for n in calls}
+        assert cli("receipts", "--run", RUN).returncode == 8
 
         # The index is served only to who may list the namespace's invocations.
         stranger = unbound_sa(api, ns.name, "stranger")

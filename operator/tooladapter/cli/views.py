@@ -208,6 +208,23 @@ def run_receipts(invocations: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     return [receipt_row(o) for o in ordered]
 
 
+def gateway_receipt_row(row: dict[str, Any]) -> dict[str, Any]:
+    """A row of the gateway's run receipts (gateway/routes/runs.py) as `receipt_row` shows
+    one; `receipt` is the stored receipt itself (or null when the store lacks it)."""
+    receipt = row.get("receipt") or {}
+    return {
+        "name": row.get("invocation"),
+        "tool": row.get("toolId"),
+        "version": row.get("toolVersion"),
+        "state": row.get("state"),
+        "effectiveClass": row.get("effectiveClass"),
+        "approval": row.get("approval"),
+        "receiptRef": row.get("receiptRef"),
+        "auditRef": receipt.get("auditRef"),
+        "receipt": row.get("receipt"),
+    }
+
+
 def holding_ref(invocations: Sequence[dict[str, Any]], ref: str) -> dict[str, Any] | None:
     """The invocation whose status names `ref` as its receipt (or own audit record)."""
     for obj in invocations:
