@@ -4,6 +4,7 @@ a call's end writes, and the readers' merge with stored invocations."""
 from __future__ import annotations
 
 import asyncio
+import json
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +12,9 @@ import pytest
 
 from tooladapter.artifacts import CorruptArtifact, LocalArtifactStore, content_ref
 from tooladapter.artifacts.index import (
+    approved_call_key,
+    arguments_document,
+    call_entry,
     call_key,
     calls_prefix,
     entries_of,
@@ -20,9 +24,12 @@ from tooladapter.artifacts.index import (
     run_prefix,
     stamp,
 )
-from tooladapter.pipeline.receipt_index import latest_per_invocation, merged_rows
+from tooladapter.gateway.ui.earlier import earlier_calls
+from tooladapter.pipeline.receipt_index import latest_per_invocation, merged_rows, previous_call
+from tooladapter.pipeline.review import pending_approvals
+from tooladapter.pipeline.reviewpage import pending_for_page
 
-from .fake_cluster import CALLER, NAMESPACE, Harness, descriptor, invocation
+from .fake_cluster import CALLER, NAMESPACE, Harness, MemoryStore, descriptor, invocation
 from .test_artifacts import FakeS3, s3_store
 
 NS = "team-a"
@@ -185,7 +192,8 @@ async def test_an_ended_call_is_indexed_by_run_and_an_approved_one_by_caller_and
     h.cluster.grant(tools=["lister", "writer"], classes=["read", "shared-write"])
 
     read = (await h.run(h.submit(invocation("read-1", runId="run-7"))))["status"]
-    task = h.start(h.submit(invocation("write-1", tool="writer", runId="run-7")))
+    body = invocation("write-1", tool="writer", runId="run-7", arguments={"path": "/data/x"})
+    task = h.start(h.submit(body))
     await h.cluster.wait_for_state("write-1", "AwaitingApproval")
     h.approve_waiting("write-1", name="yes")
     await asyncio.wait_for(task, 5)
@@ -198,4 +206,89 @@ async def test_an_ended_call_is_indexed_by_run_and_an_approved_one_by_caller_and
     assert h.store.list(calls_prefix(NAMESPACE, CALLER, "lister")) == []
     (approved,) = h.store.list(calls_prefix(NAMESPACE, CALLER, "writer"))
     assert ref_of_key(approved) == write["receiptRef"]
-    assert h.store.get_key(approved) == entry_bytes(write["receiptRef"])
+    entry = json.loads(h.store.get_key(approved))
+    assert entry["receiptRef"] == write["receiptRef"]
+    assert (entry["invocation"], entry["approval"]) == ("write-1", "yes")
+    assert entry["approvedAt"] == write["approval"]["boundAt"]
+    assert entry["approvedBy"] == write["approval"]["reviewer"]
+    arguments = json.loads(h.store.get(entry["argumentsRef"]))
+    assert arguments["tenantId"] == NAMESPACE
+    assert arguments["arguments"] == {"path": "/data/x"}
+
+
+# -- the last approved call, after retention -------------------------------------------------
+
+
+def waiting_call(uid: str = "w1", path: str = "/data/y") -> dict[str, Any]:
+    return {
+        "metadata": {"name": f"call-{uid}", "namespace": NAMESPACE, "uid": uid},
+        "spec": {
+            "caller": {"name": CALLER},
+            "tool": {"id": "writer", "version": "1.0.0"},
+            "arguments": {"path": path},
+        },
+        "status": {"state": "AwaitingApproval", "approvalRequestedAt": "2026-12-02T00:00:00Z"},
+    }
+
+
+def index_approved_call(store: Any, uid: str, path: str, ended: str, approved: str) -> str:
+    """What the flow writes for an approved call's end (see the flow test above)."""
+    approved_receipt = receipt(
+        uid,
+        tenantId=NAMESPACE,
+        caller={"name": CALLER},
+        toolId="writer",
+        approvalId=f"appr-{uid}",
+        approvedBy="reviewer@example.com",
+        endedAt=ended,
+    )
+    ref = content_ref(uid.encode())
+    arguments_ref = store.put(arguments_document(approved_receipt, {"path": path}))
+    key = approved_call_key(approved_receipt, ref)
+    assert key is not None
+    store.put_key(
+        key, call_entry(approved_receipt, ref, approved_at=approved, arguments_ref=arguments_ref)
+    )
+    return ref
+
+
+def test_the_page_compares_with_the_latest_approved_call_the_index_names() -> None:
+    store = MemoryStore()
+    index_approved_call(store, "old", "/data/a", "2026-12-01T01:00:00Z", "2026-12-01T00:59:00Z")
+    index_approved_call(store, "new", "/data/x", "2026-12-01T02:00:00Z", "2026-12-01T01:59:00Z")
+    items = [waiting_call()]
+
+    earlier = earlier_calls(store, items)
+    (view,) = pending_approvals(items, earlier)
+    assert view["lastApproved"]["name"] == "call-new"
+    assert view["lastApproved"]["approvedBy"] == "reviewer@example.com"
+    assert view["lastApproved"]["approvedAt"] == "2026-12-01T01:59:00Z"
+    assert view["changes"] and "/data/x" in str(view["changes"])
+
+    (page,) = pending_for_page(items, earlier)
+    assert page["lastApproved"]["name"] == "call-new"
+    assert page["changes"]
+    # Without the index the deleted calls are unknown.
+    assert pending_approvals(items)[0]["lastApproved"] is None
+
+
+def test_a_stored_approved_call_approved_later_wins_over_the_index() -> None:
+    store = MemoryStore()
+    index_approved_call(store, "gone", "/data/a", "2026-12-01T01:00:00Z", "2026-12-01T00:59:00Z")
+    stored = waiting_call("kept", "/data/k")
+    stored["status"] = {
+        "state": "Observed",
+        "approval": {"name": "appr-kept", "reviewer": "r", "boundAt": "2026-12-01T05:00:00Z"},
+    }
+    items = [waiting_call(), stored]
+    (view,) = pending_approvals(items, earlier_calls(store, items))
+    assert view["lastApproved"]["name"] == "call-kept"
+
+
+def test_an_arguments_artifact_of_another_tenant_is_not_taken() -> None:
+    entry = {"invocationId": "u1", "invocation": "call-u1"}
+    other = {"tenantId": "team-b", "invocationId": "u1", "arguments": {}}
+    assert previous_call(entry, other, namespace=NAMESPACE, caller=CALLER, tool="t") is None
+    mine = other | {"tenantId": NAMESPACE}
+    found = previous_call(entry, mine, namespace=NAMESPACE, caller=CALLER, tool="t")
+    assert found is not None and found["metadata"]["uid"] == "u1"

@@ -8,6 +8,9 @@ key alone names the receipt (the entry's bytes are its reference, for a reader's
 - `index/runs/<namespace>/<sha256(runId)[:32]>/<receipt hex>`: every receipt of a run;
 - `index/calls/<namespace>/<sha256(caller)[:32]>/<toolId>/<ended-at>-<receipt hex>`: the
   approved calls of a caller's tool, oldest first (`<ended-at>` is `YYYYmmddTHHMMSS.ffffffZ`).
+  Its bytes are a small JSON document (`call_entry`): who approved when, and the reference
+  of the call's arguments (an artifact of their own, `arguments_document`), which a
+  reviewer's "changes since the last approved call" compares.
 
 Run ids and caller names are hashed: they may hold `/` or `:`, and their length is the
 CRD's business, not the key's. A receipt names its tenant, run, caller and tool, which
@@ -21,11 +24,13 @@ from collections.abc import Mapping
 from datetime import UTC
 from typing import Any, Final
 
+from ..pipeline.hashing import canonical_json
 from ..timeutil import parse_time
 from .protocol import digest_of
 
 RUNS: Final = "index/runs/"
 CALLS: Final = "index/calls/"
+ARGUMENTS_SCHEMA: Final = "tool-arguments-v1"
 _HEX_LEN: Final = 64
 
 
@@ -62,6 +67,20 @@ def ref_of_key(key: str) -> str:
     return ref
 
 
+def approved_call_key(receipt: Mapping[str, Any], ref: str) -> str | None:
+    """The calls-index key of an approved call's receipt; None for any other receipt."""
+    namespace = receipt.get("tenantId")
+    caller = (receipt.get("caller") or {}).get("name")
+    tool = receipt.get("toolId")
+    ended = receipt.get("endedAt") or receipt.get("writtenAt")
+    if not (receipt.get("approvalId") and namespace and caller and tool and ended):
+        return None
+    try:
+        return call_key(str(namespace), str(caller), str(tool), str(ended), ref)
+    except (ValueError, KeyError):
+        return None  # an unparseable end time: the run index still has it
+
+
 def entries_of(receipt: Mapping[str, Any], ref: str) -> list[str]:
     """The index keys of a stored receipt: its run's, and its caller's tool's when approved."""
     namespace = receipt.get("tenantId")
@@ -71,16 +90,41 @@ def entries_of(receipt: Mapping[str, Any], ref: str) -> list[str]:
     run_id = receipt.get("runId")
     if isinstance(run_id, str) and run_id:
         keys.append(run_key(namespace, run_id, ref))
-    caller = (receipt.get("caller") or {}).get("name")
-    tool = receipt.get("toolId")
-    ended = receipt.get("endedAt") or receipt.get("writtenAt")
-    if receipt.get("approvalId") and isinstance(caller, str) and isinstance(tool, str) and ended:
-        try:
-            keys.append(call_key(namespace, caller, tool, str(ended), ref))
-        except (ValueError, KeyError):
-            pass  # an unparseable end time: the run index still has it
+    approved = approved_call_key(receipt, ref)
+    if approved is not None:
+        keys.append(approved)
     return keys
 
 
 def entry_bytes(ref: str) -> bytes:
+    """A run entry's bytes: the receipt's reference."""
     return ref.encode()
+
+
+def arguments_document(receipt: Mapping[str, Any], arguments: Mapping[str, Any]) -> bytes:
+    """The arguments of an approved call, as an artifact naming its tenant and call."""
+    return canonical_json(
+        {
+            "schema": ARGUMENTS_SCHEMA,
+            "tenantId": receipt.get("tenantId"),
+            "invocationId": receipt.get("invocationId"),
+            "arguments": dict(arguments),
+        }
+    )
+
+
+def call_entry(
+    receipt: Mapping[str, Any], ref: str, *, approved_at: str | None, arguments_ref: str
+) -> bytes:
+    """A calls entry's bytes: what a reviewer's page shows of the last approved call."""
+    return canonical_json(
+        {
+            "receiptRef": ref,
+            "invocation": receipt.get("invocationName"),
+            "invocationId": receipt.get("invocationId"),
+            "approval": receipt.get("approvalId"),
+            "approvedBy": receipt.get("approvedBy"),
+            "approvedAt": approved_at,
+            "argumentsRef": arguments_ref,
+        }
+    )

@@ -23,7 +23,13 @@ from typing import Any, TypeVar
 
 from .. import offload
 from ..artifacts import ArtifactStore
-from ..artifacts.index import entries_of, entry_bytes
+from ..artifacts.index import (
+    approved_call_key,
+    arguments_document,
+    call_entry,
+    entries_of,
+    entry_bytes,
+)
 from ..enums import ArtifactKind, FailureClass, InvocationState, Stage, StageOutcome
 from ..executors import Outcome, read_limit
 from ..metrics import ARTIFACT_STORE_ERRORS, DENIALS, INVOCATIONS, LATENCY
@@ -338,8 +344,18 @@ async def write_receipt(
     # off the event loop, where every other call would wait.
     receipt, data = await asyncio.to_thread(canonical_receipt)
     own_ref = await stored(store, data, ArtifactKind.RECEIPT, of=of, on_failure=on_failure)
+    approved = approved_call_key(receipt, own_ref)
     for key in entries_of(receipt, own_ref):
-        put = partial(store.put_key, key, entry_bytes(own_ref))
+        value = entry_bytes(own_ref)
+        if key == approved:
+            # The arguments a later reviewer compares with: an artifact of their own.
+            document = arguments_document(receipt, getattr(spec, "arguments", None) or {})
+            arguments_ref = await stored(
+                store, document, ArtifactKind.INDEX, of=of, on_failure=on_failure
+            )
+            bound_at = status.approval.bound_at if status.approval else None
+            value = call_entry(receipt, own_ref, approved_at=bound_at, arguments_ref=arguments_ref)
+        put = partial(store.put_key, key, value)
         await until_stored(put, ArtifactKind.INDEX, of=of, on_failure=on_failure)
     status.audit_ref = own_ref
     if not (status.duplicate_of and status.receipt_ref):

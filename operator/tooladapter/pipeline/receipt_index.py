@@ -85,3 +85,40 @@ def receipt_only_row(receipt: Mapping[str, Any], ref: str) -> dict[str, Any]:
         "endedAt": receipt.get("endedAt"),
         "receipt": dict(receipt),
     }
+
+
+def previous_call(
+    entry: Mapping[str, Any],
+    arguments: Mapping[str, Any],
+    *,
+    namespace: str,
+    caller: str,
+    tool: str,
+) -> dict[str, Any] | None:
+    """An approved call from its calls-index entry and arguments artifact, in the shape of
+    an invocation (what `review.last_approved` reads); None when the artifact is another
+    tenant's or another call's."""
+    if arguments.get("tenantId") != namespace or arguments.get("invocationId") != entry.get(
+        "invocationId"
+    ):
+        return None
+    return {
+        "metadata": {
+            "name": entry.get("invocation"),
+            "namespace": namespace,
+            "uid": entry.get("invocationId"),
+        },
+        "spec": {
+            "caller": {"name": caller},
+            "tool": {"id": tool},
+            "arguments": dict(arguments.get("arguments") or {}),
+        },
+        "status": {
+            "approval": {
+                "name": entry.get("approval"),
+                "reviewer": entry.get("approvedBy"),
+                "boundAt": entry.get("approvedAt"),
+            },
+            "receiptRef": entry.get("receiptRef"),
+        },
+    }
