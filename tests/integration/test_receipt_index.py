@@ -1,11 +1,16 @@
 """The receipt index on the real cluster: after retention deletes a run's invocations, the
 gateway's run receipts still list every call, from the artifact store's run index, and only
-to callers who may list the namespace's invocations.
+to callers who may list the namespace's invocations; and the reviewers' page still compares a
+waiting call with the caller's last approved call after retention deleted that call.
 
 The operator here serves `rix-<SESSION>-*`, out of the session operator's scope."""
 
 from __future__ import annotations
 
+import http.cookiejar
+import re
+import urllib.parse
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,7 +20,7 @@ from kubernetes import client
 from tooladapter.devtools import SESSION, Namespace, OperatorProcess, wait_for
 
 from .gateway_client import http_json, token_of, unbound_sa
-from .objects import Agent, descriptor, get, pretty, status_of
+from .objects import Agent, approve, descriptor, get, pretty, status_of
 from .test_cli import Cli
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(300)]
@@ -90,5 +95,46 @@ def test_run_receipts_are_complete_after_retention_deleted_the_invocations(
         status, kind, body = http_json("GET", url, stranger)
         assert status == 403 and kind.startswith("application/problem+json"), body
         assert not any(s["receiptRef"] in str(body) for s in statuses.values()), body
+    finally:
+        ns.delete()
+
+
+def signed_in(gateway: str, token: str) -> urllib.request.OpenerDirector:
+    """A browser's cookie jar, signed in to the reviewers' page with `token`."""
+    opener = urllib.request.build_opener(
+        urllib.request.HTTPCookieProcessor(http.cookiejar.CookieJar()),
+        urllib.request.ProxyHandler({}),
+    )
+    form = opener.open(f"{gateway}/ui/login", timeout=60).read().decode()
+    nonce = re.search(r'name="nonce" value="([^"]+)"', form)
+    assert nonce is not None, form
+    data = urllib.parse.urlencode({"nonce": nonce.group(1), "token": token}).encode()
+    opener.open(f"{gateway}/ui/login", data=data, timeout=60).read()
+    return opener
+
+
+def test_the_reviewers_page_compares_with_an_approved_call_retention_deleted(
+    api: client.ApiClient, short_retention: OperatorProcess
+) -> None:
+    ns = Namespace(api, prefix=SCOPE)
+    try:
+        agent = Agent.create(api, ns.name, "agent-1")
+        reviewer = Agent.create(api, ns.name, "reviewer-1", role="tooladapter-reviewer")
+        native = {"kind": "native", "native": {"name": "list-tools"}}
+        descriptor(api, ns.name, "propose", side_effect_class="shared-write", **native)
+        agent.grant(["propose"], ["shared-write"])
+        first = agent.invoke("propose", {"branch": "main"})
+        agent.wait(first, states={"AwaitingApproval"})
+        approve(reviewer, first)
+        assert status_of(agent.wait(first))["state"] == "Observed"
+        wait_for(lambda: gone(api, ns.name, first), timeout=90, what=f"{first} deleted")
+
+        waiting = agent.invoke("propose", {"branch": "release-42"})
+        agent.wait(waiting, states={"AwaitingApproval"})
+        browser = signed_in(short_retention.gateway_url, token_of(reviewer))
+        html = browser.open(f"{short_retention.gateway_url}/ui/approvals", timeout=60).read()
+        text = html.decode()
+        assert f"Since {first}, approved by {reviewer.user}" in text, text
+        assert "release-42" in text and "The first call of this tool" not in text, text
     finally:
         ns.delete()
