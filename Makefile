@@ -37,6 +37,7 @@ help:
 	@echo "make chaos      exactly once and never stuck under faults (never part of make test)"
 	@echo "make s3-server  build the S3-compatible test server (SeaweedFS) into the cache"
 	@echo "make otel-collector  build the OTLP receiver the tracing tests use, into the cache"
+	@echo "make promtool | browser  install Debian's prometheus (promtool) / chromium when missing"
 
 $(STAMP): pyproject.toml
 	@command -v python3 >/dev/null || { apt-get update -qq && apt-get install -y -qq python3 python3-venv; }

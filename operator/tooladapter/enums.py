@@ -314,3 +314,5 @@ class ArtifactKind(StrEnum):
 
     RESULT = "result"
     RECEIPT = "receipt"
+    #: A named entry of the receipt index (artifacts/protocol `put_key`).
+    INDEX = "index"

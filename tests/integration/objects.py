@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import socket
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -381,3 +382,36 @@ def approve(
             raise
 
     return wait_for(created, timeout=30, what=f"{reviewer.user}'s ToolApproval admitted")
+
+
+def uncertain_call(
+    api: client.ApiClient, namespace: str, agent: Agent, **spec: Any
+) -> tuple[str, dict[str, Any]]:
+    """An approved `external` call ("deploy") whose effect is Uncertain: its server takes
+    the request and never answers, so the call times out after the request was sent.
+    Returns the invocation's name and status (`spec`: extra invocation spec, e.g. runId)."""
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        port = silent.getsockname()[1]
+        descriptor(
+            api,
+            namespace,
+            "deploy",
+            kind="http",
+            side_effect_class="external",
+            timeoutSeconds=3,
+            http={
+                "method": "POST",
+                "url": f"http://127.0.0.1:{port}/deploy",
+                "allowedHosts": [f"127.0.0.1:{port}"],
+            },
+        )
+        agent.grant(["deploy"], ["external"])
+        reviewer = Agent.create(api, namespace, "reviewer-1", role="tooladapter-reviewer")
+        name = agent.invoke("deploy", {}, **spec)
+        agent.wait(name, states={"AwaitingApproval"})
+        approve(reviewer, name)
+        uncertain = status_of(agent.wait(name))
+    assert uncertain["state"] == "Uncertain", pretty(uncertain)
+    return name, uncertain

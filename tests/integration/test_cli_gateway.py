@@ -7,7 +7,6 @@ Uncertain call into a new receipt that verifies the same way."""
 from __future__ import annotations
 
 import json
-import socket
 from pathlib import Path
 
 import pytest
@@ -15,7 +14,7 @@ from kubernetes import client
 
 from tooladapter.devtools import Namespace, OperatorProcess
 
-from .objects import Agent, approve, descriptor, pretty, status_of
+from .objects import Agent, pretty, uncertain_call
 from .test_cli import Cli, explain, native_tool
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(420)]
@@ -58,32 +57,7 @@ def test_confirm_on_an_uncertain_call_writes_a_new_receipt(
     operator: OperatorProcess,
     tmp_path: Path,
 ) -> None:
-    # A server that takes the request and never answers: the call times out after it was
-    # sent, so an `external` effect is Uncertain (as in test_gateway).
-    with socket.socket() as silent:
-        silent.bind(("127.0.0.1", 0))
-        silent.listen()
-        port = silent.getsockname()[1]
-        descriptor(
-            api,
-            ns.name,
-            "deploy",
-            kind="http",
-            side_effect_class="external",
-            timeoutSeconds=3,
-            http={
-                "method": "POST",
-                "url": f"http://127.0.0.1:{port}/deploy",
-                "allowedHosts": [f"127.0.0.1:{port}"],
-            },
-        )
-        agent.grant(["deploy"], ["external"])
-        reviewer = Agent.create(api, ns.name, "reviewer-1", role="tooladapter-reviewer")
-        name = agent.invoke("deploy", {})
-        agent.wait(name, states={"AwaitingApproval"})
-        approve(reviewer, name)
-        uncertain = status_of(agent.wait(name))
-    assert uncertain["state"] == "Uncertain", pretty(uncertain)
+    name, uncertain = uncertain_call(api, ns.name, agent)
 
     oncall = Cli(
         tmp_path, api, Agent.create(api, ns.name, "oncall-1", role="tooladapter-operations")

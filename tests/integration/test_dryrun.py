@@ -62,6 +62,24 @@ def tool_policy(api: client.ApiClient, namespace: str, name: str, spec: dict[str
     )
 
 
+def preview_agrees(
+    shown: dict[str, Any], real: dict[str, Any], *, verdict: str, stage: str | None
+) -> None:
+    """A preview (`status.preview` or the REST answer) says what the real call's status
+    says: the verdict, the stage that denied it and why, or the class and policy decision
+    it passed with, and the request hash."""
+    assert shown["verdict"] == verdict, pretty(shown)
+    assert shown.get("deniedStage") == real.get("deniedStage") == stage, pretty([shown, real])
+    assert shown.get("failureClass") == real.get("failureClass")
+    if stage is not None:
+        assert shown["message"] == real["message"]
+    else:
+        assert shown["classification"]["effective"] == real["effectiveClass"]
+        assert shown["policy"]["decisionId"] == real["policyDecisionId"]
+    if real.get("requestHash"):
+        assert shown["validation"]["requestHash"] == real["requestHash"]
+
+
 #: (case, tool, arguments, where the real call stops, the preview's verdict, denied stage)
 CASES = [
     ("allowed", "lister", {"path": "/data"}, "Observed", "would-run", None),
@@ -110,16 +128,7 @@ def test_a_dry_run_decides_what_the_real_call_decides(
         real = status_of(agent.wait(real_name, states={WAIT, state, "Denied", "Failed"}))
         shown = dry["preview"]
         assert (dry["state"], real["state"]) == ("Previewed", state), pretty([dry, real])
-        assert shown["verdict"] == verdict, pretty(shown)
-        assert shown.get("deniedStage") == real.get("deniedStage") == stage, pretty([dry, real])
-        assert shown.get("failureClass") == real.get("failureClass")
-        if stage is not None:
-            assert shown["message"] == real["message"]
-        else:
-            assert shown["classification"]["effective"] == real["effectiveClass"]
-            assert shown["policy"]["decisionId"] == real["policyDecisionId"]
-        if real.get("requestHash"):
-            assert shown["validation"]["requestHash"] == real["requestHash"]
+        preview_agrees(shown, real, verdict=verdict, stage=stage)
         # Nothing ran, nothing was stored: no stages, no receipt.
         assert not dry.get("stages") and not dry.get("receiptRef"), pretty(dry)
 

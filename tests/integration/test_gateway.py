@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import socket
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -26,7 +25,7 @@ from tooladapter.gateway.openapi import document
 from tooladapter.gateway.routes import MODULES
 
 from .gateway_client import http_json, token_of, unbound_sa
-from .objects import Agent, approve, descriptor, get, status_of
+from .objects import Agent, descriptor, get, status_of, uncertain_call
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(600)]
 
@@ -209,32 +208,7 @@ def test_the_api_matches_its_openapi_document_and_never_fails_with_5xx(
 def test_an_uncertain_effect_is_confirmed_through_the_gateway_as_the_caller(
     api: client.ApiClient, ns: Namespace, agent: Agent, operator: OperatorProcess
 ) -> None:
-    # A server that takes the request and never answers: the call times out after it was
-    # sent, so an `external` effect is Uncertain.
-    with socket.socket() as silent:
-        silent.bind(("127.0.0.1", 0))
-        silent.listen()
-        port = silent.getsockname()[1]
-        descriptor(
-            api,
-            ns.name,
-            "deploy",
-            kind="http",
-            side_effect_class="external",
-            timeoutSeconds=3,
-            http={
-                "method": "POST",
-                "url": f"http://127.0.0.1:{port}/deploy",
-                "allowedHosts": [f"127.0.0.1:{port}"],
-            },
-        )
-        agent.grant(["deploy"], ["external"])
-        reviewer = Agent.create(api, ns.name, "reviewer-1", role="tooladapter-reviewer")
-        name = agent.invoke("deploy", {})
-        agent.wait(name, states={"AwaitingApproval"})
-        approve(reviewer, name)
-        uncertain = status_of(agent.wait(name))
-    assert uncertain["state"] == "Uncertain", uncertain
+    name, uncertain = uncertain_call(api, ns.name, agent)
     oncall = Agent.create(api, ns.name, "oncall-1", role="tooladapter-operations")
     url = f"{operator.gateway_url}/namespaces/{ns.name}/tool-invocations/{name}/confirm-effect"
     claim = {"effectHappened": False, "evidence": "the deploy log shows no request"}

@@ -10,7 +10,6 @@ with a timeout (never a sleep). Screenshots go to `$TOOLADAPTER_UI_SCREENSHOTS` 
 from __future__ import annotations
 
 import os
-import socket
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,7 +21,7 @@ from tooladapter import GROUP, VERSION
 from tooladapter.devtools import Namespace, OperatorProcess
 
 from .gateway_client import token_of
-from .objects import Agent, approve, descriptor, get, status_of
+from .objects import Agent, approve, descriptor, get, status_of, uncertain_call
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(600)]
 
@@ -190,32 +189,7 @@ def test_an_operator_confirms_an_uncertain_effect_and_the_new_receipt_shows_it(
     page: Page,
     tmp_path: Path,
 ) -> None:
-    # A server that takes the request and never answers: the call times out after the
-    # request was sent, so an `external` effect is Uncertain.
-    with socket.socket() as silent:
-        silent.bind(("127.0.0.1", 0))
-        silent.listen()
-        port = silent.getsockname()[1]
-        descriptor(
-            api,
-            ns.name,
-            "deploy",
-            kind="http",
-            side_effect_class="external",
-            timeoutSeconds=3,
-            http={
-                "method": "POST",
-                "url": f"http://127.0.0.1:{port}/deploy",
-                "allowedHosts": [f"127.0.0.1:{port}"],
-            },
-        )
-        agent.grant(["deploy"], ["external"])
-        reviewer = Agent.create(api, ns.name, "reviewer-1", role="tooladapter-reviewer")
-        name = agent.invoke("deploy", {}, runId="deploy-7")
-        agent.wait(name, states={"AwaitingApproval"})
-        approve(reviewer, name)
-        uncertain = status_of(agent.wait(name))
-    assert uncertain["state"] == "Uncertain", uncertain
+    name, uncertain = uncertain_call(api, ns.name, agent, runId="deploy-7")
     oncall = Agent.create(api, ns.name, "oncall-1", role="tooladapter-operations")
 
     sign_in(page, operator, oncall)

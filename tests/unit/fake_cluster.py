@@ -24,7 +24,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from tooladapter import API_VERSION, GROUP
-from tooladapter.artifacts import content_ref
+from tooladapter.artifacts import CorruptArtifact, content_ref, index_key, index_prefix
 from tooladapter.catalog import Catalog, invocation_key
 from tooladapter.enums import InvocationState, Resource, ToolKind
 from tooladapter.executors import Call, Executor, InOperator, Outcome
@@ -598,6 +598,8 @@ class MemoryStore:
 
     def __init__(self) -> None:
         self.blobs: dict[str, bytes] = {}
+        #: Named index entries (`put_key`), write-once like the real stores.
+        self.keys: dict[str, bytes] = {}
         self.hook: Callable[[bytes], None] | None = None
 
     def receipts(self) -> list[bytes]:
@@ -612,6 +614,17 @@ class MemoryStore:
 
     def get(self, ref: str) -> bytes:
         return self.blobs[ref]
+
+    def put_key(self, key: str, data: bytes) -> None:
+        held = self.keys.setdefault(index_key(key), bytes(data))
+        if held != data:
+            raise CorruptArtifact(f"{key} already holds other bytes")
+
+    def get_key(self, key: str) -> bytes:
+        return self.keys[key]
+
+    def list(self, prefix: str) -> list[str]:
+        return sorted(k for k in self.keys if k.startswith(index_prefix(prefix)))
 
 
 class ScriptedExecutor(InOperator):

@@ -93,6 +93,16 @@ class FakeS3:
             raise client_error(404, "NoSuchKey", "GetObject")
         return {"Body": io.BytesIO(self.objects[Key])}
 
+    def get_paginator(self, operation: str) -> FakeS3:
+        assert operation == "list_objects_v2"
+        return self
+
+    def paginate(self, *, Bucket: str, Prefix: str) -> list[dict[str, Any]]:
+        """ListObjectsV2 in pages of two keys, as a paginator yields them."""
+        self._check(Bucket, "ListObjectsV2")
+        keys = sorted(k for k in self.objects if k.startswith(Prefix))
+        return [{"Contents": [{"Key": k} for k in keys[i : i + 2]]} for i in range(0, len(keys), 2)]
+
 
 def s3_store(fake: FakeS3, prefix: str = "tooladapter/") -> S3ArtifactStore:
     store = S3ArtifactStore(fake, bucket=fake.bucket, prefix=prefix)  # type: ignore[arg-type]

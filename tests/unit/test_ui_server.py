@@ -18,6 +18,8 @@ from tooladapter.gateway.context import Deps
 from tooladapter.kube.callers import CallerApiError, CallerIdentity
 from tooladapter.settings import Settings
 
+from .fake_cluster import MemoryStore
+
 REVIEWER = CallerIdentity(username="alice", groups=("system:authenticated", "reviewers"))
 WAITING = {
     "metadata": {"name": "deploy-1", "namespace": "team-a", "uid": "u1"},
@@ -92,7 +94,7 @@ def _free_port() -> int:
 async def served() -> AsyncIterator[tuple[str, World]]:
     world = World()
     settings = Settings(gateway_host="127.0.0.1", gateway_port=_free_port())
-    deps = Deps(reviews=world, pool=world, store=None, settings=settings, kube=None)  # type: ignore[arg-type]
+    deps = Deps(reviews=world, pool=world, store=MemoryStore(), settings=settings, kube=None)  # type: ignore[arg-type]
     gateway = Gateway(deps, None)
     await gateway.serve()
     try:

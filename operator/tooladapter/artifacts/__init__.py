@@ -14,6 +14,8 @@ from .protocol import (
     CorruptArtifact,
     content_ref,
     digest_of,
+    index_key,
+    index_prefix,
     relative_key,
     verified,
 )
@@ -25,6 +27,8 @@ __all__ = [
     "LocalArtifactStore",
     "content_ref",
     "digest_of",
+    "index_key",
+    "index_prefix",
     "open_store",
     "relative_key",
     "verified",

@@ -6,11 +6,20 @@ import os
 import tempfile
 from pathlib import Path
 
-from .protocol import CorruptArtifact, content_ref, relative_key, verified
+from .protocol import (
+    CorruptArtifact,
+    content_ref,
+    index_key,
+    index_prefix,
+    relative_key,
+    verified,
+)
 
 
 class LocalArtifactStore:
-    """Files under `root/sha256/<2 hex>/<64 hex>`, written atomically (rename) and fsynced."""
+    """Files under `root/sha256/<2 hex>/<64 hex>`, written atomically (rename) and fsynced;
+    named index entries under `root/index/...`, created by a hard link that fails when the
+    name exists, so two writers never overwrite one another."""
 
     def __init__(self, root: Path) -> None:
         self.root = root
@@ -49,3 +58,44 @@ class LocalArtifactStore:
             return verified(ref, path.read_bytes())
         except FileNotFoundError:
             raise KeyError(ref) from None
+
+    def put_key(self, key: str, data: bytes) -> None:
+        path = self.root / index_key(key)
+        if path.exists():
+            self._same(path, data)
+            return
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(data)
+                fh.flush()
+                os.fsync(fh.fileno())
+            try:
+                # link(2), unlike rename(2), refuses an existing name: write-once.
+                os.link(tmp, path)
+            except FileExistsError:
+                self._same(path, data)
+        finally:
+            Path(tmp).unlink(missing_ok=True)
+
+    @staticmethod
+    def _same(path: Path, data: bytes) -> None:
+        if path.read_bytes() != data:
+            raise CorruptArtifact(f"{path} already holds other bytes (never overwritten)")
+
+    def get_key(self, key: str) -> bytes:
+        try:
+            return (self.root / index_key(key)).read_bytes()
+        except FileNotFoundError:
+            raise KeyError(key) from None
+
+    def list(self, prefix: str) -> list[str]:
+        folder = self.root / index_prefix(prefix)
+        if not folder.is_dir():
+            return []
+        return sorted(
+            path.relative_to(self.root).as_posix()
+            for path in folder.rglob("*")
+            if path.is_file() and not path.name.startswith(".")
+        )

@@ -9,6 +9,10 @@ it write the same bytes by construction. Every put carries the content's SHA-256
 (`x-amz-checksum-sha256`), so the server refuses a body damaged on the way, and `get`
 hashes what it reads before anyone sees it.
 
+Named index entries (`<prefix>index/...`) are written once the same way: a conditional put,
+or a HEAD first; a key found holding other bytes is an error, never overwritten. `list`
+pages through ListObjectsV2 under a folder.
+
 The client is boto3's (blocking, thread-safe): callers run `put`/`get` off the event loop,
 as they do the file store's fsync.
 """
@@ -29,6 +33,8 @@ from .protocol import (
     CorruptArtifact,
     content_ref,
     digest_of,
+    index_key,
+    index_prefix,
     relative_key,
     verified,
 )
@@ -189,6 +195,58 @@ class S3ArtifactStore:
         except BotoCoreError as exc:
             raise _failed(f"get {key}", exc) from exc
         return verified(ref, data)
+
+    def put_key(self, key: str, data: bytes) -> None:
+        full = self.prefix + index_key(key)
+        try:
+            if self.conditional:
+                try:
+                    self._put(full, data, conditional=True)
+                    return
+                except ClientError as exc:
+                    if _status(exc) not in _EXISTS:
+                        raise
+            else:
+                try:
+                    self.client.head_object(Bucket=self.bucket, Key=full)
+                except ClientError as exc:
+                    if _status(exc) != 404:
+                        raise
+                    self._put(full, data, conditional=False)
+                    return
+            held = self._read(full)
+        except (ClientError, BotoCoreError) as exc:
+            raise _failed(f"put {full}", exc) from exc
+        if held != data:
+            raise CorruptArtifact(f"{full} already holds other bytes (never overwritten)")
+
+    def get_key(self, key: str) -> bytes:
+        full = self.prefix + index_key(key)
+        try:
+            return self._read(full)
+        except ClientError as exc:
+            if _status(exc) == 404 or _code(exc) == "NoSuchKey":
+                raise KeyError(key) from None
+            raise _failed(f"get {full}", exc) from exc
+        except BotoCoreError as exc:
+            raise _failed(f"get {full}", exc) from exc
+
+    def list(self, prefix: str) -> list[str]:
+        folder = self.prefix + index_prefix(prefix)
+        keys: list[str] = []
+        try:
+            pages = self.client.get_paginator("list_objects_v2").paginate(
+                Bucket=self.bucket, Prefix=folder
+            )
+            for page in pages:
+                keys.extend(item["Key"][len(self.prefix) :] for item in page.get("Contents", []))
+        except (ClientError, BotoCoreError) as exc:
+            raise _failed(f"list {folder}", exc) from exc
+        return sorted(keys)
+
+    def _read(self, key: str) -> bytes:
+        data: bytes = self.client.get_object(Bucket=self.bucket, Key=key)["Body"].read()
+        return data
 
     def _put(self, key: str, data: bytes, *, conditional: bool) -> None:
         digest = bytes.fromhex(digest_of(content_ref(data)))

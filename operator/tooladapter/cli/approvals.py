@@ -15,7 +15,7 @@ from ..pipeline.argdiff import render as render_changes
 from ..pipeline.review import pending_approvals
 from .bodies import approval_body
 from .complete import invocations_in
-from .context import Settings, common_options, run_async
+from .context import Settings, common_options, run_async, stacked, wait_options
 from .exitcodes import ExitCode
 from .parsing import parse_expiry
 from .render import fields
@@ -171,23 +171,13 @@ def decision_options(func: Any) -> Any:
             shell_complete=invocations_in(InvocationState.AWAITING_APPROVAL),
         ),
         click.option("--comment", default="", help="Why (kept on the ToolApproval)."),
-        click.option(
-            "--wait/--no-wait",
-            default=True,
-            show_default=True,
-            help="Wait until the operator binds (or refuses) the approval.",
-        ),
-        click.option(
-            "--timeout",
-            type=click.FloatRange(min=1),
-            default=60,
-            show_default=True,
-            help="Seconds to wait for the operator (exit 7 after).",
+        *wait_options(
+            wait_help="Wait until the operator binds (or refuses) the approval.",
+            timeout=60,
+            timeout_help="Seconds to wait for the operator (exit 7 after).",
         ),
     ]
-    for option in reversed(options):
-        func = option(func)
-    return func
+    return stacked(func, options)
 
 
 @click.command("approve")

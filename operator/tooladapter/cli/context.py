@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -89,9 +89,28 @@ def common_options(func: F) -> F:
             help="Kubeconfig context (default: its current context).",
         ),
     ]
+    return stacked(func, options)
+
+
+def stacked(func: F, options: Sequence[Callable[[F], F]]) -> F:
+    """`func` under `options`, as if they were written as decorators in this order."""
     for option in reversed(options):
         func = option(func)
     return func
+
+
+def wait_options(*, wait_help: str, timeout: int, timeout_help: str) -> list[Any]:
+    """--wait/--no-wait and --timeout: how long a command waits for the operator."""
+    return [
+        click.option("--wait/--no-wait", default=True, show_default=True, help=wait_help),
+        click.option(
+            "--timeout",
+            type=click.FloatRange(min=1),
+            default=timeout,
+            show_default=True,
+            help=timeout_help,
+        ),
+    ]
 
 
 def run_async(coro: Coroutine[Any, Any, T]) -> T:

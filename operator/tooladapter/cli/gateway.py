@@ -1,8 +1,12 @@
-"""Receipt bytes from the gateway (`GET {gateway}/namespaces/{ns}/receipts/{sha256 hex}`),
-asked with the user's own bearer token: the gateway checks who may read them."""
+"""Reads from the gateway, asked with the user's own bearer token (the gateway checks who
+may read what): receipt bytes (`GET {gateway}/namespaces/{ns}/receipts/{sha256 hex}`) and a
+run's receipts (`GET {gateway}/namespaces/{ns}/runs/{runId}/tool-receipts`), which include
+calls whose invocations retention deleted (the store's run index)."""
 
 from __future__ import annotations
 
+import json
+from typing import Any
 from urllib.parse import quote
 
 import aiohttp
@@ -19,14 +23,38 @@ def receipt_url(gateway: str, namespace: str, ref: str) -> str:
     return f"{gateway.rstrip('/')}/namespaces/{quote(namespace, safe='')}/receipts/{digest}"
 
 
+def run_receipts_url(gateway: str, namespace: str, run_id: str) -> str:
+    ns, run = quote(namespace, safe=""), quote(run_id, safe="")
+    return f"{gateway.rstrip('/')}/namespaces/{ns}/runs/{run}/tool-receipts"
+
+
 async def fetch_receipt(gateway: str, namespace: str, ref: str, token: str | None) -> bytes:
+    url = receipt_url(gateway, namespace, ref)
+    return await _get(gateway, url, token, f"no receipt {ref} in namespace {namespace}")
+
+
+async def fetch_run_receipts(
+    gateway: str, namespace: str, run_id: str, token: str | None
+) -> list[dict[str, Any]]:
+    """The gateway's rows of a run (see gateway/routes/runs.py)."""
+    url = run_receipts_url(gateway, namespace, run_id)
+    body = await _get(gateway, url, token, f"no namespace {namespace}")
+    try:
+        items = json.loads(body)["items"]
+    except (ValueError, KeyError, TypeError) as err:
+        raise CliError(f"gateway {gateway}: not a run's receipts ({err})") from err
+    if not isinstance(items, list):
+        raise CliError(f"gateway {gateway}: not a run's receipts")
+    return [row for row in items if isinstance(row, dict)]
+
+
+async def _get(gateway: str, url: str, token: str | None, missing: str) -> bytes:
     if token is None:
         raise CliError(
             "the gateway needs a bearer token, and your kubeconfig user has none (client "
             "certificates?): use a token user, or --artifact-dir",
             ExitCode.FORBIDDEN,
         )
-    url = receipt_url(gateway, namespace, ref)
     timeout = aiohttp.ClientTimeout(total=30)
     try:
         async with (
@@ -38,9 +66,9 @@ async def fetch_receipt(gateway: str, namespace: str, ref: str, token: str | Non
     except aiohttp.ClientError as err:
         raise CliError(f"gateway {gateway}: {err}") from err
     if status == 404:
-        raise CliError(f"no receipt {ref} in namespace {namespace}", ExitCode.NOT_FOUND)
+        raise CliError(missing, ExitCode.NOT_FOUND)
     if status in (401, 403):
-        raise CliError(f"the gateway refused the receipt ({status})", ExitCode.FORBIDDEN)
+        raise CliError(f"the gateway refused the request ({status})", ExitCode.FORBIDDEN)
     if not 200 <= status <= 299:
         raise CliError(f"gateway {gateway} answered {status}")
     if len(body) > MAX_RECEIPT_BYTES:

@@ -12,7 +12,7 @@ from ..kube.user import ApiError, UserApi
 from . import views
 from .bodies import claimable_groups, invocation_body
 from .complete import tool_ids
-from .context import Settings, common_options, run_async, stderr_is_tty
+from .context import Settings, common_options, run_async, stacked, stderr_is_tty, wait_options
 from .exitcodes import CliError, ExitCode, for_state
 from .follow import PREVIEWED, StageDisplay, follow_until_finished
 from .parsing import name_prefix, parse_arguments
@@ -37,20 +37,13 @@ def call_options(func: Callable[..., Any]) -> Callable[..., Any]:
             "--run-id", envvar="TOOLADAPTER_RUN_ID", help="spec.runId ($TOOLADAPTER_RUN_ID)."
         ),
         click.option("--name", help="Name of the ToolInvocation (default: generated)."),
-        click.option(
-            "--wait/--no-wait", default=True, show_default=True, help="Follow the call to its end."
-        ),
-        click.option(
-            "--timeout",
-            type=click.FloatRange(min=1),
-            default=600,
-            show_default=True,
-            help="Seconds to follow before giving up (exit 7; the call goes on).",
+        *wait_options(
+            wait_help="Follow the call to its end.",
+            timeout=600,
+            timeout_help="Seconds to follow before giving up (exit 7; the call goes on).",
         ),
     ]
-    for option in reversed(options):
-        func = option(func)
-    return func
+    return stacked(func, options)
 
 
 async def _resolve_version(api: UserApi, tool_id: str, version: str | None) -> str:

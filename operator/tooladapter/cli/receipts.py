@@ -4,6 +4,8 @@ A receipt's bytes live in the artifact store, addressed by their sha256; the inv
 status carries the reference and a summary. `receipt get` reads the bytes from the gateway
 (`--gateway`, $TOOLADAPTER_GATEWAY_URL) or from a local store (`--artifact-dir`, where
 `make run` keeps them), else shows the summary from the invocation's status.
+`receipts --run` asks the gateway when given one: its answer includes the calls whose
+invocations retention deleted (the artifact store's run index).
 """
 
 from __future__ import annotations
@@ -22,14 +24,22 @@ from ..pipeline.receipt_check import Match, parse_receipt, ref_from_filename, ve
 from . import views
 from .context import Settings, common_options, run_async
 from .exitcodes import CliError, ExitCode
-from .gateway import fetch_receipt
+from .gateway import fetch_receipt, fetch_run_receipts
 from .parsing import looks_like_ref, parse_ref
 from .render import Output, document, table
 
 
-async def _receipts(settings: Settings, run_id: str) -> ExitCode:
+async def _receipts(settings: Settings, run_id: str, gateway: str | None) -> ExitCode:
     async with settings.connect() as api:
-        rows = views.run_receipts(await api.list_where(Resource.INVOCATIONS, "spec.runId", run_id))
+        if gateway:
+            found = await fetch_run_receipts(
+                gateway, api.namespace, run_id, await api.bearer_token()
+            )
+            rows = [views.gateway_receipt_row(row) for row in found]
+        else:
+            rows = views.run_receipts(
+                await api.list_where(Resource.INVOCATIONS, "spec.runId", run_id)
+            )
     if settings.structured:
         settings.emit(rows)
     elif rows:
@@ -60,11 +70,19 @@ async def _receipts(settings: Settings, run_id: str) -> ExitCode:
 @click.command("receipts")
 @common_options
 @click.option("--run", "run_id", required=True, metavar="RUN_ID", help="spec.runId of the calls.")
+@click.option(
+    "--gateway",
+    envvar="TOOLADAPTER_GATEWAY_URL",
+    metavar="URL",
+    help="Ask the tooladapter gateway ($TOOLADAPTER_GATEWAY_URL): its answer includes calls "
+    "whose invocations retention deleted.",
+)
 @click.pass_obj
-def receipts(settings: Settings, run_id: str) -> ExitCode:
+def receipts(settings: Settings, run_id: str, gateway: str | None) -> ExitCode:
     """The receipts of a run: every invocation with that spec.runId, its state, class,
-    approval and receipt reference (-o json: with each receipt's summary)."""
-    return run_async(_receipts(settings, run_id))
+    approval and receipt reference (-o json: with each receipt's summary, or with the
+    receipt itself from --gateway)."""
+    return run_async(_receipts(settings, run_id, gateway))
 
 
 def source_options(func: Any) -> Any:

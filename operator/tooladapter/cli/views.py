@@ -13,18 +13,9 @@ from packaging.version import InvalidVersion, Version
 
 from ..enums import GATED_CLASSES, SideEffectClass, ToolKind
 from ..pipeline.argdiff import canonical
-
-
-def _spec(obj: dict[str, Any]) -> dict[str, Any]:
-    return dict(obj.get("spec") or {})
-
-
-def _status(obj: dict[str, Any]) -> dict[str, Any]:
-    return dict(obj.get("status") or {})
-
-
-def _name(obj: dict[str, Any]) -> str:
-    return str((obj.get("metadata") or {}).get("name", ""))
+from ..pipeline.parts import name_of as _name
+from ..pipeline.parts import spec_of as _spec
+from ..pipeline.parts import status_of as _status
 
 
 def canonical_pretty(value: Any) -> str:
@@ -215,6 +206,23 @@ def run_receipts(invocations: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         key=lambda o: (str((o.get("metadata") or {}).get("creationTimestamp", "")), _name(o)),
     )
     return [receipt_row(o) for o in ordered]
+
+
+def gateway_receipt_row(row: dict[str, Any]) -> dict[str, Any]:
+    """A row of the gateway's run receipts (gateway/routes/runs.py) as `receipt_row` shows
+    one; `receipt` is the stored receipt itself (or null when the store lacks it)."""
+    receipt = row.get("receipt") or {}
+    return {
+        "name": row.get("invocation"),
+        "tool": row.get("toolId"),
+        "version": row.get("toolVersion"),
+        "state": row.get("state"),
+        "effectiveClass": row.get("effectiveClass"),
+        "approval": row.get("approval"),
+        "receiptRef": row.get("receiptRef"),
+        "auditRef": receipt.get("auditRef"),
+        "receipt": row.get("receipt"),
+    }
 
 
 def holding_ref(invocations: Sequence[dict[str, Any]], ref: str) -> dict[str, Any] | None:

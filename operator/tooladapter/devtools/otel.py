@@ -5,14 +5,13 @@ writing every span it receives as OTLP JSON lines into a file the test reads."""
 from __future__ import annotations
 
 import json
-import os
-import signal
 import socket
 import subprocess
 from pathlib import Path
 from typing import Any
 
 from .cluster import ROOT
+from .groups import stop_group, tail_of
 from .host import free_port
 from .waiting import wait_for
 
@@ -101,18 +100,10 @@ class Collector:
         return found
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(timeout=10)
+        stop_group(self.proc)
 
     def tail(self, lines: int = 40) -> str:
-        if not self.log_path.exists():
-            return ""
-        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        return tail_of(self.log_path, lines)
 
 
 def attributes(span: dict[str, Any]) -> dict[str, Any]:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import secrets
-import signal
 import subprocess
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -20,6 +19,7 @@ import boto3
 from botocore.config import Config
 
 from .cluster import ROOT
+from .groups import stop_group, tail_of
 from .host import free_port
 from .waiting import wait_for
 
@@ -143,15 +143,7 @@ class S3Server:
         }
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(timeout=10)
+        stop_group(self.proc)
 
     def tail(self, lines: int = 60) -> str:
-        if not self.log_path.exists():
-            return ""
-        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        return tail_of(self.log_path, lines)

@@ -248,7 +248,6 @@ class EgressProxy:
             )
             await _answer(writer, 400)
             return
-        counts = Counts()
         try:
             addresses = await self._admit(lease, host, port, HTTPS_PORT)
             writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
@@ -263,13 +262,8 @@ class EgressProxy:
             if not writer.is_closing() and refusal.status != 0:
                 await _answer(writer, refusal.status)
             return
-        try:
-            upstream_writer.write(hello[1])
-            counts.up += len(hello[1])
-            await self._relay(lease, reader, writer, upstream_reader, upstream_writer, counts)
-        finally:
-            upstream_writer.close()
-            self._record(lease, host, port, "CONNECT", ALLOWED, counts)
+        upstream = (upstream_reader, upstream_writer)
+        await self._splice(lease, host, port, "CONNECT", hello[1], (reader, writer), upstream)
 
     async def _client_hello(self, reader: asyncio.StreamReader) -> tuple[ClientHello, bytes]:
         """Read until a whole ClientHello is buffered; (parsed, the bytes read)."""
@@ -322,7 +316,6 @@ class EgressProxy:
         credential = lease.credential_for(target.host, target.port)
         default_port = HTTPS_PORT if credential is not None else HTTP_PORT
         port = target.port or default_port
-        counts = Counts()
         try:
             addresses = await self._admit(lease, target.host, port, default_port)
             tls = self.upstream_tls if credential is not None else None
@@ -333,27 +326,46 @@ class EgressProxy:
             return
         inject = (credential.header, credential.value) if credential is not None else None
         masker = Masker(credential.secret.encode()) if credential is not None else None
-        try:
-            first = upstream_head(head, target, inject=inject)
-            upstream_writer.write(first)
-            counts.up += len(first)
-            await self._relay(
-                lease,
-                reader,
-                writer,
-                upstream_reader,
-                upstream_writer,
-                counts,
-                request=framing,
-                masker=masker,
-            )
-        finally:
-            upstream_writer.close()
-            self._record(
-                lease, target.host, port, head.method, Verdict(EgressVerdict.ALLOWED), counts
-            )
+        first = upstream_head(head, target, inject=inject)
+        upstream = (upstream_reader, upstream_writer)
+        await self._splice(
+            lease,
+            target.host,
+            port,
+            head.method,
+            first,
+            (reader, writer),
+            upstream,
+            request=framing,
+            masker=masker,
+        )
 
     # ------------------------------------------------------------------ shared
+
+    async def _splice(
+        self,
+        lease: Lease,
+        host: str,
+        port: int,
+        method: str,
+        first: bytes,
+        client: tuple[asyncio.StreamReader, asyncio.StreamWriter],
+        upstream: tuple[asyncio.StreamReader, asyncio.StreamWriter],
+        *,
+        request: Framing | None = None,
+        masker: Masker | None = None,
+    ) -> None:
+        """Send `first` upstream, relay both ways (`_relay`, with `request` and `masker`)
+        until it ends, then record the allowed connection with its byte counts (however
+        the relay ended)."""
+        counts = Counts()
+        try:
+            upstream[1].write(first)
+            counts.up += len(first)
+            await self._relay(lease, *client, *upstream, counts, request=request, masker=masker)
+        finally:
+            upstream[1].close()
+            self._record(lease, host, port, method, ALLOWED, counts)
 
     async def _admit(self, lease: Lease, host: str, port: int, default_port: int) -> list[str]:
         verdict = judge_target(lease.allow, host, port, default_port=default_port)

@@ -18,9 +18,18 @@ import asyncio
 import logging
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
+from typing import Any, TypeVar
 
 from .. import offload
 from ..artifacts import ArtifactStore
+from ..artifacts.index import (
+    approved_call_key,
+    arguments_document,
+    call_entry,
+    entries_of,
+    entry_bytes,
+)
 from ..enums import ArtifactKind, EventLevel, FailureClass, InvocationState, Stage, StageOutcome
 from ..executors import Outcome, read_limit
 from ..metrics import ARTIFACT_STORE_ERRORS, DENIALS, INVOCATIONS, LATENCY
@@ -41,6 +50,8 @@ from ..timeutil import now_iso, parse_time
 from .context import Denial, Failure, FlowContext
 
 logger = logging.getLogger("tooladapter.invocations")
+
+T = TypeVar("T")
 
 #: Delays between attempts to store an artifact; the last repeats until the store takes it.
 STORE_RETRY_DELAYS = (1, 2, 5, 10, 30)
@@ -310,11 +321,14 @@ async def write_receipt(
     written_at: str,
     audit: AuditRequirements | None,
 ) -> None:
-    """Store the receipt and set `auditRef`, `receiptRef` and the summary on `status`.
+    """Store the receipt and its index entries (artifacts/index), and set `auditRef`,
+    `receiptRef` and the summary on `status`.
 
-    A duplicate keeps its winner's receipt as `receiptRef`; its own is its `auditRef`."""
+    A duplicate keeps its winner's receipt as `receiptRef`; its own is its `auditRef`.
+    The entries are written before status names the receipt, so a persisted end is always
+    indexed, and retention never deletes a call that the index cannot find again."""
 
-    def canonical_receipt() -> bytes:
+    def canonical_receipt() -> tuple[dict[str, Any], bytes]:
         receipt = build_receipt(
             namespace=namespace,
             name=name,
@@ -328,12 +342,25 @@ async def write_receipt(
             written_at=written_at,
             audit=audit,
         )
-        return canonical_json(receipt)
+        return receipt, canonical_json(receipt)
 
     # Hashing the arguments and canonicalising (pure Python, up to the argument bound):
     # off the event loop, where every other call would wait.
-    data = await asyncio.to_thread(canonical_receipt)
+    receipt, data = await asyncio.to_thread(canonical_receipt)
     own_ref = await stored(store, data, ArtifactKind.RECEIPT, of=of, on_failure=on_failure)
+    approved = approved_call_key(receipt, own_ref)
+    for key in entries_of(receipt, own_ref):
+        value = entry_bytes(own_ref)
+        if key == approved:
+            # The arguments a later reviewer compares with: an artifact of their own.
+            document = arguments_document(receipt, getattr(spec, "arguments", None) or {})
+            arguments_ref = await stored(
+                store, document, ArtifactKind.INDEX, of=of, on_failure=on_failure
+            )
+            bound_at = status.approval.bound_at if status.approval else None
+            value = call_entry(receipt, own_ref, approved_at=bound_at, arguments_ref=arguments_ref)
+        put = partial(store.put_key, key, value)
+        await until_stored(put, ArtifactKind.INDEX, of=of, on_failure=on_failure)
     status.audit_ref = own_ref
     if not (status.duplicate_of and status.receipt_ref):
         status.receipt_ref = own_ref
@@ -360,10 +387,21 @@ async def stored(
 ) -> str:
     """`store.put(data)` off the event loop (an fsync, a bucket across the network), tried
     until the store takes it; `on_failure` hears of the first refusal of this artifact."""
+    return await until_stored(partial(store.put, data), kind, of=of, on_failure=on_failure)
+
+
+async def until_stored(
+    put: Callable[[], T],
+    kind: ArtifactKind,
+    *,
+    of: str,
+    on_failure: Callable[[ArtifactKind, Exception], None] | None = None,
+) -> T:
+    """`put()` on the store's threads, tried until the store takes it (see `stored`)."""
     attempt = 0
     while True:
         try:
-            return await asyncio.get_running_loop().run_in_executor(_STORE_IO, store.put, data)
+            return await asyncio.get_running_loop().run_in_executor(_STORE_IO, put)
         except asyncio.CancelledError:
             raise
         except Exception as exc:

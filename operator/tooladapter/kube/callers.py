@@ -13,43 +13,33 @@ everything else.
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 from typing import Any, Final
 
-from kubernetes_asyncio import client, watch
+from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from .. import GROUP, VERSION
+from .. import GROUP
 from .auth import AllowCache
 from .client import Kube, json_body
+from .objects import ApiError, CustomObjects, Objects
 
 #: A watch request ends after this long without an event; the follower starts another.
 WATCH_SECONDS: Final = 60
-Objects = list[dict[str, Any]]
 
 #: Page size of lists read for a caller (runs may hold many invocations).
 PAGE_SIZE: Final = 250
 
 
-class CallerApiError(Exception):
+class CallerApiError(ApiError):
     """The API server refused or failed a caller's request; `status` is its HTTP status
     (0 when it could not be reached) and `message` its own explanation."""
 
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(f"{status}: {message}")
-        self.status = status
-        self.message = message
+    MESSAGE_LIMIT = 1024
 
-
-def _error(exc: ApiException) -> CallerApiError:
-    message = exc.reason or ""
-    try:
-        message = json.loads(exc.body or "{}").get("message") or message
-    except (ValueError, AttributeError):
-        pass
-    return CallerApiError(int(exc.status or 0), str(message)[:1024])
+    def __str__(self) -> str:
+        return f"{self.status}: {self.message}"
 
 
 @dataclass(frozen=True)
@@ -83,7 +73,7 @@ class Reviews:
                 await self.kube.authentication.create_token_review(body, _preload_content=False)
             )
         except ApiException as exc:
-            raise _error(exc) from exc
+            raise CallerApiError.from_exception(exc) from exc
         status = review.get("status") or {}
         user = status.get("user") or {}
         if not status.get("authenticated") or not user.get("username"):
@@ -148,7 +138,7 @@ class Reviews:
                 )
             )
         except ApiException as exc:
-            raise _error(exc) from exc
+            raise CallerApiError.from_exception(exc) from exc
         status = review.get("status") or {}
         allowed = bool(status.get("allowed") and not status.get("denied"))
         if allowed:
@@ -187,94 +177,29 @@ class AsCaller:
     """tooladapter objects, read and written with one caller's token."""
 
     def __init__(self, api: client.ApiClient, token: str) -> None:
-        self.custom = client.CustomObjectsApi(api)
-        self._headers = {"Authorization": f"Bearer {token}"}
+        self.objects = CustomObjects(
+            api,
+            error=CallerApiError,
+            page_size=PAGE_SIZE,
+            headers={"Authorization": f"Bearer {token}"},
+        )
 
     async def get(self, plural: str, namespace: str, name: str) -> dict[str, Any]:
-        try:
-            obj: dict[str, Any] = await json_body(
-                await self.custom.get_namespaced_custom_object(
-                    GROUP,
-                    VERSION,
-                    namespace,
-                    plural,
-                    name,
-                    _preload_content=False,
-                    _headers=self._headers,
-                )
-            )
-        except ApiException as exc:
-            raise _error(exc) from exc
-        return obj
+        return await self.objects.get(plural, namespace, name)
 
     async def list(
         self, plural: str, namespace: str, *, field_selector: str | None = None
     ) -> list[dict[str, Any]]:
         """Every object of a kind in the namespace (page by page)."""
-        items: list[dict[str, Any]] = []
-        token = ""
-        while True:
-            params: dict[str, Any] = {"limit": PAGE_SIZE}
-            if token:
-                params["_continue"] = token
-            if field_selector:
-                params["field_selector"] = field_selector
-            try:
-                page = await json_body(
-                    await self.custom.list_namespaced_custom_object(
-                        GROUP,
-                        VERSION,
-                        namespace,
-                        plural,
-                        _preload_content=False,
-                        _headers=self._headers,
-                        **params,
-                    )
-                )
-            except ApiException as exc:
-                raise _error(exc) from exc
-            items.extend(page.get("items") or [])
-            token = (page.get("metadata") or {}).get("continue") or ""
-            if not token:
-                return items
+        return await self.objects.list(plural, namespace, field_selector=field_selector)
 
     async def create(self, plural: str, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
-        try:
-            obj: dict[str, Any] = await json_body(
-                await self.custom.create_namespaced_custom_object(
-                    GROUP,
-                    VERSION,
-                    namespace,
-                    plural,
-                    body,
-                    _preload_content=False,
-                    _headers=self._headers,
-                )
-            )
-        except ApiException as exc:
-            raise _error(exc) from exc
-        return obj
+        return await self.objects.create(plural, namespace, body)
 
     async def merge_patch_status(
         self, plural: str, namespace: str, name: str, status: dict[str, Any]
     ) -> dict[str, Any]:
-        try:
-            obj: dict[str, Any] = await json_body(
-                await self.custom.patch_namespaced_custom_object_status(
-                    GROUP,
-                    VERSION,
-                    namespace,
-                    plural,
-                    name,
-                    {"status": status},
-                    _content_type="application/merge-patch+json",
-                    _preload_content=False,
-                    _headers=self._headers,
-                )
-            )
-        except ApiException as exc:
-            raise _error(exc) from exc
-        return obj
+        return await self.objects.merge_patch_status(plural, namespace, name, status)
 
     async def watch_one(
         self, plural: str, namespace: str, name: str, resource_version: str
@@ -282,80 +207,27 @@ class AsCaller:
         """The object's versions after `resource_version`, until the watch request ends
         (at most `WATCH_SECONDS`); the caller starts another from the last version seen.
         A `CallerApiError` with status 410 means the version is too old: read it again."""
-        stream = watch.Watch()
-        try:
-            async for event in stream.stream(
-                self.custom.list_namespaced_custom_object,
-                GROUP,
-                VERSION,
-                namespace,
-                plural,
-                field_selector=f"metadata.name={name}",
-                resource_version=resource_version,
-                timeout_seconds=WATCH_SECONDS,
-                allow_watch_bookmarks=False,
-                _headers=self._headers,
-            ):
-                kind = event.get("type")
-                obj = event.get("raw_object") or event.get("object")
-                if kind == "ERROR":
-                    code = int((obj or {}).get("code") or 0) if isinstance(obj, dict) else 0
-                    raise CallerApiError(code, str((obj or {}).get("message") or "watch error"))
-                if kind in ("ADDED", "MODIFIED") and isinstance(obj, dict):
-                    yield obj
-                if kind == "DELETED":
-                    raise CallerApiError(404, f"{plural[:-1]} {name} was deleted")
-        except ApiException as exc:
-            raise _error(exc) from exc
-        finally:
-            stream.stop()
-            await stream.close()
+        async for kind, obj in self.objects.watch(
+            plural,
+            namespace,
+            resource_version,
+            timeout_seconds=WATCH_SECONDS,
+            field_selector=f"metadata.name={name}",
+        ):
+            if kind in ("ADDED", "MODIFIED"):
+                yield obj
+            if kind == "DELETED":
+                raise CallerApiError(404, f"{plural[:-1]} {name} was deleted")
 
     async def list_cluster(self, plural: str) -> Objects:
         """Every object of a kind in every namespace (page by page): callers RBAC lets
         list cluster-wide (a ClusterRoleBinding); others get a 403 `CallerApiError`."""
-        items: Objects = []
-        token = ""
-        while True:
-            params: dict[str, Any] = {"limit": PAGE_SIZE}
-            if token:
-                params["_continue"] = token
-            try:
-                page = await json_body(
-                    await self.custom.list_cluster_custom_object(
-                        GROUP,
-                        VERSION,
-                        plural,
-                        _preload_content=False,
-                        _headers=self._headers,
-                        **params,
-                    )
-                )
-            except ApiException as exc:
-                raise _error(exc) from exc
-            items.extend(page.get("items") or [])
-            token = (page.get("metadata") or {}).get("continue") or ""
-            if not token:
-                return items
-
-    def _collection(self, namespace: str | None) -> tuple[Any, tuple[str, ...]]:
-        if namespace is None:
-            return self.custom.list_cluster_custom_object, (GROUP, VERSION)
-        return self.custom.list_namespaced_custom_object, (GROUP, VERSION, namespace)
+        return await self.objects.list(plural, None)
 
     async def collection_version(self, plural: str, namespace: str | None) -> str:
         """The current resourceVersion of a kind's collection in `namespace` (None: every
         namespace): where a watch of changes from now on starts."""
-        list_call, where = self._collection(namespace)
-        try:
-            head = await json_body(
-                await list_call(
-                    *where, plural, limit=1, _preload_content=False, _headers=self._headers
-                )
-            )
-        except ApiException as exc:
-            raise _error(exc) from exc
-        return str((head.get("metadata") or {}).get("resourceVersion") or "")
+        return await self.objects.collection_version(plural, namespace)
 
     async def watch_changes(
         self, plural: str, namespace: str | None, resource_version: str
@@ -365,27 +237,7 @@ class AsCaller:
         `WATCH_SECONDS`); the caller goes on from the last object's resourceVersion. A
         `CallerApiError` with status 410 means the version is too old: start again from
         `collection_version`."""
-        list_call, where = self._collection(namespace)
-        stream = watch.Watch()
-        try:
-            async for event in stream.stream(
-                list_call,
-                *where,
-                plural,
-                resource_version=resource_version,
-                timeout_seconds=WATCH_SECONDS,
-                allow_watch_bookmarks=False,
-                _headers=self._headers,
-            ):
-                kind = str(event.get("type") or "")
-                obj = event.get("raw_object") or event.get("object")
-                if kind == "ERROR":
-                    code = int((obj or {}).get("code") or 0) if isinstance(obj, dict) else 0
-                    raise CallerApiError(code, str((obj or {}).get("message") or "watch error"))
-                if isinstance(obj, dict):
-                    yield kind, obj
-        except ApiException as exc:
-            raise _error(exc) from exc
-        finally:
-            stream.stop()
-            await stream.close()
+        async for change in self.objects.watch(
+            plural, namespace, resource_version, timeout_seconds=WATCH_SECONDS
+        ):
+            yield change

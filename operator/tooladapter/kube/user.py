@@ -9,40 +9,23 @@ documented exit codes without importing the client.
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from kubernetes_asyncio import client, config, watch
+from kubernetes_asyncio import client, config
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from .. import GROUP, VERSION
+from .. import GROUP
 from .client import Kube
-
-
-class ApiError(RuntimeError):
-    """The API server answered with an error status (0: it could not be reached)."""
-
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
+from .objects import ApiError as ApiError
+from .objects import CustomObjects
 
 
 class Gone(LookupError):
     """The followed object was deleted."""
-
-
-def _error(exc: ApiException) -> ApiError:
-    message = exc.reason or ""
-    try:
-        message = json.loads(exc.body or "{}").get("message") or message
-    except (ValueError, AttributeError):
-        pass
-    return ApiError(int(exc.status or 0), str(message)[:2048])
 
 
 @dataclass(frozen=True)
@@ -77,7 +60,7 @@ class UserApi:
         try:
             review = await self.kube.authentication.create_self_subject_review(body)
         except ApiException as exc:
-            raise _error(exc) from exc
+            raise ApiError.from_exception(exc) from exc
         info = review.status.user_info if review.status else None
         if info is None or not info.username:
             raise ApiError(401, "the API server did not say who you are")
@@ -103,42 +86,24 @@ class UserApi:
         try:
             review = await self.kube.authorization.create_self_subject_access_review(body)
         except ApiException as exc:
-            raise _error(exc) from exc
+            raise ApiError.from_exception(exc) from exc
         return bool(review.status and review.status.allowed and not review.status.denied)
 
     # ------------------------------------------------------------------ objects
 
+    objects: CustomObjects = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.objects = CustomObjects(self.kube.api, error=ApiError, page_size=500)
+
     async def get(self, plural: str, name: str) -> dict[str, Any]:
-        try:
-            obj: dict[str, Any] = await self.kube.custom.get_namespaced_custom_object(
-                GROUP, VERSION, self.namespace, plural, name
-            )
-        except ApiException as exc:
-            raise _error(exc) from exc
-        return obj
+        return await self.objects.get(plural, self.namespace, name)
 
     async def list_all(
         self, plural: str, *, field_selector: str | None = None
     ) -> list[dict[str, Any]]:
         """Every object of a kind in the namespace, page by page."""
-        items: list[dict[str, Any]] = []
-        token = ""
-        while True:
-            params: dict[str, Any] = {"limit": 500}
-            if token:
-                params["_continue"] = token
-            if field_selector:
-                params["field_selector"] = field_selector
-            try:
-                page = await self.kube.custom.list_namespaced_custom_object(
-                    GROUP, VERSION, self.namespace, plural, **params
-                )
-            except ApiException as exc:
-                raise _error(exc) from exc
-            items.extend(page.get("items") or [])
-            token = (page.get("metadata") or {}).get("continue") or ""
-            if not token:
-                return items
+        return await self.objects.list(plural, self.namespace, field_selector=field_selector)
 
     async def list_where(self, plural: str, path: str, value: str) -> list[dict[str, Any]]:
         """Objects whose field `path` (dotted, e.g. `spec.runId`) equals `value`: by field
@@ -153,29 +118,11 @@ class UserApi:
     async def create(self, plural: str, body: dict[str, Any]) -> dict[str, Any]:
         """Create, strictly: a field the CRD does not know is an error (400), never silently
         dropped (a `spec.dryRun` pruned by an older CRD would make a preview a real call)."""
-        try:
-            obj: dict[str, Any] = await self.kube.custom.create_namespaced_custom_object(
-                GROUP, VERSION, self.namespace, plural, body, field_validation="Strict"
-            )
-        except ApiException as exc:
-            raise _error(exc) from exc
-        return obj
+        return await self.objects.create(plural, self.namespace, body, field_validation="Strict")
 
     async def patch_status(self, plural: str, name: str, status: dict[str, Any]) -> dict[str, Any]:
         """A JSON merge patch of the status subresource (admission decides what may change)."""
-        try:
-            obj: dict[str, Any] = await self.kube.custom.patch_namespaced_custom_object_status(
-                GROUP,
-                VERSION,
-                self.namespace,
-                plural,
-                name,
-                {"status": status},
-                _content_type="application/merge-patch+json",
-            )
-        except ApiException as exc:
-            raise _error(exc) from exc
-        return obj
+        return await self.objects.merge_patch_status(plural, self.namespace, name, status)
 
     async def follow(
         self, plural: str, name: str, *, slice_seconds: int = 50
@@ -188,27 +135,21 @@ class UserApi:
         while True:
             obj = await self.get(plural, name)
             yield obj
-            w = watch.Watch()
             try:
-                async for event in w.stream(
-                    self.kube.custom.list_namespaced_custom_object,
-                    GROUP,
-                    VERSION,
-                    self.namespace,
+                async for kind, new in self.objects.watch(
                     plural,
-                    field_selector=f"metadata.name={name}",
-                    resource_version=obj["metadata"]["resourceVersion"],
+                    self.namespace,
+                    obj["metadata"]["resourceVersion"],
                     timeout_seconds=slice_seconds,
+                    field_selector=f"metadata.name={name}",
                 ):
-                    if event["type"] == "DELETED":
+                    if kind == "DELETED":
                         raise Gone(name)
-                    if event["type"] in ("ADDED", "MODIFIED"):
-                        yield dict(event["object"])
-            except ApiException as exc:
-                if exc.status not in (410, 500, 503, 504):
-                    raise _error(exc) from exc
-            finally:
-                w.stop()
+                    if kind in ("ADDED", "MODIFIED"):
+                        yield new
+            except ApiError as err:
+                if err.status not in (410, 500, 503, 504):
+                    raise
 
 
 def _dig(obj: dict[str, Any], path: str) -> Any:

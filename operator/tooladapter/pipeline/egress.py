@@ -23,13 +23,13 @@ from __future__ import annotations
 import base64
 import binascii
 import ipaddress
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
 from ..enums import EgressVerdict
 from .addresses import METADATA, IPAddress, IPNetwork, address_kind, embedded_ipv4
-from .validation import parse_egress_entry
+from .validation import EgressEntry, parse_egress_entry
 
 #: Default ports: CONNECT (and TLS upstreams of credentialed hosts) and plain-HTTP forwarding.
 HTTPS_PORT: Final = 443
@@ -81,6 +81,16 @@ class HostEntry:
         return f"{self.name}:{self.port}" if self.port is not None else self.name
 
 
+def _parsed(entries: Iterable[str]) -> Iterator[tuple[str, EgressEntry]]:
+    """(entry, parsed) of the entries that parse: they were validated where they were
+    written, so one that does not is skipped (it allows nothing: fail closed)."""
+    for entry in entries:
+        try:
+            yield entry, parse_egress_entry(entry)
+        except ValueError:
+            continue
+
+
 @dataclass(frozen=True)
 class AllowList:
     """A lease's parsed egress allow-list."""
@@ -94,11 +104,7 @@ class AllowList:
         nothing (fail closed)."""
         hosts: list[HostEntry] = []
         networks: list[IPNetwork] = []
-        for entry in entries:
-            try:
-                parsed = parse_egress_entry(entry)
-            except ValueError:
-                continue
+        for _, parsed in _parsed(entries):
             if parsed.kind == "cidr":
                 networks.append(ipaddress.ip_network(parsed.value))
             else:
@@ -122,11 +128,7 @@ def split_entries(entries: Iterable[str]) -> tuple[list[str], list[str]]:
     """(CIDR entries, host entries) of an allow-list, each in its canonical form."""
     cidrs: list[str] = []
     hosts: list[str] = []
-    for entry in entries:
-        try:
-            parsed = parse_egress_entry(entry)
-        except ValueError:
-            continue
+    for _, parsed in _parsed(entries):
         if parsed.kind == "cidr":
             cidrs.append(parsed.value)
         else:
@@ -146,11 +148,7 @@ def effective_allow(
     for policy in narrowing:
         allowed = AllowList.parse(policy)
         kept: list[str] = []
-        for entry in entries:
-            try:
-                parsed = parse_egress_entry(entry)
-            except ValueError:
-                continue
+        for entry, parsed in _parsed(entries):
             if parsed.kind == "cidr":
                 network = ipaddress.ip_network(parsed.value)
                 if any(

@@ -23,6 +23,9 @@ from typing import Any, Final
 from .. import API_VERSION
 from ..enums import ApprovalDecision, InvocationState
 from .argdiff import canonical, diff
+from .parts import name_of as _name
+from .parts import spec_of as _spec
+from .parts import status_of as _status
 
 #: The CRD's bound on groups in spec.reviewerGroups (and spec.caller.groups).
 MAX_GROUPS: Final = 64
@@ -52,27 +55,25 @@ class Undecidable(ValueError):
         self.message = message
 
 
-def _spec(obj: dict[str, Any]) -> dict[str, Any]:
-    return dict(obj.get("spec") or {})
-
-
-def _status(obj: dict[str, Any]) -> dict[str, Any]:
-    return dict(obj.get("status") or {})
-
-
-def _name(obj: dict[str, Any]) -> str:
-    return str((obj.get("metadata") or {}).get("name", ""))
-
-
-def pending_approvals(invocations: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+def pending_approvals(
+    invocations: Sequence[dict[str, Any]], earlier: Sequence[dict[str, Any]] = ()
+) -> list[dict[str, Any]]:
     """Invocations waiting in AwaitingApproval, oldest first, each with what a reviewer
     needs: canonical arguments, classes, reasons, the hashes an approval binds to, and
-    the difference from the same caller's last approved call of the same tool."""
+    the difference from the same caller's last approved call of the same tool.
+
+    `earlier`: approved calls from the receipt index (`receipt_index.previous_call`), in
+    the same shape, which count where retention deleted their invocations."""
     waiting = [
         i for i in invocations if _status(i).get("state") == InvocationState.AWAITING_APPROVAL
     ]
     waiting.sort(key=lambda i: str(_status(i).get("approvalRequestedAt") or ""))
-    return [pending_view(i, last_approved(i, invocations)) for i in waiting]
+    known = {(i.get("metadata") or {}).get("uid") for i in invocations}
+    candidates = [
+        *invocations,
+        *(e for e in earlier if (e.get("metadata") or {}).get("uid") not in known),
+    ]
+    return [pending_view(i, last_approved(i, candidates)) for i in waiting]
 
 
 def last_approved(
@@ -132,6 +133,7 @@ def pending_view(invocation: dict[str, Any], previous: dict[str, Any] | None) ->
         approval = _status(previous).get("approval") or {}
         view["lastApproved"] = {
             "name": _name(previous),
+            "uid": (previous.get("metadata") or {}).get("uid"),
             "approvedBy": approval.get("reviewer"),
             "approvedAt": approval.get("boundAt"),
             "canonicalArguments": canonical(before),

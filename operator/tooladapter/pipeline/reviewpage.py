@@ -21,6 +21,10 @@ from ..enums import InvocationState
 from ..timeutil import parse_time
 from .argdiff import ChangeKind, diff
 from .linear_regex import compile_internal
+from .parts import meta_of as _meta
+from .parts import name_of as _name
+from .parts import spec_of as _spec
+from .parts import status_of as _status
 from .review import pending_approvals
 from .sanitize import marker, sanitize_structured
 
@@ -35,22 +39,6 @@ _SECRET_KEY = compile_internal(
 MAX_RUNS: Final = 50
 #: Decisions listed below the waiting calls.
 RECENT_DECISIONS: Final = 20
-
-
-def _spec(obj: dict[str, Any]) -> dict[str, Any]:
-    return dict(obj.get("spec") or {})
-
-
-def _status(obj: dict[str, Any]) -> dict[str, Any]:
-    return dict(obj.get("status") or {})
-
-
-def _meta(obj: dict[str, Any]) -> dict[str, Any]:
-    return dict(obj.get("metadata") or {})
-
-
-def _name(obj: dict[str, Any]) -> str:
-    return str(_meta(obj).get("name") or "")
 
 
 def is_secret_key(key: str) -> bool:
@@ -104,16 +92,22 @@ def redacted_changes(before: Any, after: Any) -> list[dict[str, Any]]:
     return changes
 
 
-def pending_for_page(invocations: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+def pending_for_page(
+    invocations: Sequence[dict[str, Any]], earlier: Sequence[dict[str, Any]] = ()
+) -> list[dict[str, Any]]:
     """The CLI's pending approvals (same reasons, hashes and previous call), namespace by
-    namespace, with the arguments and the change since the last approved call redacted."""
+    namespace, with the arguments and the change since the last approved call redacted.
+    `earlier`: approved calls from the receipt index (see `review.pending_approvals`)."""
     namespaces: dict[str, list[dict[str, Any]]] = {}
     for obj in invocations:
         namespaces.setdefault(str(_meta(obj).get("namespace") or ""), []).append(obj)
     views = []
     for namespace, objects in sorted(namespaces.items()):
+        older = [e for e in earlier if _meta(e).get("namespace") == namespace]
         by_name = {str(_meta(o).get("name")): o for o in objects}
-        for view in pending_approvals(objects):
+        # By uid: a deleted call's name may since have been given to another.
+        by_uid = {str(_meta(o).get("uid")): o for o in [*older, *objects]}
+        for view in pending_approvals(objects, older):
             obj = by_name[view["name"]]
             view["namespace"] = namespace
             view["uid"] = _meta(obj).get("uid")
@@ -122,7 +116,7 @@ def pending_for_page(invocations: Sequence[dict[str, Any]]) -> list[dict[str, An
             previous = view.get("lastApproved")
             if previous is not None:
                 previous.pop("canonicalArguments", None)
-                before = _spec(by_name.get(previous["name"]) or {}).get("arguments") or {}
+                before = _spec(by_uid.get(str(previous.get("uid"))) or {}).get("arguments") or {}
                 view["changes"] = redacted_changes(before, _spec(obj).get("arguments") or {})
             views.append(view)
     views.sort(key=lambda v: str(v.get("waitingSince") or ""))

@@ -2,13 +2,15 @@
 
 Each waiting call shows what the command line's `approvals` shows (tool and version,
 caller, classes, the reasons it is gated, the request hash and descriptor digest an
-approval binds to, the change since the same caller's last approved call), its arguments
-redacted. Approve and Reject create the ToolApproval with the person's own token, built
-as `tooladapter approve` builds it, so admission checks that the reviewer is the person.
+approval binds to, the change since the same caller's last approved call, found in the
+receipt index when retention deleted it), its arguments redacted. Approve and Reject
+create the ToolApproval with the person's own token, built as `tooladapter approve`
+builds it, so admission checks that the reviewer is the person.
 """
 
 from __future__ import annotations
 
+import asyncio
 from typing import Final
 
 from aiohttp import web
@@ -18,8 +20,10 @@ from ...pipeline.review import Undecidable, approval_body
 from ...pipeline.reviewpage import pending_for_page, recent_decisions
 from ...timeutil import in_seconds
 from .. import params
+from ..context import deps_of
 from .data import allowed_in, invocations, namespaces_of
-from .web import PREFIX, Person, Refused, checked_form, page, redirect, render, undecidable
+from .earlier import earlier_calls
+from .web import PREFIX, Person, Refused, checked_form, page, redirect, render_view, undecidable
 
 #: The expiries a reviewer picks from (seconds, label); the first is the default.
 EXPIRIES: Final = ((3600, "1 hour"), (900, "15 minutes"), (4 * 3600, "4 hours"), (86400, "1 day"))
@@ -29,7 +33,8 @@ MAX_COMMENT: Final = 1024
 @page
 async def approvals(request: web.Request, person: Person) -> web.StreamResponse:
     listing = await invocations(person)
-    pending = pending_for_page(listing.items)
+    earlier = await asyncio.to_thread(earlier_calls, deps_of(request).store, listing.items)
+    pending = pending_for_page(listing.items, earlier)
     reviewable = await allowed_in(
         request,
         person,
@@ -37,11 +42,10 @@ async def approvals(request: web.Request, person: Person) -> web.StreamResponse:
         verb="create",
         resource=Resource.APPROVALS,
     )
-    return render(
+    return render_view(
         request,
-        "approvals_live.html" if request.query.get("fragment") else "approvals.html",
+        "approvals",
         person=person,
-        view="approvals",
         pending=pending,
         decided=recent_decisions(listing.items),
         reviewable=reviewable,

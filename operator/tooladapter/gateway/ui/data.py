@@ -148,6 +148,16 @@ def _stored(store: ArtifactStore, ref: str, namespace: str) -> StoredReceipt | N
     )
 
 
+async def with_receipts(
+    request: web.Request, calls: list[dict[str, Any]]
+) -> list[tuple[dict[str, Any], StoredReceipt | None]]:
+    """Each listed call with its stored receipt (`stored_receipt`), read concurrently."""
+    receipts = await asyncio.gather(
+        *(stored_receipt(request, c["receiptRef"], c["namespace"]) for c in calls)
+    )
+    return list(zip(calls, receipts, strict=True))
+
+
 async def stored_receipt(
     request: web.Request, ref: str | None, namespace: str
 ) -> StoredReceipt | None:

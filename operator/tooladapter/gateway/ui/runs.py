@@ -8,14 +8,13 @@ status names (as `tooladapter receipt verify` does), and says which form matched
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 from aiohttp import web
 
 from ...pipeline.reviewpage import run_calls, run_ids
-from .data import invocations, is_namespace, stored_receipt
-from .web import PREFIX, Person, Refused, page, render
+from .data import invocations, is_namespace, with_receipts
+from .web import PREFIX, Person, Refused, page, render_view
 
 MAX_RUN_ID = 128
 
@@ -38,19 +37,15 @@ async def runs(request: web.Request, person: Person) -> web.StreamResponse:
     calls = []
     if namespace and run_id:
         calls = run_calls(by_namespace.get(namespace, []), run_id)
-    receipts = await asyncio.gather(
-        *(stored_receipt(request, c["receiptRef"], c["namespace"]) for c in calls)
-    )
-    return render(
+    return render_view(
         request,
-        "runs_live.html" if request.query.get("fragment") else "runs.html",
+        "runs",
         person=person,
-        view="runs",
         runs=runs_by_namespace,
         namespace=namespace,
         run_id=run_id,
         verify_ref=verify_ref,
-        calls=list(zip(calls, receipts, strict=True)),
+        calls=await with_receipts(request, calls),
         refused=listing.refused,
     )
 

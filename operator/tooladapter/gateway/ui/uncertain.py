@@ -9,16 +9,14 @@ The record is the same status patch `tooladapter confirm` makes, with the person
 
 from __future__ import annotations
 
-import asyncio
-
 from aiohttp import web
 
 from ...enums import Resource
 from ...pipeline.review import Undecidable, confirmation_patch
 from ...pipeline.reviewpage import uncertain_calls
 from .. import params
-from .data import allowed_in, invocations, namespaces_of, stored_receipt
-from .web import PREFIX, Person, Refused, checked_form, page, redirect, render, undecidable
+from .data import allowed_in, invocations, namespaces_of, with_receipts
+from .web import PREFIX, Person, Refused, checked_form, page, redirect, render_view, undecidable
 
 
 @page
@@ -33,15 +31,11 @@ async def uncertain(request: web.Request, person: Person) -> web.StreamResponse:
         resource=Resource.INVOCATIONS,
         subresource="status",
     )
-    receipts = await asyncio.gather(
-        *(stored_receipt(request, c["receiptRef"], c["namespace"]) for c in calls)
-    )
-    return render(
+    return render_view(
         request,
-        "uncertain_live.html" if request.query.get("fragment") else "uncertain.html",
+        "uncertain",
         person=person,
-        view="uncertain",
-        calls=list(zip(calls, receipts, strict=True)),
+        calls=await with_receipts(request, calls),
         confirmable=confirmable,
         refused=listing.refused,
         notice="Your confirmation was recorded; the operator writes a new receipt."

@@ -68,6 +68,13 @@ def render(
     return response
 
 
+def render_view(request: web.Request, view: str, **context: Any) -> web.Response:
+    """A page of the navigation: `<view>.html`, or `<view>_live.html` (the part the page
+    refreshes in place) when the request asks for the fragment."""
+    template = f"{view}_live.html" if request.query.get("fragment") else f"{view}.html"
+    return render(request, template, view=view, **context)
+
+
 def redirect(location: str) -> web.Response:
     """303: the browser follows with a GET (a reload does not post the form again)."""
     response = web.Response(status=303, headers={"Location": location})

@@ -42,7 +42,16 @@
         return response.ok ? response.text() : null;
       })
       .then(function (html) {
-        if (html !== null) {
+        if (html === null) {
+          return;
+        }
+        // The person may have started typing while the list was on its way: keep what
+        // they typed and ask for a reload instead.
+        if (typing()) {
+          if (stale) {
+            stale.hidden = false;
+          }
+        } else {
           live.innerHTML = html;
           live.dataset.updates = String(Number(live.dataset.updates || "0") + 1);
         }

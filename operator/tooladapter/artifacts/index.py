@@ -1,0 +1,130 @@
+"""The receipt index: named, write-once entries in the artifact store that outlive the
+invocations retention deletes, so a run's receipts and a caller's last approved call can
+still be found: the key layout (the merge of readers is `pipeline/receipt_index`).
+
+Keys are listed by prefix (a folder), and each ends in the receipt's 64 hex digits, so the
+key alone names the receipt (the entry's bytes are its reference, for a reader's check):
+
+- `index/runs/<namespace>/<sha256(runId)[:32]>/<receipt hex>`: every receipt of a run;
+- `index/calls/<namespace>/<sha256(caller)[:32]>/<toolId>/<ended-at>-<receipt hex>`: the
+  approved calls of a caller's tool, oldest first (`<ended-at>` is `YYYYmmddTHHMMSS.ffffffZ`).
+  Its bytes are a small JSON document (`call_entry`): who approved when, and the reference
+  of the call's arguments (an artifact of their own, `arguments_document`), which a
+  reviewer's "changes since the last approved call" compares.
+
+Run ids and caller names are hashed: they may hold `/` or `:`, and their length is the
+CRD's business, not the key's. A receipt names its tenant, run, caller and tool, which
+readers check: a hash collision can add nothing that does not belong.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from datetime import UTC
+from typing import Any, Final
+
+from ..pipeline.hashing import canonical_json
+from ..timeutil import parse_time
+from .protocol import digest_of
+
+RUNS: Final = "index/runs/"
+CALLS: Final = "index/calls/"
+ARGUMENTS_SCHEMA: Final = "tool-arguments-v1"
+_HEX_LEN: Final = 64
+
+
+def _hashed(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+def run_prefix(namespace: str, run_id: str) -> str:
+    return f"{RUNS}{namespace}/{_hashed(run_id)}/"
+
+
+def run_key(namespace: str, run_id: str, ref: str) -> str:
+    return run_prefix(namespace, run_id) + digest_of(ref)
+
+
+def calls_prefix(namespace: str, caller: str, tool: str) -> str:
+    return f"{CALLS}{namespace}/{_hashed(caller)}/{tool}/"
+
+
+def stamp(moment: str) -> str:
+    """`moment` (RFC 3339) as a key segment that sorts as time does; ValueError if invalid."""
+    return parse_time(moment).astimezone(UTC).strftime("%Y%m%dT%H%M%S.%fZ")
+
+
+def call_key(namespace: str, caller: str, tool: str, ended_at: str, ref: str) -> str:
+    return f"{calls_prefix(namespace, caller, tool)}{stamp(ended_at)}-{digest_of(ref)}"
+
+
+def ref_of_key(key: str) -> str:
+    """The receipt reference a key ends in; KeyError for a key that ends in none."""
+    tail = key.rsplit("/", 1)[-1][-_HEX_LEN:]
+    ref = "sha256:" + tail
+    digest_of(ref)
+    return ref
+
+
+def approved_call_key(receipt: Mapping[str, Any], ref: str) -> str | None:
+    """The calls-index key of an approved call's receipt; None for any other receipt."""
+    namespace = receipt.get("tenantId")
+    caller = (receipt.get("caller") or {}).get("name")
+    tool = receipt.get("toolId")
+    ended = receipt.get("endedAt") or receipt.get("writtenAt")
+    if not (receipt.get("approvalId") and namespace and caller and tool and ended):
+        return None
+    try:
+        return call_key(str(namespace), str(caller), str(tool), str(ended), ref)
+    except (ValueError, KeyError):
+        return None  # an unparseable end time: the run index still has it
+
+
+def entries_of(receipt: Mapping[str, Any], ref: str) -> list[str]:
+    """The index keys of a stored receipt: its run's, and its caller's tool's when approved."""
+    namespace = receipt.get("tenantId")
+    if not isinstance(namespace, str) or not namespace:
+        return []
+    keys: list[str] = []
+    run_id = receipt.get("runId")
+    if isinstance(run_id, str) and run_id:
+        keys.append(run_key(namespace, run_id, ref))
+    approved = approved_call_key(receipt, ref)
+    if approved is not None:
+        keys.append(approved)
+    return keys
+
+
+def entry_bytes(ref: str) -> bytes:
+    """A run entry's bytes: the receipt's reference."""
+    return ref.encode()
+
+
+def arguments_document(receipt: Mapping[str, Any], arguments: Mapping[str, Any]) -> bytes:
+    """The arguments of an approved call, as an artifact naming its tenant and call."""
+    return canonical_json(
+        {
+            "schema": ARGUMENTS_SCHEMA,
+            "tenantId": receipt.get("tenantId"),
+            "invocationId": receipt.get("invocationId"),
+            "arguments": dict(arguments),
+        }
+    )
+
+
+def call_entry(
+    receipt: Mapping[str, Any], ref: str, *, approved_at: str | None, arguments_ref: str
+) -> bytes:
+    """A calls entry's bytes: what a reviewer's page shows of the last approved call."""
+    return canonical_json(
+        {
+            "receiptRef": ref,
+            "invocation": receipt.get("invocationName"),
+            "invocationId": receipt.get("invocationId"),
+            "approval": receipt.get("approvalId"),
+            "approvedBy": receipt.get("approvedBy"),
+            "approvedAt": approved_at,
+            "argumentsRef": arguments_ref,
+        }
+    )

@@ -1,0 +1,177 @@
+"""tooladapter objects read and written through one connection pool, as whoever its
+requests speak for: the layer under the command line's kubeconfig user (`user.UserApi`)
+and the gateway's caller-token client (`callers.AsCaller`).
+
+Answers are parsed straight from JSON (custom objects are plain dicts anyway), and every
+refusal becomes the client's own `ApiError` class, so neither client repeats the paging,
+watching or error mapping.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncGenerator
+from typing import Any, ClassVar, Self
+
+from kubernetes_asyncio import client, watch
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from .. import GROUP, VERSION
+from .client import json_body
+
+Objects = list[dict[str, Any]]
+
+
+class ApiError(RuntimeError):
+    """The API server answered with an error status (0: it could not be reached)."""
+
+    #: How much of the API server's explanation is kept.
+    MESSAGE_LIMIT: ClassVar[int] = 2048
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+    @classmethod
+    def from_exception(cls, exc: ApiException) -> Self:
+        """The status, and the API server's own message (its Status body) over the reason."""
+        message = exc.reason or ""
+        try:
+            message = json.loads(exc.body or "{}").get("message") or message
+        except (ValueError, AttributeError):
+            pass
+        return cls(int(exc.status or 0), str(message)[: cls.MESSAGE_LIMIT])
+
+
+class CustomObjects:
+    """GROUP/VERSION objects; `headers` go with every request (a caller's bearer token)."""
+
+    def __init__(
+        self,
+        api: client.ApiClient,
+        *,
+        error: type[ApiError],
+        page_size: int,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        self.custom = client.CustomObjectsApi(api)
+        self.error = error
+        self.page_size = page_size
+        self._extra: dict[str, Any] = {"_preload_content": False}
+        if headers:
+            self._extra["_headers"] = headers
+
+    async def _call(self, method: Any, *args: Any, **params: Any) -> Any:
+        try:
+            return await json_body(await method(*args, **self._extra, **params))
+        except ApiException as exc:
+            raise self.error.from_exception(exc) from exc
+
+    def _collection(self, namespace: str | None) -> tuple[Any, tuple[str, ...]]:
+        if namespace is None:
+            return self.custom.list_cluster_custom_object, (GROUP, VERSION)
+        return self.custom.list_namespaced_custom_object, (GROUP, VERSION, namespace)
+
+    async def get(self, plural: str, namespace: str, name: str) -> dict[str, Any]:
+        obj: dict[str, Any] = await self._call(
+            self.custom.get_namespaced_custom_object, GROUP, VERSION, namespace, plural, name
+        )
+        return obj
+
+    async def list(
+        self, plural: str, namespace: str | None, *, field_selector: str | None = None
+    ) -> Objects:
+        """Every object of a kind in `namespace` (None: every namespace), page by page."""
+        list_call, where = self._collection(namespace)
+        items: Objects = []
+        token = ""
+        while True:
+            params: dict[str, Any] = {"limit": self.page_size}
+            if token:
+                params["_continue"] = token
+            if field_selector:
+                params["field_selector"] = field_selector
+            page = await self._call(list_call, *where, plural, **params)
+            items.extend(page.get("items") or [])
+            token = (page.get("metadata") or {}).get("continue") or ""
+            if not token:
+                return items
+
+    async def create(
+        self, plural: str, namespace: str, body: dict[str, Any], **params: Any
+    ) -> dict[str, Any]:
+        obj: dict[str, Any] = await self._call(
+            self.custom.create_namespaced_custom_object,
+            GROUP,
+            VERSION,
+            namespace,
+            plural,
+            body,
+            **params,
+        )
+        return obj
+
+    async def merge_patch_status(
+        self, plural: str, namespace: str, name: str, status: dict[str, Any]
+    ) -> dict[str, Any]:
+        obj: dict[str, Any] = await self._call(
+            self.custom.patch_namespaced_custom_object_status,
+            GROUP,
+            VERSION,
+            namespace,
+            plural,
+            name,
+            {"status": status},
+            _content_type="application/merge-patch+json",
+        )
+        return obj
+
+    async def collection_version(self, plural: str, namespace: str | None) -> str:
+        """The current resourceVersion of a kind's collection in `namespace` (None: every
+        namespace): where a watch of changes from now on starts."""
+        list_call, where = self._collection(namespace)
+        head = await self._call(list_call, *where, plural, limit=1)
+        return str((head.get("metadata") or {}).get("resourceVersion") or "")
+
+    async def watch(
+        self,
+        plural: str,
+        namespace: str | None,
+        resource_version: str,
+        *,
+        timeout_seconds: int,
+        field_selector: str | None = None,
+    ) -> AsyncGenerator[tuple[str, dict[str, Any]], None]:
+        """(event type, object) of every change after `resource_version`, until the watch
+        request ends (at most `timeout_seconds`). An error event or a refused request
+        raises `error` (410: the version is too old, read again)."""
+        list_call, where = self._collection(namespace)
+        params: dict[str, Any] = {}
+        if field_selector:
+            params["field_selector"] = field_selector
+        if "_headers" in self._extra:
+            params["_headers"] = self._extra["_headers"]
+        stream = watch.Watch()
+        try:
+            async for event in stream.stream(
+                list_call,
+                *where,
+                plural,
+                resource_version=resource_version,
+                timeout_seconds=timeout_seconds,
+                allow_watch_bookmarks=False,
+                **params,
+            ):
+                kind = str(event.get("type") or "")
+                obj = event.get("raw_object") or event.get("object")
+                if kind == "ERROR":
+                    code = int((obj or {}).get("code") or 0) if isinstance(obj, dict) else 0
+                    raise self.error(code, str((obj or {}).get("message") or "watch error"))
+                if isinstance(obj, dict):
+                    yield kind, obj
+        except ApiException as exc:
+            raise self.error.from_exception(exc) from exc
+        finally:
+            stream.stop()
+            await stream.close()
