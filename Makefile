@@ -15,7 +15,7 @@ export PYTHONUNBUFFERED := 1
 include hack/cluster.mk
 
 .PHONY: help venv lint unit crds crds-check install uninstall run demo test integration bench chaos s3-server \
-	deploy undeploy deploy-test image browser otel-collector promtool
+	deploy undeploy deploy-test image browser otel-collector promtool helm
 
 # `make deploy`: the Helm release (charts/tooladapter) in the cluster of KUBECONFIG.
 HELM              ?= helm
@@ -56,11 +56,18 @@ lint: venv
 
 # promtool checks and unit-tests the alert rules (hack/monitoring/): Debian's prometheus
 # package ships it (no service is started where none runs).
+# helm from its pinned module (hack/cluster/helm), linked into .cluster/bin like the
+# cluster's other tools; `make cluster-up` does the same.
+helm:
+	@$(CLUSTER_SCRIPTS)/build.sh >/dev/null
+	@mkdir -p $(ROOT)/.cluster/bin
+	@ln -sfn "$$(bash -c '. $(CLUSTER_SCRIPTS)/lib.sh && addon_bin helm')" $(ROOT)/.cluster/bin/helm
+
 promtool:
 	@command -v promtool >/dev/null || { apt-get update -qq && \
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus; }
 
-unit: venv promtool
+unit: venv promtool helm
 	$(VENV)/bin/pytest -q tests/unit
 
 crds: venv
@@ -142,9 +149,7 @@ integration: venv s3-server browser otel-collector
 # The host-process suite first (it reads the operator's log and artifacts and kills its
 # process), then what `make install` applied is removed and the Helm-installed operator is
 # tested (tests/deploy); kubectl-applied and Helm-owned objects never coexist.
-test: lint
-	$(MAKE) --no-print-directory cluster-build  # helm (the chart's unit tests render it)
-	$(MAKE) --no-print-directory unit
+test: lint unit
 	@if [ "$(KUBECONFIG)" = "$(LOCAL_KUBECONFIG)" ]; then $(MAKE) --no-print-directory cluster-up; fi
 	$(MAKE) --no-print-directory install
 	$(MAKE) --no-print-directory integration
