@@ -3,12 +3,16 @@ the tests count what reached it (each path is one call's effect)."""
 
 from __future__ import annotations
 
+import contextlib
 import http.server
 import json
+import socket
+import ssl
 import threading
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import Any
 
 
 class Recorder:
@@ -69,3 +73,47 @@ def recording_server(host: str, port: int = 0) -> Iterator[Recorder]:
     finally:
         server.shutdown()
         server.server_close()
+
+
+def private_hello(head: bytes) -> bytes:
+    return b"HTTP/1.1 200 OK\r\nContent-Length: 13\r\n\r\nprivate hello"
+
+
+@contextmanager
+def tls_server(
+    host: str, certs: Any, answer: Callable[[bytes], bytes] = private_hello
+) -> Iterator[tuple[int, list[bytes]]]:
+    """A TLS upstream (certificate from `devtools.tls`) that keeps every request head it got
+    and answers each with `answer(head)`."""
+    heads: list[bytes] = []
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(certs.cert, certs.key)
+    listener = socket.create_server((host, 0))
+    port = listener.getsockname()[1]
+    stop = threading.Event()
+
+    def serve() -> None:
+        listener.settimeout(0.5)
+        while not stop.is_set():
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                continue
+            with contextlib.suppress(OSError, ssl.SSLError):
+                with context.wrap_socket(conn, server_side=True) as tls:
+                    tls.settimeout(10)
+                    data = b""
+                    while b"\r\n\r\n" not in data:
+                        chunk = tls.recv(4096)
+                        if not chunk:
+                            break
+                        data += chunk
+                    heads.append(data)
+                    tls.sendall(answer(data))
+
+    threading.Thread(target=serve, daemon=True).start()
+    try:
+        yield port, heads
+    finally:
+        stop.set()
+        listener.close()

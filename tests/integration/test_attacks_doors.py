@@ -60,11 +60,8 @@ Tried and held (not hits):
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import socket
-import ssl
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -85,6 +82,7 @@ from tooladapter.devtools.tls import make_certificates
 
 from .gateway_client import http_json, mcp_client, mcp_url, token_of
 from .objects import SHELL_SCHEMA, Agent, descriptor, get, pretty, status_of
+from .servers import tls_server
 from .test_attacks import Hits, hits
 
 __all__ = ["hits"]
@@ -343,38 +341,9 @@ ECHO = "echo.example.test"
 CREDENTIAL = "reflected-credential-" + "Vx4" * 8
 
 
-@contextlib.contextmanager
-def echo_tls_server(host: str, certs: Any) -> Iterator[int]:
+def echo(head: bytes) -> bytes:
     """An upstream that answers every request with the head it got (an echo endpoint)."""
-    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    context.load_cert_chain(certs.cert, certs.key)
-    listener = socket.create_server((host, 0))
-    stop = threading.Event()
-
-    def serve() -> None:
-        listener.settimeout(0.5)
-        while not stop.is_set():
-            try:
-                conn, _ = listener.accept()
-            except OSError:
-                continue
-            with contextlib.suppress(OSError, ssl.SSLError):
-                with context.wrap_socket(conn, server_side=True) as tls:
-                    tls.settimeout(10)
-                    data = b""
-                    while b"\r\n\r\n" not in data:
-                        chunk = tls.recv(4096)
-                        if not chunk:
-                            break
-                        data += chunk
-                    tls.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % len(data) + data)
-
-    threading.Thread(target=serve, daemon=True).start()
-    try:
-        yield listener.getsockname()[1]
-    finally:
-        stop.set()
-        listener.close()
+    return b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % len(head) + head
 
 
 @pytest.fixture(scope="module")
@@ -384,7 +353,7 @@ def echo_egress(
     node = node_ip()
     certs = make_certificates(tmp_path_factory.mktemp("tls"), [ECHO])
     scope = {"TOOLADAPTER_NAMESPACES": f"{PREFIX}-*"}
-    with echo_tls_server(node, certs) as port:
+    with tls_server(node, certs, echo) as (port, _):
         proxy = EgressProxyProcess(
             tmp_path_factory.mktemp("egress-proxy"),
             {

@@ -37,7 +37,7 @@ from tooladapter.devtools import (
 from tooladapter.devtools.tls import make_certificates
 
 from .objects import SHELL_SCHEMA, Agent, descriptor, get, pretty, shell_tool, status_of
-from .servers import Recorder, recording_server
+from .servers import Recorder, recording_server, tls_server
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(600)]
 
@@ -56,44 +56,6 @@ class Servers:
         self.tls_port = tls_port
         self.tls_heads = tls_heads
         self.ca = ca
-
-
-@contextlib.contextmanager
-def tls_server(host: str, certs: Any) -> Iterator[tuple[int, list[bytes]]]:
-    """Answers `ok` over TLS and keeps every request head it got."""
-    heads: list[bytes] = []
-    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    context.load_cert_chain(certs.cert, certs.key)
-    listener = socket.create_server((host, 0))
-    port = listener.getsockname()[1]
-    stop = threading.Event()
-
-    def serve() -> None:
-        listener.settimeout(0.5)
-        while not stop.is_set():
-            try:
-                conn, _ = listener.accept()
-            except OSError:
-                continue
-            with contextlib.suppress(OSError, ssl.SSLError):
-                with context.wrap_socket(conn, server_side=True) as tls:
-                    tls.settimeout(10)
-                    data = b""
-                    while b"\r\n\r\n" not in data:
-                        chunk = tls.recv(4096)
-                        if not chunk:
-                            break
-                        data += chunk
-                    heads.append(data)
-                    tls.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 13\r\n\r\nprivate hello")
-
-    thread = threading.Thread(target=serve, daemon=True)
-    thread.start()
-    try:
-        yield port, heads
-    finally:
-        stop.set()
-        listener.close()
 
 
 @pytest.fixture(scope="module")
