@@ -77,7 +77,7 @@ def waits_or_is_denied(agent: Agent, name: str) -> dict[str, Any]:
 
 
 def classification_detail(status: dict[str, Any]) -> str:
-    return " ".join(s["detail"] for s in status["stages"] if s["stage"] == "classification")
+    return " ".join(s.get("detail", "") for s in status["stages"] if s["stage"] == "classification")
 
 
 def test_a_destructive_command_on_no_list_waits_for_approval_or_is_denied_by_policy(

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
+import json
 import re
+from types import SimpleNamespace
 
 import pytest
 
 from tooladapter.enums import EventLevel
-from tooladapter.kube.auth import AllowCache
+from tooladapter.kube.auth import AllowCache, can
 from tooladapter.settings import Settings
 
 
@@ -107,3 +110,66 @@ def test_a_bad_in_flight_bound_or_event_level_names_the_variable(
     monkeypatch.setenv(name, raw)
     with pytest.raises(ValueError, match=f"{name}.*{re.escape(says)}"):
         Settings.from_env()
+
+
+class _Answer:
+    status = 200
+    reason = "OK"
+
+    def __init__(self, allowed: bool) -> None:
+        self.allowed = allowed
+
+    async def read(self) -> bytes:
+        return json.dumps({"status": {"allowed": self.allowed}}).encode()
+
+
+class _Reviews:
+    """The SubjectAccessReview endpoint: counts the reviews, answers when released."""
+
+    def __init__(self, *, allowed: bool = True, fail_first: bool = False) -> None:
+        self.asked = 0
+        self.allowed = allowed
+        self.fail_first = fail_first
+        self.release = asyncio.Event()
+
+    async def create_subject_access_review(self, body: dict, **_: object) -> _Answer:
+        self.asked += 1
+        await self.release.wait()
+        if self.fail_first and self.asked == 1:
+            raise OSError("connection reset")
+        return _Answer(self.allowed)
+
+
+async def _burst(reviews: _Reviews, n: int) -> list:
+    kube = SimpleNamespace(authorization=reviews)
+    cache = AllowCache(ttl_seconds=2)
+    asks = [
+        asyncio.ensure_future(
+            can(kube, user="u", namespace="n", verb="invoke", resource="r", cache=cache)  # type: ignore[arg-type]
+        )
+        for _ in range(n)
+    ]
+    await asyncio.sleep(0)
+    reviews.release.set()
+    return list(await asyncio.gather(*asks, return_exceptions=True))
+
+
+async def test_a_burst_of_the_same_question_asks_the_api_server_once() -> None:
+    reviews = _Reviews()
+    verdicts = await _burst(reviews, 20)
+    assert reviews.asked == 1
+    assert all(v.allowed for v in verdicts)
+
+
+async def test_a_denial_is_shared_by_the_burst_but_never_remembered() -> None:
+    reviews = _Reviews(allowed=False)
+    verdicts = await _burst(reviews, 5)
+    assert reviews.asked == 1 and not any(v.allowed for v in verdicts)
+
+
+async def test_when_the_shared_question_fails_the_others_ask_on_their_own() -> None:
+    reviews = _Reviews(fail_first=True)
+    verdicts = await _burst(reviews, 3)
+    assert isinstance(verdicts[0], OSError)
+    assert [v.allowed for v in verdicts[1:]] == [True, True]
+    assert reviews.asked == 3

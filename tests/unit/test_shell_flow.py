@@ -44,7 +44,7 @@ def jobs(h: Harness) -> list[dict]:
 
 
 def classification_detail(status: dict) -> str:
-    return next(s["detail"] for s in status["stages"] if s["stage"] == "classification")
+    return next(s.get("detail", "") for s in status["stages"] if s["stage"] == "classification")
 
 
 async def test_a_listed_command_runs_at_once_as_sandbox() -> None:
@@ -68,7 +68,7 @@ async def test_an_unlisted_command_waits_for_an_approval_as_shared_write_without
         assert waiting["effectiveClass"] == "shared-write"
         assert waiting["approvalForced"] is True
         detail = classification_detail(waiting)
-        assert "sandbox -> shared-write" in detail and "not on the allow list" in detail
+        assert "raised sandbox to shared-write" in detail and "not on the allow list" in detail
         assert "`rm -r /workspace` matches no entry" in detail
         assert jobs(h) == []
 

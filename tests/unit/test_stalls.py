@@ -24,6 +24,7 @@ from tooladapter.pipeline.receipt import build_receipt
 from tooladapter.pipeline.validation import (
     LinearValidator,
     admission_bounds_cel,
+    admission_flat_cel,
     check_bounds,
     check_descriptor,
     check_schema,
@@ -206,6 +207,8 @@ def test_the_admission_policy_is_the_generated_depth_bound() -> None:
     policy, binding = list(yaml.safe_load_all(path.read_text()))
     assert policy["spec"]["validations"][0]["expression"] == admission_bounds_cel()
     assert policy["spec"]["failurePolicy"] == "Fail"
+    (flat,) = policy["spec"]["matchConditions"]
+    assert flat["expression"] == admission_flat_cel()
     assert policy["spec"]["variables"] == [
         {"name": "arguments", "expression": "object.spec.?arguments.orValue({})"}
     ]

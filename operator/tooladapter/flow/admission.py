@@ -66,7 +66,7 @@ async def on_received(ctx: FlowContext) -> None:
             f"arguments do not match the input schema: {detail}",
             FailureClass.VALIDATION,
         )
-    ctx.record(Stage.VALIDATION, StageOutcome.PASSED, f"{spec.tool.id}@{spec.tool.version}")
+    ctx.record(Stage.VALIDATION, StageOutcome.PASSED)  # the tool: spec.tool
     await ctx.advance(InvocationState.VALIDATED)
 
 

@@ -49,7 +49,7 @@ async def on_authorized(ctx: FlowContext) -> None:
         await ctx.commit(InvocationState.AWAITING_APPROVAL)
         announce_wait(ctx)
         return
-    ctx.record(Stage.APPROVAL, StageOutcome.NOT_REQUIRED, f"class {effective}")
+    ctx.record(Stage.APPROVAL, StageOutcome.NOT_REQUIRED)  # by status.effectiveClass
     await broker(ctx)
 
 

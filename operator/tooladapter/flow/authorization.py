@@ -31,18 +31,16 @@ from .context import Denial, FlowContext
 
 
 async def on_validated(ctx: FlowContext) -> None:
-    spec = ctx.load_spec()
+    ctx.load_spec()  # a spec that does not parse is denied here, before anything else
     descriptor = await ctx.load_descriptor()
     decision = ctx.load_decision()
     verdict = await shell_verdict(ctx, descriptor, decision)
     classification = classify_call(ctx, descriptor, decision, verdict)
     effective = classification.effective
     await check_permission(ctx, effective=str(effective))
-    ctx.record(
-        Stage.PERMISSION,
-        StageOutcome.PASSED,
-        f"invoke tooldescriptors/{spec.tool.id}; use sideeffectclasses/{effective}",
-    )
+    # Details only where no other field says it (issue 17: a smaller status per call): the
+    # grants checked follow from spec.tool.id and status.effectiveClass.
+    ctx.record(Stage.PERMISSION, StageOutcome.PASSED)
     ctx.status.policy_decision_id = decision.decision_id
     ctx.status.policy_reasons = list(decision.reasons)
     if not decision.allowed:
@@ -54,7 +52,7 @@ async def on_validated(ctx: FlowContext) -> None:
     ceiling = check_ceiling(decision, effective)
     if ceiling:
         raise Denial(Stage.POLICY, ceiling, FailureClass.POLICY_DENIED)
-    ctx.record(Stage.POLICY, StageOutcome.PASSED, f"decision {decision.decision_id}")
+    ctx.record(Stage.POLICY, StageOutcome.PASSED)  # the decision: status.policyDecisionId
     ctx.status.effective_class = effective
     ctx.status.approval_forced = classification.approval_forced or None
     if classification.refused:
@@ -63,9 +61,10 @@ async def on_validated(ctx: FlowContext) -> None:
             classification.reason or (verdict.reason if verdict else "refused"),
             FailureClass.POLICY_DENIED,
         )
-    detail = f"{descriptor.side_effect_class} -> {effective}"
+    # The classes are status.declaredClass and effectiveClass; the detail says why they differ.
+    detail = ""
     if classification.raised_by:
-        detail += " (raised by " + ", ".join(classification.raised_by) + ")"
+        detail = "raised by " + ", ".join(classification.raised_by)
     ctx.record(Stage.CLASSIFICATION, StageOutcome.PASSED, detail)
     await ctx.advance(InvocationState.AUTHORIZED)
 

@@ -51,7 +51,7 @@ async def broker(ctx: FlowContext) -> None:
     if descriptor.kind in SANDBOX_KINDS:
         await lease_sandbox(ctx, descriptor, data_b64)
     else:
-        ctx.record(Stage.SANDBOX, StageOutcome.NONE, f"{descriptor.kind} tools run in the operator")
+        ctx.record(Stage.SANDBOX, StageOutcome.NONE)  # status.execution.kind runs in the operator
     await ctx.advance(InvocationState.BROKERED)
 
 

@@ -45,6 +45,7 @@ from ..pipeline.policy import PolicyDecision, evaluate_policies
 from ..pipeline.sanitize import EVENT_MESSAGE_CHARS, bounded_message, redact_argv
 from ..pipeline.shell import check_command
 from ..pipeline.states import transition
+from ..pipeline.status_patch import merge_patch
 from ..runtime import Runtime
 from ..timeutil import now_iso
 
@@ -247,12 +248,14 @@ class FlowContext:
             previous=self.status.conditions,
             now=now_iso(),
         )
+        # Only what changed since the status last seen (a first write sends it all).
+        patch = merge_patch(self.body.get("status") or {}, self.status.sparse_wire())
         try:
             self.body = await self.rt.cluster.patch_status(
                 Resource.INVOCATIONS,
                 self.namespace,
                 self.name,
-                self.status.wire(),
+                patch,
                 resource_version=version,
             )
         except Exception:

@@ -101,13 +101,11 @@ async def finish(ctx: FlowContext, outcome: Outcome) -> None:
         # A brokered value was in the output: it may sit in the structured form in pieces no
         # value-by-value redaction recognises (a secret that is itself JSON). Text only.
         structured = None
-    ctx.record(
-        Stage.SANITIZE,
-        StageOutcome.DONE,
-        f"{clean.original_bytes} bytes, {len(clean.redactions)} redaction(s)"
-        + (", truncated" if clean.truncated else ""),
-        since=returned,
-    )
+    # Sizes and hashes are in status.result; the detail says only what was changed.
+    changed = [f"{len(clean.redactions)} redaction(s)"] if clean.redactions else []
+    if clean.truncated:
+        changed.append("truncated")
+    ctx.record(Stage.SANITIZE, StageOutcome.DONE, ", ".join(changed), since=returned)
     content = clean.content.encode()
     # The output exists only here now: a store error delays the end, never loses it.
     ctx.status.result_ref = await stored(
@@ -216,9 +214,7 @@ async def fail(ctx: FlowContext, failure: Failure) -> None:
 async def end(ctx: FlowContext, state: InvocationState, *, post_event: bool = True) -> None:
     ctx.status.ended_at = now_iso()
     ctx.enter(state)
-    ctx.record(
-        Stage.AUDIT, StageOutcome.RECEIPT, "tool-invocation-v1 written to the artifact store"
-    )
+    ctx.record(Stage.AUDIT, StageOutcome.RECEIPT)  # the receipt: status.receiptRef
     await conclude(ctx, post_event=post_event)
 
 

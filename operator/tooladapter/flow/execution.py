@@ -50,7 +50,7 @@ async def on_brokered(ctx: FlowContext) -> None:
         job_name=LeaseNames.for_uid(ctx.uid).job if descriptor.kind in SANDBOX_KINDS else None,
         command_line=ctx.recorded_command_line(),
     )
-    ctx.record(Stage.EXECUTE, StageOutcome.STARTED, str(descriptor.kind))
+    ctx.record(Stage.EXECUTE, StageOutcome.STARTED)  # the kind: status.execution.kind
     if write_before_execute(ctx, descriptor):
         await claim_execution(ctx)
     else:

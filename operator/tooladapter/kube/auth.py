@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from dataclasses import dataclass, field
 
@@ -44,6 +45,8 @@ class AllowCache:
     ttl_seconds: float
     max_entries: int = 10_000
     entries: dict[tuple[object, ...], float] = field(default_factory=dict)
+    #: Reviews on their way: a burst of one agent's calls asks once, not once per call.
+    asking: dict[tuple[object, ...], asyncio.Future[AccessVerdict]] = field(default_factory=dict)
 
     def allowed(self, key: tuple[object, ...]) -> bool:
         expires = self.entries.get(key)
@@ -78,8 +81,43 @@ async def can(
     cache: AllowCache | None = None,
 ) -> AccessVerdict:
     key = (user, tuple(groups or ()), namespace, verb, group, resource, name)
-    if cache is not None and cache.allowed(key):
+    if cache is None:
+        return await review(kube, user, namespace, verb, resource, name, group, groups)
+    if cache.allowed(key):
         return AccessVerdict(allowed=True, reason="allowed (remembered)")
+    if (pending := cache.asking.get(key)) is not None:
+        # The same question is already asked: its answer is as fresh as a new one. If that
+        # asking failed or was cancelled, this call asks on its own.
+        await asyncio.wait([pending])
+        if not pending.cancelled() and pending.exception() is None:
+            return pending.result()
+        return await review(kube, user, namespace, verb, resource, name, group, groups)
+    future: asyncio.Future[AccessVerdict] = asyncio.get_running_loop().create_future()
+    cache.asking[key] = future
+    try:
+        verdict = await review(kube, user, namespace, verb, resource, name, group, groups)
+    except BaseException:
+        future.cancel()
+        raise
+    finally:
+        del cache.asking[key]
+    future.set_result(verdict)
+    if verdict.allowed:
+        cache.remember(key)
+    return verdict
+
+
+async def review(
+    kube: Kube,
+    user: str,
+    namespace: str,
+    verb: str,
+    resource: str,
+    name: str | None,
+    group: str,
+    groups: list[str] | None,
+) -> AccessVerdict:
+    """One SubjectAccessReview."""
     body = {
         "apiVersion": "authorization.k8s.io/v1",
         "kind": "SubjectAccessReview",
@@ -98,15 +136,13 @@ async def can(
     try:
         # Two reviews per call: read the JSON answer directly instead of building the
         # client's model objects (their deserialisation was a hot spot under load).
-        review = await json_body(
+        answer = await json_body(
             await kube.authorization.create_subject_access_review(body, _preload_content=False)
         )
     except ApiException as exc:
         raise translate(exc) from exc
-    status = review.get("status") or {}
+    status = answer.get("status") or {}
     allowed = bool(status.get("allowed") and not status.get("denied"))
-    if allowed and cache is not None:
-        cache.remember(key)
     return AccessVerdict(allowed=allowed, reason=str(status.get("reason") or ""))
 
 
