@@ -9,17 +9,20 @@ import functools
 import pytest
 
 from tooladapter.enums import InvocationState, ToolKind
+from tooladapter.executors.sandbox import SandboxExecutor
 from tooladapter.flow import run_invocation
 from tooladapter.inflight import FairGate
 from tooladapter.settings import Settings
 
 from .fake_cluster import (
     NAMESPACE,
+    FakeCluster,
     Harness,
     ScriptedExecutor,
     descriptor,
     invocation,
     make_runtime,
+    shell_descriptor,
 )
 
 pytestmark = [pytest.mark.timeout(20), pytest.mark.usefixtures("fast_retries")]
@@ -244,3 +247,29 @@ async def until_executed(executor: ScriptedExecutor, count: int) -> None:
     while len(executor.executed) < count:
         executor.started.clear()
         await executor.started.wait()
+
+
+async def test_a_running_sandbox_job_holds_no_slot() -> None:
+    """Jobs run for minutes: a tenant's long sandbox calls must not crowd out every other
+    call, so the wait for a Job gives the slot back like a wait for an approval."""
+    cluster = FakeCluster()
+    native = ScriptedExecutor()
+    h = make_runtime(
+        cluster,
+        settings=Settings(max_calls_in_flight=1),
+        executors={ToolKind.NATIVE: native, ToolKind.SHELL: SandboxExecutor(cluster, Settings())},
+    )
+    h.publish(descriptor())
+    h.publish(shell_descriptor())
+    h.cluster.grant(tools=["lister", "sh"], classes=["read", "sandbox"])
+    # Its Job is created and never finishes (nothing scripts its end).
+    admit(h, h.submit(invocation("sh-1", tool="sh", arguments={"command": "echo hi"})))
+    await h.cluster.wait_for_state("sh-1", InvocationState.EXECUTING)
+    await asyncio.wait_for(until_holders(h, 0), 5)
+
+    admit(h, h.submit(invocation("read-1")))
+    await h.cluster.wait_for_state("read-1", InvocationState.OBSERVED)
+    assert [c.name for c in native.executed] == ["read-1"]
+    assert h.cluster.invocation("sh-1")["status"]["state"] == "Executing"
+    for task in list(h.rt.tasks.values()):
+        task.cancel()

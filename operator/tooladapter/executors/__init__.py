@@ -11,6 +11,8 @@ executor settles an unconfirmed end through `unconfirmed`, never on its own.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -38,6 +40,11 @@ class Call:
     #: W3C trace context for the tool's request (http, MCP), when traces are exported.
     traceparent: str | None = None
     interrupted: asyncio.Event = field(default_factory=asyncio.Event, compare=False)
+    #: Waits on something outside the operator (a sandbox Job) without holding one of the
+    #: calls-in-flight slots (`inflight`): long Jobs must not crowd out other calls.
+    outside: Callable[[], AbstractAsyncContextManager[None]] = field(
+        default=nullcontext, compare=False
+    )
 
 
 @dataclass(frozen=True)

@@ -96,7 +96,10 @@ class SandboxExecutor:
         )
         interrupt = asyncio.ensure_future(call.interrupted.wait())
         try:
-            done, _ = await asyncio.wait({waiter, interrupt}, return_when=asyncio.FIRST_COMPLETED)
+            async with call.outside():
+                done, _ = await asyncio.wait(
+                    {waiter, interrupt}, return_when=asyncio.FIRST_COMPLETED
+                )
         finally:
             interrupt.cancel()
         if waiter not in done:

@@ -165,6 +165,7 @@ def build_call(ctx: FlowContext) -> Call:
         proxy_bypass=proxy_bypass(ctx),
         interrupted=ctx.interrupted,
         traceparent=tracing.traceparent(ctx.uid),
+        outside=ctx.without_slot,
     )
 
 
