@@ -40,6 +40,10 @@ class FairGate:
     def busy(self) -> int:
         return len(self.holders)
 
+    def has_room(self) -> bool:
+        """A call submitted now starts at once (a slot is free and nobody waits)."""
+        return len(self.holders) < self.capacity and not self.turns
+
     def queued(self, namespace: str | None = None) -> int:
         if namespace is not None:
             return len(self.queues.get(namespace, ()))

@@ -11,6 +11,7 @@ import pytest
 from tooladapter.enums import InvocationState, ToolKind
 from tooladapter.executors.sandbox import SandboxExecutor
 from tooladapter.flow import run_invocation
+from tooladapter.handlers import routing
 from tooladapter.inflight import FairGate
 from tooladapter.settings import Settings
 
@@ -273,3 +274,34 @@ async def test_a_running_sandbox_job_holds_no_slot() -> None:
     assert h.cluster.invocation("sh-1")["status"]["state"] == "Executing"
     for task in list(h.rt.tasks.values()):
         task.cancel()
+
+
+async def test_a_queued_call_keeps_only_its_name_and_is_read_when_its_turn_comes() -> None:
+    """Under a backlog the queue holds names, not bodies (memory stays bytes per call); a
+    call deleted while queued is not run, and one read at its turn runs from what is stored."""
+    held = asyncio.Event()
+    executor = ScriptedExecutor(gate=held)
+    h = two_tenants(1, executor)
+    h.rt.workers.append(asyncio.ensure_future(asyncio.Event().wait()))  # no periodic workers
+    bodies = [h.submit(invocation(f"call-{i}")) for i in range(3)]
+    for body in bodies:
+        routing.invocation_event(h.rt, {"type": "ADDED", "object": body})
+    await asyncio.wait_for(executor.started.wait(), 5)
+    assert h.rt.gate.queued() == 2
+    for queue in h.rt.gate.queues.values():
+        for start in queue.values():
+            closure = [c.cell_contents for c in (start.__closure__ or ())]  # type: ignore[attr-defined]
+            assert not any(isinstance(c, dict) for c in closure), closure
+
+    # call-1 goes while queued; call-2 is run from the stored object at its turn.
+    stored = h.cluster.invocation("call-1")["metadata"]
+    await h.cluster.delete_invocation(
+        NAMESPACE, "call-1", uid=stored["uid"], resource_version=stored["resourceVersion"]
+    )
+    held.set()
+    await asyncio.wait_for(until_executed(executor, 2), 5)
+    await asyncio.wait_for(all_done(h), 5)
+    assert [c.name for c in executor.executed] == ["call-0", "call-2"]
+    assert h.cluster.invocation("call-2")["status"]["state"] == "Observed"
+    for worker in h.rt.workers:
+        worker.cancel()

@@ -93,6 +93,17 @@ async def run_invocation(rt: Runtime, body: dict[str, Any]) -> None:
     rt.mark_finished(ctx.uid)
 
 
+async def run_queued_invocation(rt: Runtime, namespace: str, name: str, uid: str) -> None:
+    """`run_invocation` for a call that waited in the queue by name: read it now (gone, or
+    another object of that name: nothing to do)."""
+    try:
+        body = await rt.cluster.get(Resource.INVOCATIONS, namespace, name)
+    except NotFound:
+        return
+    if body["metadata"]["uid"] == uid:
+        await run_invocation(rt, body)
+
+
 async def release_finalizer(rt: Runtime, body: dict[str, Any]) -> None:
     """Let go of an invocation that ended while its finalizer stayed (a crash in between)."""
     ctx = FlowContext.of(rt, body)
@@ -189,4 +200,11 @@ async def guard(ctx: FlowContext, ending: Awaitable[None]) -> None:
         await asyncio.sleep(RETRY_DELAYS[0])
 
 
-__all__ = ["STEPS", "FlowContext", "drive", "release_finalizer", "run_invocation"]
+__all__ = [
+    "STEPS",
+    "FlowContext",
+    "drive",
+    "release_finalizer",
+    "run_invocation",
+    "run_queued_invocation",
+]

@@ -14,7 +14,7 @@ from typing import Any
 from ..catalog import invocation_key, thaw
 from ..enums import InvocationState, Resource
 from ..events import namespace_ref
-from ..flow import release_finalizer, run_invocation
+from ..flow import release_finalizer, run_invocation, run_queued_invocation
 from ..flow.context import FINALIZER
 from ..pipeline.classification import LABEL_ENVIRONMENT, environment_class
 from ..runtime import Runtime
@@ -56,9 +56,16 @@ def invocation_event(rt: Runtime, event: RawEvent) -> None:
     if uid in rt.finished:
         return  # a late echo of a state this operator already moved past
     rt.unfinished[uid] = (meta["namespace"], meta["name"])
-    if uid not in rt.tasks:
-        # Queued until a slot is free (`inflight`); the raw body is the queue's bookkeeping.
-        rt.admit(meta["namespace"], uid, lambda: run_invocation(rt, thaw(raw)))
+    if uid in rt.tasks:
+        return
+    namespace, name = meta["namespace"], meta["name"]
+    if rt.gate.has_room():
+        body = thaw(raw)
+        rt.admit(namespace, uid, lambda: run_invocation(rt, body))
+    else:
+        # Queued until a slot is free (`inflight`) with its name only, read again when its
+        # turn comes: a backlog of thousands of calls costs bytes each, not their bodies.
+        rt.admit(namespace, uid, lambda: run_queued_invocation(rt, namespace, name, uid))
 
 
 def observe_rates(rt: Runtime, event_type: str | None, raw: Mapping[str, Any]) -> None:
