@@ -79,7 +79,8 @@ async def dry_run(request: web.Request) -> web.Response:
         arguments=arguments,
         options=options,
     )
-    return web.json_response(shown.wire())
+    # The same shape the preview has in a dry-run invocation's status (empty defaults omitted).
+    return web.json_response(shown.sparse_wire())
 
 
 def add_routes(app: web.Application) -> None:
