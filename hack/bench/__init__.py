@@ -20,10 +20,15 @@ Parts (BENCH_PARTS, default all):
 6. overload: twice the capacity (the highest load (1) held) for BENCH_OVERLOAD_SECONDS:
    achieved/offered, admitted p95, queue and RSS over time, plotted beside the report
    (`<report>-overload.png`, matplotlib).
+7. stored: BENCH_STORED (100,000) finished invocations stored at once (written straight to
+   the API server with a real call's status, the operator stopped meanwhile): etcd's
+   database size, the operator's start-up (process start -> a new call Observed) and RSS
+   with them stored, then retention at its defaults deleting them (pace, size and RSS
+   after, and the start-up after it).
 
 Knobs (environment or flags): BENCH_SECONDS (60 per load), BENCH_LOADS ("10,25,50,100"),
-BENCH_TOOLS ("read-configmap,http"), BENCH_AGENTS (8), BENCH_PARTS ("1,2,3,4,5,6"),
-BENCH_OVERLOAD_SECONDS (60), BENCH_OVERLOAD_CAPACITY (0: measured by part 1),
+BENCH_TOOLS ("read-configmap,http"), BENCH_AGENTS (8), BENCH_PARTS ("1,2,3,4,5,6,7"),
+BENCH_STORED (100000), BENCH_OVERLOAD_SECONDS (60), BENCH_OVERLOAD_CAPACITY (0: measured by part 1),
 BENCH_FILL (10000), BENCH_FILL_RATE (100), BENCH_FILL_INFLIGHT (200), BENCH_DRAIN_SECONDS (60),
 BENCH_SANDBOX_SEQUENTIAL (10), BENCH_SANDBOX_CONCURRENT (10), BENCH_SANDBOX_ROUNDS (3),
 BENCH_REPORT (bench-report.json), BENCH_PYSPY (record the operator with py-spy during the
@@ -37,8 +42,8 @@ deletes its namespaces and its CRD at the end.
 
 Modules: `config` (knobs and names), `api` (a lean async API client), `procfs` (CPU and
 memory from /proc), `calls` and `stats` (one call; latency and stage statistics), `base`
-(the bench's state, one call sent) with its parts `setup`, `load` (1, 2), `sandbox` (3) and
-`fill` (4), put together in `runner`; `floor` (the floor's CRD and minimal controller) and
-`http_server` (the http tool's server) run as their own processes; `report` derives the
-ratios and goals and prints the table.
+(the bench's state, one call sent) with its parts `setup`, `load` (1, 2), `sandbox` (3),
+`fill` (4), `overload` (6) and `stored` (7), put together in `runner`; `floor` (the floor's
+CRD and minimal controller) and `http_server` (the http tool's server) run as their own
+processes; `report` derives the ratios and goals and prints the table.
 """

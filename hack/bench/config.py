@@ -27,8 +27,10 @@ class Config:
     loads: list[float] = field(default_factory=lambda: [10.0, 25.0, 50.0, 100.0])
     tools: list[str] = field(default_factory=lambda: ["read-configmap", "http"])
     agents: int = 8
-    parts: set[str] = field(default_factory=lambda: {"1", "2", "3", "4", "5", "6"})
+    parts: set[str] = field(default_factory=lambda: {"1", "2", "3", "4", "5", "6", "7"})
     fill: int = 10_000
+    #: Part 7: finished invocations stored at once.
+    stored: int = 100_000
     fill_rate: float = 100.0
     fill_inflight: int = 200
     drain: float = 60.0
@@ -53,8 +55,9 @@ class Config:
         p.add_argument("--loads", default=env("BENCH_LOADS", "10,25,50,100"))
         p.add_argument("--tools", default=env("BENCH_TOOLS", "read-configmap,http"))
         p.add_argument("--agents", type=int, default=int(env("BENCH_AGENTS", "8")))
-        p.add_argument("--parts", default=env("BENCH_PARTS", "1,2,3,4,5,6"))
+        p.add_argument("--parts", default=env("BENCH_PARTS", "1,2,3,4,5,6,7"))
         p.add_argument("--fill", type=int, default=int(env("BENCH_FILL", "10000")))
+        p.add_argument("--stored", type=int, default=int(env("BENCH_STORED", "100000")))
         p.add_argument("--fill-rate", type=float, default=float(env("BENCH_FILL_RATE", "100")))
         p.add_argument("--fill-inflight", type=int, default=int(env("BENCH_FILL_INFLIGHT", "200")))
         p.add_argument("--drain", type=float, default=float(env("BENCH_DRAIN_SECONDS", "60")))
@@ -90,6 +93,7 @@ class Config:
             agents=a.agents,
             parts={x.strip() for x in a.parts.split(",") if x.strip()},
             fill=a.fill,
+            stored=a.stored,
             fill_rate=a.fill_rate,
             fill_inflight=a.fill_inflight,
             drain=a.drain,

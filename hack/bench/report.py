@@ -132,6 +132,24 @@ def print_table(report: dict[str, Any]) -> None:
             f"(peak {fill['hwm_mb_restarted_with_stored']} MB; goal <= 150 MB); "
             f"{fill['operator_cpu_s_per_1000']} CPU s per 1000 calls"
         )
+    stored = report.get("stored")
+    if stored:
+        w, a = stored.get("with_stored") or {}, stored.get("after_retention") or {}
+        print(
+            f"Stored {w.get('stored_invocations')} invocations "
+            f"({stored['object_bytes_as_served']} B each as served): etcd "
+            f"{_f(w.get('etcd_db_mb_apiserver'))} MB (in use {_f(w.get('etcd_db_in_use_mb'))} MB); "
+            f"operator start -> first call Observed {stored['startup_first_call_observed_s']} s, "
+            f"RSS {stored['rss_mb_with_stored']} MB (peak {stored['hwm_mb_with_stored']} MB)"
+        )
+        print(
+            f"  retention drained them in {_f(stored['retention_seconds_to_drain'])} s "
+            f"({_f(stored['retention_deletes_per_s'])}/s): {a.get('stored_invocations')} left, "
+            f"etcd {_f(a.get('etcd_db_mb_apiserver'))} MB (in use "
+            f"{_f(a.get('etcd_db_in_use_mb'))} MB), RSS {stored['rss_mb_after_retention']} MB; "
+            f"a later start -> first call Observed "
+            f"{stored['startup_after_retention_first_call_observed_s']} s"
+        )
     stage_sets = [
         (f"{kind} at {r['offered_per_s']:.0f}/s", r.get("stages") or {})
         for kind, rows in loads.items()

@@ -8,9 +8,10 @@ from .load import Loads
 from .overload import Overload
 from .sandbox import Sandbox
 from .setup import Setup
+from .stored import Stored
 
 
-class Bench(Setup, Overload, Loads, Sandbox, Fill):
+class Bench(Setup, Overload, Loads, Sandbox, Fill, Stored):
     async def run(self) -> None:
         self.kube = Api(self.ep, limit=32)
         try:
@@ -26,6 +27,8 @@ class Bench(Setup, Overload, Loads, Sandbox, Fill):
                 await self.sandbox()
             if "4" in self.cfg.parts:
                 await self.fill()
+            if "7" in self.cfg.parts:
+                await self.stored()
         finally:
             for agent in self.agents:
                 await agent.api.close()

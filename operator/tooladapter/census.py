@@ -23,10 +23,11 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from .enums import InvocationState
+from .pipeline.retention import retainable_since
 from .timeutil import parse_time
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Row:
     namespace: str
     state: InvocationState
@@ -41,8 +42,11 @@ class Row:
     #: When the open sandbox lease's timeout passes (epoch seconds).
     lease_deadline: float | None = None
     name: str = ""
-    #: When a finished call ended (epoch seconds): retention's candidates come from here.
+    #: When the retention clock of a finished call started (epoch seconds; None: kept
+    #: whatever its age, `pipeline.retention.retainable_since`): retention's candidates.
     ended_at: float | None = None
+    #: The version the watch last saw: retention deletes only that version.
+    resource_version: str = ""
 
 
 def _epoch(text: object) -> float | None:
@@ -80,8 +84,20 @@ def row_of(body: Mapping[str, Any]) -> Row:
         waiting_since=waiting_since,
         lease_deadline=deadline,
         name=str(body["metadata"].get("name") or ""),
-        ended_at=_epoch(status.get("endedAt")) if state.terminal else None,
+        ended_at=_epoch(retainable_since(status)),
+        resource_version=str(body["metadata"].get("resourceVersion") or ""),
     )
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """A stored invocation retention may delete, as the watch last saw it."""
+
+    uid: str
+    namespace: str
+    name: str
+    resource_version: str
+    ended_at: float
 
 
 class Census(Collector):
@@ -96,14 +112,17 @@ class Census(Collector):
         else:
             self.rows[uid] = row_of(body)
 
-    def ended_before(self, moment: float) -> list[tuple[str, str, str]]:
-        """(uid, namespace, name) of finished calls that ended before `moment`, except
-        unconfirmed Uncertain ones: the candidates of retention (each re-read before it goes)."""
-        return [
-            (uid, row.namespace, row.name)
+    def ended_before(self, moment: float) -> list[Candidate]:
+        """Finished calls whose retention clock started before `moment` (never an
+        unconfirmed Uncertain one, nor one without its receipt), oldest first, each with the
+        version the watch saw: retention deletes exactly that version or nothing."""
+        due = [
+            Candidate(uid, row.namespace, row.name, row.resource_version, row.ended_at)
             for uid, row in self.rows.items()
-            if row.ended_at is not None and row.ended_at < moment and not row.unconfirmed
+            if row.ended_at is not None and row.ended_at < moment
         ]
+        due.sort(key=lambda c: c.ended_at)
+        return due
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         now = self.clock()

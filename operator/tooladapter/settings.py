@@ -193,6 +193,9 @@ class Settings:
     #: Finished invocations are deleted this long after they ended (0 keeps them forever);
     #: never an unconfirmed Uncertain one. Their receipts stay in the artifact store.
     retention_seconds: int = 7 * 86_400
+    #: Retention's deletions per second at most (0: no bound): above the sustained call
+    #: rate, so storage stays bounded, and paced, so a backlog never arrives as a burst.
+    retention_deletes_per_second: int = 200
     #: An idempotency claim (and so its key) is kept this long after its winner ended (0:
     #: forever); it keeps the winner's receiptRef for duplicates.
     idempotency_retention_seconds: int = 86_400
@@ -296,6 +299,9 @@ class Settings:
                 "TOOLADAPTER_SANDBOX_RETAIN_SECONDS", base.sandbox_retain_seconds
             ),
             retention_seconds=_at_least("TOOLADAPTER_RETENTION_SECONDS", base.retention_seconds, 0),
+            retention_deletes_per_second=_at_least(
+                "TOOLADAPTER_RETENTION_DELETES_PER_SECOND", base.retention_deletes_per_second, 0
+            ),
             idempotency_retention_seconds=_at_least(
                 "TOOLADAPTER_IDEMPOTENCY_RETENTION_SECONDS", base.idempotency_retention_seconds, 0
             ),

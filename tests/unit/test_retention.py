@@ -235,3 +235,52 @@ async def test_the_claim_of_a_running_winner_is_kept() -> None:
 
     assert await expire_idempotency_claims(h.rt) == 0
     assert h.cluster.claims
+
+
+async def test_every_due_call_goes_in_one_run_oldest_first() -> None:
+    """A call rate above one run's worth must not leave storage growing: a run takes every
+    due call (the old 500-per-run cap fell behind beyond ~17 calls/s)."""
+    settings = Settings(retention_seconds=3600, retention_deletes_per_second=0)
+    h = make_runtime(settings=settings)
+    order: list[str] = []
+    h.cluster.hooks["delete_invocation"] = lambda name, **_: order.append(name)
+    for i in range(700):
+        obj = {
+            "metadata": {
+                "name": f"call-{i}",
+                "namespace": NAMESPACE,
+                "uid": f"uid-{i}",
+                "resourceVersion": str(i),
+            },
+            "status": ended("Observed", 7200 + i),
+        }
+        h.cluster.objects[(str(Resource.INVOCATIONS), NAMESPACE, f"call-{i}")] = obj
+        h.rt.census.update("ADDED", obj)
+
+    assert await apply_retention(h.rt) == 700
+    assert stored_names(h) == set()
+    assert order[:2] == ["call-699", "call-698"]  # the longest-ended first
+
+
+def test_the_census_keeps_calls_that_must_stay_out_of_retention() -> None:
+    h = make_runtime(settings=RETENTION)
+    for name, status in {
+        "no-receipt": {"state": "Observed", "endedAt": ago(7200)},
+        "unconfirmed": ended("Uncertain", 7200),
+        "waiting": {"state": "AwaitingApproval"},
+        "done": ended("Observed", 7200),
+    }.items():
+        h.rt.census.update(
+            "ADDED",
+            {
+                "metadata": {
+                    "name": name,
+                    "namespace": NAMESPACE,
+                    "uid": name,
+                    "resourceVersion": "7",
+                },
+                "status": status,
+            },
+        )
+    (candidate,) = h.rt.census.ended_before(datetime.now(UTC).timestamp())
+    assert (candidate.name, candidate.resource_version) == ("done", "7")

@@ -15,15 +15,17 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import time
 from datetime import UTC, datetime
 from typing import Any
 
+from ..census import Candidate
 from ..enums import InvocationState, Resource
 from ..flow import run_invocation
 from ..kube import sandbox as ksandbox
 from ..kube.client import NotFound
 from ..memory import release_free_heap
-from ..pipeline.retention import claim_expired, invocation_expired
+from ..pipeline.retention import claim_expired
 from ..pipeline.sandbox import ANNOTATION_INVOCATION_REF, LABEL_INVOCATION_UID
 from ..runtime import Runtime
 from ..timeutil import parse_time
@@ -118,41 +120,68 @@ async def reap_sandboxes(rt: Runtime) -> None:
                     logger.info("reaped %s %s/%s", kind, meta["namespace"], meta["name"])
 
 
-#: Deletions per retention run: a backlog (a first run over weeks of calls) drains over a few
-#: runs instead of one burst of writes to the API server.
-RETENTION_BATCH = 500
+#: Deletions of one retention run going on at once: the pace, not this, bounds the rate.
+RETENTION_CONCURRENCY = 4
 
 
 async def apply_retention(rt: Runtime) -> int:
-    """Delete finished invocations `retention_seconds` after they ended (`pipeline.retention`
-    says which); the candidates come from the watch's census, each re-read and deleted only
-    as read. Returns how many went."""
+    """Delete finished invocations `retention_seconds` after they ended.
+
+    The candidates come from the watch's census (`pipeline.retention` says which may go),
+    each deleted only as the watch last saw it (uid and resourceVersion preconditions: one
+    changed since, by a confirmation say, stays until its next event is seen), with no read
+    before. Every due call goes in one run, paced at `retention_deletes_per_second`: a call
+    rate above one run's worth never leaves storage growing, and a first run over a long
+    backlog drains at a steady pace instead of a burst of writes. Returns how many went."""
     seconds = rt.settings.retention_seconds
     if seconds <= 0:
         return 0
-    now = datetime.now(UTC)
+    due = [
+        c
+        for c in rt.census.ended_before(datetime.now(UTC).timestamp() - seconds)
+        if rt.settings.serves(c.namespace)
+    ]
+    if not due:
+        return 0
+    pace = Pace(rt.settings.retention_deletes_per_second)
+    slots = asyncio.Semaphore(RETENTION_CONCURRENCY)
     deleted = 0
-    for uid, namespace, name in rt.census.ended_before(now.timestamp() - seconds):
-        if deleted >= RETENTION_BATCH:
-            break
-        if not rt.settings.serves(namespace):
-            continue
-        try:
-            body = await rt.cluster.get(Resource.INVOCATIONS, namespace, name)
-        except NotFound:
-            continue
-        meta = body["metadata"]
-        if meta["uid"] != uid or meta.get("deletionTimestamp"):
-            continue
-        if not invocation_expired(body.get("status") or {}, now=now, retention_seconds=seconds):
-            continue
-        if await rt.cluster.delete_invocation(
-            namespace, name, uid=uid, resource_version=meta["resourceVersion"]
-        ):
-            deleted += 1
+
+    async def delete(candidate: Candidate) -> None:
+        nonlocal deleted
+        async with slots:
+            if await rt.cluster.delete_invocation(
+                candidate.namespace,
+                candidate.name,
+                uid=candidate.uid,
+                resource_version=candidate.resource_version,
+            ):
+                deleted += 1
+
+    tasks = []
+    for candidate in due:
+        await pace.wait()
+        tasks.append(asyncio.ensure_future(delete(candidate)))
+    await asyncio.gather(*tasks)
     if deleted:
         logger.info("retention: deleted %d finished invocation(s) older than %ss", deleted, seconds)
     return deleted
+
+
+class Pace:
+    """At most `per_second` starts a second (0: no bound), evenly spaced."""
+
+    def __init__(self, per_second: float) -> None:
+        self.interval = 1.0 / per_second if per_second > 0 else 0.0
+        self.next = time.monotonic()
+
+    async def wait(self) -> None:
+        if self.interval <= 0:
+            return
+        now = time.monotonic()
+        if self.next > now:
+            await asyncio.sleep(self.next - now)
+        self.next = max(self.next, now) + self.interval
 
 
 async def expire_idempotency_claims(rt: Runtime) -> int:

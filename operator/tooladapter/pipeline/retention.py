@@ -39,20 +39,28 @@ def unconfirmed(status: Mapping[str, Any]) -> bool:
     )
 
 
+def retainable_since(status: Mapping[str, Any]) -> str | None:
+    """When a stored invocation's retention clock started (its `endedAt`), or None while it
+    must be kept whatever its age: not finished, an unconfirmed `Uncertain` call, or a call
+    whose own receipt was never written (the object would be the only record)."""
+    try:
+        state = InvocationState(status.get("state") or InvocationState.RECEIVED)
+    except ValueError:
+        return None
+    if not state.terminal or unconfirmed(status):
+        return None
+    # A dry run writes no receipt; every other end does, before its status says so.
+    if state != InvocationState.PREVIEWED and not status.get("auditRef"):
+        return None
+    ended = status.get("endedAt")
+    return ended if isinstance(ended, str) and ended else None
+
+
 def invocation_expired(status: Mapping[str, Any], *, now: datetime, retention_seconds: int) -> bool:
     """Whether a stored invocation (its status) may be deleted now (0 keeps every one)."""
     if retention_seconds <= 0:
         return False
-    try:
-        state = InvocationState(status.get("state") or InvocationState.RECEIVED)
-    except ValueError:
-        return False
-    if not state.terminal or unconfirmed(status):
-        return False
-    # A dry run writes no receipt; every other end does, before its status says so.
-    if state != InvocationState.PREVIEWED and not status.get("auditRef"):
-        return False
-    age = _age(status.get("endedAt"), now)
+    age = _age(retainable_since(status), now)
     return age is not None and age >= retention_seconds
 
 
