@@ -33,6 +33,8 @@ BENCH_FILL (10000), BENCH_FILL_RATE (100), BENCH_FILL_INFLIGHT (200), BENCH_DRAI
 BENCH_SANDBOX_SEQUENTIAL (10), BENCH_SANDBOX_CONCURRENT (10), BENCH_SANDBOX_ROUNDS (3),
 BENCH_REPORT (bench-report.json), BENCH_PYSPY (record the operator with py-spy during the
 highest load: .svg flame graph, .json speedscope, else collapsed stacks),
+BENCH_APISERVER_PPROF (path stem: the API server's CPU profile during the highest load of
+each kind, `<stem>-<kind>.pprof`, and `go tool pprof -top -cum` of it beside),
 BENCH_OPERATOR_SRC (run the operator from another copy of the package, for A/B runs).
 A quick run: `BENCH_SECONDS=10 make bench`; without make, from the repository root:
 `PYTHONPATH=hack .venv/bin/python -m bench --help`.

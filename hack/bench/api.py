@@ -80,6 +80,16 @@ class Api:
         except ValueError:
             return resp.status, raw.decode(errors="replace")
 
+    async def raw(
+        self, path: str, params: dict[str, str] | None = None, timeout: float | None = None
+    ) -> tuple[int, bytes]:
+        async with self.session.get(
+            self.base + path,
+            params=params,
+            timeout=aiohttp.ClientTimeout(total=timeout) if timeout else None,
+        ) as resp:
+            return resp.status, await resp.read()
+
     async def text(self, path: str, params: dict[str, str] | None = None) -> tuple[int, str]:
         async with self.session.get(self.base + path, params=params) as resp:
             return resp.status, await resp.text()

@@ -39,6 +39,8 @@ class Config:
     sandbox_rounds: int = 3
     report: Path = ROOT / "bench-report.json"
     pyspy: str = ""
+    #: Path stem of the API server's CPU profiles during the highest load ("": none).
+    apiserver_pprof: str = ""
     operator_src: str = ""
     keep: bool = False
     #: Part 6: seconds of twice the capacity; the capacity (0: measured by part 1).
@@ -70,6 +72,7 @@ class Config:
         p.add_argument("--sandbox-rounds", type=int, default=int(env("BENCH_SANDBOX_ROUNDS", "3")))
         p.add_argument("--report", default=env("BENCH_REPORT", str(ROOT / "bench-report.json")))
         p.add_argument("--pyspy", default=env("BENCH_PYSPY", ""))
+        p.add_argument("--apiserver-pprof", default=env("BENCH_APISERVER_PPROF", ""))
         p.add_argument(
             "--operator-src",
             default=env("BENCH_OPERATOR_SRC", ""),
@@ -102,6 +105,7 @@ class Config:
             sandbox_rounds=a.sandbox_rounds,
             report=Path(a.report),
             pyspy=a.pyspy,
+            apiserver_pprof=a.apiserver_pprof,
             operator_src=a.operator_src,
             keep=a.keep,
             overload_seconds=a.overload_seconds,

@@ -61,6 +61,9 @@ class Loads(BenchBase):
         pyspy = None
         if self.cfg.pyspy and kind != "floor" and rate == max(self.cfg.loads):
             pyspy = self.start_pyspy(kind, seconds)
+        pprof = None
+        if self.cfg.apiserver_pprof and rate == max(self.cfg.loads):
+            pprof = asyncio.ensure_future(self.apiserver_profile(kind, seconds))
         calls = await self.offered_load(kind, phase, rate, seconds, tracker)
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(tracker.all_done.wait(), self.cfg.drain)
@@ -73,8 +76,40 @@ class Loads(BenchBase):
             with contextlib.suppress(subprocess.TimeoutExpired):
                 pyspy.wait(timeout=60)
         result = self.summarise(kind, rate, seconds, calls, resources)
+        if pprof is not None:
+            result["apiserver_pprof"] = await pprof
         await self.delete_phase(kind, phase)
         return result
+
+    async def apiserver_profile(self, kind: str, seconds: float) -> dict[str, Any]:
+        """The API server's CPU profile (its /debug/pprof, as admin) over the phase: saved
+        beside the report, and its heaviest functions by cumulative time when `go` is here."""
+        assert self.kube is not None
+        span = max(5, int(seconds) - 2)
+        try:
+            status, data = await self.kube.raw(
+                "/debug/pprof/profile", params={"seconds": str(span)}, timeout=span + 60
+            )
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            return {"error": f"{type(exc).__name__}: {exc}"}
+        if status != 200:
+            return {"error": f"HTTP {status} (profiling off, or not an admin?)"}
+        out = Path(f"{self.cfg.apiserver_pprof}-{kind}.pprof")
+        await asyncio.to_thread(out.write_bytes, data)
+        summary: dict[str, Any] = {"profile": str(out), "seconds": span}
+        go = shutil.which("go")
+        if go is not None:
+            top = await asyncio.to_thread(
+                subprocess.run,
+                [go, "tool", "pprof", "-top", "-cum", "-nodecount=60", str(out)],
+                capture_output=True,
+                text=True,
+                check=False,
+            )
+            text_path = out.with_suffix(".top.txt")
+            await asyncio.to_thread(text_path.write_text, top.stdout + top.stderr)
+            summary["top"] = str(text_path)
+        return summary
 
     def summarise(
         self,
@@ -112,6 +147,13 @@ class Loads(BenchBase):
             "resources": resources,
             # CPU of the phase (until the drain ended) per call the controller finished.
             "controller_cpu_s_per_1000": round(1000 * op_cpu / max(1, finished), 2),
+            # What each call cost the control plane (the floor's is the least a CR call costs).
+            "apiserver_cpu_ms_per_call": round(
+                1000 * resources["cpu_s"].get("kube-apiserver", 0) / max(1, finished), 2
+            ),
+            "etcd_cpu_ms_per_call": round(
+                1000 * resources["cpu_s"].get("etcd", 0) / max(1, finished), 2
+            ),
             "controller_rss_mb_peak": resources["rss_mb_peak"].get(
                 "operator" if kind != "floor" else "floor-controller"
             ),
@@ -123,6 +165,7 @@ class Loads(BenchBase):
             f"  {kind:>15} @ {rate:>5.0f}/s: p50 {lat['p50_ms']} ms, p95 {lat['p95_ms']} ms, "
             f"p99 {lat['p99_ms']} ms, achieved {out['achieved_per_s']}/s, "
             f"errors {out['errors']}, cpu/1000 {out['controller_cpu_s_per_1000']} s, "
+            f"apiserver {out['apiserver_cpu_ms_per_call']} ms/call, "
             f"host busy {resources['host_cpu_busy_pct']}%",
             flush=True,
         )
