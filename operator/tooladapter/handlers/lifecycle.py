@@ -32,6 +32,7 @@ from ..kube.auth import AllowCache
 from ..kube.client import Conflict, Kube, NotFound, is_transient
 from ..kube.cluster import KubeCluster
 from ..kube.services import cluster_ip
+from ..memory import freeze_start_up
 from ..metrics import LEADING, serve
 from ..pipeline.sandbox import ProxyPeer
 from ..runtime import Runtime
@@ -180,6 +181,7 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo) -> None:
     memo["runtime"] = rt
     LEADING.set(1)
     health.role = OperatorRole.LEADING
+    freeze_start_up()
     logger.info("tooladapter started; artifacts in %s", store)
 
 
