@@ -145,6 +145,11 @@ def main() -> None:
             log(f"pinned {python.write_lock()} Python packages in {python.LOCK}")
         return
     names = a.images or list(REPOSITORIES)
+    # Standard output carries only the archives' paths (images.sh reads them): whatever
+    # the tools print (apt-get installing mmdebstrap on a new machine, pip) goes to stderr.
+    paths = os.fdopen(os.dup(sys.stdout.fileno()), "w")
+    sys.stdout.flush()
+    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
     load = a.load == "yes" or (
         a.load == "auto" and containerd.local_cluster(os.environ.get("KUBECONFIG"))
     )
@@ -162,7 +167,7 @@ def main() -> None:
         if load:
             imported = containerd.load(archive, ref, digest)
             log(f"{ref}: {'imported into' if imported else 'already in'} the local containerd")
-        print(archive)
+        print(archive, file=paths, flush=True)
     if a.load == "auto" and not load:
         log("not the local cluster (KUBECONFIG): archives written, nothing imported")
 
