@@ -1,8 +1,11 @@
 """kopf registrations: the only place handlers are declared; each delegates to `handlers/`.
 
 Every resource is watched with `on.event` handlers, which carry no kopf progress state
-(no annotations, no finalizers, no per-handler PATCH round trips): the invocation flow
-persists its own state in status, and deletion never blocks on a stopped operator.
+(no annotations, no finalizers, no per-handler PATCH round trips), except the invocations:
+two watch events a call, watched by the operator's own lean list-and-watch
+(`kube.watching`, started with the workers) rather than kopf's per-object machinery. The
+invocation flow persists its own state in status, and deletion never blocks on a stopped
+operator.
 """
 
 from __future__ import annotations
@@ -26,11 +29,6 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
 @kopf.on.cleanup()
 async def cleanup(memo: kopf.Memo, **_: Any) -> None:
     await lifecycle.stop(memo)
-
-
-@kopf.on.event(GROUP, VERSION, Resource.INVOCATIONS.value)
-async def invocation_event(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
-    routing.invocation_event(memo["runtime"], event)
 
 
 @kopf.on.event(GROUP, VERSION, Resource.DESCRIPTORS.value)

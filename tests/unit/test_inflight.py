@@ -276,9 +276,12 @@ async def test_a_running_sandbox_job_holds_no_slot() -> None:
         task.cancel()
 
 
-async def test_a_queued_call_keeps_only_its_name_and_is_read_when_its_turn_comes() -> None:
+async def test_a_queued_call_keeps_only_its_name_and_is_read_when_its_turn_comes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """Under a backlog the queue holds names, not bodies (memory stays bytes per call); a
     call deleted while queued is not run, and one read at its turn runs from what is stored."""
+    monkeypatch.setattr(routing, "QUEUED_WITH_BODY", 0)  # every queued call is a backlog's
     held = asyncio.Event()
     executor = ScriptedExecutor(gate=held)
     h = two_tenants(1, executor)
@@ -303,5 +306,26 @@ async def test_a_queued_call_keeps_only_its_name_and_is_read_when_its_turn_comes
     await asyncio.wait_for(all_done(h), 5)
     assert [c.name for c in executor.executed] == ["call-0", "call-2"]
     assert h.cluster.invocation("call-2")["status"]["state"] == "Observed"
+    for worker in h.rt.workers:
+        worker.cancel()
+
+
+async def test_a_short_queue_keeps_the_bodies_and_reads_nothing_again() -> None:
+    """A read per queued call is API server work when it has least to spare: below
+    `QUEUED_WITH_BODY` queued calls run from their event's body."""
+    held = asyncio.Event()
+    executor = ScriptedExecutor(gate=held)
+    h = two_tenants(1, executor)
+    h.rt.workers.append(asyncio.ensure_future(asyncio.Event().wait()))  # no periodic workers
+    for i in range(3):
+        body = h.submit(invocation(f"call-{i}"))
+        routing.invocation_event(h.rt, {"type": "ADDED", "object": body})
+    await asyncio.wait_for(executor.started.wait(), 5)
+    assert h.rt.gate.queued() == 2
+    reads = sum(1 for method, _ in h.cluster.calls if method == "get")
+    held.set()
+    await asyncio.wait_for(until_executed(executor, 3), 5)
+    await asyncio.wait_for(all_done(h), 5)
+    assert sum(1 for method, _ in h.cluster.calls if method == "get") == reads
     for worker in h.rt.workers:
         worker.cancel()

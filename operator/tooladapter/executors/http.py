@@ -120,6 +120,20 @@ class HttpExecutor(InOperator):
                 rule.permitted(host, [host])
             except AddressRefused as exc:
                 return _refused(method, url, exc)
+        # The answer is awaited without a calls-in-flight slot: a slow server holds no
+        # slot another tenant's call could use (`inflight`).
+        async with call.outside():
+            return await self._send(call, method, url, headers, body, rule)
+
+    async def _send(
+        self,
+        call: Call,
+        method: str,
+        url: str,
+        headers: dict[str, str],
+        body: str | None,
+        rule: AddressRule,
+    ) -> Outcome:
         timeout = aiohttp.ClientTimeout(total=call.timeout_seconds)
         sent = False
         try:

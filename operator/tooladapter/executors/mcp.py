@@ -75,7 +75,9 @@ class McpExecutor(InOperator):
         rule = address_rule(entry.spec, self.blocked)
         if call.traceparent:
             headers = {**headers, "traceparent": call.traceparent}
-        outcome = await self._call(call, entry.spec.url, headers, rule)
+        # The server's answer is awaited without a calls-in-flight slot (`inflight`).
+        async with call.outside():
+            outcome = await self._call(call, entry.spec.url, headers, rule)
         if not secrets:
             return outcome
         size = len(outcome.output) + (offload.INLINE_BYTES if outcome.structured else 0)

@@ -7,6 +7,8 @@ flow to own.
 
 from __future__ import annotations
 
+import asyncio
+import functools
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
@@ -16,6 +18,7 @@ from ..enums import InvocationState, Resource
 from ..events import namespace_ref
 from ..flow import release_finalizer, run_invocation, run_queued_invocation
 from ..flow.context import FINALIZER
+from ..kube.watching import Watcher, watched_namespace
 from ..pipeline.classification import LABEL_ENVIRONMENT, environment_class
 from ..runtime import Runtime
 from ..timeutil import parse_time
@@ -23,9 +26,34 @@ from . import confirmations, descriptors, policies, workers
 
 RawEvent = Mapping[str, Any]
 
+#: Queued calls that keep the body of their event (a few KB each) instead of a read later.
+QUEUED_WITH_BODY = 1024
+
+
+def ensure_started(rt: Runtime) -> None:
+    """Start the workers and the invocations' watch from a kopf handler's context, where
+    event posting is wired (the start-up activity runs before kopf's event poster exists);
+    the flows the watch starts inherit it."""
+    if not rt.workers:
+        workers.start_workers(rt)
+        rt.workers.append(asyncio.create_task(watch_invocations(rt)))
+
+
+async def watch_invocations(rt: Runtime) -> None:
+    """The invocations' own list-and-watch (`kube.watching`), routed here event by event."""
+    assert rt.kube is not None
+    watcher = Watcher(
+        rt.kube,
+        Resource.INVOCATIONS.value,
+        namespace=watched_namespace(rt.settings.namespaces),
+        serves=rt.settings.serves,
+        handle=functools.partial(invocation_event, rt),
+        listed=functools.partial(invocations_listed, rt),
+    )
+    await watcher.run()
+
 
 def invocation_event(rt: Runtime, event: RawEvent) -> None:
-    workers.ensure_started(rt)
     raw = event["object"]
     meta = raw["metadata"]
     uid = meta["uid"]
@@ -59,13 +87,24 @@ def invocation_event(rt: Runtime, event: RawEvent) -> None:
     if uid in rt.tasks:
         return
     namespace, name = meta["namespace"], meta["name"]
-    if rt.gate.has_room():
+    if rt.gate.has_room() or rt.gate.queued() < QUEUED_WITH_BODY:
         body = thaw(raw)
         rt.admit(namespace, uid, lambda: run_invocation(rt, body))
     else:
-        # Queued until a slot is free (`inflight`) with its name only, read again when its
-        # turn comes: a backlog of thousands of calls costs bytes each, not their bodies.
+        # Beyond a short queue, queued until a slot is free (`inflight`) with its name only,
+        # read again when its turn comes: a backlog of thousands of calls costs bytes each,
+        # not their bodies (a short one keeps them: a read per call is API server work
+        # exactly when it has least to spare).
         rt.admit(namespace, uid, lambda: run_queued_invocation(rt, namespace, name, uid))
+
+
+def invocations_listed(rt: Runtime, uids: set[str]) -> None:
+    """After a (re)listing: the calls this operator knew that the listing no longer holds
+    were deleted while no watch ran; they go as a DELETED event would take them."""
+    for uid, row in list(rt.census.rows.items()):
+        if uid not in uids:
+            meta = {"uid": uid, "namespace": row.namespace, "name": row.name}
+            invocation_event(rt, {"type": "DELETED", "object": {"metadata": meta}})
 
 
 def observe_rates(rt: Runtime, event_type: str | None, raw: Mapping[str, Any]) -> None:
@@ -110,7 +149,7 @@ def approval_event(rt: Runtime, event: RawEvent) -> None:
 
 
 def namespace_event(rt: Runtime, event: RawEvent) -> None:
-    workers.ensure_started(rt)
+    ensure_started(rt)
     body = thaw(event["object"])
     rt.catalog.update_namespace(event["type"], body)
     if event["type"] != "DELETED":

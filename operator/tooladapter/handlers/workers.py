@@ -234,13 +234,6 @@ def invocation_of(meta: dict[str, Any]) -> tuple[str, dict[str, Any] | None] | N
     return meta["namespace"], owner
 
 
-def ensure_started(rt: Runtime) -> None:
-    """Start the loops from a kopf handler's context, where event posting is wired
-    (the start-up activity runs before kopf's event poster exists)."""
-    if not rt.workers:
-        start_workers(rt)
-
-
 def start_workers(rt: Runtime) -> None:
     interval = rt.settings.reconcile_interval_seconds
     rt.workers += [
