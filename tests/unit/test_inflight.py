@@ -329,3 +329,56 @@ async def test_a_short_queue_keeps_the_bodies_and_reads_nothing_again() -> None:
     assert sum(1 for method, _ in h.cluster.calls if method == "get") == reads
     for worker in h.rt.workers:
         worker.cancel()
+
+
+async def test_an_http_call_waiting_for_its_server_holds_no_slot() -> None:
+    """A slow server (an agent may pick the tool that calls one) must not hold a slot
+    another tenant's call could use: the answer is awaited outside the gate."""
+    from aiohttp import web
+
+    from tooladapter.executors.http import HttpExecutor
+
+    answer = asyncio.Event()
+
+    async def slow(_: web.Request) -> web.Response:
+        await answer.wait()
+        return web.Response(text="late")
+
+    app = web.Application()
+    app.router.add_get("/slow", slow)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    http = HttpExecutor()
+    native = ScriptedExecutor()
+    h = make_runtime(
+        settings=Settings(max_calls_in_flight=1),
+        executors={ToolKind.NATIVE: native, ToolKind.HTTP: http},
+    )
+    try:
+        h.publish(descriptor())
+        h.publish(
+            descriptor(
+                "fetch",
+                kind="http",
+                http={
+                    "method": "GET",
+                    "url": f"http://127.0.0.1:{port}/slow",
+                    "allowedHosts": [f"127.0.0.1:{port}"],
+                },
+            )
+        )
+        h.cluster.grant(tools=["lister", "fetch"], classes=["read"])
+        admit(h, h.submit(invocation("fetch-1", tool="fetch", arguments={})))
+        await asyncio.wait_for(until_holders(h, 0), 5)  # waiting for the server, no slot
+
+        admit(h, h.submit(invocation("read-1")))
+        await h.cluster.wait_for_state("read-1", InvocationState.OBSERVED)
+        answer.set()
+        await h.cluster.wait_for_state("fetch-1", InvocationState.OBSERVED)
+    finally:
+        answer.set()
+        await http.close()
+        await runner.cleanup()
