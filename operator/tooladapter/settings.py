@@ -204,7 +204,7 @@ class Settings:
     #: Invocations evaluated or executed at once (`inflight`); more wait in a queue per
     #: namespace, served round-robin. A call waiting for an approval or an idempotency
     #: winner holds no slot.
-    max_calls_in_flight: int = 64
+    max_calls_in_flight: int = 16
     #: Events posted per call: `actionable` (denials, approvals, uncertain effects, failures:
     #: someone acts on them) or `all` (also a ToolInvoked event per finished call; the
     #: per-call record is the receipt, `status.receiptRef`, either way).

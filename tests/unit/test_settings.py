@@ -89,7 +89,7 @@ def test_calls_in_flight_and_events_default_to_bounded_and_actionable(
     for name in ("TOOLADAPTER_MAX_CALLS_IN_FLIGHT", "TOOLADAPTER_EVENTS"):
         monkeypatch.delenv(name, raising=False)
     settings = Settings.from_env()
-    assert settings.max_calls_in_flight == 64
+    assert settings.max_calls_in_flight == 16
     assert settings.events == EventLevel.ACTIONABLE
     monkeypatch.setenv("TOOLADAPTER_MAX_CALLS_IN_FLIGHT", "8")
     monkeypatch.setenv("TOOLADAPTER_EVENTS", "All")
