@@ -105,6 +105,38 @@ class FairGate:
             raise
         await self.acquire(namespace, key)
 
+    @asynccontextmanager
+    async def handed_over(self, other: FairGate, namespace: str, key: str) -> AsyncIterator[None]:
+        """Wait holding a slot of `other` instead of one of this gate's: this gate's slot
+        is given back first (nobody holds one gate's slot while queueing for the other's,
+        so the two never deadlock), `other`'s is taken at `namespace`'s turn there and kept
+        until this gate's slot is taken back, so what such a wait brings back (an answer
+        read) is bounded by `other` as well."""
+        held = key in self.holders
+        if held:
+            self.release(key)
+        try:
+            await other.acquire(namespace, key)
+        except asyncio.CancelledError:
+            raise  # the flow ends: it needs no slot to come back to
+        except BaseException:
+            if held:
+                await self.acquire(namespace, key)
+            raise
+        try:
+            try:
+                yield
+            except asyncio.CancelledError:
+                raise
+            except BaseException:
+                if held:
+                    await self.acquire(namespace, key)
+                raise
+            if held:
+                await self.acquire(namespace, key)
+        finally:
+            other.release(key)
+
     async def acquire(self, namespace: str, key: str) -> None:
         """Wait for a slot for `key` at its namespace's turn."""
         granted: asyncio.Future[None] = asyncio.get_running_loop().create_future()

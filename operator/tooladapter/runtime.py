@@ -41,6 +41,10 @@ def process_identity() -> str:
     return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
 
 
+#: Calls that may await a remote answer at once, per calls-in-flight slot.
+REMOTE_PER_SLOT = 4
+
+
 @dataclass
 class Runtime:
     #: The API operations of a call (the seam the unit suite fakes).
@@ -78,9 +82,14 @@ class Runtime:
     #: Calls evaluated or executed at once, fair between namespaces (`inflight`).
     #: (Sized from `settings` after construction.)
     gate: FairGate = field(default_factory=lambda: FairGate(1))
+    #: Calls awaiting an http or MCP server's answer without a slot of `gate`, at most
+    #: `REMOTE_PER_SLOT` per slot, fair between namespaces: a burst of calls to a fast tool
+    #: with large answers holds a bounded number of answers, not one per call.
+    remote_gate: FairGate = field(default_factory=lambda: FairGate(1))
 
     def __post_init__(self) -> None:
         self.gate = FairGate(self.settings.max_calls_in_flight)
+        self.remote_gate = FairGate(REMOTE_PER_SLOT * self.settings.max_calls_in_flight)
 
     def admit(
         self, namespace: str, uid: str, flow: Callable[[], Coroutine[Any, Any, None]]

@@ -40,10 +40,15 @@ class Call:
     #: W3C trace context for the tool's request (http, MCP), when traces are exported.
     traceparent: str | None = None
     interrupted: asyncio.Event = field(default_factory=asyncio.Event, compare=False)
-    #: Waits on something outside the operator (a sandbox Job, an http or MCP server's
-    #: answer) without holding one of the calls-in-flight slots (`inflight`): long Jobs and
-    #: slow servers must not crowd out other calls.
+    #: Waits on something outside the operator (a sandbox Job) without holding one of the
+    #: calls-in-flight slots (`inflight`): long Jobs must not crowd out other calls.
     outside: Callable[[], AbstractAsyncContextManager[None]] = field(
+        default=nullcontext, compare=False
+    )
+    #: Awaits an http or MCP server's answer without a calls-in-flight slot, holding one of
+    #: the bounded remote slots instead (`Runtime.remote_gate`): slow servers never crowd
+    #: out other calls, and answers held at once stay bounded.
+    remote: Callable[[], AbstractAsyncContextManager[None]] = field(
         default=nullcontext, compare=False
     )
 

@@ -122,7 +122,7 @@ class HttpExecutor(InOperator):
                 return _refused(method, url, exc)
         # The answer is awaited without a calls-in-flight slot: a slow server holds no
         # slot another tenant's call could use (`inflight`).
-        async with call.outside():
+        async with call.remote():
             return await self._send(call, method, url, headers, body, rule)
 
     async def _send(

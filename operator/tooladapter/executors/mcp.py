@@ -76,7 +76,7 @@ class McpExecutor(InOperator):
         if call.traceparent:
             headers = {**headers, "traceparent": call.traceparent}
         # The server's answer is awaited without a calls-in-flight slot (`inflight`).
-        async with call.outside():
+        async with call.remote():
             outcome = await self._call(call, entry.spec.url, headers, rule)
         if not secrets:
             return outcome

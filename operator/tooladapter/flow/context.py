@@ -149,6 +149,10 @@ class FlowContext:
         without holding one of the calls-in-flight slots (`inflight`)."""
         return self.rt.gate.released(self.namespace, self.uid)
 
+    def awaiting_remote(self) -> AbstractAsyncContextManager[None]:
+        """Await an http or MCP server's answer on a remote slot, not a calls-in-flight one."""
+        return self.rt.gate.handed_over(self.rt.remote_gate, self.namespace, self.uid)
+
     def bounded(self, text: str | None) -> str:
         """Text for status (`message`, stage details): redacted and bounded."""
         return bounded_message(text, self.secret_values)

@@ -166,6 +166,7 @@ def build_call(ctx: FlowContext) -> Call:
         interrupted=ctx.interrupted,
         traceparent=tracing.traceparent(ctx.uid),
         outside=ctx.without_slot,
+        remote=ctx.awaiting_remote,
     )
 
 
@@ -285,15 +286,18 @@ async def recover_secret_values(ctx: FlowContext) -> None:
 async def show_progress(ctx: FlowContext, run: Awaitable[Outcome], persisted: bool) -> Outcome:
     """Run the call; if Executing is not yet persisted and it runs long, write it."""
     task = asyncio.ensure_future(run)
-    if not persisted:
-        done, _ = await asyncio.wait({task}, timeout=PROGRESS_AFTER_SECONDS)
-        if not done:
-            try:
-                await ctx.commit()
-            except asyncio.CancelledError:
-                task.cancel()
-                raise
-            except Exception:
-                # Only a progress note: the terminal write will carry everything.
-                logger.warning("invocation %s: Executing not written", ctx.ref, exc_info=True)
-    return await task
+    try:
+        if not persisted:
+            done, _ = await asyncio.wait({task}, timeout=PROGRESS_AFTER_SECONDS)
+            if not done:
+                try:
+                    await ctx.commit()
+                except Exception:
+                    # Only a progress note: the terminal write will carry everything.
+                    logger.warning("invocation %s: Executing not written", ctx.ref, exc_info=True)
+        return await task
+    except asyncio.CancelledError:
+        # The flow is cancelled (its call deleted, the operator stopping): the execution
+        # goes with it, or it would come back for a slot no flow will ever give back.
+        task.cancel()
+        raise

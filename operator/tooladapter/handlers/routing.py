@@ -61,17 +61,23 @@ def invocation_event(rt: Runtime, event: RawEvent) -> None:
     observe_rates(rt, event["type"], raw)
     rt.catalog.notify(meta["namespace"], invocation_key(meta["name"]))
     if event["type"] == "DELETED":
+        rt.interrupts.pop(uid, None)
         rt.unfinished.pop(uid, None)
         rt.gate.discard(meta["namespace"], uid)
         task = rt.tasks.get(uid)
         if task is not None:
             task.cancel()
         return
-    if (raw.get("spec") or {}).get("interrupt") or meta.get("deletionTimestamp"):
-        # Deleting a running call interrupts it; its finalizer keeps it until it settled.
-        rt.interrupt_event(uid).set()
     state = (raw.get("status") or {}).get("state") or InvocationState.RECEIVED
-    if InvocationState(state).terminal:
+    ended = InvocationState(state).terminal
+    if ((raw.get("spec") or {}).get("interrupt") or meta.get("deletionTimestamp")) and (
+        not ended or uid in rt.tasks
+    ):
+        # Deleting a running call interrupts it; its finalizer keeps it until it settled.
+        # An ended call's signal is never made again (an echo, a relisting): no flow
+        # would take it back.
+        rt.interrupt_event(uid).set()
+    if ended:
         rt.unfinished.pop(uid, None)
         if uid in rt.tasks:
             return

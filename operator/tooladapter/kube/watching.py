@@ -68,6 +68,9 @@ class Watcher:
         self.listed = listed
         #: Set once the first listing was handled (start-up is complete).
         self.synced = asyncio.Event()
+        #: The version of the last event handled: a broken watch resumes after it, so no
+        #: event is handled twice (a replayed `Received` body would start its call again).
+        self.version: str | None = None
 
     def _list_call(self) -> tuple[Any, tuple[str, ...]]:
         if self.namespace is None:
@@ -77,22 +80,21 @@ class Watcher:
 
     async def run(self) -> None:
         """Forever: list, then watch from the listing's version; again after a 410."""
-        version: str | None = None
         while True:
             try:
-                if version is None:
-                    version = await self.relist()
+                if self.version is None:
+                    self.version = await self.relist()
                     self.synced.set()
-                version = await self.watch(version)
+                await self.watch(self.version)
             except asyncio.CancelledError:
                 raise
             except Gone:
                 logger.info("watch of %s: version expired; listing again", self.plural)
-                version = None
+                self.version = None
             except Exception as exc:
                 if not _transient(exc):
                     logger.exception("watch of %s failed; listing again", self.plural)
-                    version = None
+                    self.version = None
                 else:
                     logger.warning(
                         "watch of %s interrupted (%s); resuming", self.plural, type(exc).__name__
@@ -123,15 +125,15 @@ class Watcher:
             for obj in page.get("items") or []:
                 if self.serves(obj["metadata"]["namespace"]):
                     uids.add(obj["metadata"]["uid"])
-                    self.handle({"type": "ADDED", "object": obj})
+                    self.deliver({"type": "ADDED", "object": obj})
             token = meta.get("continue") or ""
             if not token:
                 break
         self.listed(uids)
         return version
 
-    async def watch(self, version: str) -> str:
-        """One watch request from `version`; returns the last version seen when it ends."""
+    async def watch(self, version: str) -> None:
+        """One watch request from `version`; `self.version` follows every event handled."""
         method, where = self._list_call()
         resp = await method(
             *where,
@@ -151,19 +153,20 @@ class Watcher:
                 await json_body(resp)  # raises ApiException with the API server's answer
             buffer = bytearray()
             async for chunk in resp.content.iter_any():
+                # Only the new bytes can end a line: a large event is scanned once.
+                scan_from = len(buffer)
                 buffer += chunk
                 start = 0
-                while (end := buffer.find(b"\n", start)) >= 0:
+                while (end := buffer.find(b"\n", scan_from)) >= 0:
                     line = bytes(buffer[start:end])
-                    start = end + 1
+                    start = scan_from = end + 1
                     if line.strip():
-                        version = self.dispatch(line, version)
+                        self.version = self.dispatch(line, self.version or version)
                 del buffer[:start]
                 if len(buffer) > MAX_LINE_BYTES:
                     raise ValueError(f"a watch event of more than {MAX_LINE_BYTES} bytes")
         finally:
             resp.release()
-        return version
 
     def dispatch(self, line: bytes, version: str) -> str:
         event = json.loads(line)
@@ -176,8 +179,19 @@ class Watcher:
         meta = obj.get("metadata") or {}
         version = str(meta.get("resourceVersion") or version)
         if kind != "BOOKMARK" and self.serves(meta.get("namespace") or ""):
-            self.handle(event)
+            self.deliver(event)
         return version
+
+    def deliver(self, event: dict[str, Any]) -> None:
+        """Hand one event to the router; a failure there is that object's, never the
+        watch's (it would replay the same event for every tenant, forever)."""
+        try:
+            self.handle(event)
+        except Exception:
+            name = ((event.get("object") or {}).get("metadata") or {}).get("name")
+            logger.exception(
+                "watch of %s: handling %s of %s failed", self.plural, event.get("type"), name
+            )
 
 
 def _transient(exc: BaseException) -> bool:

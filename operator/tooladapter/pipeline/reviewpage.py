@@ -180,6 +180,10 @@ def uncertain_view(obj: dict[str, Any]) -> dict[str, Any]:
     execution = status.get("execution") or {}
     lease = status.get("sandboxLease") or {}
     confirmation = status.get("effectConfirmation") or None
+    if confirmation is not None:
+        # The status schema has no defaults: a person's confirmation carries no `recorded`
+        # until the operator records it.
+        confirmation = {**confirmation, "recorded": bool(confirmation.get("recorded"))}
     evidence = {
         "kind": execution.get("kind"),
         "startedAt": execution.get("startedAt"),
