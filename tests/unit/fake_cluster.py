@@ -18,7 +18,8 @@ import copy
 import functools
 import inspect
 import itertools
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -810,6 +811,31 @@ def descriptor(
         "metadata": {"name": f"{tool_id}-{version.replace('.', '-')}", "namespace": namespace},
         "spec": body_spec,
     }
+
+
+def http_descriptor(tool_id: str, url: str, **spec: Any) -> Body:
+    """A GET http tool whose URL's host and port are on its allow-list."""
+    host = url.split("/")[2]
+    http = {"method": "GET", "url": url, "allowedHosts": [host]}
+    return descriptor(tool_id, kind="http", http=http, **spec)
+
+
+@asynccontextmanager
+async def loopback_http(path: str, handler: Callable[..., Awaitable[Any]]) -> AsyncIterator[str]:
+    """An aiohttp server on 127.0.0.1 answering GET `path` with `handler`; yields its URL."""
+    from aiohttp import web
+
+    app = web.Application()
+    app.router.add_get(path, handler)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    try:
+        yield f"http://127.0.0.1:{port}{path}"
+    finally:
+        await runner.cleanup()
 
 
 SHELL_SCHEMA: Body = {

@@ -23,7 +23,14 @@ from tooladapter.kube.watching import Watcher
 from tooladapter.pipeline.reviewpage import uncertain_view
 from tooladapter.settings import Settings
 
-from .fake_cluster import NAMESPACE, descriptor, invocation, make_runtime
+from .fake_cluster import (
+    NAMESPACE,
+    descriptor,
+    http_descriptor,
+    invocation,
+    loopback_http,
+    make_runtime,
+)
 
 pytestmark = [pytest.mark.timeout(30), pytest.mark.usefixtures("fast_retries")]
 
@@ -172,14 +179,6 @@ async def test_hit_answers_held_without_a_slot_are_bounded() -> None:
     async def answer(_: web.Request) -> web.Response:
         return web.Response(body=payload)
 
-    app = web.Application()
-    app.router.add_get("/big", answer)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-
     class Counting(HttpExecutor):
         def __init__(self) -> None:
             super().__init__()
@@ -203,26 +202,17 @@ async def test_hit_answers_held_without_a_slot_are_bounded() -> None:
         settings=Settings(max_calls_in_flight=capacity), executors={ToolKind.HTTP: http}
     )
     try:
-        h.publish(
-            descriptor(
-                "fetch",
-                kind="http",
-                http={
-                    "method": "GET",
-                    "url": f"http://127.0.0.1:{port}/big",
-                    "allowedHosts": [f"127.0.0.1:{port}"],
-                },
-            )
-        )
-        h.cluster.grant(tools=["fetch"], classes=["read"])
-        for i in range(calls):
-            body = h.submit(invocation(f"f-{i}", tool="fetch", arguments={}))
-            routing.invocation_event(h.rt, {"type": "ADDED", "object": body})
-        for i in range(calls):
-            await asyncio.wait_for(h.cluster.wait_for_state(f"f-{i}", InvocationState.OBSERVED), 20)
+        async with loopback_http("/big", answer) as url:
+            h.publish(http_descriptor("fetch", url))
+            h.cluster.grant(tools=["fetch"], classes=["read"])
+            for i in range(calls):
+                body = h.submit(invocation(f"f-{i}", tool="fetch", arguments={}))
+                routing.invocation_event(h.rt, {"type": "ADDED", "object": body})
+            for i in range(calls):
+                done = h.cluster.wait_for_state(f"f-{i}", InvocationState.OBSERVED)
+                await asyncio.wait_for(done, 20)
     finally:
         await http.close()
-        await runner.cleanup()
     assert http.peak <= bound, f"{http.peak} answers held at once with {capacity} slots"
 
 

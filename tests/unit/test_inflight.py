@@ -21,7 +21,9 @@ from .fake_cluster import (
     Harness,
     ScriptedExecutor,
     descriptor,
+    http_descriptor,
     invocation,
+    loopback_http,
     make_runtime,
     shell_descriptor,
 )
@@ -344,13 +346,6 @@ async def test_an_http_call_waiting_for_its_server_holds_no_slot() -> None:
         await answer.wait()
         return web.Response(text="late")
 
-    app = web.Application()
-    app.router.add_get("/slow", slow)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
     http = HttpExecutor()
     native = ScriptedExecutor()
     h = make_runtime(
@@ -358,27 +353,17 @@ async def test_an_http_call_waiting_for_its_server_holds_no_slot() -> None:
         executors={ToolKind.NATIVE: native, ToolKind.HTTP: http},
     )
     try:
-        h.publish(descriptor())
-        h.publish(
-            descriptor(
-                "fetch",
-                kind="http",
-                http={
-                    "method": "GET",
-                    "url": f"http://127.0.0.1:{port}/slow",
-                    "allowedHosts": [f"127.0.0.1:{port}"],
-                },
-            )
-        )
-        h.cluster.grant(tools=["lister", "fetch"], classes=["read"])
-        admit(h, h.submit(invocation("fetch-1", tool="fetch", arguments={})))
-        await asyncio.wait_for(until_holders(h, 0), 5)  # waiting for the server, no slot
+        async with loopback_http("/slow", slow) as url:
+            h.publish(descriptor())
+            h.publish(http_descriptor("fetch", url))
+            h.cluster.grant(tools=["lister", "fetch"], classes=["read"])
+            admit(h, h.submit(invocation("fetch-1", tool="fetch", arguments={})))
+            await asyncio.wait_for(until_holders(h, 0), 5)  # waiting for the server, no slot
 
-        admit(h, h.submit(invocation("read-1")))
-        await h.cluster.wait_for_state("read-1", InvocationState.OBSERVED)
-        answer.set()
-        await h.cluster.wait_for_state("fetch-1", InvocationState.OBSERVED)
+            admit(h, h.submit(invocation("read-1")))
+            await h.cluster.wait_for_state("read-1", InvocationState.OBSERVED)
+            answer.set()
+            await h.cluster.wait_for_state("fetch-1", InvocationState.OBSERVED)
     finally:
         answer.set()
         await http.close()
-        await runner.cleanup()
