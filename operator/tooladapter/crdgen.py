@@ -283,20 +283,6 @@ def model_schema(model: type[Model], path: str) -> JSON:
     return structural(raw, raw.get("$defs", {}), path)
 
 
-def without_defaults(schema: JSON) -> JSON:
-    """`schema` with no `default` anywhere: for status, which only the operator writes (its
-    models fill defaults when they read). A default in the CRD makes the API server add the
-    value (`detail: ""` on every stage, say) on every decode and store it with every write:
-    bytes and CPU of each status write and watch event, for nothing a reader needs."""
-    out = {k: v for k, v in schema.items() if k != "default"}
-    if isinstance(out.get("properties"), Mapping):
-        out["properties"] = {k: without_defaults(v) for k, v in out["properties"].items()}
-    for key in ("items", "additionalProperties"):
-        if isinstance(out.get(key), Mapping):
-            out[key] = without_defaults(out[key])
-    return out
-
-
 # --------------------------------------------------------------------------- CEL rules
 
 
@@ -370,7 +356,7 @@ def crd(
             # The API server refuses anything here: kubectl explain shows ObjectMeta's own.
             "metadata": {"type": "object"},
             "spec": spec_schema,
-            "status": without_defaults(model_schema(status, ".status")),
+            "status": model_schema(status, ".status"),
         },
         "required": ["spec"],
     }
