@@ -146,10 +146,11 @@ async def apply_retention(rt: Runtime) -> int:
     pace = Pace(rt.settings.retention_deletes_per_second)
     slots = asyncio.Semaphore(RETENTION_CONCURRENCY)
     deleted = 0
+    failures: list[Exception] = []
 
     async def delete(candidate: Candidate) -> None:
         nonlocal deleted
-        async with slots:
+        try:
             if await rt.cluster.delete_invocation(
                 candidate.namespace,
                 candidate.name,
@@ -157,12 +158,22 @@ async def apply_retention(rt: Runtime) -> int:
                 resource_version=candidate.resource_version,
             ):
                 deleted += 1
+        except Exception as exc:
+            failures.append(exc)  # raised after the run, as gathering every task did
+        finally:
+            slots.release()
 
-    tasks = []
+    tasks: set[asyncio.Future[None]] = set()
     for candidate in due:
         await pace.wait()
-        tasks.append(asyncio.ensure_future(delete(candidate)))
+        # A slot before the task: deletes slower than the pace never pile up as tasks.
+        await slots.acquire()
+        task = asyncio.ensure_future(delete(candidate))
+        tasks.add(task)
+        task.add_done_callback(tasks.discard)
     await asyncio.gather(*tasks)
+    if failures:
+        raise failures[0]
     if deleted:
         logger.info("retention: deleted %d finished invocation(s) older than %ss", deleted, seconds)
     return deleted
