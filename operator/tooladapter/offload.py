@@ -18,10 +18,10 @@ from __future__ import annotations
 import asyncio
 import functools
 from collections import Counter
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
-from typing import ParamSpec, TypeVar
+from typing import Any, ParamSpec, TypeVar
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -49,6 +49,18 @@ async def _turn(tenant: str) -> AsyncIterator[None]:
         if not _users[key]:
             del _users[key]
             _locks.pop(key, None)
+
+
+def rough_size(arguments: Mapping[str, Any]) -> int:
+    """0 for the common small call's arguments (a few scalars and short strings), else
+    "large" (`run` puts work over them on the pool)."""
+    small = len(arguments) <= 32 and all(
+        value is None
+        or isinstance(value, bool | int | float)
+        or (isinstance(value, str) and len(value) <= 1024)
+        for value in arguments.values()
+    )
+    return 0 if small else INLINE_BYTES + 1
 
 
 async def run(

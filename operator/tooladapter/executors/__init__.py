@@ -64,6 +64,9 @@ class Outcome:
     #: Nothing left the operator (connection refused, the Job refused): the descriptor's
     #: `retryPolicy` may run the call again. Never set once anything may have been sent.
     retryable: bool = False
+    #: Bytes of the JSON `structured` was parsed from (its sanitizing cost is linear in
+    #: them); None when unknown, and its sanitizing then runs off the event loop.
+    structured_bytes: int | None = None
 
     @classmethod
     def observed(
@@ -72,8 +75,15 @@ class Outcome:
         *,
         structured: dict[str, Any] | None = None,
         exit_code: int | None = None,
+        structured_bytes: int | None = None,
     ) -> Outcome:
-        return cls(InvocationState.OBSERVED, output, structured, exit_code)
+        return cls(
+            InvocationState.OBSERVED,
+            output,
+            structured,
+            exit_code,
+            structured_bytes=structured_bytes,
+        )
 
     @classmethod
     def failed(

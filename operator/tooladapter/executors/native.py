@@ -55,7 +55,8 @@ class NativeExecutor(InOperator):
                 )
         visible.sort(key=lambda t: (str(t["toolId"]), str(t["version"])))
         payload = {"tools": visible}
-        return Outcome.observed(json.dumps(payload).encode(), structured=payload)
+        output = json.dumps(payload).encode()
+        return Outcome.observed(output, structured=payload, structured_bytes=len(output))
 
     async def read_configmap(self, call: Call) -> Outcome:
         """A ConfigMap of the caller's namespace, only if the caller may read it."""
@@ -83,4 +84,5 @@ class NativeExecutor(InOperator):
             payload: dict[str, Any] = {"name": name, "key": key, "value": data[key]}
         else:
             payload = {"name": name, "data": data}
-        return Outcome.observed(json.dumps(payload).encode(), structured=payload)
+        output = json.dumps(payload).encode()
+        return Outcome.observed(output, structured=payload, structured_bytes=len(output))

@@ -155,7 +155,10 @@ class SandboxExecutor:
         )
         if finished == "Complete":
             return Outcome.observed(
-                result.log, exit_code=result.exit_code, structured=_json_object(result.log)
+                result.log,
+                exit_code=result.exit_code,
+                structured=_json_object(result.log),
+                structured_bytes=len(result.log),
             )
         reason = ksandbox.job_failure_reason(job)
         if reason == "DeadlineExceeded":

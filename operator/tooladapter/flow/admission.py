@@ -42,7 +42,7 @@ async def on_received(ctx: FlowContext) -> None:
     # Bounds, schema and hash walk what the agent sent: off the event loop unless small.
     problems, errors, hashed = await offload.run(
         ctx.namespace,
-        _rough_size(spec.arguments),
+        offload.rough_size(spec.arguments),
         check_arguments,
         descriptor.input_schema,
         spec.arguments,
@@ -68,17 +68,6 @@ async def on_received(ctx: FlowContext) -> None:
         )
     ctx.record(Stage.VALIDATION, StageOutcome.PASSED)  # the tool: spec.tool
     await ctx.advance(InvocationState.VALIDATED)
-
-
-def _rough_size(arguments: dict[str, Any]) -> int:
-    """0 for the common small call (a few scalars and short strings), else "large"."""
-    small = len(arguments) <= 32 and all(
-        value is None
-        or isinstance(value, bool | int | float)
-        or (isinstance(value, str) and len(value) <= 1024)
-        for value in arguments.values()
-    )
-    return 0 if small else offload.INLINE_BYTES + 1
 
 
 async def claim_idempotency_key(ctx: FlowContext) -> None:

@@ -105,6 +105,9 @@ class FlowContext:
     decision: PolicyDecision | None = None
     #: Brokered secret values: redacted from every output, never persisted.
     secret_values: list[str] = field(default_factory=list)
+    #: Artifacts status already names (the sanitized result), stored with the receipt in
+    #: one trip to the store's threads before status is written (`ending.conclude`).
+    unstored: list[bytes] = field(default_factory=list)
     #: This process started the execution (False: it resumes one a stopped operator began).
     started_here: bool = False
     #: The flow began from a state an earlier process (or an earlier read) stored.

@@ -16,13 +16,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from typing import Any, TypeVar
 
 from .. import offload
-from ..artifacts import ArtifactStore
+from ..artifacts import ArtifactStore, content_ref
 from ..artifacts.index import (
     approved_call_key,
     arguments_document,
@@ -88,9 +88,12 @@ async def finish(ctx: FlowContext, outcome: Outcome) -> None:
     structured = None
     if outcome.structured is not None:
         # Redacted value by value (never a regex over serialised JSON); dropped when too big.
+        # Inline when the executor knows it came from a small JSON text (a thread hop waits
+        # for the GIL behind the busy loop: up to `sys.getswitchinterval()` each way).
+        size = outcome.structured_bytes
         cleaned = await offload.run(
             ctx.namespace,
-            offload.INLINE_BYTES + 1,
+            offload.INLINE_BYTES + 1 if size is None else size,
             sanitize_structured,
             outcome.structured,
             secrets=ctx.secret_values,
@@ -107,10 +110,10 @@ async def finish(ctx: FlowContext, outcome: Outcome) -> None:
         changed.append("truncated")
     ctx.record(Stage.SANITIZE, StageOutcome.DONE, ", ".join(changed), since=returned)
     content = clean.content.encode()
-    # The output exists only here now: a store error delays the end, never loses it.
-    ctx.status.result_ref = await stored(
-        ctx.rt.store, content, ArtifactKind.RESULT, of=ctx.ref, on_failure=store_warning(ctx)
-    )
+    # The output exists only here now: it is stored with the receipt, before status names
+    # either (`conclude`); a store error delays the end, never loses it.
+    ctx.status.result_ref = content_ref(content)
+    ctx.unstored.append(content)
     ctx.status.result_hash = ctx.status.result_ref
     inline = len(content) <= ctx.rt.settings.inline_result_bytes
     ctx.status.result = InvocationResult(
@@ -244,7 +247,10 @@ async def conclude(ctx: FlowContext, *, post_event: bool = True) -> None:
             command_line=ctx.recorded_command_line(),
             written_at=ended_at,
             audit=descriptor.audit_requirements if descriptor else None,
+            results=ctx.unstored,
+            tenant=ctx.namespace,
         )
+        ctx.unstored = []
     await ctx.commit()
     ctx.trace_end()
     await keep_receipt_on_claim(ctx, spec)
@@ -316,13 +322,21 @@ async def write_receipt(
     command_line: list[str],
     written_at: str,
     audit: AuditRequirements | None,
+    results: Sequence[bytes] = (),
+    tenant: str = "",
 ) -> None:
     """Store the receipt and its index entries (artifacts/index), and set `auditRef`,
     `receiptRef` and the summary on `status`.
 
     A duplicate keeps its winner's receipt as `receiptRef`; its own is its `auditRef`.
     The entries are written before status names the receipt, so a persisted end is always
-    indexed, and retention never deletes a call that the index cannot find again."""
+    indexed, and retention never deletes a call that the index cannot find again.
+
+    `results` (artifacts status names already) are stored first. Everything goes in one
+    trip to the store's threads: each trip waits for the GIL behind a busy event loop (up
+    to `sys.getswitchinterval()`), which made five trips a third of a call's latency under
+    load. Every write is idempotent (by content hash, or write-once with the same bytes),
+    so a refused trip is simply made again."""
 
     def canonical_receipt() -> tuple[dict[str, Any], bytes]:
         receipt = build_receipt(
@@ -341,22 +355,29 @@ async def write_receipt(
         return receipt, canonical_json(receipt)
 
     # Hashing the arguments and canonicalising (pure Python, up to the argument bound):
-    # off the event loop, where every other call would wait.
-    receipt, data = await asyncio.to_thread(canonical_receipt)
-    own_ref = await stored(store, data, ArtifactKind.RECEIPT, of=of, on_failure=on_failure)
+    # off the event loop, where every other call would wait, unless the arguments are small.
+    arguments = getattr(spec, "arguments", None) or {}
+    receipt, data = await offload.run(
+        tenant or namespace, offload.rough_size(arguments), canonical_receipt
+    )
+    own_ref = content_ref(data)
+    writes: list[tuple[ArtifactKind, Callable[[], object]]] = [
+        *((ArtifactKind.RESULT, partial(store.put, result)) for result in results),
+        (ArtifactKind.RECEIPT, partial(store.put, data)),
+    ]
     approved = approved_call_key(receipt, own_ref)
     for key in entries_of(receipt, own_ref):
         value = entry_bytes(own_ref)
         if key == approved:
             # The arguments a later reviewer compares with: an artifact of their own.
-            document = arguments_document(receipt, getattr(spec, "arguments", None) or {})
-            arguments_ref = await stored(
-                store, document, ArtifactKind.INDEX, of=of, on_failure=on_failure
-            )
+            document = arguments_document(receipt, arguments)
+            writes.append((ArtifactKind.INDEX, partial(store.put, document)))
             bound_at = status.approval.bound_at if status.approval else None
-            value = call_entry(receipt, own_ref, approved_at=bound_at, arguments_ref=arguments_ref)
-        put = partial(store.put_key, key, value)
-        await until_stored(put, ArtifactKind.INDEX, of=of, on_failure=on_failure)
+            value = call_entry(
+                receipt, own_ref, approved_at=bound_at, arguments_ref=content_ref(document)
+            )
+        writes.append((ArtifactKind.INDEX, partial(store.put_key, key, value)))
+    await store_all(writes, of=of, on_failure=on_failure)
     status.audit_ref = own_ref
     if not (status.duplicate_of and status.receipt_ref):
         status.receipt_ref = own_ref
@@ -373,17 +394,33 @@ async def write_receipt(
     )
 
 
-async def stored(
-    store: ArtifactStore,
-    data: bytes,
-    kind: ArtifactKind,
+class _Refused(Exception):
+    """One write of a `store_all` trip failed: which kind, and why."""
+
+    def __init__(self, kind: ArtifactKind, error: Exception) -> None:
+        super().__init__(f"{type(error).__name__}: {error}")
+        self.kind = kind
+        self.error = error
+
+
+async def store_all(
+    writes: Sequence[tuple[ArtifactKind, Callable[[], object]]],
     *,
     of: str,
     on_failure: Callable[[ArtifactKind, Exception], None] | None = None,
-) -> str:
-    """`store.put(data)` off the event loop (an fsync, a bucket across the network), tried
-    until the store takes it; `on_failure` hears of the first refusal of this artifact."""
-    return await until_stored(partial(store.put, data), kind, of=of, on_failure=on_failure)
+) -> None:
+    """Every write in order, in one trip to the store's threads, made again (whole) until
+    the store takes them all; the writes must be idempotent."""
+
+    def run() -> None:
+        for kind, write in writes:
+            try:
+                write()
+            except Exception as exc:
+                raise _Refused(kind, exc) from exc
+
+    if writes:
+        await until_stored(run, ArtifactKind.RECEIPT, of=of, on_failure=on_failure)
 
 
 async def until_stored(
@@ -393,14 +430,16 @@ async def until_stored(
     of: str,
     on_failure: Callable[[ArtifactKind, Exception], None] | None = None,
 ) -> T:
-    """`put()` on the store's threads, tried until the store takes it (see `stored`)."""
+    """`put()` on the store's threads (an fsync, a request to a bucket), tried until the store
+takes it; `on_failure` hears of the first refusal."""
     attempt = 0
     while True:
         try:
             return await asyncio.get_running_loop().run_in_executor(_STORE_IO, put)
         except asyncio.CancelledError:
             raise
-        except Exception as exc:
+        except Exception as error:
+            exc, kind = (error.error, error.kind) if isinstance(error, _Refused) else (error, kind)
             ARTIFACT_STORE_ERRORS.labels(str(kind)).inc()
             delay = STORE_RETRY_DELAYS[min(attempt, len(STORE_RETRY_DELAYS) - 1)]
             attempt += 1
