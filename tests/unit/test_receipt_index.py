@@ -292,3 +292,60 @@ def test_an_arguments_artifact_of_another_tenant_is_not_taken() -> None:
     mine = other | {"tenantId": NAMESPACE}
     found = previous_call(entry, mine, namespace=NAMESPACE, caller=CALLER, tool="t")
     assert found is not None and found["metadata"]["uid"] == "u1"
+
+
+async def test_an_end_stores_result_receipt_and_entries_in_one_trip_before_status_names_them(
+    h: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every trip to the store's threads waits for the GIL behind a busy event loop: an
+    end makes one (result, receipt, its index entries), and status names none of them
+    before all are stored."""
+    from tooladapter.flow import ending
+
+    trips: list[int] = []
+    real = ending._STORE_IO.submit
+
+    def counted(fn: Any, /, *args: Any, **kwargs: Any) -> Any:
+        trips.append(len(h.store.blobs))
+        return real(fn, *args, **kwargs)
+
+    monkeypatch.setattr(ending._STORE_IO, "submit", counted)
+    written: list[dict[str, Any]] = []
+    h.cluster.hooks["patch_status"] = lambda *a, **kw: written.append(
+        {"blobs": set(h.store.blobs), "keys": set(h.store.keys)}
+    )
+    h.publish(descriptor("lister"))
+    h.cluster.grant(tools=["lister"], classes=["read"])
+
+    status = (await h.run(h.submit(invocation("read-1", runId="run-9"))))["status"]
+
+    assert len(trips) == 1
+    assert {status["resultRef"], status["receiptRef"]} <= written[-1]["blobs"]
+    (entry,) = h.store.list(run_prefix(NAMESPACE, "run-9"))
+    assert entry in written[-1]["keys"]
+
+
+async def test_a_refused_trip_is_made_again_whole_and_names_the_refused_kind(
+    h: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tooladapter.flow import ending
+
+    monkeypatch.setattr(ending, "STORE_RETRY_DELAYS", (0,))
+    refusals = iter([OSError("disk full")])
+
+    def receipt_refused_once(data: bytes) -> None:
+        if b'"schema":"tool-invocation-v1"' in data:
+            error = next(refusals, None)
+            if error is not None:
+                raise error
+
+    h.store.hook = receipt_refused_once
+    h.publish(descriptor("lister"))
+    h.cluster.grant(tools=["lister"], classes=["read"])
+
+    status = (await h.run(h.submit(invocation("read-2"))))["status"]
+
+    assert status["state"] == "Observed"
+    assert status["receiptRef"] in h.store.blobs and status["resultRef"] in h.store.blobs
+    (warning,) = [e for e in h.events.posted if e.reason == "ArtifactStoreUnavailable"]
+    assert "receipt" in warning.message and "disk full" in warning.message
