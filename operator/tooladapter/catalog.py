@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 from collections import defaultdict
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 from pydantic import BaseModel, ValidationError
@@ -64,6 +64,9 @@ class Entry(Generic[M]):
     spec: M | None
     #: Why the spec did not parse (None when it did).
     error: str | None
+    #: Values derived from this version of the spec, computed once for every call that
+    #: uses it (a descriptor's digest: RFC 8785 in pure Python, per call otherwise).
+    derived: dict[str, str] = field(default_factory=dict, compare=False)
 
     @property
     def name(self) -> str:

@@ -103,3 +103,33 @@ def test_numbers_hash_by_value_not_spelling() -> None:
 def test_values_without_a_canonical_form_raise_a_clear_error(bad: Any) -> None:
     with pytest.raises(CanonicalizationError, match="canonical JSON"):
         canonical_json(bad)
+
+
+async def test_a_descriptor_version_is_digested_once_and_a_changed_one_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The digest (RFC 8785 in pure Python) is derived once per descriptor version the
+    catalog holds; a changed descriptor is a new version, digested anew (approvals unbind)."""
+    from tooladapter.flow import context
+
+    from .fake_cluster import descriptor, invocation, make_runtime
+
+    digested: list[str] = []
+    real = context.descriptor_digest
+
+    def counted(wire: dict[str, Any]) -> str:
+        digested.append(real(wire))
+        return digested[-1]
+
+    monkeypatch.setattr(context, "descriptor_digest", counted)
+    h = make_runtime()
+    h.publish(descriptor("lister"))
+    h.cluster.grant(tools=["lister"], classes=["read"])
+    first = [(await h.run(h.submit(invocation(f"c{i}"))))["status"] for i in range(3)]
+    assert len(digested) == 1
+    assert {s["descriptorDigest"] for s in first} == {digested[0]}
+
+    h.publish(descriptor("lister", description="changed", timeoutSeconds=61))
+    later = (await h.run(h.submit(invocation("c3"))))["status"]
+    assert len(digested) == 2
+    assert later["descriptorDigest"] == digested[1] != digested[0]

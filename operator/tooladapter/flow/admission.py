@@ -15,7 +15,6 @@ from .. import offload
 from ..catalog import invocation_key
 from ..enums import FailureClass, InvocationState, Resource, Stage, StageOutcome
 from ..kube.client import NotFound
-from ..pipeline.hashing import descriptor_digest
 from ..pipeline.validation import check_arguments
 from ..timeutil import now_iso
 from .context import Denial, FlowContext
@@ -57,7 +56,7 @@ async def on_received(ctx: FlowContext) -> None:
             FailureClass.VALIDATION,
         )
     ctx.status.request_hash = hashed
-    ctx.status.descriptor_digest = descriptor_digest(descriptor.wire())
+    ctx.status.descriptor_digest = ctx.descriptor_digest(descriptor)
     ctx.status.declared_class = descriptor.side_effect_class
     if errors:
         detail = "; ".join(f"{e.path}: {e.message}" for e in errors[:20])

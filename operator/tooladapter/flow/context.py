@@ -17,6 +17,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from .. import tracing
+from ..catalog import Entry
 from ..enums import (
     EnvironmentClass,
     FailureClass,
@@ -41,6 +42,7 @@ from ..model import (
 from ..pipeline.availability import published_versions, unavailable
 from ..pipeline.classification import namespace_environment
 from ..pipeline.conditions import invocation_conditions
+from ..pipeline.hashing import descriptor_digest
 from ..pipeline.policy import PolicyDecision, evaluate_policies
 from ..pipeline.sanitize import EVENT_MESSAGE_CHARS, bounded_message, redact_argv
 from ..pipeline.shell import check_command
@@ -102,6 +104,8 @@ class FlowContext:
     interrupted: asyncio.Event
     spec: ToolInvocationSpec | None = None
     descriptor: ToolDescriptorSpec | None = None
+    #: The catalog's entry `descriptor` came from (None: read or parsed by this flow).
+    descriptor_entry: Entry[ToolDescriptorSpec] | None = None
     decision: PolicyDecision | None = None
     #: Brokered secret values: redacted from every output, never persisted.
     secret_values: list[str] = field(default_factory=list)
@@ -376,9 +380,20 @@ class FlowContext:
         assert body is not None
         if entry is not None and entry.body is body and entry.spec is not None:
             self.descriptor = entry.spec
+            self.descriptor_entry = entry
         else:
             self.descriptor = ToolDescriptorSpec.model_validate(body["spec"])
         return self.descriptor
+
+    def descriptor_digest(self, descriptor: ToolDescriptorSpec) -> str:
+        """`descriptor`'s digest; once per descriptor version when it is the catalog's."""
+        entry = self.descriptor_entry
+        if entry is None or entry.spec is not descriptor:
+            return descriptor_digest(descriptor.wire())
+        digest = entry.derived.get("digest")
+        if digest is None:
+            digest = entry.derived["digest"] = descriptor_digest(descriptor.wire())
+        return digest
 
     def load_decision(self) -> PolicyDecision:
         """The tenant policies' decision for this call; fails closed on an invalid policy."""

@@ -431,7 +431,7 @@ async def until_stored(
     on_failure: Callable[[ArtifactKind, Exception], None] | None = None,
 ) -> T:
     """`put()` on the store's threads (an fsync, a request to a bucket), tried until the store
-takes it; `on_failure` hears of the first refusal."""
+    takes it; `on_failure` hears of the first refusal."""
     attempt = 0
     while True:
         try:

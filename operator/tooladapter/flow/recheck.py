@@ -11,7 +11,6 @@ fencing token. A change ends the call `Denied` at the stage that now denies, nam
 from __future__ import annotations
 
 from ..enums import FailureClass, Stage, StageOutcome
-from ..pipeline.hashing import descriptor_digest
 from ..pipeline.policy import check_ceiling
 from .admission import check_fencing
 from .authorization import check_permission, classify_call, shell_verdict
@@ -28,7 +27,7 @@ async def recheck(ctx: FlowContext) -> None:
     before = ctx.status.descriptor_digest
     ctx.descriptor, ctx.decision = None, None  # from the watch's current view, not memory
     descriptor = await ctx.load_descriptor()
-    now = descriptor_digest(descriptor.wire())
+    now = ctx.descriptor_digest(descriptor)
     if before is not None and now != before:
         raise Denial(
             Stage.VALIDATION,
