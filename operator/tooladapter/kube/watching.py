@@ -34,7 +34,7 @@ Handle = Callable[[dict[str, Any]], None]
 Listed = Callable[[set[str]], None]
 
 #: Objects per page of a listing.
-PAGE_SIZE = 500
+PAGE_SIZE = 100
 #: Seconds the API server keeps one watch request open (it then ends it; we go on).
 WATCH_SECONDS = 300
 #: The longest watch line accepted (an object is at most ~1.5 MiB as JSON).
