@@ -6,7 +6,7 @@ The receipt and its summary are built by `write_receipt`, which an operator's co
 of an Uncertain effect uses too.
 
 The artifact store may be down (an s3 bucket across the network): a result or receipt that
-it does not take is retried in place until it does (`stored`), with a warning event and a
+it does not take is retried in place until it does (`store_all`), with a warning event and a
 metric. Until then the end is decided but not persisted, so a persisted end always has its
 receipt, and the call never runs again (it is past Executing; a restarted operator follows
 it as after any crash).

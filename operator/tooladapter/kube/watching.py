@@ -33,7 +33,9 @@ logger = logging.getLogger("tooladapter.watch")
 Handle = Callable[[dict[str, Any]], None]
 Listed = Callable[[set[str]], None]
 
-#: Objects per page of a listing.
+#: Objects per page of a listing. Small: a page's parsed objects are freed while the census
+#: rows made from them live on, and the freed heap between those rows stays resident (with
+#: 10,000 stored calls 500 per page kept ~15 MB more after a restart than 100 per page).
 PAGE_SIZE = 100
 #: Seconds the API server keeps one watch request open (it then ends it; we go on).
 WATCH_SECONDS = 300
