@@ -154,11 +154,10 @@ class SandboxExecutor:
             call.namespace, call.uid, max_bytes=read_limit(call.max_result_bytes)
         )
         if finished == "Complete":
+            # No `structured_bytes`: what the tool prints is the agent's, and its structured
+            # form is sanitized off the event loop, in the tenant's turn.
             return Outcome.observed(
-                result.log,
-                exit_code=result.exit_code,
-                structured=_json_object(result.log),
-                structured_bytes=len(result.log),
+                result.log, exit_code=result.exit_code, structured=_json_object(result.log)
             )
         reason = ksandbox.job_failure_reason(job)
         if reason == "DeadlineExceeded":

@@ -831,10 +831,18 @@ def sanitize_structured(
             if isinstance(node, dict):
                 copy: dict[str, Any] = {}
                 parent[slot] = copy
+                # Two keys redacted alike stay apart as `name'2`, `name'3`, ...; the next
+                # number per name is kept, so thousands of keys redacted alike cost linear
+                # time and size (appending a quote per clash was quadratic in both).
+                clashes: dict[str, int] = {}
                 for key, child in node.items():
                     name = clean(str(key))
-                    while name in copy:  # two keys redacted alike stay apart
-                        name += "'"
+                    if name in copy:
+                        base, n = name, clashes.get(name, 1)
+                        while name in copy:
+                            n += 1
+                            name = f"{base}'{n}"
+                        clashes[base] = n
                     copy[name] = None
                     stack.append((child, copy, name, depth + 1))
             elif isinstance(node, list | tuple):
