@@ -248,7 +248,6 @@ async def conclude(ctx: FlowContext, *, post_event: bool = True) -> None:
             written_at=ended_at,
             audit=descriptor.audit_requirements if descriptor else None,
             results=ctx.unstored,
-            tenant=ctx.namespace,
         )
         ctx.unstored = []
     await ctx.commit()
@@ -323,7 +322,6 @@ async def write_receipt(
     written_at: str,
     audit: AuditRequirements | None,
     results: Sequence[bytes] = (),
-    tenant: str = "",
 ) -> None:
     """Store the receipt and its index entries (artifacts/index), and set `auditRef`,
     `receiptRef` and the summary on `status`.
@@ -333,10 +331,9 @@ async def write_receipt(
     indexed, and retention never deletes a call that the index cannot find again.
 
     `results` (artifacts status names already) are stored first. Everything goes in one
-    trip to the store's threads: each trip waits for the GIL behind a busy event loop (up
-    to `sys.getswitchinterval()`), which made five trips a third of a call's latency under
-    load. Every write is idempotent (by content hash, or write-once with the same bytes),
-    so a refused trip is simply made again."""
+    trip to the store's threads (it was up to five): a trip may wait for the GIL behind a
+    busy event loop, up to `sys.getswitchinterval()` each way. Every write is idempotent (by
+    content hash, or write-once with the same bytes), so a refused trip is made again."""
 
     def canonical_receipt() -> tuple[dict[str, Any], bytes]:
         receipt = build_receipt(
@@ -357,9 +354,7 @@ async def write_receipt(
     # Hashing the arguments and canonicalising (pure Python, up to the argument bound):
     # off the event loop, where every other call would wait, unless the arguments are small.
     arguments = getattr(spec, "arguments", None) or {}
-    receipt, data = await offload.run(
-        tenant or namespace, offload.rough_size(arguments), canonical_receipt
-    )
+    receipt, data = await offload.run(namespace, offload.rough_size(arguments), canonical_receipt)
     own_ref = content_ref(data)
     writes: list[tuple[ArtifactKind, Callable[[], object]]] = [
         *((ArtifactKind.RESULT, partial(store.put, result)) for result in results),
