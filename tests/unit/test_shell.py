@@ -660,6 +660,21 @@ def test_structural_refusals_inside_wrappers_are_refused_not_escalated() -> None
         assert verdict.blocked and not verdict.escalate_ok, verdict
 
 
+def programs_before_git(argv: list[str]) -> set[str]:
+    """The words before `git` that may run as programs, in `argv` as it runs: `sh -c 'git
+    diff'` keeps git inside one argument, and a word right after an option or after
+    `timeout` is a value (a bad one runs nothing: `timeout rm git diff` refuses `rm` as an
+    interval, `xargs -n python3 git status` as a number)."""
+    words = " ".join(argv).split()
+    assert "git" in words, argv
+    before = words[: words.index("git")]
+    return {
+        word
+        for previous, word in zip(["", *before], before, strict=False)
+        if not previous.startswith("-") and previous != "timeout"
+    }
+
+
 @settings(max_examples=200, deadline=None)
 @given(
     command=st.lists(
@@ -699,9 +714,8 @@ def test_any_command_is_listed_only_if_what_it_runs_is_listed(command: str) -> N
     assert verdict.reason
     if verdict.ok:
         # Whatever it runs is git diff / git status with no effect option: the program is
-        # git, run at most through harmless wrappers (after it, `rm` or `python3` are paths).
-        assert "git" in verdict.argv, verdict.argv
-        runs_before_git = set(verdict.argv[: verdict.argv.index("git")])
-        assert not runs_before_git & {"rm", "python3", "X=1", "sh", "busybox", "xargs", "find"}
-        assert not runs_before_git & {"env", "sudo", "-exec", "-c"}
+        # git, run at most through the wrappers `LISTED_BY_DEFAULT` shows unwrapped (env
+        # without assignments, sudo, sh -c, busybox, xargs, timeout, nice); never after a
+        # program of its own or an assignment (after git, `rm` or `python3` are paths).
+        assert not programs_before_git(verdict.argv) & {"rm", "python3", "X=1", "find"}
         assert not any(a.startswith("--output") for a in verdict.argv)
