@@ -7,6 +7,8 @@ wants it:
 - every `$ref` is inlined, `anyOf: [X, {type: null}]` becomes X with `nullable: true`;
 - `title`, `additionalProperties: false` (pruning does that job) and non-scalar defaults are
   dropped; `const` becomes a one-value `enum`;
+- every object below a status field is an atomic map (`atomic_below`: one writer, and each
+  key would otherwise be a managedFields entry);
 - `x-kubernetes-*` keys pass through; a node that preserves unknown fields keeps `type: object`
   (if it had one) and loses `properties`/`additionalProperties`, so `Any` becomes a node with
   only `x-kubernetes-preserve-unknown-fields: true`;
@@ -283,6 +285,28 @@ def model_schema(model: type[Model], path: str) -> JSON:
     return structural(raw, raw.get("$defs", {}), path)
 
 
+def atomic_below(schema: JSON) -> JSON:
+    """Mark every object under `schema`'s own properties `x-kubernetes-map-type: atomic`.
+
+    A status has one writer, which writes each part whole: owned field by field, every key
+    (down to the keys of a tool's structured output) would be an entry of the object's
+    managedFields, stored, served and diffed by the API server on every write (issue 17).
+    Atomic, each part is one entry. A merge patch still patches inside it."""
+    for prop in (schema.get("properties") or {}).values():
+        _atomic(prop)
+    return schema
+
+
+def _atomic(node: JSON) -> None:
+    if node.get("type") == "object":
+        node["x-kubernetes-map-type"] = "atomic"
+    for sub in (node.get("properties") or {}).values():
+        _atomic(sub)
+    for key in ("items", "additionalProperties"):
+        if isinstance(node.get(key), dict):
+            _atomic(node[key])
+
+
 # --------------------------------------------------------------------------- CEL rules
 
 
@@ -356,7 +380,7 @@ def crd(
             # The API server refuses anything here: kubectl explain shows ObjectMeta's own.
             "metadata": {"type": "object"},
             "spec": spec_schema,
-            "status": model_schema(status, ".status"),
+            "status": atomic_below(model_schema(status, ".status")),
         },
         "required": ["spec"],
     }

@@ -37,6 +37,17 @@ from .enums import (
 
 #: Free-form JSON subtrees (schemas, arguments, results) keep unknown fields.
 FREE_FORM: dict[str, Any] = {"x-kubernetes-preserve-unknown-fields": True}
+#: Free-form and owned whole: an agent's keys never become managedFields entries (each
+#: would be stored, served and diffed on every write of the object).
+FREE_FORM_ATOMIC: dict[str, Any] = {**FREE_FORM, "x-kubernetes-map-type": "atomic"}
+
+
+def no_crd_default(schema: dict[str, Any]) -> None:
+    """Leave a field's default out of the CRD: the API server would store and serve it in
+    every item of every object, while every reader already takes its absence as the default
+    (`sparse_wire` omits it on writing)."""
+    schema.pop("default", None)
+
 
 #: Tool ids are RBAC resourceNames and appear in object names: DNS-label-like.
 TOOL_ID_PATTERN = r"^[a-z0-9]([-a-z0-9._]{0,61}[a-z0-9])?$"
@@ -695,7 +706,7 @@ class ToolInvocationSpec(Model):
 
     tool: ToolRef
     """The tool and version to call."""
-    arguments: dict[str, Any] = Field(default_factory=dict, json_schema_extra=FREE_FORM)
+    arguments: dict[str, Any] = Field(default_factory=dict, json_schema_extra=FREE_FORM_ATOMIC)
     """The arguments, validated against the tool's inputSchema (bounded: 32 levels deep, 1024
     entries per object or array)."""
     caller: Caller
@@ -735,8 +746,8 @@ class StageEntry(Model):
     """What happened at it."""
     time: str
     """When (RFC 3339)."""
-    detail: str = ""
-    """Details (redacted, bounded)."""
+    detail: str = Field(default="", json_schema_extra=no_crd_default)
+    """Details (redacted, bounded; absent when there are none)."""
 
 
 class ApprovalBinding(Model):
@@ -845,22 +856,15 @@ class InvocationResult(Model):
 
 
 class ReceiptSummary(Model):
-    """A summary of the receipt in the artifact store (receiptRef holds the whole)."""
+    """A summary of the receipt in the artifact store (receiptRef holds the whole). What the
+    receipt shares with the status is not repeated here: its class, request and result
+    hashes, approval and policy decision are status.effectiveClass, requestHash, resultHash,
+    approval.name and policyDecisionId."""
 
     schema_: str = Field(default="tool-invocation-v1", alias="schema")
     """The receipt's schema (tool-invocation-v1)."""
     state: InvocationState
     """The state the receipt records."""
-    effective_class: SideEffectClass | None = None
-    """The effective class."""
-    request_hash: str | None = None
-    """The request hash."""
-    result_hash: str | None = None
-    """The result's hash."""
-    approval_id: str | None = None
-    """The bound approval."""
-    policy_decision_id: str | None = None
-    """The policy decision."""
     effect_confirmed: bool | None = None
     """What an operator confirmed for an Uncertain effect."""
     written_at: str

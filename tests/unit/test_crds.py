@@ -225,6 +225,38 @@ def test_enums_ranges_and_free_form_fields() -> None:
     }
 
 
+def test_what_one_writer_writes_whole_is_one_managed_field() -> None:
+    """Every object below a status field, and an invocation's arguments, are atomic maps:
+    an agent's argument keys or a tool's output keys never become managedFields entries
+    (each stored, served and diffed on every write of the object: issue 17)."""
+    for kind, crd in _crds().items():
+        status = _schema(crd)["properties"]["status"]
+        objects = [
+            (path, node)
+            for path, node in _nodes(status)
+            if path.count(".") >= 1 and node.get("type") == "object"
+        ]
+        assert objects or kind in ("ToolApproval", "ToolPolicy"), kind  # all scalars there
+        for path, node in objects:
+            assert node.get("x-kubernetes-map-type") == "atomic", f"{kind} .status{path}"
+        assert "x-kubernetes-map-type" not in status, kind  # its fields are owned one by one
+    spec = _schema(_crds()["ToolInvocation"])["properties"]["spec"]["properties"]
+    assert spec["arguments"]["x-kubernetes-map-type"] == "atomic"
+    assert spec["tool"].get("x-kubernetes-map-type") is None
+
+
+def test_a_stage_without_detail_is_stored_without_one() -> None:
+    """No CRD default for a stage's detail: the API server would add `detail: ""` to each
+    of a call's dozen stages, in storage and in every watch event."""
+    status = _schema(_crds()["ToolInvocation"])["properties"]["status"]["properties"]
+    assert "default" not in status["stages"]["items"]["properties"]["detail"]
+    assert model.StageEntry(stage="audit", outcome="receipt", time="t").sparse_wire() == {
+        "stage": "audit",
+        "outcome": "receipt",
+        "time": "t",
+    }
+
+
 # --------------------------------------------------------------------------- CEL rules
 
 

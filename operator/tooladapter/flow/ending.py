@@ -379,11 +379,6 @@ async def write_receipt(
     confirmation = status.effect_confirmation
     status.receipt = ReceiptSummary(
         state=status.state,
-        effective_class=status.effective_class,
-        request_hash=status.request_hash,
-        result_hash=status.result_hash,
-        approval_id=status.approval.name if status.approval else None,
-        policy_decision_id=status.policy_decision_id,
         effect_confirmed=confirmation.effect_happened if confirmation else None,
         written_at=written_at,
     )
