@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
@@ -153,6 +153,31 @@ class Catalog:
             self.namespaces.pop(name, None)
         else:
             self.namespaces[name] = dict(body["metadata"].get("labels") or {})
+
+    def fresh_view(
+        self,
+        namespace: str,
+        *,
+        labels: Mapping[str, str],
+        descriptors: Iterable[Body],
+        policies: Iterable[Body],
+    ) -> Catalog:
+        """This catalog with `namespace`'s descriptors, policies and labels as just read
+        from the API server (the watch may not have delivered a change made a moment ago);
+        approvals and MCP servers are this catalog's own."""
+        view = Catalog()
+        for body in descriptors:
+            view.descriptors.put(body)
+        for body in policies:
+            view.policies.put(body)
+        view.namespaces[namespace] = dict(labels)
+        view.approvals, view.servers = self.approvals, self.servers
+        view._stores.update(
+            {Resource.APPROVALS: self.approvals, Resource.MCP_SERVERS: self.servers}
+        )
+        view._changed = self._changed
+        view.ready.set()
+        return view
 
     # ------------------------------------------------------------------ change signals
 

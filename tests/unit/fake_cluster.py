@@ -96,6 +96,8 @@ class FakeCluster:
     def __init__(self) -> None:
         #: Our custom objects by (resource, namespace, name).
         self.objects: dict[tuple[str, str, str], Body] = {}
+        #: Namespaces' labels as the API server holds them (the catalog's view may lag).
+        self.namespaces: dict[str, dict[str, str]] = {}
         #: Idempotency claims: (namespace, caller, key) -> (winner name, winner uid).
         self.claims: dict[tuple[str, str, str], tuple[str, str]] = {}
         #: What a claim records beside its winner: created, resourceVersion, and from its
@@ -258,6 +260,12 @@ class FakeCluster:
             for (res, ns, _), obj in self.objects.items()
             if res == str(resource) and ns == namespace
         ]
+
+    @seam
+    async def namespace_labels(self, name: str) -> dict[str, str]:
+        if name not in self.namespaces:
+            raise NotFound(f"namespace {name}")
+        return dict(self.namespaces[name])
 
     @seam
     async def patch_status(
@@ -709,6 +717,8 @@ class Harness:
         return stored
 
     def label_namespace(self, labels: dict[str, str], namespace: str = NAMESPACE) -> None:
+        """Labels as stored, and as the namespaces' watch then delivers them."""
+        self.cluster.namespaces[namespace] = dict(labels)
         self.catalog.update_namespace(
             "MODIFIED", {"metadata": {"name": namespace, "labels": labels}}
         )
@@ -768,6 +778,7 @@ def make_runtime(
     store, events = MemoryStore(), RecordingEvents()
     catalog = Catalog()
     for name, labels in (namespaces if namespaces is not None else {NAMESPACE: {}}).items():
+        cluster.namespaces.setdefault(name, dict(labels))
         catalog.update_namespace("ADDED", {"metadata": {"name": name, "labels": labels}})
     catalog.ready.set()
     chosen: dict[ToolKind, Executor] = (

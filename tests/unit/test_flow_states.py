@@ -629,6 +629,48 @@ async def test_what_changed_while_a_call_waited_is_rechecked_before_it_executes(
         assert all(c["fresh"] for c in h.cluster.calls_of("can")[reviews:])
 
 
+def freeze_unseen(h: Harness) -> None:
+    h.cluster.namespaces[NAMESPACE] = {"tooladapter.dev/frozen": "true"}
+
+
+def deny_by_policy_unseen(h: Harness) -> None:
+    h.cluster.put(Resource.POLICIES, policy(tools={"deny": [{"id": "writer"}]}))
+
+
+def change_descriptor_unseen(h: Harness) -> None:
+    body = h.cluster.stored(Resource.DESCRIPTORS, NAMESPACE, "writer-1-0-0")
+    body["spec"]["timeoutSeconds"] = 7
+    h.cluster.put(Resource.DESCRIPTORS, body)
+
+
+@pytest.mark.parametrize(
+    ("change", "stage"),
+    [
+        (freeze_unseen, "classification"),
+        (deny_by_policy_unseen, "policy"),
+        (change_descriptor_unseen, "validation"),
+    ],
+    ids=["frozen", "policy-deny", "descriptor-changed"],
+)
+async def test_a_change_the_watch_has_not_delivered_yet_still_denies_after_the_wait(
+    h: Harness, change: Callable[[Harness], None], stage: str
+) -> None:
+    """Stored on the API server, not yet in the catalog (a freeze a moment before the
+    approval, the watch behind on a busy API server): the re-check reads it afresh."""
+    writer_tool(h)
+    task = h.start(h.submit(writer_call()))
+    await h.cluster.wait_for_state("write-1", "AwaitingApproval")
+
+    change(h)
+    h.approve_waiting("write-1")
+    await asyncio.wait_for(task, 5)
+
+    status = h.cluster.invocation("write-1")["status"]
+    assert status["state"] == "Denied", status
+    assert status["deniedStage"] == stage
+    assert native(h).executed == []
+
+
 async def test_an_unchanged_call_passes_the_recheck_after_its_wait(h: Harness) -> None:
     writer_tool(h)
     task = h.start(h.submit(writer_call()))

@@ -97,7 +97,7 @@ def classify_call(
     hinted = None
     if descriptor.kind == ToolKind.MCP and descriptor.mcp is not None:
         # MCP annotations are untrusted hints: `classify` lets them raise, never lower.
-        info = ctx.rt.catalog.discovered_tool(
+        info = ctx.catalog.discovered_tool(
             ctx.namespace, descriptor.mcp.server, descriptor.mcp.tool
         )
         hinted = mcp_hint_class((info or {}).get("annotations"))
@@ -105,7 +105,7 @@ def classify_call(
         descriptor,
         decision,
         verdict,
-        namespace_labels=ctx.rt.catalog.namespace_labels(ctx.namespace),
+        namespace_labels=ctx.catalog.namespace_labels(ctx.namespace),
         hinted=hinted,
     )
 

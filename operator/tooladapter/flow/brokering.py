@@ -172,7 +172,7 @@ def lease_allow_list(ctx: FlowContext, sandbox: SandboxSpec) -> list[str]:
     every ToolPolicy of the namespace that sets `egress.allow`."""
     narrowing = [
         entry.spec.egress.allow
-        for entry in ctx.rt.catalog.policies.in_namespace(ctx.namespace)
+        for entry in ctx.catalog.policies.in_namespace(ctx.namespace)
         if entry.spec is not None and entry.spec.egress.allow is not None
     ]
     return effective_allow(sandbox.egress.allow, ctx.rt.settings.egress.default_allow, narrowing)

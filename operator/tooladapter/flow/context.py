@@ -17,7 +17,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from .. import tracing
-from ..catalog import Entry
+from ..catalog import Catalog, Entry
 from ..enums import (
     EnvironmentClass,
     FailureClass,
@@ -116,6 +116,14 @@ class FlowContext:
     started_here: bool = False
     #: The flow began from a state an earlier process (or an earlier read) stored.
     resumed: bool = False
+    #: The catalog as the re-check read it from the API server (`recheck.fresh_view`);
+    #: None: the watch's view, `rt.catalog`.
+    view: Catalog | None = None
+
+    @property
+    def catalog(self) -> Catalog:
+        """Where this call's descriptor, policies and namespace labels come from."""
+        return self.view if self.view is not None else self.rt.catalog
 
     @classmethod
     def of(cls, rt: Runtime, body: Body) -> FlowContext:
@@ -198,7 +206,7 @@ class FlowContext:
         """What identifies the call on its spans: never arguments, results or details."""
         raw = self.body.get("spec") or {}
         tool = raw.get("tool") or {}
-        labels = self.rt.catalog.namespace_labels(self.namespace)
+        labels = self.catalog.namespace_labels(self.namespace)
         attributes: dict[str, str | int | bool] = {
             "k8s.namespace.name": self.namespace,
             "tooladapter.tenant": labels.get(tracing.TENANT_LABEL) or self.namespace,
@@ -357,7 +365,7 @@ class FlowContext:
             return self.descriptor
         spec = self.load_spec()
         tool_id, version = spec.tool.id, spec.tool.version
-        entry = self.rt.catalog.find_descriptor(self.namespace, tool_id, version)
+        entry = self.catalog.find_descriptor(self.namespace, tool_id, version)
         body = entry.body if entry else None
         published: list[str] = []
         if body is None:
@@ -401,7 +409,7 @@ class FlowContext:
             return self.decision
         spec = self.load_spec()
         policies: list[tuple[str, ToolPolicySpec]] = []
-        for entry in self.rt.catalog.policies.in_namespace(self.namespace):
+        for entry in self.catalog.policies.in_namespace(self.namespace):
             name = f"{self.namespace}/{entry.name}"
             if entry.spec is None:
                 # Fail closed: a policy we cannot read could have denied this call.
@@ -426,7 +434,7 @@ class FlowContext:
     def environment(self) -> tuple[EnvironmentClass, bool]:
         """The namespace's environment class (an unknown one counts as production) and
         whether it is frozen (from its labels)."""
-        return namespace_environment(self.rt.catalog.namespace_labels(self.namespace))
+        return namespace_environment(self.catalog.namespace_labels(self.namespace))
 
     def recorded_command_line(self) -> list[str]:
         """The command line as status and receipts show it: redacted, bounded."""

@@ -187,7 +187,7 @@ async def on_executing(ctx: FlowContext) -> None:
     spec = ctx.load_spec()
     if ctx.descriptor is None:
         # After a restart the descriptor may have gone; a Job can still be followed.
-        entry = ctx.rt.catalog.find_descriptor(ctx.namespace, spec.tool.id, spec.tool.version)
+        entry = ctx.catalog.find_descriptor(ctx.namespace, spec.tool.id, spec.tool.version)
         ctx.descriptor = entry.spec if entry else None
     await recover_secret_values(ctx)
     call = build_call(ctx)

@@ -2,15 +2,19 @@
 
 An approval wait can last an hour (and a restarted operator resumes calls that were
 evaluated by its predecessor). Before `Executing`, everything that can change meanwhile is
-evaluated again, from the watch's current view and a fresh SubjectAccessReview (never the
-remembered answer): the descriptor (gone, inactive, or a different digest), the tenant
-policies, the namespace's freeze and environment class, the caller's grants, and the
-fencing token. A change ends the call `Denied` at the stage that now denies, naming it.
+evaluated again, from what the API server holds now (the namespace, its descriptors and
+policies read afresh: the watch may not have delivered a freeze made a moment before the
+approval) and a fresh SubjectAccessReview (never the remembered answer): the descriptor
+(gone, inactive, or a different digest), the tenant policies, the namespace's freeze and
+environment class, the caller's grants, and the fencing token. A change ends the call
+`Denied` at the stage that now denies, naming it. The reads are made only for calls that
+waited or were resumed, never on the common path.
 """
 
 from __future__ import annotations
 
-from ..enums import FailureClass, Stage, StageOutcome
+from ..catalog import Catalog
+from ..enums import FailureClass, Resource, Stage, StageOutcome
 from ..pipeline.policy import check_ceiling
 from .admission import check_fencing
 from .authorization import check_permission, classify_call, shell_verdict
@@ -22,10 +26,22 @@ def needs_recheck(ctx: FlowContext) -> bool:
     return ctx.resumed or ctx.status.approval_requested_at is not None
 
 
+async def fresh_view(ctx: FlowContext) -> Catalog:
+    """The catalog with the call's namespace as the API server holds it now."""
+    cluster = ctx.rt.cluster
+    return ctx.rt.catalog.fresh_view(
+        ctx.namespace,
+        labels=await cluster.namespace_labels(ctx.namespace),
+        descriptors=await cluster.list_all(Resource.DESCRIPTORS, ctx.namespace),
+        policies=await cluster.list_all(Resource.POLICIES, ctx.namespace),
+    )
+
+
 async def recheck(ctx: FlowContext) -> None:
     spec = ctx.load_spec()
     before = ctx.status.descriptor_digest
-    ctx.descriptor, ctx.decision = None, None  # from the watch's current view, not memory
+    ctx.view = await fresh_view(ctx)
+    ctx.descriptor, ctx.descriptor_entry, ctx.decision = None, None, None  # read anew
     descriptor = await ctx.load_descriptor()
     now = ctx.descriptor_digest(descriptor)
     if before is not None and now != before:

@@ -33,6 +33,9 @@ class Cluster(Protocol):
 
     async def list_all(self, resource: Resource, namespace: str) -> list[Body]: ...
 
+    async def namespace_labels(self, name: str) -> dict[str, str]:
+        """The namespace's labels as stored now; `NotFound` when it does not exist."""
+
     async def patch_status(
         self,
         resource: Resource,
@@ -159,6 +162,9 @@ class KubeCluster:
 
     async def list_all(self, resource: Resource, namespace: str) -> list[Body]:
         return await self.kube.list_custom(resource, namespace)
+
+    async def namespace_labels(self, name: str) -> dict[str, str]:
+        return await self.kube.namespace_labels(name)
 
     async def patch_status(
         self,
