@@ -17,7 +17,6 @@ from ..enums import (
     FailureClass,
     InvocationState,
     Resource,
-    SideEffectClass,
     Stage,
     StageOutcome,
 )
@@ -27,6 +26,7 @@ from ..pipeline.preview import reviewers_text
 from ..timeutil import now_iso, parse_time
 from .brokering import broker
 from .context import Denial, FlowContext
+from .recheck import reviewer_groups
 
 #: Longest sleep of the wait between checks (approvals and interrupts wake it sooner).
 WAIT_SLICE_SECONDS = 60
@@ -68,16 +68,6 @@ def announce_wait(ctx: FlowContext) -> None:
         f"with requestHash {ctx.status.request_hash}, descriptorDigest "
         f"{ctx.status.descriptor_digest} and toolVersion {spec.tool.version}",
     )
-
-
-def reviewer_groups(ctx: FlowContext) -> list[str]:
-    decision = ctx.load_decision()
-    if (
-        ctx.status.effective_class == SideEffectClass.PRODUCTION
-        and decision.production_reviewer_groups
-    ):
-        return list(decision.production_reviewer_groups)
-    return list(decision.reviewer_groups)
 
 
 async def on_awaiting_approval(ctx: FlowContext) -> None:

@@ -32,9 +32,14 @@ from ..pipeline.sandbox import (
 )
 from ..timeutil import in_seconds, now_iso
 from .context import SANDBOX_KINDS, Denial, Failure, FlowContext
+from .recheck import needs_recheck, recheck
 
 
 async def broker(ctx: FlowContext) -> None:
+    if needs_recheck(ctx):
+        # Before anything is brokered: no Secret read, token minted or lease made for a call
+        # the re-check denies, and the lease's egress allow-list is made from what it read.
+        await recheck(ctx)
     descriptor = await ctx.load_descriptor()
     data_b64 = await gather_credentials(ctx, descriptor)
     ctx.secret_values = [decode_b64(v) for v in data_b64.values()]

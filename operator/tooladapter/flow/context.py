@@ -119,6 +119,8 @@ class FlowContext:
     #: The catalog as the re-check read it from the API server (`recheck.fresh_view`);
     #: None: the watch's view, `rt.catalog`.
     view: Catalog | None = None
+    #: The re-check passed in this flow (`recheck`): it is not made twice.
+    rechecked: bool = False
 
     @property
     def catalog(self) -> Catalog:

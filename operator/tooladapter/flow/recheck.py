@@ -14,7 +14,8 @@ waited or were resumed, never on the common path.
 from __future__ import annotations
 
 from ..catalog import Catalog
-from ..enums import FailureClass, Resource, Stage, StageOutcome
+from ..enums import FailureClass, Resource, SideEffectClass, Stage, StageOutcome
+from ..model import ApprovalBinding
 from ..pipeline.policy import check_ceiling
 from .admission import check_fencing
 from .authorization import check_permission, classify_call, shell_verdict
@@ -22,8 +23,40 @@ from .context import Denial, FlowContext
 
 
 def needs_recheck(ctx: FlowContext) -> bool:
-    """Only a call that waited, or was evaluated by an earlier process, can be stale."""
-    return ctx.resumed or ctx.status.approval_requested_at is not None
+    """Only a call that waited, or was evaluated by an earlier process, can be stale; and it
+    is re-checked once per flow (before brokering: its credentials and its sandbox's egress
+    allow-list are made from what the re-check read)."""
+    return (ctx.resumed or ctx.status.approval_requested_at is not None) and not ctx.rechecked
+
+
+def reviewer_groups(ctx: FlowContext) -> list[str]:
+    """The groups a reviewer of this call must be in (empty: anyone but the caller)."""
+    decision = ctx.load_decision()
+    if (
+        ctx.status.effective_class == SideEffectClass.PRODUCTION
+        and decision.production_reviewer_groups
+    ):
+        return list(decision.production_reviewer_groups)
+    return list(decision.reviewer_groups)
+
+
+def check_bound_reviewer(ctx: FlowContext, binding: ApprovalBinding) -> None:
+    """The bound approval still qualifies under the policies as they are now: a policy that
+    narrowed who may approve while the call waited holds for an approval bound before it
+    was seen. (Its spec cannot change; gone since it bound, it names no group.)"""
+    groups = reviewer_groups(ctx)
+    if not groups:
+        return
+    entry = ctx.rt.catalog.approvals.get(ctx.namespace, binding.name)
+    named = set(entry.spec.reviewer_groups) if entry is not None and entry.spec else set()
+    if not set(groups) & named:
+        raise Denial(
+            Stage.APPROVAL,
+            f"the approval {binding.name} by {binding.reviewer!r} no longer qualifies: the "
+            f"policy now asks for a reviewer in {', '.join(sorted(groups))} (it names "
+            f"{', '.join(sorted(named)) or 'no groups'}): call again to be approved anew",
+            FailureClass.POLICY_DENIED,
+        )
 
 
 async def fresh_view(ctx: FlowContext) -> Catalog:
@@ -78,9 +111,12 @@ async def recheck(ctx: FlowContext) -> None:
     ceiling = check_ceiling(decision, effective)
     if ceiling:
         raise Denial(Stage.POLICY, ceiling, FailureClass.POLICY_DENIED)
+    if ctx.status.approval is not None:
+        check_bound_reviewer(ctx, ctx.status.approval)
     await check_permission(ctx, effective=str(effective), fresh=True)
     if spec.attempt_id and spec.fencing_token is not None:
         await check_fencing(ctx)
+    ctx.rechecked = True
     ctx.record(
         Stage.RECHECK,
         StageOutcome.PASSED,
