@@ -97,13 +97,23 @@ def test_pod_resolves_cluster_names_and_reaches_a_service_by_name(
     # By the short name (the pod's search path) and by the full one; nc, as
     # the sandbox image's busybox wget crashes (with addresses too).
     get = "printf 'GET /token HTTP/1.0\\r\\n\\r\\n' | nc -w 10"
+
+    def fetch(label: str, host: str) -> str:
+        """Ask `host` until it answers the token, at most 30 times: the Service's rules
+        follow its pod's readiness (its EndpointSlice, then the proxy's next sync, later on
+        a busy node)."""
+        return (
+            f"for i in $(seq 30); do {label}=$({get} {host} 80 | tail -n 1); "
+            f'[ "${label}" = {token} ] && break; sleep 1; done; echo {label}=${label}; '
+        )
+
     phase, log = _run(
         core,
         namespace,
         "client",
         f"cat /etc/resolv.conf; nslookup kubernetes.default.svc.{DOMAIN}; nslookup web; "
-        f"echo short=$({get} web 80 | tail -n 1); "
-        f"echo full=$({get} web.{namespace}.svc.{DOMAIN} 80 | tail -n 1)",
+        + fetch("short", "web")
+        + fetch("full", f"web.{namespace}.svc.{DOMAIN}"),
     )
     assert phase == "Succeeded", log
     assert f"nameserver {_dns_service(core).spec.cluster_ip}" in log, log
