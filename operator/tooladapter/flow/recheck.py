@@ -1,14 +1,16 @@
 """The re-check right before acting: what may have changed while the call waited.
 
 An approval wait can last an hour (and a restarted operator resumes calls that were
-evaluated by its predecessor). Before `Executing`, everything that can change meanwhile is
-evaluated again, from what the API server holds now (the namespace, its descriptors and
-policies read afresh: the watch may not have delivered a freeze made a moment before the
-approval) and a fresh SubjectAccessReview (never the remembered answer): the descriptor
-(gone, inactive, or a different digest), the tenant policies, the namespace's freeze and
-environment class, the caller's grants, and the fencing token. A change ends the call
-`Denied` at the stage that now denies, naming it. The reads are made only for calls that
-waited or were resumed, never on the common path.
+evaluated by its predecessor). Before anything is brokered for such a call (its credentials
+and its sandbox's egress allow-list are then made from what this read), everything that can
+change meanwhile is evaluated again, from what the API server holds now (the namespace, its
+descriptors and policies read afresh: the watch may not have delivered a freeze made a
+moment before the approval) and a fresh SubjectAccessReview (never the remembered answer):
+the descriptor (gone, inactive, or a different digest), the tenant policies, the
+namespace's freeze and environment class, the bound approval's reviewer against the
+reviewer groups the policies ask for now, the caller's grants, and the fencing token. A
+change ends the call `Denied` at the stage that now denies, naming it. The reads are made
+only for calls that waited or were resumed, never on the common path.
 """
 
 from __future__ import annotations
