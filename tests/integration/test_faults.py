@@ -23,6 +23,7 @@ from tooladapter.devtools import (
 )
 
 from .objects import (
+    TERMINAL,
     Agent,
     approve,
     create,
@@ -252,9 +253,17 @@ def test_an_agent_cannot_set_owner_references_finalizers_or_labels_on_an_invocat
     )
 
 
-def waiting_call(agent: Agent, tool: str, call_id: str) -> str:
-    name = agent.invoke(tool, {"id": call_id})
-    assert status_of(agent.wait(name, states={"AwaitingApproval"}))["state"] == ("AwaitingApproval")
+def waiting_call(agent: Agent, tool: str, call_id: str, *, just_lifted: bool = False) -> str:
+    """A call of `tool` waiting for its approval. `just_lifted`: a freeze, deny policy or
+    revoked grant was lifted a moment ago, and a call that does not wait is judged on the
+    operator's watch, which may hold the restriction a moment longer (fail closed): a call
+    Denied meanwhile is made again, at most 20 times."""
+    for _ in range(20 if just_lifted else 1):
+        name = agent.invoke(tool, {"id": call_id})
+        status = status_of(agent.wait(name, states={"AwaitingApproval", *TERMINAL}))
+        if not (just_lifted and status["state"] == "Denied"):
+            break
+    assert status["state"] == "AwaitingApproval", pretty(status)
     return name
 
 
@@ -281,7 +290,7 @@ def test_what_changed_while_a_call_waited_denies_it_after_approval(
     core.patch_namespace(ns.name, {"metadata": {"labels": {"tooladapter.dev/frozen": None}}})
 
     # 2. A deny policy was added while the call waited.
-    denied = waiting_call(agent, "effect", "policy")
+    denied = waiting_call(agent, "effect", "policy", just_lifted=True)
     create(
         api,
         ns.name,
@@ -301,7 +310,7 @@ def test_what_changed_while_a_call_waited_denies_it_after_approval(
     )
 
     # 3. The agent's grant was revoked while the call waited.
-    revoked = waiting_call(agent, "effect", "revoked")
+    revoked = waiting_call(agent, "effect", "revoked", just_lifted=True)
     for binding in rbac.list_namespaced_role_binding(ns.name).items:
         if binding.role_ref.kind == "Role" and binding.metadata.name.startswith("agent-1-tools"):
             rbac.delete_namespaced_role_binding(binding.metadata.name, ns.name)
@@ -311,7 +320,7 @@ def test_what_changed_while_a_call_waited_denies_it_after_approval(
     agent.grant(["effect"], ["shared-write"])
 
     # 4. The descriptor changed under the same version while the call waited.
-    changed = waiting_call(agent, "effect", "changed")
+    changed = waiting_call(agent, "effect", "changed", just_lifted=True)
     approve(reviewer, changed)  # bound to the digest the reviewer saw ...
     status = status_of(agent.wait(changed))
     assert status["state"] == "Observed", pretty(status)
