@@ -45,9 +45,10 @@ def pytest_runtest_makereport(item: pytest.Item, call: Any) -> Iterator[None]:
     outcome = yield
     report = outcome.get_result()
     if report.when == "call" and report.failed:
-        op = item.funcargs.get("operator") if hasattr(item, "funcargs") else None
-        if isinstance(op, OperatorProcess):
-            report.sections.append(("operator log (tail)", op.tail(120)))
+        # Every operator the test ran (the session's, a traced or second one, a proxy).
+        for name, value in (getattr(item, "funcargs", None) or {}).items():
+            if isinstance(value, OperatorProcess):
+                report.sections.append((f"{name} log (tail)", value.tail(120)))
 
 
 @pytest.fixture

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import Mapping
+import logging
+from collections.abc import Awaitable, Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -18,6 +19,7 @@ from ..enums import InvocationState, Resource
 from ..events import namespace_ref
 from ..flow import release_finalizer, run_invocation, run_queued_invocation
 from ..flow.context import FINALIZER
+from ..kube.client import is_transient
 from ..kube.watching import Watcher, watched_namespace
 from ..pipeline.classification import LABEL_ENVIRONMENT, environment_class
 from ..runtime import Runtime
@@ -26,8 +28,16 @@ from . import confirmations, descriptors, policies, workers
 
 RawEvent = Mapping[str, Any]
 
+logger = logging.getLogger("tooladapter.routing")
+
 #: Queued calls that keep the body of their event (a few KB each) instead of a read later.
 QUEUED_WITH_BODY = 1024
+
+#: Waits between attempts of a descriptor's or policy's status write that failed for a
+#: reason that may pass (429 while CRDs settle, 5xx, a dropped connection): kopf never
+#: retries an `on.event` handler, and the next chance would be its re-listing minutes later,
+#: with the descriptor not callable until then.
+RECONCILE_RETRY_DELAYS: tuple[float, ...] = (0.5, 1, 2, 4, 8)
 
 
 def ensure_started(rt: Runtime) -> None:
@@ -135,10 +145,29 @@ def observe_rates(rt: Runtime, event_type: str | None, raw: Mapping[str, Any]) -
     )
 
 
+async def retrying(what: str, attempt: Callable[[], Awaitable[None]]) -> None:
+    """`attempt()`, again after each of RECONCILE_RETRY_DELAYS while it fails transiently."""
+    for delay in (*RECONCILE_RETRY_DELAYS, None):
+        try:
+            await attempt()
+            return
+        except Exception as exc:
+            if delay is None or not is_transient(exc):
+                raise
+            status = getattr(exc, "status", None)
+            cause = f"{type(exc).__name__} {status}" if status else type(exc).__name__
+            logger.warning("%s failed (%s); again in %ss", what, cause, delay)
+            await asyncio.sleep(delay)
+
+
 async def descriptor_event(rt: Runtime, event: RawEvent) -> None:
     body = thaw(event["object"])
     rt.catalog.update(Resource.DESCRIPTORS, event["type"], body)
-    await descriptors.reconcile_descriptor(rt, event["type"], body)
+    meta = body["metadata"]
+    await retrying(
+        f"reconciling ToolDescriptor {meta['namespace']}/{meta['name']}",
+        lambda: descriptors.reconcile_descriptor(rt, event["type"], body),
+    )
     server = ((body.get("spec") or {}).get("mcp") or {}).get("server")
     if server and rt.mcp is not None:
         rt.mcp.poke(body["metadata"]["namespace"], server)
@@ -147,7 +176,11 @@ async def descriptor_event(rt: Runtime, event: RawEvent) -> None:
 async def policy_event(rt: Runtime, event: RawEvent) -> None:
     body = thaw(event["object"])
     rt.catalog.update(Resource.POLICIES, event["type"], body)
-    await policies.reconcile_policy(rt, event["type"], body)
+    meta = body["metadata"]
+    await retrying(
+        f"reconciling ToolPolicy {meta['namespace']}/{meta['name']}",
+        lambda: policies.reconcile_policy(rt, event["type"], body),
+    )
 
 
 def approval_event(rt: Runtime, event: RawEvent) -> None:
