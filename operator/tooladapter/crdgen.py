@@ -316,39 +316,46 @@ def _wire_fields(model: type[Model]) -> list[tuple[str, bool]]:
 
 
 def _immutable_rules(model: type[Model], kind: str) -> list[JSON]:
-    """One transition rule per spec field that may not change once the object exists."""
-    rules: list[JSON] = []
+    """One transition rule keeping the spec as created but for its exempt fields.
+
+    One rule, not one per field: the API server evaluates every rule of the spec on each
+    status write too (the operator's one per call), and most of their cost was per rule.
+    Its first term, `self == oldSelf`, is the whole answer on that path; the rest is read
+    only when the spec did change, and the message names the first field that may not."""
     exempt = IMMUTABLE_SPEC_EXCEPT.get(kind)
     if exempt is None:
-        return rules
+        return []
+    may_change = ", ".join("spec." + e for e in exempt)
+    checks: list[tuple[str, str]] = []
     for name, required in _wire_fields(model):
         if name in exempt:
             continue
         if required:
-            rule = f"self.{name} == oldSelf.{name}"
+            check = f"self.{name} == oldSelf.{name}"
         else:
-            rule = (
+            check = (
                 f"has(self.{name}) == has(oldSelf.{name})"
                 f" && (!has(self.{name}) || self.{name} == oldSelf.{name})"
             )
-        rules.append(
-            {
-                "rule": rule,
-                "message": f"spec.{name} is immutable"
-                f" (only {', '.join('spec.' + e for e in exempt)} may change)",
-                "fieldPath": f".{name}",
-            }
-        )
+        checks.append((check, f"spec.{name} is immutable (only {may_change} may change)"))
     for flag in ONE_WAY_FLAGS.get(kind, ()):
-        rules.append(
-            {
-                "rule": f"!has(oldSelf.{flag}) || !oldSelf.{flag}"
-                f" || (has(self.{flag}) && self.{flag})",
-                "message": f"spec.{flag} cannot be reset to false once set",
-                "fieldPath": f".{flag}",
-            }
+        checks.append(
+            (
+                f"!has(oldSelf.{flag}) || !oldSelf.{flag} || (has(self.{flag}) && self.{flag})",
+                f"spec.{flag} cannot be reset to false once set",
+            )
         )
-    return rules
+    fallback = f"spec is immutable (only {may_change} may change)"
+    message = f"'{fallback}'"
+    for check, text in reversed(checks):
+        message = f"!({check}) ? '{text}' : {message}"
+    return [
+        {
+            "rule": "self == oldSelf || (" + " && ".join(f"({c})" for c, _ in checks) + ")",
+            "message": fallback,
+            "messageExpression": message,
+        }
+    ]
 
 
 # --------------------------------------------------------------------------- CRDs

@@ -272,6 +272,20 @@ def test_invocation_spec_immutable_except_interrupt() -> None:
     assert any("oldSelf.interrupt" in r and "self.interrupt" in r for r in rules)
 
 
+def test_invocation_immutability_is_one_rule_that_short_circuits_on_an_unchanged_spec() -> None:
+    """Each status write re-runs the spec's rules: one rule whose first term settles it."""
+    spec = _schema(_crds()["ToolInvocation"])["properties"]["spec"]
+    (immutability,) = [v for v in spec["x-kubernetes-validations"] if "oldSelf" in v["rule"]]
+    assert immutability["rule"].startswith("self == oldSelf || (")
+    for name in spec["properties"]:
+        text = (
+            "spec.interrupt cannot be reset to false once set"
+            if name == "interrupt"
+            else f"spec.{name} is immutable (only spec.interrupt may change)"
+        )
+        assert f"'{text}'" in immutability["messageExpression"]
+
+
 def test_approval_spec_immutable() -> None:
     spec = _schema(_crds()["ToolApproval"])["properties"]["spec"]
     assert "self == oldSelf" in _rules(spec)
