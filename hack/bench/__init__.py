@@ -35,6 +35,7 @@ BENCH_REPORT (bench-report.json), BENCH_PYSPY (record the operator with py-spy d
 highest load: .svg flame graph, .json speedscope, else collapsed stacks),
 BENCH_APISERVER_PPROF (path stem: the API server's CPU profile during the highest load of
 each kind, `<stem>-<kind>.pprof`, and `go tool pprof -top -cum` of it beside),
+BENCH_TIMELINE ("1": every call's times per phase, `<report>-timeline-<kind>-<rate>.json`),
 BENCH_OPERATOR_SRC (run the operator from another copy of the package, for A/B runs).
 A quick run: `BENCH_SECONDS=10 make bench`; without make, from the repository root:
 `PYTHONPATH=hack .venv/bin/python -m bench --help`.

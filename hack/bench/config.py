@@ -41,6 +41,8 @@ class Config:
     pyspy: str = ""
     #: Path stem of the API server's CPU profiles during the highest load ("": none).
     apiserver_pprof: str = ""
+    #: Write each call's times (target, sent, created, startedAt, endedAt, seen) per phase.
+    timeline: bool = False
     operator_src: str = ""
     keep: bool = False
     #: Part 6: seconds of twice the capacity; the capacity (0: measured by part 1).
@@ -74,6 +76,12 @@ class Config:
         p.add_argument("--pyspy", default=env("BENCH_PYSPY", ""))
         p.add_argument("--apiserver-pprof", default=env("BENCH_APISERVER_PPROF", ""))
         p.add_argument(
+            "--timeline",
+            action="store_true",
+            default=env("BENCH_TIMELINE", "") == "1",
+            help="write every call's times per phase beside the report",
+        )
+        p.add_argument(
             "--operator-src",
             default=env("BENCH_OPERATOR_SRC", ""),
             help="directory holding another copy of the tooladapter package (A/B runs)",
@@ -106,6 +114,7 @@ class Config:
             report=Path(a.report),
             pyspy=a.pyspy,
             apiserver_pprof=a.apiserver_pprof,
+            timeline=a.timeline,
             operator_src=a.operator_src,
             keep=a.keep,
             overload_seconds=a.overload_seconds,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import shutil
 import subprocess
 import sys
@@ -57,6 +58,7 @@ class Loads(BenchBase):
         if self.floor_proc is not None:
             pids["floor-controller"] = self.floor_proc.pid
         meter = Meter(pids)
+        gc0 = await self.apiserver_gc_cycles()
         bench_cpu0 = time.process_time()
         pyspy = None
         if self.cfg.pyspy and kind != "floor" and rate == max(self.cfg.loads):
@@ -69,6 +71,7 @@ class Loads(BenchBase):
             await asyncio.wait_for(tracker.all_done.wait(), self.cfg.drain)
         resources = meter.stop()
         resources["cpu_s"]["bench-client"] = round(time.process_time() - bench_cpu0, 2)
+        gc1 = await self.apiserver_gc_cycles()
         watcher.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await watcher
@@ -76,10 +79,48 @@ class Loads(BenchBase):
             with contextlib.suppress(subprocess.TimeoutExpired):
                 pyspy.wait(timeout=60)
         result = self.summarise(kind, rate, seconds, calls, resources)
+        if gc0 is not None and gc1 is not None:
+            # The API server's Go GC cycles: its latency spikes line up with them, and their
+            # rate follows what each call makes it allocate.
+            result["apiserver_gc_cycles"] = gc1 - gc0
+            print(f"  {kind:>15} @ {rate:>5.0f}/s: API server GC cycles {gc1 - gc0}", flush=True)
+        if self.cfg.timeline:
+            self.write_timeline(kind, rate, calls)
         if pprof is not None:
             result["apiserver_pprof"] = await pprof
         await self.delete_phase(kind, phase)
         return result
+
+    async def apiserver_gc_cycles(self) -> int | None:
+        """The API server's completed GC cycles so far (its /metrics), None if unreadable."""
+        assert self.kube is not None
+        try:
+            status, data = await self.kube.raw("/metrics", timeout=30)
+        except (aiohttp.ClientError, TimeoutError):
+            return None
+        if status != 200:
+            return None
+        for line in data.decode(errors="replace").splitlines():
+            if line.startswith("go_gc_duration_seconds_count"):
+                return int(float(line.split()[-1]))
+        return None
+
+    def write_timeline(self, kind: str, rate: float, calls: list[Call]) -> None:
+        """Each call's times (unix seconds; startedAt/endedAt as the operator wrote them)."""
+        rows = [
+            {
+                "target": c.target,
+                "sent": c.sent,
+                "created": c.created,
+                "startedAt": (c.status or {}).get("startedAt"),
+                "endedAt": (c.status or {}).get("endedAt"),
+                "seen": c.done,
+                "state": c.state,
+            }
+            for c in calls
+        ]
+        out = self.cfg.report.with_name(f"{self.cfg.report.stem}-timeline-{kind}-{int(rate)}.json")
+        out.write_text(json.dumps(rows) + "\n")
 
     async def apiserver_profile(self, kind: str, seconds: float) -> dict[str, Any]:
         """The API server's CPU profile (its /debug/pprof, as admin) over the phase: saved
