@@ -69,7 +69,9 @@ def stage_breakdown(records: list[Call]) -> dict[str, Any]:
             ("sent", rec.target),
             ("startedAt", iso_ts(st.get("startedAt"))),
         ]
-        marks += [(f"{s['stage']}:{s['outcome']}", iso_ts(s.get("time"))) for s in st.get("stages") or []]
+        marks += [
+            (f"{s['stage']}:{s['outcome']}", iso_ts(s.get("time"))) for s in st.get("stages") or []
+        ]
         marks.append(("client saw terminal", rec.done))
         prev_name, prev_t = marks[0]
         for name, t in marks[1:]:
