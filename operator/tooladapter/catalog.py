@@ -147,6 +147,17 @@ class Catalog:
             if invocation:
                 self.notify(meta["namespace"], approval_key(invocation))
 
+    def wrote(self, resource: Resource, before: Body, after: Body) -> None:
+        """Hold `after`, what a write of ours onto `before` returned, if this catalog still
+        holds `before`: not when an event since brought a newer version or the deletion."""
+        meta = before["metadata"]
+        current = self._stores[resource].get(meta["namespace"], meta["name"])
+        if current is None:
+            return
+        if current.body["metadata"].get("resourceVersion") != meta.get("resourceVersion"):
+            return
+        self.update(resource, "MODIFIED", after)
+
     def update_namespace(self, event_type: str | None, body: Body) -> None:
         name = body["metadata"]["name"]
         if event_type == "DELETED":

@@ -172,7 +172,13 @@ async def reconcile_descriptor(rt: Runtime, event_type: str | None, body: dict[s
         )
         same = old.get("status") == cond["status"]
         cond["lastTransitionTime"] = old.get("lastTransitionTime") if same else now_iso()
-    await rt.cluster.patch_status(Resource.DESCRIPTORS, meta["namespace"], meta["name"], desired)
+    written = await rt.cluster.patch_status(
+        Resource.DESCRIPTORS, meta["namespace"], meta["name"], desired
+    )
+    # Calls are judged on the catalog: hold what was written now, not when the watch's echo
+    # comes (kopf batches an object's events for 0.1 s), or a call made the moment the
+    # status says active is denied as "not active".
+    rt.catalog.wrote(Resource.DESCRIPTORS, body, written)
     if desired["active"] and not current.get("active"):
         rt.events.post(
             _ref(body),
