@@ -372,6 +372,12 @@ def crd(
     kind = _kind(resource)
     spec_schema = model_schema(spec, ".spec")
     rules = _immutable_rules(spec, kind)
+    if kind in IMMUTABLE_SPEC_EXCEPT:
+        # A null in such a spec is pruned (it means absent): with `nullable` anyone allowed
+        # to patch could flip an optional field between null and absent, writing the spec
+        # (its resourceVersion and generation) at will while the rules see nothing change.
+        for field_schema in spec_schema.get("properties", {}).values():
+            field_schema.pop("nullable", None)
     if rules:
         spec_schema["x-kubernetes-validations"] = [
             *spec_schema.get("x-kubernetes-validations", []),

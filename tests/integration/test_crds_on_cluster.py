@@ -318,6 +318,50 @@ def test_invocation_spec_is_immutable_except_interrupt(
         422,
         "spec.runId is immutable",
     )
+    # A renamed argument (same count, a key gone, a key new): the CRD rule's `==` compares an
+    # object that only preserves unknown fields by size and shared keys and let it through;
+    # the arguments policy compares them whole.
+    rejected(
+        lambda: merge_patch(
+            admin,
+            namespace,
+            "toolinvocations",
+            "call",
+            {"spec": {"arguments": {"n": None, "url": "http://elsewhere.example/"}}},
+        ),
+        422,
+        "spec.arguments is immutable",
+    )
+    rejected(
+        lambda: custom(admin).patch_namespaced_custom_object(
+            GROUP,
+            VERSION,
+            namespace,
+            "toolinvocations",
+            "call",
+            [{"op": "move", "from": "/spec/arguments/n", "path": "/spec/arguments/m"}],
+            _content_type="application/json-patch+json",
+        ),
+        422,
+        "spec.arguments is immutable",
+    )
+    # A null in the spec is pruned: flipping an optional field between null and absent
+    # writes nothing (before, anyone who may patch could bump another's call at will).
+    stored = custom(admin).get_namespaced_custom_object(
+        GROUP, VERSION, namespace, "toolinvocations", "call"
+    )
+    before = stored["metadata"]["resourceVersion"]
+    after = custom(admin).patch_namespaced_custom_object(
+        GROUP,
+        VERSION,
+        namespace,
+        "toolinvocations",
+        "call",
+        [{"op": "add", "path": "/spec/runId", "value": None}],
+        _content_type="application/json-patch+json",
+    )
+    assert after["metadata"]["resourceVersion"] == before
+    assert "runId" not in after["spec"]
     patched = merge_patch(
         admin, namespace, "toolinvocations", "call", {"spec": {"interrupt": True}}
     )

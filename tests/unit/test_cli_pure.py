@@ -24,11 +24,15 @@ from tooladapter.cli.render import Output, cell, document, new_stage_lines, tabl
 from tooladapter.enums import ApprovalDecision
 from tooladapter.pipeline import review
 from tooladapter.pipeline.argdiff import Change, ChangeKind, diff, render
-from tooladapter.pipeline.hashing import canonical_json, sha256_ref
+from tooladapter.pipeline.hashing import canonical_json, request_hash, sha256_ref
 from tooladapter.pipeline.receipt_check import Match, ref_from_filename, verify
 
 NOW = datetime(2026, 12, 1, 12, 0, 0, tzinfo=UTC)
 HEX = "ab" * 32
+#: The hash the operator fixed for `waiting_call()`'s request.
+REQUEST_HASH = request_hash(
+    namespace="t", tool_id="deploy", tool_version="1.2.0", arguments={"tag": "v2"}
+)
 
 
 # --------------------------------------------------------------------------- parsing
@@ -87,7 +91,7 @@ def test_generated_names_are_valid_object_name_prefixes() -> None:
 
 def waiting_call(**status: Any) -> dict[str, Any]:
     return {
-        "metadata": {"name": "call-1", "uid": "u-1"},
+        "metadata": {"name": "call-1", "namespace": "t", "uid": "u-1"},
         "spec": {
             "tool": {"id": "deploy", "version": "1.2.0"},
             "arguments": {"tag": "v2"},
@@ -95,7 +99,7 @@ def waiting_call(**status: Any) -> dict[str, Any]:
         },
         "status": {
             "state": "AwaitingApproval",
-            "requestHash": f"sha256:{HEX}",
+            "requestHash": REQUEST_HASH,
             "descriptorDigest": f"sha256:{'cd' * 32}",
             **status,
         },
@@ -150,7 +154,7 @@ def test_an_approval_binds_to_the_exact_request_descriptor_version_and_uid() -> 
     assert body["spec"] == {
         "invocation": "call-1",
         "invocationUid": "u-1",
-        "requestHash": f"sha256:{HEX}",
+        "requestHash": REQUEST_HASH,
         "descriptorDigest": f"sha256:{'cd' * 32}",
         "toolVersion": "1.2.0",
         "decision": "Approved",
@@ -182,6 +186,25 @@ def test_no_approval_for_a_call_not_waiting_or_by_its_own_caller() -> None:
             expires_at=None,
         )
     assert own.value.code is ExitCode.FORBIDDEN
+
+
+def test_no_approval_when_the_stored_arguments_are_not_the_validated_request() -> None:
+    """A reviewer reads the stored spec; the approval binds the hash the operator validated.
+    Admission keeps them the same; if it did not, an approval would bind a request nobody
+    was shown (an argument renamed after validation hashed differently)."""
+    changed = waiting_call()
+    changed["spec"]["arguments"] = {"url": "http://elsewhere.example/"}
+    with pytest.raises(review.Undecidable) as refused:
+        review.approval_body(
+            changed,
+            decision=ApprovalDecision.APPROVED,
+            reviewer="alice",
+            reviewer_groups=[],
+            comment="",
+            expires_at=None,
+        )
+    assert refused.value.refusal is review.Refusal.CHANGED
+    assert "cannot be approved" in refused.value.message
 
 
 def test_a_confirmation_patches_only_effect_confirmation_in_the_users_name() -> None:

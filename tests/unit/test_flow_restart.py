@@ -135,6 +135,30 @@ async def test_a_call_stopped_after_an_intermediate_state_resumes_from_it(state:
     assert len(scripted(second).executed) == 1
 
 
+@pytest.mark.parametrize("state", ["Validated", "Authorized", "Brokered"])
+async def test_a_call_whose_stored_arguments_changed_after_validation_is_denied_on_resume(
+    state: str,
+) -> None:
+    """Admission keeps a call's spec as created (the CRD rule; a policy for the arguments,
+    which the API server's CEL cannot compare in full: a renamed key passed the rule). Were
+    either missing, a call resumed by another operator runs its spec as stored: it must
+    still be the request that was hashed (and that an approval binds to)."""
+    first = make_runtime(settings=EVERY_STATE)
+    read_tool(first)
+    stop_after_writing(first.cluster, state)
+    await run_until_stopped(first, first.submit(invocation(arguments={"pad": "x"})))
+    stored = first.cluster.objects[(str(Resource.INVOCATIONS), NAMESPACE, "call-1")]
+    stored["spec"]["arguments"] = {"url": "http://elsewhere.example/"}  # same size, new key
+
+    second = restart(first)
+    status = (await second.run(first.cluster.invocation("call-1")))["status"]
+
+    assert status["state"] == "Denied"
+    assert status["deniedStage"] == "validation"
+    assert "the request changed after it was validated" in status["message"]
+    assert scripted(first).executed == scripted(second).executed == []
+
+
 async def test_a_call_stopped_after_brokered_executes_once_on_the_new_operator() -> None:
     first = make_runtime(settings=EVERY_STATE)
     read_tool(first)

@@ -135,6 +135,7 @@ def test_every_policy_is_bound_fail_closed() -> None:
     assert set(policies) == {
         "tooladapter-invocation-caller",
         "tooladapter-invocation-arguments",
+        "tooladapter-invocation-arguments-unchanged",
         "tooladapter-invocation-interrupt",
         "tooladapter-approval-reviewer",
         "tooladapter-mcpserver-activation",
@@ -149,6 +150,27 @@ def test_every_policy_is_bound_fail_closed() -> None:
             assert validation.get("message") or validation.get("messageExpression"), name
         bound = [b for b in bindings.values() if b["spec"]["policyName"] == name]
         assert bound and bound[0]["spec"]["validationActions"] == ["Deny"], name
+
+
+def test_arguments_cannot_change_after_create_for_anyone() -> None:
+    """The CRD rule cannot compare spec.arguments in full (the API server's CEL compares an
+    object that only preserves unknown fields by size and shared keys): this policy does,
+    on every update, with no exemption."""
+    policy = _by_kind("ValidatingAdmissionPolicy")["tooladapter-invocation-arguments-unchanged"]
+    rules = policy["spec"]["matchConstraints"]["resourceRules"]
+    assert rules == [
+        {
+            "apiGroups": ["tooladapter.dev"],
+            "apiVersions": ["*"],
+            "operations": ["UPDATE"],
+            "resources": ["toolinvocations"],
+        }
+    ]
+    assert "matchConditions" not in policy["spec"]
+    (check,) = policy["spec"]["validations"]
+    assert check["expression"].strip() == (
+        "object.spec.?arguments.orValue({}) == oldObject.spec.?arguments.orValue({})"
+    )
 
 
 def test_caller_policy_is_strict() -> None:

@@ -16,11 +16,19 @@ import pytest
 from tooladapter.gateway import Gateway
 from tooladapter.gateway.context import Deps
 from tooladapter.kube.callers import CallerApiError, CallerIdentity
+from tooladapter.pipeline.hashing import request_hash
 from tooladapter.settings import Settings
 
 from .fake_cluster import MemoryStore
 
 REVIEWER = CallerIdentity(username="alice", groups=("system:authenticated", "reviewers"))
+#: The hash the operator fixed for WAITING's request (what an approval binds).
+REQUEST_HASH = request_hash(
+    namespace="team-a",
+    tool_id="deploy",
+    tool_version="1.0.0",
+    arguments={"tag": "v42", "password": "hunter2"},
+)
 WAITING = {
     "metadata": {"name": "deploy-1", "namespace": "team-a", "uid": "u1"},
     "spec": {
@@ -30,7 +38,7 @@ WAITING = {
     },
     "status": {
         "state": "AwaitingApproval",
-        "requestHash": "sha256:" + "a" * 64,
+        "requestHash": REQUEST_HASH,
         "descriptorDigest": "sha256:" + "b" * 64,
         "effectiveClass": "external",
         "declaredClass": "external",
@@ -166,13 +174,13 @@ async def test_a_reviewer_sees_the_call_redacted_and_decides_it_with_csrf(
     base, world = served
     async with aiohttp.ClientSession(cookie_jar=aiohttp.CookieJar(unsafe=True)) as http:
         html = await _signed_in(http, base)
-        assert "deploy 1.0.0" in html and "class external" in html and "sha256:" + "a" * 64 in html
+        assert "deploy 1.0.0" in html and "class external" in html and REQUEST_HASH in html
         assert "hunter2" not in html and "[REDACTED:secret-argument]" in html
         assert ">Approve</button>" in html
         csrf = _field(html, "csrf")
         action = f"{base}/ui/approvals/team-a/deploy-1"
         decision = {"decision": "Approved", "expires": "3600", "comment": "ok"}
-        hashed = {"requestHash": "sha256:" + "a" * 64}
+        hashed = {"requestHash": REQUEST_HASH}
         async with http.post(action, data={**decision, **hashed}) as response:
             assert response.status == 403 and "CSRF" in await response.text()
         async with http.post(

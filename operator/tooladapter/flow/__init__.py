@@ -37,7 +37,7 @@ from ..catalog import approval_key
 from ..enums import FailureClass, InvocationState, Resource, Stage
 from ..kube.client import NotFound, is_transient
 from ..runtime import Runtime
-from .admission import on_received
+from .admission import check_request_unchanged, on_received
 from .approval import on_authorized, on_awaiting_approval
 from .authorization import on_validated
 from .context import Denial, Failure, FlowContext, Restart, Superseded
@@ -121,9 +121,13 @@ def settled(ctx: FlowContext) -> bool:
 
 async def drive(ctx: FlowContext) -> None:
     attempt = 0
+    checked = False
     while not settled(ctx):
         state = ctx.status.state
         try:
+            if not checked:
+                await check_request_unchanged(ctx)
+                checked = True
             if state.terminal:
                 # The end is decided; only its write failed (a denial posted its own event).
                 await conclude(ctx, post_event=state != InvocationState.DENIED)

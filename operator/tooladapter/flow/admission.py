@@ -15,6 +15,8 @@ from .. import offload
 from ..catalog import invocation_key
 from ..enums import FailureClass, InvocationState, Resource, Stage, StageOutcome
 from ..kube.client import NotFound
+from ..pipeline.hashing import request_hash
+from ..pipeline.states import BEFORE_EXECUTING
 from ..pipeline.validation import check_arguments
 from ..timeutil import now_iso
 from .context import Denial, FlowContext
@@ -67,6 +69,34 @@ async def on_received(ctx: FlowContext) -> None:
         )
     ctx.record(Stage.VALIDATION, StageOutcome.PASSED)  # the tool: spec.tool
     await ctx.advance(InvocationState.VALIDATED)
+
+
+async def check_request_unchanged(ctx: FlowContext) -> None:
+    """A call taken up after its validation (a restart, a takeover) runs its spec as stored
+    now: that must still be the request that was hashed, and that any approval binds to.
+
+    Admission keeps the spec from changing (the CRD rule, and a policy for the arguments,
+    which that rule cannot compare in full); this holds if either is missing."""
+    hashed = ctx.status.request_hash
+    if not hashed or ctx.status.state not in BEFORE_EXECUTING:
+        return
+    spec = ctx.load_spec()
+    now = await offload.run(
+        ctx.namespace,
+        offload.rough_size(spec.arguments),
+        request_hash,
+        namespace=ctx.namespace,
+        tool_id=spec.tool.id,
+        tool_version=spec.tool.version,
+        arguments=spec.arguments,
+    )
+    if now != hashed:
+        raise Denial(
+            Stage.VALIDATION,
+            f"the request changed after it was validated (requestHash {hashed}, the stored "
+            f"spec now hashes to {now}); nothing was run: make a new call",
+            FailureClass.VALIDATION,
+        )
 
 
 async def claim_idempotency_key(ctx: FlowContext) -> None:

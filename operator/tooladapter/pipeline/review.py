@@ -23,6 +23,7 @@ from typing import Any, Final
 from .. import API_VERSION
 from ..enums import ApprovalDecision, InvocationState
 from .argdiff import canonical, diff
+from .hashing import request_hash
 from .parts import name_of as _name
 from .parts import spec_of as _spec
 from .parts import status_of as _status
@@ -39,6 +40,7 @@ class Refusal(StrEnum):
 
     NOT_WAITING = "not-waiting"
     NOT_HASHED = "not-hashed"
+    CHANGED = "changed"
     OWN_CALL = "own-call"
     NOT_UNCERTAIN = "not-uncertain"
     ALREADY_CONFIRMED = "already-confirmed"
@@ -167,6 +169,22 @@ def approval_body(
         raise Undecidable(
             Refusal.NOT_HASHED,
             f"toolinvocation {name} shows no request hash or descriptor digest yet",
+        )
+    tool = spec.get("tool") or {}
+    shown = request_hash(
+        namespace=str(meta.get("namespace")),
+        tool_id=str(tool.get("id")),
+        tool_version=str(tool.get("version")),
+        arguments=spec.get("arguments") or {},
+    )
+    if shown != status["requestHash"]:
+        # What a reviewer reads is the stored spec; the approval binds the hash the operator
+        # validated. Admission keeps the two the same; if it did not, approving would
+        # approve a request nobody was shown.
+        raise Undecidable(
+            Refusal.CHANGED,
+            f"toolinvocation {name}'s arguments as stored hash to {shown}, not to the request "
+            f"that was validated ({status['requestHash']}): it cannot be approved",
         )
     if (spec.get("caller") or {}).get("name") == reviewer:
         raise Undecidable(

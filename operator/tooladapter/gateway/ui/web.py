@@ -176,6 +176,7 @@ async def checked_form(request: web.Request, person: Person) -> dict[str, str]:
 
 _REFUSAL_STATUS: Final = {
     Refusal.OWN_CALL: 403,
+    Refusal.CHANGED: 409,
     Refusal.NO_EVIDENCE: 422,
     Refusal.EVIDENCE_TOO_LONG: 422,
 }
