@@ -205,6 +205,17 @@ def test_no_approval_when_the_stored_arguments_are_not_the_validated_request() -
         )
     assert refused.value.refusal is review.Refusal.CHANGED
     assert "cannot be approved" in refused.value.message
+    changed["spec"]["arguments"] = {"n": 2**60}  # RFC 8785 cannot hash it
+    with pytest.raises(review.Undecidable) as unhashable:
+        review.approval_body(
+            changed,
+            decision=ApprovalDecision.APPROVED,
+            reviewer="alice",
+            reviewer_groups=[],
+            comment="",
+            expires_at=None,
+        )
+    assert unhashable.value.refusal is review.Refusal.CHANGED
 
 
 def test_a_confirmation_patches_only_effect_confirmation_in_the_users_name() -> None:

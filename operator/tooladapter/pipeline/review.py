@@ -171,12 +171,15 @@ def approval_body(
             f"toolinvocation {name} shows no request hash or descriptor digest yet",
         )
     tool = spec.get("tool") or {}
-    shown = request_hash(
-        namespace=str(meta.get("namespace")),
-        tool_id=str(tool.get("id")),
-        tool_version=str(tool.get("version")),
-        arguments=spec.get("arguments") or {},
-    )
+    try:
+        shown = request_hash(
+            namespace=str(meta.get("namespace")),
+            tool_id=str(tool.get("id")),
+            tool_version=str(tool.get("version")),
+            arguments=spec.get("arguments") or {},
+        )
+    except ValueError:  # not canonicalisable (an integer beyond 2**53): not what was hashed
+        shown = "(arguments that cannot be hashed)"
     if shown != status["requestHash"]:
         # What a reviewer reads is the stored spec; the approval binds the hash the operator
         # validated. Admission keeps the two the same; if it did not, approving would
