@@ -7,6 +7,7 @@ import random
 from typing import Any
 
 import pytest
+import rfc8785
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -97,6 +98,65 @@ def test_request_hash_changes_when_any_field_changes(change: dict[str, Any]) -> 
 def test_numbers_hash_by_value_not_spelling() -> None:
     assert digest({"n": 1.0}) == digest({"n": 1})
     assert canonical_json({"b": 1, "a": "é"}) == '{"a":"é","b":1}'.encode()
+
+
+# Every character class the fast path must spell as RFC 8785 does: controls (short and \u00xx
+# escapes), quotes, backslashes, DEL, line separators, non-ASCII and supplementary planes.
+tricky_text = st.text(
+    alphabet=st.sampled_from(
+        [
+            *("a", "Z", "0", " ", '"', "\\", "/", "\x00", "\x1f", "\x7f", "\b", "\f", "\n"),
+            *("\r", "\t", "é", "\u2028", "\ufeff", "\uffff", "\U0001f600", "\U0010ffff", "ß", "中"),
+        ]
+    ),
+    max_size=8,
+)
+tricky_values = st.recursive(
+    json_scalars | tricky_text | st.integers(min_value=-(2**60), max_value=2**60),
+    lambda children: (
+        st.lists(children, max_size=4)
+        | st.tuples(children, children)
+        | st.dictionaries(tricky_text | st.text(max_size=6), children, max_size=5)
+    ),
+    max_leaves=25,
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(value=tricky_values)
+def test_canonical_json_is_byte_for_byte_the_rfc8785_library_s(value: Any) -> None:
+    """The fast path (json.dumps on plain values) never changes a hash: same bytes as
+    `rfc8785.dumps`, or the same refusal."""
+    try:
+        expected = rfc8785.dumps(value)
+    except (ValueError, TypeError):
+        with pytest.raises(CanonicalizationError):
+            canonical_json(value)
+        return
+    assert canonical_json(value) == expected
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        # Keys that code points and UTF-16 units sort differently ("\U0001f600" < "\uff5e"
+        # in UTF-16): the fast path must not take them.
+        {"\U0001f600": 1, "\uff5e": 2, "a": 3},
+        {"k": "\ud800"},  # a lone surrogate: no UTF-8 form
+        {"n": 2**53 - 1, "m": -(2**53) + 1},
+        {"n": 2**53},
+        {"f": 1.0, "g": 1e21, "h": 1e-7},
+        [True, False, None, "\x00\x1f\u007f"],
+    ],
+)
+def test_canonical_json_edge_cases_match_the_rfc8785_library(value: Any) -> None:
+    try:
+        expected = rfc8785.dumps(value)
+    except (ValueError, TypeError):
+        with pytest.raises(CanonicalizationError):
+            canonical_json(value)
+        return
+    assert canonical_json(value) == expected
 
 
 @pytest.mark.parametrize("bad", [float("nan"), float("inf"), 2**60, {1: "x"}, {"s": {1, 2}}])

@@ -9,6 +9,7 @@ the RFC 8785 (JSON Canonicalization Scheme) form, never over `json.dumps` output
 from __future__ import annotations
 
 import hashlib
+import json
 from typing import Any
 
 import rfc8785
@@ -20,6 +21,30 @@ class CanonicalizationError(ValueError):
     """A value that has no canonical JSON form (NaN, infinities, huge integers, non-JSON)."""
 
 
+#: The integers RFC 8785 (I-JSON) carries exactly, as `rfc8785` bounds them.
+_SAFE_INT = 2**53 - 1
+
+
+def _plain(value: Any) -> bool:
+    """Whether `json.dumps(sort_keys, compact, ensure_ascii=False)` spells `value` exactly as
+    RFC 8785 does: strings, booleans, null, safe integers, lists and dicts with ASCII keys.
+
+    On those the two agree byte for byte (the same escapes, `\\u00xx` in lower case; ASCII
+    keys sort the same by code point as by UTF-16 unit); floats (ES6 number form) and other
+    keys take `rfc8785`'s path. Its pure-Python walk was ~9% of the operator's CPU per call."""
+    if value is None or isinstance(value, (str, bool)):
+        return True
+    if isinstance(value, int):
+        return -_SAFE_INT <= value <= _SAFE_INT
+    if isinstance(value, (list, tuple)):
+        return all(_plain(item) for item in value)
+    if isinstance(value, dict):
+        return all(
+            isinstance(key, str) and key.isascii() and _plain(item) for key, item in value.items()
+        )
+    return False
+
+
 def canonical_json(value: Any) -> bytes:
     """The RFC 8785 canonical JSON bytes of `value` (keys sorted, no whitespace, ES6 numbers).
 
@@ -27,6 +52,13 @@ def canonical_json(value: Any) -> bytes:
     floats, integers beyond +-2**53 (not representable by an I-JSON number), non-string keys
     or non-JSON types.
     """
+    if _plain(value):
+        try:
+            return json.dumps(
+                value, sort_keys=True, separators=(",", ":"), ensure_ascii=False
+            ).encode("utf-8")
+        except UnicodeEncodeError:
+            pass  # a lone surrogate: rfc8785 names the error
     try:
         return bytes(rfc8785.dumps(value))
     except (ValueError, TypeError) as err:
