@@ -122,11 +122,8 @@ tricky_values = st.recursive(
 )
 
 
-@settings(max_examples=400, deadline=None)
-@given(value=tricky_values)
-def test_canonical_json_is_byte_for_byte_the_rfc8785_library_s(value: Any) -> None:
-    """The fast path (json.dumps on plain values) never changes a hash: same bytes as
-    `rfc8785.dumps`, or the same refusal."""
+def assert_spelled_as_rfc8785(value: Any) -> None:
+    """Same bytes as `rfc8785.dumps`, or the same refusal."""
     try:
         expected = rfc8785.dumps(value)
     except (ValueError, TypeError):
@@ -134,6 +131,14 @@ def test_canonical_json_is_byte_for_byte_the_rfc8785_library_s(value: Any) -> No
             canonical_json(value)
         return
     assert canonical_json(value) == expected
+
+
+@settings(max_examples=400, deadline=None)
+@given(value=tricky_values)
+def test_canonical_json_is_byte_for_byte_the_rfc8785_library_s(value: Any) -> None:
+    """The fast path (json.dumps on plain values) never changes a hash: same bytes as
+    `rfc8785.dumps`, or the same refusal."""
+    assert_spelled_as_rfc8785(value)
 
 
 @pytest.mark.parametrize(
@@ -150,13 +155,7 @@ def test_canonical_json_is_byte_for_byte_the_rfc8785_library_s(value: Any) -> No
     ],
 )
 def test_canonical_json_edge_cases_match_the_rfc8785_library(value: Any) -> None:
-    try:
-        expected = rfc8785.dumps(value)
-    except (ValueError, TypeError):
-        with pytest.raises(CanonicalizationError):
-            canonical_json(value)
-        return
-    assert canonical_json(value) == expected
+    assert_spelled_as_rfc8785(value)
 
 
 @pytest.mark.parametrize("bad", [float("nan"), float("inf"), 2**60, {1: "x"}, {"s": {1, 2}}])
