@@ -158,6 +158,55 @@ def test_canonical_json_edge_cases_match_the_rfc8785_library(value: Any) -> None
     assert_spelled_as_rfc8785(value)
 
 
+class _Unordered(str):
+    """A str that lies about itself (Python-only: no agent's JSON gives one)."""
+
+    def isascii(self) -> bool:
+        return True
+
+    def __lt__(self, other: object) -> bool:
+        return not str.__lt__(self, str(other))
+
+
+class _Renumbered(int):
+    def __int__(self) -> int:
+        return 7
+
+
+class _OtherItems(dict[str, Any]):
+    def items(self) -> Any:
+        return [("z", 1)]
+
+
+def _nested(depth: int) -> Any:
+    return json.loads("[" * depth + "]" * depth)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        # Attack-pass hits on the first fast path: nesting that exhausted its recursive walk
+        # (json.loads gives it), and subclasses that order, convert or iterate otherwise.
+        _nested(600),
+        json.loads('{"a":' * 600 + "1" + "}" * 600),
+        {_Unordered("b"): 2, _Unordered("a"): 1},
+        {_Unordered("\U0001f600"): 1, _Unordered("\uff61"): 2},
+        [_Renumbered(5)],
+        _OtherItems(a=1),
+        {"shared": (shared := {"k": "v"}), "again": shared},
+    ],
+)
+def test_what_the_fast_path_must_not_take_is_still_spelled_as_rfc8785(value: Any) -> None:
+    assert_spelled_as_rfc8785(value)
+
+
+def test_a_cycle_raises_instead_of_hanging() -> None:
+    cycle: list[Any] = []
+    cycle.append(cycle)
+    with pytest.raises((RecursionError, CanonicalizationError)):
+        canonical_json(cycle)
+
+
 @pytest.mark.parametrize("bad", [float("nan"), float("inf"), 2**60, {1: "x"}, {"s": {1, 2}}])
 def test_values_without_a_canonical_form_raise_a_clear_error(bad: Any) -> None:
     with pytest.raises(CanonicalizationError, match="canonical JSON"):

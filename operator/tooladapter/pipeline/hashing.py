@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from enum import Enum
 from typing import Any
 
 import rfc8785
@@ -25,24 +26,43 @@ class CanonicalizationError(ValueError):
 _SAFE_INT = 2**53 - 1
 
 
+def _is_text(value: Any) -> bool:
+    # Exact types only (and str enums, which change no str behaviour): a subclass overriding
+    # ordering, hashing or `isascii` would spell otherwise than rfc8785.
+    return type(value) is str or (isinstance(value, str) and isinstance(value, Enum))
+
+
 def _plain(value: Any) -> bool:
     """Whether `json.dumps(sort_keys, compact, ensure_ascii=False)` spells `value` exactly as
     RFC 8785 does: strings, booleans, null, safe integers, lists and dicts with ASCII keys.
 
     On those the two agree byte for byte (the same escapes, `\\u00xx` in lower case; ASCII
-    keys sort the same by code point as by UTF-16 unit); floats (ES6 number form) and other
-    keys take `rfc8785`'s path. Its pure-Python walk was ~9% of the operator's CPU per call."""
-    if value is None or isinstance(value, (str, bool)):
-        return True
-    if isinstance(value, int):
-        return -_SAFE_INT <= value <= _SAFE_INT
-    if isinstance(value, (list, tuple)):
-        return all(_plain(item) for item in value)
-    if isinstance(value, dict):
-        return all(
-            isinstance(key, str) and key.isascii() and _plain(item) for key, item in value.items()
-        )
-    return False
+    keys sort the same by code point as by UTF-16 unit); floats (ES6 number form), other keys
+    and subclasses take `rfc8785`'s path. Iterative: an argument nested thousands deep must
+    not exhaust the stack here; a container met twice (shared, or a cycle) leaves the
+    judgement to rfc8785. rfc8785's pure-Python walk was ~9% of the operator's CPU per call."""
+    pending = [value]
+    seen: set[int] = set()
+    while pending:
+        item = pending.pop()
+        kind = type(item)
+        if item is None or kind is bool or _is_text(item):
+            continue
+        if kind is int:
+            if not -_SAFE_INT <= item <= _SAFE_INT:
+                return False
+            continue
+        if kind not in (list, tuple, dict) or id(item) in seen:
+            return False
+        seen.add(id(item))
+        if kind is not dict:
+            pending.extend(item)
+        else:
+            for key, member in item.items():
+                if not (_is_text(key) and key.isascii()):
+                    return False
+                pending.append(member)
+    return True
 
 
 def canonical_json(value: Any) -> bytes:
@@ -57,8 +77,8 @@ def canonical_json(value: Any) -> bytes:
             return json.dumps(
                 value, sort_keys=True, separators=(",", ":"), ensure_ascii=False
             ).encode("utf-8")
-        except UnicodeEncodeError:
-            pass  # a lone surrogate: rfc8785 names the error
+        except (UnicodeEncodeError, RecursionError):
+            pass  # a lone surrogate, or nesting deeper than the C encoder goes: rfc8785 decides
     try:
         return bytes(rfc8785.dumps(value))
     except (ValueError, TypeError) as err:
