@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import random
+from enum import StrEnum
 from typing import Any
 
 import pytest
@@ -178,6 +179,23 @@ class _OtherItems(dict[str, Any]):
         return [("z", 1)]
 
 
+class _Rehashed(StrEnum):
+    """An enum key with its own hash and order: the same text twice in one dict."""
+
+    A = "b"
+
+    def __hash__(self) -> int:
+        return hash(self._name_)
+
+    def __lt__(self, other: object) -> bool:
+        return str.__gt__(self, str(other))
+
+
+class _Plain(StrEnum):
+    A = "a"
+    B = "\x00\u2028"
+
+
 def _nested(depth: int) -> Any:
     return json.loads("[" * depth + "]" * depth)
 
@@ -194,6 +212,10 @@ def _nested(depth: int) -> Any:
         [_Renumbered(5)],
         _OtherItems(a=1),
         {"shared": (shared := {"k": "v"}), "again": shared},
+        # Second attack pass: str enum keys that redefine hashing and ordering.
+        {"b": 2, _Rehashed.A: 1},
+        {"b": [], _Rehashed.A: {}},
+        {"a": _Rehashed.A, "b": [_Plain.A, _Plain.B]},
     ],
 )
 def test_what_the_fast_path_must_not_take_is_still_spelled_as_rfc8785(value: Any) -> None:

@@ -27,8 +27,8 @@ _SAFE_INT = 2**53 - 1
 
 
 def _is_text(value: Any) -> bool:
-    # Exact types only (and str enums, which change no str behaviour): a subclass overriding
-    # ordering, hashing or `isascii` would spell otherwise than rfc8785.
+    # Exact types only, and str enum members as values (the encoder reads their characters,
+    # whatever methods the enum redefines); any other subclass may spell otherwise.
     return type(value) is str or (isinstance(value, str) and isinstance(value, Enum))
 
 
@@ -59,7 +59,9 @@ def _plain(value: Any) -> bool:
             pending.extend(item)
         else:
             for key, member in item.items():
-                if not (_is_text(key) and key.isascii()):
+                # Keys: exact str only. json.dumps sorts by the keys' own `<` and `==`, which
+                # an enum (or any subclass) may redefine.
+                if type(key) is not str or not key.isascii():
                     return False
                 pending.append(member)
     return True
