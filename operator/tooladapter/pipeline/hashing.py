@@ -3,7 +3,8 @@
 Approvals bind to a request hash, MCP tools are pinned by schema digest, receipts and
 results are stored by content hash. All of them must come out identical no matter how
 the JSON was spelled (key order, whitespace, `1.0` vs `1`), so everything is hashed over
-the RFC 8785 (JSON Canonicalization Scheme) form, never over `json.dumps` output.
+the RFC 8785 (JSON Canonicalization Scheme) form. `json.dumps` writes it only for values on
+which the two provably agree (`_plain`); everything else goes through `rfc8785`.
 """
 
 from __future__ import annotations
