@@ -168,7 +168,17 @@ class FailureClass(StrEnum):
     CREDENTIALS = "credentials"
     EFFECT_UNCONFIRMED = "effect-unconfirmed"
     CANCELLED = "cancelled"
+    #: Only on calls stored before duplicates ended in their first call's state: read, never
+    #: written (a duplicate now carries its first call's outcome and `status.duplicateOf`).
     DUPLICATE = "duplicate"
+    #: The same idempotency key (same caller) with another request: refused, as payment APIs do.
+    KEY_REUSED = "key-reused"
+    #: An identical request is Uncertain and unconfirmed: no new call runs until an operator
+    #: confirms it (the reference: "an operator must confirm before any retry").
+    UNCONFIRMED_EFFECT = "unconfirmed-effect"
+    #: The tool version is retired (`spec.retired`): new calls and calls not yet Executing.
+    RETIRED = "retired"
+
     RATE_LIMITED = "rate-limited"
     INTERNAL = "internal"
 

@@ -853,6 +853,12 @@ class InvocationResult(Model):
     """The kinds of redactions made."""
     exit_code: int | None = None
     """The exit code of a shell or container tool."""
+    is_error: bool = False
+    """The tool ran to its end and answered with an error (a non-zero exit code, an HTTP status
+    of 400 or more, an MCP isError): the call is Observed, its effect may have happened, and
+    failureClass says tool-error or output-invalid. Never a reason to run it again blindly."""
+    http_status: int | None = None
+    """The HTTP status an http tool's server answered."""
 
 
 class ReceiptSummary(Model):
@@ -1097,7 +1103,10 @@ class ToolInvocationStatus(Model):
     ended_at: str | None = None
     """When it ended (RFC 3339)."""
     duplicate_of: str | None = None
-    """The invocation that holds this call's idempotency key."""
+    """The first call with this idempotency key (same caller, same request): this call ended in
+    its state, with its receiptRef and result, and ran nothing itself."""
+    duplicate_of_uid: str | None = None
+    """The uid of the call named by duplicateOf."""
     effect_confirmation: EffectConfirmation | None = None
     """An operator's statement on an Uncertain effect."""
     egress: list[EgressRecord] = Field(default_factory=list)
