@@ -457,6 +457,11 @@ class ToolDescriptorSpec(Model):
     """Rate and concurrency limits per tool and namespace."""
     audit_requirements: AuditRequirements = Field(default_factory=AuditRequirements)
     """What the receipt records."""
+    result_delimiters: bool | None = None
+    """Whether MCP results wrap this tool's text between `<tool-result id=NONCE>` delimiters
+    (data for the model, a closing tag inside neutralised); unset: the gateway's setting
+    TOOLADAPTER_RESULT_DELIMITERS (default on). Display only: never in status, hashes or
+    receipts. Off for a client that parses the text itself."""
     sandbox: SandboxSpec | None = None
     """The sandbox of shell and container tools (and egress CIDRs of http tools)."""
     shell: ShellSpec | None = None

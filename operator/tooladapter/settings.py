@@ -255,6 +255,10 @@ class Settings:
     gateway_audiences: tuple[str, ...] = ()
     #: How long a tools/call waits for an approval before answering "still pending".
     gateway_approval_wait_seconds: int = 300
+    #: Wrap a tool's text in MCP results between `<tool-result id=NONCE>` delimiters (a
+    #: descriptor's `resultDelimiters` overrides it). On by default: the model reading the
+    #: result then sees where the tool's data ends, and a tool cannot close it early.
+    result_delimiters: bool = True
     #: A file of at least 32 random bytes sealing the reviewers' page session cookies
     #: (every replica behind one Service needs the same); unset: a key per process.
     ui_session_key_file: Path | None = None
@@ -331,6 +335,7 @@ class Settings:
             gateway_approval_wait_seconds=_at_least(
                 "TOOLADAPTER_GATEWAY_APPROVAL_WAIT_SECONDS", base.gateway_approval_wait_seconds, 0
             ),
+            result_delimiters=_bool("TOOLADAPTER_RESULT_DELIMITERS", base.result_delimiters),
             ui_session_key_file=_path("TOOLADAPTER_UI_SESSION_KEY_FILE"),
             ui_session_seconds=_at_least(
                 "TOOLADAPTER_UI_SESSION_SECONDS", base.ui_session_seconds, 60

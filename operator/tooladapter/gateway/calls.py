@@ -4,8 +4,10 @@ The invocation is followed on a watch (with the caller's token) from the version
 create returned; every change of state or stage is reported as progress. A call waiting
 for an approval is followed for `gateway_approval_wait_seconds` at most, then answered as
 still pending (not an error), naming the invocation; so is any call still running after
-its descriptor's timeout plus that wait (plus a margin). A `Denied` duplicate of an
-idempotency key is answered with the call that holds the key, as a retry expects.
+its descriptor's timeout plus that wait (plus a margin). A duplicate of an idempotency
+key (same caller, same request) ends in its first call's state with that call's result and
+`duplicateOf`: it is answered as it stands, naming the first call in `_meta`. A duplicate
+stored before that (`Denied` `duplicate`) is answered with the call that holds the key.
 """
 
 from __future__ import annotations
@@ -16,9 +18,14 @@ from collections.abc import Awaitable, Callable, Mapping
 from contextlib import aclosing
 from typing import Any, Final
 
-from ..enums import FailureClass, InvocationState, Resource
+from ..enums import InvocationState, Resource
 from ..kube.callers import CallerApiError
+from ..pipeline import readout
 from ..pipeline.toolview import (
+    META_DUPLICATE_OF,
+    META_INVOCATION,
+    META_PROVENANCE,
+    PROVENANCE,
     CallOptions,
     ToolEntry,
     call_result,
@@ -59,6 +66,7 @@ def _refused(namespace: str, exc: CallerApiError) -> dict[str, Any]:
             }
         ],
         "isError": True,
+        "_meta": {META_PROVENANCE: PROVENANCE},
     }
 
 
@@ -94,7 +102,10 @@ async def call_tool(
         created = await caller.api.create(Resource.INVOCATIONS, namespace, body)
     except CallerApiError as exc:
         return _refused(namespace, exc)
-    timeout = entry.spec.timeout_seconds if entry is not None else 0
+    timeout = 0
+    if entry is not None:
+        # No timeoutSeconds on the descriptor: the operator's default applies (issue 27).
+        timeout = entry.spec.timeout_seconds or deps.settings.default_timeout_seconds
     follower = _Follower(deps, caller, namespace, entry, progress, timeout)
     return await follower.follow(created)
 
@@ -120,7 +131,8 @@ class _Follower:
         self.approval_since: float | None = None
         self.reported: str | None = None
         self.sent = 0
-        self.followed_duplicate = False
+        #: The call the agent made, when the answer is its first call's (an old duplicate).
+        self.duplicate: str | None = None
 
     def deadline(self) -> float:
         if self.approval_since is not None:
@@ -174,6 +186,7 @@ class _Follower:
             "_meta": {
                 "dev.tooladapter/invocation": name,
                 "dev.tooladapter/namespace": self.namespace,
+                META_PROVENANCE: PROVENANCE,
             },
         }
 
@@ -185,14 +198,11 @@ class _Follower:
         now = time.monotonic()
         if state is not None and state.terminal:
             status = obj.get("status") or {}
-            holder = status.get("duplicateOf")
-            if (
-                state == InvocationState.DENIED
-                and status.get("failureClass") == FailureClass.DUPLICATE
-                and holder
-                and not self.followed_duplicate
-            ):
-                self.followed_duplicate = True
+            holder = readout.duplicate_of(status)
+            # A duplicate now carries its first call's outcome and is answered as it is;
+            # one stored before (Denied `duplicate`) says nothing of it: follow the holder.
+            if readout.legacy_duplicate(status) and holder and self.duplicate is None:
+                self.duplicate = name
                 await self.report(f"a duplicate of {holder}, which holds the idempotency key")
                 try:
                     held = await self.caller.api.get(Resource.INVOCATIONS, self.namespace, holder)
@@ -230,7 +240,17 @@ class _Follower:
                 schema = self.entry.spec.output_schema
                 if not (isinstance(schema, dict) and schema.get("type") == "object"):
                     schema = None
-        return call_result(obj, text=text, output_schema=schema)
+        answer = call_result(obj, text=text, output_schema=schema, delimiters=self.delimiters())
+        if self.duplicate is not None:
+            # The old duplicate's answer is its holder's: say so as a new duplicate would.
+            answer["_meta"][META_DUPLICATE_OF] = answer["_meta"][META_INVOCATION]
+            answer["_meta"][META_INVOCATION] = self.duplicate
+        return answer
+
+    def delimiters(self) -> bool:
+        """The descriptor's `resultDelimiters`, else the gateway's setting."""
+        chosen = self.entry.spec.result_delimiters if self.entry is not None else None
+        return self.deps.settings.result_delimiters if chosen is None else chosen
 
     async def _stored_text(self, ref: str) -> str:
         try:

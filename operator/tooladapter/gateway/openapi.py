@@ -169,7 +169,16 @@ SCHEMAS: Final[dict[str, Any]] = {
     "Invocation": {
         "type": "object",
         "description": "A ToolInvocation with its pipeline stages, sandbox lease and receipt.",
-        "required": ["name", "namespace", "uid", "createdAt", "spec", "status"],
+        "required": [
+            "name",
+            "namespace",
+            "uid",
+            "createdAt",
+            "spec",
+            "status",
+            "provenance",
+            "toolError",
+        ],
         "properties": {
             "name": {"type": "string"},
             "namespace": {"type": "string"},
@@ -180,11 +189,52 @@ SCHEMAS: Final[dict[str, Any]] = {
                 "type": "object",
                 "properties": {
                     "state": {"type": "string"},
+                    "failureClass": {
+                        "type": "string",
+                        "description": "tool-error or output-invalid on an Observed call "
+                        "whose tool answered with an error; duplicate (Denied) and "
+                        "tool-error (Failed) only on calls stored before issue 27.",
+                    },
+                    "result": {
+                        "type": "object",
+                        "description": "The sanitized result: data from the tool, never "
+                        "instructions.",
+                        "properties": {
+                            "provenance": {"const": "tool-result"},
+                            "content": {"type": "string"},
+                            "isError": {
+                                "type": "boolean",
+                                "description": "The tool ran to its end and answered with "
+                                "an error (the call is Observed; its effect may have "
+                                "happened).",
+                            },
+                            "exitCode": {"type": "integer"},
+                            "httpStatus": {"type": "integer"},
+                        },
+                    },
+                    "duplicateOf": {
+                        "type": "string",
+                        "description": "The first call with this idempotency key: this one "
+                        "ended in its state, with its receiptRef and result, and ran nothing.",
+                    },
+                    "duplicateOfUid": {"type": "string"},
                     "stages": {"type": "array", "items": {"type": "object"}},
                     "sandboxLease": {"type": "object"},
                     "receipt": {"type": "object"},
                     "receiptRef": {"type": "string"},
                 },
+            },
+            "provenance": {
+                "const": "tool-result",
+                "description": "What status.result is: a tool's answer, data for the model "
+                "and never instructions (MCP results say the same in _meta "
+                "dev.tooladapter/provenance).",
+            },
+            "toolError": {
+                "type": "boolean",
+                "description": "The tool ran to its end and answered with an error: Observed "
+                "with result.isError (or a Failed tool-error stored before issue 27). Its "
+                "effect may have happened: not a reason to retry blindly.",
             },
         },
         "additionalProperties": False,

@@ -115,8 +115,9 @@ def request_hash(*, namespace: str, tool_id: str, tool_version: str, arguments: 
     )
 
 
-#: Descriptor fields that describe rather than define the tool: they may change freely.
-DESCRIPTIVE_FIELDS = frozenset({"description", "releaseId"})
+#: Descriptor fields that describe rather than define the tool: they may change freely
+#: (`resultDelimiters` changes only how the gateway shows a result, never what runs).
+DESCRIPTIVE_FIELDS = frozenset({"description", "releaseId", "resultDelimiters"})
 
 
 def descriptor_digest(spec_wire: dict[str, Any]) -> str:

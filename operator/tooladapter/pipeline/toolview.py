@@ -6,13 +6,16 @@
 - The MCP tool object of a descriptor, with hints derived from its side-effect class.
 - What a caller's `_meta` may set on a call, and the ToolInvocation the gateway creates.
 - What a followed invocation reports as progress and, once it ends, as a tools/call
-  result: `isError` for every end but `Observed` (an `Uncertain` effect is never reported
-  as a success), with the stage and reason, the invocation and its receipt in `_meta`.
+  result: `isError` for every end but `Observed`, and for an Observed tool error (an
+  `Uncertain` effect is never reported as a success), with the stage and reason, the
+  invocation, its receipt and `provenance: tool-result` in `_meta`; the tool's text
+  optionally between unguessable delimiters (`delimit`).
 """
 
 from __future__ import annotations
 
 import json
+import secrets
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
@@ -20,7 +23,7 @@ from typing import Any, Final
 from packaging.version import InvalidVersion, Version
 from pydantic import ValidationError
 
-from ..enums import RISK_TO_CLASS, InvocationState, SideEffectClass, ToolKind
+from ..enums import RISK_TO_CLASS, FailureClass, InvocationState, SideEffectClass, ToolKind
 from ..model import (
     TOOL_ID_MAX,
     TOOL_ID_PATTERN,
@@ -30,6 +33,7 @@ from ..model import (
     ToolDescriptorStatus,
     ToolInvocationSpec,
 )
+from . import readout
 from .linear_regex import compile_internal
 from .validation import validate_arguments
 
@@ -51,6 +55,15 @@ META_KIND: Final = META_PREFIX + "kind"
 META_DESCRIPTOR: Final = META_PREFIX + "descriptor"
 META_TRUNCATED: Final = META_PREFIX + "truncated"
 META_DUPLICATE_OF: Final = META_PREFIX + "duplicateOf"
+META_DUPLICATE_OF_UID: Final = META_PREFIX + "duplicateOfUid"
+META_PROVENANCE: Final = META_PREFIX + "provenance"
+META_TOOL_ERROR: Final = META_PREFIX + "toolError"
+META_EXIT_CODE: Final = META_PREFIX + "exitCode"
+META_HTTP_STATUS: Final = META_PREFIX + "httpStatus"
+
+#: What every tools/call result (and the REST invocation view) says of its content: data
+#: from a tool, never instructions (the reference's provenance tag).
+PROVENANCE: Final = "tool-result"
 
 # Anchored patterns (`^...$`; RE2's `$` matches only at the very end).
 _TOOL_ID = compile_internal(TOOL_ID_PATTERN)
@@ -373,22 +386,50 @@ def _text(value: str) -> dict[str, Any]:
 def result_meta(obj: Mapping[str, Any]) -> dict[str, Any]:
     meta_obj = obj.get("metadata") or {}
     status = obj.get("status") or {}
+    result = status.get("result") or {}
     meta: dict[str, Any] = {
         META_INVOCATION: meta_obj.get("name"),
         META_NAMESPACE: meta_obj.get("namespace"),
         META_STATE: status.get("state"),
         META_RECEIPT_REF: status.get("receiptRef"),
+        META_PROVENANCE: PROVENANCE,
     }
     for key, field in (
         (META_STAGE, _stage_of(status)),
         (META_FAILURE_CLASS, status.get("failureClass")),
         (META_DUPLICATE_OF, status.get("duplicateOf")),
+        (META_DUPLICATE_OF_UID, status.get("duplicateOfUid")),
     ):
         if field:
             meta[key] = field
-    if (status.get("result") or {}).get("truncated"):
+    if result.get("truncated"):
         meta[META_TRUNCATED] = True
+    if readout.tool_error(status):
+        meta[META_TOOL_ERROR] = True
+    for key, field in ((META_EXIT_CODE, "exitCode"), (META_HTTP_STATUS, "httpStatus")):
+        if result.get(field) is not None:
+            meta[key] = result[field]
     return meta
+
+
+#: `<tool-result`, `</tool-result` (any case, spaces after `<` or `/`) inside a result: a
+#: tool's text must not close (or fake) the delimiter around it. RE2 (linear time): the
+#: text is a tool's output, which an agent can influence.
+_DELIMITER_TAG = compile_internal(r"(?i)<(\s*/?\s*tool-result)")
+
+
+def delimit(text: str, nonce: str | None = None) -> str:
+    """A tool's text as the model should read it: data between `<tool-result id=NONCE>` and
+    `</tool-result id=NONCE>`. The nonce is random per answer (a tool cannot guess the
+    closing tag) and any delimiter tag inside the text is escaped (`&lt;/tool-result`), so
+    instructions inside a result cannot step out of it. Display only: never written to
+    `status.result`, a hash or a receipt."""
+    nonce = nonce or secrets.token_hex(16)
+    escaped = _DELIMITER_TAG.sub(r"&lt;\1", text)
+    return (
+        f'<tool-result id="{nonce}" provenance="{PROVENANCE}">\n{escaped}\n'
+        f'</tool-result id="{nonce}">'
+    )
 
 
 def structured_result(
@@ -416,33 +457,58 @@ def structured_result(
     return candidate, None
 
 
+def _tool_text(text: str, delimiters: bool) -> dict[str, Any]:
+    return _text(delimit(text) if delimiters else text)
+
+
 def call_result(
     obj: Mapping[str, Any],
     *,
     text: str | None,
     output_schema: Mapping[str, Any] | None = None,
+    delimiters: bool = False,
 ) -> dict[str, Any]:
     """The tools/call result of an ended invocation (MCP `CallToolResult` wire form).
 
     `text` is the sanitized result (inline in status, or read from the artifact store);
-    only `Observed` is a success."""
+    only an `Observed` call without a tool error is a success. A tool error (Observed with
+    `result.isError`, or a `Failed` tool error stored before) is `isError` with the tool's
+    own text. `delimiters` wraps the tool's text (never tooladapter's own words) with
+    `delimit`."""
     status = obj.get("status") or {}
     state = state_of(obj)
     meta = result_meta(obj)
     message = str(status.get("message") or "")
+    body = text if text is not None else ""
+    if readout.tool_error(status):
+        detail = readout.error_detail(status)
+        failure = status.get("failureClass") or FailureClass.TOOL_ERROR
+        lead = (
+            f"{state or 'Unknown'}: the tool ran and answered with an error"
+            f"{f' ({detail})' if detail else ''} [{failure}]. Its effect may have happened: "
+            f"do not retry blindly. {message}"
+        )
+        return {
+            "content": [_text(lead.strip()), _tool_text(body, delimiters)],
+            "isError": True,
+            "_meta": meta,
+        }
     if state == InvocationState.OBSERVED:
-        body = text if text is not None else ""
         result = status.get("result") or {}
         structured, problem = structured_result(
             output_schema, body, result.get("structuredContent")
         )
         if problem is not None:
             return {
-                "content": [_text(f"Observed, but {problem}"), _text(body)],
+                "content": [_text(f"Observed, but {problem}"), _tool_text(body, delimiters)],
                 "isError": True,
                 "_meta": meta,
             }
-        wire: dict[str, Any] = {"content": [_text(body)], "isError": False, "_meta": meta}
+        wire: dict[str, Any] = {
+            "content": [_tool_text(body, delimiters)],
+            "isError": False,
+            "_meta": meta,
+        }
         if structured is not None:
             wire["structuredContent"] = structured
         return wire
@@ -459,7 +525,7 @@ def call_result(
         lead = f"{state or 'Unknown'} at stage {stage}{why}: {message}"
     content = [_text(lead.strip())]
     if text:
-        content.append(_text(text))
+        content.append(_tool_text(text, delimiters))
     return {"content": content, "isError": True, "_meta": meta}
 
 
@@ -492,6 +558,9 @@ def invocation_view(obj: Mapping[str, Any]) -> dict[str, Any]:
         "createdAt": meta.get("creationTimestamp"),
         "spec": obj.get("spec") or {},
         "status": obj.get("status") or {},
+        # The result in status is a tool's answer: data, never instructions (as MCP's _meta).
+        "provenance": PROVENANCE,
+        "toolError": readout.tool_error(obj.get("status") or {}),
     }
 
 

@@ -1,0 +1,78 @@
+"""How the doors (MCP, REST, CLI, the reviewers' page) read an ended call's outcome.
+
+Pure functions over an invocation's `status` (plain data), in the current shape and in the
+shapes stored before issue 27, which every door keeps reading:
+
+- A tool error: the tool ran to its end and answered with an error. Now `Observed` with
+  `result.isError` (and the exit code or HTTP status); before, `Failed` with failure class
+  `tool-error`. Either way its effect may have happened: never "safe to retry".
+- A duplicate (same idempotency key, same caller, same request): now it ends in the first
+  call's state with its receiptRef and result and `duplicateOf`; before, it ended `Denied`
+  with failure class `duplicate` and `duplicateOf` naming the holder of the key.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from ..enums import FailureClass, InvocationState
+
+#: Failure classes of a tool that ran and answered with an error.
+TOOL_ERROR_CLASSES = frozenset({FailureClass.TOOL_ERROR, FailureClass.OUTPUT_INVALID})
+
+
+def _result(status: Mapping[str, Any]) -> Mapping[str, Any]:
+    result = status.get("result")
+    return result if isinstance(result, Mapping) else {}
+
+
+def legacy_duplicate(status: Mapping[str, Any]) -> bool:
+    """A duplicate stored before duplicates carried their first call's outcome: `Denied`
+    `duplicate`, its own status says nothing of the outcome (read `duplicateOf`)."""
+    return (
+        status.get("state") == InvocationState.DENIED
+        and status.get("failureClass") == FailureClass.DUPLICATE
+    )
+
+
+def duplicate_of(status: Mapping[str, Any]) -> str | None:
+    """The first call this one duplicates (either shape), or None."""
+    first = status.get("duplicateOf")
+    return str(first) if first else None
+
+
+def tool_error(status: Mapping[str, Any]) -> bool:
+    """The tool ran to its end and answered with an error: `Observed` with `result.isError`
+    (or a tool-error failure class), or a `Failed` tool error stored before issue 27."""
+    state = status.get("state")
+    if state == InvocationState.OBSERVED:
+        return bool(_result(status).get("isError")) or (
+            status.get("failureClass") in TOOL_ERROR_CLASSES
+        )
+    return state == InvocationState.FAILED and status.get("failureClass") in TOOL_ERROR_CLASSES
+
+
+def error_detail(status: Mapping[str, Any]) -> str:
+    """What the tool answered, in a few words: `exit code 2`, `HTTP 500`, or ``."""
+    result = _result(status)
+    parts = []
+    if result.get("exitCode") is not None:
+        parts.append(f"exit code {result['exitCode']}")
+    if result.get("httpStatus") is not None:
+        parts.append(f"HTTP {result['httpStatus']}")
+    return ", ".join(parts)
+
+
+def outcome_label(status: Mapping[str, Any]) -> str:
+    """The state as a person should read it: `Observed` alone is a success; a tool error
+    and a duplicate say so (`Observed: tool error (exit code 2)`)."""
+    state = str(status.get("state") or "")
+    words = []
+    if tool_error(status):
+        detail = error_detail(status)
+        words.append(f"tool error ({detail})" if detail else "tool error")
+    first = duplicate_of(status)
+    if first:
+        words.append(f"duplicate of {first}")
+    return f"{state}: {', '.join(words)}" if words else state
