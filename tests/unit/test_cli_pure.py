@@ -10,7 +10,13 @@ from typing import Any
 import pytest
 
 from tooladapter.cli import bodies, views
-from tooladapter.cli.exitcodes import CliError, ExitCode, for_api_status, for_state
+from tooladapter.cli.exitcodes import (
+    CliError,
+    ExitCode,
+    for_api_status,
+    for_outcome,
+    for_state,
+)
 from tooladapter.cli.follow import StageDisplay, finished
 from tooladapter.cli.parsing import (
     looks_like_ref,
@@ -486,3 +492,85 @@ def test_exit_codes_are_distinct_and_follow_the_terminal_state() -> None:
     assert for_api_status(403) is ExitCode.FORBIDDEN and for_api_status(401) is ExitCode.FORBIDDEN
     assert for_api_status(422) is ExitCode.USAGE
     assert for_api_status(500) is ExitCode.ERROR and for_api_status(0) is ExitCode.ERROR
+
+
+@pytest.mark.parametrize(
+    ("status", "code"),
+    [
+        ({"state": "Observed", "result": {"content": "ok"}}, ExitCode.OK),
+        (
+            {"state": "Observed", "failureClass": "tool-error", "result": {"isError": True}},
+            ExitCode.TOOL_ERROR,
+        ),
+        (
+            {"state": "Observed", "result": {"isError": True, "httpStatus": 500}},
+            ExitCode.TOOL_ERROR,
+        ),
+        ({"state": "Observed", "failureClass": "output-invalid"}, ExitCode.TOOL_ERROR),
+        # Stored before issue 27: a tool error ended Failed; still a tool error, not "safe".
+        ({"state": "Failed", "failureClass": "tool-error"}, ExitCode.TOOL_ERROR),
+        ({"state": "Failed", "failureClass": "transient"}, ExitCode.FAILED),
+        # A duplicate exits as its first call ended; an old Denied duplicate stays Denied.
+        ({"state": "Observed", "duplicateOf": "call-0"}, ExitCode.OK),
+        ({"state": "Uncertain", "duplicateOf": "call-0"}, ExitCode.UNCERTAIN),
+        ({"state": "Denied", "failureClass": "duplicate", "duplicateOf": "c0"}, ExitCode.DENIED),
+        ({"state": "Denied", "failureClass": "unconfirmed-effect"}, ExitCode.DENIED),
+        ({"state": "Denied", "failureClass": "key-reused"}, ExitCode.DENIED),
+    ],
+)
+def test_a_tool_error_has_its_own_exit_code(status: dict[str, Any], code: ExitCode) -> None:
+    assert for_outcome(status) is code
+    assert ExitCode.TOOL_ERROR not in (ExitCode.OK, ExitCode.FAILED, ExitCode.DENIED)
+
+
+def test_outcome_and_receipt_rows_show_a_tool_error_and_a_duplicate() -> None:
+    obj = {
+        "metadata": {"name": "c1", "namespace": "t"},
+        "spec": {"tool": {"id": "sh", "version": "1"}},
+        "status": {
+            "state": "Observed",
+            "failureClass": "tool-error",
+            "result": {"content": "no", "isError": True, "exitCode": 2},
+            "duplicateOf": "c0",
+            "duplicateOfUid": "u0",
+        },
+    }
+    out = views.outcome(obj)
+    assert out["toolError"] is True and out["duplicateOfUid"] == "u0"
+    row = views.receipt_row(obj)
+    assert row["outcome"] == "Observed: tool error (exit code 2), duplicate of c0"
+    clean = {**obj, "status": {"state": "Observed"}}
+    assert views.receipt_row(clean)["outcome"] == "Observed"
+    assert views.outcome(clean)["toolError"] is False
+    # A gateway from before issue 27 sends no outcome: its state stands in.
+    assert views.gateway_receipt_row({"state": "Failed"})["outcome"] == "Failed"
+    assert (
+        views.gateway_receipt_row({"state": "Observed", "outcome": "Observed: x"})["outcome"]
+        == "Observed: x"
+    )
+
+
+def test_invoke_reports_a_tool_error_and_exits_with_its_code(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from tooladapter.cli.context import Settings
+    from tooladapter.cli.invoke import _report
+
+    obj = {
+        "metadata": {"name": "sh-1"},
+        "status": {
+            "state": "Observed",
+            "failureClass": "tool-error",
+            "message": "exit code 2",
+            "receiptRef": "sha256:" + HEX,
+            "result": {"content": "ls: /nope\n", "isError": True, "exitCode": 2},
+        },
+    }
+    assert _report(Settings(), obj, finished=True, dry_run=False) is ExitCode.TOOL_ERROR
+    out, err = capsys.readouterr()
+    assert out == "ls: /nope\n"
+    assert "sh-1: Observed: tool error (exit code 2)" in err and "tool-error" in err
+    old = {"metadata": {"name": "d"}, "status": {"state": "Denied", "failureClass": "duplicate"}}
+    old["status"]["duplicateOf"] = "first"
+    assert _report(Settings(), old, finished=True, dry_run=False) is ExitCode.DENIED
+    assert "read first for the outcome" in capsys.readouterr().err

@@ -3,14 +3,18 @@ them). An invocation's terminal state maps onto them, and so does an API error s
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from enum import IntEnum
+from typing import Any
 
 from ..enums import InvocationState
+from ..pipeline import readout
 
 
 class ExitCode(IntEnum):
     OK = 0
-    """Success: the call was Observed (or previewed), the command did what it said."""
+    """Success: the call was Observed without a tool error (or previewed), the command did
+    what it said."""
     ERROR = 1
     """Anything else: the API server unreachable, an object in the wrong state."""
     USAGE = 2
@@ -18,7 +22,7 @@ class ExitCode(IntEnum):
     DENIED = 3
     """The call was Denied (or a dry-run says it would be); an approval did not bind."""
     FAILED = 4
-    """The call ran and Failed (no effect, or a tool error)."""
+    """The call Failed: it provably never started acting (safe to try again)."""
     UNCERTAIN = 5
     """The call's effect is Uncertain: an operator must confirm it."""
     CANCELLED = 6
@@ -32,6 +36,10 @@ class ExitCode(IntEnum):
     authenticated."""
     MISMATCH = 10
     """`receipt verify`: the bytes do not hash to the reference."""
+    TOOL_ERROR = 11
+    """The tool ran to its end and answered with an error (Observed with result.isError: a
+    non-zero exit code, an HTTP error status): its effect may have happened, so unlike
+    FAILED it is no invitation to run the call again."""
 
 
 _STATE_CODES = {
@@ -52,6 +60,16 @@ def for_state(state: str | None) -> ExitCode:
         # by the command that asked for it; anything else is not finished.
         return ExitCode.PENDING
     return _STATE_CODES.get(known, ExitCode.PENDING)
+
+
+def for_outcome(status: Mapping[str, Any]) -> ExitCode:
+    """The exit code of an invocation's `status`: by state, and TOOL_ERROR for a tool that
+    answered with an error (Observed with isError, or a Failed tool-error stored before
+    issue 27). A duplicate carries its first call's state, so it exits as that call did; an
+    old Denied `duplicate` stays DENIED."""
+    if readout.tool_error(status):
+        return ExitCode.TOOL_ERROR
+    return for_state(status.get("state"))
 
 
 def for_api_status(status: int) -> ExitCode:

@@ -9,11 +9,12 @@ import click
 
 from ..enums import InvocationState, Resource
 from ..kube.user import ApiError, UserApi
+from ..pipeline import readout
 from . import views
 from .bodies import claimable_groups, invocation_body
 from .complete import tool_ids
 from .context import Settings, common_options, run_async, stacked, stderr_is_tty, wait_options
-from .exitcodes import CliError, ExitCode, for_state
+from .exitcodes import CliError, ExitCode, for_outcome
 from .follow import PREVIEWED, StageDisplay, follow_until_finished
 from .parsing import name_prefix, parse_arguments
 
@@ -135,7 +136,7 @@ def _report(
     elif not finished:
         code = ExitCode.OK if timeout is None else ExitCode.PENDING
     else:
-        code = for_state(state)
+        code = for_outcome(status)
     if settings.structured:
         settings.emit(views.outcome(obj))
         return code
@@ -153,17 +154,18 @@ def _report(
     if dry_run and state == PREVIEWED:
         click.echo("\n".join(views.preview_lines(status.get("preview") or {})))
         return code
-    summary = [str(state)]
+    summary = [readout.outcome_label(status)]
     if status.get("effectiveClass"):
         summary.append(f"class {status['effectiveClass']}")
     if status.get("receiptRef"):
         summary.append(f"receipt {status['receiptRef']}")
     click.echo(f"{name}: {', '.join(summary)}", err=True)
-    if state != InvocationState.OBSERVED:
+    if state != InvocationState.OBSERVED or readout.tool_error(status):
         detail = [status.get("failureClass"), status.get("deniedStage"), status.get("message")]
         click.echo("  " + " | ".join(str(d) for d in detail if d), err=True)
-        if status.get("duplicateOf"):
-            click.echo(f"  duplicate of {status['duplicateOf']}", err=True)
+    if readout.legacy_duplicate(status):
+        # Stored before duplicates carried their first call's outcome: that call has it.
+        click.echo(f"  read {status.get('duplicateOf')} for the outcome", err=True)
     text = views.result_text(obj)
     if text:
         click.echo(text, nl=not text.endswith("\n"))
@@ -192,8 +194,9 @@ def invoke(
     """Call TOOL as yourself: create the ToolInvocation, follow its stages, print the result.
 
     With -o json the outcome (state, result, receiptRef, ...) is printed as JSON; the stage
-    lines always go to stderr. Exit code: the call's end (0 Observed, 3 Denied, 4 Failed,
-    5 Uncertain, 6 Cancelled, 7 still running after --timeout)."""
+    lines always go to stderr. Exit code: the call's end (0 Observed, 11 Observed with a
+    tool error, 3 Denied, 4 Failed, 5 Uncertain, 6 Cancelled, 7 still running after
+    --timeout); a duplicate exits as its first call did."""
     return run_async(
         _call(
             settings,

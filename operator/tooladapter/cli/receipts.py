@@ -45,13 +45,13 @@ async def _receipts(settings: Settings, run_id: str, gateway: str | None) -> Exi
     elif rows:
         click.echo(
             table(
-                ["invocation", "tool", "version", "state", "class", "approval", "receipt"],
+                ["invocation", "tool", "version", "outcome", "class", "approval", "receipt"],
                 [
                     [
                         r["name"],
                         r["tool"],
                         r["version"],
-                        r["state"],
+                        r["outcome"],
                         r["effectiveClass"],
                         r["approval"],
                         r["receiptRef"] or "(not yet)",

@@ -12,6 +12,7 @@ from typing import Any
 from packaging.version import InvalidVersion, Version
 
 from ..enums import GATED_CLASSES, SideEffectClass, ToolKind
+from ..pipeline import readout
 from ..pipeline.argdiff import canonical
 from ..pipeline.parts import name_of as _name
 from ..pipeline.parts import spec_of as _spec
@@ -171,6 +172,9 @@ def outcome(obj: dict[str, Any]) -> dict[str, Any]:
         "resultHash": status.get("resultHash"),
         "result": status.get("result"),
         "duplicateOf": status.get("duplicateOf"),
+        "duplicateOfUid": status.get("duplicateOfUid"),
+        # Observed is a success only without it (a stored Failed tool-error counts too).
+        "toolError": readout.tool_error(status),
         "retryAfterSeconds": status.get("retryAfterSeconds"),
         "preview": status.get("preview"),
     }
@@ -192,6 +196,8 @@ def receipt_row(obj: dict[str, Any]) -> dict[str, Any]:
         "tool": tool.get("id"),
         "version": tool.get("version"),
         "state": status.get("state"),
+        # The state as a person reads it: a tool error or a duplicate says so.
+        "outcome": readout.outcome_label(status),
         "effectiveClass": status.get("effectiveClass"),
         "approval": (status.get("approval") or {}).get("name"),
         "receiptRef": status.get("receiptRef"),
@@ -217,6 +223,8 @@ def gateway_receipt_row(row: dict[str, Any]) -> dict[str, Any]:
         "tool": row.get("toolId"),
         "version": row.get("toolVersion"),
         "state": row.get("state"),
+        # A gateway older than issue 27 sends no outcome: its state is all there is.
+        "outcome": row.get("outcome") or row.get("state"),
         "effectiveClass": row.get("effectiveClass"),
         "approval": row.get("approval"),
         "receiptRef": row.get("receiptRef"),

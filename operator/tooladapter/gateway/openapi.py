@@ -257,6 +257,13 @@ SCHEMAS: Final[dict[str, Any]] = {
             "toolId": _NULLABLE_STRING,
             "toolVersion": _NULLABLE_STRING,
             "state": _NULLABLE_STRING,
+            "outcome": {
+                "type": "string",
+                "description": "The state as a person reads it: `Observed` alone is a "
+                "success; `Observed: tool error (exit code 2)`, `Observed: duplicate of X`.",
+            },
+            "toolError": {"type": "boolean"},
+            "duplicateOf": _NULLABLE_STRING,
             "declaredClass": _NULLABLE_STRING,
             "effectiveClass": _NULLABLE_STRING,
             "policyDecisionId": _NULLABLE_STRING,
