@@ -146,6 +146,12 @@ class Catalog:
             invocation = (body.get("spec") or {}).get("invocation")
             if invocation:
                 self.notify(meta["namespace"], approval_key(invocation))
+        if resource == Resource.DESCRIPTORS and (body.get("spec") or {}).get("retired"):
+            # Calls of the namespace waiting for an approval, or Executing, look whether it is
+            # their version: the first are Denied `retired`, the second interrupted (Cancel).
+            for namespace, key in list(self._changed):
+                if namespace == meta["namespace"] and key.startswith(_RETIREMENT_PREFIXES):
+                    self._changed[(namespace, key)].set()
 
     def wrote(self, resource: Resource, before: Body, after: Body) -> None:
         """Hold `after`, what a write of ours onto `before` returned, if this catalog still
@@ -250,3 +256,13 @@ def invocation_key(name: str) -> str:
 def approval_key(invocation: str) -> str:
     """The change-signal key of the approvals naming `invocation`."""
     return f"approval:{invocation}"
+
+
+def retirement_key(invocation: str) -> str:
+    """The change-signal key an Executing `invocation` waits on: set when a descriptor of
+    its namespace is retired (its flow then looks whether it is its version)."""
+    return f"retirement:{invocation}"
+
+
+#: Signals a retired descriptor sets in its namespace (`Catalog.update`).
+_RETIREMENT_PREFIXES = ("approval:", "retirement:")

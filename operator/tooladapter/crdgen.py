@@ -27,6 +27,7 @@ Usage: `python -m tooladapter.crdgen [--check] DIR` writes (or, with --check, co
 from __future__ import annotations
 
 import argparse
+import copy
 import difflib
 import sys
 from collections.abc import Mapping, Sequence
@@ -196,7 +197,8 @@ def _keywords(node: Mapping[str, Any], defs: Mapping[str, Any], path: str) -> JS
             if value:
                 out["x-kubernetes-list-type"] = "set"
         elif key.startswith("x-kubernetes-"):
-            out[key] = value
+            # A copy: a model used at two places would otherwise render as a YAML alias.
+            out[key] = copy.deepcopy(value)
         elif key in _DROP:
             continue
         else:
@@ -262,7 +264,10 @@ def _finish(out: JSON, path: str) -> JSON:
             out[bound] = True
     if out.get("type") == "object" and "properties" in out and "additionalProperties" in out:
         raise SchemaError(f"{path}: properties and additionalProperties together")
-    if "type" not in out and not out.get("x-kubernetes-preserve-unknown-fields"):
+    untyped = out.get("x-kubernetes-preserve-unknown-fields") or out.get(
+        "x-kubernetes-int-or-string"
+    )  # int-or-string is structural without a type (a quantity: 1 or "500m")
+    if "type" not in out and not untyped:
         raise SchemaError(f"{path or '<root>'}: no type (an untyped field needs preserve-unknown)")
     return out
 

@@ -271,6 +271,16 @@ class McpServerPhase(StrEnum):
     RETIRED = "Retired"
 
 
+class InFlightPolicy(StrEnum):
+    """What retiring a tool version does to its calls already Executing (calls not yet
+    Executing are Denied `retired` either way)."""
+
+    #: Let them run to their end.
+    COMPLETE = "Complete"
+    #: Interrupt them, settled by class as an interrupt is.
+    CANCEL = "Cancel"
+
+
 class EnvironmentClass(StrEnum):
     DEVELOPMENT = "development"
     STAGING = "staging"

@@ -12,9 +12,10 @@ that is how CEL rules, preserve-unknown-fields and list types reach the API serv
 from __future__ import annotations
 
 import functools
+import re
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic.alias_generators import to_camel
 from pydantic.config import JsonDict
 
@@ -23,6 +24,7 @@ from .enums import (
     BlockAction,
     EgressVerdict,
     FailureClass,
+    InFlightPolicy,
     InvocationState,
     McpServerPhase,
     PreviewVerdict,
@@ -214,13 +216,87 @@ class AuditRequirements(Model):
     """Record the (redacted) command line of shell and container tools."""
 
 
+#: An extended resource name (`nvidia.com/gpu`): a DNS-subdomain prefix, a slash, a name.
+EXTENDED_RESOURCE_PATTERN = (
+    r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*"
+    r"/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
+)
+#: A Kubernetes quantity (`500m`, `64Mi`, `1.5`, `2e3`).
+QUANTITY_PATTERN = r"^[+]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][-+]?[0-9]+|[numkMGTPE]|[KMGTPE]i)?$"
+#: Most resource names one pod section may list (bounds the CRD's CEL cost).
+MAX_RESOURCE_NAMES = 16
+_EXTENDED = re.compile(EXTENDED_RESOURCE_PATTERN)
+_QUANTITY = re.compile(QUANTITY_PATTERN)
+
+
+def _resource_map_schema(schema: JsonDict) -> None:
+    """On the wire a map from resource name to quantity, as a pod's: a structural schema
+    cannot have `properties` beside `additionalProperties`, and extended names are open."""
+    schema.pop("properties", None)
+    schema["additionalProperties"] = {"x-kubernetes-int-or-string": True}
+    schema["maxProperties"] = MAX_RESOURCE_NAMES
+    schema["x-kubernetes-validations"] = [
+        {
+            "rule": "self.all(k, k == 'cpu' || k == 'memory' || "
+            f"k.matches('{EXTENDED_RESOURCE_PATTERN}'))",
+            "message": "resource names are cpu, memory or an extended resource "
+            "(<domain>/<name>, e.g. nvidia.com/gpu)",
+        }
+    ]
+
+
 class ResourceQuantities(Model):
-    """CPU and memory quantities, as in a pod's resources."""
+    """Quantities by resource name, as in a pod's resources: cpu, memory, and extended
+    resources such as nvidia.com/gpu (a whole number, passed to the pod as given)."""
+
+    # Extended names are open-ended (any vendor's domain): kept as extra keys, checked below.
+    model_config = ConfigDict(extra="allow", json_schema_extra=_resource_map_schema)
 
     cpu: str | None = None
     """A CPU quantity, e.g. 500m."""
     memory: str | None = None
     """A memory quantity, e.g. 64Mi."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _check_names(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        out = dict(data)
+        for name, value in data.items():
+            if name in ("cpu", "memory"):
+                if isinstance(value, int | float) and not isinstance(value, bool):
+                    out[name] = str(value)
+                continue
+            problem = extended_resource_problem(str(name), value)
+            if problem:
+                raise ValueError(f"{name}: {problem}")
+            out[name] = str(value)
+        return out
+
+    @property
+    def extended(self) -> dict[str, str]:
+        """The extended resources (every key but cpu and memory), by name."""
+        return {k: str(v) for k, v in (self.__pydantic_extra__ or {}).items()}
+
+
+def extended_resource_problem(name: str, value: Any) -> str | None:
+    """Why `name: value` is not an extended resource the pod can carry; None when it is."""
+    if not _EXTENDED.match(name) or len(name) > 253:
+        return (
+            "not a resource name: cpu, memory, or an extended resource <domain>/<name> "
+            "(e.g. nvidia.com/gpu)"
+        )
+    domain = name.split("/", 1)[0]
+    if domain == "kubernetes.io" or domain.endswith(".kubernetes.io"):
+        return "the kubernetes.io domain is reserved for Kubernetes' own resources"
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        return "the quantity must be a whole number, e.g. 1"
+    text = str(value)
+    if not _QUANTITY.match(text) or not text.lstrip("+").isdigit():
+        # Kubernetes does not overcommit extended resources: only whole units.
+        return f"the quantity {text!r} must be a whole number, e.g. 1"
+    return None
 
 
 class Resources(Model):
@@ -229,7 +305,21 @@ class Resources(Model):
     requests: ResourceQuantities = Field(default_factory=ResourceQuantities)
     """What the sandbox pod requests."""
     limits: ResourceQuantities = Field(default_factory=ResourceQuantities)
-    """What the sandbox pod may use at most."""
+    """What the sandbox pod may use at most; extended resources (nvidia.com/gpu: 1) go here
+    (a request of one, if given, must equal its limit)."""
+
+    @model_validator(mode="after")
+    def _extended_limits(self) -> Resources:
+        # Kubernetes refuses an extended resource requested without an equal limit; said
+        # here, naming the field, rather than by a Job the API server refuses at run time.
+        limits = self.limits.extended
+        for name, value in self.requests.extended.items():
+            if limits.get(name) != value:
+                raise ValueError(
+                    f"requests.{name}: an extended resource's request must equal its limit "
+                    f"(limits.{name}: {limits.get(name, 'unset')})"
+                )
+        return self
 
 
 class SecretKeyRef(Model):
@@ -382,6 +472,15 @@ def _requires_block(kind: ToolKind, field: str, extra: str = "") -> JsonDict:
     }
 
 
+class Retirement(Model):
+    """The release's in-flight policy for a retired tool version."""
+
+    in_flight: InFlightPolicy = InFlightPolicy.COMPLETE
+    """Complete: calls already Executing run to their end. Cancel: they are interrupted, and
+    settle as an interrupt does (Cancelled when the tool never started or its effects stay in
+    its sandbox, Uncertain otherwise)."""
+
+
 class ToolDescriptorSpec(Model):
     """A published tool version: what it takes, how it runs, its side-effect class."""
 
@@ -447,8 +546,11 @@ class ToolDescriptorSpec(Model):
     secret_dependencies: list[SecretDependency] = Field(default_factory=list)
     """Secrets brokered into the sandbox, mounted under /tooladapter/secrets/<secret>/<key>; not
     allowed for shell tools."""
-    timeout_seconds: int = Field(default=DEFAULT_TIMEOUT_SECONDS, ge=1, le=86_400)
-    """The call's deadline."""
+    timeout_seconds: int | None = Field(default=None, ge=1, le=86_400)
+    """The call's deadline in seconds. Unset: the operator's TOOLADAPTER_DEFAULT_TIMEOUT_SECONDS
+    (300 unless set), shown in status.effectiveTimeoutSeconds. Descriptors stored before this
+    field lost its CRD default carry the 300 the API server filled in: remove it to follow
+    the setting."""
     max_result_bytes: int = Field(default=DEFAULT_MAX_RESULT_BYTES, ge=1024, le=64 * 1_048_576)
     """Results beyond this are truncated (with a marker)."""
     retry_policy: RetryPolicy = Field(default_factory=RetryPolicy)
@@ -473,7 +575,16 @@ class ToolDescriptorSpec(Model):
     native: NativeSpec | None = None
     """The built-in tool of a native tool."""
     retired: bool = False
-    """Retire the version: calls are Denied."""
+    """Retire the version: new calls, and calls not yet Executing (waiting for an approval or
+    brokered), are Denied with failure class retired; running calls follow
+    retirement.inFlight."""
+    retirement: Retirement = Field(default_factory=Retirement)
+    """What retiring does to calls already Executing."""
+
+    @property
+    def interrupts_in_flight(self) -> bool:
+        """Retired with `retirement.inFlight: Cancel`: its Executing calls are interrupted."""
+        return self.retired and self.retirement.in_flight == InFlightPolicy.CANCEL
 
     @property
     def sandbox_spec(self) -> SandboxSpec | None:
@@ -484,6 +595,16 @@ class ToolDescriptorSpec(Model):
         if self.kind == ToolKind.CONTAINER:
             return self.sandbox
         return None
+
+
+def effective_timeout(spec: ToolDescriptorSpec | None, default_seconds: int) -> int:
+    """The deadline a call of `spec` gets: its `timeoutSeconds`, else the operator's default
+    (TOOLADAPTER_DEFAULT_TIMEOUT_SECONDS, passed in as `default_seconds`). Every reader of a
+    descriptor's timeout goes through here, so the flow, the lease, the sandbox Job, the
+    gateway's wait and the status agree."""
+    if spec is None or spec.timeout_seconds is None:
+        return default_seconds
+    return spec.timeout_seconds
 
 
 class ToolDescriptorStatus(Model):
@@ -502,6 +623,9 @@ class ToolDescriptorStatus(Model):
     known)."""
     observed_generation: int | None = None
     """The metadata.generation this status was computed for."""
+    effective_timeout_seconds: int | None = None
+    """The deadline calls get: spec.timeoutSeconds, or the operator's
+    TOOLADAPTER_DEFAULT_TIMEOUT_SECONDS when the spec sets none."""
 
 
 # --------------------------------------------------------------------------- MCP server
@@ -781,6 +905,8 @@ class LeaseLimits(Model):
     """Memory limit."""
     timeout_seconds: int
     """The deadline of the sandbox Job."""
+    extended: dict[str, str] = Field(default_factory=dict)
+    """Extended resource limits (e.g. nvidia.com/gpu), by name."""
     egress_allow: list[str] = Field(default_factory=list)
     """Where the sandbox may connect."""
 

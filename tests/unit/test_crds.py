@@ -101,7 +101,9 @@ def test_schema_is_structural(kind: str) -> None:
         for keyword in ("title", "const", "$ref", "anyOf", "oneOf", "allOf", "not"):
             assert keyword not in node, f"{kind}{path}: {keyword}"
         preserve = node.get("x-kubernetes-preserve-unknown-fields") is True
-        assert "type" in node or preserve, f"{kind}{path}: no type"
+        # int-or-string (a quantity: 1 or "500m") is structural without a type.
+        quantity = node.get("x-kubernetes-int-or-string") is True
+        assert "type" in node or preserve or quantity, f"{kind}{path}: no type"
         assert node.get("additionalProperties") is not False, f"{kind}{path}"
         if preserve:
             assert "properties" not in node, f"{kind}{path}: preserve-unknown with properties"

@@ -26,7 +26,7 @@ from ..pipeline.preview import reviewers_text
 from ..timeutil import now_iso, parse_time
 from .brokering import broker
 from .context import Denial, FlowContext
-from .recheck import reviewer_groups
+from .recheck import check_not_retired, reviewer_groups
 
 #: Longest sleep of the wait between checks (approvals and interrupts wake it sooner).
 WAIT_SLICE_SECONDS = 60
@@ -88,6 +88,8 @@ async def on_awaiting_approval(ctx: FlowContext) -> None:
             raise Denial(
                 Stage.APPROVAL, "interrupted while waiting for approval", FailureClass.CANCELLED
             )
+        # Retiring the version wakes this wait (`Catalog.update`): no approval can save it.
+        check_not_retired(ctx)
         now = datetime.now(UTC)
         for entry in ctx.rt.catalog.approvals_for(ctx.namespace, ctx.name):
             if await try_bind(ctx, entry, groups, now):

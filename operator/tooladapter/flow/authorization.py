@@ -21,7 +21,7 @@ from ..enums import (
     ToolKind,
 )
 from ..model import ToolDescriptorSpec
-from ..pipeline.classification import Classification, mcp_hint_class
+from ..pipeline.classification import Classification, mcp_hint_class, raised_note
 from ..pipeline.permission import refusal
 from ..pipeline.policy import PolicyDecision, check_ceiling
 from ..pipeline.preview import classify_call as preview_classify
@@ -37,7 +37,9 @@ async def on_validated(ctx: FlowContext) -> None:
     verdict = await shell_verdict(ctx, descriptor, decision)
     classification = classify_call(ctx, descriptor, decision, verdict)
     effective = classification.effective
-    await check_permission(ctx, effective=str(effective))
+    # A denial of the class names what raised it (an unlisted shell command, say) too.
+    raised = raised_note(classification.raised_by)
+    await check_permission(ctx, effective=str(effective), raised=raised)
     # Details only where no other field says it (issue 17: a smaller status per call): the
     # grants checked follow from spec.tool.id and status.effectiveClass.
     ctx.record(Stage.PERMISSION, StageOutcome.PASSED)
@@ -51,7 +53,7 @@ async def on_validated(ctx: FlowContext) -> None:
         )
     ceiling = check_ceiling(decision, effective)
     if ceiling:
-        raise Denial(Stage.POLICY, ceiling, FailureClass.POLICY_DENIED)
+        raise Denial(Stage.POLICY, ceiling + raised, FailureClass.POLICY_DENIED)
     ctx.record(Stage.POLICY, StageOutcome.PASSED)  # the decision: status.policyDecisionId
     ctx.status.effective_class = effective
     ctx.status.approval_forced = classification.approval_forced or None
@@ -110,9 +112,11 @@ def classify_call(
     )
 
 
-async def check_permission(ctx: FlowContext, *, effective: str, fresh: bool = False) -> None:
+async def check_permission(
+    ctx: FlowContext, *, effective: str, fresh: bool = False, raised: str = ""
+) -> None:
     """RBAC, asked for the caller, concurrently for the tool and the class (`fresh`: never
-    from remembered answers)."""
+    from remembered answers); `raised` says why the class rose, for the denial message."""
     spec = ctx.load_spec()
     tool_verdict, class_verdict = await asyncio.gather(
         ctx.rt.cluster.can(
@@ -142,6 +146,7 @@ async def check_permission(ctx: FlowContext, *, effective: str, fresh: bool = Fa
         effective=SideEffectClass(effective),
         may_invoke=tool_verdict.allowed,
         may_use=class_verdict.allowed,
+        raised=raised,
     )
     if refused is not None:
         raise Denial(Stage.PERMISSION, refused, FailureClass.PERMISSION_DENIED)

@@ -13,7 +13,13 @@ from .. import API_VERSION
 from ..enums import FailureClass, InvocationState, Stage, StageOutcome
 from ..kube.client import NotFound
 from ..kube.sandbox import decode_b64
-from ..model import LeaseLimits, SandboxLease, SandboxSpec, ToolDescriptorSpec
+from ..model import (
+    LeaseLimits,
+    SandboxLease,
+    SandboxSpec,
+    ToolDescriptorSpec,
+    effective_timeout,
+)
 from ..pipeline.egress import effective_allow, split_entries
 from ..pipeline.egress_lease import (
     CredentialGrant,
@@ -60,6 +66,11 @@ async def broker(ctx: FlowContext) -> None:
     await ctx.advance(InvocationState.BROKERED)
 
 
+def timeout_of(ctx: FlowContext, descriptor: ToolDescriptorSpec) -> int:
+    """The call's deadline: what credentials, the lease and its egress grant live for."""
+    return effective_timeout(descriptor, ctx.rt.settings.default_timeout_seconds)
+
+
 async def gather_credentials(ctx: FlowContext, descriptor: ToolDescriptorSpec) -> dict[str, str]:
     """The secret values the tool depends on, base64 as Secrets hold them."""
     data_b64: dict[str, str] = {}
@@ -94,7 +105,7 @@ async def mint_token(ctx: FlowContext, descriptor: ToolDescriptorSpec, secret: s
             namespace=ctx.namespace,
             service_account=identity.service_account_name,
             audiences=identity.audiences,
-            expiration_seconds=descriptor.timeout_seconds,
+            expiration_seconds=timeout_of(ctx, descriptor),
             bound_secret=secret,
         )
     except NotFound:
@@ -143,6 +154,7 @@ async def lease_sandbox(
             proxy=ctx.rt.egress_peer if proxied else None,
         )
     )
+    timeout = timeout_of(ctx, descriptor)
     lease = SandboxLease(
         lease_id=ctx.uid,
         kind=sandbox.kind,
@@ -151,10 +163,11 @@ async def lease_sandbox(
         limits=LeaseLimits(
             cpu=sandbox.resources.limits.cpu,
             memory=sandbox.resources.limits.memory,
-            timeout_seconds=descriptor.timeout_seconds,
+            timeout_seconds=timeout,
+            extended=sandbox.resources.limits.extended,
             egress_allow=allow,
         ),
-        credential_expiry=expiry or (in_seconds(descriptor.timeout_seconds) if data_b64 else None),
+        credential_expiry=expiry or (in_seconds(timeout) if data_b64 else None),
         leased_at=now_iso(),
         job_name=names.job,
         network_policy_name=names.network_policy,
@@ -238,7 +251,7 @@ async def grant_egress(
         invocation=ctx.name,
         allow=tuple(allow),
         credentials=tuple(grants),
-        expires_at=in_seconds(descriptor.timeout_seconds + GRANT_MARGIN_SECONDS),
+        expires_at=in_seconds(timeout_of(ctx, descriptor) + GRANT_MARGIN_SECONDS),
     )
     grant_secret = build_grant_secret(
         namespace=ctx.rt.settings.egress.namespace, grant=grant, token=token, values=values

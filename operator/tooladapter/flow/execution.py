@@ -16,18 +16,19 @@ from datetime import UTC, datetime
 from typing import Any
 
 from .. import tracing
+from ..catalog import retirement_key
 from ..enums import FailureClass, InvocationState, Resource, SideEffectClass, Stage, StageOutcome
 from ..executors import Call, Outcome, unconfirmed_for
 from ..kube.client import Conflict, NotFound
 from ..kube.sandbox import decode_b64
-from ..model import ExecutionRecord, ToolDescriptorSpec
+from ..model import ExecutionRecord, ToolDescriptorSpec, effective_timeout
 from ..pipeline.egress import split_entries
 from ..pipeline.egress_lease import token_of
 from ..pipeline.sandbox import LeaseNames
 from ..timeutil import now_iso
 from .context import SANDBOX_KINDS, Denial, FlowContext, Restart, Superseded
 from .ending import cancel, finish
-from .recheck import needs_recheck, recheck
+from .recheck import check_not_retired, needs_recheck, recheck
 
 logger = logging.getLogger("tooladapter.invocations")
 
@@ -43,6 +44,7 @@ async def on_brokered(ctx: FlowContext) -> None:
     descriptor = await ctx.load_descriptor()
     if ctx.interrupt_requested():
         return await cancel(ctx, "interrupted before execution started")
+    check_not_retired(ctx)  # a version retired a moment ago never starts
     admit(ctx, descriptor)
     ctx.status.execution = ExecutionRecord(
         kind=descriptor.kind,
@@ -155,9 +157,7 @@ def build_call(ctx: FlowContext) -> Call:
         descriptor=descriptor,
         arguments=spec.arguments,
         effective_class=effective,
-        timeout_seconds=descriptor.timeout_seconds
-        if descriptor
-        else settings.default_timeout_seconds,
+        timeout_seconds=effective_timeout(descriptor, settings.default_timeout_seconds),
         max_result_bytes=max_result_bytes(ctx),
         idempotency_key=spec.idempotency_key,
         argv=tuple(ctx.command_line()),
@@ -194,16 +194,46 @@ async def on_executing(ctx: FlowContext) -> None:
     record = ctx.status.execution
     kind = record.kind if record else (ctx.descriptor.kind if ctx.descriptor else None)
     executor = ctx.rt.executors.get(kind) if kind is not None else None
-    if executor is None:
-        outcome = Outcome.failed(FailureClass.INTERNAL, f"no executor for kind {kind}")
-    elif not ctx.started_here:
-        outcome = await executor.resume(call)
-    else:
-        persisted = ctx.persisted_state == InvocationState.EXECUTING
-        outcome = await show_progress(ctx, executor.execute(call), persisted)
-        while retry_allowed(ctx, outcome):
-            outcome = await retry(ctx, lambda: executor.execute(call), outcome)
+    watch = asyncio.ensure_future(interrupt_on_retirement(ctx))
+    try:
+        if executor is None:
+            outcome = Outcome.failed(FailureClass.INTERNAL, f"no executor for kind {kind}")
+        elif not ctx.started_here:
+            outcome = await executor.resume(call)
+        else:
+            persisted = ctx.persisted_state == InvocationState.EXECUTING
+            outcome = await show_progress(ctx, executor.execute(call), persisted)
+            while retry_allowed(ctx, outcome):
+                outcome = await retry(ctx, lambda: executor.execute(call), outcome)
+    finally:
+        watch.cancel()
     await finish(ctx, outcome)
+
+
+async def interrupt_on_retirement(ctx: FlowContext) -> None:
+    """While the call executes: its version retired with `retirement.inFlight: Cancel`
+    interrupts it, settled by class exactly as `spec.interrupt` is. Looked at once at the
+    start (a resumed call whose version was retired while no operator ran) and whenever a
+    descriptor of the namespace is retired (`Catalog.update`)."""
+    spec = ctx.load_spec()
+    key = retirement_key(ctx.name)
+    signal = ctx.rt.catalog.changed(ctx.namespace, key)
+    try:
+        while not ctx.interrupted.is_set():
+            signal.clear()
+            entry = ctx.rt.catalog.find_descriptor(ctx.namespace, spec.tool.id, spec.tool.version)
+            if entry is not None and entry.spec is not None and entry.spec.interrupts_in_flight:
+                ctx.post(
+                    reason="ToolInvocationInterrupted",
+                    message=f"{spec.tool.id}@{spec.tool.version} was retired with "
+                    "retirement.inFlight Cancel: the running call is interrupted",
+                    warning=True,
+                )
+                ctx.interrupted.set()
+                return
+            await signal.wait()
+    finally:
+        ctx.rt.catalog.forget(ctx.namespace, key)
 
 
 def retry_allowed(ctx: FlowContext, outcome: Outcome) -> bool:

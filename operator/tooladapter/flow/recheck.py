@@ -18,6 +18,7 @@ from __future__ import annotations
 from ..catalog import Catalog
 from ..enums import FailureClass, Resource, SideEffectClass, Stage, StageOutcome
 from ..model import ApprovalBinding
+from ..pipeline.classification import raised_note
 from ..pipeline.policy import check_ceiling
 from .admission import check_fencing
 from .authorization import check_permission, classify_call, shell_verdict
@@ -58,6 +59,20 @@ def check_bound_reviewer(ctx: FlowContext, binding: ApprovalBinding) -> None:
             f"policy now asks for a reviewer in {', '.join(sorted(groups))} (it names "
             f"{', '.join(sorted(named)) or 'no groups'}): call again to be approved anew",
             FailureClass.POLICY_DENIED,
+        )
+
+
+def check_not_retired(ctx: FlowContext) -> None:
+    """Denied `retired` when the call's version was retired since it was validated (as the
+    watch sees it now): a call not yet Executing never runs a retired version."""
+    spec = ctx.load_spec()
+    entry = ctx.rt.catalog.find_descriptor(ctx.namespace, spec.tool.id, spec.tool.version)
+    if entry is not None and (entry.body.get("spec") or {}).get("retired"):
+        raise Denial(
+            Stage.VALIDATION,
+            f"tool {spec.tool.id}@{spec.tool.version} was retired while the call waited; "
+            "it did not run: call another version",
+            FailureClass.RETIRED,
         )
 
 
@@ -110,12 +125,13 @@ async def recheck(ctx: FlowContext) -> None:
             FailureClass.POLICY_DENIED,
         )
     effective = recorded or classification.effective
+    raised = raised_note(classification.raised_by)
     ceiling = check_ceiling(decision, effective)
     if ceiling:
-        raise Denial(Stage.POLICY, ceiling, FailureClass.POLICY_DENIED)
+        raise Denial(Stage.POLICY, ceiling + raised, FailureClass.POLICY_DENIED)
     if ctx.status.approval is not None:
         check_bound_reviewer(ctx, ctx.status.approval)
-    await check_permission(ctx, effective=str(effective), fresh=True)
+    await check_permission(ctx, effective=str(effective), fresh=True, raised=raised)
     if spec.attempt_id and spec.fencing_token is not None:
         await check_fencing(ctx)
     ctx.rechecked = True

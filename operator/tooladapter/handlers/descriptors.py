@@ -13,7 +13,14 @@ from pydantic import ValidationError
 
 from ..enums import Resource, ToolKind
 from ..events import object_ref
-from ..model import Condition, ToolDescriptorSpec, ToolDescriptorStatus, describe_errors
+from ..model import (
+    DEFAULT_TIMEOUT_SECONDS,
+    Condition,
+    ToolDescriptorSpec,
+    ToolDescriptorStatus,
+    describe_errors,
+    effective_timeout,
+)
 from ..pipeline.hashing import digest
 from ..pipeline.sandbox import runtime_class_for
 from ..pipeline.validation import check_descriptor, unknown_keywords
@@ -31,9 +38,11 @@ def desired_status(
     *,
     mcp_health: tuple[bool, str, str] | None = None,
     missing_runtime_class: str | None = None,
+    default_timeout_seconds: int = DEFAULT_TIMEOUT_SECONDS,
 ) -> ToolDescriptorStatus:
     """active/healthy/conditions from the spec alone (plus MCP health when bound to a server,
-    and whether the RuntimeClass its sandbox would run with exists)."""
+    and whether the RuntimeClass its sandbox would run with exists), and the timeout calls
+    get (the operator's default when the spec sets none)."""
     generation = body["metadata"].get("generation")
     try:
         spec = ToolDescriptorSpec.model_validate(body.get("spec") or {})
@@ -42,9 +51,14 @@ def desired_status(
     problems_list = check_descriptor(spec)
     schema_digest = digest({"input": spec.input_schema, "output": spec.output_schema})
     if problems_list:
-        return _status(False, False, "Invalid", "; ".join(problems_list), generation, schema_digest)
-    status = _active_status(spec, generation, schema_digest, mcp_health, missing_runtime_class)
-    return _flag_unknown_keywords(status, spec, generation)
+        status = _status(
+            False, False, "Invalid", "; ".join(problems_list), generation, schema_digest
+        )
+    else:
+        status = _active_status(spec, generation, schema_digest, mcp_health, missing_runtime_class)
+        status = _flag_unknown_keywords(status, spec, generation)
+    status.effective_timeout_seconds = effective_timeout(spec, default_timeout_seconds)
+    return status
 
 
 def _flag_unknown_keywords(
@@ -91,7 +105,14 @@ def _active_status(
     missing_runtime_class: str | None,
 ) -> ToolDescriptorStatus:
     if spec.retired:
-        return _status(False, True, "Retired", "marked retired", generation, schema_digest)
+        return _status(
+            False,
+            True,
+            "Retired",
+            f"marked retired (calls in flight: {spec.retirement.in_flight})",
+            generation,
+            schema_digest,
+        )
     if missing_runtime_class is not None:
         # Never claim an isolation that would not happen: no silent fallback to runc.
         return _status(
@@ -162,7 +183,10 @@ async def reconcile_descriptor(rt: Runtime, event_type: str | None, body: dict[s
         return
     mcp_health = rt.mcp.descriptor_health(meta["namespace"], spec) if rt.mcp else None
     desired = desired_status(
-        body, mcp_health=mcp_health, missing_runtime_class=await missing_runtime_class(rt, body)
+        body,
+        mcp_health=mcp_health,
+        missing_runtime_class=await missing_runtime_class(rt, body),
+        default_timeout_seconds=rt.settings.default_timeout_seconds,
     ).wire()
     if _same(current, desired):
         return

@@ -56,6 +56,13 @@ def unavailable(
             FailureClass.VALIDATION,
         )
     status = body.get("status") or {}
+    if (body.get("spec") or {}).get("retired"):
+        # Read from the spec, not the status the operator writes after it: a call made (or
+        # re-checked) the moment the version is retired is refused as retired, not run.
+        return (
+            f"tool {tool_id}@{version} is retired: publish or call another version",
+            FailureClass.RETIRED,
+        )
     if not status.get("active"):
         return (
             f"tool {tool_id}@{version} is not active: {status.get('message') or 'inactive'}",

@@ -144,7 +144,7 @@ def classify(
         )
 
     if refusals:
-        reason = "; ".join(refusals)
+        reason = "; ".join(refusals) + raised_note(tuple(raised_by))
     elif raised_by:
         reason = f"declared {declared.value}; " + "; ".join(raised_by)
     else:
@@ -157,6 +157,14 @@ def classify(
         raised_by=tuple(raised_by),
         approval_forced=approval_forced,
     )
+
+
+def raised_note(raised_by: tuple[str, ...]) -> str:
+    """What to add to a denial judged on the effective class, so one message says both why
+    the class rose and why that class is refused (empty when nothing raised it)."""
+    if not raised_by:
+        return ""
+    return f" (the call's class was raised: {'; '.join(raised_by)})"
 
 
 def namespace_environment(labels: Mapping[str, str]) -> tuple[EnvironmentClass, bool]:

@@ -40,8 +40,10 @@ def refusal(
     effective: SideEffectClass,
     may_invoke: bool,
     may_use: bool,
+    raised: str = "",
 ) -> str | None:
-    """The denial message for the first question answered no, else None."""
+    """The denial message for the first question answered no, else None; `raised`
+    (`classification.raised_note`) says why the class is higher than the declared one."""
     hint = groups_hint(caller, groups)
     if not may_invoke:
         return (
@@ -51,7 +53,7 @@ def refusal(
     if not may_use:
         return (
             f"{caller} may not use sideeffectclasses/{effective} in "
-            f"{namespace} (RBAC verb use){hint}"
+            f"{namespace} (RBAC verb use){raised}{hint}"
         )
     return None
 

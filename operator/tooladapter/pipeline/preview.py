@@ -43,7 +43,13 @@ from ..model import (
 )
 from .approval import needs_approval
 from .availability import unavailable
-from .classification import Classification, classify, mcp_hint_class, namespace_environment
+from .classification import (
+    Classification,
+    classify,
+    mcp_hint_class,
+    namespace_environment,
+    raised_note,
+)
 from .egress import effective_allow
 from .hashing import descriptor_digest
 from .permission import Question, questions, refusal
@@ -328,6 +334,7 @@ def conclude(ev: Evaluation, permission: bool | Permission | None) -> Preview:
                 effective=effective,
                 may_invoke=permission.invoke,
                 may_use=permission.use,
+                raised=raised_note(classification.raised_by),
             )
             shown.permission.allowed = denied is None
             shown.permission.reason = denied or "RBAC allows both"
@@ -346,6 +353,7 @@ def conclude(ev: Evaluation, permission: bool | Permission | None) -> Preview:
             )
         ceiling = check_ceiling(decision, effective)
         if ceiling:
+            ceiling += raised_note(classification.raised_by)
             refusals.append(Refusal(Stage.POLICY, ceiling, FailureClass.POLICY_DENIED))
         if classification.refused:
             refusals.append(

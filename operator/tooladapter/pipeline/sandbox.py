@@ -249,6 +249,9 @@ def _resources(sandbox: SandboxSpec) -> dict[str, Any]:
     for part in ("requests", "limits"):
         quantities = getattr(sandbox.resources, part)
         values = {k: v for k, v in (("cpu", quantities.cpu), ("memory", quantities.memory)) if v}
+        # Extended resources (nvidia.com/gpu) pass through as given: the scheduler places
+        # the pod on a node that has them (the model checked names and whole quantities).
+        values.update(quantities.extended)
         if values:
             out[part] = values
     return out
