@@ -185,3 +185,50 @@ def test_a_stored_receipt_is_checked_and_a_tampered_one_is_a_mismatch(tmp_path: 
     store.path_of(ref).write_bytes(b'{"schema":"tool-invocation-v1","tenantId":"team-a "}')
     tampered = _stored(store, ref, "team-a")
     assert tampered is not None and not tampered.verdict.ok
+
+
+def test_a_tool_error_is_not_shown_as_a_success_and_duplicates_are_not_uncertain() -> None:
+    broken = call(
+        "f",
+        {},
+        state="Observed",
+        runId="run-2",
+        failureClass="tool-error",
+        result={"content": "no", "isError": True, "exitCode": 2},
+        approval={"reviewer": "r", "boundAt": "T4"},
+    )
+    fine = call("g", {}, state="Observed", runId="run-2", created="2026-01-02T00:00:00Z")
+    old = call("h", {}, state="Failed", runId="run-2", failureClass="tool-error")
+    (first_row, second_row, old_row) = sorted(
+        reviewpage.run_calls([broken, fine, old], "run-2"), key=lambda c: c["name"]
+    )
+    assert first_row["outcome"] == "Observed: tool error (exit code 2)" and first_row["toolError"]
+    assert second_row["outcome"] == "Observed" and not second_row["toolError"]
+    assert old_row["toolError"]  # stored before issue 27: still read as a tool error
+    (decided,) = reviewpage.recent_decisions([broken])
+    assert decided["outcome"].startswith("Observed: tool error") and decided["toolError"]
+    # A duplicate of an Uncertain call ran nothing: only its first call is listed.
+    uncertain = call("u", {}, state="Uncertain", endedAt="T1")
+    duplicate = call("v", {}, state="Uncertain", endedAt="T2", duplicateOf="u")
+    listed = reviewpage.uncertain_calls([uncertain, duplicate])
+    assert [u["name"] for u in listed] == ["u"]
+
+
+def test_the_runs_page_renders_the_tool_error() -> None:
+    import jinja2
+
+    from tooladapter.gateway.ui import web
+
+    templates = Path(web.__file__).parent / "templates"
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(templates), autoescape=True)
+    broken = call("f", {}, state="Observed", runId="r", result={"isError": True, "exitCode": 2})
+    html = env.get_template("runs_live.html").render(
+        namespace="team-a",
+        run_id="r",
+        calls=[(c, None) for c in reviewpage.run_calls([broken], "r")],
+        runs={},
+        refused=[],
+        prefix="/ui",
+    )
+    assert 'class="state tool-error"' in html
+    assert "Observed: tool error (exit code 2)" in html

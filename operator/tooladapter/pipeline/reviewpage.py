@@ -19,6 +19,7 @@ from typing import Any, Final
 
 from ..enums import InvocationState
 from ..timeutil import parse_time
+from . import readout
 from .argdiff import ChangeKind, diff
 from .linear_regex import compile_internal
 from .parts import meta_of as _meta
@@ -217,8 +218,14 @@ def uncertain_view(obj: dict[str, Any]) -> dict[str, Any]:
 
 
 def uncertain_calls(invocations: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Uncertain calls, unconfirmed first, then newest first."""
-    chosen = [i for i in invocations if _status(i).get("state") == InvocationState.UNCERTAIN]
+    """Uncertain calls, unconfirmed first, then newest first. A duplicate is left out: it
+    ran nothing, carries its first call's state, and takes that call's confirmation."""
+    chosen = [
+        i
+        for i in invocations
+        if _status(i).get("state") == InvocationState.UNCERTAIN
+        and not readout.duplicate_of(_status(i))
+    ]
     chosen.sort(key=lambda i: str(_status(i).get("endedAt") or ""), reverse=True)
     chosen.sort(key=lambda i: bool(_status(i).get("effectConfirmation")))
     return [uncertain_view(i) for i in chosen]
@@ -250,6 +257,8 @@ def recent_decisions(
                 "reviewer": approval.get("reviewer"),
                 "at": approval.get("boundAt") or status.get("endedAt") or "",
                 "state": status.get("state"),
+                "outcome": readout.outcome_label(status),
+                "toolError": readout.tool_error(status),
             }
         )
     rows.sort(key=lambda r: str(r["at"]), reverse=True)
@@ -290,6 +299,9 @@ def run_calls(invocations: Sequence[dict[str, Any]], run_id: str) -> list[dict[s
                 "tool": tool.get("id"),
                 "version": tool.get("version"),
                 "state": status.get("state"),
+                # Observed alone is a success: a tool error (or a duplicate) says so.
+                "outcome": readout.outcome_label(status),
+                "toolError": readout.tool_error(status),
                 "effectiveClass": status.get("effectiveClass"),
                 "receiptRef": status.get("receiptRef"),
                 "auditRef": status.get("auditRef"),
