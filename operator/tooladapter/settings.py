@@ -201,6 +201,9 @@ class Settings:
     idempotency_retention_seconds: int = 86_400
     #: Approval wait when no ToolPolicy sets one.
     default_approval_timeout_seconds: int = 3600
+    #: How long a sandboxed call waits in Brokered for its namespace's ResourceQuotas to
+    #: admit its Job and pod (checked before any effect); then it ends Failed `transient`.
+    capacity_wait_seconds: int = 120
     #: Invocations evaluated or executed at once (`inflight`); more wait in a queue per
     #: namespace, served round-robin. A call waiting for an approval or an idempotency
     #: winner holds no slot.
@@ -311,6 +314,9 @@ class Settings:
             ),
             default_approval_timeout_seconds=_int(
                 "TOOLADAPTER_APPROVAL_TIMEOUT_SECONDS", base.default_approval_timeout_seconds
+            ),
+            capacity_wait_seconds=_at_least(
+                "TOOLADAPTER_CAPACITY_WAIT_SECONDS", base.capacity_wait_seconds, 0
             ),
             max_calls_in_flight=_at_least(
                 "TOOLADAPTER_MAX_CALLS_IN_FLIGHT", base.max_calls_in_flight, 1

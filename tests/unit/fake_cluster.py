@@ -129,6 +129,9 @@ class FakeCluster:
         self.pods: dict[str, Body | None] = {}
         #: Scripted `pod_outcome` answers by invocation uid (default: the pod is gone).
         self.pod_outcomes: dict[str, PodOutcome] = {}
+        #: Scripted `quota_refusal` answers, one per question; the last one repeats (empty:
+        #: every Job fits). A str is the API server's "exceeded quota" message.
+        self.quota_answers: list[str | None] = []
         #: Fault injection: raised once by the named method, then removed.
         self.fail_next: dict[str, BaseException] = {}
         #: Called with the method's arguments before it runs; may raise; may be async.
@@ -530,6 +533,12 @@ class FakeCluster:
             log=outcome.log[: max_bytes + 1],
             gate_failed=outcome.gate_failed,
         )
+
+    @seam
+    async def quota_refusal(self, job: Body) -> str | None:
+        if len(self.quota_answers) > 1:
+            return self.quota_answers.pop(0)
+        return self.quota_answers[0] if self.quota_answers else None
 
 
 # --------------------------------------------------------------------------- Job and pod bodies

@@ -139,7 +139,9 @@ async def test_a_job_past_its_deadline_whose_pod_is_gone_settles_by_class(
     cluster: FakeCluster, executor: SandboxExecutor, effective: SideEffectClass
 ) -> None:
     call = make_call(effective)
-    cluster.script_job(call.uid, finished_job("Failed", "DeadlineExceeded"))  # pod removed
+    job = finished_job("Failed", "DeadlineExceeded")
+    job["status"]["failed"] = 1  # its pod, removed at the deadline, counted by the controller
+    cluster.script_job(call.uid, job)
 
     outcome = await settle(executor, call)
 

@@ -97,11 +97,21 @@ def test_calls_in_flight_and_events_default_to_bounded_and_actionable(
     assert (settings.max_calls_in_flight, settings.events) == (8, EventLevel.ALL)
 
 
+def test_a_call_waits_two_minutes_for_capacity_unless_set(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("TOOLADAPTER_CAPACITY_WAIT_SECONDS", raising=False)
+    assert Settings.from_env().capacity_wait_seconds == 120
+    monkeypatch.setenv("TOOLADAPTER_CAPACITY_WAIT_SECONDS", "5")
+    assert Settings.from_env().capacity_wait_seconds == 5
+
+
 @pytest.mark.parametrize(
     ("name", "raw", "says"),
     [
         ("TOOLADAPTER_MAX_CALLS_IN_FLIGHT", "0", "below its minimum 1"),
         ("TOOLADAPTER_EVENTS", "some", "is not one of actionable|all"),
+        ("TOOLADAPTER_CAPACITY_WAIT_SECONDS", "-1", "below its minimum 0"),
     ],
 )
 def test_a_bad_in_flight_bound_or_event_level_names_the_variable(

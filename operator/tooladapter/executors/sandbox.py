@@ -160,6 +160,14 @@ class SandboxExecutor:
                 result.log, exit_code=result.exit_code, structured=_json_object(result.log)
             )
         reason = ksandbox.job_failure_reason(job)
+        if reason == "DeadlineExceeded" and result.name is None and ksandbox.job_never_had_pod(job):
+            # Past its deadline without ever having a pod (a quota refused every create
+            # after the capacity check passed): the tool never started.
+            return Outcome.failed(
+                FailureClass.TRANSIENT,
+                f"job {job['metadata']['name']} never got a pod before its deadline (its "
+                "creates were refused, e.g. by a ResourceQuota); the tool never started",
+            )
         if reason == "DeadlineExceeded":
             # The Job controller removes the pod of a Job past its deadline; whether the
             # tool had started is then unknown, so it counts as started.

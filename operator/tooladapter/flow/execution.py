@@ -19,6 +19,7 @@ from .. import tracing
 from ..catalog import retirement_key
 from ..enums import FailureClass, InvocationState, Resource, SideEffectClass, Stage, StageOutcome
 from ..executors import Call, Outcome, unconfirmed_for
+from ..executors.sandbox import SandboxExecutor
 from ..kube.client import Conflict, NotFound
 from ..kube.sandbox import decode_b64
 from ..model import ExecutionRecord, ToolDescriptorSpec, effective_timeout
@@ -26,6 +27,7 @@ from ..pipeline.egress import split_entries
 from ..pipeline.egress_lease import token_of
 from ..pipeline.sandbox import LeaseNames
 from ..timeutil import now_iso
+from .capacity import wait_for_capacity
 from .context import SANDBOX_KINDS, Denial, FlowContext, Restart, Superseded
 from .ending import cancel, finish
 from .recheck import check_not_retired, needs_recheck, recheck
@@ -44,6 +46,14 @@ async def on_brokered(ctx: FlowContext) -> None:
     descriptor = await ctx.load_descriptor()
     if ctx.interrupt_requested():
         return await cancel(ctx, "interrupted before execution started")
+    job = sandbox_job(ctx, descriptor)
+    if job is not None and await wait_for_capacity(ctx, job):
+        if ctx.interrupt_requested():
+            return await cancel(ctx, "interrupted while waiting for capacity")
+        # It waited: what may have changed meanwhile is checked again, right before acting.
+        ctx.rechecked = False
+        await recheck(ctx)
+        descriptor = await ctx.load_descriptor()
     check_not_retired(ctx)  # a version retired a moment ago never starts
     admit(ctx, descriptor)
     ctx.status.execution = ExecutionRecord(
@@ -58,6 +68,18 @@ async def on_brokered(ctx: FlowContext) -> None:
     else:
         await ctx.advance(InvocationState.EXECUTING)
     ctx.started_here = True
+
+
+def sandbox_job(ctx: FlowContext, descriptor: ToolDescriptorSpec) -> dict[str, Any] | None:
+    """The Job the sandbox executor will create for this call (None: no sandbox Job, or
+    one that cannot be built: the executor then fails the call as before)."""
+    executor = ctx.rt.executors.get(descriptor.kind)
+    if descriptor.kind not in SANDBOX_KINDS or not isinstance(executor, SandboxExecutor):
+        return None
+    try:
+        return executor.job_for(build_call(ctx))
+    except ValueError:
+        return None
 
 
 async def claim_execution(ctx: FlowContext) -> None:

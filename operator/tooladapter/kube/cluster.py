@@ -17,7 +17,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from .. import GROUP
 from ..enums import Resource
 from ..pipeline.retention import ClaimRecord
-from . import auth, claims
+from . import auth, capacity, claims
 from . import sandbox as ksandbox
 from .client import Kube, NotFound, json_body, translate
 
@@ -148,6 +148,10 @@ class Cluster(Protocol):
     async def pod_outcome(
         self, namespace: str, uid: str, *, max_bytes: int
     ) -> ksandbox.PodOutcome: ...
+
+    async def quota_refusal(self, job: Body) -> str | None:
+        """The API server's message when a ResourceQuota would refuse the Job or its pod
+        now (a dry run: nothing is created); None when both fit (`kube.capacity`)."""
 
 
 @dataclass
@@ -368,6 +372,9 @@ class KubeCluster:
 
     async def pod_outcome(self, namespace: str, uid: str, *, max_bytes: int) -> ksandbox.PodOutcome:
         return await ksandbox.pod_outcome(self.kube, namespace, uid, max_bytes=max_bytes)
+
+    async def quota_refusal(self, job: Body) -> str | None:
+        return await capacity.quota_refusal(self.kube, job)
 
 
 __all__ = ["Cluster", "KubeCluster", "NotFound"]

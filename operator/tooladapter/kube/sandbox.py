@@ -97,6 +97,17 @@ def job_finished(job: dict[str, Any]) -> str | None:
     return None
 
 
+def job_never_had_pod(job: dict[str, Any]) -> bool:
+    """Whether the Job controller never created a pod for `job`: it counts every pod it
+    made (tracked by its finalizer) as active, terminating, succeeded or failed, and a pod
+    removed at the deadline as failed. All zero: every create was refused (a ResourceQuota:
+    events FailedCreate), so the tool never started."""
+    status = job.get("status") or {}
+    uncounted = status.get("uncountedTerminatedPods") or {}
+    counts = ("active", "ready", "terminating", "succeeded", "failed")
+    return not any(status.get(key) for key in counts) and not any(uncounted.values())
+
+
 def job_failure_reason(job: dict[str, Any]) -> str:
     for cond in (job.get("status") or {}).get("conditions") or []:
         if cond.get("type") == "Failed" and cond.get("status") == "True":
@@ -265,6 +276,7 @@ __all__ = [
     "get_job",
     "job_failure_reason",
     "job_finished",
+    "job_never_had_pod",
     "job_pod",
     "list_managed",
     "pod_outcome",

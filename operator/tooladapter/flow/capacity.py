@@ -1,0 +1,95 @@
+"""Capacity within budget: a sandboxed call waits in Brokered until its quota admits it.
+
+The reference queues a call "within budget, then transient failure". Before the call is
+Executing (so before any effect) the namespace's ResourceQuotas are asked whether they
+would admit the call's Job and its pod now (a server-side dry run: `kube.capacity` says why
+that and not a sum over the quotas). While a quota refuses, the call waits in Brokered,
+its status message naming the quota, asking again after a bounded exponential delay,
+holding no calls-in-flight slot (the wait is on the cluster, like an approval's); an
+interrupt ends the wait at once. After `TOOLADAPTER_CAPACITY_WAIT_SECONDS` it ends Failed
+`transient`: it never started, so calling again is safe. The wait's start is the time of
+its first stage entry, so a restarted operator goes on with the budget that is left.
+
+A call that waited is re-checked right before it acts (`execution.on_brokered`): the
+descriptor, policies, freeze and grants may have changed meanwhile.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from ..enums import FailureClass, Stage, StageOutcome
+from ..kube.capacity import quota_named
+from ..timeutil import parse_time
+from .context import Failure, FlowContext
+
+#: First delay before asking the quotas again, and the bound of the doubling delays: a
+#: freed quota is noticed within the bound, and many waiting calls cost one dry run each
+#: per bound at most.
+FIRST_DELAY_SECONDS = 1.0
+MAX_DELAY_SECONDS = 10.0
+
+
+def backoff(attempt: int) -> float:
+    """The delay before the `attempt`-th question again (0-based): 1, 2, 4, 8, 10, 10, ..."""
+    return min(MAX_DELAY_SECONDS, FIRST_DELAY_SECONDS * 2.0 ** min(attempt, 16))
+
+
+def waiting_since(ctx: FlowContext) -> datetime | None:
+    """When this lease's capacity wait began (its first `sandbox: waiting` entry after the
+    lease was made); None when it has not waited."""
+    since = None
+    for entry in reversed(ctx.status.stages):
+        if entry.stage != Stage.SANDBOX:
+            continue
+        if entry.outcome == StageOutcome.LEASED:
+            break
+        if entry.outcome == StageOutcome.WAITING:
+            since = entry.time
+    return parse_time(since) if since else None
+
+
+async def wait_for_capacity(ctx: FlowContext, job: dict[str, Any]) -> bool:
+    """Return once the quotas admit `job` and its pod (or on an interrupt: the caller
+    cancels); `Failure` (transient) when they did not within the budget. True when the
+    call waited, so what was checked before the wait must be checked again."""
+    budget = ctx.rt.settings.capacity_wait_seconds
+    since = waiting_since(ctx)
+    attempt = 0
+    while not ctx.interrupt_requested():
+        refusal = await ctx.rt.cluster.quota_refusal(job)
+        if refusal is None:
+            if since is not None:
+                waited = (datetime.now(UTC) - since).total_seconds()
+                ctx.status.message = None
+                ctx.record(Stage.SANDBOX, StageOutcome.PASSED, f"capacity after {waited:.0f}s")
+            return since is not None
+        quota = quota_named(refusal) or "a ResourceQuota"
+        now = datetime.now(UTC)
+        if since is None:
+            since = now
+            ctx.status.message = ctx.bounded(
+                f"waiting up to {budget}s for capacity: quota {quota} refuses the sandbox "
+                f"now ({refusal})"
+            )
+            ctx.record(Stage.SANDBOX, StageOutcome.WAITING, f"quota {quota}: {refusal}")
+            await ctx.commit()  # the wait is seen (kubectl get, the page) while it lasts
+        remaining = (since + timedelta(seconds=budget) - now).total_seconds()
+        if remaining <= 0:
+            raise Failure(
+                Stage.SANDBOX,
+                f"no capacity within {budget}s: quota {quota} still refuses the sandbox "
+                f"({refusal}); nothing was started, the call may be made again",
+                FailureClass.TRANSIENT,
+            )
+        async with ctx.without_slot():
+            try:
+                await asyncio.wait_for(
+                    ctx.interrupted.wait(), timeout=min(remaining, backoff(attempt))
+                )
+            except TimeoutError:
+                pass
+        attempt += 1
+    return True
