@@ -47,6 +47,10 @@ class Row:
     ended_at: float | None = None
     #: The version the watch last saw: retention deletes only that version.
     resource_version: str = ""
+    #: status.requestHash: an unconfirmed Uncertain call blocks new calls of its request.
+    request_hash: str = ""
+    #: status.duplicateOf: the first call whose outcome this one carries (ran nothing).
+    duplicate_of: str = ""
 
 
 def _epoch(text: object) -> float | None:
@@ -80,12 +84,17 @@ def row_of(body: Mapping[str, Any]) -> Row:
         state=state,
         effective_class=str(status.get("effectiveClass") or ""),
         open_sandbox=open_sandbox,
-        unconfirmed=state == InvocationState.UNCERTAIN and not confirmation.get("recorded"),
+        # A duplicate carries its first call's Uncertain state; only the first is confirmed.
+        unconfirmed=state == InvocationState.UNCERTAIN
+        and not confirmation.get("recorded")
+        and not status.get("duplicateOf"),
         waiting_since=waiting_since,
         lease_deadline=deadline,
         name=str(body["metadata"].get("name") or ""),
         ended_at=_epoch(retainable_since(status)),
         resource_version=str(body["metadata"].get("resourceVersion") or ""),
+        request_hash=str(status.get("requestHash") or ""),
+        duplicate_of=str(status.get("duplicateOf") or ""),
     )
 
 
@@ -104,13 +113,37 @@ class Census(Collector):
     def __init__(self, clock: Callable[[], float] = time.time) -> None:
         self.rows: dict[str, Row] = {}
         self.clock = clock
+        #: (namespace, requestHash) -> {uid: name} of the unconfirmed Uncertain calls.
+        self.unconfirmed: dict[tuple[str, str], dict[str, str]] = {}
 
     def update(self, event_type: str | None, body: Mapping[str, Any]) -> None:
         uid = body["metadata"]["uid"]
+        old = self.rows.pop(uid, None) if event_type == "DELETED" else self.rows.get(uid)
+        if old is not None and old.unconfirmed:
+            held = self.unconfirmed.get((old.namespace, old.request_hash))
+            if held is not None:
+                held.pop(uid, None)
+                if not held:
+                    del self.unconfirmed[(old.namespace, old.request_hash)]
         if event_type == "DELETED":
-            self.rows.pop(uid, None)
-        else:
-            self.rows[uid] = row_of(body)
+            return
+        row = self.rows[uid] = row_of(body)
+        if row.unconfirmed and row.request_hash:
+            self.unconfirmed.setdefault((row.namespace, row.request_hash), {})[uid] = row.name
+
+    def unconfirmed_with(self, namespace: str, request_hash: str) -> list[str]:
+        """The names of the Uncertain, unconfirmed calls of this request (namespace, tool,
+        version, canonical arguments), as the watch last saw them: while there is one, no
+        new call of the same request runs (`flow.admission.check_unconfirmed`)."""
+        return sorted(self.unconfirmed.get((namespace, request_hash), {}).values())
+
+    def duplicates_of(self, namespace: str, name: str) -> list[str]:
+        """The calls that carry `name`'s outcome as its duplicates."""
+        return sorted(
+            row.name
+            for row in self.rows.values()
+            if row.namespace == namespace and row.duplicate_of == name
+        )
 
     def ended_before(self, moment: float) -> list[Candidate]:
         """Finished calls whose retention clock started before `moment` (never an

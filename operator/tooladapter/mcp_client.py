@@ -481,6 +481,10 @@ def _content_text(result: types.CallToolResult) -> str:
     return "\n".join(parts)
 
 
+#: An intermediary's answer (Bad Gateway, Gateway Timeout): not the server's own.
+_GATEWAY_ERRORS = frozenset({502, 504})
+
+
 def _classify_call_failure(
     url: str, tool: str, exc: BaseException, tracker: _CallTracker
 ) -> McpError:
@@ -502,6 +506,7 @@ def _classify_call_failure(
                 effect_possible=status >= 500,
                 code=code,
                 http_status=status,
+                answered=status not in _GATEWAY_ERRORS,
             )
         if code == types.CONNECTION_CLOSED:
             return McpBrokenMidCall(
@@ -514,6 +519,7 @@ def _classify_call_failure(
             effect_possible=code not in _REFUSED_CODES,
             code=code,
             http_status=status,
+            answered=True,
         )
     if timed_out:
         return McpCallTimeout(f"{where}: no answer before the deadline")

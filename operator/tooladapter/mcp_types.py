@@ -63,10 +63,15 @@ class McpProtocolError(McpError):
         effect_possible: bool,
         code: int | None = None,
         http_status: int | None = None,
+        answered: bool = False,
     ) -> None:
         super().__init__(message, effect_possible=effect_possible)
         self.code = code
         self.http_status = http_status
+        #: The server itself answered the tools/call with an error (JSON-RPC or HTTP, a
+        #: gateway's 502/504 excluded): the call is Observed with isError, like a result
+        #: whose isError is set. False for listings and for answers that could not be read.
+        self.answered = answered
 
 
 class McpResponseTooLarge(McpProtocolError):

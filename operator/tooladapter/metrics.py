@@ -11,14 +11,27 @@ from prometheus_client.registry import Collector
 
 INVOCATIONS = Counter(
     "tooladapter_invocations",
-    "Invocations by outcome.",
-    ["tenant", "tool", "effective_class", "state"],
+    "Invocations by outcome (failure_class tool-error or output-invalid on an Observed call: "
+    "the tool ran and answered with an error; empty: no failure). Duplicates are not counted.",
+    ["tenant", "tool", "effective_class", "state", "failure_class"],
+)
+DUPLICATES = Counter(
+    "tooladapter_duplicates",
+    "Calls that carried an idempotency key already claimed by an earlier call of the same "
+    "request: they ended in that call's state, ran nothing, and are counted only here.",
+    ["tenant", "state"],
 )
 LATENCY = Histogram(
     "tooladapter_latency_seconds",
     "Pipeline and execution latency, from creation to the terminal state.",
     ["tool", "kind"],
     buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300),
+)
+SANDBOX_SECONDS = Counter(
+    "tooladapter_sandbox_seconds",
+    "Seconds sandbox pods ran their tool (container started to finished), per tenant: the "
+    "reference's SandboxMinutes usage meter, counted when the call ends.",
+    ["tenant"],
 )
 DENIALS = Counter(
     "tooladapter_denials",

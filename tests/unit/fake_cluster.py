@@ -316,16 +316,27 @@ class FakeCluster:
 
     @seam
     async def claim_idempotency_key(
-        self, *, namespace: str, caller: str, key: str, invocation_name: str, invocation_uid: str
+        self,
+        *,
+        namespace: str,
+        caller: str,
+        key: str,
+        invocation_name: str,
+        invocation_uid: str,
+        request_hash: str | None = None,
     ) -> Claim:
         claim_key = (namespace, caller, key)
-        self.claim_note(claim_key)
+        note = self.claim_note(claim_key)
+        if claim_key not in self.claims and request_hash:
+            note["request_hash"] = request_hash
         name, uid = self.claims.setdefault(claim_key, (invocation_name, invocation_uid))
         return Claim(
             won=uid == invocation_uid,
             winner_name=name,
             winner_uid=uid,
-            receipt_ref=self.claim_notes[claim_key].get("receipt"),
+            receipt_ref=note.get("receipt"),
+            request_hash=note.get("request_hash"),
+            state=note.get("state"),
         )
 
     def claim_note(self, claim_key: tuple[str, str, str]) -> dict[str, str]:
@@ -410,6 +421,7 @@ class FakeCluster:
         if claim is None or claim[1] != holder_uid:
             return False
         del self.claims[(namespace, caller, key)]
+        self.claim_notes.pop((namespace, caller, key), None)
         return True
 
     @seam

@@ -211,9 +211,11 @@ async def test_a_non_zero_exit_is_a_tool_error_whatever_the_class(
 
     outcome = await settle(executor, call)
 
-    assert (outcome.state, outcome.failure_class) == (
-        InvocationState.FAILED,
+    # It ran to its end and answered: Observed with the error, never "safe to retry".
+    assert (outcome.state, outcome.failure_class, outcome.is_error) == (
+        InvocationState.OBSERVED,
         FailureClass.TOOL_ERROR,
+        True,
     )
     assert (outcome.exit_code, outcome.output) == (2, b"no such file")
 

@@ -9,8 +9,11 @@ from collections.abc import Callable
 
 import pytest
 
+from prometheus_client import REGISTRY
+
 from tooladapter.catalog import approval_key
-from tooladapter.enums import EventLevel, Resource, ToolKind
+from tooladapter.enums import EventLevel, FailureClass, InvocationState, Resource, ToolKind
+from tooladapter.executors import Outcome
 from tooladapter.flow import run_invocation
 from tooladapter.settings import Settings
 
@@ -35,6 +38,16 @@ SHARED_WRITE_SCHEMA = {
     "properties": {"path": {"type": "string"}},
     "required": ["path"],
 }
+
+
+def sample(name: str, **labels: str) -> float:
+    """The sum of a metric's samples whose labels include `labels`."""
+    total = 0.0
+    for metric in REGISTRY.collect():
+        for s in metric.samples:
+            if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()):
+                total += s.value
+    return total
 
 
 def stages(status: dict) -> list[tuple[str, str]]:
@@ -477,30 +490,37 @@ async def test_a_missing_secret_dependency_denies_at_credentials(h: Harness) -> 
 # --------------------------------------------------------------------------- admission
 
 
-async def test_a_duplicate_idempotency_key_is_denied_with_the_winners_receipt(
+async def test_a_duplicate_idempotency_key_ends_as_the_first_call_with_its_receipt(
     h: Harness,
 ) -> None:
     read_tool(h)
     first = h.submit(invocation("first", idempotencyKey="k-1"))
     winner = await h.run(first)
     second = h.submit(invocation("second", idempotencyKey="k-1"))
+    before = sample("tooladapter_denials_total")
 
     loser = await h.run(second)
 
     status = loser["status"]
-    assert status["state"] == "Denied"
-    assert status["deniedStage"] == "idempotency"
-    assert status["failureClass"] == "duplicate"
+    assert status["state"] == "Observed"
+    assert "deniedStage" not in status
+    assert "failureClass" not in status
     assert status["duplicateOf"] == "first"
+    assert status["duplicateOfUid"] == first["metadata"]["uid"]
     assert status["receiptRef"] == winner["status"]["receiptRef"]
     assert status["resultRef"] == winner["status"]["resultRef"]
+    assert status["result"] == winner["status"]["result"]
+    # Not a denial, not an invocation: counted as a duplicate only.
+    assert sample("tooladapter_denials_total") == before
+    assert sample("tooladapter_duplicates_total", tenant=NAMESPACE, state="Observed") >= 1
+    assert not [e for e in h.events.posted if e.obj.get("name") == "second"]
     # Its own receipt is its audit record.
     assert status["auditRef"] != status["receiptRef"]
     assert b'"duplicateOf":"first"' in h.store.get(status["auditRef"])
     assert len(native(h).executed) == 1
 
 
-async def test_a_duplicate_waits_for_a_running_winner_then_takes_its_receipt(
+async def test_a_duplicate_waits_for_a_running_winner_then_ends_as_it_did(
     h: Harness,
 ) -> None:
     read_tool(h)
@@ -522,9 +542,83 @@ async def test_a_duplicate_waits_for_a_running_winner_then_takes_its_receipt(
     await asyncio.wait_for(task, 5)
 
     status = h.cluster.invocation("second")["status"]
-    assert status["state"] == "Denied"
+    assert status["state"] == "Observed"
     assert status["receiptRef"] == "sha256:" + "b" * 64
     assert native(h).executed == []
+
+
+async def test_the_same_key_with_other_arguments_is_denied_key_reused(h: Harness) -> None:
+    read_tool(h)
+    await h.run(h.submit(invocation("first", idempotencyKey="k-1", arguments={"a": 1})))
+
+    stored = await h.run(h.submit(invocation("second", idempotencyKey="k-1", arguments={"a": 2})))
+
+    status = stored["status"]
+    assert (status["state"], status["failureClass"]) == ("Denied", "key-reused")
+    assert status["deniedStage"] == "idempotency"
+    assert "first" in status["message"]
+    assert len(native(h).executed) == 1
+
+
+async def test_a_call_while_an_identical_one_is_uncertain_is_denied_unconfirmed_effect(
+    h: Harness,
+) -> None:
+    read_tool(h)
+    native(h).outcome = Outcome(
+        InvocationState.UNCERTAIN,
+        failure_class=FailureClass.EFFECT_UNCONFIRMED,
+        message="lost",
+    )
+    first = await h.run(h.submit(invocation("first", idempotencyKey="k-1")))
+    assert first["status"]["state"] == "Uncertain"
+    native(h).outcome = Outcome.observed(b"{}")
+
+    # Another key, no key, another caller: none runs while the effect is unconfirmed.
+    for name, extra in (("new-key", {"idempotencyKey": "k-2"}), ("no-key", {})):
+        stored = await h.run(h.submit(invocation(name, **extra)))
+        status = stored["status"]
+        assert (status["state"], status["failureClass"]) == ("Denied", "unconfirmed-effect")
+        assert status["deniedStage"] == "idempotency"
+        assert "confirm" in status["message"]
+    other = "system:serviceaccount:team-a:agent-2"
+    h.cluster.grant(tools=["lister"], classes=["read"], user=other)
+    stored = await h.run(h.submit(invocation("other-caller", caller=other)))
+    assert stored["status"]["failureClass"] == "unconfirmed-effect"
+    assert len(native(h).executed) == 1
+
+    # "Did not happen", recorded: a new call runs once.
+    confirmed = h.cluster.invocation("first")
+    confirmed["status"]["effectConfirmation"] = {
+        "effectHappened": False,
+        "confirmedBy": "ops",
+        "evidence": "checked",
+        "recorded": True,
+    }
+    h.rt.census.update("MODIFIED", confirmed)
+    stored = await h.run(h.submit(invocation("after")))
+    assert stored["status"]["state"] == "Observed"
+    assert len(native(h).executed) == 2
+
+
+async def test_a_tool_error_is_observed_with_is_error_not_failed(h: Harness) -> None:
+    read_tool(h)
+    native(h).outcome = Outcome.tool_error("the tool exited with code 2", output=b"no", exit_code=2)
+
+    stored = await h.run(h.submit(invocation()))
+
+    status = stored["status"]
+    assert status["state"] == "Observed"
+    assert status["failureClass"] == "tool-error"
+    assert status["result"]["isError"] is True
+    assert status["result"]["exitCode"] == 2
+    succeeded = {c["type"]: c for c in status["conditions"]}["Succeeded"]
+    assert (succeeded["status"], succeeded["reason"]) == ("False", "ToolError")
+    assert sample(
+        "tooladapter_invocations_total",
+        tenant=NAMESPACE,
+        state="Observed",
+        failure_class="tool-error",
+    ) >= 1
 
 
 async def test_the_idempotency_winner_runs(h: Harness) -> None:

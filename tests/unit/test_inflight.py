@@ -234,7 +234,8 @@ async def test_a_duplicate_waiting_for_its_winner_holds_no_slot_and_runs_nothing
     first = h.cluster.invocation("first")["status"]
     second = h.cluster.invocation("second")["status"]
     assert first["state"] == "Observed"
-    assert second["state"] == "Denied" and second["receiptRef"] == first["receiptRef"]
+    assert second["state"] == "Observed" and second["receiptRef"] == first["receiptRef"]
+    assert second["duplicateOf"] == "first"
     assert sorted(c.name for c in executor.executed) == ["first", "third"]  # once each
     assert h.rt.gate.busy == 0
 

@@ -211,8 +211,9 @@ async def test_a_duplicate_after_the_winner_is_gone_gets_its_receipt_then_the_ke
     assert await expire_idempotency_claims(h.rt) == 0
 
     duplicate = await h.run(h.submit(invocation("second", idempotencyKey="k-1")))
-    assert duplicate["status"]["state"] == "Denied"
-    assert duplicate["status"]["failureClass"] == "duplicate"
+    # The first call is gone, its end is on the claim: the duplicate ends as it did.
+    assert duplicate["status"]["state"] == "Observed"
+    assert duplicate["status"]["duplicateOf"] == claim.winner_name
     assert duplicate["status"]["receiptRef"] == receipt
 
     key = next(iter(h.cluster.claims))

@@ -45,6 +45,8 @@ EXTENDED = {
 } - REFERENCE
 #: A dry run goes from Received to Previewed and nowhere else.
 EXTENDED |= {(S.RECEIVED, S.PREVIEWED)}
+#: A duplicate ends from Received in its first call's state (it ran nothing).
+EXTENDED |= {(S.RECEIVED, S.OBSERVED), (S.RECEIVED, S.UNCERTAIN)}
 LEGAL = REFERENCE | EXTENDED
 
 

@@ -1,8 +1,16 @@
 """Executors: one small interface (`Executor`) for every tool kind.
 
-An Outcome says what is known about the effect: Observed (result seen), Failed (no effect
-could have happened, or the tool reported an error), Uncertain (it may have happened and
-cannot be confirmed) or Cancelled (interrupted before anything started).
+An Outcome says what is known about the effect, the same way for every kind (the table in
+docs and `kubectl explain toolinvocation.status.state`):
+
+- Observed: the tool ran to its end and its answer was received, whatever the answer. A
+  tool's own error (a non-zero exit code, an HTTP status of 400 or more other than a
+  gateway's 502/504, an MCP `isError` or JSON-RPC error, a native not-found) is Observed
+  with `is_error` (`Outcome.tool_error`): it may have acted, so it is never "safe to retry".
+- Failed: the tool provably never started acting (nothing was sent, the Job was refused or
+  never had a pod), or its effects are contained (read, sandbox) and its answer was lost.
+- Uncertain: it may have started acting and the answer was lost.
+- Cancelled: interrupted before anything started.
 
 The one rule behind Failed vs Uncertain is `SideEffectClass.effects_contained`: every
 executor settles an unconfirmed end through `unconfirmed`, never on its own.
@@ -67,6 +75,13 @@ class Outcome:
     #: Bytes of the JSON `structured` was parsed from (its sanitizing cost is linear in
     #: them); None when unknown, and its sanitizing then runs off the event loop.
     structured_bytes: int | None = None
+    #: Observed, but the tool answered with an error (`status.result.isError`).
+    is_error: bool = False
+    #: The HTTP status an http tool's server answered.
+    http_status: int | None = None
+    #: How long the sandbox's tool container ran (started -> finished), for the usage meter
+    #: and the receipt; None: no sandbox, or no recorded end.
+    sandbox_seconds: float | None = None
 
     @classmethod
     def observed(
@@ -83,6 +98,31 @@ class Outcome:
             structured,
             exit_code,
             structured_bytes=structured_bytes,
+        )
+
+    @classmethod
+    def tool_error(
+        cls,
+        message: str,
+        *,
+        output: bytes = b"",
+        exit_code: int | None = None,
+        http_status: int | None = None,
+        failure: FailureClass = FailureClass.TOOL_ERROR,
+    ) -> Outcome:
+        """The tool ran to its end and answered with an error: Observed, `is_error`.
+
+        Not Failed: the tool may have acted before it reported the error (a half-applied
+        plan, a POST the partner processed), and Failed tells agents "safe to retry"."""
+        return cls(
+            InvocationState.OBSERVED,
+            output,
+            None,
+            exit_code,
+            failure,
+            message,
+            is_error=True,
+            http_status=http_status,
         )
 
     @classmethod

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ipaddress
 import socket
+from dataclasses import replace
 from urllib.parse import urlsplit
 
 import aiohttp
@@ -23,6 +24,9 @@ from ..pipeline.addresses import AddressRefused, AddressRule, parse_networks
 from ..pipeline.validation import render_http_request
 from . import Call, InOperator, Outcome, read_limit, unconfirmed
 
+#: Statuses an intermediary (a proxy, a load balancer) answers when the server's own answer
+#: did not come: Bad Gateway and Gateway Timeout. The request may have been processed.
+GATEWAY_ERRORS = frozenset({502, 504})
 
 def blocked_host(url: str, blocked: tuple[str, ...]) -> str | None:
     """The entry of `blocked` that the URL's host matches (a name, an address or a CIDR)."""
@@ -152,13 +156,21 @@ class HttpExecutor(InOperator):
                     chunks.append(chunk)
                     size += len(chunk)
                 output = b"".join(chunks)
-                if resp.status >= 400:
-                    return Outcome.failed(
-                        FailureClass.TOOL_ERROR,
-                        f"{method} {url} answered {resp.status}",
+                if resp.status in GATEWAY_ERRORS:
+                    # An intermediary answered: whether the server acted is unknown.
+                    return unconfirmed(
+                        call,
+                        f"{method} {url}: a gateway answered {resp.status}; whether the "
+                        "server acted is unknown",
                         output=output,
                     )
-                return Outcome.observed(output)
+                if resp.status >= 400:
+                    return Outcome.tool_error(
+                        f"{method} {url} answered {resp.status}",
+                        output=output,
+                        http_status=resp.status,
+                    )
+                return replace(Outcome.observed(output), http_status=resp.status)
         except aiohttp.InvalidURL as exc:
             # Refused before connecting (e.g. a legacy numeric IPv4 spelling such as
             # 2130706433 or 127.1): nothing was sent.

@@ -109,23 +109,28 @@ class McpExecutor(InOperator):
             return Outcome.failed(FailureClass.TRANSIENT, str(exc), retryable=True)
         except (mcp_types.McpToolNotListed, mcp_types.McpToolChanged) as exc:
             return Outcome.failed(FailureClass.TRANSIENT, str(exc))
+        except mcp_types.McpProtocolError as exc:
+            if exc.answered:
+                # The server answered the call with an error: Observed, like isError.
+                return Outcome.tool_error(str(exc), http_status=exc.http_status)
+            if exc.effect_possible:
+                return unconfirmed(call, f"MCP call broke: {exc}")
+            return Outcome.failed(FailureClass.TRANSIENT, str(exc))
         except mcp_types.McpError as exc:
             if exc.effect_possible:
                 return unconfirmed(call, f"MCP call broke: {exc}")
-            return Outcome.failed(FailureClass.TOOL_ERROR, str(exc))
+            return Outcome.failed(FailureClass.TRANSIENT, str(exc))
         output = result.content_text.encode()
         if result.is_error:
-            return Outcome.failed(
-                FailureClass.TOOL_ERROR, "the MCP tool reported an error", output=output
-            )
+            return Outcome.tool_error("the MCP tool reported an error", output=output)
         problems = validate_structured_output(
             (result.tool or {}).get("outputSchema"), result.structured_content
         )
         if problems:
-            return Outcome.failed(
-                FailureClass.OUTPUT_INVALID,
+            return Outcome.tool_error(
                 "structuredContent violates the outputSchema: " + "; ".join(problems[:10]),
                 output=output,
+                failure=FailureClass.OUTPUT_INVALID,
             )
         return Outcome.observed(output, structured=result.structured_content)
 

@@ -77,10 +77,10 @@ class NativeExecutor(InOperator):
             )
         data = await self.cluster.read_config_map(call.namespace, name)
         if data is None:
-            return Outcome.failed(FailureClass.TOOL_ERROR, f"configmap {name} not found")
+            return Outcome.tool_error(f"configmap {name} not found")
         if key is not None:
             if key not in data:
-                return Outcome.failed(FailureClass.TOOL_ERROR, f"configmap {name} has no key {key}")
+                return Outcome.tool_error(f"configmap {name} has no key {key}")
             payload: dict[str, Any] = {"name": name, "key": key, "value": data[key]}
         else:
             payload = {"name": name, "data": data}

@@ -149,10 +149,16 @@ class SandboxExecutor:
         )
 
     async def outcome_of(self, call: Call, job: dict[str, Any]) -> Outcome:
-        finished = ksandbox.job_finished(job)
         result = await self.cluster.pod_outcome(
             call.namespace, call.uid, max_bytes=read_limit(call.max_result_bytes)
         )
+        # The tool container's run time rides on the outcome, whatever it is: the per-tenant
+        # meter and the receipt's usage (`flow.ending`).
+        return replace(self.settle(call, job, result), sandbox_seconds=result.run_seconds)
+
+    def settle(self, call: Call, job: dict[str, Any], result: ksandbox.PodOutcome) -> Outcome:
+        """The outcome of a finished Job, from its pod's end."""
+        finished = ksandbox.job_finished(job)
         if finished == "Complete":
             # No `structured_bytes`: what the tool prints is the agent's, and its structured
             # form is sanitized off the event loop, in the tenant's turn.
@@ -192,8 +198,8 @@ class SandboxExecutor:
                 result,
             )
         if result.exit_code is not None and result.exit_code != 0:
-            return Outcome.failed(
-                FailureClass.TOOL_ERROR,
+            # The tool ran to its end and said so: its answer, not a failure to start.
+            return Outcome.tool_error(
                 f"the tool exited with code {result.exit_code}",
                 output=result.log,
                 exit_code=result.exit_code,

@@ -21,7 +21,7 @@ from ..pipeline.validation import check_arguments
 from ..timeutil import now_iso
 from .context import Denial, FlowContext
 from .dryrun import is_dry_run, on_dry_run
-from .ending import cancel
+from .ending import cancel, end_as_duplicate
 
 #: Longest wait between re-reads of an idempotency winner (the watch usually wakes us).
 WINNER_POLL_SECONDS = 30
@@ -67,6 +67,7 @@ async def on_received(ctx: FlowContext) -> None:
             f"arguments do not match the input schema: {detail}",
             FailureClass.VALIDATION,
         )
+    await check_unconfirmed(ctx)
     ctx.record(Stage.VALIDATION, StageOutcome.PASSED)  # the tool: spec.tool
     await ctx.advance(InvocationState.VALIDATED)
 
@@ -100,38 +101,115 @@ async def check_request_unchanged(ctx: FlowContext) -> None:
 
 
 async def claim_idempotency_key(ctx: FlowContext) -> None:
-    """Win the key (this call runs) or end as a duplicate carrying the winner's receipt."""
+    """Win the key (this call runs), or end as a duplicate in the first call's state.
+
+    The claim keeps the request it was made for: the same key with another request is
+    refused (`key-reused`), as payment APIs do, never answered with another call's
+    receipt. A duplicate waits for its first call to end without holding a slot, then ends
+    in that call's state with its receipt and result (`end_as_duplicate`): not a denial, and
+    nothing runs a second time."""
     spec = ctx.load_spec()
     assert spec.idempotency_key is not None
+    hashed = await hash_of_request(ctx)
     claim = await ctx.rt.cluster.claim_idempotency_key(
         namespace=ctx.namespace,
         caller=spec.caller.name,
         key=spec.idempotency_key,
         invocation_name=ctx.name,
         invocation_uid=ctx.uid,
+        request_hash=hashed,
     )
     if claim.won:
         return
+    refuse_reused_key(ctx, claim.winner_name, claim.request_hash, hashed)
     if ctx.status.duplicate_of != claim.winner_name:
         ctx.status.duplicate_of = claim.winner_name
+        ctx.status.duplicate_of_uid = claim.winner_uid
         ctx.record(
             Stage.IDEMPOTENCY,
             StageOutcome.DUPLICATE,
-            f"key already claimed by {claim.winner_name}",
+            f"key already claimed by {claim.winner_name}: this call ends as it does",
         )
         await ctx.commit()
     async with ctx.without_slot():
         winner = await wait_for_terminal(ctx, claim.winner_name, claim.winner_uid)
     wstatus = (winner or {}).get("status") or {}
-    # A winner already deleted (retention) left its receipt on the claim.
-    ctx.status.receipt_ref = wstatus.get("receiptRef") or claim.receipt_ref
-    ctx.status.result_ref = wstatus.get("resultRef")
-    ctx.status.result_hash = wstatus.get("resultHash")
+    # A claim made before claims kept their request: compare with the first call's own.
+    refuse_reused_key(ctx, claim.winner_name, wstatus.get("requestHash"), hashed)
+    ctx.status.request_hash = hashed
+    await end_as_duplicate(ctx, wstatus, claim)
+
+
+async def hash_of_request(ctx: FlowContext) -> str | None:
+    """The request hash, before validation (None when the arguments cannot be hashed:
+    validation refuses them next)."""
+    spec = ctx.load_spec()
+    try:
+        return await offload.run(
+            ctx.namespace,
+            offload.rough_size(spec.arguments),
+            request_hash,
+            namespace=ctx.namespace,
+            tool_id=spec.tool.id,
+            tool_version=spec.tool.version,
+            arguments=spec.arguments,
+        )
+    except (ValueError, TypeError, RecursionError):
+        return None
+
+
+def refuse_reused_key(
+    ctx: FlowContext, winner: str, claimed: str | None, hashed: str | None
+) -> None:
+    """Denied `key-reused` when the key was claimed for another request."""
+    if not claimed or claimed == hashed:
+        return
+    key = ctx.load_spec().idempotency_key
     raise Denial(
         Stage.IDEMPOTENCY,
-        f"duplicate of {claim.winner_name} (state {wstatus.get('state', 'unknown')}): "
-        "one idempotency key executes once; its receipt is receiptRef",
-        FailureClass.DUPLICATE,
+        f"idempotency key {key!r} already names another request ({winner}, requestHash "
+        f"{claimed}); a key names one request: use a new key for other arguments",
+        FailureClass.KEY_REUSED,
+    )
+
+
+async def check_unconfirmed(ctx: FlowContext) -> None:
+    """No blind retries: while a call of the same request (namespace, tool, version,
+    canonical arguments; any key, any caller) is Uncertain and unconfirmed, this one does
+    not run (the reference: "an operator must confirm before any retry"). Made when the call
+    is received and again right before it acts; once an operator confirms either way, new
+    calls run as usual."""
+    hashed = ctx.status.request_hash
+    if not hashed:
+        return
+    held = ctx.rt.census.unconfirmed_with(ctx.namespace, hashed)
+    if not held:
+        return
+    raise Denial(
+        Stage.IDEMPOTENCY,
+        await unconfirmed_message(ctx, held[0]),
+        FailureClass.UNCONFIRMED_EFFECT,
+    )
+
+
+async def unconfirmed_message(ctx: FlowContext, held: str) -> str:
+    """Says how to confirm; names the Uncertain call only to a caller who may read it."""
+    spec = ctx.load_spec()
+    verdict = await ctx.rt.cluster.can(
+        user=spec.caller.name,
+        namespace=ctx.namespace,
+        verb="get",
+        resource=Resource.INVOCATIONS,
+        name=held,
+        groups=spec.caller.groups,
+    )
+    which = f"call {held}" if verdict.allowed else "an earlier call"
+    return (
+        f"{which} of this same request is Uncertain: its effect may have happened and is "
+        "unconfirmed, so nothing runs again until an operator confirms it (`tooladapter "
+        "confirm NAME --happened|--did-not-happen --evidence TEXT`, REST POST "
+        "/namespaces/NS/tool-invocations/NAME/confirm-effect, or the reviewers' page); then "
+        "make the call again"
     )
 
 

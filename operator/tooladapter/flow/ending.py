@@ -30,11 +30,28 @@ from ..artifacts.index import (
     entries_of,
     entry_bytes,
 )
-from ..enums import ArtifactKind, EventLevel, FailureClass, InvocationState, Stage, StageOutcome
+from ..enums import (
+    ArtifactKind,
+    EventLevel,
+    FailureClass,
+    InvocationState,
+    SideEffectClass,
+    Stage,
+    StageOutcome,
+)
 from ..executors import Outcome, read_limit
-from ..metrics import ARTIFACT_STORE_ERRORS, DENIALS, INVOCATIONS, LATENCY
+from ..kube.claims import Claim
+from ..metrics import (
+    ARTIFACT_STORE_ERRORS,
+    DENIALS,
+    DUPLICATES,
+    INVOCATIONS,
+    LATENCY,
+    SANDBOX_SECONDS,
+)
 from ..model import (
     AuditRequirements,
+    EffectConfirmation,
     EgressRecord,
     InvocationResult,
     ReceiptSummary,
@@ -127,6 +144,8 @@ async def finish(ctx: FlowContext, outcome: Outcome) -> None:
         original_sha256=None if clean.redactions else clean.original_sha256,
         redactions=list(clean.redactions),
         exit_code=outcome.exit_code,
+        is_error=outcome.is_error,
+        http_status=outcome.http_status,
     )
     ctx.status.failure_class = outcome.failure_class
     ctx.status.message = ctx.bounded(outcome.message) or None
@@ -214,6 +233,47 @@ async def fail(ctx: FlowContext, failure: Failure) -> None:
     await end(ctx, InvocationState.FAILED)
 
 
+async def end_as_duplicate(ctx: FlowContext, first: dict[str, Any], claim: Claim) -> None:
+    """End as the first call of this idempotency key ended: its state, receiptRef, result,
+    failure class and (when recorded) effect confirmation, with `duplicateOf` naming it.
+
+    Nothing ran: the reference's "returns the existing receipt", not a denial. A first call
+    deleted before it ended left no outcome to return: then Denied `duplicate`, the only
+    case that still writes it (its key stays held, so nothing runs twice either way)."""
+    status = ctx.status
+    state = first.get("state") or claim.state
+    if not state or not InvocationState(state).terminal:
+        await deny(
+            ctx,
+            Denial(
+                Stage.IDEMPOTENCY,
+                f"duplicate of {claim.winner_name}, which was deleted before it ended: its "
+                "outcome is unknown; its idempotency key stays held",
+                FailureClass.DUPLICATE,
+            ),
+        )
+        return
+    status.receipt_ref = first.get("receiptRef") or claim.receipt_ref
+    status.result_ref = first.get("resultRef")
+    status.result_hash = first.get("resultHash")
+    result = first.get("result")
+    status.result = InvocationResult.model_validate(result) if result else None
+    if first.get("effectiveClass"):
+        status.effective_class = SideEffectClass(first["effectiveClass"])
+    if first.get("declaredClass"):
+        status.declared_class = SideEffectClass(first["declaredClass"])
+    failure = first.get("failureClass")
+    status.failure_class = FailureClass(failure) if failure else None
+    confirmation = first.get("effectConfirmation")
+    if confirmation and confirmation.get("recorded"):
+        status.effect_confirmation = EffectConfirmation.model_validate(confirmation)
+    message = f"duplicate of {claim.winner_name}, which ended {state}"
+    if first.get("message"):
+        message += f": {first['message']}"
+    status.message = ctx.bounded(message)
+    await end(ctx, InvocationState(state), post_event=False)
+
+
 async def end(ctx: FlowContext, state: InvocationState, *, post_event: bool = True) -> None:
     ctx.status.ended_at = now_iso()
     ctx.enter(state)
@@ -256,7 +316,20 @@ async def conclude(ctx: FlowContext, *, post_event: bool = True) -> None:
     ctx.rt.rates.release(ctx.uid)
     tool = spec.tool.id
     effective = str(ctx.status.effective_class or "")
-    INVOCATIONS.labels(ctx.namespace, tool, effective, str(state)).inc()
+    # An Uncertain end must block new calls of its request at once, not when the watch
+    # echoes it (`admission.check_unconfirmed` reads the census).
+    ctx.rt.census.update("MODIFIED", ctx.body)
+    if ctx.status.duplicate_of:
+        # Ran nothing: counted here only, never as an invocation, latency or uncertain.
+        DUPLICATES.labels(ctx.namespace, str(state)).inc()
+        logger.info("invocation %s ended %s as a duplicate", ctx.ref, state)
+        await ctx.let_go()
+        return
+    failure = str(ctx.status.failure_class or "")
+    INVOCATIONS.labels(ctx.namespace, tool, effective, str(state), failure).inc()
+    execution = ctx.status.execution
+    if execution is not None and execution.sandbox_seconds is not None:
+        SANDBOX_SECONDS.labels(ctx.namespace).inc(execution.sandbox_seconds)
     try:
         elapsed = (parse_time(ended_at) - parse_time(ctx.created)).total_seconds()
         LATENCY.labels(tool, str(descriptor.kind) if descriptor else "").observe(elapsed)

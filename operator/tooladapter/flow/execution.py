@@ -27,6 +27,7 @@ from ..pipeline.egress import split_entries
 from ..pipeline.egress_lease import token_of
 from ..pipeline.sandbox import LeaseNames
 from ..timeutil import now_iso
+from .admission import check_unconfirmed
 from .capacity import wait_for_capacity
 from .context import SANDBOX_KINDS, Denial, FlowContext, Restart, Superseded
 from .ending import cancel, finish
@@ -54,6 +55,8 @@ async def on_brokered(ctx: FlowContext) -> None:
         ctx.rechecked = False
         await recheck(ctx)
         descriptor = await ctx.load_descriptor()
+    # An identical call may have become Uncertain while this one waited.
+    await check_unconfirmed(ctx)
     check_not_retired(ctx)  # a version retired a moment ago never starts
     admit(ctx, descriptor)
     ctx.status.execution = ExecutionRecord(
@@ -229,6 +232,9 @@ async def on_executing(ctx: FlowContext) -> None:
                 outcome = await retry(ctx, lambda: executor.execute(call), outcome)
     finally:
         watch.cancel()
+    if outcome.sandbox_seconds is not None and ctx.status.execution is not None:
+        # Metered when the end is written (`ending.conclude`), and on the receipt's usage.
+        ctx.status.execution.sandbox_seconds = round(outcome.sandbox_seconds, 3)
     await finish(ctx, outcome)
 
 

@@ -13,6 +13,7 @@ from typing import Any
 from ..enums import InvocationState, Resource
 from ..events import object_ref
 from ..flow.ending import write_receipt
+from ..kube.client import NotFound
 from ..model import ToolInvocationSpec, ToolInvocationStatus
 from ..pipeline.sanitize import bounded_message
 from ..runtime import Runtime
@@ -26,6 +27,8 @@ def needs_recording(body: Mapping[str, Any]) -> bool:
         status.get("state") == InvocationState.UNCERTAIN
         and bool(confirmation)
         and not confirmation.get("recorded")
+        # A duplicate's confirmation is its first call's, copied (`copy_to_duplicates`).
+        and not status.get("duplicateOf")
     )
 
 
@@ -71,6 +74,7 @@ async def record_confirmation(rt: Runtime, body: dict[str, Any]) -> None:
             "receipt": status.receipt.wire(),
         },
     )
+    await copy_to_duplicates(rt, meta, status)
     released = False
     if not confirmation.effect_happened and spec.idempotency_key:
         # Nothing happened: the key may be used again, by a new invocation that runs once.
@@ -90,3 +94,35 @@ async def record_confirmation(rt: Runtime, body: dict[str, Any]) -> None:
         f"receipt {status.receipt_ref}"
         + ("; its idempotency key is free again" if released else ""),
     )
+
+
+async def copy_to_duplicates(
+    rt: Runtime, meta: Mapping[str, Any], status: ToolInvocationStatus
+) -> None:
+    """The first call's confirmation and new receipt onto the duplicates that carry its
+    outcome, so none of them still reads as an unconfirmed effect."""
+    confirmation = status.effect_confirmation
+    assert confirmation is not None and status.receipt is not None
+    for name in rt.census.duplicates_of(meta["namespace"], meta["name"]):
+        try:
+            duplicate = await rt.cluster.get(Resource.INVOCATIONS, meta["namespace"], name)
+        except NotFound:
+            continue
+        dstatus = duplicate.get("status") or {}
+        if dstatus.get("duplicateOfUid") not in (None, meta["uid"]):
+            continue
+        if (dstatus.get("effectConfirmation") or {}).get("recorded"):
+            continue
+        await rt.cluster.patch_status(
+            Resource.INVOCATIONS,
+            meta["namespace"],
+            name,
+            {
+                "effectConfirmation": confirmation.wire(),
+                "receiptRef": status.receipt_ref,
+                "receipt": {
+                    **status.receipt.wire(),
+                    "effectConfirmed": confirmation.effect_happened,
+                },
+            },
+        )

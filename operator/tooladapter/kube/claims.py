@@ -26,6 +26,8 @@ ANNOTATION_HIGHEST = "tooladapter.dev/highest-fencing-token"
 ANNOTATION_RECEIPT = "tooladapter.dev/receipt-ref"
 ANNOTATION_ENDED_AT = "tooladapter.dev/ended-at"
 ANNOTATION_STATE = "tooladapter.dev/state"
+#: The request the key was claimed for: the same key with another request is refused.
+ANNOTATION_REQUEST_HASH = "tooladapter.dev/request-hash"
 IDEMPOTENCY_PREFIX = "ta-idem-"
 
 
@@ -47,6 +49,10 @@ class Claim:
     winner_uid: str
     #: The winner's receipt, once it ended (the claim keeps it past the winner's deletion).
     receipt_ref: str | None = None
+    #: The request the winner claimed the key for (None on claims made before it was kept).
+    request_hash: str | None = None
+    #: The winner's terminal state, once it ended.
+    state: str | None = None
 
 
 def _lease(
@@ -66,13 +72,28 @@ def _lease(
 
 
 async def claim_idempotency_key(
-    kube: Kube, *, namespace: str, caller: str, key: str, invocation_name: str, invocation_uid: str
+    kube: Kube,
+    *,
+    namespace: str,
+    caller: str,
+    key: str,
+    invocation_name: str,
+    invocation_uid: str,
+    request_hash: str | None = None,
 ) -> Claim:
     name = idempotency_claim_name(namespace, caller, key)
-    body = _lease(name, namespace, invocation_uid, {ANNOTATION_INVOCATION: invocation_name})
+    annotations = {ANNOTATION_INVOCATION: invocation_name}
+    if request_hash:
+        annotations[ANNOTATION_REQUEST_HASH] = request_hash
+    body = _lease(name, namespace, invocation_uid, annotations)
     try:
         await kube.coordination.create_namespaced_lease(namespace, body)
-        return Claim(won=True, winner_name=invocation_name, winner_uid=invocation_uid)
+        return Claim(
+            won=True,
+            winner_name=invocation_name,
+            winner_uid=invocation_uid,
+            request_hash=request_hash,
+        )
     except ApiException as exc:
         err = translate(exc)
         if not isinstance(err, AlreadyExists):
@@ -86,6 +107,8 @@ async def claim_idempotency_key(
         winner_name=annotations.get(ANNOTATION_INVOCATION, ""),
         winner_uid=winner_uid,
         receipt_ref=annotations.get(ANNOTATION_RECEIPT),
+        request_hash=annotations.get(ANNOTATION_REQUEST_HASH),
+        state=annotations.get(ANNOTATION_STATE),
     )
 
 

@@ -61,7 +61,14 @@ class Cluster(Protocol):
 
     # -- exactly-once
     async def claim_idempotency_key(
-        self, *, namespace: str, caller: str, key: str, invocation_name: str, invocation_uid: str
+        self,
+        *,
+        namespace: str,
+        caller: str,
+        key: str,
+        invocation_name: str,
+        invocation_uid: str,
+        request_hash: str | None = None,
     ) -> claims.Claim: ...
 
     async def release_idempotency_key(
@@ -201,7 +208,14 @@ class KubeCluster:
         )
 
     async def claim_idempotency_key(
-        self, *, namespace: str, caller: str, key: str, invocation_name: str, invocation_uid: str
+        self,
+        *,
+        namespace: str,
+        caller: str,
+        key: str,
+        invocation_name: str,
+        invocation_uid: str,
+        request_hash: str | None = None,
     ) -> claims.Claim:
         return await claims.claim_idempotency_key(
             self.kube,
@@ -210,6 +224,7 @@ class KubeCluster:
             key=key,
             invocation_name=invocation_name,
             invocation_uid=invocation_uid,
+            request_hash=request_hash,
         )
 
     async def release_idempotency_key(

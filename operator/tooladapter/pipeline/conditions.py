@@ -1,8 +1,9 @@
 """An invocation's conditions, derived from its state: what `kubectl wait` waits on.
 
 `Finished` is True once the call is in a terminal state (any of them, a dry run's
-Previewed included); `Succeeded` is True once it is Observed, False once it ended any other
-way, Unknown while it runs. Both are derived, never decided: the flow's one status writer
+Previewed included); `Succeeded` is True once it is Observed without a tool error, False
+(reason `ToolError`) when Observed with one, False once it ended any other way, Unknown
+while it runs. Both are derived, never decided: the flow's one status writer
 sets them from the state on every write, so they can never disagree with it.
 """
 
@@ -15,6 +16,10 @@ from ..model import Condition
 
 FINISHED = "Finished"
 SUCCEEDED = "Succeeded"
+#: The Succeeded reason of a call Observed with the tool's own error (`result.isError`).
+TOOL_ERROR_REASON = "ToolError"
+#: Failure classes of an Observed call: the tool answered, with an error.
+TOOL_ERRORS = frozenset({FailureClass.TOOL_ERROR, FailureClass.OUTPUT_INVALID})
 #: Bound of a condition's message (status.message is bounded already; this is its copy).
 MESSAGE_CHARS = 1024
 
@@ -34,7 +39,10 @@ def invocation_conditions(
 ) -> list[Condition]:
     """The conditions for `state`, keeping `lastTransitionTime` of unchanged statuses."""
     text = (message or "")[:MESSAGE_CHARS]
-    if state is InvocationState.OBSERVED:
+    if state is InvocationState.OBSERVED and failure_class in TOOL_ERRORS:
+        # The tool ran and answered with an error: finished, not succeeded, not retryable.
+        succeeded = ("False", TOOL_ERROR_REASON, text)
+    elif state is InvocationState.OBSERVED:
         succeeded = ("True", InvocationState.OBSERVED.value, text)
     elif state is InvocationState.PREVIEWED:
         succeeded = ("False", "DryRun", "a dry run is evaluated, never executed")

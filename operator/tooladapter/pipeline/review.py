@@ -43,6 +43,8 @@ class Refusal(StrEnum):
     CHANGED = "changed"
     OWN_CALL = "own-call"
     NOT_UNCERTAIN = "not-uncertain"
+    #: A duplicate carries its first call's outcome: that call is the one confirmed.
+    DUPLICATE = "duplicate"
     ALREADY_CONFIRMED = "already-confirmed"
     NO_EVIDENCE = "no-evidence"
     EVIDENCE_TOO_LONG = "evidence-too-long"
@@ -231,6 +233,13 @@ def confirmation_patch(
             Refusal.NOT_UNCERTAIN,
             f"toolinvocation {name} is {state or 'not evaluated yet'}: only an Uncertain "
             "effect is confirmed",
+        )
+    first = status.get("duplicateOf")
+    if first:
+        raise Undecidable(
+            Refusal.DUPLICATE,
+            f"toolinvocation {name} ran nothing: it is a duplicate of {first}; confirm "
+            f"{first} (its confirmation is copied onto its duplicates)",
         )
     if (status.get("effectConfirmation") or {}).get("recorded"):
         raise Undecidable(

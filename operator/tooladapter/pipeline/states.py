@@ -36,6 +36,12 @@ EXTENSIONS: dict[InvocationState, frozenset[InvocationState]] = {
     state: frozenset({S.CANCELLED, S.DENIED, S.FAILED}) for state in BEFORE_EXECUTING
 }
 
+#: A duplicate (its idempotency key held by an earlier call of the same request) runs
+#: nothing: from Received it ends in whatever state its first call ended, Observed and
+#: Uncertain included, carrying that call's receipt (`status.duplicateOf`): the reference's
+#: "the same idempotency key within scope returns the existing receipt".
+EXTENSIONS[S.RECEIVED] = EXTENSIONS[S.RECEIVED] | {S.OBSERVED, S.UNCERTAIN}
+
 #: A dry run (`spec.dryRun`) is evaluated from Received straight to its own terminal state,
 #: Previewed: it never executes, so no other state is ever written for it.
 EXTENSIONS[S.RECEIVED] = EXTENSIONS[S.RECEIVED] | {S.PREVIEWED}

@@ -94,6 +94,13 @@ async def confirm_effect(request: web.Request) -> web.Response:
             f"only an Uncertain invocation's effect can be confirmed; {name} is "
             f"{status.get('state') or 'not started'}",
         )
+    if status.get("duplicateOf"):
+        first = status["duplicateOf"]
+        raise ProblemError(
+            ProblemKind.CONFLICT,
+            f"{name} ran nothing: it is a duplicate of {first}; confirm {first} (its "
+            "confirmation is copied onto its duplicates)",
+        )
     if status.get("effectConfirmation"):
         raise ProblemError(ProblemKind.CONFLICT, f"the effect of {name} was already confirmed")
     confirmation = {
