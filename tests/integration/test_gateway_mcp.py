@@ -65,12 +65,16 @@ async def test_an_agent_lists_only_its_granted_tools_and_calls_one_to_observed(
         assert obj["spec"]["tool"] == {"id": "list-tools", "version": "1.1.0"}
         assert obj["spec"]["idempotencyKey"] == "key-1"
 
-        # The same key again: a duplicate, answered with the call that holds the key.
+        # The same key again: a duplicate, answered with the first call's outcome and
+        # receipt, naming that call (issue 27; an old Denied duplicate reads the same).
         again = await mcp.call_tool(
             "list-tools", {}, meta={"dev.tooladapter/idempotencyKey": "key-1"}
         )
         assert again.is_error is False, text_of(again)
-        assert meta_of(again)["dev.tooladapter/invocation"] == meta["dev.tooladapter/invocation"]
+        repeated = meta_of(again)
+        assert repeated["dev.tooladapter/duplicateOf"] == meta["dev.tooladapter/invocation"]
+        assert repeated["dev.tooladapter/receiptRef"] == meta["dev.tooladapter/receiptRef"]
+        assert repeated["dev.tooladapter/state"] == "Observed"
 
         # A tool the agent may not invoke does not exist for it.
         with pytest.raises(MCPError, match="unknown tool"):
