@@ -1038,6 +1038,9 @@ class ExecutionRecord(Model):
     """The operator process that claimed the execution (one claim per invocation)."""
     attempts: int = 1
     """Attempts made under the descriptor's retryPolicy (1: no retry so far)."""
+    sandbox_seconds: float | None = None
+    """How long the sandbox's tool container ran (started to finished), as metered in
+    tooladapter_sandbox_seconds_total and the receipt's usage."""
 
 
 class ArgumentError(Model):

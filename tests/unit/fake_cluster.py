@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import dataclasses
 import functools
 import inspect
 import itertools
@@ -537,14 +538,8 @@ class FakeCluster:
         outcome = self.pod_outcomes.get(uid)
         if outcome is None:
             return PodOutcome(name=None, started=False, exit_code=None, reason="PodGone", log=b"")
-        return PodOutcome(
-            name=outcome.name,
-            started=outcome.started,
-            exit_code=outcome.exit_code,
-            reason=outcome.reason,
-            log=outcome.log[: max_bytes + 1],
-            gate_failed=outcome.gate_failed,
-        )
+        # Every scripted field (the container's times too), the log cut as the real read is.
+        return dataclasses.replace(outcome, log=outcome.log[: max_bytes + 1])
 
     @seam
     async def quota_refusal(self, job: Body) -> str | None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 
 import pytest
 from pydantic import ValidationError
@@ -19,7 +20,9 @@ from tooladapter.enums import (
     ToolKind,
     UnlistedAction,
 )
+from tooladapter.executors.sandbox import SandboxExecutor
 from tooladapter.handlers.descriptors import desired_status
+from tooladapter.metrics import SANDBOX_SECONDS
 from tooladapter.model import (
     DEFAULT_TIMEOUT_SECONDS,
     ResourceQuantities,
@@ -34,7 +37,18 @@ from tooladapter.pipeline.permission import refusal
 from tooladapter.pipeline.sandbox import build_job
 from tooladapter.settings import Settings
 
-from .fake_cluster import Harness, ScriptedExecutor, descriptor, invocation, make_runtime
+from .fake_cluster import (
+    NAMESPACE,
+    FakeCluster,
+    Harness,
+    ScriptedExecutor,
+    descriptor,
+    finished_job,
+    invocation,
+    make_runtime,
+    pod_result,
+    shell_descriptor,
+)
 
 pytestmark = [pytest.mark.timeout(10), pytest.mark.usefixtures("fast_retries")]
 
@@ -258,3 +272,57 @@ def test_a_frozen_refusal_of_an_escalated_shell_command_names_the_escalation() -
     assert classification.refused
     assert "frozen" in classification.reason
     assert "not on the allow list raised sandbox to shared-write" in classification.reason
+
+
+# --------------------------------------------------------------------------- usage meters
+
+
+def test_the_pod_outcome_measures_the_tool_containers_run_time() -> None:
+    ran = pod_result()
+    assert ran.run_seconds is None  # no recorded end: nothing metered
+    timed = dataclasses.replace(
+        ran, started_at="2026-01-01T00:00:01Z", finished_at="2026-01-01T00:00:03.5+00:00"
+    )
+    assert timed.run_seconds == 2.5
+    assert dataclasses.replace(timed, finished_at="garbage").run_seconds is None
+
+
+async def test_a_sandboxed_call_meters_its_seconds_per_tenant_and_on_the_receipt() -> None:
+    cluster = FakeCluster()
+    executor = SandboxExecutor(cluster, Settings())
+    h = make_runtime(cluster, executors={ToolKind.SHELL: executor})
+    limits = {"cpu": "500m", "memory": "64Mi", "example.com/widget": 1}
+    h.publish(
+        shell_descriptor(
+            sandbox={"resources": {"limits": limits}, "egress": {"allow": []}},
+        )
+    )
+    h.cluster.grant(tools=["sh"], classes=["sandbox"])
+    body = h.submit(invocation("sh-1", tool="sh", arguments={"command": "echo hi"}))
+    uid = body["metadata"]["uid"]
+    timed = dataclasses.replace(
+        pod_result(log=b"hi\n"),
+        started_at="2026-01-01T00:00:00Z",
+        finished_at="2026-01-01T00:00:04Z",
+    )
+    cluster.script_job(uid, finished_job(), outcome=timed)
+    metered = SANDBOX_SECONDS.labels(NAMESPACE)
+    before = metered._value.get()
+
+    stored = await h.run(body)
+
+    status = stored["status"]
+    assert status["state"] == "Observed"
+    assert status["execution"]["sandboxSeconds"] == 4.0
+    assert metered._value.get() - before == 4.0
+    receipt = json.loads(h.store.get(status["receiptRef"]))
+    assert receipt["usage"] == {
+        "sandboxSeconds": 4.0,
+        "resourceLimits": {"cpu": "500m", "memory": "64Mi", "example.com/widget": "1"},
+        "timeoutSeconds": 60,
+        "egressBytesUp": 0,
+        "egressBytesDown": 0,
+    }
+    (job,) = [o for o in cluster.created if o["kind"] == "Job"]
+    tool = job["spec"]["template"]["spec"]["containers"][0]
+    assert tool["resources"]["limits"]["example.com/widget"] == "1"

@@ -234,7 +234,11 @@ async def on_executing(ctx: FlowContext) -> None:
         watch.cancel()
     if outcome.sandbox_seconds is not None and ctx.status.execution is not None:
         # Metered when the end is written (`ending.conclude`), and on the receipt's usage.
-        ctx.status.execution.sandbox_seconds = round(outcome.sandbox_seconds, 3)
+        # A new record, not a change in place: the status patch compares against the last
+        # written one.
+        ctx.status.execution = ctx.status.execution.model_copy(
+            update={"sandbox_seconds": round(outcome.sandbox_seconds, 3)}
+        )
     await finish(ctx, outcome)
 
 

@@ -15,6 +15,7 @@ from kubernetes_asyncio import watch
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from ..pipeline.sandbox import CONTAINER_NAME, LABEL_INVOCATION_UID, LABEL_MANAGED_BY, MANAGED_BY
+from ..timeutil import parse_time
 from .client import REFUSAL_CODES, AlreadyExists, Kube, NotFound, refusal, translate
 
 MANAGED_SELECTOR = f"{LABEL_MANAGED_BY}={MANAGED_BY}"
@@ -158,6 +159,21 @@ class PodOutcome:
     reason: str
     log: bytes
     gate_failed: bool = False
+    #: When the tool's container started and finished (RFC 3339, from its terminated state).
+    started_at: str | None = None
+    finished_at: str | None = None
+
+    @property
+    def run_seconds(self) -> float | None:
+        """The tool container's run time, what the sandbox-seconds meter counts (None:
+        it never ran to a recorded end)."""
+        if not self.started_at or not self.finished_at:
+            return None
+        try:
+            seconds = (parse_time(self.finished_at) - parse_time(self.started_at)).total_seconds()
+        except ValueError:
+            return None
+        return max(seconds, 0.0)
 
 
 async def job_pod(kube: Kube, namespace: str, uid: str) -> dict[str, Any] | None:
@@ -197,6 +213,7 @@ async def pod_outcome(kube: Kube, namespace: str, uid: str, *, max_bytes: int) -
     name = pod["metadata"]["name"]
     exit_code: int | None = None
     reason = ""
+    started_at = finished_at = None
     for status in (pod.get("status") or {}).get("containerStatuses") or []:
         if status.get("name") != CONTAINER_NAME:
             continue
@@ -204,6 +221,7 @@ async def pod_outcome(kube: Kube, namespace: str, uid: str, *, max_bytes: int) -
         if terminated:
             exit_code = terminated.get("exitCode")
             reason = terminated.get("reason") or ""
+            started_at, finished_at = terminated.get("startedAt"), terminated.get("finishedAt")
     gate_failed = any(
         ((status.get("state") or {}).get("terminated") or {}).get("exitCode") not in (None, 0)
         for status in (pod.get("status") or {}).get("initContainerStatuses") or []
@@ -229,6 +247,8 @@ async def pod_outcome(kube: Kube, namespace: str, uid: str, *, max_bytes: int) -
         reason=reason,
         log=log[: max_bytes + 1],
         gate_failed=gate_failed,
+        started_at=started_at,
+        finished_at=finished_at,
     )
 
 

@@ -37,6 +37,28 @@ def _arguments_hash(arguments: Any) -> str | None:
         return None
 
 
+def usage(status: ToolInvocationStatus) -> dict[str, Any]:
+    """The reference's usage meters for one call (CostUsageService's SandboxMinutes): how
+    long the sandbox's tool ran, within what limits, and the bytes it moved through the
+    egress proxy."""
+    execution, lease = status.execution, status.sandbox_lease
+    limits: dict[str, Any] | None = None
+    if lease is not None:
+        limits = {
+            key: value
+            for key, value in (("cpu", lease.limits.cpu), ("memory", lease.limits.memory))
+            if value
+        }
+        limits.update(lease.limits.extended)
+    return {
+        "sandboxSeconds": execution.sandbox_seconds if execution is not None else None,
+        "resourceLimits": limits,
+        "timeoutSeconds": lease.limits.timeout_seconds if lease is not None else None,
+        "egressBytesUp": sum(record.bytes_up for record in status.egress),
+        "egressBytesDown": sum(record.bytes_down for record in status.egress),
+    }
+
+
 def build_receipt(
     *,
     namespace: str,
@@ -125,6 +147,7 @@ def build_receipt(
         "audit": audit.wire(),
         "redactions": list(result.redactions) if result is not None else [],
         "egress": [record.wire() for record in status.egress],
+        "usage": usage(status),
         "stages": [stage.wire() for stage in status.stages],
         "startedAt": status.started_at,
         "endedAt": status.ended_at,
