@@ -139,7 +139,8 @@ def describe_version(
         "retired": bool(spec.get("retired", False)),
         "message": status.get("message"),
         "description": spec.get("description") or "",
-        "timeoutSeconds": spec.get("timeoutSeconds"),
+        # Unset in the spec: the operator's default, which the status shows.
+        "timeoutSeconds": spec.get("timeoutSeconds") or status.get("effectiveTimeoutSeconds"),
         "inputSchema": spec.get("inputSchema") or {"type": "object"},
         "outputSchema": spec.get("outputSchema"),
         "approvalRules": approval_rules(descriptor, policies),

@@ -240,6 +240,9 @@ def tool_detail(entry: ToolEntry, versions: Iterable[ToolEntry]) -> dict[str, An
         "releaseId",
     ):
         detail[key] = spec.get(key)
+    if detail["timeoutSeconds"] is None:
+        # Unset: the operator's default applies, as the status says (issue 27).
+        detail["timeoutSeconds"] = entry.status.effective_timeout_seconds
     detail["message"] = entry.status.message
     return detail
 
