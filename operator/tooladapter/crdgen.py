@@ -61,6 +61,13 @@ PRINTER_COLUMNS: dict[str, list[JSON]] = {
         # Why a call ended as it did (a denial names its stage and rule in the message).
         {"name": "Reason", "type": "string", "jsonPath": ".status.failureClass"},
         {"name": "Stage", "type": "string", "jsonPath": ".status.deniedStage", "priority": 1},
+        # A duplicate ran nothing: the call whose outcome (and receipt) it carries.
+        {
+            "name": "Duplicate-Of",
+            "type": "string",
+            "jsonPath": ".status.duplicateOf",
+            "priority": 1,
+        },
         {"name": "Caller", "type": "string", "jsonPath": ".spec.caller.name", "priority": 1},
         {"name": "Run", "type": "string", "jsonPath": ".spec.runId", "priority": 1},
         _AGE,

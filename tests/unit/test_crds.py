@@ -151,6 +151,7 @@ def test_printer_columns() -> None:
         "Class": ".status.effectiveClass",
         "Reason": ".status.failureClass",
         "Stage": ".status.deniedStage",
+        "Duplicate-Of": ".status.duplicateOf",
         "Caller": ".spec.caller.name",
         "Run": ".spec.runId",
         "Age": ".metadata.creationTimestamp",

@@ -15,6 +15,7 @@ from tooladapter.catalog import approval_key
 from tooladapter.enums import EventLevel, FailureClass, InvocationState, Resource, ToolKind
 from tooladapter.executors import Outcome
 from tooladapter.flow import run_invocation
+from tooladapter.handlers.confirmations import record_confirmation
 from tooladapter.settings import Settings
 
 from .fake_cluster import (
@@ -789,3 +790,40 @@ async def test_a_gated_call_leaves_no_approval_signal_behind(h: Harness) -> None
 
     assert h.cluster.invocation("write-1")["status"]["state"] == "Observed"
     assert (NAMESPACE, approval_key("write-1")) not in h.rt.catalog._changed
+
+
+async def test_a_confirmation_is_recorded_with_how_and_copied_onto_the_duplicates(
+    h: Harness,
+) -> None:
+    read_tool(h)
+    native(h).outcome = Outcome(
+        InvocationState.UNCERTAIN, failure_class=FailureClass.EFFECT_UNCONFIRMED, message="lost"
+    )
+    await h.run(h.submit(invocation("first", idempotencyKey="k-1")))
+    duplicate = await h.run(h.submit(invocation("second", idempotencyKey="k-1")))
+    assert duplicate["status"]["state"] == "Uncertain"
+    assert duplicate["status"]["duplicateOf"] == "first"
+    # The duplicate is never an unconfirmed effect of its own.
+    h.rt.census.update("MODIFIED", duplicate)
+    assert h.rt.census.unconfirmed_with(NAMESPACE, duplicate["status"]["requestHash"]) == [
+        "first"
+    ]
+    await h.cluster.patch_status(
+        Resource.INVOCATIONS,
+        NAMESPACE,
+        "first",
+        {"effectConfirmation": {"effectHappened": True, "confirmedBy": "ops", "evidence": "log"}},
+    )
+
+    await record_confirmation(h.rt, h.cluster.invocation("first"))
+
+    first = h.cluster.invocation("first")["status"]
+    assert first["failureClass"] == "effect-confirmed"
+    assert "confirmed by ops" in first["message"]
+    succeeded = {c["type"]: c for c in first["conditions"]}["Succeeded"]
+    assert succeeded["reason"] == "EffectConfirmed"
+    copied = h.cluster.invocation("second")["status"]
+    assert copied["effectConfirmation"]["recorded"] is True
+    assert copied["receiptRef"] == first["receiptRef"]
+    assert copied["failureClass"] == "effect-confirmed"
+    assert len(native(h).executed) == 1

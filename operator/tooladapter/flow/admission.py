@@ -33,8 +33,8 @@ async def on_received(ctx: FlowContext) -> None:
     spec = ctx.load_spec()
     if ctx.status.started_at is None:
         ctx.status.started_at = now_iso()
-    if spec.idempotency_key:
-        await claim_idempotency_key(ctx)
+    if spec.idempotency_key and not await claim_idempotency_key(ctx):
+        return  # a duplicate: ended as its first call did
     if spec.attempt_id and spec.fencing_token is not None:
         await check_fencing(ctx)
     if ctx.interrupt_requested() or spec.interrupt:
@@ -100,8 +100,8 @@ async def check_request_unchanged(ctx: FlowContext) -> None:
         )
 
 
-async def claim_idempotency_key(ctx: FlowContext) -> None:
-    """Win the key (this call runs), or end as a duplicate in the first call's state.
+async def claim_idempotency_key(ctx: FlowContext) -> bool:
+    """Win the key (True: this call runs), or end as a duplicate in the first call's state.
 
     The claim keeps the request it was made for: the same key with another request is
     refused (`key-reused`), as payment APIs do, never answered with another call's
@@ -120,7 +120,7 @@ async def claim_idempotency_key(ctx: FlowContext) -> None:
         request_hash=hashed,
     )
     if claim.won:
-        return
+        return True
     refuse_reused_key(ctx, claim.winner_name, claim.request_hash, hashed)
     if ctx.status.duplicate_of != claim.winner_name:
         ctx.status.duplicate_of = claim.winner_name
@@ -138,6 +138,7 @@ async def claim_idempotency_key(ctx: FlowContext) -> None:
     refuse_reused_key(ctx, claim.winner_name, wstatus.get("requestHash"), hashed)
     ctx.status.request_hash = hashed
     await end_as_duplicate(ctx, wstatus, claim)
+    return False
 
 
 async def hash_of_request(ctx: FlowContext) -> str | None:

@@ -10,11 +10,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ..enums import InvocationState, Resource
+from ..enums import FailureClass, InvocationState, Resource
 from ..events import object_ref
 from ..flow.ending import write_receipt
 from ..kube.client import NotFound
-from ..model import ToolInvocationSpec, ToolInvocationStatus
+from ..model import EffectConfirmation, ToolInvocationSpec, ToolInvocationStatus
+from ..pipeline.conditions import invocation_conditions
 from ..pipeline.sanitize import bounded_message
 from ..runtime import Runtime
 from ..timeutil import now_iso
@@ -72,6 +73,7 @@ async def record_confirmation(rt: Runtime, body: dict[str, Any]) -> None:
             "receiptRef": status.receipt_ref,
             "auditRef": status.audit_ref,
             "receipt": status.receipt.wire(),
+            **confirmed_view(status, confirmation),
         },
     )
     await copy_to_duplicates(rt, meta, status)
@@ -124,5 +126,36 @@ async def copy_to_duplicates(
                     **status.receipt.wire(),
                     "effectConfirmed": confirmation.effect_happened,
                 },
+                **confirmed_view(ToolInvocationStatus.model_validate(dstatus), confirmation),
             },
         )
+
+
+def confirmed_view(
+    status: ToolInvocationStatus, confirmation: EffectConfirmation
+) -> dict[str, Any]:
+    """What `kubectl get` and `kubectl wait` read, saying the effect was confirmed and how
+    (no longer `effect-unconfirmed`); the state stays Uncertain: what the call itself knew."""
+    failure = (
+        FailureClass.EFFECT_CONFIRMED
+        if confirmation.effect_happened
+        else FailureClass.EFFECT_DID_NOT_HAPPEN
+    )
+    happened = "happened" if confirmation.effect_happened else "did not happen"
+    message = bounded_message(
+        f"effect {happened}, confirmed by {confirmation.confirmed_by}: "
+        f"{confirmation.evidence} (was: {status.message or 'unconfirmed'})",
+        max_chars=1024,
+    )
+    conditions = invocation_conditions(
+        InvocationState.UNCERTAIN,
+        failure_class=failure,
+        message=message,
+        previous=status.conditions,
+        now=now_iso(),
+    )
+    return {
+        "failureClass": str(failure),
+        "message": message,
+        "conditions": [c.wire() for c in conditions],
+    }
