@@ -1183,8 +1183,15 @@ class ToolInvocationStatus(Model):
     """The call's walk through the pipeline, written by the operator."""
 
     state: InvocationState = InvocationState.RECEIVED
-    """Received, Validated, Authorized, AwaitingApproval, Brokered, Executing, then Observed,
-    Failed, Uncertain, Cancelled, Denied, or Previewed (a dry run)."""
+    """Received, Validated, Authorized, AwaitingApproval, Brokered, Executing, then one terminal
+    state. Observed: the tool ran to its end and answered, whatever it said (result.isError
+    marks its own error: a non-zero exit, an HTTP status >= 400, an MCP isError; its effect may
+    have happened, never retry blindly). Failed: the tool provably never started acting (or its
+    effects are contained and the answer was lost): the only outcome safe to call again.
+    Uncertain: it may have acted and the answer was lost; an operator confirms it, and no new
+    call of the same request runs until then. Cancelled: interrupted before any effect.
+    Denied: refused before executing. Previewed: a dry run. A duplicate (duplicateOf) ends in
+    its first call's state."""
     message: str | None = None
     """Why the call is where it is (a denial names its stage and rule)."""
     request_hash: str | None = None
