@@ -23,6 +23,7 @@ from tooladapter.settings import Settings
 from .fake_cluster import (
     FakeCluster,
     Harness,
+    container_descriptor,
     descriptor,
     finished_job,
     invocation,
@@ -48,10 +49,11 @@ def quick_backoff(monkeypatch: pytest.MonkeyPatch) -> None:
 def sandboxed(*, budget: int = 120, slots: int = 16) -> Harness:
     cluster = FakeCluster()
     settings = Settings(capacity_wait_seconds=budget, max_calls_in_flight=slots)
+    executor = SandboxExecutor(cluster, settings)
     return make_runtime(
         cluster,
         settings=settings,
-        executors={ToolKind.SHELL: SandboxExecutor(cluster, settings)},
+        executors={ToolKind.SHELL: executor, ToolKind.CONTAINER: executor},
     )
 
 
@@ -205,6 +207,22 @@ async def test_a_restarted_operator_keeps_the_budget_already_spent() -> None:
     status = h.cluster.invocation("sh-1")["status"]
     assert (status["state"], status["failureClass"]) == ("Failed", "transient"), status
     assert jobs(h) == []
+
+
+async def test_brokered_credentials_outlive_the_capacity_wait() -> None:
+    """Credentials are brokered before the wait: a call that waited its whole budget still
+    gets a token valid for its whole timeout (it dies with the lease's Secret anyway)."""
+    h = sandboxed(budget=30)
+    h.cluster.service_accounts.add(("team-a", "deployer"))
+    identity = {"kubernetesIdentity": {"serviceAccountName": "deployer"}}
+    h.publish(container_descriptor(authorization=identity))
+    h.cluster.grant(tools=["ct"], classes=["sandbox"])
+    body = h.submit(invocation("ct-1", tool="ct", arguments={"command": "x"}))
+    h.cluster.script_job(body["metadata"]["uid"], finished_job(), outcome=pod_result())
+    stored = await h.run(body)
+    assert stored["status"]["state"] == "Observed", stored["status"]
+    (asked,) = h.cluster.calls_of("request_token")
+    assert asked["expiration_seconds"] == 60 + 30
 
 
 async def test_tools_run_in_the_operator_are_never_asked_about() -> None:

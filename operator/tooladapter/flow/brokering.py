@@ -71,6 +71,15 @@ def timeout_of(ctx: FlowContext, descriptor: ToolDescriptorSpec) -> int:
     return effective_timeout(descriptor, ctx.rt.settings.default_timeout_seconds)
 
 
+def credential_seconds(ctx: FlowContext, descriptor: ToolDescriptorSpec) -> int:
+    """How long brokered credentials live: the call's deadline, plus for a sandbox the wait
+    for capacity that may come between brokering and the Job (`capacity`), so a call that
+    waited for its quota still has its whole timeout. They die with the lease's Secret at
+    the call's end either way."""
+    waited = ctx.rt.settings.capacity_wait_seconds if descriptor.kind in SANDBOX_KINDS else 0
+    return timeout_of(ctx, descriptor) + waited
+
+
 async def gather_credentials(ctx: FlowContext, descriptor: ToolDescriptorSpec) -> dict[str, str]:
     """The secret values the tool depends on, base64 as Secrets hold them."""
     data_b64: dict[str, str] = {}
@@ -105,7 +114,7 @@ async def mint_token(ctx: FlowContext, descriptor: ToolDescriptorSpec, secret: s
             namespace=ctx.namespace,
             service_account=identity.service_account_name,
             audiences=identity.audiences,
-            expiration_seconds=timeout_of(ctx, descriptor),
+            expiration_seconds=credential_seconds(ctx, descriptor),
             bound_secret=secret,
         )
     except NotFound:
@@ -167,7 +176,8 @@ async def lease_sandbox(
             extended=sandbox.resources.limits.extended,
             egress_allow=allow,
         ),
-        credential_expiry=expiry or (in_seconds(timeout) if data_b64 else None),
+        credential_expiry=expiry
+        or (in_seconds(credential_seconds(ctx, descriptor)) if data_b64 else None),
         leased_at=now_iso(),
         job_name=names.job,
         network_policy_name=names.network_policy,
@@ -251,7 +261,7 @@ async def grant_egress(
         invocation=ctx.name,
         allow=tuple(allow),
         credentials=tuple(grants),
-        expires_at=in_seconds(timeout_of(ctx, descriptor) + GRANT_MARGIN_SECONDS),
+        expires_at=in_seconds(credential_seconds(ctx, descriptor) + GRANT_MARGIN_SECONDS),
     )
     grant_secret = build_grant_secret(
         namespace=ctx.rt.settings.egress.namespace, grant=grant, token=token, values=values
