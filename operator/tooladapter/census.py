@@ -62,11 +62,21 @@ def _epoch(text: object) -> float | None:
         return None
 
 
+def blocks_retries(body: Mapping[str, Any]) -> bool:
+    """An Uncertain call no person has confirmed yet (a duplicate never: its first call
+    is the one confirmed): no new call of its request may run."""
+    status = body.get("status") or {}
+    return (
+        status.get("state") == InvocationState.UNCERTAIN
+        and not (status.get("effectConfirmation") or {}).get("recorded")
+        and not status.get("duplicateOf")
+    )
+
+
 def row_of(body: Mapping[str, Any]) -> Row:
     status = body.get("status") or {}
     state = InvocationState(status.get("state") or InvocationState.RECEIVED)
     lease = status.get("sandboxLease") or {}
-    confirmation = status.get("effectConfirmation") or {}
     open_sandbox = str(lease.get("kind")) if lease and not lease.get("releasedAt") else None
     waiting_since = None
     if state == InvocationState.AWAITING_APPROVAL:
@@ -84,10 +94,7 @@ def row_of(body: Mapping[str, Any]) -> Row:
         state=state,
         effective_class=str(status.get("effectiveClass") or ""),
         open_sandbox=open_sandbox,
-        # A duplicate carries its first call's Uncertain state; only the first is confirmed.
-        unconfirmed=state == InvocationState.UNCERTAIN
-        and not confirmation.get("recorded")
-        and not status.get("duplicateOf"),
+        unconfirmed=blocks_retries(body),
         waiting_since=waiting_since,
         lease_deadline=deadline,
         name=str(body["metadata"].get("name") or ""),

@@ -18,9 +18,17 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from . import offload
+from .enums import FailureClass, Stage
 from .model import Caller, ToolPolicySpec
 from .pipeline.permission import Question
-from .pipeline.preview import Permission, Preview, PreviewSettings, conclude, evaluate
+from .pipeline.preview import (
+    Permission,
+    Preview,
+    PreviewSettings,
+    Refusal,
+    conclude,
+    evaluate,
+)
 from .settings import Settings
 
 Body = dict[str, Any]
@@ -48,6 +56,9 @@ class Lookups(Protocol):
         """The namespace's ToolPolicies, unreadable ones included (they fail closed)."""
 
     async def namespace_labels(self, namespace: str) -> Mapping[str, str]: ...
+
+    async def unconfirmed(self, namespace: str, tool_id: str, request_hash: str) -> list[str]:
+        """The Uncertain, unconfirmed calls of this exact request (they block new ones)."""
 
     async def mcp_annotations(
         self, namespace: str, server: str, tool: str
@@ -111,6 +122,20 @@ async def dry_run(
             mcp_annotations=annotations,
         ),
     )
+    hashed = evaluation.validation.request_hash
+    if named is not None and hashed:
+        held = await lookups.unconfirmed(namespace, named[0], hashed)
+        if held:
+            # Refused at idempotency, before every other stage, as a real call would be.
+            evaluation.refusals.insert(
+                0,
+                Refusal(
+                    Stage.IDEMPOTENCY,
+                    f"an identical call ({held[0]}) is Uncertain and unconfirmed: no new call "
+                    "of this request runs until an operator confirms it",
+                    FailureClass.UNCONFIRMED_EFFECT,
+                ),
+            )
     permission = None
     if evaluation.questions and evaluation.call is not None:
         caller = evaluation.call.caller

@@ -39,6 +39,11 @@ class Recording:
     looked_up: list[tuple[str, str]] = field(default_factory=list)
     asked: list[tuple[str, str]] = field(default_factory=list)
     mcp_asked: list[tuple[str, str]] = field(default_factory=list)
+    #: requestHash -> the names of Uncertain, unconfirmed calls of that request.
+    uncertain: dict[str, list[str]] = field(default_factory=dict)
+
+    async def unconfirmed(self, namespace: str, tool_id: str, request_hash: str) -> list[str]:
+        return self.uncertain.get(request_hash, [])
 
     async def descriptor(self, namespace: str, tool_id: str, version: str) -> Found:
         self.looked_up.append((tool_id, version))
@@ -162,3 +167,21 @@ def test_the_preview_schema_is_the_models_and_every_reference_resolves() -> None
     names = set(doc["components"]["schemas"])
     for ref in set(_refs(doc)):
         assert ref.removeprefix("#/components/schemas/") in names, ref
+
+
+async def test_a_dry_run_reports_an_unconfirmed_identical_call() -> None:
+    lookups = Recording(
+        descriptors=[_active(descriptor("lister", inputSchema=SCHEMA))],
+        grants={"invoke tooldescriptors/lister", "use sideeffectclasses/read"},
+    )
+    spec = invocation("x", arguments={"path": "/a"})["spec"]
+    clean = await _preview(lookups, spec)
+    assert clean.verdict == "would-run"
+    assert clean.validation.request_hash
+    lookups.uncertain[clean.validation.request_hash] = ["first"]
+
+    preview = await _preview(lookups, spec)
+
+    assert preview.verdict == "would-be-denied"
+    assert (preview.denied_stage, preview.failure_class) == ("idempotency", "unconfirmed-effect")
+    assert "first" in preview.message

@@ -64,6 +64,21 @@ class CatalogLookups:
         annotations = (info or {}).get("annotations")
         return annotations if isinstance(annotations, Mapping) else None
 
+    async def unconfirmed(self, namespace: str, tool_id: str, request_hash: str) -> list[str]:
+        held = self.ctx.rt.census.unconfirmed_with(namespace, request_hash)
+        if not held:
+            return held
+        caller = self.ctx.load_spec().caller
+        verdict = await self.ctx.rt.cluster.can(
+            user=caller.name,
+            namespace=namespace,
+            verb="get",
+            resource=Resource.INVOCATIONS,
+            name=held[0],
+            groups=caller.groups,
+        )
+        return held if verdict.allowed else ["an earlier call"]
+
     async def allowed(self, namespace: str, caller: Caller, question: Question) -> bool:
         verdict = await self.ctx.rt.cluster.can(
             user=caller.name,

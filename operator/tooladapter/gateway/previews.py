@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..catalog import Entry
+from ..census import blocks_retries
 from ..enums import Resource
 from ..kube.callers import CallerApiError
 from ..kube.client import NotFound
@@ -81,6 +82,30 @@ class GatewayLookups:
                 annotations = info.get("annotations")
                 return annotations if isinstance(annotations, Mapping) else None
         return None
+
+    async def unconfirmed(self, namespace: str, tool_id: str, request_hash: str) -> list[str]:
+        # The operator's client (an Uncertain call of another caller blocks this one too);
+        # only names reach the preview, and only when the caller may read them (below).
+        items = await self.deps.kube.list_custom(
+            Resource.INVOCATIONS,
+            namespace,
+            field_selector=f"status.state=Uncertain,spec.tool.id={tool_id}",
+        )
+        held = sorted(
+            str(item["metadata"]["name"])
+            for item in items
+            if blocks_retries(item)
+            and (item.get("status") or {}).get("requestHash") == request_hash
+        )
+        if held and not await self.deps.reviews.allowed(
+            self.caller.identity,
+            namespace=namespace,
+            verb="get",
+            resource=Resource.INVOCATIONS,
+            name=held[0],
+        ):
+            return ["an earlier call"]
+        return held
 
     async def allowed(self, namespace: str, caller: SpecCaller, question: Question) -> bool:
         # The spec's caller is this request's caller (`invocation_body`); the review uses

@@ -174,13 +174,18 @@ class Kube:
             raise translate(exc) from exc
         return obj
 
-    async def list_custom(self, plural: str, namespace: str | None = None) -> list[dict[str, Any]]:
+    async def list_custom(
+        self, plural: str, namespace: str | None = None, *, field_selector: str | None = None
+    ) -> list[dict[str, Any]]:
+        extra = {"field_selector": field_selector} if field_selector else {}
         try:
             if namespace is None:
-                result = await self.custom.list_cluster_custom_object(GROUP, VERSION, plural)
+                result = await self.custom.list_cluster_custom_object(
+                    GROUP, VERSION, plural, **extra
+                )
             else:
                 result = await self.custom.list_namespaced_custom_object(
-                    GROUP, VERSION, namespace, plural
+                    GROUP, VERSION, namespace, plural, **extra
                 )
         except ApiException as exc:
             raise translate(exc) from exc
