@@ -167,6 +167,10 @@ class FailureClass(StrEnum):
     OUTPUT_INVALID = "output-invalid"
     CREDENTIALS = "credentials"
     EFFECT_UNCONFIRMED = "effect-unconfirmed"
+    #: An Uncertain call whose effect an operator confirmed as having happened.
+    EFFECT_CONFIRMED = "effect-confirmed"
+    #: An Uncertain call whose effect an operator confirmed as not having happened.
+    EFFECT_DID_NOT_HAPPEN = "effect-did-not-happen"
     CANCELLED = "cancelled"
     #: Only on calls stored before duplicates ended in their first call's state: read, never
     #: written (a duplicate now carries its first call's outcome and `status.duplicateOf`).

@@ -8,7 +8,6 @@ import json
 from collections.abc import Callable
 
 import pytest
-
 from prometheus_client import REGISTRY
 
 from tooladapter.catalog import approval_key
@@ -614,12 +613,15 @@ async def test_a_tool_error_is_observed_with_is_error_not_failed(h: Harness) -> 
     assert status["result"]["exitCode"] == 2
     succeeded = {c["type"]: c for c in status["conditions"]}["Succeeded"]
     assert (succeeded["status"], succeeded["reason"]) == ("False", "ToolError")
-    assert sample(
-        "tooladapter_invocations_total",
-        tenant=NAMESPACE,
-        state="Observed",
-        failure_class="tool-error",
-    ) >= 1
+    assert (
+        sample(
+            "tooladapter_invocations_total",
+            tenant=NAMESPACE,
+            state="Observed",
+            failure_class="tool-error",
+        )
+        >= 1
+    )
 
 
 async def test_the_idempotency_winner_runs(h: Harness) -> None:
@@ -805,9 +807,7 @@ async def test_a_confirmation_is_recorded_with_how_and_copied_onto_the_duplicate
     assert duplicate["status"]["duplicateOf"] == "first"
     # The duplicate is never an unconfirmed effect of its own.
     h.rt.census.update("MODIFIED", duplicate)
-    assert h.rt.census.unconfirmed_with(NAMESPACE, duplicate["status"]["requestHash"]) == [
-        "first"
-    ]
+    assert h.rt.census.unconfirmed_with(NAMESPACE, duplicate["status"]["requestHash"]) == ["first"]
     await h.cluster.patch_status(
         Resource.INVOCATIONS,
         NAMESPACE,

@@ -28,6 +28,7 @@ from . import Call, InOperator, Outcome, read_limit, unconfirmed
 #: did not come: Bad Gateway and Gateway Timeout. The request may have been processed.
 GATEWAY_ERRORS = frozenset({502, 504})
 
+
 def blocked_host(url: str, blocked: tuple[str, ...]) -> str | None:
     """The entry of `blocked` that the URL's host matches (a name, an address or a CIDR)."""
     host = (urlsplit(url).hostname or "").lower().rstrip(".")
