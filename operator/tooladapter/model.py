@@ -218,7 +218,8 @@ class AuditRequirements(Model):
 
 #: An extended resource name (`nvidia.com/gpu`): a DNS-subdomain prefix, a slash, a name.
 EXTENDED_RESOURCE_PATTERN = (
-    r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*"
+    # `[.]`, not an escaped dot: the pattern is also a CEL string literal in the CRD.
+    r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*"
     r"/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
 )
 #: A Kubernetes quantity (`500m`, `64Mi`, `1.5`, `2e3`).
