@@ -41,8 +41,16 @@ class Recorder:
 
 
 @contextmanager
-def recording_server(host: str, port: int = 0) -> Iterator[Recorder]:
-    """Answers every GET and POST with JSON naming the path, and records the path."""
+def recording_server(
+    host: str,
+    port: int = 0,
+    *,
+    status: int = 200,
+    hold_first: threading.Event | None = None,
+) -> Iterator[Recorder]:
+    """Answers every GET and POST with JSON naming the path (status `status`), and records
+    the path. `hold_first`: the first request is recorded, then held unanswered until the
+    event is set (at most 60 s): its caller sees a request sent and no answer."""
     recorder = Recorder(host, port)
 
     class Handler(http.server.BaseHTTPRequestHandler):
@@ -51,10 +59,13 @@ def recording_server(host: str, port: int = 0) -> Iterator[Recorder]:
             if length:
                 self.rfile.read(length)
             recorder.record(self.path, {k.lower(): v for k, v in self.headers.items()})
+            if hold_first is not None and recorder.total == 1:
+                hold_first.wait(60)
+                return
             body = json.dumps(
-                {"path": self.path, "greeting": "hello from the node", "ok": True}
+                {"path": self.path, "greeting": "hello from the node", "ok": status < 400}
             ).encode()
-            self.send_response(200)
+            self.send_response(status)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()

@@ -407,9 +407,14 @@ def test_confirming_an_effect_did_not_happen_frees_its_key_for_one_new_execution
     status = status_of(agent.wait(first, timeout=120))
     assert status["state"] == "Uncertain", pretty(status)
 
-    # A duplicate while Uncertain: denied, carrying the first receipt.
+    # A duplicate while Uncertain: ends as its first call did, carrying its receipt, and is
+    # never an unconfirmed effect of its own.
     dup = agent.invoke("slow", {"command": "sleep 60"}, idempotencyKey="k-1")
-    assert status_of(agent.wait(dup))["failureClass"] == "duplicate"
+    dup_status = status_of(agent.wait(dup))
+    assert (dup_status["state"], dup_status["duplicateOf"]) == ("Uncertain", first), pretty(
+        dup_status
+    )
+    assert dup_status["receiptRef"] == status["receiptRef"]
 
     operations = Agent.create(api, ns.name, "ops", role="tooladapter-operations")
     custom(operations.api).patch_namespaced_custom_object_status(
@@ -446,7 +451,8 @@ def test_confirming_an_effect_did_not_happen_frees_its_key_for_one_new_execution
     retry = status_of(agent.wait(again, timeout=60))
     assert retry["state"] == "Observed" and not retry.get("duplicateOf"), pretty(retry)
     twice = status_of(agent.wait(agent.invoke("effect", {"id": "k1"}, idempotencyKey="k-1")))
-    assert twice["failureClass"] == "duplicate" and twice["duplicateOf"] == again
+    assert twice["state"] == "Observed" and twice["duplicateOf"] == again, pretty(twice)
+    assert twice["receiptRef"] == retry["receiptRef"]
     assert server.hits["/effect/k1"] == 1
 
 

@@ -385,8 +385,10 @@ def test_an_output_schema_violation_fails_the_call_naming_the_json_path(
     agent.grant(["bad-output"], ["read"])
 
     status = status_of(agent.wait(agent.invoke("bad-output", {})))
-    assert status["state"] == "Failed", pretty(status)
+    # The tool ran and answered: Observed, its answer an error (never "safe to retry").
+    assert status["state"] == "Observed", pretty(status)
     assert status["failureClass"] == "output-invalid"
+    assert status["result"]["isError"] is True
     assert "$.count" in status["message"], status["message"]
     assert "integer" in status["message"]
 

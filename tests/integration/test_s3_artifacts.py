@@ -157,7 +157,7 @@ def test_a_call_ends_observed_with_its_receipt_in_the_bucket_and_another_replica
 
     # It hands out the first one's receipt for a duplicate, and stores its own beside it.
     dup = status_of(agent.wait(agent.invoke("list-tools", {}, idempotencyKey="once")))
-    assert dup["state"] == "Denied" and dup["failureClass"] == "duplicate", pretty(dup)
+    assert dup["state"] == "Observed" and dup["duplicateOf"] == name, pretty(dup)
     assert dup["receiptRef"] == status["receiptRef"]
     assert json.loads(fetched(s3, dup["auditRef"]))["duplicateOf"] == name
 
