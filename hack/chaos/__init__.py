@@ -21,13 +21,15 @@ prefix, leader election on with a short Lease so a restart takes over quickly):
    fault; the time it took is reported;
 4. one key, 50 creators: CHAOS_CREATORS (50) concurrent creates with one idempotency key
    (the `http` effect tool, in a second namespace, no faults): exactly one execution, the
-   others `Denied` as duplicates carrying the winner's receipt.
+   others duplicates ending in the winner's state with its receipt (`duplicateOf`).
 
 Hard rules (exit status 1 when one fails): no key executed more than once; no call
 non-terminal CHAOS_SETTLE_SECONDS after the last fault; every terminal call's `receiptRef`
 is a file of the operator's artifact store whose sha256 it is; `Uncertain` only where an
 effect may have started (an execution recorded, a class whose effects are not contained);
-an `Observed` effectful call was seen by the server; the 50 creators executed exactly once.
+`Failed` only where nothing started (no effectful `Failed` call was seen by the server); an
+`Observed` effectful call was seen by the server; the 50 creators executed exactly once.
+Observed calls whose tool answered with an error (`result.isError`) are counted apart.
 
 Other knobs: CHAOS_LEASE_SECONDS (5), CHAOS_HTTP_DELAY (0.3: the counting server answers
 after up to this many seconds, so kills land mid-request too), CHAOS_SEED (random),

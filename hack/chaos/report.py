@@ -69,6 +69,9 @@ def analyse(
     states: Counter[str] = Counter()
     per_tool: dict[str, Counter[str]] = {}
     uncertain, missing, unseen, failed = [], [], [], Counter()
+    #: Failed says "never started acting": an effectful Failed call the server saw breaks it.
+    failed_after_effect: list[str] = []
+    tool_errors = 0
     not_observed: dict[str, Any] = {}
     problems: dict[str, Any] = {}
     for call in calls:
@@ -91,6 +94,11 @@ def analyse(
             failed[
                 f"{call.tool}: {status.get('failureClass')}: {generic(status.get('message'))}"
             ] += 1
+            if executions and status.get("effectiveClass") not in CONTAINED:
+                failed_after_effect.append(call.name)
+                problems[call.name] = detail(obj, operator, ref)
+        if state == "Observed" and (status.get("result") or {}).get("isError"):
+            tool_errors += 1
         if state == "Uncertain":
             execution = status.get("execution")
             cls = status.get("effectiveClass")
@@ -141,6 +149,8 @@ def analyse(
         "uncertain": uncertain,
         "terminal_without_receipt": missing,
         "observed_but_not_executed": unseen,
+        "failed_after_an_effect": failed_after_effect,
+        "observed_tool_errors": tool_errors,
         "creates_not_done": [
             {"name": c.name, "attempts": c.attempts, "error": c.error}
             for c in calls
@@ -186,12 +196,12 @@ def analyse_same_key(
     winners = [n for n, o in final.items() if not (o.get("status") or {}).get("duplicateOf")]
     winner = winners[0] if len(winners) == 1 else None
     wstatus = (final[winner].get("status") or {}) if winner else {}
+    # A duplicate ends in its winner's state (before issue 27: Denied `duplicate`).
     duplicates = [
         n
         for n, o in final.items()
-        if (o.get("status") or {}).get("failureClass") == "duplicate"
-        and (o.get("status") or {}).get("duplicateOf") == winner
-        and state_of(o) == "Denied"
+        if (o.get("status") or {}).get("duplicateOf") == winner
+        and (state_of(o) == state_of(final[winner]) if winner else False)
     ]
     carrying = [
         n
@@ -230,6 +240,10 @@ def rules(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
         "Uncertain only where an effect may have started": {
             "value": uncertain_bugs,
             "met": not uncertain_bugs,
+        },
+        "Failed only where nothing started (no effectful Failed call seen by the server)": {
+            "value": len(load["failed_after_an_effect"]),
+            "met": not load["failed_after_an_effect"],
         },
         "Observed effectful calls seen by the server": {
             "value": len(load["observed_but_not_executed"]),
