@@ -10,10 +10,11 @@ import fnmatch
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TypeVar
+from typing import Literal, TypeVar
 
 from .enums import ArtifactBackend, EventLevel
 from .model import DEFAULT_MAX_RESULT_BYTES, DEFAULT_TIMEOUT_SECONDS
+from .pipeline.cidr_bounds import CidrBounds
 from .pipeline.egress import REFERENCE_DEFAULT_ALLOW
 
 
@@ -99,6 +100,20 @@ def _endpoint(name: str) -> str | None:
     return raw or None
 
 
+def _cidr_mode(name: str, default: Literal["allow", "forbid"]) -> Literal["allow", "forbid"]:
+    value = (os.environ.get(name) or default).strip().lower()
+    if value not in ("allow", "forbid"):
+        raise ValueError(f"{name} must be allow or forbid, not {value!r}")
+    return "forbid" if value == "forbid" else "allow"
+
+
+def _prefix(name: str, default: int, bits: int) -> int:
+    value = _int(name, default)
+    if not 1 <= value <= bits:
+        raise ValueError(f"{name} must be a prefix length from 1 to {bits}, not {value}")
+    return value
+
+
 @dataclass(frozen=True)
 class EgressSettings:
     """The egress proxy (`python -m tooladapter egress-proxy`) and how leases reach it."""
@@ -127,14 +142,29 @@ class EgressSettings:
     #: Names the proxy resolves to fixed addresses ("name=address,..."), for tests; those
     #: addresses skip the non-public check, and such names never go to DNS.
     hosts: str = ""
-    #: Cluster ranges (pod and service CIDRs) the proxy treats as non-public.
+    #: Cluster ranges (pod and service CIDRs) the proxy treats as non-public, and every
+    #: lease's NetworkPolicy excepts from the ipBlocks that contain them.
     cluster_cidrs: tuple[str, ...] = ()
+    #: Descriptor CIDRs (`sandbox.egress.allow`, IP literals of `http.allowedHosts`):
+    #: `allow` up to the prefixes below, or `forbid` cluster-wide.
+    descriptor_cidrs: Literal["allow", "forbid"] = "allow"
+    #: The widest CIDR a descriptor may allow, per family (a shorter prefix is refused).
+    descriptor_cidr_min_prefix_v4: int = 24
+    descriptor_cidr_min_prefix_v6: int = 64
     #: Extra CA bundle the proxy trusts for TLS upstreams of credentialed hosts.
     ca_file: str | None = None
     #: Port of the proxy's /metrics; 0 disables it.
     metrics_port: int = 9465
     #: Seconds a connection may stay idle (no byte either way) before the proxy closes it.
     idle_seconds: int = 300
+
+    @property
+    def cidr_bounds(self) -> CidrBounds:
+        return CidrBounds(
+            self.descriptor_cidrs,
+            self.descriptor_cidr_min_prefix_v4,
+            self.descriptor_cidr_min_prefix_v6,
+        )
 
     @classmethod
     def from_env(cls) -> EgressSettings:
@@ -153,6 +183,13 @@ class EgressSettings:
             default_allow=_list("TOOLADAPTER_DEFAULT_EGRESS_ALLOW", base.default_allow),
             hosts=os.environ.get("TOOLADAPTER_EGRESS_HOSTS", ""),
             cluster_cidrs=_list("TOOLADAPTER_EGRESS_CLUSTER_CIDRS", ()),
+            descriptor_cidrs=_cidr_mode("TOOLADAPTER_DESCRIPTOR_CIDRS", base.descriptor_cidrs),
+            descriptor_cidr_min_prefix_v4=_prefix(
+                "TOOLADAPTER_DESCRIPTOR_CIDR_MIN_PREFIX_IPV4", 24, 32
+            ),
+            descriptor_cidr_min_prefix_v6=_prefix(
+                "TOOLADAPTER_DESCRIPTOR_CIDR_MIN_PREFIX_IPV6", 64, 128
+            ),
             ca_file=os.environ.get("TOOLADAPTER_EGRESS_CA_FILE") or None,
             metrics_port=_int("TOOLADAPTER_EGRESS_METRICS_PORT", base.metrics_port),
             idle_seconds=_at_least("TOOLADAPTER_EGRESS_IDLE_SECONDS", base.idle_seconds, 1),

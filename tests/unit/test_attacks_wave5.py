@@ -58,7 +58,7 @@ async def test_egress_narrowed_a_moment_before_the_approval_applies_to_the_lease
         shell_descriptor(
             sandbox={
                 "resources": {"limits": {"cpu": "500m", "memory": "64Mi"}},
-                "egress": {"allow": ["10.0.0.0/8"]},
+                "egress": {"allow": ["10.0.0.0/24"]},
             }
         )
     )
@@ -76,7 +76,7 @@ async def test_egress_narrowed_a_moment_before_the_approval_applies_to_the_lease
     status = h.cluster.invocation("sh-1")["status"]
     assert status["state"] == "Observed", status
     (netpol,) = [o for o in h.cluster.created if o["kind"] == "NetworkPolicy"]
-    assert "10.0.0.0/8" not in str(netpol["spec"]["egress"])
+    assert "10.0.0.0/24" not in str(netpol["spec"]["egress"])
 
 
 async def test_a_call_the_recheck_denies_has_nothing_brokered(h: Harness) -> None:

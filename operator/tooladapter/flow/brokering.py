@@ -20,6 +20,7 @@ from ..model import (
     ToolDescriptorSpec,
     effective_timeout,
 )
+from ..pipeline.cidr_bounds import descriptor_cidr_problems, parse_cluster
 from ..pipeline.egress import effective_allow, split_entries
 from ..pipeline.egress_lease import (
     CredentialGrant,
@@ -140,6 +141,11 @@ async def lease_sandbox(
             f"{descriptor.kind} tool has no sandbox block: it cannot run",
             FailureClass.VALIDATION,
         )
+    # The descriptor controller refuses these; a status written under another setting
+    # (or not yet rewritten) must not open an ipBlock the setting now refuses.
+    out_of_bounds = descriptor_cidr_problems(descriptor, ctx.rt.settings.egress.cidr_bounds)
+    if out_of_bounds:
+        raise Denial(Stage.SANDBOX, "; ".join(out_of_bounds), FailureClass.VALIDATION)
     names = LeaseNames.for_uid(ctx.uid)
     owner = owner_reference(
         api_version=API_VERSION, kind="ToolInvocation", name=ctx.name, uid=ctx.uid
@@ -161,6 +167,7 @@ async def lease_sandbox(
             egress_allow=allow,
             canary=ctx.rt.canary,
             proxy=ctx.rt.egress_peer if proxied else None,
+            cluster=parse_cluster(ctx.rt.settings.egress.cluster_cidrs),
         )
     )
     timeout = timeout_of(ctx, descriptor)

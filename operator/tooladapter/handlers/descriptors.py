@@ -21,6 +21,7 @@ from ..model import (
     describe_errors,
     effective_timeout,
 )
+from ..pipeline.cidr_bounds import CidrBounds, descriptor_cidr_problems
 from ..pipeline.hashing import digest
 from ..pipeline.sandbox import runtime_class_for
 from ..pipeline.validation import check_descriptor, unknown_keywords
@@ -39,6 +40,7 @@ def desired_status(
     mcp_health: tuple[bool, str, str] | None = None,
     missing_runtime_class: str | None = None,
     default_timeout_seconds: int = DEFAULT_TIMEOUT_SECONDS,
+    cidr_bounds: CidrBounds | None = None,
 ) -> ToolDescriptorStatus:
     """active/healthy/conditions from the spec alone (plus MCP health when bound to a server,
     and whether the RuntimeClass its sandbox would run with exists), and the timeout calls
@@ -49,6 +51,8 @@ def desired_status(
     except ValidationError as exc:
         return _status(False, False, "Invalid", describe_errors(exc), generation, None)
     problems_list = check_descriptor(spec)
+    # CIDRs become ipBlocks around the egress proxy: bounded by the cluster's setting.
+    problems_list.extend(descriptor_cidr_problems(spec, cidr_bounds or CidrBounds()))
     schema_digest = digest({"input": spec.input_schema, "output": spec.output_schema})
     if problems_list:
         status = _status(
@@ -187,6 +191,7 @@ async def reconcile_descriptor(rt: Runtime, event_type: str | None, body: dict[s
         mcp_health=mcp_health,
         missing_runtime_class=await missing_runtime_class(rt, body),
         default_timeout_seconds=rt.settings.default_timeout_seconds,
+        cidr_bounds=rt.settings.egress.cidr_bounds,
     ).wire()
     if _same(current, desired):
         return

@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import ipaddress
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from ..model import SandboxSpec, SecretDependency
+from .addresses import IPNetwork
+from .cidr_bounds import ip_block
 
 MANAGED_BY = "tooladapter"
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
@@ -176,8 +178,11 @@ def build_network_policy(
     egress_allow: list[str],
     canary: tuple[str, int] | None = None,
     proxy: ProxyPeer | None = None,
+    cluster: Sequence[IPNetwork] = (),
 ) -> dict[str, Any]:
-    """Default-deny ingress and egress for the lease's pod; CIDR entries are let out.
+    """Default-deny ingress and egress for the lease's pod; CIDR entries are let out,
+    except link-local, loopback, metadata and the `cluster` ranges strictly inside them
+    (`cidr_bounds.ip_block`).
 
     A CIDR that covers the `canary` (the operator's listener the network gate must find
     unreachable) is let out on every port but the canary's TCP port, so the gate still
@@ -191,11 +196,11 @@ def build_network_policy(
     plain = [c for c in cidrs if c not in covering]
     egress: list[dict[str, Any]] = []
     if plain:
-        egress.append({"to": [{"ipBlock": {"cidr": cidr}} for cidr in plain]})
+        egress.append({"to": [ip_block(cidr, cluster) for cidr in plain]})
     if covering and canary is not None:
         egress.append(
             {
-                "to": [{"ipBlock": {"cidr": cidr}} for cidr in covering],
+                "to": [ip_block(cidr, cluster) for cidr in covering],
                 "ports": _all_ports_but(canary[1]),
             }
         )
