@@ -1,13 +1,27 @@
 """The reference's six metrics, as Prometheus instruments (three here, three counted).
 
 Names follow Prometheus conventions (`tooladapter_*`), dimensions follow the reference
-(`connectsoft.factory.tools.*`). Labels never carry arguments or results.
+(`connectsoft.factory.tools.*`). Labels never carry arguments or results, and no label
+value comes from what a caller typed: `tenant` is a namespace the operator serves (an
+invocation exists there), `tool` a tool id of a descriptor in the catalog (else
+`UNKNOWN_TOOL`), every other label a value of a fixed enum. Cardinality bounds (N: the
+namespaces served, T: the tool ids of their descriptors, counters keep what they saw):
+
+- invocations: N x (T+1) x 6 classes x 7 states x failure classes (in practice a tool
+  ends in few of them); latency: (T+1) x 5 kinds (x 14 buckets); duplicates: N x 7 states;
+  sandbox seconds: N; denials: N x stages x failure classes; artifact store errors: kinds
+  of artifact; the gateway's reviews: 3; its refusals: 5; egress connections: N x verdicts;
+  MCP servers up / probe failures: the McpServer objects; the census gauges (`census.py`)
+  and calls queued (`inflight.py`): N x a fixed enum, recomputed at each scrape.
 """
 
 from __future__ import annotations
 
 from prometheus_client import REGISTRY, Counter, Gauge, Histogram, start_http_server
 from prometheus_client.registry import Collector
+
+#: The `tool` label of a call naming a tool no descriptor in its namespace has.
+UNKNOWN_TOOL = "unknown"
 
 INVOCATIONS = Counter(
     "tooladapter_invocations",
@@ -42,6 +56,23 @@ ARTIFACT_STORE_ERRORS = Counter(
     "tooladapter_artifact_store_errors",
     "Puts the artifact store refused or never answered (each is retried until stored).",
     ["artifact"],
+)
+#: Not one of the reference's: what the gateway asked the API server to review, by kind
+#: (tokenreview, subjectaccessreview, selfsubjectrulesreview: three series at most), so the
+#: cost of authenticating and authorizing callers can be read (`kube.callers.Reviews`).
+GATEWAY_REVIEWS = Counter(
+    "tooladapter_gateway_reviews",
+    "Reviews the gateway asked the API server for (TokenReview, SubjectAccessReview, "
+    "SelfSubjectRulesReview), by kind.",
+    ["kind"],
+)
+#: Requests the gateway refused with 429 (`gateway.doors`), by which cap was full: one of
+#: caller-requests, namespace-requests, caller-streams, namespace-streams,
+#: auth-failures (five series at most).
+GATEWAY_REFUSED = Counter(
+    "tooladapter_gateway_refused",
+    "Requests the gateway answered 429 because a fair-doors cap was full, by cap.",
+    ["cap"],
 )
 #: The gauges (uncertain, approvals waiting, open sandboxes) are counted from the watch's
 #: view of every invocation when scraped: see `tooladapter.census`.

@@ -295,6 +295,27 @@ class Settings:
     gateway_audiences: tuple[str, ...] = ()
     #: How long a tools/call waits for an approval before answering "still pending".
     gateway_approval_wait_seconds: int = 300
+    #: Fair doors (`gateway.doors`): requests one caller / one namespace may have in
+    #: progress at once, and live streams (the page's live updates) plus MCP follows of a
+    #: call; beyond them 429 with `Retry-After`. A caller's requests must stay below the
+    #: caller pool's connections (`gateway_connections`) so one caller cannot take it.
+    gateway_caller_requests: int = 32
+    gateway_namespace_requests: int = 64
+    gateway_caller_streams: int = 16
+    gateway_namespace_streams: int = 48
+    #: Connections of the caller pool for requests, and of the separate one for watches.
+    gateway_connections: int = 100
+    gateway_stream_connections: int = 100
+    #: Total timeout of every API request the gateway makes (a watch: its own length + 30 s).
+    gateway_api_timeout_seconds: int = 30
+    #: A token the API server rejected is answered 401 from memory this long (by sha256).
+    gateway_rejected_token_seconds: int = 10
+    #: Failed authentications per client address: a burst, then so many a minute (429).
+    gateway_auth_failures_burst: int = 20
+    gateway_auth_failures_per_minute: int = 30
+    #: Addresses or CIDRs of reverse proxies whose `X-Forwarded-For` names the client
+    #: (for the failed-authentication limit); empty: the peer address is the client's.
+    gateway_trusted_proxies: tuple[str, ...] = ()
     #: Wrap a tool's text in MCP results between `<tool-result id=NONCE>` delimiters (a
     #: descriptor's `resultDelimiters` overrides it). On by default: the model reading the
     #: result then sees where the tool's data ends, and a tool cannot close it early.
@@ -377,6 +398,43 @@ class Settings:
             gateway_audiences=_list("TOOLADAPTER_GATEWAY_AUDIENCES", base.gateway_audiences),
             gateway_approval_wait_seconds=_at_least(
                 "TOOLADAPTER_GATEWAY_APPROVAL_WAIT_SECONDS", base.gateway_approval_wait_seconds, 0
+            ),
+            gateway_caller_requests=_at_least(
+                "TOOLADAPTER_GATEWAY_CALLER_REQUESTS", base.gateway_caller_requests, 1
+            ),
+            gateway_namespace_requests=_at_least(
+                "TOOLADAPTER_GATEWAY_NAMESPACE_REQUESTS", base.gateway_namespace_requests, 1
+            ),
+            gateway_caller_streams=_at_least(
+                "TOOLADAPTER_GATEWAY_CALLER_STREAMS", base.gateway_caller_streams, 1
+            ),
+            gateway_namespace_streams=_at_least(
+                "TOOLADAPTER_GATEWAY_NAMESPACE_STREAMS", base.gateway_namespace_streams, 1
+            ),
+            gateway_connections=_at_least(
+                "TOOLADAPTER_GATEWAY_CONNECTIONS", base.gateway_connections, 1
+            ),
+            gateway_stream_connections=_at_least(
+                "TOOLADAPTER_GATEWAY_STREAM_CONNECTIONS", base.gateway_stream_connections, 1
+            ),
+            gateway_api_timeout_seconds=_at_least(
+                "TOOLADAPTER_GATEWAY_API_TIMEOUT_SECONDS", base.gateway_api_timeout_seconds, 1
+            ),
+            gateway_rejected_token_seconds=_at_least(
+                "TOOLADAPTER_GATEWAY_REJECTED_TOKEN_SECONDS",
+                base.gateway_rejected_token_seconds,
+                0,
+            ),
+            gateway_auth_failures_burst=_at_least(
+                "TOOLADAPTER_GATEWAY_AUTH_FAILURES_BURST", base.gateway_auth_failures_burst, 0
+            ),
+            gateway_auth_failures_per_minute=_at_least(
+                "TOOLADAPTER_GATEWAY_AUTH_FAILURES_PER_MINUTE",
+                base.gateway_auth_failures_per_minute,
+                1,
+            ),
+            gateway_trusted_proxies=_list(
+                "TOOLADAPTER_GATEWAY_TRUSTED_PROXIES", base.gateway_trusted_proxies
             ),
             result_delimiters=_bool("TOOLADAPTER_RESULT_DELIMITERS", base.result_delimiters),
             ui_session_key_file=_path("TOOLADAPTER_UI_SESSION_KEY_FILE"),

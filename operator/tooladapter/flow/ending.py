@@ -48,6 +48,7 @@ from ..metrics import (
     INVOCATIONS,
     LATENCY,
     SANDBOX_SECONDS,
+    UNKNOWN_TOOL,
 )
 from ..model import (
     AuditRequirements,
@@ -274,6 +275,18 @@ async def end_as_duplicate(ctx: FlowContext, first: dict[str, Any], claim: Claim
     await end(ctx, InvocationState(state), post_event=False)
 
 
+def tool_label(ctx: FlowContext, tool_id: str) -> str:
+    """The `tool` label of a call's metrics: its id when the catalog holds a descriptor of
+    that id in the namespace, else `unknown`, so a label value never comes from what a
+    caller typed (the bound: the catalog's tool ids + 1)."""
+    if ctx.descriptor is not None:
+        return tool_id
+    for body in ctx.catalog.list_descriptors(ctx.namespace):
+        if (body.get("spec") or {}).get("toolId") == tool_id:
+            return tool_id
+    return UNKNOWN_TOOL
+
+
 async def end(ctx: FlowContext, state: InvocationState, *, post_event: bool = True) -> None:
     ctx.status.ended_at = now_iso()
     ctx.enter(state)
@@ -314,7 +327,7 @@ async def conclude(ctx: FlowContext, *, post_event: bool = True) -> None:
     ctx.trace_end()
     await keep_receipt_on_claim(ctx, spec)
     ctx.rt.rates.release(ctx.uid)
-    tool = spec.tool.id
+    tool = tool_label(ctx, spec.tool.id)
     effective = str(ctx.status.effective_class or "")
     # An Uncertain end must block new calls of its request at once, not when the watch
     # echoes it (`admission.check_unconfirmed` reads the census).

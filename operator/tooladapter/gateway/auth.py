@@ -3,7 +3,12 @@
 Accepted reviews are remembered briefly (`REVIEW_TTL_SECONDS`, at most `REVIEW_ENTRIES`,
 keyed by the token's sha256, never the token itself): an agent calling often costs one
 review per interval, and a revoked or expired token stops working within it. Rejections
-are never remembered, so a token that has just become valid works at once.
+are remembered too, more briefly (`TOOLADAPTER_GATEWAY_REJECTED_TOKEN_SECONDS`, by the same
+hash), so a client repeating a bad token costs one review per interval; and failed
+authentications are limited per client address (`doors.FailureLimiter`): beyond the limit
+429 with `Retry-After`, before any review. A token beyond `MAX_TOKEN_BYTES` is 401 without a
+review. So what anyone who can reach the gateway can make it ask the API server is bounded
+by the limit, whatever tokens it makes up.
 """
 
 from __future__ import annotations
@@ -16,12 +21,17 @@ from typing import Final
 from aiohttp import web
 
 from ..kube.callers import CallerApiError, CallerIdentity
+from ..metrics import GATEWAY_REFUSED
 from ..pipeline.problems import ProblemKind
+from ..settings import Settings
 from .context import Caller, deps_of, set_caller
+from .doors import Busy, FailureLimiter, client_address
 from .errors import Handler, ProblemError
 
 REVIEW_TTL_SECONDS: Final = 10.0
 REVIEW_ENTRIES: Final = 1024
+#: A bearer token longer than this is refused (401) without a review.
+MAX_TOKEN_BYTES: Final = 16_384
 #: Routes anyone may read (liveness, the API description).
 PUBLIC_PATHS: Final = frozenset({"/healthz", "/openapi.json"})
 #: Routes under this prefix sign people in with a session cookie and review its token
@@ -33,11 +43,36 @@ class ReviewCache:
     """Accepted TokenReviews by token hash, bounded in size and age (oldest out first)."""
 
     def __init__(
-        self, ttl_seconds: float = REVIEW_TTL_SECONDS, max_entries: int = REVIEW_ENTRIES
+        self,
+        ttl_seconds: float = REVIEW_TTL_SECONDS,
+        max_entries: int = REVIEW_ENTRIES,
+        rejected_seconds: float = REVIEW_TTL_SECONDS,
     ) -> None:
         self.ttl_seconds = ttl_seconds
         self.max_entries = max_entries
+        self.rejected_seconds = rejected_seconds
         self.entries: OrderedDict[str, tuple[CallerIdentity, float]] = OrderedDict()
+        #: Rejected tokens by hash: expiry only (bounded like `entries`).
+        self.rejected: OrderedDict[str, float] = OrderedDict()
+
+    def was_rejected(self, token: str) -> bool:
+        key = self.key(token)
+        expires = self.rejected.get(key)
+        if expires is None:
+            return False
+        if expires <= time.monotonic():
+            del self.rejected[key]
+            return False
+        return True
+
+    def reject(self, token: str) -> None:
+        if self.rejected_seconds <= 0:
+            return
+        key = self.key(token)
+        self.rejected[key] = time.monotonic() + self.rejected_seconds
+        self.rejected.move_to_end(key)
+        while len(self.rejected) > self.max_entries:
+            self.rejected.popitem(last=False)
 
     @staticmethod
     def key(token: str) -> str:
@@ -62,13 +97,38 @@ class ReviewCache:
 
 
 REVIEWS: Final = web.AppKey("tooladapter.review-cache", ReviewCache)
+FAILURES: Final = web.AppKey("tooladapter.auth-failures", FailureLimiter)
+
+
+def install(app: web.Application, settings: Settings) -> None:
+    """The review cache and the failed-authentication limit (the caps: `Deps.doors`)."""
+    app[REVIEWS] = ReviewCache(rejected_seconds=settings.gateway_rejected_token_seconds)
+    app[FAILURES] = FailureLimiter(
+        burst=settings.gateway_auth_failures_burst,
+        per_minute=float(settings.gateway_auth_failures_per_minute),
+    )
+
+
+def too_many(exc: Busy) -> ProblemError:
+    """The 429 of a full cap, counted by cap (`tooladapter_gateway_refused`)."""
+    GATEWAY_REFUSED.labels(exc.cap).inc()
+    return ProblemError(ProblemKind.TOO_MANY, str(exc), retryAfter=exc.retry_after)
+
+
+def address_of(request: web.Request) -> str:
+    """The client's address (the forwarded one only behind a trusted proxy)."""
+    return client_address(
+        request.remote or "-",
+        request.headers.get("X-Forwarded-For"),
+        deps_of(request).settings.gateway_trusted_proxies,
+    )
 
 
 def bearer_token(request: web.Request) -> str | None:
     header = request.headers.get("Authorization", "")
     scheme, _, token = header.partition(" ")
     token = token.strip()
-    if scheme.lower() != "bearer" or not token or len(token) > 16_384:
+    if scheme.lower() != "bearer" or not token or len(token) > MAX_TOKEN_BYTES:
         return None
     return token
 
@@ -79,13 +139,21 @@ async def identify(request: web.Request, token: str) -> CallerIdentity:
     cache = request.app[REVIEWS]
     identity = cache.get(token)
     if identity is None:
-        try:
-            identity = await deps_of(request).reviews.identify(token)
-        except CallerApiError as exc:
-            raise ProblemError(
-                ProblemKind.UPSTREAM, f"the token could not be reviewed: {exc.message}"
-            ) from exc
+        failures = request.app[FAILURES]
+        address = address_of(request)
+        if wait := failures.blocked(address):
+            busy = Busy("too many failed authentications from this address", wait, "auth-failures")
+            raise too_many(busy)
+        if not cache.was_rejected(token):
+            try:
+                identity = await deps_of(request).reviews.identify(token)
+            except CallerApiError as exc:
+                raise ProblemError(
+                    ProblemKind.UPSTREAM, f"the token could not be reviewed: {exc.message}"
+                ) from exc
         if identity is None:
+            cache.reject(token)
+            failures.failed(address)
             raise ProblemError(
                 ProblemKind.UNAUTHENTICATED,
                 "the API server did not accept the bearer token (expired, revoked, or not "
@@ -119,5 +187,14 @@ async def authentication_middleware(request: web.Request, handler: Handler) -> w
             "send `Authorization: Bearer <token>` with a Kubernetes token of the caller "
             "(e.g. `kubectl create token <serviceaccount>`)",
         )
-    authenticate(request, await identify(request, token), token)
-    return await handler(request)
+    identity = await identify(request, token)
+    authenticate(request, identity, token)
+    doors = deps_of(request).doors
+    try:
+        held = doors.take_request(identity.username, request.match_info.get("namespace"))
+    except Busy as exc:
+        raise too_many(exc) from None
+    try:
+        return await handler(request)
+    finally:
+        doors.give(held)

@@ -34,7 +34,9 @@ from ..pipeline.toolview import (
     progress_of,
     state_of,
 )
+from .auth import too_many
 from .context import Caller, Deps
+from .doors import Busy
 from .tools import invocable
 
 #: Report progress: (progress, total, message).
@@ -70,7 +72,7 @@ def _refused(namespace: str, exc: CallerApiError) -> dict[str, Any]:
     }
 
 
-async def call_tool(
+async def _call_tool(
     deps: Deps,
     caller: Caller,
     *,
@@ -80,7 +82,6 @@ async def call_tool(
     options: CallOptions,
     progress: Progress,
 ) -> dict[str, Any]:
-    """The tools/call result (MCP wire form) of calling `tool_id` as `caller`."""
     versions = (await invocable(deps, caller, namespace)).get(tool_id)
     if not versions:
         raise UnknownTool(f"unknown tool {tool_id!r} (none the caller may invoke in {namespace})")
@@ -108,6 +109,37 @@ async def call_tool(
         timeout = entry.spec.timeout_seconds or deps.settings.default_timeout_seconds
     follower = _Follower(deps, caller, namespace, entry, progress, timeout)
     return await follower.follow(created)
+
+
+async def call_tool(
+    deps: Deps,
+    caller: Caller,
+    *,
+    namespace: str,
+    tool_id: str,
+    arguments: Mapping[str, Any],
+    options: CallOptions,
+    progress: Progress,
+) -> dict[str, Any]:
+    """The tools/call result (MCP wire form) of calling `tool_id` as `caller`: a follow,
+    held against the caller's and the namespace's stream caps (`doors`) from before the
+    invocation is created (beyond them: a 429 `ProblemError`, and nothing created)."""
+    try:
+        held = deps.doors.take_stream(caller.identity.username, [namespace])
+    except Busy as exc:
+        raise too_many(exc) from None
+    try:
+        return await _call_tool(
+            deps,
+            caller,
+            namespace=namespace,
+            tool_id=tool_id,
+            arguments=arguments,
+            options=options,
+            progress=progress,
+        )
+    finally:
+        deps.doors.give(held)
 
 
 class _Follower:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Final
 
 from aiohttp import web
@@ -11,6 +11,7 @@ from ..artifacts import ArtifactStore
 from ..kube.callers import AsCaller, CallerIdentity, CallerPool, Reviews
 from ..kube.client import Kube
 from ..settings import Settings
+from .doors import Doors
 
 
 @dataclass(frozen=True)
@@ -25,6 +26,8 @@ class Deps:
     store: ArtifactStore
     settings: Settings
     kube: Kube
+    #: What each caller and namespace holds at once (requests, streams, follows).
+    doors: Doors = field(default_factory=Doors)
 
 
 @dataclass(frozen=True)

@@ -62,6 +62,8 @@ async def problems_middleware(request: web.Request, handler: Handler) -> web.Str
             if exc.kind == ProblemKind.UNAUTHENTICATED
             else None
         )
+        if exc.kind == ProblemKind.TOO_MANY:
+            headers = {"Retry-After": str(exc.extensions.get("retryAfter") or 1)}
         return problem_response(exc.kind, exc.detail, headers, **exc.extensions)
     except CallerApiError as exc:
         mapped = from_api(exc, "the API server refused the request")

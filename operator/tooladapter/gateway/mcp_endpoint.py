@@ -68,7 +68,10 @@ def _request_of(ctx: ServerRequestContext[Any]) -> tuple[Deps, Caller, str]:
 
 
 def _mcp_error(exc: ProblemError) -> MCPError:
-    return MCPError(types.INVALID_REQUEST, f"{exc.kind.summary}: {exc.detail}")
+    # A full cap (429) says when to come back, as `Retry-After` would.
+    wait = exc.extensions.get("retryAfter")
+    after = f" (retry after {wait} s)" if wait else ""
+    return MCPError(types.INVALID_REQUEST, f"{exc.kind.summary}: {exc.detail}{after}")
 
 
 async def _list_tools(

@@ -18,11 +18,12 @@ from aiohttp import web
 
 from ..artifacts import open_store
 from ..kube.auth import AllowCache
-from ..kube.callers import CallerPool, Reviews
+from ..kube.callers import CallerPool, Reviews, bound_time
 from ..kube.client import Kube
 from ..settings import Settings
-from .auth import REVIEWS, ReviewCache, authentication_middleware
+from .auth import authentication_middleware, install
 from .context import DEPS, Deps
+from .doors import Doors, caps_of
 from .errors import problems_middleware
 from .guard import Limits, guarded
 from .mcp_endpoint import MAX_BODY_BYTES, MCP_ENDPOINT, McpEndpoint
@@ -73,7 +74,7 @@ def build_app(deps: Deps, mcp: McpEndpoint) -> web.Application:
         client_max_size=MAX_BODY_BYTES,
     )
     app[DEPS] = deps
-    app[REVIEWS] = ReviewCache()
+    install(app, deps.settings)
     app[MCP_ENDPOINT] = mcp
     app[OPENAPI] = document(module.PATHS for module in MODULES)
     for module in MODULES:
@@ -109,15 +110,25 @@ class Gateway:
         if settings.gateway_port == 0:
             return None
         kube = await Kube.connect()
+        # Every API request the gateway makes ends in time (the caller pools' too).
+        bound_time(kube.api, settings.gateway_api_timeout_seconds)
         deps = Deps(
             reviews=Reviews(
-                kube, settings.gateway_audiences, AllowCache(settings.authz_cache_seconds)
+                kube,
+                settings.gateway_audiences,
+                AllowCache(settings.authz_cache_seconds),
+                timeout_seconds=settings.gateway_api_timeout_seconds,
             ),
-            pool=CallerPool.from_default(),
+            pool=CallerPool.from_default(
+                settings.gateway_connections,
+                settings.gateway_stream_connections,
+                settings.gateway_api_timeout_seconds,
+            ),
             # The configured backend: with s3 every replica reads every receipt.
             store=await asyncio.to_thread(open_store, settings),
             settings=settings,
             kube=kube,
+            doors=Doors(caps_of(settings)),
         )
         gateway = cls(deps, kube)
         try:

@@ -9,11 +9,16 @@ everything else.
   operator's, no refresh hook. Each request carries `Authorization: Bearer <caller token>`,
   so RBAC and the admission policies (caller identity, reviewer identity, confirmations)
   see the caller, and the gateway needs no impersonation rights.
+
+Every request the gateway makes has a total timeout (`bound_time`): a stalled API server
+costs a caller an error, never a connection held forever. Watches (the page's live updates,
+MCP follows) go through a pool of their own (`CallerPool.streams`), so streams held by
+callers never take the connections other callers' requests need.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -21,6 +26,7 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from .. import GROUP
+from ..metrics import GATEWAY_REVIEWS
 from .auth import AllowCache
 from .client import Kube, json_body
 from .objects import ApiError, CustomObjects, Objects
@@ -30,6 +36,20 @@ WATCH_SECONDS: Final = 60
 
 #: Page size of lists read for a caller (runs may hold many invocations).
 PAGE_SIZE: Final = 250
+#: A watch request's total timeout beyond its server-side `WATCH_SECONDS`.
+WATCH_MARGIN_SECONDS: Final = 30
+
+
+def bound_time(api: client.ApiClient, seconds: float) -> None:
+    """Give every request of `api` a total timeout of `seconds` unless it names its own
+    (`_request_timeout`): kubernetes_asyncio otherwise waits without end."""
+    rest = api.rest_client
+    original: Callable[..., Awaitable[Any]] = rest.request
+
+    async def request(*args: Any, _request_timeout: Any = None, **kwargs: Any) -> Any:
+        return await original(*args, _request_timeout=_request_timeout or seconds, **kwargs)
+
+    rest.request = request
 
 
 class CallerApiError(ApiError):
@@ -56,10 +76,17 @@ class CallerIdentity:
 class Reviews:
     """TokenReviews and SubjectAccessReviews, as the operator."""
 
-    def __init__(self, kube: Kube, audiences: tuple[str, ...], cache: AllowCache) -> None:
+    def __init__(
+        self,
+        kube: Kube,
+        audiences: tuple[str, ...],
+        cache: AllowCache,
+        timeout_seconds: float = 10.0,
+    ) -> None:
         self.kube = kube
         self.audiences = audiences
         self.cache = cache
+        self.timeout_seconds = timeout_seconds
 
     async def identify(self, token: str) -> CallerIdentity | None:
         """The token's identity; None when the API server does not accept it (for the
@@ -68,12 +95,17 @@ class Reviews:
         if self.audiences:
             spec["audiences"] = list(self.audiences)
         body = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview", "spec": spec}
+        GATEWAY_REVIEWS.labels("tokenreview").inc()
         try:
             review = await json_body(
-                await self.kube.authentication.create_token_review(body, _preload_content=False)
+                await self.kube.authentication.create_token_review(
+                    body, _preload_content=False, _request_timeout=self.timeout_seconds
+                )
             )
         except ApiException as exc:
             raise CallerApiError.from_exception(exc) from exc
+        except TimeoutError as exc:
+            raise CallerApiError(0, "the TokenReview timed out") from exc
         status = review.get("status") or {}
         user = status.get("user") or {}
         if not status.get("authenticated") or not user.get("username"):
@@ -131,14 +163,17 @@ class Reviews:
             "kind": "SubjectAccessReview",
             "spec": spec,
         }
+        GATEWAY_REVIEWS.labels("subjectaccessreview").inc()
         try:
             review = await json_body(
                 await self.kube.authorization.create_subject_access_review(
-                    body, _preload_content=False
+                    body, _preload_content=False, _request_timeout=self.timeout_seconds
                 )
             )
         except ApiException as exc:
             raise CallerApiError.from_exception(exc) from exc
+        except TimeoutError as exc:
+            raise CallerApiError(0, "the SubjectAccessReview timed out") from exc
         status = review.get("status") or {}
         allowed = bool(status.get("allowed") and not status.get("denied"))
         if allowed:
@@ -147,15 +182,23 @@ class Reviews:
 
 
 class CallerPool:
-    """One connection pool to the API server that holds no credentials of its own."""
+    """Connection pools to the API server that hold no credentials of their own: `api` for
+    requests, `streams` for watches (live updates, follows). Neither can be taken by one
+    caller: the gateway caps each caller's concurrent requests below `api`'s size and its
+    streams below `streams`' size (`gateway.doors`)."""
 
-    def __init__(self, api: client.ApiClient) -> None:
+    def __init__(
+        self,
+        api: client.ApiClient,
+        streams: client.ApiClient | None = None,
+        timeout_seconds: float = 30.0,
+    ) -> None:
         self.api = api
+        self.streams = streams or api
+        self.timeout_seconds = timeout_seconds
 
-    @classmethod
-    def from_default(cls) -> CallerPool:
-        """Built from the configuration `Kube.connect` loaded: address, CA, TLS server
-        name and proxy only (never its client certificate, token or refresh hook)."""
+    @staticmethod
+    def _bare(connections: int, timeout_seconds: float) -> client.ApiClient:
         loaded = client.Configuration.get_default_copy()
         bare = client.Configuration(host=loaded.host)
         bare.ssl_ca_cert = loaded.ssl_ca_cert
@@ -163,26 +206,79 @@ class CallerPool:
         bare.tls_server_name = loaded.tls_server_name
         bare.proxy = loaded.proxy
         api = client.ApiClient(configuration=bare)
-        api.rest_client.pool_manager.connector._limit = 100
-        return cls(api)
+        api.rest_client.pool_manager.connector._limit = connections
+        bound_time(api, timeout_seconds)
+        return api
+
+    @classmethod
+    def from_default(
+        cls,
+        connections: int = 100,
+        stream_connections: int = 100,
+        timeout_seconds: float = 30.0,
+    ) -> CallerPool:
+        """Built from the configuration `Kube.connect` loaded: address, CA, TLS server
+        name and proxy only (never its client certificate, token or refresh hook). Every
+        request times out after `timeout_seconds`, a watch after its own end plus
+        `WATCH_MARGIN_SECONDS`."""
+        return cls(
+            cls._bare(connections, timeout_seconds),
+            cls._bare(stream_connections, WATCH_SECONDS + WATCH_MARGIN_SECONDS),
+            timeout_seconds,
+        )
 
     def as_caller(self, token: str) -> AsCaller:
-        return AsCaller(self.api, token)
+        return AsCaller(self.api, token, streams=self.streams)
 
     async def close(self) -> None:
         await self.api.close()
+        if self.streams is not self.api:
+            await self.streams.close()
 
 
 class AsCaller:
     """tooladapter objects, read and written with one caller's token."""
 
-    def __init__(self, api: client.ApiClient, token: str) -> None:
+    def __init__(
+        self, api: client.ApiClient, token: str, *, streams: client.ApiClient | None = None
+    ) -> None:
+        headers = {"Authorization": f"Bearer {token}"}
+        self.api = api
+        self.headers = headers
         self.objects = CustomObjects(
-            api,
-            error=CallerApiError,
-            page_size=PAGE_SIZE,
-            headers={"Authorization": f"Bearer {token}"},
+            api, error=CallerApiError, page_size=PAGE_SIZE, headers=headers
         )
+        #: Watches go through the stream pool (`CallerPool.streams`).
+        self.watches = CustomObjects(
+            streams or api, error=CallerApiError, page_size=PAGE_SIZE, headers=headers
+        )
+
+    async def rules(self, namespace: str) -> tuple[list[dict[str, Any]], bool]:
+        """(resource rules, incomplete) of a SelfSubjectRulesReview asked with the caller's
+        own token: what every authorizer that can enumerate rules lets the caller do in
+        `namespace`, in one request. `incomplete` is true when an authorizer cannot
+        enumerate (a webhook authorizer, or an error in one): the rules may then miss
+        grants, never add any, so an allowance found in them holds and a missing one must
+        be asked (SubjectAccessReview)."""
+        body = {
+            "apiVersion": "authorization.k8s.io/v1",
+            "kind": "SelfSubjectRulesReview",
+            "spec": {"namespace": namespace},
+        }
+        GATEWAY_REVIEWS.labels("selfsubjectrulesreview").inc()
+        try:
+            review = await json_body(
+                await client.AuthorizationV1Api(self.api).create_self_subject_rules_review(
+                    body, _preload_content=False, _headers=self.headers
+                )
+            )
+        except ApiException as exc:
+            raise CallerApiError.from_exception(exc) from exc
+        except TimeoutError as exc:
+            raise CallerApiError(0, "the SelfSubjectRulesReview timed out") from exc
+        status = review.get("status") or {}
+        rules = [r for r in status.get("resourceRules") or [] if isinstance(r, dict)]
+        return rules, bool(status.get("incomplete"))
 
     async def get(self, plural: str, namespace: str, name: str) -> dict[str, Any]:
         return await self.objects.get(plural, namespace, name)
@@ -207,7 +303,7 @@ class AsCaller:
         """The object's versions after `resource_version`, until the watch request ends
         (at most `WATCH_SECONDS`); the caller starts another from the last version seen.
         A `CallerApiError` with status 410 means the version is too old: read it again."""
-        async for kind, obj in self.objects.watch(
+        async for kind, obj in self.watches.watch(
             plural,
             namespace,
             resource_version,
@@ -237,7 +333,7 @@ class AsCaller:
         `WATCH_SECONDS`); the caller goes on from the last object's resourceVersion. A
         `CallerApiError` with status 410 means the version is too old: start again from
         `collection_version`."""
-        async for change in self.objects.watch(
+        async for change in self.watches.watch(
             plural, namespace, resource_version, timeout_seconds=WATCH_SECONDS
         ):
             yield change

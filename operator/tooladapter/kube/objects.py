@@ -67,6 +67,8 @@ class CustomObjects:
             return await json_body(await method(*args, **self._extra, **params))
         except ApiException as exc:
             raise self.error.from_exception(exc) from exc
+        except TimeoutError as exc:  # the client's total timeout (`callers.bound_time`)
+            raise self.error(0, "the API server did not answer in time") from exc
 
     def _collection(self, namespace: str | None) -> tuple[Any, tuple[str, ...]]:
         if namespace is None:
@@ -172,6 +174,8 @@ class CustomObjects:
                     yield kind, obj
         except ApiException as exc:
             raise self.error.from_exception(exc) from exc
+        except TimeoutError as exc:
+            raise self.error(0, "the watch did not end in time") from exc
         finally:
             stream.stop()
             await stream.close()

@@ -28,6 +28,9 @@ class ProblemKind(StrEnum):
     CONFLICT = "conflict"
     INVALID = "invalid"
     TOO_LARGE = "too-large"
+    #: A fair-doors cap (per caller, namespace or client address) is full: 429 with
+    #: `Retry-After` (`gateway.doors`).
+    TOO_MANY = "too-many-requests"
     UPSTREAM = "upstream-unavailable"
     INTERNAL = "internal"
 
@@ -50,6 +53,7 @@ _STATUS: Final = {
     ProblemKind.CONFLICT: 409,
     ProblemKind.INVALID: 422,
     ProblemKind.TOO_LARGE: 413,
+    ProblemKind.TOO_MANY: 429,
     ProblemKind.UPSTREAM: 503,
     ProblemKind.INTERNAL: 500,
 }
@@ -63,6 +67,7 @@ _TITLE: Final = {
     ProblemKind.CONFLICT: "Conflicts with the object's current state",
     ProblemKind.INVALID: "Invalid request",
     ProblemKind.TOO_LARGE: "Request body too large",
+    ProblemKind.TOO_MANY: "Too many requests at once; retry after Retry-After seconds",
     ProblemKind.UPSTREAM: "The Kubernetes API server is unavailable",
     ProblemKind.INTERNAL: "Internal error",
 }

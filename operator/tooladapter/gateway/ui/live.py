@@ -18,6 +18,9 @@ from aiohttp import web
 
 from ...enums import Resource
 from ...kube.callers import CallerApiError
+from ..auth import too_many
+from ..context import deps_of
+from ..doors import Busy
 from .web import PREFIX, Person, page, secure_headers
 
 #: A comment line this often keeps proxies from closing an idle stream.
@@ -60,13 +63,29 @@ async def _follow(
 
 @page
 async def events(request: web.Request, person: Person) -> web.StreamResponse:
+    scopes: tuple[str | None, ...] = person.session.namespaces or (None,)
+    doors = deps_of(request).doors
+    try:
+        # One slot of the person's streams and of each namespace's (fair doors): beyond
+        # them 429 with Retry-After (the browser's EventSource tries again by itself).
+        held = doors.take_stream(person.username, scopes)
+    except Busy as exc:
+        raise too_many(exc) from None
+    try:
+        return await _stream(request, person, scopes)
+    finally:
+        doors.give(held)
+
+
+async def _stream(
+    request: web.Request, person: Person, scopes: tuple[str | None, ...]
+) -> web.StreamResponse:
     response = web.StreamResponse(
         headers={"Content-Type": "text/event-stream", "X-Accel-Buffering": "no"}
     )
     secure_headers(response)
     await response.prepare(request)
     queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue(maxsize=1000)
-    scopes: tuple[str | None, ...] = person.session.namespaces or (None,)
     followers = [asyncio.create_task(_follow(person, ns, queue)) for ns in scopes]
     try:
         await response.write(b"retry: 3000\n\n")
