@@ -114,6 +114,8 @@ class Catalog:
         self.approvals: Store[ToolApprovalSpec] = Store(ToolApprovalSpec)
         self.servers: Store[McpServerSpec] = Store(McpServerSpec)
         self.namespaces: dict[str, dict[str, str]] = {}
+        #: Each namespace's uid: its incarnation, which the store keys its records by.
+        self.namespace_uids: dict[str, str] = {}
         self.ready = asyncio.Event()
         self._changed: dict[tuple[str, str], asyncio.Event] = {}
         self._stores: dict[Resource, Store[Any]] = {
@@ -130,6 +132,8 @@ class Catalog:
         namespaces = await kube.core.list_namespace()
         for ns in namespaces.items:
             self.namespaces[ns.metadata.name] = dict(ns.metadata.labels or {})
+            if ns.metadata.uid:
+                self.namespace_uids[ns.metadata.name] = str(ns.metadata.uid)
         self.ready.set()
 
     # ------------------------------------------------------------------ updates
@@ -166,10 +170,15 @@ class Catalog:
 
     def update_namespace(self, event_type: str | None, body: Body) -> None:
         name = body["metadata"]["name"]
+        uid = body["metadata"].get("uid")
         if event_type == "DELETED":
             self.namespaces.pop(name, None)
+            if self.namespace_uids.get(name) == uid:
+                self.namespace_uids.pop(name, None)
         else:
             self.namespaces[name] = dict(body["metadata"].get("labels") or {})
+            if uid:
+                self.namespace_uids[name] = str(uid)
 
     def fresh_view(
         self,
@@ -188,6 +197,7 @@ class Catalog:
         for body in policies:
             view.policies.put(body)
         view.namespaces[namespace] = dict(labels)
+        view.namespace_uids = self.namespace_uids
         view.approvals, view.servers = self.approvals, self.servers
         view._stores.update(
             {Resource.APPROVALS: self.approvals, Resource.MCP_SERVERS: self.servers}
@@ -234,6 +244,10 @@ class Catalog:
 
     def namespace_labels(self, namespace: str) -> dict[str, str]:
         return dict(self.namespaces.get(namespace) or {})
+
+    def namespace_uid(self, namespace: str) -> str | None:
+        """The uid of the namespace's current incarnation, as the watch last saw it."""
+        return self.namespace_uids.get(namespace)
 
     def server(self, namespace: str, name: str) -> Body | None:
         entry = self.servers.get(namespace, name)

@@ -114,8 +114,9 @@ def test_a_reviewer_approves_a_gated_call_and_watches_it_reach_observed(
     expect(call.get_by_test_id("descriptor-digest")).to_have_text(waiting["descriptorDigest"])
     shown = call.get_by_test_id("arguments")
     expect(shown).to_contain_text('"branch": "release-42"')
-    expect(shown).to_contain_text("[REDACTED:secret-argument]")
-    expect(shown).not_to_contain_text("tok-9f8e7d6c5b4a")
+    # Issue 28: the reviewer reads what the agent sent, a `token`-named key included.
+    expect(shown).to_contain_text('"apiToken": "tok-9f8e7d6c5b4a"')
+    expect(shown).not_to_contain_text("REDACTED")
     changes = call.get_by_test_id("changes")
     expect(changes).to_contain_text("/branch")
     expect(changes).to_contain_text('"release-42"')

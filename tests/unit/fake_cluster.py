@@ -55,6 +55,11 @@ PENDING: Any = object()
 _uids = itertools.count(1)
 
 
+def namespace_uid(name: str) -> str:
+    """The uid the fake gives namespace `name` (one incarnation per name)."""
+    return f"00000000-0000-4000-8000-{sum(name.encode()):012d}"
+
+
 def new_uid() -> str:
     """A uid shaped like the API server's (36 characters of [0-9a-f-])."""
     return f"00000000-0000-4000-8000-{next(_uids):012d}"
@@ -736,7 +741,8 @@ class Harness:
         """Labels as stored, and as the namespaces' watch then delivers them."""
         self.cluster.namespaces[namespace] = dict(labels)
         self.catalog.update_namespace(
-            "MODIFIED", {"metadata": {"name": namespace, "labels": labels}}
+            "MODIFIED",
+            {"metadata": {"name": namespace, "uid": namespace_uid(namespace), "labels": labels}},
         )
 
     def submit(self, body: Body) -> Body:
@@ -795,7 +801,9 @@ def make_runtime(
     catalog = Catalog()
     for name, labels in (namespaces if namespaces is not None else {NAMESPACE: {}}).items():
         cluster.namespaces.setdefault(name, dict(labels))
-        catalog.update_namespace("ADDED", {"metadata": {"name": name, "labels": labels}})
+        catalog.update_namespace(
+            "ADDED", {"metadata": {"name": name, "uid": namespace_uid(name), "labels": labels}}
+        )
     catalog.ready.set()
     chosen: dict[ToolKind, Executor] = (
         executors if executors is not None else {ToolKind.NATIVE: ScriptedExecutor()}

@@ -308,15 +308,31 @@ def test_pending_approvals_show_hashes_reasons_and_the_change_since_the_last_app
         requestHash="sha256:r",
         descriptorDigest="sha256:d",
         effectiveClass="shared-write",
-        policyReasons=["policy p: tag changes"],
-        stages=[{"stage": "approval", "outcome": "waiting", "detail": "class needs approval"}],
+        # Notes of the policy that are no reason to wait (issue 28) stay out of the reasons.
+        policyReasons=["no ToolPolicy in namespace t: only the default rules apply"],
+        approvalForced=True,
+        stages=[
+            {
+                "stage": "classification",
+                "outcome": "passed",
+                "detail": "raised by a shell command not on the allow list raised sandbox to "
+                "shared-write",
+            },
+            {"stage": "approval", "outcome": "waiting", "detail": "class needs approval"},
+        ],
         approvalRequestedAt="T2",
     )
     (view,) = review.pending_approvals([old, older, unapproved, waiting])
     assert view["name"] == "new" and view["requestHash"] == "sha256:r"
     assert view["descriptorDigest"] == "sha256:d"
     assert view["canonicalArguments"] == '{"tag":"v2"}'
-    assert view["reasons"] == ["policy p: tag changes", "class needs approval"]
+    assert view["shownArguments"] == '{"tag":"v2"}' and view["warnings"] == []
+    assert view["reasons"] == [
+        "its class was raised: a shell command not on the allow list raised sandbox to "
+        "shared-write",
+        "class needs approval",
+    ]
+    assert not any("block-listed" in r or "no ToolPolicy" in r for r in view["reasons"])
     assert view["lastApproved"]["name"] == "old"
     assert view["changes"] == [{"kind": "changed", "path": "/tag", "before": "v1", "after": "v2"}]
     first = review.pending_view(waiting, None)

@@ -25,11 +25,27 @@ from tooladapter.artifacts.index import (
     stamp,
 )
 from tooladapter.gateway.ui.earlier import earlier_calls
-from tooladapter.pipeline.receipt_index import latest_per_invocation, merged_rows, previous_call
+from tooladapter.pipeline.receipt_index import (
+    Incarnation,
+    latest_per_invocation,
+    merged_rows,
+    of_incarnation,
+    previous_call,
+    receipt_only_row,
+    with_caller,
+)
 from tooladapter.pipeline.review import pending_approvals
 from tooladapter.pipeline.reviewpage import pending_for_page
 
-from .fake_cluster import CALLER, NAMESPACE, Harness, MemoryStore, descriptor, invocation
+from .fake_cluster import (
+    CALLER,
+    NAMESPACE,
+    Harness,
+    MemoryStore,
+    descriptor,
+    invocation,
+    namespace_uid,
+)
 from .test_artifacts import FakeS3, s3_store
 
 NS = "team-a"
@@ -199,12 +215,14 @@ async def test_an_ended_call_is_indexed_by_run_and_an_approved_one_by_caller_and
     await asyncio.wait_for(task, 5)
     write = h.cluster.invocation("write-1")["status"]
 
-    listed = h.store.list(run_prefix(NAMESPACE, "run-7"))
+    uid = namespace_uid(NAMESPACE)
+    listed = h.store.list(run_prefix(NAMESPACE, "run-7", uid))
     assert sorted(ref_of_key(k) for k in listed) == sorted(
         [read["receiptRef"], write["receiptRef"]]
     )
-    assert h.store.list(calls_prefix(NAMESPACE, CALLER, "lister")) == []
-    (approved,) = h.store.list(calls_prefix(NAMESPACE, CALLER, "writer"))
+    assert h.store.list(run_prefix(NAMESPACE, "run-7")) == []  # no name-keyed entry
+    assert h.store.list(calls_prefix(NAMESPACE, CALLER, "lister", uid)) == []
+    (approved,) = h.store.list(calls_prefix(NAMESPACE, CALLER, "writer", uid))
     assert ref_of_key(approved) == write["receiptRef"]
     entry = json.loads(h.store.get_key(approved))
     assert entry["receiptRef"] == write["receiptRef"]
@@ -231,18 +249,34 @@ def waiting_call(uid: str = "w1", path: str = "/data/y") -> dict[str, Any]:
     }
 
 
-def index_approved_call(store: Any, uid: str, path: str, ended: str, approved: str) -> str:
-    """What the flow writes for an approved call's end (see the flow test above)."""
+#: The incarnation of NAMESPACE the page reads (created before every call of these tests).
+HERE = Incarnation(NAMESPACE, namespace_uid(NAMESPACE), "2026-11-01T00:00:00Z")
+
+
+def index_approved_call(
+    store: Any,
+    uid: str,
+    path: str,
+    ended: str,
+    approved: str,
+    tenant_uid: str | None = HERE.uid,
+) -> str:
+    """What the flow writes for an approved call's end (see the flow test above);
+    `tenant_uid` None: as written before uids were recorded (name-keyed)."""
     approved_receipt = receipt(
         uid,
         tenantId=NAMESPACE,
+        tenantUid=tenant_uid,
+        writtenAt=ended,
         caller={"name": CALLER},
         toolId="writer",
         approvalId=f"appr-{uid}",
         approvedBy="reviewer@example.com",
         endedAt=ended,
     )
-    ref = content_ref(uid.encode())
+    if tenant_uid is None:
+        approved_receipt.pop("tenantUid")
+    ref = store.put(json.dumps(approved_receipt).encode())
     arguments_ref = store.put(arguments_document(approved_receipt, {"path": path}))
     key = approved_call_key(approved_receipt, ref)
     assert key is not None
@@ -258,7 +292,7 @@ def test_the_page_compares_with_the_latest_approved_call_the_index_names() -> No
     index_approved_call(store, "new", "/data/x", "2026-12-01T02:00:00Z", "2026-12-01T01:59:00Z")
     items = [waiting_call()]
 
-    earlier = earlier_calls(store, items)
+    earlier = earlier_calls(store, items, {NAMESPACE: HERE})
     (view,) = pending_approvals(items, earlier)
     assert view["lastApproved"]["name"] == "call-new"
     assert view["lastApproved"]["approvedBy"] == "reviewer@example.com"
@@ -281,7 +315,7 @@ def test_a_stored_approved_call_approved_later_wins_over_the_index() -> None:
         "approval": {"name": "appr-kept", "reviewer": "r", "boundAt": "2026-12-01T05:00:00Z"},
     }
     items = [waiting_call(), stored]
-    (view,) = pending_approvals(items, earlier_calls(store, items))
+    (view,) = pending_approvals(items, earlier_calls(store, items, {NAMESPACE: HERE}))
     assert view["lastApproved"]["name"] == "call-kept"
 
 
@@ -321,7 +355,7 @@ async def test_an_end_stores_result_receipt_and_entries_in_one_trip_before_statu
 
     assert len(trips) == 1
     assert {status["resultRef"], status["receiptRef"]} <= written[-1]["blobs"]
-    (entry,) = h.store.list(run_prefix(NAMESPACE, "run-9"))
+    (entry,) = h.store.list(run_prefix(NAMESPACE, "run-9", namespace_uid(NAMESPACE)))
     assert entry in written[-1]["keys"]
 
 
@@ -349,3 +383,71 @@ async def test_a_refused_trip_is_made_again_whole_and_names_the_refused_kind(
     assert status["receiptRef"] in h.store.blobs and status["resultRef"] in h.store.blobs
     (warning,) = [e for e in h.events.posted if e.reason == "ArtifactStoreUnavailable"]
     assert "receipt" in warning.message and "disk full" in warning.message
+
+
+# -- issue 28: records belong to a namespace's incarnation; runs name their callers --------
+
+NEXT = Incarnation(NAMESPACE, "11111111-2222-4333-8444-555555555555", "2026-12-05T00:00:00Z")
+
+
+def test_keys_of_a_receipt_with_its_namespace_uid_lie_in_that_incarnation() -> None:
+    approved = receipt(tenantUid=HERE.uid, approvalId="a", toolId="writer")
+    keys = entries_of(approved, REF)
+    assert keys == [
+        run_key(NS, "run/1:a", REF, HERE.uid),
+        call_key(NS, approved["caller"]["name"], "writer", approved["endedAt"], REF, HERE.uid),
+    ]
+    assert all(k.startswith(f"index/ns/{NS}/{HERE.uid}/") for k in keys)
+    assert run_prefix(NS, "r", HERE.uid) != run_prefix(NS, "r", NEXT.uid)
+    # Without the uid (written before it was recorded): the legacy name-keyed folders.
+    assert entries_of(receipt(), REF) == [run_key(NS, "run/1:a", REF)]
+    assert run_key(NS, "run/1:a", REF).startswith(f"index/runs/{NS}/")
+
+
+def test_a_receipt_belongs_to_the_incarnation_its_uid_names() -> None:
+    mine = receipt(tenantUid=HERE.uid)
+    assert of_incarnation(mine, HERE)
+    assert not of_incarnation(mine, NEXT)
+    assert not of_incarnation(mine, Incarnation("team-b", HERE.uid, HERE.created))
+
+
+def test_a_legacy_receipt_belongs_to_the_incarnation_it_was_written_in() -> None:
+    old = receipt(writtenAt="2026-12-01T06:00:01Z")  # no tenantUid
+    assert of_incarnation(old, HERE)  # written after HERE was created
+    assert not of_incarnation(old, NEXT)  # written before NEXT existed: a predecessor's
+    # Within the margin of the creation second, or unreadable: not shown.
+    assert not of_incarnation(receipt(writtenAt="2026-12-05T00:00:00.900Z"), NEXT)
+    assert of_incarnation(receipt(writtenAt="2026-12-05T00:00:01Z"), NEXT)
+    assert not of_incarnation(receipt(writtenAt="yesterday"), NEXT)
+
+
+def test_a_namespace_created_again_never_sees_the_earlier_approved_call() -> None:
+    store = MemoryStore()
+    index_approved_call(store, "uid", "/data/u", "2026-12-01T02:00:00Z", "2026-12-01T01:59:00Z")
+    index_approved_call(
+        store, "legacy", "/data/l", "2026-12-01T03:00:00Z", "2026-12-01T02:59:00Z", None
+    )
+    items = [waiting_call()]
+    (found,) = earlier_calls(store, items, {NAMESPACE: HERE})
+    assert found["metadata"]["name"] == "call-uid"  # the incarnation's own entries first
+    assert earlier_calls(store, items, {NAMESPACE: NEXT}) == []
+    assert earlier_calls(store, items, {}) == []  # a namespace not resolved: nothing
+
+
+def test_a_legacy_approved_call_stays_readable_for_its_namespace() -> None:
+    store = MemoryStore()
+    index_approved_call(
+        store, "legacy", "/data/l", "2026-12-01T03:00:00Z", "2026-12-01T02:59:00Z", None
+    )
+    (found,) = earlier_calls(store, [waiting_call()], {NAMESPACE: HERE})
+    assert found["metadata"]["name"] == "call-legacy"
+
+
+def test_every_row_of_a_run_names_its_caller_and_filters_by_it() -> None:
+    other = "system:serviceaccount:team-a:intruder"
+    row = receipt_only_row(receipt(caller={"kind": "ServiceAccount", "name": other}), REF)
+    assert row["caller"] == other
+    mine = receipt_only_row(receipt(), OTHER)
+    rows = [row, mine]
+    assert with_caller(rows, other) == [row]
+    assert with_caller(rows, None) == rows == with_caller(rows, "")

@@ -42,26 +42,30 @@ def call(
     }
 
 
-def test_arguments_are_shown_with_secret_keys_and_secret_looking_values_redacted() -> None:
-    shown = reviewpage.redact_arguments(
+def test_arguments_are_shown_whole_whatever_their_keys_or_shapes() -> None:
+    """Issue 28: nothing an agent sent is hidden from its reviewer, by key or by pattern."""
+    github = "ghp_" + "a" * 36
+    view = reviewpage.arguments_view(
         {
             "tag": "v42",
             "dbPassword": "hunter2",
-            "nested": {"API_KEY": ["x"], "note": "ghp_" + "a" * 36},
+            "nested": {"API_KEY": ["x"], "note": github},
             "list": [{"token": 5}],
         }
     )
-    assert shown["tag"] == "v42"
-    assert shown["dbPassword"] == "[REDACTED:secret-argument]"
-    assert shown["nested"]["API_KEY"] == "[REDACTED:secret-argument]"
-    assert "ghp_" not in json.dumps(shown) and "[REDACTED:" in shown["nested"]["note"]
-    assert shown["list"] == [{"token": "[REDACTED:secret-argument]"}]
+    text = view["prettyArguments"]
+    assert json.loads(text)["dbPassword"] == "hunter2"
+    assert github in text and '"token": 5' in text and "REDACTED" not in text
+    assert "".join(s.text for s in view["argumentSegments"]) == text
+    flagged = [s.text for s in view["argumentSegments"] if s.kind == "credential-like"]
+    assert github in flagged
+    assert any("/nested/note" in f for f in view["argumentFlags"])
 
 
-def test_a_changed_secret_shows_as_changed_but_never_its_values() -> None:
-    changes = reviewpage.redacted_changes(
+def test_a_change_shows_both_values_whole_and_is_found_on_raw_values() -> None:
+    changes = reviewpage.shown_changes(
         {"tag": "v41", "password": "old", "force": True},
-        {"tag": "v42", "password": "new", "extra": {"secretKey": "s"}},
+        {"tag": "v42", "password": "new", "extra": {"secretKey": "s"}, "cmd": "a\u200bb"},
     )
     by_path = {c["path"]: c for c in changes}
     assert by_path["/tag"] == {
@@ -70,13 +74,21 @@ def test_a_changed_secret_shows_as_changed_but_never_its_values() -> None:
         "before": '"v41"',
         "after": '"v42"',
     }
-    assert by_path["/password"]["kind"] == "changed"
-    assert "old" not in json.dumps(changes) and "new" not in by_path["/password"]["after"]
+    assert by_path["/password"] == {
+        "kind": "changed",
+        "path": "/password",
+        "before": '"old"',
+        "after": '"new"',
+    }
     assert by_path["/force"] == {"kind": "removed", "path": "/force", "before": "true"}
-    assert by_path["/extra"]["after"] == '{"secretKey": "[REDACTED:secret-argument]"}'
+    assert by_path["/extra"]["after"] == '{"secretKey": "s"}'
+    assert by_path["/cmd"]["after"] == '"a\u27e8U+200B\u27e9b"'
+    # Differing only by an invisible character is a change, shown as one.
+    (only,) = reviewpage.shown_changes({"c": "ab"}, {"c": "a\u202eb"})
+    assert only["before"] == '"ab"' and only["after"] == '"a\u27e8U+202E\u27e9b"'
 
 
-def test_pending_calls_carry_the_clis_view_per_namespace_redacted() -> None:
+def test_pending_calls_carry_the_clis_view_per_namespace_shown_whole() -> None:
     approved = call(
         "old",
         {"tag": "v1", "token": "abc"},
@@ -98,10 +110,10 @@ def test_pending_calls_carry_the_clis_view_per_namespace_redacted() -> None:
     assert view["namespace"] == "team-a" and view["uid"] == "uid-new"
     assert view["reasons"] == ["class external"]
     assert view["requestHash"] == "sha256:r" and view["descriptorDigest"] == "sha256:d"
-    assert "abd" not in view["prettyArguments"] and '"tag": "v2"' in view["prettyArguments"]
+    assert '"token": "abd"' in view["prettyArguments"] and '"tag": "v2"' in view["prettyArguments"]
     assert view["lastApproved"]["name"] == "old"
     assert [c["path"] for c in view["changes"]] == ["/tag", "/token"]
-    assert "abc" not in json.dumps(view)
+    assert view["changes"][1]["before"] == '"abc"' and view["changes"][1]["after"] == '"abd"'
 
 
 def test_a_timeline_places_each_stage_on_the_calls_time_axis() -> None:

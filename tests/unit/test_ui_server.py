@@ -168,14 +168,15 @@ async def test_sign_in_needs_the_forms_nonce_and_a_token_the_api_server_accepts(
             assert "did not accept" in await response.text()
 
 
-async def test_a_reviewer_sees_the_call_redacted_and_decides_it_with_csrf(
+async def test_a_reviewer_sees_the_call_whole_and_decides_it_with_csrf(
     served: tuple[str, World],
 ) -> None:
     base, world = served
     async with aiohttp.ClientSession(cookie_jar=aiohttp.CookieJar(unsafe=True)) as http:
         html = await _signed_in(http, base)
         assert "deploy 1.0.0" in html and "class external" in html and REQUEST_HASH in html
-        assert "hunter2" not in html and "[REDACTED:secret-argument]" in html
+        # Issue 28: what the agent sent is what the reviewer reads (flagged, not hidden).
+        assert "hunter2" in html and "REDACTED" not in html
         assert ">Approve</button>" in html
         csrf = _field(html, "csrf")
         action = f"{base}/ui/approvals/team-a/deploy-1"

@@ -3,14 +3,23 @@ invocations retention deletes, so a run's receipts and a caller's last approved 
 still be found: the key layout (the merge of readers is `pipeline/receipt_index`).
 
 Keys are listed by prefix (a folder), and each ends in the receipt's 64 hex digits, so the
-key alone names the receipt (the entry's bytes are its reference, for a reader's check):
+key alone names the receipt (the entry's bytes are its reference, for a reader's check).
+Everything kept per namespace lives under the namespace's incarnation, its uid
+(`tenantUid` in the receipt): a namespace deleted and created again under the same name is
+another folder, and never reads the previous one's entries (issue 28):
 
-- `index/runs/<namespace>/<sha256(runId)[:32]>/<receipt hex>`: every receipt of a run;
-- `index/calls/<namespace>/<sha256(caller)[:32]>/<toolId>/<ended-at>-<receipt hex>`: the
-  approved calls of a caller's tool, oldest first (`<ended-at>` is `YYYYmmddTHHMMSS.ffffffZ`).
-  Its bytes are a small JSON document (`call_entry`): who approved when, and the reference
-  of the call's arguments (an artifact of their own, `arguments_document`), which a
-  reviewer's "changes since the last approved call" compares.
+- `index/ns/<namespace>/<uid>/runs/<sha256(runId)[:32]>/<receipt hex>`: every receipt of
+  a run;
+- `index/ns/<namespace>/<uid>/calls/<sha256(caller)[:32]>/<toolId>/<ended-at>-<receipt hex>`:
+  the approved calls of a caller's tool, oldest first (`<ended-at>` is
+  `YYYYmmddTHHMMSS.ffffffZ`). Its bytes are a small JSON document (`call_entry`): who
+  approved when, and the reference of the call's arguments (an artifact of their own,
+  `arguments_document`), which a reviewer's "changes since the last approved call" compares.
+
+Receipts written before namespaces' uids were recorded (no `tenantUid`) were indexed by
+name alone, under the legacy folders `index/runs/<namespace>/...` and
+`index/calls/<namespace>/...` (the same tails); readers still list them, and keep only the
+receipts `receipt_index.of_incarnation` attributes to the namespace they serve.
 
 Run ids and caller names are hashed: they may hold `/` or `:`, and their length is the
 CRD's business, not the key's. A receipt names its tenant, run, caller and tool, which
@@ -28,6 +37,9 @@ from ..pipeline.hashing import canonical_json
 from ..timeutil import parse_time
 from .protocol import digest_of
 
+#: Per namespace incarnation: `index/ns/<namespace>/<uid>/`.
+NAMESPACES: Final = "index/ns/"
+#: The folders of receipts written before uids were recorded (read, never written again).
 RUNS: Final = "index/runs/"
 CALLS: Final = "index/calls/"
 ARGUMENTS_SCHEMA: Final = "tool-arguments-v1"
@@ -38,16 +50,30 @@ def _hashed(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
-def run_prefix(namespace: str, run_id: str) -> str:
-    return f"{RUNS}{namespace}/{_hashed(run_id)}/"
+def incarnation_prefix(namespace: str, uid: str) -> str:
+    """The folder of everything kept for one incarnation of a namespace (a platform admin
+    lists `index/ns/<namespace>/` to see every incarnation's)."""
+    return f"{NAMESPACES}{namespace}/{uid}/"
 
 
-def run_key(namespace: str, run_id: str, ref: str) -> str:
-    return run_prefix(namespace, run_id) + digest_of(ref)
+def run_prefix(namespace: str, run_id: str, uid: str | None = None) -> str:
+    """The run's folder in the namespace incarnation `uid`; the legacy (name-keyed) folder
+    when `uid` is None."""
+    if uid is None:
+        return f"{RUNS}{namespace}/{_hashed(run_id)}/"
+    return f"{incarnation_prefix(namespace, uid)}runs/{_hashed(run_id)}/"
 
 
-def calls_prefix(namespace: str, caller: str, tool: str) -> str:
-    return f"{CALLS}{namespace}/{_hashed(caller)}/{tool}/"
+def run_key(namespace: str, run_id: str, ref: str, uid: str | None = None) -> str:
+    return run_prefix(namespace, run_id, uid) + digest_of(ref)
+
+
+def calls_prefix(namespace: str, caller: str, tool: str, uid: str | None = None) -> str:
+    """A caller's tool's approved calls in the namespace incarnation `uid` (legacy folder
+    when None)."""
+    if uid is None:
+        return f"{CALLS}{namespace}/{_hashed(caller)}/{tool}/"
+    return f"{incarnation_prefix(namespace, uid)}calls/{_hashed(caller)}/{tool}/"
 
 
 def stamp(moment: str) -> str:
@@ -55,8 +81,17 @@ def stamp(moment: str) -> str:
     return parse_time(moment).astimezone(UTC).strftime("%Y%m%dT%H%M%S.%fZ")
 
 
-def call_key(namespace: str, caller: str, tool: str, ended_at: str, ref: str) -> str:
-    return f"{calls_prefix(namespace, caller, tool)}{stamp(ended_at)}-{digest_of(ref)}"
+def call_key(
+    namespace: str, caller: str, tool: str, ended_at: str, ref: str, uid: str | None = None
+) -> str:
+    return f"{calls_prefix(namespace, caller, tool, uid)}{stamp(ended_at)}-{digest_of(ref)}"
+
+
+def tenant_uid(receipt: Mapping[str, Any]) -> str | None:
+    """The uid of the namespace incarnation a receipt was written in (None: written before
+    uids were recorded, or while the operator did not know it)."""
+    uid = receipt.get("tenantUid")
+    return uid if isinstance(uid, str) and uid else None
 
 
 def ref_of_key(key: str) -> str:
@@ -76,7 +111,9 @@ def approved_call_key(receipt: Mapping[str, Any], ref: str) -> str | None:
     if not (receipt.get("approvalId") and namespace and caller and tool and ended):
         return None
     try:
-        return call_key(str(namespace), str(caller), str(tool), str(ended), ref)
+        return call_key(
+            str(namespace), str(caller), str(tool), str(ended), ref, tenant_uid(receipt)
+        )
     except (ValueError, KeyError):
         return None  # an unparseable end time: the run index still has it
 
@@ -89,7 +126,7 @@ def entries_of(receipt: Mapping[str, Any], ref: str) -> list[str]:
     keys: list[str] = []
     run_id = receipt.get("runId")
     if isinstance(run_id, str) and run_id:
-        keys.append(run_key(namespace, run_id, ref))
+        keys.append(run_key(namespace, run_id, ref, tenant_uid(receipt)))
     approved = approved_call_key(receipt, ref)
     if approved is not None:
         keys.append(approved)

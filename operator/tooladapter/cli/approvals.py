@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import sys
 from datetime import UTC, datetime
 from typing import Any
 
@@ -13,6 +14,7 @@ from ..kube.user import UserApi
 from ..pipeline.argdiff import Change, ChangeKind
 from ..pipeline.argdiff import render as render_changes
 from ..pipeline.review import pending_approvals
+from ..pipeline.shown import visible
 from .bodies import approval_body
 from .complete import invocations_in
 from .context import Settings, common_options, run_async, stacked, wait_options
@@ -33,21 +35,29 @@ async def _approvals(settings: Settings) -> ExitCode:
     for index, view in enumerate(pending):
         if index:
             click.echo("")
-        click.echo(
-            fields(
-                [
-                    ("Invocation", view["name"]),
-                    ("Tool", f"{view['tool']} {view['version']}"),
-                    ("Caller", view["caller"]),
-                    ("Run", view["runId"]),
-                    ("Class", f"{view['effectiveClass']} (declared {view['declaredClass']})"),
-                    ("Waiting since", view["waitingSince"]),
-                    ("Request hash", view["requestHash"]),
-                    ("Descriptor", view["descriptorDigest"]),
-                    ("Arguments", view["canonicalArguments"]),
-                ]
+        facts = [
+            ("Invocation", view["name"]),
+            ("Tool", f"{view['tool']} {view['version']}"),
+            ("Caller", view["caller"]),
+            ("Run", view["runId"]),
+            ("Class", f"{view['effectiveClass']} (declared {view['declaredClass']})"),
+            ("Waiting since", view["waitingSince"]),
+            ("Request hash", view["requestHash"]),
+            ("Descriptor", view["descriptorDigest"]),
+        ]
+        click.echo(fields(facts))
+        # All of them, as they will run (pipeline/shown): invisible and bidirectional
+        # characters as ⟨U+XXXX⟩, nothing masked. Not through `fields`, whose cells fold
+        # runs of spaces: two spaces inside a value are two spaces here.
+        width = max(len(k) for k, _ in facts) + 1
+        click.echo(f"{'Arguments:'.ljust(width)}  {view['shownArguments']}")
+        for warning in view["warnings"]:
+            click.echo(f"  warning: {warning}")
+        for flag in view["flags"]:
+            click.echo(
+                f"  flagged: {visible(flag['path'])} [{flag['start']}:{flag['end']}] looks like "
+                f"a credential ({flag['kind']}); shown as sent"
             )
-        )
         for reason in view["reasons"]:
             click.echo(f"  reason: {reason}")
         previous = view["lastApproved"]
@@ -58,9 +68,11 @@ async def _approvals(settings: Settings) -> ExitCode:
                 f"  changed since {previous['name']} (approved by {previous['approvedBy']} "
                 f"at {previous['approvedAt']}):"
             )
-            lines = render_changes(_changes(view["changes"])) or ["(same arguments)"]
-            for line in lines:
-                click.echo(f"    {line}")
+            # Whole values (no clipping: the tail of a value may be its destination), with
+            # markers; the changes themselves were found on the raw values.
+            lines = render_changes(_changes(view["changes"]), width=sys.maxsize)
+            for line in lines or ["(same arguments)"]:
+                click.echo(f"    {visible(line)}")
     return ExitCode.OK
 
 
@@ -75,7 +87,9 @@ def _changes(wire: list[dict[str, Any]]) -> list[Change]:
 @common_options
 @click.pass_obj
 def approvals(settings: Settings) -> ExitCode:
-    """Calls waiting for an approval: arguments (canonical JSON), class, reasons, the
+    """Calls waiting for an approval: all arguments as they will run (canonical JSON;
+    invisible and bidirectional characters shown as ⟨U+XXXX⟩ with a warning; credential-like
+    tokens flagged, never hidden), class, reasons, the
     request hash and descriptor digest an approval binds to, and what changed since the
     same caller's last approved call of that tool."""
     return run_async(_approvals(settings))

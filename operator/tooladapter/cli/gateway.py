@@ -23,9 +23,10 @@ def receipt_url(gateway: str, namespace: str, ref: str) -> str:
     return f"{gateway.rstrip('/')}/namespaces/{quote(namespace, safe='')}/receipts/{digest}"
 
 
-def run_receipts_url(gateway: str, namespace: str, run_id: str) -> str:
+def run_receipts_url(gateway: str, namespace: str, run_id: str, caller: str | None = None) -> str:
     ns, run = quote(namespace, safe=""), quote(run_id, safe="")
-    return f"{gateway.rstrip('/')}/namespaces/{ns}/runs/{run}/tool-receipts"
+    url = f"{gateway.rstrip('/')}/namespaces/{ns}/runs/{run}/tool-receipts"
+    return f"{url}?caller={quote(caller, safe='')}" if caller else url
 
 
 async def fetch_receipt(gateway: str, namespace: str, ref: str, token: str | None) -> bytes:
@@ -34,10 +35,10 @@ async def fetch_receipt(gateway: str, namespace: str, ref: str, token: str | Non
 
 
 async def fetch_run_receipts(
-    gateway: str, namespace: str, run_id: str, token: str | None
+    gateway: str, namespace: str, run_id: str, token: str | None, caller: str | None = None
 ) -> list[dict[str, Any]]:
-    """The gateway's rows of a run (see gateway/routes/runs.py)."""
-    url = run_receipts_url(gateway, namespace, run_id)
+    """The gateway's rows of a run (see gateway/routes/runs.py), of `caller` alone if set."""
+    url = run_receipts_url(gateway, namespace, run_id, caller)
     body = await _get(gateway, url, token, f"no namespace {namespace}")
     try:
         items = json.loads(body)["items"]

@@ -29,26 +29,40 @@ from .parsing import looks_like_ref, parse_ref
 from .render import Output, document, table
 
 
-async def _receipts(settings: Settings, run_id: str, gateway: str | None) -> ExitCode:
+async def _receipts(
+    settings: Settings, run_id: str, gateway: str | None, caller: str | None = None
+) -> ExitCode:
     async with settings.connect() as api:
         if gateway:
             found = await fetch_run_receipts(
-                gateway, api.namespace, run_id, await api.bearer_token()
+                gateway, api.namespace, run_id, await api.bearer_token(), caller
             )
             rows = [views.gateway_receipt_row(row) for row in found]
         else:
             rows = views.run_receipts(
                 await api.list_where(Resource.INVOCATIONS, "spec.runId", run_id)
             )
+        # A run id is a label any caller may use: the caller column tells whose call it is.
+        rows = [r for r in rows if not caller or r.get("caller") == caller]
     if settings.structured:
         settings.emit(rows)
     elif rows:
         click.echo(
             table(
-                ["invocation", "tool", "version", "outcome", "class", "approval", "receipt"],
+                [
+                    "invocation",
+                    "caller",
+                    "tool",
+                    "version",
+                    "outcome",
+                    "class",
+                    "approval",
+                    "receipt",
+                ],
                 [
                     [
                         r["name"],
+                        r["caller"] or "-",
                         r["tool"],
                         r["version"],
                         r["outcome"],
@@ -62,7 +76,10 @@ async def _receipts(settings: Settings, run_id: str, gateway: str | None) -> Exi
             )
         )
     if not rows:
-        click.echo(f"No invocations of run {run_id!r} in namespace {api.namespace}.", err=True)
+        whose = f" by {caller}" if caller else ""
+        click.echo(
+            f"No invocations of run {run_id!r}{whose} in namespace {api.namespace}.", err=True
+        )
         return ExitCode.NOT_FOUND
     return ExitCode.OK
 
@@ -77,12 +94,21 @@ async def _receipts(settings: Settings, run_id: str, gateway: str | None) -> Exi
     help="Ask the tooladapter gateway ($TOOLADAPTER_GATEWAY_URL): its answer includes calls "
     "whose invocations retention deleted.",
 )
+@click.option(
+    "--caller",
+    metavar="NAME",
+    help="Only the calls of this caller (spec.caller.name, e.g. "
+    "system:serviceaccount:NS:AGENT). A run id is a label any caller in the namespace may "
+    "put on its calls, not a capability.",
+)
 @click.pass_obj
-def receipts(settings: Settings, run_id: str, gateway: str | None) -> ExitCode:
-    """The receipts of a run: every invocation with that spec.runId, its state, class,
-    approval and receipt reference (-o json: with each receipt's summary, or with the
-    receipt itself from --gateway)."""
-    return run_async(_receipts(settings, run_id, gateway))
+def receipts(
+    settings: Settings, run_id: str, gateway: str | None, caller: str | None = None
+) -> ExitCode:
+    """The receipts of a run: every invocation with that spec.runId, whoever called it
+    (the caller column), its state, class, approval and receipt reference (-o json: with
+    each receipt's summary, or with the receipt itself from --gateway)."""
+    return run_async(_receipts(settings, run_id, gateway, caller))
 
 
 def source_options(func: Any) -> Any:

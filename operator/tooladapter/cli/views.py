@@ -194,6 +194,7 @@ def receipt_row(obj: dict[str, Any]) -> dict[str, Any]:
     tool = spec.get("tool") or {}
     return {
         "name": _name(obj),
+        "caller": (spec.get("caller") or {}).get("name"),
         "tool": tool.get("id"),
         "version": tool.get("version"),
         "state": status.get("state"),
@@ -221,6 +222,8 @@ def gateway_receipt_row(row: dict[str, Any]) -> dict[str, Any]:
     receipt = row.get("receipt") or {}
     return {
         "name": row.get("invocation"),
+        # A gateway older than issue 28 sends no caller: the receipt names it.
+        "caller": row.get("caller") or (receipt.get("caller") or {}).get("name"),
         "tool": row.get("toolId"),
         "version": row.get("toolVersion"),
         "state": row.get("state"),

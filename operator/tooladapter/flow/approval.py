@@ -40,10 +40,12 @@ async def on_authorized(ctx: FlowContext) -> None:
     forced = bool(ctx.status.approval_forced)
     if rules.needs_approval(effective=effective, decision=decision, forced=forced):
         ctx.status.approval_requested_at = now_iso()
+        # The grounds are what a reviewer reads as the call's reasons (pipeline/review).
+        grounds = rules.approval_grounds(effective=effective, decision=decision, forced=forced)
         ctx.record(
             Stage.APPROVAL,
             StageOutcome.WAITING,
-            f"class {effective} needs an approval bound to "
+            f"{'; '.join(grounds) or 'approval required'}: an approval binds to "
             f"{ctx.status.request_hash} and version {spec.tool.version}",
         )
         await ctx.commit(InvocationState.AWAITING_APPROVAL)

@@ -321,6 +321,7 @@ async def conclude(ctx: FlowContext, *, post_event: bool = True) -> None:
             written_at=ended_at,
             audit=descriptor.audit_requirements if descriptor else None,
             results=ctx.unstored,
+            namespace_uid=ctx.catalog.namespace_uid(ctx.namespace),
         )
         ctx.unstored = []
     await ctx.commit()
@@ -408,6 +409,7 @@ async def write_receipt(
     written_at: str,
     audit: AuditRequirements | None,
     results: Sequence[bytes] = (),
+    namespace_uid: str | None = None,
 ) -> None:
     """Store the receipt and its index entries (artifacts/index), and set `auditRef`,
     `receiptRef` and the summary on `status`.
@@ -434,6 +436,7 @@ async def write_receipt(
             command_line=command_line or None,
             written_at=written_at,
             audit=audit,
+            namespace_uid=namespace_uid,
         )
         return receipt, canonical_json(receipt)
 

@@ -254,6 +254,11 @@ SCHEMAS: Final[dict[str, Any]] = {
         "required": ["invocation", "toolId", "toolVersion", "state", "receiptRef", "receipt"],
         "properties": {
             "invocation": {"type": "string"},
+            "caller": {
+                **_NULLABLE_STRING,
+                "description": "Whose call this is (`spec.caller.name`): a run id is a label "
+                "any caller in the namespace may put on its calls, not a capability.",
+            },
             "toolId": _NULLABLE_STRING,
             "toolVersion": _NULLABLE_STRING,
             "state": _NULLABLE_STRING,
@@ -295,6 +300,11 @@ SCHEMAS: Final[dict[str, Any]] = {
             "schema": {"const": "tool-invocation-v1"},
             "invocationId": {"type": "string"},
             "tenantId": {"type": "string"},
+            "tenantUid": {
+                **_NULLABLE_STRING,
+                "description": "The uid of the namespace incarnation the call ran in (null "
+                "in receipts written before it was recorded).",
+            },
             "toolId": _NULLABLE_STRING,
             "state": {"type": "string"},
         },

@@ -62,6 +62,7 @@ async def record_confirmation(rt: Runtime, body: dict[str, Any]) -> None:
         command_line=list(status.execution.command_line) if status.execution else [],
         written_at=stamp,
         audit=entry.spec.audit_requirements if entry and entry.spec else None,
+        namespace_uid=rt.catalog.namespace_uid(meta["namespace"]),
     )
     assert status.receipt is not None
     await rt.cluster.patch_status(

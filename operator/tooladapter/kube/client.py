@@ -163,6 +163,21 @@ class Kube:
         labels = (body.get("metadata") or {}).get("labels") or {}
         return {str(k): str(v) for k, v in labels.items()}
 
+    async def namespace_incarnation(self, name: str) -> tuple[str, str, bool]:
+        """The namespace's uid, `creationTimestamp` and whether its deletion has begun;
+        `NotFound` when absent."""
+        try:
+            resp = await self.core.read_namespace(name, _preload_content=False)
+            body = await json_body(resp)
+        except ApiException as exc:
+            raise translate(exc) from exc
+        meta = body.get("metadata") or {}
+        return (
+            str(meta.get("uid") or ""),
+            str(meta.get("creationTimestamp") or ""),
+            bool(meta.get("deletionTimestamp")),
+        )
+
     # ------------------------------------------------------------------ custom resources
 
     async def get_custom(self, plural: str, namespace: str, name: str) -> dict[str, Any]:

@@ -38,6 +38,32 @@ def needs_approval(
     return effective is SideEffectClass.SPEND and decision.spend_requires_approval
 
 
+def approval_grounds(
+    *, effective: SideEffectClass, decision: PolicyDecision, forced: bool = False
+) -> list[str]:
+    """Why this call needs an approval, in words, each ground `needs_approval` acts on (the
+    reasons a reviewer reads: the call's own, never what merely applied to the namespace)."""
+    grounds = []
+    if effective in GATED_CLASSES:
+        grounds.append(f"class {effective.value} needs an approval")
+    if forced:
+        # Which shell rule (not on the allow list, or block-listed and escalated) is in the
+        # classification's record; this ground holds whatever the class.
+        grounds.append("its shell command runs only when approved, whatever its class")
+    grounds.extend(decision.approval_reasons)
+    if effective is SideEffectClass.SPEND and decision.spend_requires_approval:
+        if decision.spend_threshold is None:
+            grounds.append("no ToolPolicy sets a spend threshold: every spend call is approved")
+        elif decision.spend_amount is None:
+            grounds.append("the spend amount is missing or not a number")
+        else:
+            grounds.append(
+                f"spend amount {decision.spend_amount:g} is above the threshold "
+                f"{decision.spend_threshold:g}"
+            )
+    return grounds
+
+
 @dataclass(frozen=True)
 class BindResult:
     bound: bool

@@ -72,8 +72,12 @@ def build_receipt(
     command_line: Sequence[str] | None = None,
     written_at: str,
     audit: AuditRequirements | None = None,
+    namespace_uid: str | None = None,
 ) -> dict[str, Any]:
     """The receipt of an invocation in its current (normally terminal) state.
+
+    `namespace_uid` names the namespace's incarnation (`tenantUid`): the store keys the
+    receipt's index entries by it, and readers serve it only to that incarnation.
 
     `sandbox_kind`/`sandbox_pool` describe the sandbox when there is no lease in status
     (e.g. denied before leasing); a lease in status wins. Kinds that run no sandbox
@@ -107,6 +111,7 @@ def build_receipt(
         "invocationId": uid,
         "invocationName": name,
         "tenantId": namespace,
+        "tenantUid": namespace_uid,
         "projectId": namespace,
         "environmentId": getattr(spec, "environment_id", None),
         "toolId": getattr(tool, "id", None),

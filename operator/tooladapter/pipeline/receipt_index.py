@@ -4,7 +4,58 @@ stay complete after retention deletes the invocations. Pure functions over plain
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any, Final
+
+from ..timeutil import parse_time
+
+#: A receipt without `tenantUid` counts as its namespace's current incarnation's only when
+#: written this long after the namespace was created: `creationTimestamp` has whole seconds.
+LEGACY_MARGIN: Final = timedelta(seconds=1)
+
+
+@dataclass(frozen=True)
+class Incarnation:
+    """One life of a namespace: its name, uid and `creationTimestamp` (RFC 3339)."""
+
+    name: str
+    uid: str
+    created: str
+
+
+def of_incarnation(receipt: Mapping[str, Any], incarnation: Incarnation) -> bool:
+    """Whether a receipt belongs to this incarnation of its namespace.
+
+    A receipt that names its namespace's uid (`tenantUid`) belongs to that incarnation
+    alone. One written before uids were recorded names only the namespace: it belongs to
+    the current incarnation when it was written (`writtenAt`, the operator's clock) at
+    least `LEGACY_MARGIN` after the namespace was created (the API server's clock): an
+    earlier incarnation was gone before this one could be created, so everything it wrote
+    is older. Where that can be wrong: clocks more than the margin apart, in either
+    direction, hide a receipt written just after creation or show one written just before
+    deletion (the namespace's deletion takes longer than that, in practice)."""
+    if receipt.get("tenantId") != incarnation.name:
+        return False
+    uid = receipt.get("tenantUid")
+    if uid is not None:
+        return bool(uid == incarnation.uid)
+    written = receipt.get("writtenAt") or receipt.get("endedAt")
+    try:
+        return parse_time(str(written)) >= parse_time(incarnation.created) + LEGACY_MARGIN
+    except (ValueError, TypeError):
+        return False
+
+
+def caller_name(receipt: Mapping[str, Any]) -> str | None:
+    caller = receipt.get("caller")
+    name = caller.get("name") if isinstance(caller, Mapping) else None
+    return str(name) if name else None
+
+
+def with_caller(rows: Iterable[dict[str, Any]], caller: str | None) -> list[dict[str, Any]]:
+    """The rows of `caller` (every row when None or empty)."""
+    return [r for r in rows if not caller or r.get("caller") == caller]
 
 
 def stored_refs(items: Iterable[Mapping[str, Any]]) -> set[str]:
@@ -71,6 +122,7 @@ def receipt_only_row(receipt: Mapping[str, Any], ref: str) -> dict[str, Any]:
     the shape of `toolview.receipt_row`."""
     return {
         "invocation": receipt.get("invocationName"),
+        "caller": caller_name(receipt),
         "toolId": receipt.get("toolId"),
         "toolVersion": receipt.get("toolVersion"),
         "state": receipt.get("state"),

@@ -21,12 +21,13 @@ from enum import StrEnum
 from typing import Any, Final
 
 from .. import API_VERSION
-from ..enums import ApprovalDecision, InvocationState
+from ..enums import ApprovalDecision, InvocationState, Stage, StageOutcome
 from .argdiff import canonical, diff
 from .hashing import request_hash
 from .parts import name_of as _name
 from .parts import spec_of as _spec
 from .parts import status_of as _status
+from .shown import shown, visible
 
 #: The CRD's bound on groups in spec.reviewerGroups (and spec.caller.groups).
 MAX_GROUPS: Final = 64
@@ -101,20 +102,31 @@ def last_approved(
     return max(candidates, key=lambda o: str(_status(o)["approval"].get("boundAt") or ""))
 
 
-def _reasons(status: dict[str, Any]) -> list[str]:
-    reasons = list(status.get("policyReasons") or [])
+def waiting_reasons(status: dict[str, Any]) -> list[str]:
+    """Why this call waits, from its own record: what raised its class (the classification
+    names the exact shell rule: not on the allow list, or block-listed and escalated) and
+    the approval stage's grounds (`approval.approval_grounds`). The policy's other notes
+    (an allow entry matched, no ToolPolicy in the namespace) are no reason to wait; they
+    stay in `status.policyReasons`. Shown with markers: a reason may quote the command."""
+    reasons = []
     for entry in status.get("stages") or []:
-        if entry.get("stage") == "approval" and entry.get("outcome") == "waiting":
-            reasons.append(str(entry.get("detail") or ""))
-    if status.get("approvalForced"):
-        reasons.append("a block-listed shell command escalated by policy")
-    return [r for r in reasons if r]
+        stage, outcome = entry.get("stage"), entry.get("outcome")
+        detail = str(entry.get("detail") or "")
+        if stage == Stage.CLASSIFICATION and outcome == StageOutcome.PASSED and detail:
+            # The detail is "raised by <rule> raised <class> to <class>, ...".
+            reasons.append("its class was raised: " + detail.removeprefix("raised by "))
+        elif stage == Stage.APPROVAL and outcome == StageOutcome.WAITING and detail:
+            reasons.append(detail)
+    return [visible(r) for r in reasons]
 
 
 def pending_view(invocation: dict[str, Any], previous: dict[str, Any] | None) -> dict[str, Any]:
     spec, status = _spec(invocation), _status(invocation)
     tool = spec.get("tool") or {}
     arguments = spec.get("arguments") or {}
+    # Every review view shows all the arguments (pipeline/shown): markers for what does
+    # not print, warnings for them, flags (never masks) for credential-like tokens.
+    display = shown(arguments)
     view: dict[str, Any] = {
         "name": _name(invocation),
         "tool": tool.get("id"),
@@ -123,12 +135,15 @@ def pending_view(invocation: dict[str, Any], previous: dict[str, Any] | None) ->
         "runId": spec.get("runId"),
         "declaredClass": status.get("declaredClass"),
         "effectiveClass": status.get("effectiveClass"),
-        "reasons": _reasons(status),
+        "reasons": waiting_reasons(status),
         "requestHash": status.get("requestHash"),
         "descriptorDigest": status.get("descriptorDigest"),
         "waitingSince": status.get("approvalRequestedAt"),
         "arguments": arguments,
         "canonicalArguments": canonical(arguments),
+        "shownArguments": display.canonical,
+        "warnings": list(display.warnings),
+        "flags": [f.wire() for f in display.flags],
         "lastApproved": None,
         "changes": None,
     }

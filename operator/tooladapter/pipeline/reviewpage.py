@@ -1,12 +1,13 @@
-"""What the reviewers' page shows, as plain data: arguments with secrets redacted, the
-change since the last approved call (redacted too), stage timelines, the evidence kept
-for an Uncertain effect, recent decisions and the runs of a namespace.
+"""What the reviewers' page shows, as plain data: arguments exactly as they will run, the
+change since the last approved call, stage timelines, the evidence kept for an Uncertain
+effect, recent decisions and the runs of a namespace.
 
-The page is read by people who may not see secrets an agent put into arguments, so the
-arguments are redacted before they are shown: values under keys that name a secret
-(`password`, `token`, `apiKey`, ...) whatever they hold, and every string by the result
-sanitizer's patterns (tokens, keys, URL credentials). The request hash is computed over
-the real arguments; what a reviewer approves is bound by that hash, not by this view.
+An approval binds to the hash of the exact arguments, so the page hides nothing an agent
+sent (issue 28: redacting by pattern or key name let an agent hide an upload's destination
+behind something secret-looking). Arguments go through pipeline/shown: invisible, control
+and bidirectional characters become visible markers with warnings, credential-like tokens
+are flagged, never masked. The change since the last approved call is computed over the
+raw values; only its display is marked.
 """
 
 from __future__ import annotations
@@ -21,46 +22,17 @@ from ..enums import InvocationState
 from ..timeutil import parse_time
 from . import readout
 from .argdiff import ChangeKind, diff
-from .linear_regex import compile_internal
 from .parts import meta_of as _meta
 from .parts import name_of as _name
 from .parts import spec_of as _spec
 from .parts import status_of as _status
 from .review import pending_approvals
-from .sanitize import marker, sanitize_structured
+from .shown import shown, shown_json, visible
 
-#: The marker of a value shown redacted because of its key.
-SECRET_ARGUMENT: Final = "secret-argument"  # noqa: S105 (a redaction kind)
-#: Keys whose values are never shown (case-insensitive, anywhere in the key).
-_SECRET_KEY = compile_internal(
-    r"(?i)(passw|passphrase|secret|token|api[-_]?key|credential|private[-_]?key|"
-    r"authorization|cookie|session[-_]?key|access[-_]?key)"
-)
 #: At most this many runs are offered per page.
 MAX_RUNS: Final = 50
 #: Decisions listed below the waiting calls.
 RECENT_DECISIONS: Final = 20
-
-
-def is_secret_key(key: str) -> bool:
-    return _SECRET_KEY.search(key) is not None
-
-
-def _hide_secret_keys(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {
-            k: marker(SECRET_ARGUMENT) if is_secret_key(str(k)) else _hide_secret_keys(v)
-            for k, v in value.items()
-        }
-    if isinstance(value, list):
-        return [_hide_secret_keys(v) for v in value]
-    return value
-
-
-def redact_arguments(value: Any) -> Any:
-    """`value` as a reviewer may see it: secret-named keys' values and secret-looking
-    strings replaced by `[REDACTED:kind]`; None when it is too large to show."""
-    return sanitize_structured(_hide_secret_keys(value)).value
 
 
 def pretty(value: Any) -> str:
@@ -68,27 +40,31 @@ def pretty(value: Any) -> str:
     return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False)
 
 
-def _path_is_secret(path: str) -> bool:
-    return any(
-        is_secret_key(part.replace("~1", "/").replace("~0", "~")) for part in path.split("/")
-    )
+def arguments_view(arguments: Any) -> dict[str, Any]:
+    """What the page shows of a call's arguments: all of them (pipeline/shown), in pieces
+    the template highlights, with the warnings and credential-like flags."""
+    view = shown(arguments)
+    return {
+        "prettyArguments": view.pretty,
+        "argumentSegments": view.segments(),
+        "argumentWarnings": list(view.warnings),
+        "argumentFlags": [f.text() for f in view.flags],
+    }
 
 
-def redacted_changes(before: Any, after: Any) -> list[dict[str, Any]]:
-    """The changes from `before` to `after` (compared unredacted, so a changed secret
-    still shows as changed), each value shown redacted."""
+def shown_changes(before: Any, after: Any) -> list[dict[str, Any]]:
+    """The changes from `before` to `after`, compared on the raw values (a change in an
+    invisible character is a change), each value shown whole with markers."""
     changes = []
     for change in diff(before, after):
-        row: dict[str, Any] = {"kind": change.kind.value, "path": change.path}
-        secret = _path_is_secret(change.path)
+        row: dict[str, Any] = {"kind": change.kind.value, "path": visible(change.path)}
         for side, value in (("before", change.before), ("after", change.after)):
             absent = (side == "before" and change.kind is ChangeKind.ADDED) or (
                 side == "after" and change.kind is ChangeKind.REMOVED
             )
             if absent:
                 continue
-            shown = marker(SECRET_ARGUMENT) if secret else redact_arguments(value)
-            row[side] = json.dumps(shown, sort_keys=True, ensure_ascii=False)
+            row[side] = shown_json(value)
         changes.append(row)
     return changes
 
@@ -97,7 +73,8 @@ def pending_for_page(
     invocations: Sequence[dict[str, Any]], earlier: Sequence[dict[str, Any]] = ()
 ) -> list[dict[str, Any]]:
     """The CLI's pending approvals (same reasons, hashes and previous call), namespace by
-    namespace, with the arguments and the change since the last approved call redacted.
+    namespace, with the arguments and the change since the last approved call shown whole
+    (pipeline/shown).
     `earlier`: approved calls from the receipt index (see `review.pending_approvals`)."""
     namespaces: dict[str, list[dict[str, Any]]] = {}
     for obj in invocations:
@@ -112,13 +89,13 @@ def pending_for_page(
             obj = by_name[view["name"]]
             view["namespace"] = namespace
             view["uid"] = _meta(obj).get("uid")
-            view["prettyArguments"] = pretty(redact_arguments(view.pop("arguments")))
+            view.update(arguments_view(view.pop("arguments")))
             view.pop("canonicalArguments", None)
             previous = view.get("lastApproved")
             if previous is not None:
                 previous.pop("canonicalArguments", None)
                 before = _spec(by_uid.get(str(previous.get("uid"))) or {}).get("arguments") or {}
-                view["changes"] = redacted_changes(before, _spec(obj).get("arguments") or {})
+                view["changes"] = shown_changes(before, _spec(obj).get("arguments") or {})
             views.append(view)
     views.sort(key=lambda v: str(v.get("waitingSince") or ""))
     return views
@@ -164,7 +141,8 @@ def timeline(status: dict[str, Any], *, minimum_width: float = 1.0) -> list[Time
                 stage=str(entry.get("stage") or ""),
                 outcome=str(entry.get("outcome") or ""),
                 time=str(entry.get("time") or ""),
-                detail=str(entry.get("detail") or ""),
+                # A detail may quote a command: what does not print is shown by code point.
+                detail=visible(str(entry.get("detail") or "")),
                 offset_ms=round(offset * 1000),
                 left=round(min(left, 100.0 - minimum_width), 2),
                 width=round(max(width, minimum_width), 2),
@@ -209,7 +187,7 @@ def uncertain_view(obj: dict[str, Any]) -> dict[str, Any]:
         "failureClass": status.get("failureClass"),
         "receiptRef": status.get("receiptRef"),
         "receipt": status.get("receipt"),
-        "prettyArguments": pretty(redact_arguments(spec.get("arguments") or {})),
+        **arguments_view(spec.get("arguments") or {}),
         "evidence": {k: v for k, v in evidence.items() if v not in (None, [], "")},
         "timeline": timeline(status),
         "confirmation": confirmation,
@@ -296,6 +274,8 @@ def run_calls(invocations: Sequence[dict[str, Any]], run_id: str) -> list[dict[s
             {
                 "namespace": _meta(obj).get("namespace"),
                 "name": _meta(obj).get("name"),
+                # A run id is a label any caller may use: whose call this is.
+                "caller": (spec.get("caller") or {}).get("name"),
                 "tool": tool.get("id"),
                 "version": tool.get("version"),
                 "state": status.get("state"),

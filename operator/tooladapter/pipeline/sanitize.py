@@ -58,6 +58,7 @@ __all__ = [
     "Sanitized",
     "bounded_message",
     "marker",
+    "pattern_spans",
     "provenance_envelope",
     "redact_argv",
     "redact_text",
@@ -690,6 +691,24 @@ def _utf8(text: str) -> bytes:
 
 
 # --------------------------------------------------------------------------- public
+
+
+def pattern_spans(text: str) -> list[tuple[int, int, str]]:
+    """Where `text` holds something shaped like a known secret: `(start, end, kind)` in
+    characters of `text`, by start. For views that flag a token and hide nothing (the
+    review views, pipeline/shown: an agent's own arguments are what a reviewer approves)."""
+    data = text.encode("utf-8", errors="surrogatepass")
+    found: list[tuple[int, int, int, str]] = []
+    _pattern_spans(data, found)
+    if not found:
+        return []
+    # Byte offsets to character offsets: a character starts at every byte that is no UTF-8
+    # continuation byte (a match that ends inside a character ends after it).
+    leads = [i for i, byte in enumerate(data) if byte & 0xC0 != 0x80]
+    return [
+        (bisect.bisect_left(leads, start), bisect.bisect_left(leads, end), kind)
+        for start, end, _priority, kind in sorted(found, key=lambda s: (s[0], s[2], -s[1]))
+    ]
 
 
 def redact_text(text: str, secrets: Sequence[str] = ()) -> str:

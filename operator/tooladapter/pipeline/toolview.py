@@ -35,6 +35,8 @@ from ..model import (
 )
 from . import readout
 from .linear_regex import compile_internal
+from .review import waiting_reasons
+from .shown import shown
 from .validation import validate_arguments
 
 #: `_meta` keys of tooladapter (namespaced, as MCP asks of non-protocol keys).
@@ -544,6 +546,11 @@ def pending_result(obj: Mapping[str, Any], waited_seconds: float) -> dict[str, A
         f"{what} after {int(waited_seconds)}s: invocation {namespace}/{name} goes on; read it "
         f"later with GET /namespaces/{namespace}/tool-invocations/{name}"
     )
+    if state == InvocationState.AWAITING_APPROVAL:
+        # What a reviewer is asked to approve, as every review view shows it (pipeline/shown).
+        view = shown((obj.get("spec") or {}).get("arguments") or {})
+        text += f"\narguments a reviewer approves, exactly as they will run: {view.canonical}"
+        text += "".join(f"\nwarning: {w}" for w in view.warnings)
     return {"content": [_text(text)], "isError": False, "_meta": meta}
 
 
@@ -554,17 +561,24 @@ def invocation_view(obj: Mapping[str, Any]) -> dict[str, Any]:
     """An invocation with its pipeline stages, sandbox lease and receipt (no managedFields,
     annotations or other bookkeeping)."""
     meta = obj.get("metadata") or {}
-    return {
+    status = obj.get("status") or {}
+    view: dict[str, Any] = {
         "name": meta.get("name"),
         "namespace": meta.get("namespace"),
         "uid": meta.get("uid"),
         "createdAt": meta.get("creationTimestamp"),
         "spec": obj.get("spec") or {},
-        "status": obj.get("status") or {},
+        "status": status,
         # The result in status is a tool's answer: data, never instructions (as MCP's _meta).
         "provenance": PROVENANCE,
-        "toolError": readout.tool_error(obj.get("status") or {}),
+        "toolError": readout.tool_error(status),
     }
+    if status.get("state") == InvocationState.AWAITING_APPROVAL:
+        # The review view (as the page and the CLI show it): all arguments with markers
+        # for what does not print, warnings, credential-like flags, the call's own reasons.
+        review = shown((obj.get("spec") or {}).get("arguments") or {}).wire()
+        view["review"] = {**review, "reasons": waiting_reasons(status)}
+    return view
 
 
 def receipt_row(obj: Mapping[str, Any], receipt: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -577,6 +591,7 @@ def receipt_row(obj: Mapping[str, Any], receipt: Mapping[str, Any] | None) -> di
     approval = status.get("approval") or {}
     return {
         "invocation": meta.get("name"),
+        "caller": (spec.get("caller") or {}).get("name"),
         "toolId": tool.get("id"),
         "toolVersion": tool.get("version"),
         "state": status.get("state"),

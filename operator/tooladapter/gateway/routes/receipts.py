@@ -2,9 +2,11 @@
 
 Receipts live in the artifact store, not the API server, so the gateway asks: only a
 caller RBAC allows to `get` and `list` toolinvocations in the namespace may read its
-receipts (SubjectAccessReviews), and only a receipt of that namespace (`tenantId`) is
-served; any other answers 404, as an absent one does. The bytes are the stored ones, so
-`sha256(body)` is the name asked for.
+receipts (SubjectAccessReviews), and only a receipt of that namespace's current
+incarnation is served (`receipt_index.of_incarnation`: its `tenantUid`, or for a receipt
+written before uids were recorded, its `tenantId` and time); any other answers 404, as an
+absent one does: a namespace deleted and created again never reads the previous one's.
+The bytes are the stored ones, so `sha256(body)` is the name asked for.
 """
 
 from __future__ import annotations
@@ -18,9 +20,11 @@ from aiohttp import web
 from ...enums import Resource
 from ...kube.callers import CallerApiError
 from ...pipeline.problems import ProblemKind
+from ...pipeline.receipt_index import of_incarnation
 from .. import params
 from ..context import caller_of, deps_of
 from ..errors import ProblemError, from_api
+from ..incarnations import incarnation_of
 from ..openapi import NAMESPACE, SECURITY, SHA256, ok, problems, ref
 
 PATHS: Final[dict[str, Any]] = {
@@ -59,6 +63,7 @@ async def get_receipt(request: web.Request) -> web.Response:
             ProblemKind.FORBIDDEN,
             f"reading receipts of {namespace} takes get and list on toolinvocations there",
         )
+    incarnation = await incarnation_of(request, namespace)
     ref_ = f"sha256:{digest}"
     not_here = ProblemError(ProblemKind.NOT_FOUND, f"no receipt {ref_} in {namespace}")
     try:
@@ -69,7 +74,7 @@ async def get_receipt(request: web.Request) -> web.Response:
         receipt = json.loads(data)
     except ValueError:
         raise not_here from None  # a result, not a receipt
-    if not isinstance(receipt, dict) or receipt.get("tenantId") != namespace:
+    if not isinstance(receipt, dict) or not of_incarnation(receipt, incarnation):
         raise not_here
     if receipt.get("schema") != "tool-invocation-v1":
         raise not_here

@@ -6,6 +6,12 @@ the stored receipt when this replica's artifact store has it. Calls whose invoca
 retention has deleted come from the store's run index (artifacts/index), which is read
 only after the listing succeeded: whoever may not list a namespace's invocations does not
 see its index either.
+
+Each row names its caller (`caller`; `?caller=` keeps one caller's rows): a `runId` is a
+label any caller in the namespace may put on its calls, not a capability, so a run's rows
+may be other agents' calls. Only the namespace's current incarnation's records are read:
+the index under its uid, the legacy (name-keyed) index for receipts
+`receipt_index.of_incarnation` attributes to it, and stored receipts checked alike.
 """
 
 from __future__ import annotations
@@ -22,15 +28,31 @@ from ...enums import Resource
 from ...kube.callers import CallerApiError
 from ...pipeline.linear_regex import compile_internal
 from ...pipeline.problems import ProblemKind
-from ...pipeline.receipt_index import merged_rows, stored_refs
+from ...pipeline.receipt_index import (
+    Incarnation,
+    merged_rows,
+    of_incarnation,
+    stored_refs,
+    with_caller,
+)
 from ...pipeline.toolview import receipt_row
 from .. import params
 from ..context import caller_of, deps_of
 from ..errors import ProblemError, from_api
+from ..incarnations import incarnation_of
 from ..openapi import NAMESPACE, RUN_ID, SECURITY, ok, problems, ref
 
 #: Run ids a field selector can carry verbatim (no `,`, `=`, `!` or spaces).
 _SELECTABLE = compile_internal(r"^[A-Za-z0-9._:/-]{1,128}$")
+
+CALLER: Final = {
+    "name": "caller",
+    "in": "query",
+    "required": False,
+    "description": "Only the calls of this caller (`spec.caller.name`, exactly).",
+    "schema": {"type": "string", "maxLength": 512},
+}
+MAX_CALLER: Final = 512
 
 PATHS: Final[dict[str, Any]] = {
     "/namespaces/{namespace}/runs/{runId}/tool-receipts": {
@@ -39,7 +61,7 @@ PATHS: Final[dict[str, Any]] = {
             "summary": "Tool receipts of a run: tool, version, effective class, decision, "
             "approval, outcome, hashes, and the receipt itself.",
             "security": SECURITY,
-            "parameters": [NAMESPACE, RUN_ID],
+            "parameters": [NAMESPACE, RUN_ID, CALLER],
             "responses": {**ok(ref("RunReceipts"), "The run's calls"), **problems()},
         }
     }
@@ -69,56 +91,65 @@ async def _invocations_of(
     return sorted(chosen, key=lambda i: (i.get("metadata") or {}).get("creationTimestamp") or "")
 
 
-def _read_receipt(store: Any, ref_: str | None, namespace: str) -> dict[str, Any] | None:
+def _read_receipt(store: Any, ref_: str | None, incarnation: Incarnation) -> dict[str, Any] | None:
     if not ref_:
         return None
     try:
         receipt = json.loads(store.get(ref_))
     except (KeyError, ValueError):
         return None
-    if not isinstance(receipt, dict) or receipt.get("tenantId") != namespace:
+    if not isinstance(receipt, dict) or not of_incarnation(receipt, incarnation):
         return None
     return receipt
 
 
 def _indexed(
-    store: ArtifactStore, namespace: str, run_id: str, known: set[str]
+    store: ArtifactStore, incarnation: Incarnation, run_id: str, known: set[str]
 ) -> list[tuple[str, dict[str, Any]]]:
-    """The run's receipts the index names and no stored invocation shows (read checked)."""
+    """The run's receipts the index names and no stored invocation shows (read checked):
+    the incarnation's entries, then the legacy name-keyed ones that belong to it."""
     found: list[tuple[str, dict[str, Any]]] = []
-    for key in store.list(run_prefix(namespace, run_id)):
+    namespace = incarnation.name
+    keys = store.list(run_prefix(namespace, run_id, incarnation.uid))
+    keys += store.list(run_prefix(namespace, run_id))
+    for key in keys:
         try:
             ref_ = ref_of_key(key)
         except KeyError:
             continue
         if ref_ in known:
             continue
-        receipt = _read_receipt(store, ref_, namespace)
+        receipt = _read_receipt(store, ref_, incarnation)
         if receipt is not None:
             found.append((ref_, receipt))
+            known.add(ref_)
     return found
 
 
 async def list_run_receipts(request: web.Request) -> web.Response:
     namespace, run_id = params.namespace(request), params.run_id(request)
+    caller = request.query.get("caller") or None
+    if caller is not None and len(caller) > MAX_CALLER:
+        raise ProblemError(ProblemKind.INVALID, f"a caller has at most {MAX_CALLER} characters")
     items = await _invocations_of(request, namespace, run_id)
+    incarnation = await incarnation_of(request, namespace)
     store = deps_of(request).store
 
     def rows() -> list[dict[str, Any]]:
         stored = [
             receipt_row(
-                i, _read_receipt(store, (i.get("status") or {}).get("receiptRef"), namespace)
+                i, _read_receipt(store, (i.get("status") or {}).get("receiptRef"), incarnation)
             )
             for i in items
         ]
         try:
-            indexed = _indexed(store, namespace, run_id, stored_refs(items))
+            indexed = _indexed(store, incarnation, run_id, stored_refs(items))
         except ArtifactStoreError as exc:
             # Fail closed: without the index the answer may lack deleted calls.
             raise ProblemError(
                 ProblemKind.UPSTREAM, f"the artifact store's run index is unavailable ({exc})"
             ) from exc
-        return merged_rows(stored, items, indexed, namespace, run_id)
+        return with_caller(merged_rows(stored, items, indexed, namespace, run_id), caller)
 
     return web.json_response(
         {"namespace": namespace, "runId": run_id, "items": await asyncio.to_thread(rows)}

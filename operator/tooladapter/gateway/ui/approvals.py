@@ -10,7 +10,6 @@ builds it, so admission checks that the reviewer is the person.
 
 from __future__ import annotations
 
-import asyncio
 from typing import Final
 
 from aiohttp import web
@@ -20,9 +19,8 @@ from ...pipeline.review import Undecidable, approval_body
 from ...pipeline.reviewpage import pending_for_page, recent_decisions
 from ...timeutil import in_seconds
 from .. import params
-from ..context import deps_of
 from .data import allowed_in, invocations, namespaces_of
-from .earlier import earlier_calls
+from .earlier import earlier_for
 from .web import PREFIX, Person, Refused, checked_form, page, redirect, render_view, undecidable
 
 #: The expiries a reviewer picks from (seconds, label); the first is the default.
@@ -33,7 +31,7 @@ MAX_COMMENT: Final = 1024
 @page
 async def approvals(request: web.Request, person: Person) -> web.StreamResponse:
     listing = await invocations(person)
-    earlier = await asyncio.to_thread(earlier_calls, deps_of(request).store, listing.items)
+    earlier = await earlier_for(request, listing.items)
     pending = pending_for_page(listing.items, earlier)
     reviewable = await allowed_in(
         request,

@@ -4,19 +4,26 @@ index names (artifacts/index), so "changes since the last approved call" survive
 retention that deleted its invocation.
 
 Read only for namespaces whose invocations the person could list (the listing they came
-from), and blocking (the store): call `earlier_calls` off the event loop."""
+from), and only their current incarnation's (issue 28): the index under the namespace's
+uid first, then the legacy name-keyed entries whose receipt `of_incarnation` attributes to
+it. `earlier_for` resolves the incarnations and reads the store off the event loop."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
+
+from aiohttp import web
 
 from ...artifacts import ArtifactStore, ArtifactStoreError
 from ...artifacts.index import calls_prefix
 from ...enums import InvocationState
-from ...pipeline.receipt_index import previous_call
+from ...pipeline.receipt_index import Incarnation, of_incarnation, previous_call
+from ..context import deps_of
+from ..incarnations import incarnations
 
 logger = logging.getLogger("tooladapter.gateway")
 
@@ -35,13 +42,26 @@ def _waiting_keys(items: Sequence[dict[str, Any]]) -> set[tuple[str, str, str]]:
     return keys
 
 
-def _latest(store: ArtifactStore, namespace: str, caller: str, tool: str) -> dict[str, Any] | None:
+def _legacy_belongs(store: ArtifactStore, entry: dict[str, Any], at: Incarnation) -> bool:
+    """Whether a name-keyed entry's receipt belongs to the incarnation `at`."""
     try:
-        keys = store.list(calls_prefix(namespace, caller, tool))
+        receipt = json.loads(store.get(str(entry["receiptRef"])))
+    except (KeyError, ValueError, TypeError):
+        return False
+    return isinstance(receipt, dict) and of_incarnation(receipt, at)
+
+
+def _latest(store: ArtifactStore, at: Incarnation, caller: str, tool: str) -> dict[str, Any] | None:
+    namespace = at.name
+    try:
+        current = store.list(calls_prefix(namespace, caller, tool, at.uid))
+        legacy = store.list(calls_prefix(namespace, caller, tool))
     except KeyError:
         return None  # a tool id the key layout does not take: never indexed
-    # Newest first (keys sort by end time); the first readable one counts.
-    for key in reversed(keys):
+    # Newest first (keys sort by end time; the incarnation's entries are all newer than
+    # the legacy ones); the first readable one counts.
+    candidates = [(k, False) for k in reversed(current)] + [(k, True) for k in reversed(legacy)]
+    for key, is_legacy in candidates:
         try:
             entry = json.loads(store.get_key(key))
             arguments = json.loads(store.get(str(entry["argumentsRef"])))
@@ -49,19 +69,48 @@ def _latest(store: ArtifactStore, namespace: str, caller: str, tool: str) -> dic
             continue
         if not isinstance(entry, dict) or not isinstance(arguments, dict):
             continue
+        if is_legacy and not _legacy_belongs(store, entry, at):
+            continue
         found = previous_call(entry, arguments, namespace=namespace, caller=caller, tool=tool)
         if found is not None:
             return found
     return None
 
 
-def earlier_calls(store: ArtifactStore, items: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The index's latest approved call for each waiting call's caller and tool. A store
-    that cannot answer leaves the comparison to the stored invocations (logged)."""
+async def earlier_for(
+    request: web.Request, items: Sequence[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """`earlier_calls` for the listed calls, their namespaces' incarnations resolved; a
+    namespace whose incarnation cannot be read gets no earlier calls (logged)."""
+    deps = deps_of(request)
+    cache = incarnations(deps.kube)
+    at: dict[str, Incarnation] = {}
+    for namespace in sorted({ns for ns, _, _ in _waiting_keys(items)}):
+        try:
+            found = await cache.of(namespace)
+        except Exception as exc:  # fail closed: no comparison rather than another's
+            logger.warning("namespace %s could not be read: %s", namespace, exc)
+            continue
+        if found is not None:
+            at[namespace] = found
+    return await asyncio.to_thread(earlier_calls, deps.store, items, at)
+
+
+def earlier_calls(
+    store: ArtifactStore,
+    items: Sequence[dict[str, Any]],
+    incarnations: Mapping[str, Incarnation],
+) -> list[dict[str, Any]]:
+    """The index's latest approved call for each waiting call's caller and tool, in its
+    namespace's incarnation (none for a namespace `incarnations` lacks). A store that
+    cannot answer leaves the comparison to the stored invocations (logged)."""
     found = []
     for namespace, caller, tool in sorted(_waiting_keys(items)):
+        at = incarnations.get(namespace)
+        if at is None:
+            continue
         try:
-            latest = _latest(store, namespace, caller, tool)
+            latest = _latest(store, at, caller, tool)
         except ArtifactStoreError as exc:
             logger.warning("the receipt index of %s is unavailable: %s", namespace, exc)
             continue

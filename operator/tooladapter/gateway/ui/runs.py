@@ -4,6 +4,9 @@ The runs offered are those of the calls the person may list. A run's calls are s
 creation order, each stage placed on the call's own time axis. "Verify" recomputes the
 sha256 of the receipt's stored bytes and compares it with the `receiptRef` the call's
 status names (as `tooladapter receipt verify` does), and says which form matched.
+
+Each call names its caller, and `caller=` keeps one caller's calls: a run id is a label
+any caller in the namespace may put on its calls, not a capability.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from .data import invocations, is_namespace, with_receipts
 from .web import PREFIX, Person, Refused, page, render_view
 
 MAX_RUN_ID = 128
+MAX_CALLER = 512
 
 
 @page
@@ -24,6 +28,9 @@ async def runs(request: web.Request, person: Person) -> web.StreamResponse:
     namespace = request.query.get("namespace", "")
     run_id = request.query.get("run", "")
     verify_ref = request.query.get("verify", "")
+    caller = request.query.get("caller", "")
+    if len(caller) > MAX_CALLER:
+        raise Refused(f"A caller has at most {MAX_CALLER} characters.", 422)
     if namespace and not is_namespace(namespace):
         raise Refused(f"{namespace[:64]!r} is not a namespace name.", 422)
     if len(run_id) > MAX_RUN_ID:
@@ -37,6 +44,7 @@ async def runs(request: web.Request, person: Person) -> web.StreamResponse:
     calls = []
     if namespace and run_id:
         calls = run_calls(by_namespace.get(namespace, []), run_id)
+        calls = [c for c in calls if not caller or c.get("caller") == caller]
     return render_view(
         request,
         "runs",
@@ -44,6 +52,7 @@ async def runs(request: web.Request, person: Person) -> web.StreamResponse:
         runs=runs_by_namespace,
         namespace=namespace,
         run_id=run_id,
+        caller=caller,
         verify_ref=verify_ref,
         calls=await with_receipts(request, calls),
         refused=listing.refused,
