@@ -24,6 +24,7 @@ import socket
 import ssl
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import NoReturn
 
 from ..enums import EgressVerdict
 from ..pipeline.egress import (
@@ -47,7 +48,8 @@ from ..pipeline.egress import (
     split_authority,
     upstream_head,
 )
-from ..pipeline.egress_framing import ChunkedEnd, Framing, Masker, body_framing
+from ..pipeline.egress_framing import ChunkedEnd, Framing, body_framing
+from ..pipeline.egress_response import BadResponse, ResponseFilter
 from .leases import Lease, LeaseTable
 from .records import Recorder
 
@@ -325,7 +327,15 @@ class EgressProxy:
             await _answer(writer, refusal.status)
             return
         inject = (credential.header, credential.value) if credential is not None else None
-        masker = Masker(credential.secret.encode()) if credential is not None else None
+        # The answer is de-framed, decoded and masked (`egress_response`): a reflected
+        # credential is hidden in every form the filter knows, across chunk boundaries.
+        masker = (
+            ResponseFilter(
+                credential.secret.encode(), method=head.method, client_version=head.version
+            )
+            if credential is not None
+            else None
+        )
         first = upstream_head(head, target, inject=inject)
         upstream = (upstream_reader, upstream_writer)
         await self._splice(
@@ -353,7 +363,7 @@ class EgressProxy:
         upstream: tuple[asyncio.StreamReader, asyncio.StreamWriter],
         *,
         request: Framing | None = None,
-        masker: Masker | None = None,
+        masker: ResponseFilter | None = None,
     ) -> None:
         """Send `first` upstream, relay both ways (`_relay`, with `request` and `masker`)
         until it ends, then record the allowed connection with its byte counts (however
@@ -417,7 +427,7 @@ class EgressProxy:
         counts: Counts,
         *,
         request: Framing | None = None,
-        masker: Masker | None = None,
+        masker: ResponseFilter | None = None,
     ) -> None:
         """Both directions until both have ended (a half-close is passed on), the lease
         ends, or nothing moves for `idle_seconds`. With `request` (a forwarded request),
@@ -430,7 +440,10 @@ class EgressProxy:
             while True:
                 chunk = await src.read(CHUNK)
                 if not chunk:
-                    rest = mask.flush() if mask is not None else b""
+                    try:
+                        rest = mask.flush() if mask is not None else b""
+                    except BadResponse as exc:
+                        await refuse(dst, exc)
                     if rest:
                         dst.write(rest)
                         await dst.drain()
@@ -443,10 +456,22 @@ class EgressProxy:
                     counts.up += len(chunk)
                 else:
                     counts.down += len(chunk)
-                out = mask.feed(chunk) if mask is not None else chunk
+                try:
+                    out = mask.feed(chunk) if mask is not None else chunk
+                except BadResponse as exc:
+                    await refuse(dst, exc)
                 if out:
                     dst.write(out)
                     await dst.drain()
+
+        async def refuse(dst: asyncio.StreamWriter, exc: BadResponse) -> NoReturn:
+            """A 502 when nothing of the answer went down yet; the connection ends."""
+            assert masker is not None
+            logger.warning("egress answer refused (lease %s): %s", lease.uid, exc)
+            dst.write(masker.refusal(str(exc)))
+            with contextlib.suppress(OSError, ConnectionError):
+                await dst.drain()
+            raise exc
 
         async def body(framing: Framing) -> None:
             """The one request's body, then nothing more of the client's."""

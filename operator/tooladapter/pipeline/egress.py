@@ -529,8 +529,8 @@ def upstream_head(
         for token in [value]
         if token.strip()
     }
-    # With a credential, the answer must come back uncompressed: the proxy masks the
-    # value in it (`egress_framing.Masker`), which it cannot do in compressed bytes.
+    # With a credential, the answer should come back uncompressed: the proxy masks the
+    # value in it (`egress_response`), decoding gzip and deflate, refusing other codings.
     injected = {inject[0].lower(), "accept-encoding"} if inject else set()
     drop = HOP_BY_HOP | connection_named | injected
     lines = [f"{head.method} {target.path} HTTP/1.1"]
