@@ -25,9 +25,12 @@ Parts (BENCH_PARTS, default all):
    database size, the operator's start-up (process start -> a new call Observed) and RSS
    with them stored, then retention at its defaults deleting them (pace, size and RSS
    after, and the start-up after it).
+8. doors: another namespace's tools list through the gateway, alone and while one agent
+   holds BENCH_DOORS_STREAMS (150) live streams of the reviewers' page (`doors`): latency
+   side by side, streams held and refused (429).
 
 Knobs (environment or flags): BENCH_SECONDS (60 per load), BENCH_LOADS ("10,25,50,100"),
-BENCH_TOOLS ("read-configmap,http"), BENCH_AGENTS (8), BENCH_PARTS ("1,2,3,4,5,6,7"),
+BENCH_TOOLS ("read-configmap,http"), BENCH_AGENTS (8), BENCH_PARTS ("1,2,3,4,5,6,7,8"),
 BENCH_STORED (100000), BENCH_OVERLOAD_SECONDS (60), BENCH_OVERLOAD_CAPACITY (0: measured by part 1),
 BENCH_FILL (10000), BENCH_FILL_RATE (100), BENCH_FILL_INFLIGHT (200), BENCH_DRAIN_SECONDS (60),
 BENCH_SANDBOX_SEQUENTIAL (10), BENCH_SANDBOX_CONCURRENT (10), BENCH_SANDBOX_ROUNDS (3),

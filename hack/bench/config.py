@@ -59,7 +59,7 @@ class Config:
         p.add_argument("--loads", default=env("BENCH_LOADS", "10,25,50,100"))
         p.add_argument("--tools", default=env("BENCH_TOOLS", "read-configmap,http"))
         p.add_argument("--agents", type=int, default=int(env("BENCH_AGENTS", "8")))
-        p.add_argument("--parts", default=env("BENCH_PARTS", "1,2,3,4,5,6,7"))
+        p.add_argument("--parts", default=env("BENCH_PARTS", "1,2,3,4,5,6,7,8"))
         p.add_argument("--fill", type=int, default=int(env("BENCH_FILL", "10000")))
         p.add_argument("--stored", type=int, default=int(env("BENCH_STORED", "100000")))
         p.add_argument("--fill-rate", type=float, default=float(env("BENCH_FILL_RATE", "100")))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from .api import Api
+from .doors import Doors
 from .fill import Fill
 from .load import Loads
 from .overload import Overload
@@ -11,7 +12,7 @@ from .setup import Setup
 from .stored import Stored
 
 
-class Bench(Setup, Overload, Loads, Sandbox, Fill, Stored):
+class Bench(Setup, Overload, Loads, Sandbox, Fill, Stored, Doors):
     async def run(self) -> None:
         self.kube = Api(self.ep, limit=32)
         try:
@@ -29,6 +30,8 @@ class Bench(Setup, Overload, Loads, Sandbox, Fill, Stored):
                 await self.fill()
             if "7" in self.cfg.parts:
                 await self.stored()
+            if "8" in self.cfg.parts:
+                await self.doors()
         finally:
             for agent in self.agents:
                 await agent.api.close()

@@ -141,24 +141,25 @@ async def identify(request: web.Request, token: str) -> CallerIdentity:
     if identity is None:
         failures = request.app[FAILURES]
         address = address_of(request)
-        if wait := failures.blocked(address):
+        if wait := failures.take(address):
             busy = Busy("too many failed authentications from this address", wait, "auth-failures")
             raise too_many(busy)
         if not cache.was_rejected(token):
             try:
                 identity = await deps_of(request).reviews.identify(token)
             except CallerApiError as exc:
+                failures.succeeded(address)  # not the token's fault
                 raise ProblemError(
                     ProblemKind.UPSTREAM, f"the token could not be reviewed: {exc.message}"
                 ) from exc
         if identity is None:
             cache.reject(token)
-            failures.failed(address)
             raise ProblemError(
                 ProblemKind.UNAUTHENTICATED,
                 "the API server did not accept the bearer token (expired, revoked, or not "
                 "for this audience)",
             )
+        failures.succeeded(address)
         cache.put(token, identity)
     return identity
 

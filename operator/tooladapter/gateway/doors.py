@@ -159,6 +159,22 @@ class FailureLimiter:
         rate = self.per_minute / 60.0
         return max(1, int((1.0 - level) / rate + 0.999)) if rate > 0 else 60
 
+    def take(self, address: str, now: float | None = None) -> int:
+        """Before a review of an unknown token: 0 and one try spent (given back by
+        `succeeded`), or the seconds to wait. Spent before the review is answered, so
+        concurrent tries cannot all pass a check made before any of them failed."""
+        wait = self.blocked(address, now)
+        if not wait:
+            self.failed(address, now)
+        return wait
+
+    def succeeded(self, address: str, now: float | None = None) -> None:
+        """The try `take` spent was a valid token: give it back."""
+        if self.burst <= 0 or address not in self.buckets:
+            return
+        now = time.monotonic() if now is None else now
+        self.buckets[address] = (min(float(self.burst), self._level(address, now) + 1.0), now)
+
     def failed(self, address: str, now: float | None = None) -> None:
         if self.burst <= 0:
             return

@@ -70,7 +70,10 @@ async def events(request: web.Request, person: Person) -> web.StreamResponse:
         # them 429 with Retry-After (the browser's EventSource tries again by itself).
         held = doors.take_stream(person.username, scopes)
     except Busy as exc:
-        raise too_many(exc) from None
+        refused = too_many(exc)  # counted; the page's own error view has no Retry-After
+        return web.Response(
+            status=429, text=refused.detail, headers={"Retry-After": str(exc.retry_after)}
+        )
     try:
         return await _stream(request, person, scopes)
     finally:
