@@ -61,7 +61,7 @@ def test_another_agents_call_in_my_run_is_listed_with_its_caller(
     rows = cli.json("receipts", "--run", RUN)
     assert {r["name"]: r["caller"] for r in rows} == callers, rows
     table = cli("receipts", "--run", RUN, "--gateway", gateway)
-    assert table.returncode == 0 and "caller" in table.stdout, explain(table)
+    assert table.returncode == 0 and "CALLER" in table.stdout, explain(table)
     assert other.user in table.stdout and me.user in table.stdout, explain(table)
 
     browser = signed_in(gateway, token_of(me))
