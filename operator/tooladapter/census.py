@@ -13,6 +13,7 @@ grow while nothing changes on the watch.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
@@ -47,7 +48,8 @@ class Row:
     ended_at: float | None = None
     #: The version the watch last saw: retention deletes only that version.
     resource_version: str = ""
-    #: status.requestHash: an unconfirmed Uncertain call blocks new calls of its request.
+    #: status.effectHash, else (calls stored before it) status.requestHash: an unconfirmed
+    #: Uncertain call blocks new calls that would do the same (`pipeline.effect`).
     request_hash: str = ""
     #: status.duplicateOf: the first call whose outcome this one carries (ran nothing).
     duplicate_of: str = ""
@@ -100,7 +102,7 @@ def row_of(body: Mapping[str, Any]) -> Row:
         name=str(body["metadata"].get("name") or ""),
         ended_at=_epoch(retainable_since(status)),
         resource_version=str(body["metadata"].get("resourceVersion") or ""),
-        request_hash=str(status.get("requestHash") or ""),
+        request_hash=str(status.get("effectHash") or status.get("requestHash") or ""),
         duplicate_of=str(status.get("duplicateOf") or ""),
     )
 
@@ -122,6 +124,9 @@ class Census(Collector):
         self.clock = clock
         #: (namespace, requestHash) -> {uid: name} of the unconfirmed Uncertain calls.
         self.unconfirmed: dict[tuple[str, str], dict[str, str]] = {}
+        #: Set once the first listing is in: before it, an Uncertain call on a later page
+        #: may be missing, and no call may be judged against an incomplete view.
+        self.synced = asyncio.Event()
 
     def update(self, event_type: str | None, body: Mapping[str, Any]) -> None:
         uid = body["metadata"]["uid"]
@@ -138,11 +143,16 @@ class Census(Collector):
         if row.unconfirmed and row.request_hash:
             self.unconfirmed.setdefault((row.namespace, row.request_hash), {})[uid] = row.name
 
-    def unconfirmed_with(self, namespace: str, request_hash: str) -> list[str]:
-        """The names of the Uncertain, unconfirmed calls of this request (namespace, tool,
-        version, canonical arguments), as the watch last saw them: while there is one, no
-        new call of the same request runs (`flow.admission.check_unconfirmed`)."""
-        return sorted(self.unconfirmed.get((namespace, request_hash), {}).values())
+    def unconfirmed_with(self, namespace: str, *hashes: str | None) -> list[str]:
+        """The names of the Uncertain, unconfirmed calls with one of these effect (or, for
+        calls stored before effect hashes, request) hashes, as the watch last saw them:
+        while there is one, no new call that does the same runs
+        (`flow.admission.check_unconfirmed`)."""
+        names: set[str] = set()
+        for hashed in hashes:
+            if hashed:
+                names.update(self.unconfirmed.get((namespace, hashed), {}).values())
+        return sorted(names)
 
     def duplicates_of(self, namespace: str, name: str) -> list[str]:
         """The calls that carry `name`'s outcome as its duplicates."""

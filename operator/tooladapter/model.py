@@ -1198,6 +1198,10 @@ class ToolInvocationStatus(Model):
     request_hash: str | None = None
     """sha256 of the RFC 8785 JSON of namespace, tool id, version and arguments; approvals bind
     to it."""
+    effect_hash: str | None = None
+    """sha256 of what reaches the tool (the rendered http request, the shell argv, or the
+    arguments; never the version): while a call is Uncertain and unconfirmed, no new call with
+    the same effectHash (or requestHash) runs."""
     descriptor_digest: str | None = None
     """sha256 of the RFC 8785 JSON of the descriptor spec the call was validated against
     (without description and releaseId); approvals bind to it."""

@@ -20,6 +20,7 @@ from typing import Any, Protocol
 from . import offload
 from .enums import FailureClass, Stage
 from .model import Caller, ToolPolicySpec
+from .pipeline.effect import effect_hash
 from .pipeline.permission import Question
 from .pipeline.preview import (
     Permission,
@@ -57,8 +58,9 @@ class Lookups(Protocol):
 
     async def namespace_labels(self, namespace: str) -> Mapping[str, str]: ...
 
-    async def unconfirmed(self, namespace: str, tool_id: str, request_hash: str) -> list[str]:
-        """The Uncertain, unconfirmed calls of this exact request (they block new ones)."""
+    async def unconfirmed(self, namespace: str, tool_id: str, hashes: Sequence[str]) -> list[str]:
+        """The Uncertain, unconfirmed calls whose effect (or request) hash is one of
+        `hashes` (they block new ones)."""
 
     async def mcp_annotations(
         self, namespace: str, server: str, tool: str
@@ -123,8 +125,13 @@ async def dry_run(
         ),
     )
     hashed = evaluation.validation.request_hash
-    if named is not None and hashed:
-        held = await lookups.unconfirmed(namespace, named[0], hashed)
+    if named is not None and hashed and evaluation.descriptor is not None:
+        effect = effect_hash(
+            namespace=namespace,
+            descriptor=evaluation.descriptor,
+            arguments=(spec.get("arguments") or {}),
+        )
+        held = await lookups.unconfirmed(namespace, named[0], (effect, hashed))
         if held:
             # Refused at idempotency, before every other stage, as a real call would be.
             evaluation.refusals.insert(

@@ -816,6 +816,7 @@ def make_runtime(
         executors=chosen,
         events=events,
     )
+    rt.census.synced.set()  # as after the operator's first listing
     return Harness(rt=rt, cluster=cluster, store=store, events=events, executors=chosen)
 
 

@@ -807,7 +807,8 @@ async def test_a_confirmation_is_recorded_with_how_and_copied_onto_the_duplicate
     assert duplicate["status"]["duplicateOf"] == "first"
     # The duplicate is never an unconfirmed effect of its own.
     h.rt.census.update("MODIFIED", duplicate)
-    assert h.rt.census.unconfirmed_with(NAMESPACE, duplicate["status"]["requestHash"]) == ["first"]
+    effect = h.cluster.invocation("first")["status"]["effectHash"]
+    assert h.rt.census.unconfirmed_with(NAMESPACE, effect) == ["first"]
     await h.cluster.patch_status(
         Resource.INVOCATIONS,
         NAMESPACE,

@@ -3,7 +3,7 @@ what it looks up, what it asks, and the REST dry run's options and OpenAPI schem
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -42,8 +42,8 @@ class Recording:
     #: requestHash -> the names of Uncertain, unconfirmed calls of that request.
     uncertain: dict[str, list[str]] = field(default_factory=dict)
 
-    async def unconfirmed(self, namespace: str, tool_id: str, request_hash: str) -> list[str]:
-        return self.uncertain.get(request_hash, [])
+    async def unconfirmed(self, namespace: str, tool_id: str, hashes: Sequence[str]) -> list[str]:
+        return [name for h in hashes for name in self.uncertain.get(h, [])]
 
     async def descriptor(self, namespace: str, tool_id: str, version: str) -> Found:
         self.looked_up.append((tool_id, version))

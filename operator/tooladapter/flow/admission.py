@@ -9,12 +9,14 @@ later stage (and every approval) binds to.
 from __future__ import annotations
 
 import asyncio
+from functools import partial
 from typing import Any
 
 from .. import offload
 from ..catalog import invocation_key
 from ..enums import FailureClass, InvocationState, Resource, Stage, StageOutcome
 from ..kube.client import NotFound
+from ..pipeline.effect import effect_hash
 from ..pipeline.hashing import request_hash
 from ..pipeline.states import BEFORE_EXECUTING
 from ..pipeline.validation import check_arguments
@@ -58,6 +60,12 @@ async def on_received(ctx: FlowContext) -> None:
             FailureClass.VALIDATION,
         )
     ctx.status.request_hash = hashed
+    ctx.status.effect_hash = await offload.run(
+        ctx.namespace,
+        offload.rough_size(spec.arguments),
+        partial(effect_hash, namespace=ctx.namespace, descriptor=descriptor),
+        arguments=spec.arguments,
+    )
     ctx.status.descriptor_digest = ctx.descriptor_digest(descriptor)
     ctx.status.declared_class = descriptor.side_effect_class
     if errors:
@@ -183,14 +191,39 @@ async def check_unconfirmed(ctx: FlowContext) -> None:
     hashed = ctx.status.request_hash
     if not hashed:
         return
-    held = ctx.rt.census.unconfirmed_with(ctx.namespace, hashed)
+    census = ctx.rt.census
+    if not census.synced.is_set():
+        # Before the first listing is in, an Uncertain twin may not be known yet.
+        async with ctx.without_slot():
+            await census.synced.wait()
+    if ctx.status.effect_hash is None and ctx.descriptor is not None:
+        # A call validated before effect hashes were kept.
+        ctx.status.effect_hash = effect_hash(
+            namespace=ctx.namespace, descriptor=ctx.descriptor, arguments=ctx.load_spec().arguments
+        )
+    held = census.unconfirmed_with(ctx.namespace, ctx.status.effect_hash, hashed)
     if not held:
         return
+    await release_key(ctx)
     raise Denial(
         Stage.IDEMPOTENCY,
         await unconfirmed_message(ctx, held[0]),
         FailureClass.UNCONFIRMED_EFFECT,
     )
+
+
+async def release_key(ctx: FlowContext) -> None:
+    """A call refused for an unconfirmed twin ran nothing, and its message invites the
+    same call again once the twin is confirmed: its idempotency key must not make that
+    call a duplicate of this refusal."""
+    spec = ctx.load_spec()
+    if spec.idempotency_key and not ctx.status.duplicate_of:
+        await ctx.rt.cluster.release_idempotency_key(
+            namespace=ctx.namespace,
+            caller=spec.caller.name,
+            key=spec.idempotency_key,
+            holder_uid=ctx.uid,
+        )
 
 
 async def unconfirmed_message(ctx: FlowContext, held: str) -> str:

@@ -10,7 +10,7 @@ recorded, no rate limit or invocation metric counted and no credential brokered.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..enums import InvocationState, PreviewVerdict, Resource
@@ -64,8 +64,8 @@ class CatalogLookups:
         annotations = (info or {}).get("annotations")
         return annotations if isinstance(annotations, Mapping) else None
 
-    async def unconfirmed(self, namespace: str, tool_id: str, request_hash: str) -> list[str]:
-        held = self.ctx.rt.census.unconfirmed_with(namespace, request_hash)
+    async def unconfirmed(self, namespace: str, tool_id: str, hashes: Sequence[str]) -> list[str]:
+        held = self.ctx.rt.census.unconfirmed_with(namespace, *hashes)
         if not held:
             return held
         caller = self.ctx.load_spec().caller

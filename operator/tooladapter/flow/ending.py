@@ -265,6 +265,8 @@ async def end_as_duplicate(ctx: FlowContext, first: dict[str, Any], claim: Claim
         status.declared_class = SideEffectClass(first["declaredClass"])
     failure = first.get("failureClass")
     status.failure_class = FailureClass(failure) if failure else None
+    stage = first.get("deniedStage")
+    status.denied_stage = Stage(stage) if stage else None
     confirmation = first.get("effectConfirmation")
     if confirmation and confirmation.get("recorded"):
         status.effect_confirmation = EffectConfirmation.model_validate(confirmation)

@@ -13,7 +13,7 @@ not make the call at all, so there is nothing to preview.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..catalog import Entry
@@ -83,7 +83,7 @@ class GatewayLookups:
                 return annotations if isinstance(annotations, Mapping) else None
         return None
 
-    async def unconfirmed(self, namespace: str, tool_id: str, request_hash: str) -> list[str]:
+    async def unconfirmed(self, namespace: str, tool_id: str, hashes: Sequence[str]) -> list[str]:
         # The operator's client (an Uncertain call of another caller blocks this one too);
         # only names reach the preview, and only when the caller may read them (below).
         items = await self.deps.kube.list_custom(
@@ -95,7 +95,11 @@ class GatewayLookups:
             str(item["metadata"]["name"])
             for item in items
             if blocks_retries(item)
-            and (item.get("status") or {}).get("requestHash") == request_hash
+            and (
+                (item.get("status") or {}).get("effectHash")
+                or (item.get("status") or {}).get("requestHash")
+            )
+            in hashes
         )
         if held and not await self.deps.reviews.allowed(
             self.caller.identity,

@@ -116,6 +116,10 @@ async def copy_to_duplicates(
             continue
         if (dstatus.get("effectConfirmation") or {}).get("recorded"):
             continue
+        if dstatus.get("state") != InvocationState.UNCERTAIN:
+            # Still waiting for its first call: it copies the recorded confirmation as it
+            # ends (`end_as_duplicate`).
+            continue
         await rt.cluster.patch_status(
             Resource.INVOCATIONS,
             meta["namespace"],

@@ -116,7 +116,9 @@ def invocation_event(rt: Runtime, event: RawEvent) -> None:
 
 def invocations_listed(rt: Runtime, uids: set[str]) -> None:
     """After a (re)listing: the calls this operator knew that the listing no longer holds
-    were deleted while no watch ran; they go as a DELETED event would take them."""
+    were deleted while no watch ran; they go as a DELETED event would take them. The
+    census is whole from here on (`Census.synced`)."""
+    rt.census.synced.set()
     for uid, row in list(rt.census.rows.items()):
         if uid not in uids:
             meta = {"uid": uid, "namespace": row.namespace, "name": row.name}
