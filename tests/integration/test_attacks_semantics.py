@@ -5,7 +5,8 @@ outcome, making a duplicate wait forever, reading another caller's calls through
 messages, blocking another tenant, and confusing the copy of confirmations onto duplicates.
 
 What the product resists stays here as a regression test; what it does not is a test of the
-correct behaviour marked `xfail(strict=True, reason="hit: ...")`."""
+correct behaviour (each was a hit of the attack pass, fixed since: the block keys on the
+effect hash, and a refused retry frees its idempotency key)."""
 
 from __future__ import annotations
 
@@ -533,11 +534,6 @@ def _may_patch_status(agent: Agent, namespace: str) -> bool:
 # --------------------------------------------------------------------------- hits
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="hit: an argument the tool never receives changes the request hash, so a second "
-    "payment of an Uncertain one runs with no person in the loop",
-)
 def test_an_argument_the_tool_never_sees_does_not_let_an_uncertain_payment_run_again(
     api: client.ApiClient, ns: Namespace, agent: Agent
 ) -> None:
@@ -558,12 +554,6 @@ def test_an_argument_the_tool_never_sees_does_not_let_an_uncertain_payment_run_a
         ), pretty(status)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="hit (design gap): the block is per tool version, so the same payment under a "
-    "second active version of the tool (a routine release; MCP tools/call without a version "
-    "takes the newest) runs again while the first is Uncertain",
-)
 def test_another_active_version_of_the_tool_does_not_let_an_uncertain_payment_run_again(
     api: client.ApiClient, ns: Namespace, agent: Agent
 ) -> None:
@@ -582,11 +572,6 @@ def test_another_active_version_of_the_tool_does_not_let_an_uncertain_payment_ru
         ), pretty(status)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="hit: shell command lines that parse to the same argv ('sleep 60' vs 'sleep  60' vs "
-    "\"sleep '60'\") hash differently, so the Uncertain command runs again (schema closed)",
-)
 def test_a_shell_command_spelled_with_other_whitespace_or_quotes_does_not_run_again(
     api: client.ApiClient, ns: Namespace, agent: Agent
 ) -> None:
@@ -614,11 +599,6 @@ def test_a_shell_command_spelled_with_other_whitespace_or_quotes_does_not_run_ag
     ), pretty(status)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="hit: a retry refused unconfirmed-effect keeps its idempotency key, so after the "
-    "operator's confirmation the same retry (same key, as clients retry) is Denied forever",
-)
 def test_a_retry_refused_while_uncertain_runs_once_with_its_key_after_confirmation(
     api: client.ApiClient, ns: Namespace, agent: Agent
 ) -> None:
