@@ -10,7 +10,8 @@ The flow is a table from the persisted state to the step that moves a call on:
 | Authorized       | approval        | gate -> AwaitingApproval, or brokering            |
 | AwaitingApproval | approval        | wait and bind -> brokering                        |
 | (brokering)      | brokering       | credentials, sandbox lease -> Brokered            |
-| Brokered         | execution       | Executing written before any effect               |
+| Brokered         | capacity        | (sandbox) wait for quota, then the re-check       |
+|                  | execution       | Executing written before any effect               |
 | Executing        | execution       | executor -> ending (Observed/Failed/Uncertain/..) |
 
 Status is written whenever the call waits or is about to have an effect outside the
