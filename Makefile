@@ -81,6 +81,10 @@ install: venv
 	kubectl apply --server-side --force-conflicts -f crds/
 	kubectl wait --for=condition=Established --timeout=60s -f crds/
 	kubectl apply --server-side --force-conflicts -k manifests/
+	@# The egress proxy's rights moved to its grants' namespace (tooladapter-egress): an
+	@# earlier install's Roles in tooladapter-system would let it read every Secret there.
+	kubectl delete -n tooladapter-system role,rolebinding tooladapter-egress-proxy \
+	  tooladapter-operator-egress --ignore-not-found
 
 uninstall:
 	-kubectl delete -k manifests/ --ignore-not-found

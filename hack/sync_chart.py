@@ -8,7 +8,8 @@ chart carries the same objects as templates generated from it here:
 - manifests/rbac/*.yaml and manifests/admission/*.yaml become templates/generated-*.yaml
   with, as the only changes, the release namespace instead of `tooladapter-system`, the
   chart's `prefix` value instead of `tooladapter` in object names and in a one-name
-  `resourceNames` (so a second release,
+  `resourceNames`, the grants' namespace (`egressProxy.grantsNamespace`) instead of
+  `tooladapter-egress` (so a second release,
   e.g. the deploy tests on a shared cluster, can run beside the first), and the chart's
   labels beside `app.kubernetes.io/part-of`;
 - hack/monitoring/rules.yaml and dashboard.json are copied verbatim into files/monitoring/
@@ -43,6 +44,9 @@ _RESOURCE_NAME = re.compile(
     r'^(?P<head>\s*resourceNames: \["?)' + NAME_PREFIX + r'(?P<rest>[^",\]]+"?\])$'
 )
 _NAMESPACE = re.compile(r"^(?P<indent>\s*)namespace: " + NAMESPACE + "$")
+#: The egress proxy's grants have a namespace of their own (`egressProxy.grantsNamespace`).
+EGRESS_NAMESPACE = "tooladapter-egress"
+_EGRESS_NAMESPACE = re.compile(r"^(?P<indent>\s*)namespace: " + EGRESS_NAMESPACE + "$")
 _PART_OF = re.compile(r"^(?P<indent>\s*)app\.kubernetes\.io/part-of: tooladapter$")
 
 
@@ -67,6 +71,8 @@ def render(source: Path) -> str:
             line = f"{m['head']}{PREFIX}-{m['rest']}"
         elif m := _NAMESPACE.match(line):
             line = f"{m['indent']}namespace: {{{{ .Release.Namespace }}}}"
+        elif m := _EGRESS_NAMESPACE.match(line):
+            line = f'{m["indent"]}namespace: {{{{ include "tooladapter.egressNamespace" . }}}}'
         elif m := _PART_OF.match(line):
             indent = len(m["indent"])
             out.append(line)

@@ -135,8 +135,13 @@ class EgressSettings:
     #: In the cluster: the proxy pods' labels ("k=v,..."); the lease's NetworkPolicy selects
     #: them in `namespace` instead of allowing `proxy_address`.
     proxy_pod_labels: tuple[tuple[str, str], ...] = ()
-    #: Where lease grants and connection records live (the proxy's namespace).
-    namespace: str = "tooladapter-system"
+    #: Where lease grants and connection records live: a namespace of their own, where the
+    #: proxy's Role lets it read Secrets, and nothing else is kept (the page's session key,
+    #: S3 credentials and TLS keys stay in the operator's namespace, out of its reach).
+    namespace: str = "tooladapter-egress"
+    #: Where the proxy's pods and Service run (the lease NetworkPolicy selects the pods
+    #: there; the Service's ClusterIP is read there); None: `namespace`.
+    proxy_namespace: str | None = None
     #: A sandbox's allow-list when its descriptor sets none (reference: DefaultEgressAllowList).
     default_allow: tuple[str, ...] = REFERENCE_DEFAULT_ALLOW
     #: Names the proxy resolves to fixed addresses ("name=address,..."), for tests; those
@@ -159,6 +164,11 @@ class EgressSettings:
     idle_seconds: int = 300
 
     @property
+    def pods_namespace(self) -> str:
+        """The namespace of the proxy's pods and Service."""
+        return self.proxy_namespace or self.namespace
+
+    @property
     def cidr_bounds(self) -> CidrBounds:
         return CidrBounds(
             self.descriptor_cidrs,
@@ -177,9 +187,8 @@ class EgressSettings:
             proxy_address=os.environ.get("TOOLADAPTER_EGRESS_PROXY_ADDRESS") or None,
             proxy_service=os.environ.get("TOOLADAPTER_EGRESS_PROXY_SERVICE") or None,
             proxy_pod_labels=labels,
-            namespace=os.environ.get("TOOLADAPTER_EGRESS_NAMESPACE")
-            or os.environ.get("TOOLADAPTER_LEASE_NAMESPACE")
-            or base.namespace,
+            namespace=os.environ.get("TOOLADAPTER_EGRESS_NAMESPACE") or base.namespace,
+            proxy_namespace=os.environ.get("TOOLADAPTER_EGRESS_PROXY_NAMESPACE") or None,
             default_allow=_list("TOOLADAPTER_DEFAULT_EGRESS_ALLOW", base.default_allow),
             hosts=os.environ.get("TOOLADAPTER_EGRESS_HOSTS", ""),
             cluster_cidrs=_list("TOOLADAPTER_EGRESS_CLUSTER_CIDRS", ()),

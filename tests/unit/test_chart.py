@@ -122,7 +122,7 @@ def test_the_chart_renders_exactly_the_objects_of_manifests() -> None:
             continue
         for doc in (d for d in yaml.safe_load_all(path.read_text()) if d):
             key = (doc["kind"], doc["metadata"]["name"])
-            if doc["kind"] == "Namespace":
+            if doc["kind"] == "Namespace" and key[1] == "tooladapter-system":
                 assert key not in rendered, "helm install --create-namespace makes it"
                 continue
             assert key in rendered, f"{path.name}: {key} missing from the chart"
@@ -160,7 +160,10 @@ def test_another_namespace_and_prefix_leave_no_trace_of_the_defaults() -> None:
 
 def test_default_release_runs_two_operators_with_failover_and_probes() -> None:
     docs = render()
-    assert "Namespace" not in kinds(docs)
+    # The release namespace comes from --create-namespace; the chart makes only the grants'.
+    assert [d["metadata"]["name"] for d in docs if d["kind"] == "Namespace"] == [
+        "tooladapter-egress"
+    ]
     deployment = one(docs, "Deployment", "tooladapter-operator")
     spec = deployment["spec"]
     assert spec["replicas"] == 2
@@ -363,15 +366,19 @@ def test_the_egress_proxy_runs_by_default_and_the_operator_finds_its_service() -
     assert container["args"] == ["egress-proxy"]
     env = env_of(container)
     assert env["TOOLADAPTER_EGRESS_PROXY_PORT"] == "3128"
-    assert env["TOOLADAPTER_EGRESS_NAMESPACE"] == "tooladapter-system"
+    assert env["TOOLADAPTER_EGRESS_NAMESPACE"] == "tooladapter-egress"
     assert "TOOLADAPTER_EGRESS_HOSTS" not in env, "the test resolver is off by default"
     service = one(docs, "Service", "tooladapter-egress-proxy")
     assert service["spec"]["ports"][0]["port"] == 3128
     selector = proxy["spec"]["selector"]["matchLabels"]
     assert service["spec"]["selector"] == selector
-    # Its rights: the grants and its records in its own namespace, nothing cluster-wide.
+    # Its rights: the grants and its records in their own namespace, nothing cluster-wide,
+    # nothing where the session key, S3 credentials and TLS keys live.
     role = one(docs, "Role", "tooladapter-egress-proxy")
-    assert role["metadata"]["namespace"] == "tooladapter-system"
+    assert role["metadata"]["namespace"] == "tooladapter-egress"
+    grants = one(docs, "Namespace", "tooladapter-egress")
+    assert grants["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "restricted"
+    assert proxy["metadata"]["namespace"] == "tooladapter-system"
     assert rights(role) == {
         ("secrets", "get", None),
         ("secrets", "list", None),
@@ -392,11 +399,19 @@ def test_the_egress_proxy_runs_by_default_and_the_operator_finds_its_service() -
     assert operator_env["TOOLADAPTER_EGRESS_PROXY_SERVICE"] == "tooladapter-egress-proxy"
     assert "TOOLADAPTER_EGRESS_PROXY_ADDRESS" not in operator_env
     assert "TOOLADAPTER_EGRESS_PROXY_ENABLED" not in operator_env
+    assert operator_env["TOOLADAPTER_EGRESS_NAMESPACE"] == "tooladapter-egress"
+    assert operator_env["TOOLADAPTER_EGRESS_PROXY_NAMESPACE"] == "tooladapter-system"
     own = one(docs, "Role", "tooladapter-operator-egress")
-    assert own["metadata"]["namespace"] == "tooladapter-system"
-    assert {r for r in rights(own) if r[0] == "services"} == {
-        ("services", "get", "tooladapter-egress-proxy")
+    assert own["metadata"]["namespace"] == "tooladapter-egress"
+    assert rights(own) == {
+        ("configmaps", "list", None),
+        ("configmaps", "delete", None),
+        ("secrets", "list", None),
+        ("secrets", "delete", None),
     }
+    service = one(docs, "Role", "tooladapter-operator-egress-service")
+    assert service["metadata"]["namespace"] == "tooladapter-system"
+    assert rights(service) == {("services", "get", "tooladapter-egress-proxy")}
     binding = one(docs, "RoleBinding", "tooladapter-operator-egress")
     assert binding["subjects"][0]["name"] == "tooladapter-operator"
 
@@ -406,9 +421,11 @@ def test_a_second_release_reads_its_own_proxy_service() -> None:
     operator = one(docs, "Deployment", "tachart-operator")
     env = env_of(operator["spec"]["template"]["spec"]["containers"][0])
     assert env["TOOLADAPTER_EGRESS_PROXY_SERVICE"] == "tachart-egress-proxy"
-    assert env["TOOLADAPTER_EGRESS_NAMESPACE"] == "ta-chart"
+    assert env["TOOLADAPTER_EGRESS_NAMESPACE"] == "tachart-egress"
+    assert env["TOOLADAPTER_EGRESS_PROXY_NAMESPACE"] == "ta-chart"
     one(docs, "Service", "tachart-egress-proxy")
-    own = one(docs, "Role", "tachart-operator-egress")
+    one(docs, "Namespace", "tachart-egress")
+    own = one(docs, "Role", "tachart-operator-egress-service")
     assert ("services", "get", "tachart-egress-proxy") in rights(own)
 
 

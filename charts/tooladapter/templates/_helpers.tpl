@@ -65,3 +65,11 @@ apiServer.host is set (clusters without kube-proxy; see values.yaml).
 - {name: KUBERNETES_SERVICE_PORT, value: {{ required "apiServer.port must be set with apiServer.host" $.Values.apiServer.port | toString | quote }}}
 {{- end -}}
 {{- end -}}
+
+{{/*
+The egress proxy's grants' namespace (TOOLADAPTER_EGRESS_NAMESPACE): lease grants (Secrets)
+and connection records only, so the proxy, which may read Secrets there, reads no other.
+*/}}
+{{- define "tooladapter.egressNamespace" -}}
+{{- .Values.egressProxy.grantsNamespace | default (printf "%s-egress" (include "tooladapter.prefix" .)) -}}
+{{- end -}}

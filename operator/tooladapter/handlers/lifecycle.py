@@ -232,9 +232,9 @@ async def egress_proxy_address(settings: EgressSettings, kube: Kube) -> str | No
     if settings.proxy_address:
         return settings.proxy_address
     if settings.proxy_service:
-        where = f"{settings.namespace}/{settings.proxy_service}"
+        where = f"{settings.pods_namespace}/{settings.proxy_service}"
         try:
-            address = await cluster_ip(kube, settings.namespace, settings.proxy_service)
+            address = await cluster_ip(kube, settings.pods_namespace, settings.proxy_service)
         except NotFound:
             # Installed together with the operator: wait for it rather than start without.
             raise kopf.TemporaryError(f"egress proxy Service {where} not found", delay=5) from None
@@ -253,7 +253,7 @@ def egress_peer(settings: EgressSettings, address: str | None) -> ProxyPeer | No
     return ProxyPeer(
         address=address,
         port=settings.proxy_port,
-        namespace=settings.namespace if settings.proxy_pod_labels else None,
+        namespace=settings.pods_namespace if settings.proxy_pod_labels else None,
         pod_labels=settings.proxy_pod_labels,
     )
 

@@ -26,7 +26,7 @@ from ..kube import sandbox as ksandbox
 from ..kube.client import NotFound
 from ..memory import release_free_heap
 from ..pipeline.retention import claim_expired
-from ..pipeline.sandbox import ANNOTATION_INVOCATION_REF, LABEL_INVOCATION_UID
+from ..pipeline.sandbox import ANNOTATION_INVOCATION_REF, LABEL_INVOCATION_UID, LeaseNames
 from ..runtime import Runtime
 from ..timeutil import parse_time
 
@@ -106,8 +106,14 @@ async def reap_sandboxes(rt: Runtime) -> None:
 
     egress_namespace = rt.settings.egress.namespace
     listings = [(kind, await ksandbox.list_managed(kube, kind)) for kind in REAPED_KINDS]
-    # The egress grants and records live in the proxy's namespace (`egress_lease`).
-    listings.append(("ConfigMap", await ksandbox.list_managed(kube, "ConfigMap", egress_namespace)))
+    # The egress grants and records live in their own namespace (`egress_lease`): the only
+    # namespace where the operator lists Secrets. A lease's Secrets in the tenant namespace
+    # are deleted by name with its Job, NetworkPolicy or grant (never a cluster-wide list
+    # of Secrets); the call's end deletes them first, and an invocation's deletion too
+    # (they are owned by it).
+    for kind in ("Secret", "ConfigMap"):
+        listings.append((kind, await ksandbox.list_managed(kube, kind, egress_namespace)))
+    swept: set[str] = set()
     for kind, objects in listings:
         for obj in objects:
             meta = obj["metadata"]
@@ -118,6 +124,12 @@ async def reap_sandboxes(rt: Runtime) -> None:
             if await invocation_ended(found[0], found[1], uid):
                 if await rt.cluster.delete(kind, meta["namespace"], meta["name"]):
                     logger.info("reaped %s %s/%s", kind, meta["namespace"], meta["name"])
+                if uid not in swept:
+                    swept.add(uid)
+                    names = LeaseNames.for_uid(uid)
+                    for name in (names.secret, names.proxy_secret):
+                        if await rt.cluster.delete("Secret", found[0], name):
+                            logger.info("reaped Secret %s/%s", found[0], name)
 
 
 #: Deletions of one retention run going on at once: the pace, not this, bounds the rate.
@@ -227,7 +239,8 @@ async def expire_idempotency_claims(rt: Runtime) -> int:
     return deleted
 
 
-REAPED_KINDS = ("Secret", "Job", "NetworkPolicy")
+#: Listed cluster-wide by label; Secrets are not (see `reap_sandboxes`).
+REAPED_KINDS = ("Job", "NetworkPolicy")
 
 
 def invocation_of(meta: dict[str, Any]) -> tuple[str, dict[str, Any] | None] | None:
