@@ -4,6 +4,7 @@ does not control."""
 
 from __future__ import annotations
 
+import base64
 import copy
 import importlib.util
 import json
@@ -270,8 +271,11 @@ def test_s3_backend_takes_credentials_from_an_existing_secret_and_no_claim() -> 
         "secretKeyRef": {"name": "s3-credentials", "key": "AWS_SECRET_ACCESS_KEY"}
     }
     secrets = [d["metadata"]["name"] for d in docs if d["kind"] == "Secret"]
-    # The only Secret the chart makes is the page's session key, never S3 credentials.
-    assert secrets == ["tooladapter-ui-session"], "the chart never holds the credentials"
+    # The only Secrets the chart makes are the page's session key and the gateway's
+    # certificate, never S3 credentials.
+    assert sorted(secrets) == ["tooladapter-gateway-tls", "tooladapter-ui-session"], (
+        "the chart never holds the credentials"
+    )
     assert env["TOOLADAPTER_S3_REGION"] == "us-east-1"
     assert env["TOOLADAPTER_S3_PATH_STYLE"] == "false"
     assert "AWS_CA_BUNDLE" not in env
@@ -312,10 +316,10 @@ def test_gateway_serves_on_every_replica_behind_a_service() -> None:
     env = env_of(container)
     assert env["TOOLADAPTER_GATEWAY_PORT"] == "8080"
     assert env["TOOLADAPTER_GATEWAY_APPROVAL_WAIT_SECONDS"] == "300"
-    assert "TOOLADAPTER_GATEWAY_TLS_CERT" not in env
+    assert env["TOOLADAPTER_GATEWAY_TLS_CERT"] == "/etc/tooladapter/gateway-tls/tls.crt"
     assert {"name": "gateway", "containerPort": 8080} in container["ports"]
     service = one(docs, "Service", "tooladapter-gateway")
-    assert service["spec"]["ports"] == [{"name": "http", "port": 8080, "targetPort": "gateway"}]
+    assert service["spec"]["ports"] == [{"name": "https", "port": 8080, "targetPort": "gateway"}]
     selector = one(docs, "Deployment", "tooladapter-operator")["spec"]["selector"]["matchLabels"]
     assert service["spec"]["selector"] == selector
     # The gateway checks callers' tokens and permissions with the operator's identity.
@@ -334,7 +338,8 @@ def test_a_disabled_gateway_listens_nowhere() -> None:
 
 
 def test_gateway_tls_comes_from_a_secret_mounted_read_only() -> None:
-    docs = render("--set=gateway.tlsSecretName=gateway-tls")
+    docs = render("--set=gateway.tls.secretName=gateway-tls")
+    assert not [d for d in docs if d["metadata"]["name"] == "tooladapter-gateway-tls"]
     container = operator_container(docs)
     env = env_of(container)
     assert env["TOOLADAPTER_GATEWAY_TLS_CERT"] == "/etc/tooladapter/gateway-tls/tls.crt"
@@ -504,7 +509,7 @@ def _changed(value: Any) -> Any:
 #: (values files, so that a change given with --set-json wins over them).
 BASES: dict[str, dict[str, Any]] = {
     "file, everything on": {
-        "gateway": {"tlsSecretName": "gateway-tls"},
+        "gateway": {"tls": {"secretName": "gateway-tls"}, "behindTlsProxy": True},
         "egressProxy": {"enabled": True},
         "metrics": {"serviceMonitor": {"enabled": True}},
         "apiServer": {"host": "192.0.2.2", "port": "6443"},
@@ -576,7 +581,71 @@ def test_the_reviewers_page_shares_one_session_key_among_replicas() -> None:
     volume = next(v for v in pod["volumes"] if v["name"] == "ui-session")
     assert volume["secret"]["secretName"] == "tooladapter-ui-session"
     own = render("--set=gateway.uiSessionSecretName=mine")
-    assert not [d for d in own if d["kind"] == "Secret"]
+    assert not [d for d in own if d["kind"] == "Secret" and "session" in d["metadata"]["name"]]
     pod = one(own, "Deployment", "tooladapter-operator")["spec"]["template"]["spec"]
     volume = next(v for v in pod["volumes"] if v["name"] == "ui-session")
     assert volume["secret"]["secretName"] == "mine"
+
+
+def test_the_gateway_speaks_tls_by_default_with_a_certificate_clients_can_trust() -> None:
+    from cryptography import x509
+
+    docs = render()
+    secret = one(docs, "Secret", "tooladapter-gateway-tls")
+    assert secret["type"] == "kubernetes.io/tls"
+    assert secret["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
+    pem = {k: base64.b64decode(v) for k, v in secret["data"].items()}
+    cert = x509.load_pem_x509_certificate(pem["tls.crt"])
+    ca = x509.load_pem_x509_certificate(pem["ca.crt"])
+    cert.verify_directly_issued_by(ca)
+    names = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert "tooladapter-gateway.tooladapter-system.svc" in names.get_values_for_type(x509.DNSName)
+    pod = one(docs, "Deployment", "tooladapter-operator")["spec"]["template"]["spec"]
+    volume = next(v for v in pod["volumes"] if v["name"] == "gateway-tls")
+    assert volume["secret"] == {"secretName": "tooladapter-gateway-tls"}
+    # cert-manager instead: a Certificate into the same Secret, no Secret of the chart's.
+    issued = render(
+        "--set=gateway.tls.certManager.issuerRef.name=ca",
+        "--set=gateway.tls.certManager.issuerRef.kind=ClusterIssuer",
+    )
+    certificate = one(issued, "Certificate")
+    assert certificate["spec"]["secretName"] == "tooladapter-gateway-tls"
+    assert certificate["spec"]["issuerRef"]["kind"] == "ClusterIssuer"
+    assert not [d for d in issued if d["kind"] == "Secret" and "tls" in d["metadata"]["name"]]
+    # Off: plain HTTP, no certificate, cookies Secure only behind a trusted TLS proxy.
+    plain = render("--set=gateway.tls.enabled=false", "--set=gateway.behindTlsProxy=true")
+    env = env_of(operator_container(plain))
+    assert "TOOLADAPTER_GATEWAY_TLS_CERT" not in env
+    assert env["TOOLADAPTER_UI_BEHIND_TLS_PROXY"] == "true"
+    assert one(plain, "Service", "tooladapter-gateway")["spec"]["ports"][0]["name"] == "http"
+
+
+def test_network_policies_guard_the_gateway_proxy_and_metrics_ports() -> None:
+    docs = render()
+    operator = one(docs, "NetworkPolicy", "tooladapter-operator")
+    assert operator["spec"]["policyTypes"] == ["Ingress"]
+    rules = {r["ports"][0]["port"]: r.get("from") for r in operator["spec"]["ingress"]}
+    assert rules["gateway"] == [{"namespaceSelector": {}}]
+    assert rules["metrics"] == [
+        {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}
+    ]
+    assert rules["health"] is None  # the kubelet's probes
+    proxy = one(docs, "NetworkPolicy", "tooladapter-egress-proxy")
+    rules = {r["ports"][0]["port"]: r.get("from") for r in proxy["spec"]["ingress"]}
+    assert rules["proxy"] == [
+        {
+            "namespaceSelector": {},
+            "podSelector": {"matchLabels": {"app.kubernetes.io/managed-by": "tooladapter"}},
+        }
+    ]
+    assert "NetworkPolicy" not in kinds(render("--set=networkPolicy.enabled=false"))
+
+
+def test_the_grants_namespace_is_never_the_release_namespace() -> None:
+    with pytest.raises(RenderError, match="must not be the release namespace"):
+        render("--set=egressProxy.grantsNamespace=tooladapter-system")
+    docs = render(
+        "--set=egressProxy.grantsNamespace=grants", "--set=egressProxy.createGrantsNamespace=false"
+    )
+    assert "Namespace" not in kinds(docs)
+    assert one(docs, "Role", "tooladapter-egress-proxy")["metadata"]["namespace"] == "grants"
