@@ -35,12 +35,6 @@ def _terminal_controls(text: str) -> list[str]:
     return [c for c in text if (ord(c) < 0x20 and c not in "\t\n") or 0x7F <= ord(c) < 0xA0]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="hit: `tooladapter approvals` writes the agent's spec.runId (render.cell folds "
-    "whitespace only) and the warnings' JSON pointers (raw keys) to the reviewer's "
-    "terminal: an OSC/CSI escape sequence retitles, rewrites or hides lines",
-)
 def test_cli_approvals_writes_no_terminal_escape_an_agent_typed(
     api: client.ApiClient, operator: OperatorProcess, ns: Namespace, agent: Agent, tmp_path: Path
 ) -> None:

@@ -75,7 +75,10 @@ def test_zero_width_joiner_controls_and_odd_spaces_are_shown() -> None:
     # JSON shows these as escapes already: no marker, no warning.
     assert "line\\nnext\\ttab" in view.canonical
     assert not any(w.startswith("/n:") for w in view.warnings)
-    assert any(w.startswith("/a\u200db: U+200D ZERO WIDTH JOINER") for w in view.warnings)
+    # The pointer names the key as shown: marked, never raw (attack pass 6).
+    assert any(
+        w.startswith("/a\u27e8U+200D\u27e9b: U+200D ZERO WIDTH JOINER") for w in view.warnings
+    )
     view.pretty.encode("utf-8")  # a lone surrogate no longer breaks the page
 
 

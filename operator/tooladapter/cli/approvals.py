@@ -51,7 +51,7 @@ async def _approvals(settings: Settings) -> ExitCode:
         # runs of spaces: two spaces inside a value are two spaces here.
         width = max(len(k) for k, _ in facts) + 1
         click.echo(f"{'Arguments:'.ljust(width)}  {view['shownArguments']}")
-        for warning in view["warnings"]:
+        for warning in view["warnings"]:  # their pointers are shown through `visible`
             click.echo(f"  warning: {warning}")
         for flag in view["flags"]:
             click.echo(
@@ -65,8 +65,9 @@ async def _approvals(settings: Settings) -> ExitCode:
             click.echo("  changed: first approval of this tool for this caller")
         else:
             click.echo(
-                f"  changed since {previous['name']} (approved by {previous['approvedBy']} "
-                f"at {previous['approvedAt']}):"
+                f"  changed since {visible(str(previous['name']))} (approved by "
+                f"{visible(str(previous['approvedBy']))} at "
+                f"{visible(str(previous['approvedAt']))}):"
             )
             # Whole values (no clipping: the tail of a value may be its destination), with
             # markers; the changes themselves were found on the raw values.

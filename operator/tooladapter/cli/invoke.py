@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -10,6 +11,7 @@ import click
 from ..enums import InvocationState, Resource
 from ..kube.user import ApiError, UserApi
 from ..pipeline import readout
+from ..pipeline.shown import visible
 from . import views
 from .bodies import claimable_groups, invocation_body
 from .complete import tool_ids
@@ -17,6 +19,7 @@ from .context import Settings, common_options, run_async, stacked, stderr_is_tty
 from .exitcodes import CliError, ExitCode, for_outcome
 from .follow import PREVIEWED, StageDisplay, follow_until_finished
 from .parsing import name_prefix, parse_arguments
+from .render import cell
 
 
 def call_options(func: Callable[..., Any]) -> Callable[..., Any]:
@@ -152,7 +155,9 @@ def _report(
             )
         return code
     if dry_run and state == PREVIEWED:
-        click.echo("\n".join(views.preview_lines(status.get("preview") or {})))
+        # A preview quotes the arguments (a rendered request, an argv): marked, not raw.
+        lines = views.preview_lines(status.get("preview") or {})
+        click.echo("\n".join(visible(line) for line in lines))
         return code
     summary = [readout.outcome_label(status)]
     if status.get("effectiveClass"):
@@ -162,11 +167,16 @@ def _report(
     click.echo(f"{name}: {', '.join(summary)}", err=True)
     if state != InvocationState.OBSERVED or readout.tool_error(status):
         detail = [status.get("failureClass"), status.get("deniedStage"), status.get("message")]
-        click.echo("  " + " | ".join(str(d) for d in detail if d), err=True)
+        # The message may quote the arguments: marked, never printed raw (render.cell).
+        click.echo("  " + " | ".join(cell(d) for d in detail if d), err=True)
     if readout.legacy_duplicate(status):
         # Stored before duplicates carried their first call's outcome: that call has it.
         click.echo(f"  read {status.get('duplicateOf')} for the outcome", err=True)
     text = views.result_text(obj)
+    if text and sys.stdout.isatty():
+        # The tool's own output, on a terminal: what it would act on (escape sequences,
+        # carriage returns) or reorder is marked; piped, it stays byte for byte.
+        text = visible(text, keep=frozenset("\t\n"))
     if text:
         click.echo(text, nl=not text.endswith("\n"))
     return code

@@ -189,8 +189,8 @@ class Flag:
 
     def text(self) -> str:
         return (
-            f"{self.path} [{self.start}:{self.end}] looks like a credential ({self.kind}); "
-            "shown as sent"
+            f"{visible(self.path)} [{self.start}:{self.end}] looks like a credential "
+            f"({self.kind}); shown as sent"
         )
 
 
@@ -232,7 +232,8 @@ class Shown:
 
 def warnings_of(value: Any) -> list[str]:
     """One warning per string and marked character, counted: `/command: U+202E RIGHT-TO-LEFT
-    OVERRIDE x1, a bidirectional control: ...`."""
+    OVERRIDE x1, a bidirectional control: ...`. The pointer is built from the raw keys and
+    shown through `visible`: a key's escape sequence or override is marked, never printed."""
     rows: list[str] = []
     for path, text in _strings(value):
         if text.isascii() and text.isprintable():
@@ -245,7 +246,8 @@ def warnings_of(value: Any) -> list[str]:
                 continue  # shown marked so it cannot pose as a marker; nothing to warn of
             name = unicodedata.name(char, "")
             rows.append(
-                f"{path}: U+{ord(char):04X}{' ' + name if name else ''} x{count}, {_WHY[kind]}"
+                f"{visible(path)}: U+{ord(char):04X}{' ' + name if name else ''} x{count}, "
+                f"{_WHY[kind]}"
             )
     return _bounded(rows)
 
