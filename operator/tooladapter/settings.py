@@ -334,6 +334,9 @@ class Settings:
     ui_session_key_file: Path | None = None
     #: How long a sign-in to the reviewers' page lasts (the token's own expiry still ends it).
     ui_session_seconds: int = 8 * 3600
+    #: A trusted TLS-terminating proxy is in front of a plain-HTTP gateway: the page's
+    #: cookies are `Secure` and `__Host-` prefixed as when the gateway speaks TLS itself.
+    ui_behind_tls_proxy: bool = False
 
     def serves(self, namespace: str) -> bool:
         return not self.namespaces or any(
@@ -450,6 +453,7 @@ class Settings:
             ui_session_seconds=_at_least(
                 "TOOLADAPTER_UI_SESSION_SECONDS", base.ui_session_seconds, 60
             ),
+            ui_behind_tls_proxy=_bool("TOOLADAPTER_UI_BEHIND_TLS_PROXY", base.ui_behind_tls_proxy),
             egress=EgressSettings.from_env(),
             health_port=_port("TOOLADAPTER_HEALTH_PORT", base.health_port),
         )

@@ -29,6 +29,7 @@ from .web import (
     checked_form,
     clear_cookie,
     page,
+    read_cookie,
     redirect,
     render,
     set_cookie,
@@ -61,7 +62,7 @@ async def login_form(request: web.Request) -> web.StreamResponse:
 
 async def login(request: web.Request) -> web.StreamResponse:
     form = await request.post()
-    if not nonces_match(request.cookies.get(LOGIN_COOKIE), str(form.get("nonce") or "")):
+    if not nonces_match(read_cookie(request, LOGIN_COOKIE), str(form.get("nonce") or "")):
         return _form(request, status=403, error="The sign-in form expired; try again.")
     token = str(form.get("token") or "").strip()
     if not token or len(token) > MAX_TOKEN_CHARS:
@@ -95,7 +96,7 @@ async def login(request: web.Request) -> web.StreamResponse:
         request.app[SEALER].seal(session),
         math.ceil(session.expires - time.time()),
     )
-    clear_cookie(response, LOGIN_COOKIE)
+    clear_cookie(request, response, LOGIN_COOKIE)
     return response
 
 
@@ -103,7 +104,7 @@ async def login(request: web.Request) -> web.StreamResponse:
 async def logout(request: web.Request, person: Person) -> web.StreamResponse:
     await checked_form(request, person)
     response = redirect(f"{PREFIX}/login")
-    clear_cookie(response, SESSION_COOKIE)
+    clear_cookie(request, response, SESSION_COOKIE)
     return response
 
 

@@ -83,25 +83,44 @@ def redirect(location: str) -> web.Response:
 
 
 def uses_tls(request: web.Request) -> bool:
-    return request.secure or deps_of(request).settings.gateway_tls_cert is not None
+    settings = deps_of(request).settings
+    return request.secure or settings.gateway_tls_cert is not None or settings.ui_behind_tls_proxy
+
+
+def cookie_name(secure: bool, name: str) -> str:
+    """`__Host-` prefixed when Secure: the browser then takes it only from this exact host,
+    over TLS, for path `/`, never set by a sibling domain."""
+    return f"__Host-{name}" if secure else name
+
+
+def cookie_path(secure: bool) -> str:
+    return "/" if secure else PREFIX
+
+
+def read_cookie(request: web.Request, name: str) -> str | None:
+    return request.cookies.get(cookie_name(uses_tls(request), name))
 
 
 def set_cookie(
     request: web.Request, response: web.StreamResponse, name: str, value: str, max_age: int
 ) -> None:
+    secure = uses_tls(request)
     response.set_cookie(
-        name,
+        cookie_name(secure, name),
         value,
         max_age=max_age,
-        path=PREFIX,
+        path=cookie_path(secure),
         httponly=True,
-        secure=uses_tls(request),
+        secure=secure,
         samesite="Strict",
     )
 
 
-def clear_cookie(response: web.StreamResponse, name: str) -> None:
-    response.del_cookie(name, path=PREFIX)
+def clear_cookie(request: web.Request, response: web.StreamResponse, name: str) -> None:
+    secure = uses_tls(request)
+    response.del_cookie(
+        cookie_name(secure, name), path=cookie_path(secure), secure=secure, samesite="Strict"
+    )
 
 
 @dataclass(frozen=True)
@@ -124,7 +143,7 @@ class SignedOut(Exception):
 
 async def person_of(request: web.Request) -> Person:
     sealer = request.app[SEALER]
-    session = sealer.open(request.cookies.get(SESSION_COOKIE))
+    session = sealer.open(read_cookie(request, SESSION_COOKIE))
     if session is None:
         raise SignedOut
     try:
