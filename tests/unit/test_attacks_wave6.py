@@ -107,12 +107,6 @@ def test_one_caller_cannot_take_more_than_its_caps_across_namespaces() -> None:
 # ------------------------------------------------------------------ CIDR bounds
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="hit: an IPv4-mapped (::ffff:0:0/96) or NAT64 (64:ff9b::/96) IPv6 block is "
-    "within the /64 bound and gets no exception, though it spans all of IPv4 "
-    "(metadata, cluster ranges) where the node or a NAT64 gateway maps it",
-)
 @pytest.mark.parametrize("cidr", ["::ffff:0.0.0.0/96", "64:ff9b::/96", "::ffff:169.254.169.0/120"])
 def test_an_ipv6_block_that_maps_ipv4_is_bounded_as_ipv4(cidr: str) -> None:
     refused = CidrBounds().problem(cidr) is not None

@@ -13,7 +13,13 @@ descriptor's author may write is bounded here:
   pod and service ranges are excepted from it (`ipBlock.except`) when they lie strictly
   inside it. A block that is (or lies inside) one of those ranges names it exactly: it
   stays as written (a NetworkPolicy cannot except a block from itself), bounded in size
-  by the rule above.
+  by the rule above;
+- no IPv6 entry that embeds IPv4 addresses (`EMBEDS_IPV4`: IPv4-mapped `::ffff:0:0/96`,
+  IPv4-compatible `::/96`, IPv4-translated, NAT64 `64:ff9b::/96` and `64:ff9b:1::/48`,
+  6to4 `2002::/16`, Teredo `2001::/32`) is allowed, whatever its size: where the node or a
+  NAT64 gateway maps it, `::ffff:0.0.0.0/96` is all of IPv4 (metadata, the cluster's
+  ranges), a /96 within the IPv6 bound that no IPv4 exception reaches. Refused outright,
+  not translated to its IPv4: name the IPv4 block instead, bounded and excepted as such.
 
 McpServer `spec.allowedCidrs` are not bounded here: a platform admin activates servers.
 Nothing here does I/O.
@@ -36,6 +42,22 @@ ALWAYS_EXCEPTED: Final[tuple[IPNetwork, ...]] = (
     ipaddress.ip_network("127.0.0.0/8"),
     ipaddress.ip_network("::1/128"),
     *(ipaddress.ip_network(address) for address in sorted(METADATA, key=str)),
+)
+
+
+#: IPv6 ranges whose addresses carry an IPv4 address (a translator or the node's stack
+#: may reach that IPv4 address through them): refused in descriptor CIDRs.
+EMBEDS_IPV4: Final[tuple[tuple[ipaddress.IPv6Network, str], ...]] = tuple(
+    (ipaddress.IPv6Network(cidr), what)
+    for cidr, what in (
+        ("::ffff:0:0/96", "IPv4-mapped"),
+        ("::/96", "IPv4-compatible"),
+        ("::ffff:0:0:0/96", "IPv4-translated"),
+        ("64:ff9b::/96", "NAT64"),
+        ("64:ff9b:1::/48", "local-use NAT64"),
+        ("2002::/16", "6to4"),
+        ("2001::/32", "Teredo"),
+    )
 )
 
 
@@ -68,6 +90,14 @@ class CidrBounds:
                 f"(TOOLADAPTER_DESCRIPTOR_CIDR_MIN_PREFIX_IPV{network.version}); list narrower "
                 "blocks or name hosts"
             )
+        if isinstance(network, ipaddress.IPv6Network):
+            for embedding, what in EMBEDS_IPV4:
+                if network.overlaps(embedding):
+                    return (
+                        f"{entry!r} overlaps {embedding} ({what}), IPv6 addresses that carry "
+                        "IPv4 ones: refused whatever its size (it would reach IPv4 around the "
+                        "IPv4 bound and its exceptions); allow the IPv4 block itself"
+                    )
         return None
 
 
@@ -151,6 +181,7 @@ def ip_block(cidr: str, cluster: Sequence[IPNetwork] = ()) -> dict[str, Any]:
 
 __all__ = [
     "ALWAYS_EXCEPTED",
+    "EMBEDS_IPV4",
     "CidrBounds",
     "cidr_problems",
     "descriptor_cidr_problems",
