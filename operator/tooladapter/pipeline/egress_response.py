@@ -91,18 +91,44 @@ def _char_forms(ch: str) -> bytes:
     return b"(?:" + b"|".join(forms) + b")"
 
 
-def _base64_forms(secret: bytes) -> list[bytes]:
-    """Regexes for the value inside base64 text at each of the three alignments (standard
-    and URL-safe alphabets; `/` also JSON-escaped): the characters only its bytes decide."""
+#: A line break base64 text may hold between any two of its characters (MIME and PEM wrap
+#: at 76 or 64 columns, `base64` at 76, others at any width): CRLF or LF, raw or as JSON
+#: escapes. Every alternative starts with CR, LF or a backslash, none of them a base64
+#: character, so the pattern stays a chain of bounded choices (no nested repetition).
+_LINE_BREAK: Final = rb"(?:\r?\n|\\r\\n|\\n)?"
+#: The longest `_LINE_BREAK` (`\\r\\n`, JSON-escaped), in bytes.
+_LONGEST_BREAK: Final = 4
+
+
+def _base64_encodings(secret: bytes) -> list[bytes]:
+    """The value's base64 at each of the three alignments, standard and URL-safe: the
+    characters only its bytes decide."""
     out: list[bytes] = []
     for shift in range(3):
         part = secret[shift:]
         part = part[: len(part) // 3 * 3]
-        if len(part) < MIN_BASE64_BYTES:
-            continue
-        for encoded in {base64.b64encode(part), base64.urlsafe_b64encode(part)}:
-            out.append(re.escape(encoded).replace(b"/", rb"(?:/|\\/)"))
+        if len(part) >= MIN_BASE64_BYTES:
+            out.extend({base64.b64encode(part), base64.urlsafe_b64encode(part)})
     return out
+
+
+def _base64_forms(secret: bytes) -> list[bytes]:
+    """Regexes for the value inside base64 text (`_base64_encodings`; `/` also
+    JSON-escaped), with a line break (`_LINE_BREAK`) allowed between any two characters."""
+    out: list[bytes] = []
+    for encoded in _base64_encodings(secret):
+        chars = [rb"(?:/|\\/)" if c == ord("/") else re.escape(bytes([c])) for c in encoded]
+        out.append(_LINE_BREAK.join(chars))
+    return out
+
+
+def _base64_longest(secret: bytes) -> int:
+    """The most bytes a form of `_base64_forms` can match: every `/` escaped, the longest
+    line break between every two characters."""
+    return max(
+        (len(e) + e.count(b"/") + (len(e) - 1) * _LONGEST_BREAK for e in _base64_encodings(secret)),
+        default=0,
+    )
 
 
 class EncodedMasker:
@@ -128,6 +154,8 @@ class EncodedMasker:
                 # `%hh` per UTF-8 byte, or `\uXXXX` (a surrogate pair above the BMP).
                 self._longest += max(3 * len(ch.encode()), 12 if ord(ch) > 0xFFFF else 6)
         forms = [b"".join(chars), *_base64_forms(secret)]
+        # Held back across reads: the longest raw, escaped or (line-wrapped) base64 form.
+        self._longest = max(self._longest, _base64_longest(secret))
         self._pattern = re.compile(b"|".join(forms))
 
     def _masked(self, text: bytes) -> bytes:
