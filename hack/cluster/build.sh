@@ -107,7 +107,14 @@ for name in $ADDON_BINARIES; do
     helm)
       pkg=helm.sh/helm/v3/cmd/helm
       flags="-s -w -X helm.sh/helm/v3/internal/version.version=$HELM_VERSION"
-      flags+=" -X helm.sh/helm/v3/internal/version.gitTreeState=clean" ;;
+      flags+=" -X helm.sh/helm/v3/internal/version.gitTreeState=clean"
+      # The Kubernetes version `helm template` and `helm lint` assume without
+      # --kube-version (as helm's own Makefile sets it; unset it is 1.20, below the
+      # chart's kubeVersion): the local cluster's.
+      kmajor="${K8S_VERSION#v}"; kminor="${kmajor#*.}"; kmajor="${kmajor%%.*}"; kminor="${kminor%%.*}"
+      for p in pkg/chartutil pkg/lint/rules; do
+        flags+=" -X helm.sh/helm/v3/$p.k8sVersionMajor=$kmajor -X helm.sh/helm/v3/$p.k8sVersionMinor=$kminor"
+      done ;;
   esac
   mkdir -p "$(dirname "$out")"
   timed "$name $(addon_version "$name")" \

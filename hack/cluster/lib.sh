@@ -61,6 +61,8 @@ addon_bin() {
   local dir key
   dir="$CLUSTER_HACK_DIR/$(addon_module "$1")"
   key="$({ echo "rev=$ADDON_BUILD_REV go=$GO_VERSION"
+           # helm's default Kubernetes version (build.sh) is the cluster's.
+           [ "$1" != helm ] || echo "kube=$K8S_VERSION"
            cat "$dir/go.mod" "$dir/go.sum"
            for f in "$dir"/*.go; do [ ! -f "$f" ] || cat "$f"; done; } | sha256sum | cut -c1-12)"
   echo "$TA_CACHE/addons/$1-$(addon_version "$1")-$key/$1"
