@@ -18,6 +18,7 @@ from importlib.metadata import PackageNotFoundError, version
 import click
 
 from ..kube.user import ApiError, Gone
+from . import roles
 from .approvals import approvals, approve, reject
 from .completion import complete_var, completion
 from .confirm import confirm
@@ -49,7 +50,7 @@ def app(ctx: click.Context) -> None:
     Commands speak to the cluster as the user of your kubeconfig (its current context and
     namespace unless -n/--context say otherwise). Exit codes: 0 success, 1 error, 2 usage,
     3 denied, 4 failed, 5 uncertain, 6 cancelled, 7 pending/timeout, 8 not found,
-    9 forbidden, 10 receipt mismatch."""
+    9 forbidden, 10 receipt mismatch, 11 tool error."""
     ctx.ensure_object(Settings)
 
 
@@ -98,6 +99,9 @@ def main(argv: list[str] | None = None) -> None:
     except ApiError as err:
         what = "" if err.status == 0 else f"API server: {err.status}: "
         click.echo(f"error: {what}{err.message}", err=True)
+        command = next((arg for arg in args if arg in roles.COMMAND_ROLES), None)
+        if err.status == 403 and (role := roles.hint(err.message, command)) is not None:
+            click.echo(f"hint: {role}", err=True)
         sys.exit(for_api_status(err.status))
     except Gone as err:
         click.echo(f"error: {err} was deleted", err=True)
