@@ -149,13 +149,6 @@ async def _page_beyond_cap(operator: OperatorProcess, agent: Agent) -> tuple[int
     return status, refused
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="hit: the page's cookie path (/ui/...) skips the per-caller and per-namespace "
-    "request caps (authentication_middleware returns before doors.take_request; `page` "
-    "takes none), and its forms read bodies with no deadline: a caller at its cap keeps "
-    "making API requests through the page, and holds connections without bound",
-)
 def test_the_page_path_shares_the_callers_request_cap(
     api: client.ApiClient, operator: OperatorProcess, ns: Namespace, agent: Agent
 ) -> None:

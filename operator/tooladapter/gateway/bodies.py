@@ -13,6 +13,7 @@ import json
 from typing import Any, Final
 
 from aiohttp import web
+from multidict import MultiDictProxy
 
 from ..pipeline.problems import ProblemKind
 from .errors import ProblemError
@@ -28,6 +29,17 @@ async def read_body(request: web.Request) -> bytes:
     except TimeoutError:
         raise ProblemError(
             ProblemKind.BAD_REQUEST, f"the body did not arrive within {BODY_SECONDS:g} s"
+        ) from None
+
+
+async def form_body(request: web.Request) -> MultiDictProxy[Any]:
+    """A posted form (the page's), read within the same deadline as every other body."""
+    try:
+        async with asyncio.timeout(BODY_SECONDS):
+            return await request.post()
+    except TimeoutError:
+        raise ProblemError(
+            ProblemKind.BAD_REQUEST, f"the form did not arrive within {BODY_SECONDS:g} s"
         ) from None
 
 

@@ -88,7 +88,12 @@ class Doors:
         self._give(*held)
 
     def take_request(self, caller: str, namespace: str | None) -> Held:
-        keys = self._keys(caller, [namespace] if namespace else [])
+        return self.take_requests(caller, [namespace] if namespace else [])
+
+    def take_requests(self, caller: str, namespaces: Iterable[str]) -> Held:
+        """One request of `caller` over `namespaces` (the page's views read several): one
+        slot of the caller's and one of each namespace's."""
+        keys = self._keys(caller, namespaces)
         caps = {"caller": self.caps.caller_requests, "namespace": self.caps.namespace_requests}
         return self._take(self.requests, keys, caps, "requests")
 

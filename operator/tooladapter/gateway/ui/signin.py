@@ -16,6 +16,7 @@ from aiohttp import web
 
 from ...pipeline.problems import ProblemKind
 from ..auth import identify
+from ..bodies import form_body
 from ..context import deps_of
 from ..errors import ProblemError
 from .data import MAX_NAMESPACES, parse_namespaces
@@ -61,7 +62,10 @@ async def login_form(request: web.Request) -> web.StreamResponse:
 
 
 async def login(request: web.Request) -> web.StreamResponse:
-    form = await request.post()
+    try:
+        form = await form_body(request)  # within the deadline of every body
+    except ProblemError as exc:
+        return _form(request, status=exc.kind.status, error=exc.detail)
     if not nonces_match(read_cookie(request, LOGIN_COOKIE), str(form.get("nonce") or "")):
         return _form(request, status=403, error="The sign-in form expired; try again.")
     token = str(form.get("token") or "").strip()

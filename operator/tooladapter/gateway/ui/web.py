@@ -17,8 +17,10 @@ from ...kube.callers import CallerApiError
 from ...pipeline.problems import ProblemKind, kind_for_api_status
 from ...pipeline.review import Refusal, Undecidable
 from ...pipeline.sanitize import bounded_message
-from ..auth import authenticate, identify
+from ..auth import authenticate, identify, too_many
+from ..bodies import form_body
 from ..context import Caller, deps_of
+from ..doors import Busy
 from ..errors import ProblemError
 from .session import Sealer, Session
 
@@ -182,7 +184,7 @@ class Refused(Exception):
 
 async def checked_form(request: web.Request, person: Person) -> dict[str, str]:
     """The posted form of a signed-in person, after the CSRF and origin checks."""
-    form = await request.post()
+    form = await form_body(request)  # within the deadline of every body (bodies.py)
     if not same_origin(request) or not request.app[SEALER].csrf_ok(
         person.session, str(form.get("csrf") or "")
     ):
@@ -211,7 +213,12 @@ Page = Callable[[web.Request, Person], Awaitable[web.StreamResponse]]
 
 def page(handler: Page) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
     """A handler for signed-in people, its failures shown as HTML pages with the status
-    the API server (or the check) gave."""
+    the API server (or the check) gave.
+
+    Every page request holds one of the person's request slots (fair doors, the same caps
+    as the REST and MCP doors: a bearer token and its cookie count as one caller) and one
+    of the namespace's: the route's `{namespace}`, else each namespace of the session.
+    Beyond them: 429 with `Retry-After`, before a form is read or the API server asked."""
 
     @functools.wraps(handler)
     async def wrapped(request: web.Request) -> web.StreamResponse:
@@ -228,35 +235,60 @@ def page(handler: Page) -> Callable[[web.Request], Awaitable[web.StreamResponse]
                 detail="Your session ended; sign in again.",
                 person=None,
             )
+        doors = deps_of(request).doors
+        route_namespace = request.match_info.get("namespace")
+        scopes = [route_namespace] if route_namespace else list(person.session.namespaces)
         try:
-            return await handler(request, person)
-        except Refused as exc:
-            return render(
+            held = doors.take_requests(person.username, scopes)
+        except Busy as exc:
+            refused = too_many(exc)  # counted like every 429 of the doors
+            response = render(
                 request,
                 "error.html",
-                status=exc.status,
-                title="Refused",
-                detail=exc.detail,
+                status=429,
+                title=ProblemKind.TOO_MANY.summary,
+                detail=refused.detail,
                 person=person,
             )
-        except CallerApiError as exc:
-            kind = kind_for_api_status(exc.status)
-            return render(
-                request,
-                "error.html",
-                status=kind.status,
-                title=kind.summary,
-                detail=bounded_message(f"The API server answered: {exc.message}"),
-                person=person,
-            )
-        except ProblemError as exc:
-            return render(
-                request,
-                "error.html",
-                status=exc.kind.status,
-                title=exc.kind.summary,
-                detail=exc.detail,
-                person=person,
-            )
+            response.headers["Retry-After"] = str(exc.retry_after)
+            return response
+        try:
+            return await _answer(request, person, handler)
+        finally:
+            doors.give(held)
 
     return wrapped
+
+
+async def _answer(request: web.Request, person: Person, handler: Page) -> web.StreamResponse:
+    """`handler`'s page, or its failure as an HTML page."""
+    try:
+        return await handler(request, person)
+    except Refused as exc:
+        return render(
+            request,
+            "error.html",
+            status=exc.status,
+            title="Refused",
+            detail=exc.detail,
+            person=person,
+        )
+    except CallerApiError as exc:
+        kind = kind_for_api_status(exc.status)
+        return render(
+            request,
+            "error.html",
+            status=kind.status,
+            title=kind.summary,
+            detail=bounded_message(f"The API server answered: {exc.message}"),
+            person=person,
+        )
+    except ProblemError as exc:
+        return render(
+            request,
+            "error.html",
+            status=exc.kind.status,
+            title=exc.kind.summary,
+            detail=exc.detail,
+            person=person,
+        )
