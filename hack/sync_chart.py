@@ -11,7 +11,8 @@ chart carries the same objects as templates generated from it here:
   `resourceNames`, the grants' namespace (`egressProxy.grantsNamespace`) instead of
   `tooladapter-egress` (so a second release,
   e.g. the deploy tests on a shared cluster, can run beside the first), and the chart's
-  labels beside `app.kubernetes.io/part-of`;
+  labels beside `app.kubernetes.io/part-of`, and a ServiceAccount's annotations
+  (`serviceAccount.annotations`, `egressProxy.serviceAccount.annotations`) after its name;
 - hack/monitoring/rules.yaml and dashboard.json are copied verbatim into files/monitoring/
   (templates/prometheusrule.yaml and grafana-dashboard.yaml read them);
 - manifests/namespace.yaml is not carried: `helm install -n X --create-namespace` makes the
@@ -63,9 +64,19 @@ def render(source: Path) -> str:
     if "{{" in text or "}}" in text:
         raise ValueError(f"{source}: Go template delimiters would be rendered by Helm")
     out: list[str] = []
+    kind = ""
     for line in text.splitlines():
         code = line.split("#", 1)[0] if not line.lstrip().startswith("#") else ""
-        if m := _NAME.match(line):
+        if line == "---" or line.startswith("kind: "):
+            kind = line.removeprefix("kind: ").strip() if line != "---" else ""
+        if (m := _NAME.match(line)) and kind == "ServiceAccount" and m["indent"] == "  ":
+            # The ServiceAccount's annotations (serviceAccount.annotations, e.g. IRSA).
+            out.append(f"{m['indent']}{m['key']}: {PREFIX}-{m['rest']}")
+            line = (
+                f'  {{{{- with include "tooladapter.serviceAccountAnnotations" (list . '
+                f'"{m["rest"]}") }}}}{{{{ . | nindent 2 }}}}{{{{ end }}}}'
+            )
+        elif m := _NAME.match(line):
             line = f"{m['indent']}{m['key']}: {PREFIX}-{m['rest']}"
         elif m := _RESOURCE_NAME.match(line):
             line = f"{m['head']}{PREFIX}-{m['rest']}"

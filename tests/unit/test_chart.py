@@ -11,6 +11,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from functools import cache
@@ -306,7 +307,7 @@ def test_s3_backend_without_a_required_value_fails_naming_it(missing: str) -> No
 
 
 def test_an_unknown_backend_is_refused() -> None:
-    with pytest.raises(RenderError, match=r"artifacts\.backend must be file or s3"):
+    with pytest.raises(RenderError, match=r"artifacts/backend': value must be one of"):
         render("--set=artifacts.backend=nfs")
 
 
@@ -509,7 +510,12 @@ def _changed(value: Any) -> Any:
 #: (values files, so that a change given with --set-json wins over them).
 BASES: dict[str, dict[str, Any]] = {
     "file, everything on": {
-        "gateway": {"tls": {"secretName": "gateway-tls"}, "behindTlsProxy": True},
+        "gateway": {
+            "tls": {"secretName": "gateway-tls"},
+            "behindTlsProxy": True,
+            "ingress": {"enabled": True, "host": "tools.example.com"},
+            "httpRoute": {"enabled": True, "parentRefs": [{"name": "public"}]},
+        },
         "egressProxy": {"enabled": True},
         "metrics": {"serviceMonitor": {"enabled": True}},
         "apiServer": {"host": "192.0.2.2", "port": "6443"},
@@ -649,3 +655,276 @@ def test_the_grants_namespace_is_never_the_release_namespace() -> None:
     )
     assert "Namespace" not in kinds(docs)
     assert one(docs, "Role", "tooladapter-egress-proxy")["metadata"]["namespace"] == "grants"
+
+
+# --- the chart's conventions (issue 32) -------------------------------------------------
+
+
+@cache
+def _chart_values() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("chart_values", ROOT / "hack" / "chart_values.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["chart_values"] = module  # its dataclass looks its module up
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_helm_template_renders_without_flags() -> None:
+    """No --kube-version: the chart's kubeVersion (>=1.31) holds against helm's default."""
+    done = run_helm("template", "tooladapter", str(CHART))
+    assert done.returncode == 0, done.stderr
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    assert chart["kubeVersion"] == ">=1.31.0-0"
+    too_old = run_helm("template", "tooladapter", str(CHART), "--kube-version=1.30.0")
+    assert too_old.returncode and "kubeVersion" in too_old.stderr
+
+
+@pytest.mark.parametrize(
+    "typo", ["gateway.prot=1", "egressProxy.extraenv[0].name=A", "replica=3", "image.tags=x"]
+)
+def test_the_schema_refuses_a_value_typo(typo: str) -> None:
+    with pytest.raises(RenderError, match="additional properties"):
+        render(f"--set={typo}")
+
+
+def test_the_schema_refuses_a_wrong_type_or_choice() -> None:
+    with pytest.raises(RenderError, match="schema"):
+        render("--set=gateway.service.type=Ingress")
+    with pytest.raises(RenderError, match="schema"):
+        render("--set=replicas=two")
+
+
+def test_every_object_of_the_schema_refuses_unknown_keys() -> None:
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    loose: list[str] = []
+
+    def walk(node: dict[str, Any], path: str) -> None:
+        if "properties" in node:
+            if node.get("additionalProperties") is not False:
+                loose.append(path)
+            for key, child in node["properties"].items():
+                walk(child, f"{path}.{key}" if path else key)
+
+    walk(schema, "")
+    assert not loose, loose
+
+
+def test_every_value_is_commented_and_the_readme_table_and_schema_are_current() -> None:
+    values = _chart_values()
+    assert values.uncommented() == [], "comment these values in values.yaml"
+    assert (CHART / "README.md").read_text() == values.readme((CHART / "README.md").read_text())
+    assert (CHART / "values.schema.json").read_text() == values.schema_text(), (
+        "run `python hack/chart_values.py`"
+    )
+
+
+def test_a_value_without_a_comment_is_named() -> None:
+    text = "# Documented.\na: 1\nb:\n  # Also.\n  c: x\n  d: []\n"
+    assert _chart_values().uncommented(text) == ["b.d"]
+
+
+def test_helm_lint_strict_passes_without_flags() -> None:
+    done = run_helm("lint", "--strict", str(CHART))
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+# Rendered objects against the Kubernetes 1.34 OpenAPI (hack/vendor_openapi.py), strictly:
+# an object schema refuses fields it does not list (like kubeconform -strict).
+OPENAPI = ROOT / "tests" / "unit" / "data" / "openapi-1.34"
+#: Kinds of other projects' CRDs (cert-manager, Prometheus operator, Gateway API): not in
+#: the Kubernetes OpenAPI.
+FOREIGN = {"Certificate", "ServiceMonitor", "PrometheusRule", "HTTPRoute"}
+EVERYTHING_ON = [
+    "--set=gateway.ingress.enabled=true",
+    "--set=gateway.ingress.host=tools.example.com",
+    "--set=gateway.ingress.tlsSecretName=tools-tls",
+    "--set=gateway.ingress.className=nginx",
+    "--set=gateway.httpRoute.enabled=true",
+    '--set-json=gateway.httpRoute.parentRefs=[{"name":"public","namespace":"gateways"}]',
+    "--set=gateway.httpRoute.hostnames[0]=tools.example.com",
+    "--set=serviceAccount.annotations.eks\\.amazonaws\\.com/role-arn=arn:aws:iam::1:role/r",
+    "--set=egressProxy.serviceAccount.annotations.iam\\.gke\\.io/gcp-service-account=a@b",
+    "--set=egressProxy.caBundle.configMap=corp-ca",
+    '--set-json=egressProxy.extraEnv=[{"name":"NO_PROXY","value":"internal"}]',
+    '--set-json=egressProxy.tolerations=[{"key":"egress","operator":"Exists"}]',
+    "--set=egressProxy.nodeSelector.pool=egress",
+    "--set=monitoring.prometheusRule.enabled=true",
+    "--set=monitoring.dashboard.enabled=true",
+    "--set=metrics.serviceMonitor.enabled=true",
+]
+
+
+def _strict(node: Any) -> Any:
+    if isinstance(node, dict):
+        out = {k: _strict(v) for k, v in node.items()}
+        if (
+            "properties" in out
+            and "additionalProperties" not in out
+            and not out.get("x-kubernetes-preserve-unknown-fields")
+        ):
+            out["additionalProperties"] = False
+        return out
+    if isinstance(node, list):
+        return [_strict(v) for v in node]
+    return node
+
+
+@cache
+def _kube_schemas() -> tuple[dict[str, Any], dict[tuple[str, str], str]]:
+    schemas: dict[str, Any] = {}
+    for path in sorted(OPENAPI.glob("*.json")):
+        schemas.update(json.loads(path.read_text())["components"]["schemas"])
+    by_kind = {}
+    for name, schema in schemas.items():
+        for gvk in schema.get("x-kubernetes-group-version-kind", []):
+            api = f"{gvk['group']}/{gvk['version']}" if gvk["group"] else gvk["version"]
+            by_kind[(api, gvk["kind"])] = name
+    return {"components": {"schemas": _strict(schemas)}}, by_kind
+
+
+@pytest.mark.parametrize(
+    "args",
+    [(), tuple(EVERYTHING_ON), tuple(S3 + NO_GATEWAY)],
+    ids=["defaults", "everything-on", "s3-no-gateway"],
+)
+def test_rendered_objects_are_valid_kubernetes_1_34_objects(args: tuple[str, ...]) -> None:
+    import jsonschema
+    from referencing import Registry, Resource
+    from referencing.jsonschema import DRAFT7
+
+    document, by_kind = _kube_schemas()
+    registry: Registry[Any] = Registry().with_resource(
+        "urn:k8s", Resource.from_contents(document, default_specification=DRAFT7)
+    )
+    problems: list[str] = []
+    seen: set[str] = set()
+    for doc in render(*args):
+        kind = doc["kind"]
+        seen.add(kind)
+        if kind in FOREIGN:
+            continue
+        name = by_kind.get((doc["apiVersion"], kind))
+        assert name, f"no vendored schema for {doc['apiVersion']} {kind}: hack/vendor_openapi.py"
+        validator = jsonschema.Draft7Validator(
+            {"$ref": f"urn:k8s#/components/schemas/{name}"}, registry=registry
+        )
+        for error in validator.iter_errors(doc):
+            where = "/".join(str(p) for p in error.absolute_path)
+            problems.append(f"{kind}/{doc['metadata']['name']} {where}: {error.message}")
+    assert not problems, "\n".join(problems)
+    assert "Deployment" in seen
+
+
+def test_service_accounts_carry_their_annotations() -> None:
+    docs = render(*EVERYTHING_ON)
+    operator = one(docs, "ServiceAccount", "tooladapter-operator")
+    assert operator["metadata"]["annotations"] == {
+        "eks.amazonaws.com/role-arn": "arn:aws:iam::1:role/r"
+    }
+    proxy = one(docs, "ServiceAccount", "tooladapter-egress-proxy")
+    assert proxy["metadata"]["annotations"] == {"iam.gke.io/gcp-service-account": "a@b"}
+    assert "annotations" not in one(render(), "ServiceAccount", "tooladapter-operator")["metadata"]
+
+
+def test_security_contexts_can_be_overridden() -> None:
+    """Helm merges a given map into the default one: a key set to null is dropped."""
+    docs = render(
+        "--set=podSecurityContext.runAsUser=1000",
+        "--set=podSecurityContext.fsGroup=null",
+        "--set=securityContext.readOnlyRootFilesystem=false",
+    )
+    for deployment in (d for d in docs if d["kind"] == "Deployment"):
+        pod = deployment["spec"]["template"]["spec"]
+        assert pod["securityContext"]["runAsUser"] == 1000
+        assert "fsGroup" not in pod["securityContext"]
+        assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+        for container in pod["containers"]:
+            assert container["securityContext"]["readOnlyRootFilesystem"] is False
+
+
+def test_the_proxy_trusts_a_private_ca_and_takes_extra_env_and_scheduling() -> None:
+    docs = render(*EVERYTHING_ON)
+    pod = one(docs, "Deployment", "tooladapter-egress-proxy")["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    env = env_of(container)
+    assert env["TOOLADAPTER_EGRESS_CA_FILE"] == "/etc/tooladapter/egress-ca/ca.crt"
+    assert env["NO_PROXY"] == "internal"
+    volume = next(v for v in pod["volumes"] if v["name"] == "egress-ca")
+    assert volume["configMap"]["name"] == "corp-ca"
+    assert {"name": "egress-ca", "mountPath": "/etc/tooladapter/egress-ca", "readOnly": True} in (
+        container["volumeMounts"]
+    )
+    assert pod["nodeSelector"] == {"pool": "egress"}
+    assert pod["tolerations"] == [{"key": "egress", "operator": "Exists"}]
+    pdb = one(docs, "PodDisruptionBudget", "tooladapter-egress-proxy")
+    assert pdb["spec"]["minAvailable"] == 1
+    secret = render("--set=egressProxy.caBundle.secret=corp-ca", "--set=egressProxy.caBundle.key=b")
+    pod = one(secret, "Deployment", "tooladapter-egress-proxy")["spec"]["template"]["spec"]
+    volume = next(v for v in pod["volumes"] if v["name"] == "egress-ca")
+    assert volume["secret"] == {"secretName": "corp-ca", "items": [{"key": "b", "path": "b"}]}
+
+
+def test_the_gateway_can_be_exposed_by_an_ingress_or_an_http_route() -> None:
+    docs = render(*EVERYTHING_ON)
+    ingress = one(docs, "Ingress", "tooladapter-gateway")
+    assert ingress["spec"]["rules"][0]["host"] == "tools.example.com"
+    backend = ingress["spec"]["rules"][0]["http"]["paths"][0]["backend"]["service"]
+    assert backend == {"name": "tooladapter-gateway", "port": {"number": 8080}}
+    route = one(docs, "HTTPRoute", "tooladapter-gateway")
+    assert route["apiVersion"] == "gateway.networking.k8s.io/v1"
+    assert route["spec"]["parentRefs"] == [{"name": "public", "namespace": "gateways"}]
+    assert route["spec"]["rules"][0]["backendRefs"] == [
+        {"name": "tooladapter-gateway", "port": 8080}
+    ]
+    assert not kinds(render()) & {"Ingress", "HTTPRoute"}
+    with pytest.raises(RenderError, match=r"gateway\.ingress\.host is required"):
+        render("--set=gateway.ingress.enabled=true")
+    with pytest.raises(RenderError, match="parentRefs"):
+        render("--set=gateway.httpRoute.enabled=true")
+
+
+def _notes(*args: str) -> str:
+    """NOTES.txt as `helm install` prints it (helm template leaves it out; install needs a
+    cluster): a copy of the chart renders it into an object."""
+    with tempfile.TemporaryDirectory() as tmp:
+        chart = Path(tmp) / "tooladapter"
+        shutil.copytree(CHART, chart)
+        notes = (chart / "templates" / "NOTES.txt").read_text()
+        (chart / "templates" / "NOTES.txt").unlink()
+        (chart / "templates" / "_notes.tpl").write_text(
+            '{{- define "notes" }}' + notes + "{{- end }}"
+        )
+        (chart / "templates" / "notes.yaml").write_text('notes: {{ include "notes" . | toJson }}\n')
+        done = run_helm("template", "tooladapter", str(chart), "-s", "templates/notes.yaml", *args)
+        assert done.returncode == 0, done.stderr
+        return str(yaml.safe_load(done.stdout)["notes"])
+
+
+def test_notes_say_how_to_reach_the_gateway_and_warn_about_local_images() -> None:
+    notes = _notes()
+    assert "kubectl port-forward -n default service/tooladapter-gateway" in notes
+    assert "https://localhost:8443/ui/" in notes
+    assert "WARNING: an image is named localhost/" in notes
+    pushed = _notes(
+        "--set=image.repository=registry.example.com/tooladapter-operator",
+        "--set=settings.sandboxImage=registry.example.com/tooladapter-sandbox:0.1.0",
+    )
+    assert "WARNING" not in pushed
+
+
+def test_the_deploy_suites_values_meet_the_schema() -> None:
+    """tests/deploy installs with these (conftest.py, registry.py, release.py, test_egress.py,
+    test_upgrade.py)."""
+    render(
+        "--set=prefix=tachart",
+        "--set=namespaces=tachart-*",
+        "--set=image.repository=192.0.2.2:5000/tooladapter-operator",
+        "--set=image.tag=",
+        "--set=image.pullPolicy=Always",
+        "--set=settings.sandboxImage=192.0.2.2:5000/tooladapter-sandbox:0.1.0",
+        "--set=settings.imagePullPolicy=Always",
+        "--set-string=egressProxy.hosts=api.example=192.0.2.9",
+        "--set=settings.sandboxRetainSeconds=61",
+        namespace="tachart-system",
+    )

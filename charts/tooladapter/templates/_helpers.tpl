@@ -40,19 +40,27 @@ app.kubernetes.io/component: {{ index . 1 }}
 {{- end -}}
 {{- end -}}
 
-{{/* The restricted pod security profile every pod of the chart runs under. */}}
+{{/* The pod securityContext of every pod of the chart (default: the restricted profile). */}}
 {{- define "tooladapter.podSecurityContext" -}}
-runAsNonRoot: true
-runAsUser: 65532
-runAsGroup: 65532
-fsGroup: 65532
-seccompProfile: {type: RuntimeDefault}
+{{- toYaml .Values.podSecurityContext -}}
 {{- end -}}
 
 {{- define "tooladapter.containerSecurityContext" -}}
-allowPrivilegeEscalation: false
-readOnlyRootFilesystem: true
-capabilities: {drop: [ALL]}
+{{- toYaml .Values.securityContext -}}
+{{- end -}}
+
+{{/*
+The annotations of a ServiceAccount (IRSA, Workload Identity):
+`include "tooladapter.serviceAccountAnnotations" (list . "operator")`, or "egress-proxy".
+Empty when none are set. hack/sync_chart.py puts it into the generated ServiceAccounts.
+*/}}
+{{- define "tooladapter.serviceAccountAnnotations" -}}
+{{- $root := index . 0 -}}
+{{- $values := ternary $root.Values.egressProxy.serviceAccount $root.Values.serviceAccount (eq (index . 1) "egress-proxy") -}}
+{{- with $values.annotations -}}
+annotations:
+  {{- toYaml . | nindent 2 }}
+{{- end -}}
 {{- end -}}
 
 {{/*
