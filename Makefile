@@ -73,6 +73,7 @@ unit: venv promtool helm
 crds: venv
 	$(PY) -m tooladapter.crdgen crds/
 	$(PY) hack/sync_chart.py
+	$(PY) hack/chart_values.py
 
 crds-check: venv
 	$(PY) -m tooladapter.crdgen --check crds/
@@ -98,10 +99,12 @@ run: venv
 
 # Install or upgrade the Helm release. Helm never upgrades a chart's crds/, so they are
 # applied server-side first. On the local cluster the operator image is built and imported
-# first (`make image`).
+# first (`make image`). Objects of `make install` in the way stop it: `make uninstall` first.
 deploy: venv
 	@command -v $(HELM) >/dev/null || { echo "make deploy: no helm binary (HELM=$(HELM)); \
 	  the local cluster's tools are in .cluster/bin" >&2; exit 1; }
+	@# Objects `make install` applied cannot be taken over by Helm: one line, before anything.
+	@HELM=$(HELM) $(PY) hack/deploy_preflight.py $(DEPLOY_RELEASE) $(DEPLOY_NAMESPACE) $(DEPLOY_ARGS)
 	@if [ "$(KUBECONFIG)" = "$(LOCAL_KUBECONFIG)" ]; then $(MAKE) --no-print-directory image; fi
 	kubectl apply --server-side --force-conflicts -f crds/
 	kubectl wait --for=condition=Established --timeout=60s -f crds/
