@@ -131,19 +131,33 @@ def test_two_operators_on_the_same_namespaces_execute_each_call_exactly_once(
         second.stop()
 
 
-def test_a_job_refused_by_a_resource_quota_ends_failed_with_the_quota_message(
+def test_a_job_a_resource_quota_refuses_waits_in_brokered_naming_the_quota_and_never_starts(
     api: client.ApiClient, ns: Namespace, agent: Agent
 ) -> None:
+    """The quota is asked before any effect (a server-side dry run): the call waits in
+    Brokered, its message naming the quota, with no Job; interrupted, it ends Cancelled.
+    (Running out of the wait is tests/integration/test_capacity.py's.)"""
     client.CoreV1Api(api).create_namespaced_resource_quota(
         ns.name, {"metadata": {"name": "no-jobs"}, "spec": {"hard": {"count/jobs.batch": "0"}}}
     )
     shell_tool(api, ns.name, "sh")
     agent.grant(["sh"], ["sandbox"])
-    status = status_of(agent.wait(agent.invoke("sh", {"command": "echo hi"}), timeout=60))
-    assert status["state"] == "Failed", pretty(status)
-    assert status["failureClass"] == "transient"
-    assert "quota" in status["message"].lower() and "no-jobs" in status["message"]
-    assert status.get("receiptRef")
+    name = agent.invoke("sh", {"command": "echo hi"})
+
+    def waiting() -> dict[str, Any] | None:
+        status = status_of(get(api, ns.name, "toolinvocations", name))
+        return status if "no-jobs" in (status.get("message") or "") else None
+
+    status = wait_for(waiting, timeout=60, what="the call waiting for the quota")
+    assert status["state"] == "Brokered", pretty(status)
+    assert "quota" in status["message"].lower()
+    assert jobs_of(api, ns.name) == []
+    custom(agent.api).patch_namespaced_custom_object(
+        GROUP, VERSION, ns.name, "toolinvocations", name, {"spec": {"interrupt": True}}
+    )
+    ended = status_of(agent.wait(name, timeout=60))
+    assert ended["state"] == "Cancelled", pretty(ended)
+    assert ended.get("receiptRef")
     assert jobs_of(api, ns.name) == []
 
 
