@@ -14,7 +14,7 @@ export PYTHONUNBUFFERED := 1
 
 include hack/cluster.mk
 
-.PHONY: help venv lint unit crds crds-check install uninstall run demo test integration bench chaos s3-server \
+.PHONY: help venv lint docs-reference unit crds crds-check install uninstall run demo test integration bench chaos s3-server \
 	deploy undeploy deploy-test image browser otel-collector promtool helm
 
 # `make deploy`: the Helm release (charts/tooladapter) in the cluster of KUBECONFIG.
@@ -53,6 +53,12 @@ lint: venv
 	$(VENV)/bin/ruff format --check operator tests hack
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
+	$(VENV)/bin/mkdocs build --strict --quiet
+
+# docs/reference/ from the code (models, settings, CLI, OpenAPI, metrics, exit codes, chart
+# values); tests/unit/test_docs_reference.py fails when the committed pages are stale.
+docs-reference: venv
+	$(PY) hack/docs_gen.py docs/reference
 
 # promtool checks and unit-tests the alert rules (hack/monitoring/): Debian's prometheus
 # package ships it (no service is started where none runs).
