@@ -60,6 +60,17 @@ def _port(name: str, default: int) -> int:
     return value
 
 
+def _namespaced(name: str) -> str | None:
+    """`namespace/name`, or None when unset."""
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return None
+    namespace, _, obj = raw.partition("/")
+    if not namespace or not obj or "/" in obj:
+        raise ValueError(f"{name} must be namespace/name, not {raw!r}")
+    return raw
+
+
 def _path(name: str) -> Path | None:
     raw = os.environ.get(name, "").strip()
     return Path(raw) if raw else None
@@ -332,6 +343,10 @@ class Settings:
     #: A file of at least 32 random bytes sealing the reviewers' page session cookies
     #: (every replica behind one Service needs the same); unset: a key per process.
     ui_session_key_file: Path | None = None
+    #: `namespace/name` of a Secret holding that key (key `session-key`), which the gateway
+    #: creates with a random key when it is absent (the chart's way: a rendered chart holds
+    #: no key, so `helm template | kubectl apply` never rotates it). Wins over the file.
+    ui_session_secret: str | None = None
     #: How long a sign-in to the reviewers' page lasts (the token's own expiry still ends it).
     ui_session_seconds: int = 8 * 3600
     #: A trusted TLS-terminating proxy is in front of a plain-HTTP gateway: the page's
@@ -450,6 +465,7 @@ class Settings:
             ),
             result_delimiters=_bool("TOOLADAPTER_RESULT_DELIMITERS", base.result_delimiters),
             ui_session_key_file=_path("TOOLADAPTER_UI_SESSION_KEY_FILE"),
+            ui_session_secret=_namespaced("TOOLADAPTER_UI_SESSION_SECRET"),
             ui_session_seconds=_at_least(
                 "TOOLADAPTER_UI_SESSION_SECONDS", base.ui_session_seconds, 60
             ),

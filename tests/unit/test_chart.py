@@ -272,11 +272,9 @@ def test_s3_backend_takes_credentials_from_an_existing_secret_and_no_claim() -> 
         "secretKeyRef": {"name": "s3-credentials", "key": "AWS_SECRET_ACCESS_KEY"}
     }
     secrets = [d["metadata"]["name"] for d in docs if d["kind"] == "Secret"]
-    # The only Secrets the chart makes are the page's session key and the gateway's
-    # certificate, never S3 credentials.
-    assert sorted(secrets) == ["tooladapter-gateway-tls", "tooladapter-ui-session"], (
-        "the chart never holds the credentials"
-    )
+    # The only Secret the chart makes is the gateway's certificate, never S3 credentials
+    # (the operator makes the page's session key itself).
+    assert secrets == ["tooladapter-gateway-tls"], "the chart never holds the credentials"
     assert env["TOOLADAPTER_S3_REGION"] == "us-east-1"
     assert env["TOOLADAPTER_S3_PATH_STYLE"] == "false"
     assert "AWS_CA_BUNDLE" not in env
@@ -576,21 +574,19 @@ def test_helm_lint_is_clean() -> None:
 
 
 def test_the_reviewers_page_shares_one_session_key_among_replicas() -> None:
+    """The operator makes the key's Secret on first start: no render holds a key, so two
+    renders are the same and `helm template | kubectl apply` never rotates it."""
     docs = render()
-    secret = one(docs, "Secret", "tooladapter-ui-session")
-    assert len(secret["data"]["session-key"]) >= 44  # 32+ bytes, base64
-    container = operator_container(docs)
-    assert env_of(container)["TOOLADAPTER_UI_SESSION_KEY_FILE"] == (
-        "/etc/tooladapter/ui-session/session-key"
-    )
-    pod = one(docs, "Deployment", "tooladapter-operator")["spec"]["template"]["spec"]
-    volume = next(v for v in pod["volumes"] if v["name"] == "ui-session")
-    assert volume["secret"]["secretName"] == "tooladapter-ui-session"
+    assert not [d for d in docs if d["kind"] == "Secret" and "session" in d["metadata"]["name"]]
+    env = env_of(operator_container(docs))
+    assert env["TOOLADAPTER_UI_SESSION_SECRET"] == "tooladapter-system/tooladapter-ui-session-key"
+    assert "TOOLADAPTER_UI_SESSION_KEY_FILE" not in env
     own = render("--set=gateway.uiSessionSecretName=mine")
-    assert not [d for d in own if d["kind"] == "Secret" and "session" in d["metadata"]["name"]]
-    pod = one(own, "Deployment", "tooladapter-operator")["spec"]["template"]["spec"]
-    volume = next(v for v in pod["volumes"] if v["name"] == "ui-session")
-    assert volume["secret"]["secretName"] == "mine"
+    assert env_of(operator_container(own))["TOOLADAPTER_UI_SESSION_SECRET"] == (
+        "tooladapter-system/mine"
+    )
+    args = ["--set=gateway.tls.secretName=gateway-tls"]
+    assert _render_uncached(*args) == _render_uncached(*args), "a render holds a random value"
 
 
 def test_the_gateway_speaks_tls_by_default_with_a_certificate_clients_can_trust() -> None:

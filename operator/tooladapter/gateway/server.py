@@ -20,6 +20,7 @@ from ..artifacts import open_store
 from ..kube.auth import AllowCache
 from ..kube.callers import CallerPool, Reviews, bound_time
 from ..kube.client import Kube
+from ..kube.session_key import ensure_session_key
 from ..settings import Settings
 from .auth import authentication_middleware, install
 from .context import DEPS, Deps
@@ -83,6 +84,14 @@ def build_app(deps: Deps, mcp: McpEndpoint) -> web.Application:
     return app
 
 
+async def _ui_session_key(kube: Kube, settings: Settings) -> bytes | None:
+    """The page's session key from its Secret, made there on first start (the chart)."""
+    if settings.ui_session_secret is None:
+        return None
+    namespace, _, name = settings.ui_session_secret.partition("/")
+    return await ensure_session_key(kube, namespace, name)
+
+
 def tls_context(settings: Settings) -> ssl.SSLContext | None:
     if settings.gateway_tls_cert is None or settings.gateway_tls_key is None:
         return None
@@ -129,6 +138,7 @@ class Gateway:
             settings=settings,
             kube=kube,
             doors=Doors(caps_of(settings)),
+            ui_session_key=await _ui_session_key(kube, settings),
         )
         gateway = cls(deps, kube)
         try:

@@ -17,7 +17,11 @@ from .web import HERE, PREFIX, SEALER, TEMPLATES, templates
 
 
 def add_routes(app: web.Application) -> None:
-    app[SEALER] = Sealer.from_file(app[DEPS].settings.ui_session_key_file)
+    deps = app[DEPS]
+    if deps.ui_session_key is not None:
+        app[SEALER] = Sealer(deps.ui_session_key)
+    else:
+        app[SEALER] = Sealer.from_file(deps.settings.ui_session_key_file)
     app[TEMPLATES] = templates()
     for module in (signin, approvals, uncertain, runs, live):
         module.add_routes(app)
