@@ -1,4 +1,4 @@
-"""The exit codes scripts can rely on, one per outcome (the README's "Command line" lists
+"""The exit codes scripts can rely on, one per outcome (docs/reference/exit-codes.md lists
 them). An invocation's terminal state maps onto them, and so does an API error status."""
 
 from __future__ import annotations

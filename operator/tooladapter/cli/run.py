@@ -15,7 +15,7 @@ from .exitcodes import ExitCode
 def run(kopf_args: tuple[str, ...]) -> ExitCode:
     """Run the operator against the cluster of KUBECONFIG (or in-cluster).
 
-    Settings come from TOOLADAPTER_* environment variables (see the README);
+    Settings come from TOOLADAPTER_* environment variables (docs/reference/settings.md);
     TOOLADAPTER_NAMESPACES limits it to namespace globs. Options after `--` go to `kopf run`.
     """
     from ..launcher import run as launch
@@ -29,7 +29,7 @@ def egress_proxy() -> ExitCode:
     """Run the lease-scoped egress proxy sandboxes reach host names through.
 
     Its own process, never the operator's. Settings come from TOOLADAPTER_EGRESS_*
-    environment variables (see the README's Egress); `make run` starts it beside the operator.
+    environment variables (docs/concepts/egress.md); `make run` starts it beside the operator.
     """
     from ..egress.main import main as egress_main
 
