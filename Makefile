@@ -15,7 +15,7 @@ export PYTHONUNBUFFERED := 1
 include hack/cluster.mk
 
 .PHONY: help venv lint docs-reference unit crds crds-check install uninstall run demo test integration bench chaos s3-server \
-	deploy undeploy deploy-test image browser otel-collector promtool helm
+	deploy undeploy deploy-test image image-push skopeo browser otel-collector promtool helm
 
 # `make deploy`: the Helm release (charts/tooladapter) in the cluster of KUBECONFIG.
 HELM              ?= helm
@@ -33,6 +33,7 @@ help:
 	@echo "make deploy     the operator in-cluster with Helm (2 replicas); undeploy removes it"
 	@echo "make crds       regenerate crds/ from the models"
 	@echo "make image      operator and sandbox images without Docker (loaded into the local cluster)"
+	@echo "make image-push REGISTRY=host:port  the same images pushed to a registry (skopeo), tagged with the chart's appVersion"
 	@echo "make bench      benchmarks (never part of make test)"
 	@echo "make chaos      exactly once and never stuck under faults (never part of make test)"
 	@echo "make s3-server  build the S3-compatible test server (SeaweedFS) into the cache"
@@ -177,6 +178,34 @@ IMAGES ?= sandbox operator
 IMAGE_TAG ?= dev
 image: venv
 	PYTHONPATH=$(ROOT)/hack $(PY) -m image $(IMAGES) --tag $(IMAGE_TAG)
+
+# `make image-push REGISTRY=host:port[/path]`: the archives `make image` builds (same cache,
+# same IMAGE_TAG), copied with Debian's skopeo (no Docker engine) to
+# REGISTRY/tooladapter-<image>:PUSH_TAG, where PUSH_TAG is the chart's appVersion unless
+# IMAGE_TAG is given (then IMAGE_TAG). TLS is verified except for the local cluster's node
+# registry (`make cluster-status` shows it) and localhost; REGISTRY_TLS_VERIFY=true|false
+# decides otherwise. Credentials: skopeo's (`skopeo login REGISTRY`, or REGISTRY_AUTH_FILE).
+APP_VERSION := $(shell sed -n 's/^appVersion: *"\{0,1\}\([^"]*\)"\{0,1\} *$$/\1/p' charts/tooladapter/Chart.yaml)
+PUSH_TAG ?= $(if $(filter command line environment,$(origin IMAGE_TAG)),$(IMAGE_TAG),$(APP_VERSION))
+REGISTRY_TLS_VERIFY ?=
+image-push: venv skopeo
+	@test -n "$(REGISTRY)" || { echo "make image-push: set REGISTRY=host:port" >&2; exit 1; }
+	@set -euo pipefail; verify="$(REGISTRY_TLS_VERIFY)"; \
+	if [ -z "$$verify" ]; then \
+	  node="$$(bash -c '. $(CLUSTER_SCRIPTS)/lib.sh && echo "$$(node_ip):$$REGISTRY_PORT"' 2>/dev/null || true)"; \
+	  case "$(REGISTRY)" in "$$node"|"$$node"/*|localhost:*|127.0.0.1:*) verify=false ;; *) verify=true ;; esac; \
+	fi; \
+	for name in $(IMAGES); do \
+	  archive="$$(PYTHONPATH=$(ROOT)/hack $(PY) -m image $$name --tag $(IMAGE_TAG) --load no)"; \
+	  ref="$(REGISTRY)/tooladapter-$$name:$(PUSH_TAG)"; \
+	  skopeo copy --quiet --dest-tls-verify="$$verify" "oci-archive:$$archive" "docker://$$ref"; \
+	  echo "pushed $$ref"; \
+	done
+
+# Debian's skopeo, for `make image-push` (copies OCI archives to registries, no daemon).
+skopeo:
+	@command -v skopeo >/dev/null || { apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends skopeo; }
 
 bench: venv
 	@if [ "$(KUBECONFIG)" = "$(LOCAL_KUBECONFIG)" ]; then $(MAKE) --no-print-directory cluster-up; fi

@@ -106,7 +106,7 @@ LOCAL_PATH_DIR="$VAR_DIR/local-path"
 # core component makes up.sh restart the cluster; a missing add-on process is
 # only started (so a running cluster gains add-ons without a restart).
 COMPONENTS="containerd etcd kube-apiserver kube-controller-manager kube-scheduler kubelet kube-router"
-ADDON_COMPONENTS="kube-proxy"
+ADDON_COMPONENTS="kube-proxy docker-registry"
 # In-cluster add-ons: Deployments (namespace/name), and where local-path
 # keeps the volumes' directories on the node (wiped with $VAR_DIR).
 COREDNS_DEPLOYMENT=kube-system/coredns
@@ -130,6 +130,15 @@ proc_alive() {
   [ -n "$state" ] && [ "$state" != Z ]
 }
 component_running() { component_pid "$1" >/dev/null; }
+
+# The node's image registry (addons/registry.sh): Debian's docker-registry as a
+# host process on the node's address, plain HTTP; containerd reads one hosts.toml
+# per registry host under REGISTRY_HOSTS_DIR (its CRI config_path) at each pull.
+# Images pushed there (`make image-push REGISTRY=$NODE_IP:$REGISTRY_PORT`) are
+# really pulled (the deploy suite installs from it); its blobs live in $VAR_DIR.
+REGISTRY_PORT="${REGISTRY_PORT:-5000}"
+REGISTRY_HOSTS_DIR="$CLUSTER_DIR/conf/certs.d"
+REGISTRY_DIR="$VAR_DIR/registry"
 
 # Images (built locally, imported into containerd's k8s.io namespace).
 PAUSE_IMAGE="localhost/tooladapter-pause:dev"

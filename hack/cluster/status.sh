@@ -44,6 +44,11 @@ if [ -f "$KC" ] && [ -x "$BIN_DIR/kubectl" ]; then
     else
       echo "cluster DNS: NOT answering at $CLUSTER_DNS_IP"; ok=1
     fi
+    if curl -fsS --max-time 3 "http://$(node_ip):$REGISTRY_PORT/v2/" >/dev/null 2>&1; then
+      echo "registry: answers at http://$(node_ip):$REGISTRY_PORT (images: make image-push REGISTRY=$(node_ip):$REGISTRY_PORT)"
+    else
+      echo "registry: NOT answering at http://$(node_ip):$REGISTRY_PORT"; ok=1
+    fi
     sc="$("$BIN_DIR/kubectl" --kubeconfig "$KC" get storageclass -o \
       jsonpath='{range .items[?(@.metadata.annotations.storageclass\.kubernetes\.io/is-default-class=="true")]}{.metadata.name}{end}' \
       2>/dev/null)"

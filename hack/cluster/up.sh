@@ -199,6 +199,50 @@ oomScoreAdj: 0
 EOF
 }
 
+# containerd's configuration; a function because the add-ons compare it with the
+# running one (ensure_containerd_config) on a running cluster.
+containerd_config() {
+  cat <<EOF
+version = 2
+root = "$VAR_DIR/containerd"
+state = "$RUN_DIR/containerd"
+disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshotter.v1.btrfs",
+  "io.containerd.snapshotter.v1.zfs", "io.containerd.snapshotter.v1.devmapper"]
+
+[grpc]
+  address = "$CONTAINERD_SOCK"
+
+[plugins]
+  [plugins."io.containerd.grpc.v1.cri"]
+    sandbox_image = "$PAUSE_IMAGE"
+    stream_server_address = "127.0.0.1"
+    stream_server_port = "0"
+    enable_selinux = false
+    netns_mounts_under_state_dir = true
+    # This VM does not give root CAP_SYS_RESOURCE, so runc cannot lower a
+    # container's oom_score_adj below containerd's own (the pod sandbox asks
+    # for -998): clamp instead of failing every sandbox.
+    restrict_oom_score_adj = true
+    [plugins."io.containerd.grpc.v1.cri".containerd]
+      snapshotter = "overlayfs"
+      default_runtime_name = "runc"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+        runtime_type = "io.containerd.runc.v2"
+        [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+          SystemdCgroup = false
+    # Registries (the node's own, addons/registry.sh): one hosts.toml per registry
+    # host under config_path, read at each pull, so registries come and go without
+    # restarting containerd.
+    [plugins."io.containerd.grpc.v1.cri".registry]
+      config_path = "$REGISTRY_HOSTS_DIR"
+    [plugins."io.containerd.grpc.v1.cri".cni]
+      bin_dir = "/usr/lib/cni"
+      conf_dir = "/etc/cni/net.d"
+  [plugins."io.containerd.internal.v1.opt"]
+    path = "$VAR_DIR/containerd/opt"
+EOF
+}
+
 start_kubelet() {
   start kubelet "$BIN_DIR/kubelet" \
     --config "$CONF/kubelet.yaml" \
@@ -321,41 +365,8 @@ kubeconfig "$CONF/kube-router.kubeconfig" kube-router "$LOCAL_API"
 
 # ------------------------------------------------------------ containerd ---
 
-mkdir -p "$VAR_DIR" "$RUN_DIR"
-cat >"$CONF/containerd.toml" <<EOF
-version = 2
-root = "$VAR_DIR/containerd"
-state = "$RUN_DIR/containerd"
-disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshotter.v1.btrfs",
-  "io.containerd.snapshotter.v1.zfs", "io.containerd.snapshotter.v1.devmapper"]
-
-[grpc]
-  address = "$CONTAINERD_SOCK"
-
-[plugins]
-  [plugins."io.containerd.grpc.v1.cri"]
-    sandbox_image = "$PAUSE_IMAGE"
-    stream_server_address = "127.0.0.1"
-    stream_server_port = "0"
-    enable_selinux = false
-    netns_mounts_under_state_dir = true
-    # This VM does not give root CAP_SYS_RESOURCE, so runc cannot lower a
-    # container's oom_score_adj below containerd's own (the pod sandbox asks
-    # for -998): clamp instead of failing every sandbox.
-    restrict_oom_score_adj = true
-    [plugins."io.containerd.grpc.v1.cri".containerd]
-      snapshotter = "overlayfs"
-      default_runtime_name = "runc"
-      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
-        runtime_type = "io.containerd.runc.v2"
-        [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
-          SystemdCgroup = false
-    [plugins."io.containerd.grpc.v1.cri".cni]
-      bin_dir = "/usr/lib/cni"
-      conf_dir = "/etc/cni/net.d"
-  [plugins."io.containerd.internal.v1.opt"]
-    path = "$VAR_DIR/containerd/opt"
-EOF
+mkdir -p "$VAR_DIR" "$RUN_DIR" "$REGISTRY_HOSTS_DIR"
+containerd_config | write_file "$CONF/containerd.toml" || true
 start containerd containerd --config "$CONF/containerd.toml"
 wait_component containerd "containerd socket" "$WAIT_SHORT" ctr --address "$CONTAINERD_SOCK" version
 

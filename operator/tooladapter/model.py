@@ -770,6 +770,9 @@ class McpServerStatus(Model):
 
     phase: McpServerPhase = McpServerPhase.REGISTERED
     """Registered, Verified, Active, Degraded or Retired."""
+    message: str | None = None
+    """Why the server is in its phase: a refused address (naming spec.allowedCidrs), a
+    failing probe, a verified server waiting for spec.activated."""
     #: The url a probe without credentials reached (it answered, or asked for credentials
     #: with 401): the credentials are sent only to this url, and only once activated.
     verified_url: str | None = None

@@ -241,8 +241,13 @@ class Settings:
     inline_result_bytes: int = 16_384
     #: Image of shell tools when the descriptor names none.
     sandbox_image: str = "localhost/tooladapter-sandbox:dev"
-    #: Pull policy of sandbox pods; images are imported locally, never pulled.
+    #: Pull policy of sandbox pods (the local cluster imports its images; `Always` when
+    #: they come from a registry and every run must pull).
     image_pull_policy: str = "IfNotPresent"
+    #: Names of pull Secrets ("a,b") every sandbox pod lists in imagePullSecrets. Each
+    #: tenant namespace must hold them itself: the operator never copies Secrets between
+    #: namespaces (a pod naming a missing one still pulls anonymously).
+    image_pull_secrets: tuple[str, ...] = ()
     #: Period of the uncertain-effect reconciler and the sandbox reaper.
     reconcile_interval_seconds: int = 30
     #: Jobs and NetworkPolicies of ended calls are kept this long for inspection, then reaped.
@@ -384,6 +389,7 @@ class Settings:
             image_pull_policy=os.environ.get(
                 "TOOLADAPTER_IMAGE_PULL_POLICY", base.image_pull_policy
             ),
+            image_pull_secrets=_list("TOOLADAPTER_IMAGE_PULL_SECRETS", base.image_pull_secrets),
             reconcile_interval_seconds=_int(
                 "TOOLADAPTER_RECONCILE_INTERVAL_SECONDS", base.reconcile_interval_seconds
             ),

@@ -192,3 +192,36 @@ def test_helm_runs() -> None:
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("v3."), result.stdout
+
+
+def test_node_registry_serves_pushed_images_that_pods_pull(
+    core: Any, namespace: str, node_ip: str
+) -> None:
+    """The node's registry (addons/registry.sh, issue 32): `make image-push` puts the sandbox
+    image there, and a pod naming it with imagePullPolicy Always pulls it over plain HTTP."""
+    registry = f"{node_ip}:5000"
+    with urllib.request.urlopen(f"http://{registry}/v2/", timeout=5) as reply:
+        assert reply.status == 200
+    pushed = subprocess.run(
+        ["make", "--no-print-directory", "image-push", "IMAGES=sandbox", f"REGISTRY={registry}"],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
+    assert pushed.returncode == 0, pushed.stderr[-2000:]
+    (line,) = [x for x in pushed.stdout.splitlines() if x.startswith("pushed ")]
+    image = line.split(" ", 1)[1]
+    assert image.startswith(f"{registry}/tooladapter-sandbox:")
+
+    token = uuid.uuid4().hex
+    container = sandbox_container("main", ["/bin/sh", "-c", f"echo {token}"])
+    container.image, container.image_pull_policy = image, "Always"
+    core.create_namespaced_pod(namespace, _pod("pulled", container))
+    phase = wait_until("pod pulled to finish", lambda: _finished(core, namespace, "pulled"), 180)
+    log = core.read_namespaced_pod_log("pulled", namespace, container="main")
+    assert (phase, log.strip()) == ("Succeeded", token), log
+    events = core.list_namespaced_event(namespace, field_selector="involvedObject.name=pulled")
+    reasons = {e.reason for e in events.items if f'"{image}"' in (e.message or "")}
+    assert {"Pulling", "Pulled"} <= reasons, reasons

@@ -20,6 +20,7 @@ from kubernetes import client
 from tests.integration.servers import Recorder, recording_server
 from tooladapter.devtools import Namespace, admin_client, kubeconfig, node_ip
 
+from . import registry as node_registry
 from .release import Release, make
 
 pytestmark = pytest.mark.cluster
@@ -34,10 +35,23 @@ def api() -> client.ApiClient:
 
 
 @pytest.fixture(scope="session")
-def release(api: client.ApiClient) -> Release:
-    """The release as `make deploy` installs or upgrades it (once per session)."""
+def registry() -> str | None:
+    """The registry the release pulls its images from (tests/deploy/registry.py)."""
+    return node_registry.configured()
+
+
+@pytest.fixture(scope="session")
+def release(api: client.ApiClient, registry: str | None) -> Release:
+    """The release as `make deploy` installs or upgrades it (once per session): with a
+    registry, from the images `make image-push` put there, pulled on every start."""
     if os.environ.get("DEPLOY_TEST_SKIP_DEPLOY") != "1":
-        make("deploy")
+        if registry is None:
+            make("deploy")
+        else:
+            make("image-push", REGISTRY=registry)
+            # The caller's DEPLOY_ARGS come last: they win.
+            args = f"{node_registry.helm_args(registry)} {os.environ.get('DEPLOY_ARGS', '')}"
+            make("deploy", DEPLOY_ARGS=args.strip())
     rel = Release.from_env(api)
     rel.wait_ready(int(rel.values()["replicas"]))
     return rel

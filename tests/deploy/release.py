@@ -43,11 +43,11 @@ def run(*argv: str, timeout: float = 600) -> str:
     return done.stdout
 
 
-def make(target: str) -> None:
-    """A Makefile target with this process's environment (DEPLOY_*, KUBECONFIG)."""
-    done = subprocess.run(
-        ["make", "--no-print-directory", target], cwd=ROOT, text=True, check=False, timeout=900
-    )
+def make(target: str, **variables: str) -> None:
+    """A Makefile target with this process's environment (DEPLOY_*, KUBECONFIG) and
+    `variables` on its command line (REGISTRY=...)."""
+    argv = ["make", "--no-print-directory", target, *(f"{k}={v}" for k, v in variables.items())]
+    done = subprocess.run(argv, cwd=ROOT, text=True, check=False, timeout=900)
     assert done.returncode == 0, f"make {target} failed ({done.returncode})"
 
 

@@ -240,6 +240,37 @@ def test_a_server_is_verified_then_activated_by_an_admin_and_a_pinned_tool_call_
 
 
 @pytest.mark.timeout(120)
+def test_a_server_on_loopback_without_allowed_cidrs_says_why_it_stays_registered(
+    api: client.ApiClient, ns: Namespace, servers: Servers
+) -> None:
+    """Issue 32: the address rule's refusal is said in status.message, the Reachable
+    condition and a Warning event, each naming spec.allowedCidrs (nothing was sent)."""
+    server = servers("--mode", "current")
+    create(
+        api,
+        ns.name,
+        "mcpservers",
+        {
+            "kind": "McpServer",
+            "metadata": {"name": "private"},
+            "spec": {"url": server.url, "probe": {"intervalSeconds": 30, "timeoutSeconds": 3}},
+        },
+    )
+    status = wait_for(
+        lambda: (s := server_status(api, ns.name, "private")).get("message") and s,
+        timeout=60,
+        what="McpServer private's status.message",
+    )
+    assert status["phase"] == "Registered"
+    assert "spec.allowedCidrs" in status["message"] and "127.0.0.1" in status["message"]
+    reachable = {c["type"]: c for c in status["conditions"]}["Reachable"]
+    assert (reachable["status"], reachable["reason"]) == ("False", "AddressRefused")
+    assert "spec.allowedCidrs" in reachable["message"]
+    events = wait_events(api, ns.name, "private", {"McpServerAddressRefused"})
+    assert "spec.allowedCidrs" in events["McpServerAddressRefused"]
+
+
+@pytest.mark.timeout(120)
 def test_a_server_speaking_an_earlier_protocol_revision_is_activated_and_called(
     api: client.ApiClient, ns: Namespace, agent: Agent, servers: Servers
 ) -> None:

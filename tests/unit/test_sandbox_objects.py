@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from tooladapter.model import ResourceQuantities, Resources, SandboxSpec, SecretDependency
 from tooladapter.pipeline.sandbox import (
     ANNOTATION_ARGUMENTS,
@@ -16,6 +18,7 @@ from tooladapter.pipeline.sandbox import (
     network_gate_for,
     split_egress,
 )
+from tooladapter.settings import Settings
 
 UID = "0b7c6a52-6a3e-4a3b-9f0e-1c2d3e4f5a6b"
 OWNER = {
@@ -155,3 +158,25 @@ def test_the_runtime_class_comes_from_the_descriptor_or_the_kind_mapping() -> No
     assert runtime_class_for(SandboxSpec(kind=SandboxKind.KATA), {}) is None
     named = SandboxSpec(kind=SandboxKind.GVISOR, runtime_class_name="runsc-debug")
     assert runtime_class_for(named, mapping) == "runsc-debug"
+
+
+def test_registry_images_are_pulled_with_the_named_pull_secrets_and_policy() -> None:
+    """Images from a registry (issue 32): the pull policy applies to the tool and the gate,
+    and the pod names the configured pull Secrets (the tenant's own; never copied)."""
+    pod = job(
+        image="registry.example:5000/tooladapter-sandbox:0.1.0",
+        image_pull_policy="Always",
+        image_pull_secrets=["regcred", "mirror"],
+        network_gate=("10.0.0.5", 8181),
+    )["spec"]["template"]["spec"]  # type: ignore[index]
+    assert pod["imagePullSecrets"] == [{"name": "regcred"}, {"name": "mirror"}]
+    for c in [*pod["initContainers"], *pod["containers"]]:
+        assert c["imagePullPolicy"] == "Always"
+    assert "imagePullSecrets" not in job()["spec"]["template"]["spec"]  # type: ignore[index]
+
+
+def test_pull_secret_names_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TOOLADAPTER_IMAGE_PULL_SECRETS", "regcred, mirror,")
+    assert Settings.from_env().image_pull_secrets == ("regcred", "mirror")
+    monkeypatch.delenv("TOOLADAPTER_IMAGE_PULL_SECRETS")
+    assert Settings.from_env().image_pull_secrets == ()

@@ -7,6 +7,8 @@
 #                at $CLUSTER_DNS_IP (the kubelet's clusterDNS); no forwarding
 #   local-path   in-cluster provisioner, the default StorageClass local-path
 #   helm         the CLI, linked into .cluster/bin
+#   registry     Debian's docker-registry, host process on the node's address
+#                (addons/registry.sh); containerd pulls from it over plain HTTP
 #
 # ensure_addons is additive and idempotent: on a running cluster it starts
 # only what is missing (and restarts the kubelet once, if its DNS settings
@@ -14,6 +16,7 @@
 # without a restart; a failing add-on never takes the rest down.
 
 ADDONS_DIR="$CLUSTER_HACK_DIR/addons"
+. "$ADDONS_DIR/registry.sh"
 
 kube_proxy_ready() {
   curl -fsS --max-time 3 "http://127.0.0.1:$KUBE_PROXY_HEALTH_PORT/healthz" >/dev/null \
@@ -102,7 +105,9 @@ ensure_addons() {
     start_kubelet
     wait_component kubelet "node $NODE_NAME Ready" "$WAIT_LONG" node_ready
   fi
+  ensure_containerd_config
   ensure_kube_proxy
+  ensure_registry
   ensure_image coredns
   ensure_image local-path-provisioner
   apply_manifest coredns.yaml IMAGE="$(addon_image coredns)" DNS_IP="$CLUSTER_DNS_IP" DOMAIN="$CLUSTER_DOMAIN"

@@ -58,6 +58,7 @@ class SandboxExecutor:
             timeout_seconds=call.timeout_seconds,
             lease_id=call.lease_id or call.uid,
             image_pull_policy=self.settings.image_pull_policy,
+            image_pull_secrets=list(self.settings.image_pull_secrets),
             secret_dependencies=descriptor.secret_dependencies or None,
             has_token=descriptor.authorization.kubernetes_identity is not None,
             network_gate=network_gate_for(self.canary, list(sandbox.egress.allow or [])),

@@ -76,6 +76,11 @@ async def wait_for_capacity(ctx: FlowContext, job: dict[str, Any]) -> bool:
             )
             ctx.record(Stage.SANDBOX, StageOutcome.WAITING, f"quota {quota}: {refusal}")
             await ctx.commit()  # the wait is seen (kubectl get, the page) while it lasts
+            ctx.post(
+                warning=True,
+                reason="ToolInvocationWaitingForCapacity",
+                message=ctx.status.message or "",
+            )
         remaining = (since + timedelta(seconds=budget) - now).total_seconds()
         if remaining <= 0:
             raise Failure(

@@ -124,7 +124,8 @@ def _active_status(
             False,
             "RuntimeClassMissing",
             f"sandbox kind {spec.sandbox_spec.kind if spec.sandbox_spec else '?'} needs "
-            f"RuntimeClass {missing_runtime_class!r}, which this cluster does not have",
+            f"RuntimeClass {missing_runtime_class!r}, which this cluster does not have "
+            "(install it, or map the kind to another class with TOOLADAPTER_RUNTIME_CLASSES)",
             generation,
             schema_digest,
         )
@@ -221,6 +222,21 @@ async def reconcile_descriptor(rt: Runtime, event_type: str | None, body: dict[s
             reason="ToolDescriptorRetired",
             message=f"{ident} retired: {desired.get('message')}",
         )
+    ready = desired["conditions"][0]
+    was: dict[str, Any] = next(
+        (c for c in current.get("conditions", []) if c.get("type") == "Ready"), {}
+    )
+    if held_back(ready["reason"]) and (was.get("reason"), was.get("message")) != (
+        ready["reason"],
+        ready["message"],
+    ):
+        # Held back by the cluster or its server, not by its own spec: say why once.
+        rt.events.post(
+            _ref(body),
+            warning=True,
+            reason=f"ToolDescriptor{ready['reason']}",
+            message=str(ready["message"])[:1024],
+        )
     if not desired["active"] and desired["conditions"][0]["reason"] == "Invalid":
         rt.events.post(
             _ref(body),
@@ -228,6 +244,13 @@ async def reconcile_descriptor(rt: Runtime, event_type: str | None, body: dict[s
             reason="ToolDescriptorInvalid",
             message=str(desired.get("message"))[:1024],
         )
+
+
+def held_back(reason: str) -> bool:
+    """Whether a Ready reason holds a valid descriptor back for something outside its spec:
+    a RuntimeClass the cluster lacks, or its MCP server not being Active (each posts a
+    Warning event `ToolDescriptor<reason>` when it appears or its message changes)."""
+    return reason == "RuntimeClassMissing" or (reason.startswith("Server") and reason != "Server")
 
 
 async def missing_runtime_class(rt: Runtime, body: dict[str, Any]) -> str | None:

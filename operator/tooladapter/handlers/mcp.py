@@ -38,12 +38,14 @@ from ..model import (
     McpToolInfo,
 )
 from ..pipeline.mcp import (
+    HELD_BACK,
     check_binding,
     detect_shadowing,
     next_phase,
     probe_plan,
     reachable_without_credentials,
     server_digest,
+    standing,
     tool_digest,
 )
 from ..runtime import Runtime
@@ -55,6 +57,10 @@ logger = logging.getLogger("tooladapter.mcp")
 SERVER_UP = Gauge(
     "tooladapter_mcp_server_up", "1 when the last probe passed.", ["tenant", "server"]
 )
+#: The condition that says whether the operator may and did reach the server; False names
+#: why (AddressRefused, ProbeFailed) in its reason and message, like status.message.
+REACHABLE = "Reachable"
+
 PROBE_FAILURES = Counter(
     "tooladapter_mcp_probe_failures", "Failed MCP probes.", ["tenant", "server"]
 )
@@ -82,7 +88,8 @@ class McpServers:
         status = body.get("status") or {}
         phase = status.get("phase", McpServerPhase.REGISTERED)
         if phase != McpServerPhase.ACTIVE:
-            return False, f"Server{phase}", f"McpServer {binding.get('server')} is {phase}"
+            why = f": {status['message']}" if status.get("message") else ""
+            return False, f"Server{phase}", f"McpServer {binding.get('server')} is {phase}{why}"
         discovered = {t["name"]: t["digest"] for t in status.get("tools") or []}
         check = check_binding(
             pinned_digest=str(binding.get("pinnedDigest")),
@@ -149,9 +156,10 @@ class McpServers:
         status.observed_generation = meta.get("generation")
         if spec.retired:
             status.phase = McpServerPhase.RETIRED
+            status.message = "retired (spec.retired): no probes, no calls"
             await self.write(body, old, status)
             return 3600
-        discovery, ok, message = await self.probe(namespace, spec, status)
+        discovery, ok, message, refused = await self.probe(namespace, spec, status)
         status.consecutive_failures = 0 if ok else old.consecutive_failures + 1
         status.last_probe = McpProbeResult(time=now_iso(), ok=ok, message=message)
         SERVER_UP.labels(namespace, name).set(1 if ok else 0)
@@ -169,25 +177,42 @@ class McpServers:
             discovered=bool(status.tools) or ok,
         )
         status.bindings = self.bindings(namespace, name, status)
+        why = standing(
+            status.phase,
+            activated=spec.activated,
+            probe_ok=ok,
+            probe_message=message,
+            address_refused=refused,
+            tools=len(status.tools),
+        )
+        status.message = why.message[:1024]
         status.conditions = [
             Condition(
                 type="Ready",
                 status="True" if status.phase == McpServerPhase.ACTIVE else "False",
                 reason=str(status.phase),
-                message=status.last_probe.message,
+                message=status.message,
                 observed_generation=meta.get("generation"),
-            )
+            ),
+            Condition(
+                type=REACHABLE,
+                status="True" if why.reachable else "False",
+                reason=why.reason if not why.reachable else "Reached",
+                message=status.message,
+                observed_generation=meta.get("generation"),
+            ),
         ]
         await self.write(body, old, status)
         return spec.probe.interval_seconds
 
     async def probe(
         self, namespace: str, spec: McpServerSpec, status: McpServerStatus
-    ) -> tuple[mcp_types.Discovery | None, bool, str]:
+    ) -> tuple[mcp_types.Discovery | None, bool, str, bool]:
         """Verify the url without credentials, then (activated, verified) discover with them.
 
-        Returns the discovery (if any), whether the server passed, and the probe's message;
-        sets `status.verified_url` when the url was reached."""
+        Returns the discovery (if any), whether the server passed, the probe's message, and
+        whether the address rule refused every address of the url (nothing was sent); sets
+        `status.verified_url` when the url was reached."""
         from .. import mcp_client  # the SDK loads on the first exchange
 
         rule = address_rule(spec, self.rt.settings.blocked_http_hosts)
@@ -200,11 +225,13 @@ class McpServers:
         )
         timeout = spec.probe.timeout_seconds
         discovery: mcp_types.Discovery | None = None
-        reachable, message = False, ""
+        reachable, message, refused = False, "", False
         if plan.verify:
             try:
                 discovery = await mcp_client.discover(spec.url, timeout=timeout, addresses=rule)
                 reachable, message = True, "discovery ok"
+            except mcp_types.McpAddressRefused as exc:
+                message, refused = str(exc)[:512], True
             except mcp_types.McpUnavailable as exc:
                 message = str(exc)[:512]
                 if reachable_without_credentials(exc.http_status, has_credentials=has_credentials):
@@ -218,17 +245,18 @@ class McpServers:
             if reachable:
                 status.verified_url = spec.url
         if not plan.with_credentials:
-            return discovery, reachable, message
+            return discovery, reachable, message, refused
         if status.verified_url != spec.url:
-            return None, False, message
+            return None, False, message, refused
         try:
             headers, _ = await credentials_for(self.rt.cluster, namespace, spec)
             discovery = await mcp_client.discover(
                 spec.url, headers=headers, timeout=timeout, addresses=rule
             )
         except (mcp_types.McpError, NotFound, OSError) as exc:
-            return None, False, str(exc)[:512]
-        return discovery, True, "discovery ok"
+            refused = isinstance(exc, mcp_types.McpAddressRefused)
+            return None, False, str(exc)[:512], refused
+        return discovery, True, "discovery ok", False
 
     def apply_discovery(
         self, status: McpServerStatus, discovery: mcp_types.Discovery, namespace: str, name: str
@@ -312,6 +340,19 @@ class McpServers:
                 message=f"{old.phase} -> {new.phase}: "
                 f"{new.last_probe.message if new.last_probe else ''}",
             )
+        held = _reachable(new)
+        if (
+            held is not None
+            and held.reason in HELD_BACK
+            and ((_reachable(old) or held).reason != held.reason or new.message != old.message)
+        ):
+            # Once per new refusal (not per probe): the reason a person must act on.
+            self.rt.events.post(
+                object_ref("McpServer", meta),
+                reason=f"McpServer{held.reason}",
+                warning=True,
+                message=new.message or "",
+            )
         if new.shadowing and new.shadowing != old.shadowing:
             self.rt.events.post(
                 object_ref("McpServer", meta),
@@ -331,6 +372,10 @@ class McpServers:
         for task in self.loops.values():
             task.cancel()
         await asyncio.gather(*self.loops.values(), return_exceptions=True)
+
+
+def _reachable(status: McpServerStatus) -> Condition | None:
+    return next((c for c in status.conditions if c.type == REACHABLE), None)
 
 
 def _spec_changed(body: dict[str, Any]) -> bool:

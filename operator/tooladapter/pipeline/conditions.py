@@ -49,7 +49,8 @@ def invocation_conditions(
     elif state.terminal:
         succeeded = ("False", reason_of(failure_class or state.value), text)
     else:
-        succeeded = ("Unknown", state.value, "")
+        # While it runs, the message says what it waits for (a quota, an approval).
+        succeeded = ("Unknown", state.value, text)
     finished = ("True" if state.terminal else "False", state.value, text if state.terminal else "")
     before = {c.type: c for c in previous}
     out = []

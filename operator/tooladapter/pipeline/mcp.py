@@ -296,6 +296,57 @@ def next_phase(
     return settled
 
 
+#: Reasons of an McpServer held back by something a person must change (each posts a
+#: Warning event `McpServer<reason>` when it first appears or its message changes).
+ADDRESS_REFUSED = "AddressRefused"
+PROBE_FAILED = "ProbeFailed"
+AWAITING_ACTIVATION = "AwaitingActivation"
+HELD_BACK = frozenset({ADDRESS_REFUSED, PROBE_FAILED})
+
+
+@dataclass(frozen=True)
+class Standing:
+    """Why an McpServer is in its phase: `status.message`, and its `Reachable` condition."""
+
+    reason: str
+    message: str
+    reachable: bool
+
+
+def standing(
+    phase: McpServerPhase,
+    *,
+    activated: bool,
+    probe_ok: bool,
+    probe_message: str,
+    address_refused: bool,
+    tools: int,
+) -> Standing:
+    """The reason and message of a server's phase (pure): a refused address names
+    `spec.allowedCidrs`, a verified server waiting for an admin names `spec.activated`."""
+    if phase is McpServerPhase.RETIRED:
+        return Standing("Retired", "retired (spec.retired): no probes, no calls", probe_ok)
+    if address_refused:
+        return Standing(
+            ADDRESS_REFUSED,
+            f"{probe_message}. The operator connects only to public addresses and to the "
+            "networks in spec.allowedCidrs: a platform admin who trusts this server lists its "
+            "network there (e.g. 10.1.2.3/32)",
+            False,
+        )
+    if not probe_ok:
+        where = "never reached" if phase is McpServerPhase.REGISTERED else f"{phase}"
+        return Standing(PROBE_FAILED, f"{where}: {probe_message}", False)
+    if phase is McpServerPhase.VERIFIED and not activated:
+        return Standing(
+            AWAITING_ACTIVATION,
+            f"verified ({probe_message}); its tools are callable once a platform admin sets "
+            "spec.activated: true",
+            True,
+        )
+    return Standing(str(phase), f"{phase}: {probe_message}; {tools} tools discovered", True)
+
+
 # --------------------------------------------------------------------------- credentials
 
 

@@ -281,6 +281,7 @@ def build_job(
     timeout_seconds: int,
     lease_id: str,
     image_pull_policy: str = "IfNotPresent",
+    image_pull_secrets: list[str] | None = None,
     secret_dependencies: list[SecretDependency] | None = None,
     has_token: bool = False,
     network_gate: tuple[str, int] | None = None,
@@ -291,7 +292,8 @@ def build_job(
     """The Job of one sandboxed call. `argv` is exec'd as is: never joined into a string.
 
     `runtime_class` is the pod's RuntimeClass (see `runtime_class_for`); `extra_env` the
-    egress proxy's variables (`egress_lease.proxy_env`)."""
+    egress proxy's variables (`egress_lease.proxy_env`); `image_pull_secrets` names Secrets
+    of the call's namespace (never copied there by the operator)."""
     names = LeaseNames.for_uid(uid)
     labels = labels_for(uid)
     mounts: list[dict[str, Any]] = [
@@ -396,6 +398,8 @@ def build_job(
         ]
     if runtime_class:
         pod_spec["runtimeClassName"] = runtime_class
+    if image_pull_secrets:
+        pod_spec["imagePullSecrets"] = [{"name": name} for name in image_pull_secrets]
     annotations = {
         ANNOTATION_INVOCATION: invocation_name,
         ANNOTATION_LEASE: lease_id,
