@@ -14,7 +14,7 @@ import pytest
 from kubernetes import client
 
 from tooladapter import GROUP, VERSION
-from tooladapter.devtools import Namespace, OperatorProcess, wait_for
+from tooladapter.devtools import SESSION, Namespace, OperatorProcess, wait_for
 
 from .objects import (
     SHELL_SCHEMA,
@@ -37,17 +37,32 @@ pytestmark = [pytest.mark.cluster, pytest.mark.timeout(300)]
 DEFAULT_TIMEOUT = 8
 
 
+#: This module's operator serves namespaces of its own: the session's operator (started by
+#: earlier modules) holds the leadership of `SESSION-*`, and a second one there would wait.
+SCOPE = f"life-{SESSION}"
+
+
 @pytest.fixture(scope="module")
 def operator(
     api: client.ApiClient, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[OperatorProcess]:
     op = OperatorProcess(
         tmp_path_factory.mktemp("operator-lifecycle"),
-        env={"TOOLADAPTER_DEFAULT_TIMEOUT_SECONDS": str(DEFAULT_TIMEOUT)},
+        env={
+            "TOOLADAPTER_DEFAULT_TIMEOUT_SECONDS": str(DEFAULT_TIMEOUT),
+            "TOOLADAPTER_NAMESPACES": f"{SCOPE}-*",
+        },
     )
     op.start()
     yield op
     op.stop()
+
+
+@pytest.fixture
+def ns(api: client.ApiClient, operator: OperatorProcess) -> Iterator[Namespace]:
+    namespace = Namespace(api, prefix=SCOPE)
+    yield namespace
+    namespace.delete()
 
 
 def patch(api: client.ApiClient, namespace: str, plural: str, name: str, body: Any) -> None:

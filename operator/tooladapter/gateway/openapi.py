@@ -25,11 +25,12 @@ _ERROR_TEXT: Final = {
     409: "Conflicts with the object's current state",
     413: "Request body too large",
     422: "Invalid request",
+    429: "Too many requests: the caller's or the namespace's cap (Retry-After says when)",
     503: "The Kubernetes API server is unavailable",
 }
 
 #: The errors every authenticated operation may answer.
-COMMON_ERRORS: Final = (401, 403, 404, 503)
+COMMON_ERRORS: Final = (401, 403, 404, 429, 503)
 
 
 def ref(name: str) -> dict[str, str]:

@@ -62,7 +62,7 @@ PATHS: Final[dict[str, Any]] = {
             "approval, outcome, hashes, and the receipt itself.",
             "security": SECURITY,
             "parameters": [NAMESPACE, RUN_ID, CALLER],
-            "responses": {**ok(ref("RunReceipts"), "The run's calls"), **problems()},
+            "responses": {**ok(ref("RunReceipts"), "The run's calls"), **problems(422)},
         }
     }
 }
