@@ -166,7 +166,8 @@ def _commands(
         command = group.get_command(ctx, name)
         if command is None or command.hidden:
             continue
-        sub = click.Context(command, info_name=name, parent=ctx)
+        # The command's own context settings (its help option names), as a real run has them.
+        sub = click.Context(command, info_name=name, parent=ctx, **command.context_settings)
         yield f"{prefix} {name}", command, sub
         if isinstance(command, click.Group):
             yield from _commands(command, sub, f"{prefix} {name}")
@@ -175,7 +176,8 @@ def _commands(
 def cli_page() -> str:
     from tooladapter.cli import app
 
-    ctx = click.Context(app, info_name="tooladapter", terminal_width=100, max_content_width=100)
+    settings = {**app.context_settings, "max_content_width": 100}
+    ctx = click.Context(app, info_name="tooladapter", terminal_width=100, **settings)
     out = [HEADER.format(source="the click commands (operator/tooladapter/cli/)")]
     out.append(
         "# CLI\n\n`tooladapter` (also `kubectl tooladapter`: `pip install` puts "
