@@ -415,3 +415,26 @@ def uncertain_call(
         uncertain = status_of(agent.wait(name))
     assert uncertain["state"] == "Uncertain", pretty(uncertain)
     return name, uncertain
+
+
+def confirm_effect(
+    person: Agent, namespace: str, name: str, *, happened: bool, evidence: str = "looked"
+) -> None:
+    """`person` records on the status subresource whether the Uncertain call's effect
+    happened, in their own name (as `tooladapter confirm` does)."""
+    custom(person.api).patch_namespaced_custom_object_status(
+        GROUP,
+        VERSION,
+        namespace,
+        "toolinvocations",
+        name,
+        {
+            "status": {
+                "effectConfirmation": {
+                    "effectHappened": happened,
+                    "confirmedBy": person.user,
+                    "evidence": evidence,
+                }
+            }
+        },
+    )

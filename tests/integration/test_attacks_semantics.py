@@ -26,6 +26,7 @@ from .objects import (
     VERSION,
     Agent,
     approve,
+    confirm_effect,
     create,
     custom,
     descriptor,
@@ -169,27 +170,6 @@ def payments_setup(api: client.ApiClient, namespace: str, agent: Agent, port: in
     spend_policy(api, namespace)
     pay_tool(api, namespace, port)
     agent.grant(["pay"], ["spend"])
-
-
-def confirm(
-    operations: Agent, namespace: str, name: str, *, happened: bool, evidence: str = "looked"
-) -> None:
-    custom(operations.api).patch_namespaced_custom_object_status(
-        GROUP,
-        VERSION,
-        namespace,
-        "toolinvocations",
-        name,
-        {
-            "status": {
-                "effectConfirmation": {
-                    "effectHappened": happened,
-                    "confirmedBy": operations.user,
-                    "evidence": evidence,
-                }
-            }
-        },
-    )
 
 
 def recorded(api: client.ApiClient, namespace: str, name: str) -> dict[str, Any]:
@@ -465,30 +445,15 @@ def test_a_duplicate_cannot_be_confirmed_and_carries_its_first_calls_confirmatio
             what="operations role effective",
         )
         with pytest.raises(client.ApiException) as refused:
-            confirm(operations, ns.name, duplicate, happened=True)
+            confirm_effect(operations, ns.name, duplicate, happened=True)
         assert refused.value.status in (403, 422), refused.value
         assert "duplicate" in str(refused.value.body)
         # The agent itself may not confirm its own call.
         with pytest.raises(client.ApiException) as own:
-            custom(agent.api).patch_namespaced_custom_object_status(
-                GROUP,
-                VERSION,
-                ns.name,
-                "toolinvocations",
-                first,
-                {
-                    "status": {
-                        "effectConfirmation": {
-                            "effectHappened": False,
-                            "confirmedBy": agent.user,
-                            "evidence": "trust me",
-                        }
-                    }
-                },
-            )
+            confirm_effect(agent, ns.name, first, happened=False, evidence="trust me")
         assert own.value.status == 403
 
-        confirm(operations, ns.name, first, happened=True, evidence="bob was paid")
+        confirm_effect(operations, ns.name, first, happened=True, evidence="bob was paid")
         recorded(api, ns.name, first)
         copied = wait_for(
             lambda: (
@@ -612,7 +577,7 @@ def test_a_retry_refused_while_uncertain_runs_once_with_its_key_after_confirmati
         assert refused["failureClass"] == "unconfirmed-effect", pretty(refused)
 
         operations = Agent.create(api, ns.name, "ops", role="tooladapter-operations")
-        confirm(operations, ns.name, first, happened=False, evidence="bob got nothing")
+        confirm_effect(operations, ns.name, first, happened=False, evidence="bob got nothing")
         recorded(api, ns.name, first)
 
         again = status_of(

@@ -15,11 +15,9 @@ from kubernetes import client
 from tooladapter.devtools import Namespace, OperatorProcess, wait_for
 
 from .objects import (
-    GROUP,
-    VERSION,
     Agent,
     approve,
-    custom,
+    confirm_effect,
     descriptor,
     get,
     pretty,
@@ -173,21 +171,8 @@ def test_no_identical_call_runs_while_one_is_uncertain_and_after_did_not_happen_
             assert server.total == 1
 
             operations = Agent.create(api, ns.name, "ops", role="tooladapter-operations")
-            custom(operations.api).patch_namespaced_custom_object_status(
-                GROUP,
-                VERSION,
-                ns.name,
-                "toolinvocations",
-                first,
-                {
-                    "status": {
-                        "effectConfirmation": {
-                            "effectHappened": False,
-                            "confirmedBy": operations.user,
-                            "evidence": "the partner has no deploy x",
-                        }
-                    }
-                },
+            confirm_effect(
+                operations, ns.name, first, happened=False, evidence="the partner has no deploy x"
             )
             confirmed = wait_for(
                 lambda: (

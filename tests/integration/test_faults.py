@@ -26,6 +26,7 @@ from .objects import (
     TERMINAL,
     Agent,
     approve,
+    confirm_effect,
     create,
     custom,
     descriptor,
@@ -431,21 +432,12 @@ def test_confirming_an_effect_did_not_happen_frees_its_key_for_one_new_execution
     assert dup_status["receiptRef"] == status["receiptRef"]
 
     operations = Agent.create(api, ns.name, "ops", role="tooladapter-operations")
-    custom(operations.api).patch_namespaced_custom_object_status(
-        GROUP,
-        VERSION,
+    confirm_effect(
+        operations,
         ns.name,
-        "toolinvocations",
         first,
-        {
-            "status": {
-                "effectConfirmation": {
-                    "effectHappened": False,
-                    "confirmedBy": operations.user,
-                    "evidence": "the job was deleted before it wrote anything",
-                }
-            }
-        },
+        happened=False,
+        evidence="the job was deleted before it wrote anything",
     )
     wait_for(
         lambda: (

@@ -89,16 +89,7 @@ async def check_request_unchanged(ctx: FlowContext) -> None:
     hashed = ctx.status.request_hash
     if not hashed or ctx.status.state not in BEFORE_EXECUTING:
         return
-    spec = ctx.load_spec()
-    now = await offload.run(
-        ctx.namespace,
-        offload.rough_size(spec.arguments),
-        request_hash,
-        namespace=ctx.namespace,
-        tool_id=spec.tool.id,
-        tool_version=spec.tool.version,
-        arguments=spec.arguments,
-    )
+    now = await stored_request_hash(ctx)
     if now != hashed:
         raise Denial(
             Stage.VALIDATION,
@@ -149,20 +140,25 @@ async def claim_idempotency_key(ctx: FlowContext) -> bool:
     return False
 
 
+async def stored_request_hash(ctx: FlowContext) -> str:
+    """The request hash of the spec as stored (off the event loop unless small)."""
+    spec = ctx.load_spec()
+    return await offload.run(
+        ctx.namespace,
+        offload.rough_size(spec.arguments),
+        request_hash,
+        namespace=ctx.namespace,
+        tool_id=spec.tool.id,
+        tool_version=spec.tool.version,
+        arguments=spec.arguments,
+    )
+
+
 async def hash_of_request(ctx: FlowContext) -> str | None:
     """The request hash, before validation (None when the arguments cannot be hashed:
     validation refuses them next)."""
-    spec = ctx.load_spec()
     try:
-        return await offload.run(
-            ctx.namespace,
-            offload.rough_size(spec.arguments),
-            request_hash,
-            namespace=ctx.namespace,
-            tool_id=spec.tool.id,
-            tool_version=spec.tool.version,
-            arguments=spec.arguments,
-        )
+        return await stored_request_hash(ctx)
     except (ValueError, TypeError, RecursionError):
         return None
 
