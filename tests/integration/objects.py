@@ -78,7 +78,9 @@ def descriptor(
             lambda: (
                 get(api, namespace, "tooldescriptors", obj["metadata"]["name"]).get("status") or {}
             ).get("active"),
-            timeout=30,
+            # A second operator a module starts may take a while to open its watches on a
+            # loaded node (seen in CI: 30 s passed once with nothing handled yet).
+            timeout=90,
             what=f"descriptor {tool_id} active",
         )
     return obj
