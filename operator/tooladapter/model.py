@@ -373,8 +373,11 @@ class SandboxSpec(Model):
     kind: SandboxKind = SandboxKind.CONTAINER
     """Isolation: Container, GVisor or Kata (each maps to a RuntimeClass, see
     TOOLADAPTER_RUNTIME_CLASSES); None is not allowed for a sandbox."""
-    image: str = "localhost/tooladapter-sandbox:dev"
-    """The container image the tool runs in."""
+    image: str | None = None
+    """The container image the tool runs in; unset: the operator's sandbox image
+    (TOOLADAPTER_SANDBOX_IMAGE, the chart's settings.sandboxImage), which is what the network
+    gate runs too. Descriptors stored while this field had a default keep
+    localhost/tooladapter-sandbox:dev until it is removed from them."""
     command: list[str] = Field(default_factory=list)
     """The argv of a container tool (required for kind container); the arguments arrive as JSON
     in /tooladapter/arguments.json."""
