@@ -131,8 +131,9 @@ undeploy:
 	-kubectl scale deployment $(DEPLOY_OPERATORS) --replicas=0
 	-kubectl wait --for=delete pod $(DEPLOY_OPERATORS) --timeout=120s
 	-$(HELM) uninstall $(DEPLOY_RELEASE) --namespace $(DEPLOY_NAMESPACE) --wait --timeout 2m
-	@echo "kept: the CRDs (kubectl delete -f crds/) and the receipts' claim" \
-	  "(kubectl delete pvc -n $(DEPLOY_NAMESPACE) -l app.kubernetes.io/instance=$(DEPLOY_RELEASE))"
+	@echo "kept: the CRDs (kubectl delete -f crds/), the receipts' claim" \
+	  "(kubectl delete pvc -n $(DEPLOY_NAMESPACE) -l app.kubernetes.io/instance=$(DEPLOY_RELEASE))" \
+	  "and the gateway's TLS Secret the chart made (kubectl delete secret -n $(DEPLOY_NAMESPACE) <prefix>-gateway-tls)"
 
 # The in-cluster suite: deploys (tests/deploy/conftest.py runs `make deploy`), then calls,
 # failover, upgrade and finally uninstall. Never together with `make install`'s objects.
