@@ -81,8 +81,10 @@ def helm_args(registry: str) -> str:
 
 
 def manifest_gets(image: str, since: int = 0) -> list[str]:
-    """Lines of the node registry's access log (from byte `since`) where containerd fetched
-    a manifest of `image` (repository name, e.g. tooladapter-sandbox)."""
+    """Lines of the node registry's access log (from byte `since`) where containerd asked
+    for a manifest of `image` (repository name, e.g. tooladapter-sandbox): a GET, or the
+    HEAD with which a pull resolves a tag whose layers the node already holds (each pull
+    under `Always` asks the registry either way)."""
     if not REGISTRY_LOG.is_file():
         return []
     with REGISTRY_LOG.open("rb") as f:
@@ -91,7 +93,8 @@ def manifest_gets(image: str, since: int = 0) -> list[str]:
     return [
         line
         for line in text.splitlines()
-        if f'"GET /v2/{image}/manifests/' in line and "containerd" in line
+        if any(f'"{verb} /v2/{image}/manifests/' in line for verb in ("GET", "HEAD"))
+        and "containerd" in line
     ]
 
 
