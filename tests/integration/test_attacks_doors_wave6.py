@@ -140,7 +140,7 @@ async def _page_beyond_cap(operator: OperatorProcess, agent: Agent) -> tuple[int
             cap,
         )
         try:
-            async with http.get(f"{base}/ui/approvals") as page:
+            async with http.get(f"{base}/ui/approvals", allow_redirects=False) as page:
                 status = page.status
             refused = await _settled(page_held)
         finally:

@@ -196,3 +196,53 @@ async def test_the_asgi_bridge_streams_and_passes_state() -> None:
         await runner.cleanup()
     assert seen == {"state": {"k": "v"}, "body": b"hello", "after": {"type": "http.disconnect"}}
     assert json.dumps(seen["state"])  # plain data
+
+
+class _SlowReviews:
+    """A TokenReview that takes a while (a loaded API server), counting its calls."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.release = asyncio.Event()
+
+    async def identify(self, token: str) -> CallerIdentity | None:
+        self.calls += 1
+        await self.release.wait()
+        return CallerIdentity(username="agent", groups=()) if token == "good" else None
+
+
+async def test_concurrent_requests_with_one_token_share_one_review() -> None:
+    """Many requests with one token arriving while its review is slow cost one review and
+    one take of the address's failed-authentication limit: none is refused as if it had
+    failed (the limit's burst here is 1)."""
+    from aiohttp.test_utils import make_mocked_request
+
+    from tooladapter.gateway import auth
+    from tooladapter.gateway.context import DEPS
+
+    settings = Settings(gateway_auth_failures_burst=1)
+    reviews = _SlowReviews()
+    app = web.Application()
+    app[DEPS] = Deps(
+        reviews=reviews,  # type: ignore[arg-type]
+        pool=_Unused(),  # type: ignore[arg-type]
+        store=_Unused(),  # type: ignore[arg-type]
+        settings=settings,
+        kube=_Unused(),  # type: ignore[arg-type]
+    )
+    auth.install(app, settings)
+
+    def request() -> web.Request:
+        return make_mocked_request("GET", "/namespaces/a/tools", app=app)
+
+    waiting = [asyncio.ensure_future(auth.identify(request(), "good")) for _ in range(32)]
+    bad = [asyncio.ensure_future(auth.identify(request(), "bad")) for _ in range(3)]
+    await asyncio.sleep(0)
+    reviews.release.set()
+    identities = await asyncio.gather(*waiting)
+    assert {i.username for i in identities} == {"agent"}
+    refusals = await asyncio.gather(*bad, return_exceptions=True)
+    # The bad token's requests shared one review too: one failure, not three.
+    assert all(getattr(r, "kind", None) is not None for r in refusals), refusals
+    assert reviews.calls == 2
+    assert app[auth.REVIEWS].pending == {}

@@ -13,6 +13,7 @@ by the limit, whatever tokens it makes up.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import time
 from collections import OrderedDict
@@ -54,6 +55,9 @@ class ReviewCache:
         self.entries: OrderedDict[str, tuple[CallerIdentity, float]] = OrderedDict()
         #: Rejected tokens by hash: expiry only (bounded like `entries`).
         self.rejected: OrderedDict[str, float] = OrderedDict()
+        #: Reviews under way by token hash: concurrent requests with one token share one
+        #: review (and one take of the failure limit) instead of one each.
+        self.pending: dict[str, asyncio.Future[CallerIdentity]] = {}
 
     def was_rejected(self, token: str) -> bool:
         key = self.key(token)
@@ -135,32 +139,57 @@ def bearer_token(request: web.Request) -> str | None:
 
 async def identify(request: web.Request, token: str) -> CallerIdentity:
     """The token's identity, from the cache or a TokenReview; `ProblemError` (401 or 502)
-    when the API server does not accept it or cannot be asked."""
+    when the API server does not accept it or cannot be asked.
+
+    Requests arriving with one token while its review is under way wait for that review
+    (a client opening many requests at once under a slow API server costs one review, and
+    spends nothing of its address's failed-authentication limit while it waits)."""
     cache = request.app[REVIEWS]
     identity = cache.get(token)
-    if identity is None:
-        failures = request.app[FAILURES]
-        address = address_of(request)
-        if wait := failures.take(address):
-            busy = Busy("too many failed authentications from this address", wait, "auth-failures")
-            raise too_many(busy)
-        if not cache.was_rejected(token):
-            try:
-                identity = await deps_of(request).reviews.identify(token)
-            except CallerApiError as exc:
-                failures.succeeded(address)  # not the token's fault
-                raise ProblemError(
-                    ProblemKind.UPSTREAM, f"the token could not be reviewed: {exc.message}"
-                ) from exc
-        if identity is None:
-            cache.reject(token)
+    if identity is not None:
+        return identity
+    key = cache.key(token)
+    review = cache.pending.get(key)
+    if review is None:
+        review = asyncio.ensure_future(_review(request, token))
+        cache.pending[key] = review
+        review.add_done_callback(lambda done: _settle(cache, key, done))
+    # Shielded: a waiter that goes away (its client disconnected) does not cancel the
+    # review the others wait for.
+    return await asyncio.shield(review)
+
+
+def _settle(cache: ReviewCache, key: str, done: asyncio.Future[CallerIdentity]) -> None:
+    cache.pending.pop(key, None)
+    if not done.cancelled():
+        done.exception()  # retrieved: every waiter may have gone
+
+
+async def _review(request: web.Request, token: str) -> CallerIdentity:
+    cache = request.app[REVIEWS]
+    failures = request.app[FAILURES]
+    address = address_of(request)
+    if wait := failures.take(address):
+        busy = Busy("too many failed authentications from this address", wait, "auth-failures")
+        raise too_many(busy)
+    identity = None
+    if not cache.was_rejected(token):
+        try:
+            identity = await deps_of(request).reviews.identify(token)
+        except CallerApiError as exc:
+            failures.succeeded(address)  # not the token's fault
             raise ProblemError(
-                ProblemKind.UNAUTHENTICATED,
-                "the API server did not accept the bearer token (expired, revoked, or not "
-                "for this audience)",
-            )
-        failures.succeeded(address)
-        cache.put(token, identity)
+                ProblemKind.UPSTREAM, f"the token could not be reviewed: {exc.message}"
+            ) from exc
+    if identity is None:
+        cache.reject(token)
+        raise ProblemError(
+            ProblemKind.UNAUTHENTICATED,
+            "the API server did not accept the bearer token (expired, revoked, or not "
+            "for this audience)",
+        )
+    failures.succeeded(address)
+    cache.put(token, identity)
     return identity
 
 
