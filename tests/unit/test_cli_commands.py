@@ -120,3 +120,17 @@ def test_errors_become_documented_exit_codes(
     monkeypatch.setattr(sys.modules["tooladapter.cli.tools"], "run_async", raising)
     assert exit_of(["tools"]) == code
     assert capsys.readouterr().err.startswith("error: ")
+
+
+@pytest.mark.parametrize("text", ["", "just: words\n", "[1, 2]\n"])
+async def test_an_empty_or_malformed_kubeconfig_is_one_clear_error(
+    tmp_path: Any, text: str
+) -> None:
+    from tooladapter.kube.user import connect
+
+    path = tmp_path / "config"
+    path.write_text(text)
+    with pytest.raises(ApiError) as caught:
+        async with connect(kubeconfig=str(path)):
+            pass
+    assert str(path) in str(caught.value)

@@ -206,6 +206,9 @@ async def connect(
             )
         except config.ConfigException as exc:
             raise ApiError(0, f"kubeconfig {path}: {exc}") from exc
+        except (TypeError, AttributeError, ValueError) as exc:
+            # An empty or malformed file reaches the loader's internals (e.g. /dev/null).
+            raise ApiError(0, f"kubeconfig {path}: empty or not a kubeconfig") from exc
         context_ns = _context_namespace(loader)
     api = client.ApiClient(configuration=cfg)
     kube = Kube(api=api)
