@@ -93,6 +93,7 @@ REFINE: dict[str, dict[str, Any]] = {
     "gateway.tls.extraDnsNames": {"type": "array", "items": {"type": "string"}},
     "gateway.httpRoute.hostnames": {"type": "array", "items": {"type": "string"}},
     "gateway.uiSessionSeconds": {"type": "integer", "minimum": 60},
+    "gateway.publicUrl": {"type": "string", "pattern": "^(|https?://[^/?#@]+(/[^?#]*)?)$"},
     "egressProxy.port": _PORT,
     "egressProxy.metricsPort": _PORT,
     "egressProxy.replicas": {"type": "integer", "minimum": 0},

@@ -16,6 +16,7 @@ from .enums import ArtifactBackend, EventLevel
 from .model import DEFAULT_MAX_RESULT_BYTES, DEFAULT_TIMEOUT_SECONDS
 from .pipeline.cidr_bounds import CidrBounds
 from .pipeline.egress import REFERENCE_DEFAULT_ALLOW
+from .pipeline.mcpapproval import BadPublicUrl, checked_public_url
 
 
 def _int(name: str, default: int) -> int:
@@ -74,6 +75,16 @@ def _namespaced(name: str) -> str | None:
 def _path(name: str) -> Path | None:
     raw = os.environ.get(name, "").strip()
     return Path(raw) if raw else None
+
+
+def _public_url(name: str) -> str | None:
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return None
+    try:
+        return checked_public_url(raw)
+    except BadPublicUrl as exc:
+        raise ValueError(f"environment variable {name}: {exc}") from None
 
 
 def _pairs(name: str, default: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str], ...]:
@@ -320,6 +331,11 @@ class Settings:
     gateway_audiences: tuple[str, ...] = ()
     #: How long a tools/call waits for an approval before answering "still pending".
     gateway_approval_wait_seconds: int = 300
+    #: The gateway's address as people reach it (e.g. https://tools.example.com): the base of
+    #: the reviewers' page links MCP clients get for a gated call (URL elicitation). Unset:
+    #: no links (the host a client sent is never trusted to build one); such calls are held
+    #: and answered as still pending, as for a client that cannot open a URL.
+    gateway_public_url: str | None = None
     #: Fair doors (`gateway.doors`): requests one caller / one namespace may have in
     #: progress at once, and live streams (the page's live updates) plus MCP follows of a
     #: call; beyond them 429 with `Retry-After`. A caller's requests must stay below the
@@ -432,6 +448,7 @@ class Settings:
             gateway_approval_wait_seconds=_at_least(
                 "TOOLADAPTER_GATEWAY_APPROVAL_WAIT_SECONDS", base.gateway_approval_wait_seconds, 0
             ),
+            gateway_public_url=_public_url("TOOLADAPTER_GATEWAY_PUBLIC_URL"),
             gateway_caller_requests=_at_least(
                 "TOOLADAPTER_GATEWAY_CALLER_REQUESTS", base.gateway_caller_requests, 1
             ),

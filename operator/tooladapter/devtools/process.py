@@ -38,6 +38,8 @@ class OperatorProcess:
             "TOOLADAPTER_ARTIFACT_DIR": str(self.artifacts),
             "TOOLADAPTER_METRICS_PORT": str(self.metrics_port),
             "TOOLADAPTER_GATEWAY_PORT": str(self.gateway_port),
+            # The reviewers' page links MCP clients get (URL elicitation) point here.
+            "TOOLADAPTER_GATEWAY_PUBLIC_URL": f"http://127.0.0.1:{self.gateway_port}",
             "TOOLADAPTER_GATEWAY_HOST": "127.0.0.1",
             "TOOLADAPTER_RECONCILE_INTERVAL_SECONDS": "3",
             "TOOLADAPTER_SANDBOX_RETAIN_SECONDS": "30",

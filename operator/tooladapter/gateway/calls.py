@@ -16,11 +16,15 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from contextlib import aclosing
+from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any, Final
 
 from ..enums import InvocationState, Resource
 from ..kube.callers import CallerApiError
 from ..pipeline import readout
+from ..pipeline.hashing import request_hash
+from ..pipeline.mcpapproval import REQUEST_LABEL, WaitState, newest_attachable, request_label
 from ..pipeline.toolview import (
     META_DUPLICATE_OF,
     META_INVOCATION,
@@ -44,10 +48,37 @@ Progress = Callable[[float, float | None, str | None], Awaitable[None]]
 
 #: Beyond the descriptor's timeout and the approval wait: the pipeline's own steps.
 FOLLOW_MARGIN_SECONDS: Final = 120
+#: A decided call stays attachable (its retry answers it) at least this long after it ended.
+ATTACH_WINDOW_MIN: Final = 60
 
 
 class UnknownTool(LookupError):
     """The caller may invoke no callable tool of that id in the namespace."""
+
+
+class AwaitingReviewer(Exception):
+    """The call waits for a reviewer and the client can open the reviewers' page: the MCP
+    endpoint answers with the page's URL (input-required, or URLElicitationRequired)."""
+
+    def __init__(self, obj: dict[str, Any]) -> None:
+        super().__init__("awaiting approval")
+        self.obj = obj
+
+
+class StateMismatch(LookupError):
+    """A resumed call's state names an invocation that is not (or no longer) this caller's."""
+
+
+@dataclass(frozen=True)
+class Elicit:
+    """How a call that waits for an approval is answered to a client that can open a URL.
+
+    `resume`: the call a 2026-07-28 client's sealed `requestState` names (no new
+    invocation); `declined`: the person declined to open the page (answered as still
+    pending at once, the call goes on waiting)."""
+
+    resume: WaitState | None = None
+    declined: bool = False
 
 
 def _version(obj: Mapping[str, Any]) -> str:
@@ -81,6 +112,7 @@ async def _call_tool(
     arguments: Mapping[str, Any],
     options: CallOptions,
     progress: Progress,
+    elicit: Elicit | None,
 ) -> dict[str, Any]:
     versions = (await invocable(deps, caller, namespace)).get(tool_id)
     if not versions:
@@ -91,24 +123,76 @@ async def _call_tool(
         # A pinned version that is not callable still becomes an invocation: the pipeline
         # denies it at validation, with a receipt.
         entry = next((v for v in versions if v.spec.version == options.version), None)
-    body = invocation_body(
-        tool_id=tool_id,
-        version=version,
-        arguments=arguments,
-        username=caller.identity.username,
-        groups=caller.identity.groups,
-        options=options,
-    )
-    try:
-        created = await caller.api.create(Resource.INVOCATIONS, namespace, body)
-    except CallerApiError as exc:
-        return _refused(namespace, exc)
     timeout = 0
     if entry is not None:
         # No timeoutSeconds on the descriptor: the operator's default applies (issue 27).
         timeout = entry.spec.timeout_seconds or deps.settings.default_timeout_seconds
-    follower = _Follower(deps, caller, namespace, entry, progress, timeout)
-    return await follower.follow(created)
+    follower = _Follower(deps, caller, namespace, entry, progress, timeout, elicit)
+    username = caller.identity.username
+    if elicit is not None and elicit.resume is not None:
+        return await follower.follow(await _resumed(caller, namespace, elicit), hand_back=False)
+    body = invocation_body(
+        tool_id=tool_id,
+        version=version,
+        arguments=arguments,
+        username=username,
+        groups=caller.identity.groups,
+        options=options,
+    )
+    hashed = request_hash(
+        namespace=namespace,
+        tool_id=tool_id,
+        tool_version=version,
+        arguments=body["spec"]["arguments"],
+    )
+    label = request_label(username, hashed)
+    body["metadata"]["labels"] = {REQUEST_LABEL: label}
+    if elicit is not None:
+        # The same request coming back attaches to the call that waits (or was decided
+        # moments ago): never a second invocation, never a second approval to ask for.
+        try:
+            items = await caller.api.list(
+                Resource.INVOCATIONS,
+                namespace,
+                field_selector=f"spec.caller.name={username}",
+                label_selector=f"{REQUEST_LABEL}={label}",
+            )
+        except CallerApiError as exc:
+            return _refused(namespace, exc)
+        found = newest_attachable(
+            items,
+            namespace=namespace,
+            username=username,
+            hash_=hashed,
+            now=datetime.now(UTC),
+            window_seconds=max(deps.settings.gateway_approval_wait_seconds, ATTACH_WINDOW_MIN),
+        )
+        if found is not None:
+            await follower.report(f"attached to {_name(found)}, which waits for this request")
+            return await follower.follow(dict(found), hand_back=False)
+    try:
+        created = await caller.api.create(Resource.INVOCATIONS, namespace, body)
+    except CallerApiError as exc:
+        return _refused(namespace, exc)
+    return await follower.follow(created, hand_back=elicit is not None)
+
+
+async def _resumed(caller: Caller, namespace: str, elicit: Elicit) -> dict[str, Any]:
+    """The invocation a resumed call's state names, read with the caller's token and
+    checked: same namespace, same object (uid), the caller's own call."""
+    state = elicit.resume
+    assert state is not None
+    if state.namespace != namespace or state.caller != caller.identity.username:
+        raise StateMismatch("the request state is not this caller's in this namespace")
+    try:
+        obj = await caller.api.get(Resource.INVOCATIONS, namespace, state.name)
+    except CallerApiError as exc:
+        raise StateMismatch(f"invocation {namespace}/{state.name}: {exc.message}") from exc
+    meta = obj.get("metadata") or {}
+    spec_caller = ((obj.get("spec") or {}).get("caller") or {}).get("name")
+    if meta.get("uid") != state.uid or spec_caller != caller.identity.username:
+        raise StateMismatch(f"invocation {namespace}/{state.name} is not the call that waited")
+    return obj
 
 
 async def call_tool(
@@ -120,6 +204,7 @@ async def call_tool(
     arguments: Mapping[str, Any],
     options: CallOptions,
     progress: Progress,
+    elicit: Elicit | None = None,
 ) -> dict[str, Any]:
     """The tools/call result (MCP wire form) of calling `tool_id` as `caller`: a follow,
     held against the caller's and the namespace's stream caps (`doors`) from before the
@@ -137,6 +222,7 @@ async def call_tool(
             arguments=arguments,
             options=options,
             progress=progress,
+            elicit=elicit,
         )
     finally:
         deps.doors.give(held)
@@ -151,13 +237,19 @@ class _Follower:
         entry: ToolEntry | None,
         progress: Progress,
         timeout_seconds: int,
+        elicit: Elicit | None = None,
     ) -> None:
         self.deps = deps
+        #: The client can open the page (and did not decline to): waits are handed back.
+        self.elicit = elicit is not None and not elicit.declined
+        self.hand_back = False
         self.caller = caller
         self.namespace = namespace
         self.entry = entry
         self.progress = progress
         self.wait = deps.settings.gateway_approval_wait_seconds
+        if elicit is not None and elicit.declined:
+            self.wait = 0  # declined: say where it stands now, do not hold
         self.started = time.monotonic()
         self.give_up = self.started + timeout_seconds + self.wait + FOLLOW_MARGIN_SECONDS
         self.approval_since: float | None = None
@@ -171,7 +263,11 @@ class _Follower:
             return min(self.give_up, self.approval_since + self.wait)
         return self.give_up
 
-    async def follow(self, obj: dict[str, Any]) -> dict[str, Any]:
+    async def follow(self, obj: dict[str, Any], *, hand_back: bool = False) -> dict[str, Any]:
+        """Follow `obj` to its end. `hand_back`: a call that waits for an approval raises
+        `AwaitingReviewer` at once (its client opens the page); an attached or resumed call
+        (`hand_back=False` with `elicit`) raises it only once the approval wait is over."""
+        self.hand_back = hand_back
         name = _name(obj)
         while True:
             answer, obj, name = await self.observe(obj, name)
@@ -247,6 +343,8 @@ class _Follower:
             await self.report(step[1])
         if state == InvocationState.AWAITING_APPROVAL:
             self.approval_since = self.approval_since or now
+            if self.elicit and (self.hand_back or now >= self.deadline()):
+                raise AwaitingReviewer(obj)
         if now >= self.deadline():
             return pending_result(obj, now - self.started), obj, name
         return None, obj, name

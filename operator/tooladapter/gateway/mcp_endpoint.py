@@ -11,12 +11,27 @@ and namespace travel in the ASGI scope's `state`.
 - `tools/call`: `calls.call_tool`, with progress notifications when the client sent a
   progressToken. A tool the caller may not invoke (or that does not exist) is a JSON-RPC
   invalid-params error; a call that reached the pipeline always answers a result.
+  `_meta["dev.tooladapter/dryRun"]: true` answers the REST dry run's preview instead and
+  creates nothing.
+- A call that waits for an approval, from a client that declared URL elicitation (and a
+  gateway with `TOOLADAPTER_GATEWAY_PUBLIC_URL`): a 2026-07-28 client gets an
+  input-required result whose URL elicitation opens the reviewers' page at that call and
+  whose `requestState` names it (sealed by the SDK's request-state boundary under a key
+  derived from the page's shared session key, bound to the caller and namespace); coming
+  back with it follows the same call. A 2025-11-25 client gets the URLElicitationRequired
+  error (-32042) with that URL; the same request coming back attaches to the waiting call
+  (`calls.call_tool`). Stateless as ever: the 2025 era's capabilities travel in an
+  `Mcp-Session-Id` the gateway seals at initialize (no session is kept anywhere).
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import json
 import logging
+import os
+import time
 from importlib import metadata
 from typing import Any, Final
 
@@ -24,14 +39,30 @@ from aiohttp import web
 from mcp import types
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
+from mcp.server.request_state import (
+    AESGCMRequestStateCodec,
+    InvalidRequestState,
+    RequestStateBoundary,
+    RequestStateSecurity,
+)
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
-from mcp.shared.exceptions import MCPError
+from mcp.shared.exceptions import MCPError, UrlElicitationRequiredError
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
-from ..pipeline.toolview import BadCallOptions, call_options, mcp_tool
-from .asgi import serve_asgi
-from .calls import UnknownTool, call_tool
+from ..pipeline.mcpapproval import INPUT_KEY, WaitState, approval_link, elicitation_message
+from ..pipeline.toolview import (
+    BadCallOptions,
+    call_options,
+    dry_run_requested,
+    dry_run_result,
+    mcp_tool,
+)
+from .asgi import AsgiApp, Message, Receive, Scope, Send, serve_asgi
+from .bodies import read_body
+from .calls import AwaitingReviewer, Elicit, StateMismatch, UnknownTool, call_tool
 from .context import Caller, Deps, caller_of, deps_of
 from .errors import ProblemError
+from .previews import preview_call
 from .tools import invocable
 
 logger = logging.getLogger("tooladapter.gateway")
@@ -57,14 +88,64 @@ INSTRUCTIONS: Final = (
 )
 
 
+_URL_KEY: Final = "tooladapter.url-elicitation"
+#: The 2025-11-25 era's sealed capabilities (`Mcp-Session-Id`) last this long.
+SESSION_TOKEN_SECONDS: Final = 24 * 3600
+SESSION_HEADER: Final = "mcp-session-id"
+#: The request-state boundary's audience: state sealed for anything else does not open.
+STATE_AUDIENCE: Final = "tooladapter-gateway-mcp"
+
+
+def _scope_state(ctx: ServerRequestContext[Any]) -> dict[str, Any]:
+    state = getattr(ctx.request, "scope", {}).get("state") or {}
+    return state if isinstance(state, dict) else {}
+
+
 def _request_of(ctx: ServerRequestContext[Any]) -> tuple[Deps, Caller, str]:
-    request = ctx.request
-    state = getattr(request, "scope", {}).get("state") or {}
-    mine = state.get(_STATE_KEY)
+    mine = _scope_state(ctx).get(_STATE_KEY)
     if not isinstance(mine, tuple):
         raise MCPError(types.INTERNAL_ERROR, "no authenticated caller on this request")
     deps, caller, namespace = mine
     return deps, caller, namespace
+
+
+def _principal(ctx: ServerRequestContext[Any]) -> str | None:
+    """What a sealed requestState is bound to: the namespace and the authenticated caller
+    (state minted for another caller, or in another namespace, does not open)."""
+    mine = _scope_state(ctx).get(_STATE_KEY)
+    if not isinstance(mine, tuple):
+        return None
+    _deps, caller, namespace = mine
+    return f"{namespace}\n{caller.identity.username}"
+
+
+def derived_key(shared: bytes | None, purpose: bytes) -> bytes:
+    """A key for one purpose from the page's shared session key (None: this process's)."""
+    return hashlib.sha256(
+        b"tooladapter-mcp:" + purpose + b":" + (shared or os.urandom(32))
+    ).digest()
+
+
+def _modern(ctx: ServerRequestContext[Any]) -> bool:
+    return ctx.protocol_version in MODERN_PROTOCOL_VERSIONS
+
+
+def _url_capable(ctx: ServerRequestContext[Any]) -> bool:
+    """The client declared URL-mode elicitation: per request (2026-07-28), or in the
+    sealed session token of its initialize (2025-11-25, stateless)."""
+    caps = ctx.session.client_capabilities
+    if caps is not None and caps.elicitation is not None and caps.elicitation.url is not None:
+        return True
+    return not _modern(ctx) and _scope_state(ctx).get(_URL_KEY) is True
+
+
+def _declined(params: types.CallToolRequestParams) -> bool:
+    """The person declined (or dismissed) opening the page. Accepting approves nothing:
+    it only means the page was opened."""
+    responses = getattr(params, "input_responses", None) or {}
+    answer = responses.get(INPUT_KEY) if isinstance(responses, dict) else None
+    action = answer.get("action") if isinstance(answer, dict) else getattr(answer, "action", None)
+    return action is not None and action != "accept"
 
 
 def _mcp_error(exc: ProblemError) -> MCPError:
@@ -89,13 +170,29 @@ async def _list_tools(
 
 async def _call_tool(
     ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
-) -> types.CallToolResult:
+) -> types.CallToolResult | types.InputRequiredResult:
     deps, caller, namespace = _request_of(ctx)
     meta = params.meta if isinstance(params.meta, dict) else {}
     try:
         options = call_options(meta)
+        dry = dry_run_requested(meta)
     except BadCallOptions as exc:
         raise MCPError(types.INVALID_PARAMS, str(exc)) from exc
+    if dry:
+        try:
+            preview = await preview_call(
+                deps,
+                caller,
+                namespace=namespace,
+                tool_id=params.name,
+                arguments=params.arguments or {},
+                options=options,
+            )
+        except ProblemError as exc:
+            raise _mcp_error(exc) from exc
+        wire = dry_run_result(preview.sparse_wire(), namespace=namespace, tool_id=params.name)
+        return types.CallToolResult.model_validate(wire)
+    elicit = _elicit(ctx, params, deps, caller, namespace)
 
     async def progress(value: float, total: float | None, message: str | None) -> None:
         # A no-op unless the client asked for progress (a progressToken in _meta).
@@ -110,7 +207,12 @@ async def _call_tool(
             arguments=params.arguments or {},
             options=options,
             progress=progress,
+            elicit=elicit,
         )
+    except AwaitingReviewer as waiting:
+        return _hand_back(ctx, deps, caller, waiting.obj)
+    except StateMismatch as exc:
+        raise MCPError(types.INVALID_PARAMS, f"the request state does not hold: {exc}") from exc
     except UnknownTool as exc:
         raise MCPError(types.INVALID_PARAMS, str(exc)) from exc
     except BadCallOptions as exc:  # the arguments or options the CRD would refuse
@@ -124,10 +226,135 @@ async def _call_tool(
     return types.CallToolResult.model_validate(wire)
 
 
+def _elicit(
+    ctx: ServerRequestContext[Any],
+    params: types.CallToolRequestParams,
+    deps: Deps,
+    caller: Caller,
+    namespace: str,
+) -> Elicit | None:
+    """How waits are answered to this client; None: held, as before (no public URL, or a
+    client that cannot open one)."""
+    raw_state = getattr(params, "request_state", None)
+    if raw_state is not None:
+        # The boundary opened and checked the seal (caller, namespace, tool, arguments,
+        # expiry) before this handler ran: what is left is ours, checked again here.
+        state = WaitState.loads(str(raw_state))
+        if state is None:
+            raise MCPError(types.INVALID_PARAMS, "Invalid or expired requestState")
+        return Elicit(resume=state, declined=_declined(params))
+    if deps.settings.gateway_public_url is None or not _url_capable(ctx):
+        return None
+    return Elicit()
+
+
+def _hand_back(
+    ctx: ServerRequestContext[Any], deps: Deps, caller: Caller, obj: dict[str, Any]
+) -> types.CallToolResult | types.InputRequiredResult:
+    """The reviewers' page at the waiting call, as the client's era asks it to be opened."""
+    public = deps.settings.gateway_public_url
+    meta = obj.get("metadata") or {}
+    name, namespace, uid = str(meta.get("name")), str(meta.get("namespace")), str(meta.get("uid"))
+    assert public is not None  # `_elicit` hands back only with a public URL
+    url = approval_link(public, namespace, name)
+    message = elicitation_message(obj, caller.identity.username)
+    if _modern(ctx):
+        state = WaitState(namespace=namespace, name=name, uid=uid, caller=caller.identity.username)
+        return types.InputRequiredResult.model_validate(
+            {
+                "resultType": "input_required",
+                "inputRequests": {
+                    INPUT_KEY: {
+                        "method": "elicitation/create",
+                        "params": {"mode": "url", "message": message, "url": url},
+                    }
+                },
+                "requestState": state.dumps(),
+                "_meta": {
+                    "dev.tooladapter/invocation": name,
+                    "dev.tooladapter/namespace": namespace,
+                },
+            }
+        )
+    raise UrlElicitationRequiredError(
+        [
+            types.ElicitRequestURLParams(
+                message=message, url=url, elicitation_id=f"{namespace}/{name}/{uid}"
+            )
+        ],
+        message=f"a reviewer's approval is needed: {url}",
+    )
+
+
+class SessionSeal:
+    """The 2025-11-25 era's capabilities, sealed into the `Mcp-Session-Id` the gateway
+    answers an initialize with, and opened from every later request's header: any replica
+    opens it, none keeps it. Bound to the caller and namespace; only "declared URL
+    elicitation" is in it, so a forged or stale one can at most ask for today's answer."""
+
+    def __init__(self, key: bytes) -> None:
+        self._codec = AESGCMRequestStateCodec([key])
+
+    def seal(self, *, namespace: str, username: str, url: bool) -> str:
+        claims = {
+            "ns": namespace,
+            "u": username,
+            "url": url,
+            "exp": time.time() + SESSION_TOKEN_SECONDS,
+        }
+        return self._codec.seal(json.dumps(claims, sort_keys=True).encode())
+
+    def url_capable(self, token: str, *, namespace: str, username: str) -> bool:
+        try:
+            claims = json.loads(self._codec.unseal(token))
+        except (InvalidRequestState, ValueError):
+            return False
+        return (
+            isinstance(claims, dict)
+            and claims.get("ns") == namespace
+            and claims.get("u") == username
+            and claims.get("url") is True
+            and isinstance(claims.get("exp"), int | float)
+            and time.time() < claims["exp"]
+        )
+
+
+def _initialize_declares_url(body: bytes) -> bool | None:
+    """For an `initialize` request: whether the client declared URL elicitation; None for
+    any other body."""
+    if b'"initialize"' not in body:
+        return None
+    try:
+        message = json.loads(body)
+    except (ValueError, RecursionError):  # the SDK answers the parse error itself
+        return None
+    if not isinstance(message, dict) or message.get("method") != "initialize":
+        return None
+    params = message.get("params")
+    caps = params.get("capabilities") if isinstance(params, dict) else None
+    elicitation = caps.get("elicitation") if isinstance(caps, dict) else None
+    return isinstance(elicitation, dict) and isinstance(elicitation.get("url"), dict)
+
+
+def _with_header(app: AsgiApp, name: str, value: str) -> AsgiApp:
+    async def wrapped(scope: Scope, receive: Receive, send: Send) -> None:
+        async def sending(message: Message) -> None:
+            if message["type"] == "http.response.start" and int(message.get("status", 0)) == 200:
+                headers = [h for h in message.get("headers") or [] if h[0].lower() != name.encode()]
+                message = {**message, "headers": [*headers, (name.encode(), value.encode())]}
+            await send(message)
+
+        await app(scope, receive, sending)
+
+    return wrapped
+
+
 class McpEndpoint:
     """The SDK server and its session manager, run for the gateway's lifetime."""
 
-    def __init__(self) -> None:
+    def __init__(self, shared_key: bytes | None = None, state_ttl_seconds: float = 900) -> None:
+        """`shared_key`: the page's session key all replicas share (None: this process's
+        own, so a requestState or session token opens only here)."""
         self.server: Server[Any] = Server(
             "tooladapter",
             version=SERVER_VERSION,
@@ -137,6 +364,14 @@ class McpEndpoint:
             on_list_tools=_list_tools,
             on_call_tool=_call_tool,
         )
+        security = RequestStateSecurity(
+            keys=[derived_key(shared_key, b"request-state")],
+            ttl=state_ttl_seconds,
+            bind_principal=_principal,
+            audience=STATE_AUDIENCE,
+        )
+        self.server.middleware.append(RequestStateBoundary(security, default_audience=None))
+        self.sessions = SessionSeal(derived_key(shared_key, b"session"))
         self.manager = StreamableHTTPSessionManager(
             app=self.server, stateless=True, json_response=False
         )
@@ -169,8 +404,24 @@ class McpEndpoint:
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         namespace = request.match_info["namespace"]
-        state = {_STATE_KEY: (deps_of(request), caller_of(request), namespace)}
-        return await serve_asgi(self.manager.handle_request, request, state)
+        caller = caller_of(request)
+        username = caller.identity.username
+        state: dict[str, Any] = {_STATE_KEY: (deps_of(request), caller, namespace)}
+        token = request.headers.get(SESSION_HEADER)
+        if token is not None and request.method != "POST":
+            # No session is kept: nothing to stream (GET) or end (DELETE) for a sealed one.
+            raise web.HTTPMethodNotAllowed(request.method, ["POST"])
+        if token is not None:
+            state[_URL_KEY] = self.sessions.url_capable(
+                token, namespace=namespace, username=username
+            )
+        app: AsgiApp = self.manager.handle_request
+        if request.method == "POST" and not request.headers.get("mcp-protocol-version"):
+            declared = _initialize_declares_url(await read_body(request))
+            if declared is not None:
+                sealed = self.sessions.seal(namespace=namespace, username=username, url=declared)
+                app = _with_header(app, SESSION_HEADER, sealed)
+        return await serve_asgi(app, request, state)
 
 
 MCP_ENDPOINT: Final = web.AppKey("tooladapter.mcp", McpEndpoint)

@@ -92,6 +92,15 @@ async def _ui_session_key(kube: Kube, settings: Settings) -> bytes | None:
     return await ensure_session_key(kube, namespace, name)
 
 
+def _shared_key(deps: Deps) -> bytes | None:
+    """The key all replicas share (the page's session key, from its Secret or file): what
+    the MCP endpoint derives its request-state and session-token keys from."""
+    if deps.ui_session_key is not None:
+        return deps.ui_session_key
+    path = deps.settings.ui_session_key_file
+    return path.read_bytes().strip() if path is not None else None
+
+
 def tls_context(settings: Settings) -> ssl.SSLContext | None:
     if settings.gateway_tls_cert is None or settings.gateway_tls_key is None:
         return None
@@ -107,7 +116,11 @@ class Gateway:
     def __init__(self, deps: Deps, kube: Kube | None) -> None:
         self.deps = deps
         self.kube = kube
-        self.mcp = McpEndpoint()
+        self.mcp = McpEndpoint(
+            shared_key=_shared_key(deps),
+            # A person answers the page's link within the hour a reviewer's approval lasts.
+            state_ttl_seconds=max(3600, 2 * deps.settings.gateway_approval_wait_seconds),
+        )
         self.runner: web.AppRunner | None = None
         self.listener: asyncio.Server | None = None
         self.limits = Limits()

@@ -284,10 +284,17 @@ class AsCaller:
         return await self.objects.get(plural, namespace, name)
 
     async def list(
-        self, plural: str, namespace: str, *, field_selector: str | None = None
+        self,
+        plural: str,
+        namespace: str,
+        *,
+        field_selector: str | None = None,
+        label_selector: str | None = None,
     ) -> list[dict[str, Any]]:
         """Every object of a kind in the namespace (page by page)."""
-        return await self.objects.list(plural, namespace, field_selector=field_selector)
+        return await self.objects.list(
+            plural, namespace, field_selector=field_selector, label_selector=label_selector
+        )
 
     async def create(self, plural: str, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
         return await self.objects.create(plural, namespace, body)

@@ -82,7 +82,12 @@ class CustomObjects:
         return obj
 
     async def list(
-        self, plural: str, namespace: str | None, *, field_selector: str | None = None
+        self,
+        plural: str,
+        namespace: str | None,
+        *,
+        field_selector: str | None = None,
+        label_selector: str | None = None,
     ) -> Objects:
         """Every object of a kind in `namespace` (None: every namespace), page by page."""
         list_call, where = self._collection(namespace)
@@ -94,6 +99,8 @@ class CustomObjects:
                 params["_continue"] = token
             if field_selector:
                 params["field_selector"] = field_selector
+            if label_selector:
+                params["label_selector"] = label_selector
             page = await self._call(list_call, *where, plural, **params)
             items.extend(page.get("items") or [])
             token = (page.get("metadata") or {}).get("continue") or ""

@@ -34,6 +34,7 @@ from ..model import (
     ToolInvocationSpec,
 )
 from . import readout
+from .hashing import descriptor_digest
 from .linear_regex import compile_internal
 from .review import waiting_reasons
 from .shown import shown
@@ -62,6 +63,14 @@ META_PROVENANCE: Final = META_PREFIX + "provenance"
 META_TOOL_ERROR: Final = META_PREFIX + "toolError"
 META_EXIT_CODE: Final = META_PREFIX + "exitCode"
 META_HTTP_STATUS: Final = META_PREFIX + "httpStatus"
+#: A tools/call option: answer what the call would meet now (the REST dry run), create nothing.
+META_DRY_RUN: Final = META_PREFIX + "dryRun"
+#: A dry run's answer: the preview, as the REST dry run answers it.
+META_PREVIEW: Final = META_PREFIX + "preview"
+#: A tool's descriptor digest (what an approval pins): a changed one is a changed tool.
+META_DESCRIPTOR_DIGEST: Final = META_PREFIX + "descriptorDigest"
+#: The reviewers' page at a call waiting for a decision (a pending result's link).
+META_APPROVAL_URL: Final = META_PREFIX + "approvalUrl"
 
 #: What every tools/call result (and the REST invocation view) says of its content: data
 #: from a tool, never instructions (the reference's provenance tag).
@@ -194,6 +203,7 @@ def mcp_tool(entry: ToolEntry) -> dict[str, Any]:
             META_SIDE_EFFECT_CLASS: str(entry.declared_class),
             META_KIND: str(spec.kind),
             META_DESCRIPTOR: entry.name,
+            META_DESCRIPTOR_DIGEST: descriptor_digest(spec.wire()),
         },
     }
     # MCP requires an object schema at the root of outputSchema; any other is not offered
@@ -298,6 +308,35 @@ def call_options(
         attempt_id=_text_option(meta, prefix + "attemptId", 128, where),
         fencing_token=token,
     )
+
+
+def dry_run_requested(meta: Mapping[str, Any] | None) -> bool:
+    """Whether a tools/call's `_meta` asks for a dry run (`dev.tooladapter/dryRun`: a
+    boolean; anything else is refused rather than read as a real call)."""
+    value = (meta or {}).get(META_DRY_RUN)
+    if value is None:
+        return False
+    if not isinstance(value, bool):
+        raise BadCallOptions(f"_meta[{META_DRY_RUN!r}] must be a boolean")
+    return value
+
+
+def dry_run_result(preview: Mapping[str, Any], *, namespace: str, tool_id: str) -> dict[str, Any]:
+    """The tools/call result of a dry run: the preview (the REST dry run's body) in `_meta`
+    (`dev.tooladapter/preview`) and as text; never `isError` (any verdict is an answer),
+    nothing created, so no invocation or receipt in `_meta`. Not `structuredContent`: a
+    client checks that against the tool's outputSchema, which a preview is not."""
+    verdict = preview.get("verdict")
+    lead = f"dry run of {tool_id} in {namespace}: {verdict}"
+    if preview.get("deniedStage"):
+        lead += f" at stage {preview['deniedStage']}"
+    if preview.get("message"):
+        lead += f": {preview['message']}"
+    return {
+        "content": [_text(lead), _text(json.dumps(preview, sort_keys=True))],
+        "isError": False,
+        "_meta": {META_DRY_RUN: True, META_PREVIEW: dict(preview), META_NAMESPACE: namespace},
+    }
 
 
 def caller_kind(username: str) -> str:

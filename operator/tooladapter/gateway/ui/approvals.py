@@ -10,11 +10,12 @@ builds it, so admission checks that the reviewer is the person.
 
 from __future__ import annotations
 
-from typing import Final
+from typing import Any, Final
 
 from aiohttp import web
 
-from ...enums import ApprovalDecision, Resource
+from ...enums import ApprovalDecision, InvocationState, Resource
+from ...pipeline.mcpapproval import call_notice, call_ref
 from ...pipeline.review import Undecidable, approval_body
 from ...pipeline.reviewpage import pending_for_page, recent_decisions
 from ...timeutil import in_seconds
@@ -49,8 +50,32 @@ async def approvals(request: web.Request, person: Person) -> web.StreamResponse:
         reviewable=reviewable,
         refused=listing.refused,
         expiries=EXPIRIES,
-        notice=_notice(request),
+        notice=_notice(request) or _at_call(request, person, listing.items),
+        marked=_marked(request),
     )
+
+
+def _marked(request: web.Request) -> str | None:
+    ref = call_ref(request.query.get("call"))
+    return f"{ref[0]}/{ref[1]}" if ref else None
+
+
+def _at_call(request: web.Request, person: Person, items: list[dict[str, Any]]) -> str | None:
+    """The page opened at one call (the link an MCP client got): say where it stands."""
+    ref = call_ref(request.query.get("call"))
+    if ref is None:
+        return None
+    waiting = next(
+        (
+            obj
+            for obj in items
+            if (obj.get("metadata") or {}).get("namespace") == ref[0]
+            and (obj.get("metadata") or {}).get("name") == ref[1]
+            and (obj.get("status") or {}).get("state") == InvocationState.AWAITING_APPROVAL
+        ),
+        None,
+    )
+    return call_notice(ref, waiting, person.username)
 
 
 def _notice(request: web.Request) -> str | None:

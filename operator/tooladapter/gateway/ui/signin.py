@@ -14,6 +14,7 @@ from typing import Final
 
 from aiohttp import web
 
+from ...pipeline.mcpapproval import call_ref
 from ...pipeline.problems import ProblemKind
 from ..auth import identify
 from ..bodies import form_body
@@ -41,7 +42,13 @@ FORM_SECONDS: Final = 1800
 _SA_PREFIX: Final = "system:serviceaccount:"
 
 
-def _form(request: web.Request, *, status: int = 200, error: str | None = None) -> web.Response:
+def _form(
+    request: web.Request,
+    *,
+    status: int = 200,
+    error: str | None = None,
+    call: tuple[str, str] | None = None,
+) -> web.Response:
     value = nonce()
     response = render(
         request,
@@ -52,13 +59,14 @@ def _form(request: web.Request, *, status: int = 200, error: str | None = None) 
         nonce=value,
         error=error,
         max_namespaces=MAX_NAMESPACES,
+        call=f"{call[0]}/{call[1]}" if call else None,
     )
     set_cookie(request, response, LOGIN_COOKIE, value, FORM_SECONDS)
     return response
 
 
 async def login_form(request: web.Request) -> web.StreamResponse:
-    return _form(request)
+    return _form(request, call=call_ref(request.query.get("call")))
 
 
 async def login(request: web.Request) -> web.StreamResponse:
@@ -92,7 +100,8 @@ async def login(request: web.Request) -> web.StreamResponse:
         namespaces = (identity.username.removeprefix(_SA_PREFIX).split(":")[0],)
     seconds = deps_of(request).settings.ui_session_seconds
     session = request.app[SEALER].new(token, namespaces, seconds)
-    response = redirect(f"{PREFIX}/approvals")
+    call = call_ref(form.get("call"))
+    response = redirect(f"{PREFIX}/approvals" + (f"?call={call[0]}/{call[1]}" if call else ""))
     set_cookie(
         request,
         response,

@@ -14,6 +14,7 @@ import jinja2
 from aiohttp import web
 
 from ...kube.callers import CallerApiError
+from ...pipeline.mcpapproval import call_ref
 from ...pipeline.problems import ProblemKind, kind_for_api_status
 from ...pipeline.review import Refusal, Undecidable
 from ...pipeline.sanitize import bounded_message
@@ -226,7 +227,10 @@ def page(handler: Page) -> Callable[[web.Request], Awaitable[web.StreamResponse]
             person = await person_of(request)
         except SignedOut:
             if request.method == "GET":
-                return redirect(f"{PREFIX}/login")
+                # The call an MCP client's link opened survives the sign-in.
+                ref = call_ref(request.query.get("call"))
+                carried = f"?call={ref[0]}/{ref[1]}" if ref else ""
+                return redirect(f"{PREFIX}/login{carried}")
             return render(
                 request,
                 "error.html",

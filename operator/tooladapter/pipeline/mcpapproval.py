@@ -1,0 +1,251 @@
+"""Approvals that reach the person at the MCP client's keyboard: pure rules.
+
+A gated call made over MCP by a client that can open a URL (URL-mode elicitation) is
+answered with the reviewers' page at that call, instead of being held until the gateway
+gives up waiting. The client coming back with the same request attaches to the call that
+waits; it never makes a second invocation. Nothing the client answers approves anything:
+the call still runs only with a `ToolApproval` by an allowed reviewer, never its caller.
+
+- `approval_link`: the page at one call, on the gateway's public URL (a setting: the host
+  an agent sent is never trusted to build a link a reviewer will sign in at).
+- `WaitState`: what a 2026-07-28 client echoes back (`requestState`), sealed by the SDK's
+  request-state boundary with a key all replicas share and bound to the caller and the
+  namespace; parsed here only after the seal opened, and checked again against the caller.
+- `request_label` / `attachable`: which earlier invocation a repeated request attaches to:
+  created by the gateway for the same caller and the same request hash (the label is a
+  lookup key only; the caller, which admission pins to the creator, and the hash computed
+  from the found object's own spec decide), waiting for approval or decided and still
+  within the attach window.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Final
+from urllib.parse import quote, urlsplit
+
+from ..enums import InvocationState, Stage
+from .hashing import request_hash
+from .shown import shown
+
+#: The label the gateway puts on invocations it creates: a digest of (caller, request).
+REQUEST_LABEL: Final = "tooladapter.dev/mcp-request"
+#: The `inputRequests` key of the approval's URL elicitation.
+INPUT_KEY: Final = "approval"
+
+
+class BadPublicUrl(ValueError):
+    """`TOOLADAPTER_GATEWAY_PUBLIC_URL` is not an absolute http(s) URL without query."""
+
+
+def checked_public_url(value: str) -> str:
+    """The gateway's public base URL without a trailing slash; refused unless absolute
+    http(s), with a host, and no query, fragment or credentials."""
+    parts = urlsplit(value.strip())
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise BadPublicUrl(f"{value!r} is not an absolute http(s) URL")
+    if parts.query or parts.fragment or parts.username or parts.password:
+        raise BadPublicUrl(f"{value!r} must not carry a query, fragment or credentials")
+    return value.strip().rstrip("/")
+
+
+def approval_link(public_url: str, namespace: str, name: str) -> str:
+    """The reviewers' page at one waiting call."""
+    return f"{public_url}/ui/approvals?call={quote(namespace, safe='')}/{quote(name, safe='')}"
+
+
+#: `namespace/name` of a call on the page (DNS-1123 names): anything else is dropped.
+_CALL_REF: Final = re.compile(
+    r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?/[a-z0-9]([-.a-z0-9]{0,251}[a-z0-9])?"
+)
+
+
+def call_ref(value: object) -> tuple[str, str] | None:
+    """(namespace, name) of the page's `call` parameter; None unless it is one."""
+    if not isinstance(value, str) or not _CALL_REF.fullmatch(value):
+        return None
+    namespace, _, name = value.partition("/")
+    return namespace, name
+
+
+def call_notice(ref: tuple[str, str], waiting: Mapping[str, Any] | None, person: str) -> str:
+    """What the page says at the top when it was opened at one call (an MCP client's link)."""
+    namespace, name = ref
+    if waiting is None:
+        return (
+            f"Invocation {namespace}/{name} is not waiting for a decision in the namespaces "
+            "you look at (it may have been decided, or you may not read it)."
+        )
+    caller = ((waiting.get("spec") or {}).get("caller") or {}).get("name")
+    if caller == person:
+        return (
+            f"Invocation {namespace}/{name} is your own call: its caller cannot approve it. "
+            "Forward this page's link to a reviewer."
+        )
+    return f"Invocation {namespace}/{name} waits for your decision: it is marked below."
+
+
+def elicitation_message(obj: Mapping[str, Any], username: str) -> str:
+    """What the person at the keyboard reads: the call waits for a reviewer, the arguments
+    exactly as they will run, and that answering here approves nothing."""
+    meta = obj.get("metadata") or {}
+    spec = obj.get("spec") or {}
+    status = obj.get("status") or {}
+    tool = spec.get("tool") or {}
+    view = shown(spec.get("arguments") or {})
+    lines = [
+        f"{tool.get('id')} {tool.get('version')} needs a reviewer's approval "
+        f"({status.get('effectiveClass') or 'gated'}): invocation "
+        f"{meta.get('namespace')}/{meta.get('name')} waits.",
+        f"Arguments, exactly as they will run: {view.canonical}",
+        *(f"warning: {w}" for w in view.warnings),
+        f"The caller ({username}) cannot approve its own call: if that is you, forward "
+        "this link to a reviewer. Opening it approves nothing; a reviewer decides there.",
+    ]
+    return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class WaitState:
+    """The call a 2026-07-28 client's `requestState` names (plaintext inside the seal)."""
+
+    namespace: str
+    name: str
+    uid: str
+    caller: str
+
+    def dumps(self) -> str:
+        return json.dumps(
+            {"ns": self.namespace, "name": self.name, "uid": self.uid, "caller": self.caller},
+            sort_keys=True,
+            separators=(",", ":"),
+        )
+
+    @classmethod
+    def loads(cls, text: str) -> WaitState | None:
+        """None for anything this gateway did not write."""
+        try:
+            raw = json.loads(text)
+        except ValueError:
+            return None
+        if not isinstance(raw, dict):
+            return None
+        fields = [raw.get(k) for k in ("ns", "name", "uid", "caller")]
+        if not all(isinstance(f, str) and f for f in fields):
+            return None
+        ns, name, uid, caller = (str(f) for f in fields)
+        return cls(namespace=ns, name=name, uid=uid, caller=caller)
+
+
+def request_label(username: str, hash_: str) -> str:
+    """The label value of (caller, request hash): 40 hex characters, a lookup key only."""
+    return hashlib.sha256(f"{username}\n{hash_}".encode()).hexdigest()[:40]
+
+
+def spec_request_hash(obj: Mapping[str, Any]) -> str | None:
+    """The request hash of an invocation, computed from its own spec."""
+    meta = obj.get("metadata") or {}
+    spec = obj.get("spec") or {}
+    tool = spec.get("tool") or {}
+    if not tool.get("id") or not tool.get("version"):
+        return None
+    return request_hash(
+        namespace=str(meta.get("namespace") or ""),
+        tool_id=str(tool["id"]),
+        tool_version=str(tool["version"]),
+        arguments=spec.get("arguments") or {},
+    )
+
+
+def _state(obj: Mapping[str, Any]) -> InvocationState | None:
+    raw = (obj.get("status") or {}).get("state")
+    try:
+        return InvocationState(raw) if raw else None
+    except ValueError:
+        return None
+
+
+def _ended(obj: Mapping[str, Any]) -> datetime | None:
+    raw = (obj.get("status") or {}).get("endedAt")
+    if not isinstance(raw, str):
+        return None
+    try:
+        return datetime.fromisoformat(raw.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+
+
+def past_approval(obj: Mapping[str, Any]) -> bool:
+    """Whether the call reached the approval stage: waiting there, approved (bound), or
+    ended there (rejected, expired)."""
+    status = obj.get("status") or {}
+    return (
+        _state(obj) == InvocationState.AWAITING_APPROVAL
+        or bool(status.get("approval"))
+        or status.get("deniedStage") == Stage.APPROVAL
+    )
+
+
+def attachable(
+    obj: Mapping[str, Any],
+    *,
+    namespace: str,
+    username: str,
+    hash_: str,
+    now: datetime,
+    window_seconds: float,
+) -> bool:
+    """Whether a repeated request (caller `username`, request hash `hash_`) attaches to
+    `obj` instead of creating a new invocation: the same namespace, caller and request
+    (from the object's own spec), a real call (not a dry run) that reached the approval
+    stage, and, once ended, ended less than `window_seconds` ago."""
+    meta = obj.get("metadata") or {}
+    spec = obj.get("spec") or {}
+    if meta.get("namespace") != namespace or meta.get("deletionTimestamp"):
+        return False
+    if (spec.get("caller") or {}).get("name") != username or spec.get("dryRun"):
+        return False
+    if spec_request_hash(obj) != hash_ or not past_approval(obj):
+        return False
+    state = _state(obj)
+    if state is None or not state.terminal:
+        return True
+    ended = _ended(obj)
+    return ended is not None and 0 <= (now - ended).total_seconds() < window_seconds
+
+
+def newest_attachable(
+    items: Sequence[Mapping[str, Any]],
+    *,
+    namespace: str,
+    username: str,
+    hash_: str,
+    now: datetime,
+    window_seconds: float,
+) -> Mapping[str, Any] | None:
+    """The call a repeated request attaches to: a waiting one before an ended one, then
+    the newest."""
+    found = [
+        obj
+        for obj in items
+        if attachable(
+            obj,
+            namespace=namespace,
+            username=username,
+            hash_=hash_,
+            now=now,
+            window_seconds=window_seconds,
+        )
+    ]
+
+    def rank(obj: Mapping[str, Any]) -> tuple[int, str]:
+        state = _state(obj)
+        live = 1 if state is not None and not state.terminal else 0
+        return live, str((obj.get("metadata") or {}).get("creationTimestamp") or "")
+
+    return max(found, key=rank) if found else None
