@@ -15,7 +15,8 @@ export PYTHONUNBUFFERED := 1
 include hack/cluster.mk
 
 .PHONY: help venv lint docs-reference unit crds crds-check install uninstall run demo test integration bench chaos s3-server \
-	deploy undeploy deploy-test image image-push skopeo browser otel-collector promtool helm
+	deploy undeploy deploy-test image image-push skopeo browser otel-collector promtool helm \
+	mcp-ts-client
 
 # `make deploy`: the Helm release (charts/tooladapter) in the cluster of KUBECONFIG.
 HELM              ?= helm
@@ -158,7 +159,12 @@ browser:
 otel-collector:
 	hack/otel/build.sh >/dev/null
 
-integration: venv s3-server browser otel-collector
+# The TypeScript SDK client of the MCP interop tests (hack/mcp-ts: pinned by its lock,
+# npm ci into ~/.cache/tooladapter/mcp-ts-<digest>/; node from the machine).
+mcp-ts-client:
+	hack/mcp-ts/install.sh
+
+integration: venv s3-server browser otel-collector mcp-ts-client
 	TOOLADAPTER_REQUIRE_CLUSTER=1 $(VENV)/bin/pytest -q -m "not cluster_down" tests/cluster tests/integration
 
 # The host-process suite first (it reads the operator's log and artifacts and kills its
