@@ -23,7 +23,7 @@ from kubernetes import client
 from tooladapter.devtools import Namespace, OperatorProcess
 
 from .gateway_client import mcp_url, token_of
-from .objects import Agent, descriptor
+from .objects import GROUP, VERSION, Agent, custom, descriptor
 from .test_mcp_approvals import decide_on_page, invocations, name_in, sdk_client, text_of
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(300)]
@@ -173,3 +173,60 @@ async def test_the_python_sdk_client_lists_calls_and_sees_a_denial_in_each_era(
         "permission",
     )
     assert "sideeffectclasses" in text_of(denied)
+
+
+async def test_a_listening_modern_client_is_told_when_its_tool_list_or_a_digest_changes(
+    api: client.ApiClient, ns: Namespace, agent: Agent, operator: OperatorProcess
+) -> None:
+    descriptor(api, ns.name, "list-tools", **NATIVE)
+    agent.grant(["list-tools", "later"], ["read"])
+    key = "dev.tooladapter/descriptorDigest"
+    url = mcp_url(operator.gateway_url, ns.name)
+    async with sdk_client(url, token_of(agent), mode="2026-07-28") as mcp:
+
+        async def listed() -> dict[str, dict[str, Any]]:
+            return {t.name: dict(t.meta or {}) for t in (await mcp.list_tools()).tools}
+
+        async def told_until(events: Any, done: Any) -> dict[str, dict[str, Any]]:
+            """Each notification, list again, until `done(listing)` (bounded)."""
+            while True:
+                await anext(events)
+                now = await listed()
+                if done(now):
+                    return now
+
+        before = await listed()
+        assert list(before) == ["list-tools"]
+        async with mcp.listen(tools_list_changed=True) as subscription:
+            events = aiter(subscription)
+            await asyncio.to_thread(descriptor, api, ns.name, "later", **NATIVE)
+            both = await asyncio.wait_for(
+                told_until(events, lambda now: sorted(now) == ["later", "list-tools"]), 90
+            )
+            # A changed descriptor: a new digest in the tool's _meta, and the client is told.
+            await asyncio.to_thread(
+                custom(api).patch_namespaced_custom_object,
+                GROUP,
+                VERSION,
+                ns.name,
+                "tooldescriptors",
+                _descriptor_name(api, ns.name, "list-tools"),
+                {"spec": {"timeoutSeconds": 45}},
+            )
+            after = await asyncio.wait_for(
+                told_until(
+                    events,
+                    lambda now: (
+                        "list-tools" in now and now["list-tools"][key] != before["list-tools"][key]
+                    ),
+                ),
+                90,
+            )
+    assert after["later"][key] == both["later"][key]
+
+
+def _descriptor_name(api: client.ApiClient, namespace: str, tool_id: str) -> str:
+    items = custom(api).list_namespaced_custom_object(GROUP, VERSION, namespace, "tooldescriptors")
+    return str(
+        next(i for i in items["items"] if i["spec"]["toolId"] == tool_id)["metadata"]["name"]
+    )

@@ -22,6 +22,9 @@ and namespace travel in the ASGI scope's `state`.
   error (-32042) with that URL; the same request coming back attaches to the waiting call
   (`calls.call_tool`). Stateless as ever: the 2025 era's capabilities travel in an
   `Mcp-Session-Id` the gateway seals at initialize (no session is kept anywhere).
+- `subscriptions/listen` (2026-07-28): `notifications/tools/list_changed` when the
+  caller's tool list changes (`listen.py`); every tool's `_meta` carries its descriptor
+  digest, so any client sees a changed tool when it lists again.
 """
 
 from __future__ import annotations
@@ -62,6 +65,7 @@ from .bodies import read_body
 from .calls import AwaitingReviewer, Elicit, StateMismatch, UnknownTool, call_tool
 from .context import Caller, Deps, caller_of, deps_of
 from .errors import ProblemError
+from .listen import serve_listen
 from .previews import preview_call
 from .tools import invocable
 
@@ -226,6 +230,13 @@ async def _call_tool(
     return types.CallToolResult.model_validate(wire)
 
 
+async def _listen(
+    ctx: ServerRequestContext[Any], params: types.SubscriptionsListenRequestParams
+) -> types.SubscriptionsListenResult:
+    deps, caller, namespace = _request_of(ctx)
+    return await serve_listen(ctx, params, deps=deps, caller=caller, namespace=namespace)
+
+
 def _elicit(
     ctx: ServerRequestContext[Any],
     params: types.CallToolRequestParams,
@@ -363,6 +374,7 @@ class McpEndpoint:
             get_tool_input_schema=lambda _name: None,
             on_list_tools=_list_tools,
             on_call_tool=_call_tool,
+            on_subscriptions_listen=_listen,
         )
         security = RequestStateSecurity(
             keys=[derived_key(shared_key, b"request-state")],
