@@ -420,3 +420,40 @@ async def test_a_sealed_request_state_does_not_open_for_another_caller_or_namesp
         assert invocations(api, other_ns.name) == []
     finally:
         other_ns.delete()
+
+
+async def test_held_listens_and_follows_of_one_caller_cannot_take_the_gateway_from_another(
+    api: client.ApiClient,
+    ns: Namespace,
+    agent: Agent,
+    gated: Agent,
+    tmp_path: Any,
+) -> None:
+    """An agent holds listen streams up to its cap: its next listen and its next call are
+    refused (nothing created), while another agent of the namespace lists and calls."""
+    descriptor(api, ns.name, "list-tools", **NATIVE)
+    agent.grant(["list-tools"], ["read"])
+    other = Agent.create(api, ns.name, "agent-2")
+    other.grant(["list-tools"], ["read"])
+    standby = OperatorProcess(tmp_path, {"TOOLADAPTER_GATEWAY_CALLER_STREAMS": "2"})
+    standby.start(until="standby:")
+    try:
+        url = mcp_url(standby.gateway_url, ns.name)
+        async with (
+            sdk_client(url, token_of(agent), mode=MODERN) as mcp,
+            mcp.listen(tools_list_changed=True),
+            mcp.listen(tools_list_changed=True),
+        ):
+            with pytest.raises(MCPError, match=r"(?i)too many"):
+                async with mcp.listen(tools_list_changed=True):
+                    pass
+            with pytest.raises(MCPError, match=r"(?i)too many"):
+                await mcp.call_tool("gated", {})
+            async with sdk_client(url, token_of(other), mode=MODERN) as theirs:
+                assert [t.name for t in (await theirs.list_tools()).tools] == ["list-tools"]
+                served = await theirs.call_tool("list-tools", {})
+                assert served.is_error is False, text_of(served)
+    finally:
+        standby.stop()
+    callers = [c["spec"]["caller"]["name"] for c in invocations(api, ns.name)]
+    assert callers == [other.user]
