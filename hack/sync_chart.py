@@ -100,7 +100,12 @@ def render(source: Path) -> str:
 def sources() -> dict[Path, Path]:
     """chart file -> source, for every file the chart carries from elsewhere."""
     pairs = {CHART / "crds" / p.name: p for p in sorted((ROOT / "crds").glob("*.yaml"))}
-    for sub in ("rbac/operator.yaml", "rbac/roles.yaml", "rbac/egress-proxy.yaml"):
+    for sub in (
+        "rbac/operator.yaml",
+        "rbac/roles.yaml",
+        "rbac/egress-proxy.yaml",
+        "rbac/receipts.yaml",
+    ):
         src = ROOT / "manifests" / sub
         pairs[TEMPLATES / f"{GENERATED_PREFIX}rbac-{src.name}"] = src
     for src in sorted((ROOT / "manifests" / "admission").glob("*.yaml")):

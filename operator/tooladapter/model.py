@@ -1013,6 +1013,9 @@ class ReceiptSummary(Model):
     """What an operator confirmed for an Uncertain effect."""
     written_at: str
     """When the receipt was written (RFC 3339)."""
+    sequence: int | None = Field(default=None, ge=1)
+    """The receipt's sequence number in its namespace's receipt chain (signed receipts;
+    `tooladapter receipts verify` checks the chain)."""
 
 
 class EffectConfirmation(Model):

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .artifacts import ArtifactStore
+from .artifacts.chain import ReceiptChains
 from .catalog import Catalog
 from .census import Census
 from .enums import ToolKind
@@ -26,6 +27,7 @@ from .executors import Executor
 from .inflight import FairGate
 from .kube.client import Kube
 from .kube.cluster import Cluster
+from .kube.receipt_keys import ReceiptKeeper
 from .pipeline.ratelimit import RateBook
 from .pipeline.sandbox import ProxyPeer
 from .settings import Settings
@@ -54,6 +56,11 @@ class Runtime:
     catalog: Catalog
     executors: Mapping[ToolKind, Executor]
     events: EventSink = field(default_factory=NoEvents)
+    #: Receipt signing and the chains per namespace incarnation (None: receipts are stored
+    #: unsigned, as before issue 30: only unit tests that build a Runtime themselves).
+    chains: ReceiptChains | None = None
+    #: The signing key's refresh and the chain heads' publication (None in unit tests).
+    keeper: ReceiptKeeper | None = None
     #: The raw client, for the background workers and reconcilers (None in unit tests).
     kube: Kube | None = None
     #: The McpServer probe loops (`handlers.mcp.McpServers`), once started.
@@ -138,6 +145,11 @@ class Runtime:
         await asyncio.gather(*self.tasks.values(), *self.workers, return_exceptions=True)
         if self.mcp is not None:
             await self.mcp.close()
+        if self.keeper is not None:
+            try:
+                await self.keeper.publish()  # the last heads this process appended
+            except Exception as exc:
+                logger.warning("publishing receipt chain heads failed: %s", type(exc).__name__)
         for close in reversed(self.closers):
             await close()
         if self.kube is not None:

@@ -373,6 +373,18 @@ class Settings:
     #: A trusted TLS-terminating proxy is in front of a plain-HTTP gateway: the page's
     #: cookies are `Secure` and `__Host-` prefixed as when the gateway speaks TLS itself.
     ui_behind_tls_proxy: bool = False
+    #: `namespace/name` of the Secret holding the receipt signing keys (Ed25519), made by
+    #: the operator with one fresh key when absent; only the operator may read it.
+    receipt_signing_secret: str = "tooladapter-system/tooladapter-receipt-signing"  # noqa: S105
+    #: `namespace/name` of the ConfigMap where the operator publishes the public receipt
+    #: keys and their validity periods (also served at the gateway's `GET /receipt-keys`).
+    receipt_keys_config_map: str = "tooladapter-system/tooladapter-receipt-keys"
+    #: `namespace/name` of the ConfigMap where the operator publishes each namespace
+    #: incarnation's receipt chain head (`<namespace>.<uid>` = `SEQ:sha256:<hex>`).
+    receipt_heads_config_map: str = "tooladapter-system/tooladapter-receipt-heads"
+    #: How often moved chain heads are published (one read and one write of that
+    #: ConfigMap per period at most, never one per call).
+    receipt_heads_publish_seconds: int = 10
 
     def serves(self, namespace: str) -> bool:
         return not self.namespaces or any(
@@ -493,6 +505,15 @@ class Settings:
                 "TOOLADAPTER_UI_SESSION_SECONDS", base.ui_session_seconds, 60
             ),
             ui_behind_tls_proxy=_bool("TOOLADAPTER_UI_BEHIND_TLS_PROXY", base.ui_behind_tls_proxy),
+            receipt_signing_secret=_namespaced("TOOLADAPTER_RECEIPT_SIGNING_SECRET")
+            or base.receipt_signing_secret,
+            receipt_keys_config_map=_namespaced("TOOLADAPTER_RECEIPT_KEYS_CONFIGMAP")
+            or base.receipt_keys_config_map,
+            receipt_heads_config_map=_namespaced("TOOLADAPTER_RECEIPT_HEADS_CONFIGMAP")
+            or base.receipt_heads_config_map,
+            receipt_heads_publish_seconds=_at_least(
+                "TOOLADAPTER_RECEIPT_HEADS_PUBLISH_SECONDS", base.receipt_heads_publish_seconds, 1
+            ),
             egress=EgressSettings.from_env(),
             health_port=_port("TOOLADAPTER_HEALTH_PORT", base.health_port),
         )

@@ -141,9 +141,9 @@ def test_an_agent_lists_its_tools_invokes_one_to_observed_and_verifies_the_recei
     copy = tmp_path / "receipt.json"
     shutil.copy(operator.artifacts / "sha256" / digest[:2] / digest, copy)
     assert cli("receipt", "verify", str(copy)).returncode == 0
-    # One changed byte: the reference no longer matches.
+    # One changed byte (in the signed payload): the reference no longer matches.
     tampered = tmp_path / "tampered.json"
-    tampered.write_bytes(copy.read_bytes().replace(b'"Observed"', b'"Observer"', 1))
+    tampered.write_bytes(copy.read_bytes().replace(b'"payload":"', b'"payload":"A', 1))
     mismatch = cli("receipt", "verify", str(tampered), "--ref", ref)
     assert mismatch.returncode == 10, explain(mismatch)
     # Re-encoded (the same JSON, pretty-printed) still verifies, and says so.

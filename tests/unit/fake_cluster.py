@@ -25,8 +25,11 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
 from tooladapter import API_VERSION, GROUP
 from tooladapter.artifacts import CorruptArtifact, content_ref, index_key, index_prefix
+from tooladapter.artifacts.chain import ReceiptChains
 from tooladapter.catalog import Catalog, invocation_key
 from tooladapter.enums import InvocationState, Resource, ToolKind
 from tooladapter.executors import Call, Executor, InOperator, Outcome
@@ -35,9 +38,10 @@ from tooladapter.kube.auth import AccessVerdict
 from tooladapter.kube.claims import Claim, FencingVerdict, idempotency_claim_name
 from tooladapter.kube.client import Conflict, NotFound
 from tooladapter.kube.sandbox import PodOutcome
-from tooladapter.pipeline.hashing import descriptor_digest, request_hash
+from tooladapter.pipeline.hashing import canonical_json, descriptor_digest, request_hash
 from tooladapter.pipeline.retention import ClaimRecord
 from tooladapter.pipeline.sandbox import LeaseNames
+from tooladapter.pipeline.signing import Signer, receipt_of
 from tooladapter.runtime import Runtime
 from tooladapter.settings import Settings
 from tooladapter.timeutil import to_iso
@@ -620,6 +624,12 @@ class RecordingEvents:
         return [event for event in self.posted if event.reason == reason]
 
 
+def is_receipt(data: bytes) -> bool:
+    """Whether stored bytes are a receipt (signed or not)."""
+    receipt = receipt_of(data)
+    return receipt is not None and receipt.get("schema") == "tool-invocation-v1"
+
+
 class MemoryStore:
     """An `ArtifactStore` in a dict, addressed by content hash like the real one.
 
@@ -633,7 +643,28 @@ class MemoryStore:
         self.hook: Callable[[bytes], None] | None = None
 
     def receipts(self) -> list[bytes]:
-        return [blob for blob in self.blobs.values() if b'"schema":"tool-invocation-v1"' in blob]
+        """The stored receipts' bytes as the operator would write them unsigned (a signed
+        receipt's predicate, canonical JSON), in the order they were stored."""
+        found = []
+        for blob in self.blobs.values():
+            receipt = receipt_of(blob)
+            if receipt is not None and receipt.get("schema") == "tool-invocation-v1":
+                found.append(canonical_json({k: v for k, v in receipt.items() if k != "chain"}))
+        return found
+
+    def receipt(self, ref: str) -> dict[str, Any]:
+        """The receipt stored under `ref` (a signed receipt's predicate)."""
+        found = receipt_of(self.get(ref))
+        assert found is not None, f"{ref} is not a receipt"
+        return found
+
+    def signed(self) -> list[bytes]:
+        """The stored receipts' bytes as stored (signed envelopes)."""
+        return [
+            blob
+            for blob in self.blobs.values()
+            if receipt_of(blob) is not None and b'"payloadType"' in blob
+        ]
 
     def put(self, data: bytes) -> str:
         if self.hook is not None:
@@ -808,6 +839,7 @@ def make_runtime(
     chosen: dict[ToolKind, Executor] = (
         executors if executors is not None else {ToolKind.NATIVE: ScriptedExecutor()}
     )
+    signer = Signer.of(Ed25519PrivateKey.generate())
     rt = Runtime(
         cluster=cluster,
         settings=settings or Settings(),
@@ -815,6 +847,7 @@ def make_runtime(
         catalog=catalog,
         executors=chosen,
         events=events,
+        chains=ReceiptChains(store, lambda: signer),
     )
     rt.census.synced.set()  # as after the operator's first listing
     return Harness(rt=rt, cluster=cluster, store=store, events=events, executors=chosen)

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import json
 
 import pytest
 from pydantic import ValidationError
@@ -315,7 +314,7 @@ async def test_a_sandboxed_call_meters_its_seconds_per_tenant_and_on_the_receipt
     assert status["state"] == "Observed"
     assert status["execution"]["sandboxSeconds"] == 4.0
     assert metered._value.get() - before == 4.0
-    receipt = json.loads(h.store.get(status["receiptRef"]))
+    receipt = h.store.receipt(status["receiptRef"])
     assert receipt["usage"] == {
         "sandboxSeconds": 4.0,
         "resourceLimits": {"cpu": "500m", "memory": "64Mi", "example.com/widget": "1"},

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import json
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
@@ -38,6 +37,7 @@ from .fake_cluster import (
     container_descriptor,
     descriptor,
     invocation,
+    is_receipt,
     make_runtime,
     merge_patch,
     pod,
@@ -407,7 +407,7 @@ async def test_a_terminal_write_that_fails_once_is_retried_and_the_end_is_persis
     status = stored["status"]
     assert status["state"] == "Observed"
     assert write_states(h, "call-1") == ["Observed"]
-    assert json.loads(h.store.get(status["receiptRef"]))["state"] == "Observed"
+    assert h.store.receipt(status["receiptRef"])["state"] == "Observed"
     executor = h.executors[ToolKind.NATIVE]
     assert isinstance(executor, ScriptedExecutor)
     assert len(executor.executed) == 1 and executor.resumed == []
@@ -494,7 +494,7 @@ async def test_every_terminal_state_writes_a_receipt_and_its_summary(
     status = stored["status"]
     assert status["state"] == state
     assert status["receiptRef"] == status["auditRef"]
-    receipt = json.loads(h.store.get(status["receiptRef"]))
+    receipt = h.store.receipt(status["receiptRef"])
     assert receipt["schema"] == "tool-invocation-v1"
     assert receipt["state"] == state
     assert receipt["invocationId"] == body["metadata"]["uid"]
@@ -514,7 +514,7 @@ async def test_a_receipt_write_that_fails_once_is_retried_before_the_end_is_pers
     h: Harness, make_call: Callable[[Harness], dict], state: str
 ) -> None:
     def disk_full_once(data: bytes) -> None:
-        if b'"schema":"tool-invocation-v1"' in data:
+        if is_receipt(data):
             h.store.hook = None
             raise OSError(28, "No space left on device")
 
@@ -525,7 +525,7 @@ async def test_a_receipt_write_that_fails_once_is_retried_before_the_end_is_pers
     status = stored["status"]
     assert status["state"] == state
     assert status["receipt"]["state"] == state
-    assert json.loads(h.store.get(status["auditRef"]))["state"] == state
+    assert h.store.receipt(status["auditRef"])["state"] == state
     assert len(h.store.receipts()) == 1
 
 
@@ -548,7 +548,7 @@ async def test_a_result_the_store_refuses_is_kept_until_stored_and_the_call_runs
     assert status["state"] == "Observed", status
     assert len(executor.executed) == 1
     assert h.store.get(status["resultRef"]) == refusals[0]  # the very output, kept meanwhile
-    assert json.loads(h.store.get(status["receiptRef"]))["resultHash"] == status["resultRef"]
+    assert h.store.receipt(status["receiptRef"])["resultHash"] == status["resultRef"]
     warnings = h.events.of("ArtifactStoreUnavailable")
     assert len(warnings) == 1 and warnings[0].warning
     assert "did not take the result" in warnings[0].message
@@ -558,7 +558,7 @@ async def test_a_receipt_the_store_refuses_delays_the_end_and_warns_once(h: Harn
     refused = []
 
     def receipts_refused_twice(data: bytes) -> None:
-        if b'"schema":"tool-invocation-v1"' in data and len(refused) < 2:
+        if is_receipt(data) and len(refused) < 2:
             refused.append(data)
             raise ArtifactStoreError("put: 503 SlowDown")
 
@@ -569,7 +569,7 @@ async def test_a_receipt_the_store_refuses_delays_the_end_and_warns_once(h: Harn
     status = stored["status"]
     assert status["state"] == "Observed"
     assert len(refused) == 2
-    assert json.loads(h.store.get(status["receiptRef"]))["state"] == "Observed"
+    assert h.store.receipt(status["receiptRef"])["state"] == "Observed"
     assert [e.message for e in h.events.of("ArtifactStoreUnavailable")] == [
         "the artifact store did not take the receipt (ArtifactStoreError: put: 503 SlowDown); "
         "retrying: the call ends once it is stored"

@@ -44,6 +44,7 @@ from .fake_cluster import (
     MemoryStore,
     descriptor,
     invocation,
+    is_receipt,
     namespace_uid,
 )
 from .test_artifacts import FakeS3, s3_store
@@ -368,7 +369,7 @@ async def test_a_refused_trip_is_made_again_whole_and_names_the_refused_kind(
     refusals = iter([OSError("disk full")])
 
     def receipt_refused_once(data: bytes) -> None:
-        if b'"schema":"tool-invocation-v1"' in data:
+        if is_receipt(data):
             error = next(refusals, None)
             if error is not None:
                 raise error

@@ -25,6 +25,7 @@ from .confirm import confirm
 from .context import Settings, common_options
 from .exitcodes import CliError, ExitCode, for_api_status
 from .invoke import dry_run, invoke
+from .keys import keys
 from .receipts import receipt, receipts
 from .run import egress_proxy, run
 from .tools import describe, tools
@@ -50,7 +51,7 @@ def app(ctx: click.Context) -> None:
     Commands speak to the cluster as the user of your kubeconfig (its current context and
     namespace unless -n/--context say otherwise). Exit codes: 0 success, 1 error, 2 usage,
     3 denied, 4 failed, 5 uncertain, 6 cancelled, 7 pending/timeout, 8 not found,
-    9 forbidden, 10 receipt mismatch, 11 tool error."""
+    9 forbidden, 10 receipt mismatch, 11 tool error, 12 bad signature, 13 chain broken."""
     ctx.ensure_object(Settings)
 
 
@@ -65,6 +66,7 @@ for command in (
     confirm,
     receipts,
     receipt,
+    keys,
     completion,
     run,
     egress_proxy,

@@ -35,11 +35,21 @@ class ExitCode(IntEnum):
     """The API server (RBAC or an admission policy) forbade the action, or you are not
     authenticated."""
     MISMATCH = 10
-    """`receipt verify`: the bytes do not hash to the reference."""
+    """`receipt verify`: the bytes do not hash to the reference. `receipts verify`: an
+    invocation's status names a receipt the chain does not hold, or the chain's head is
+    not the receipt the published head names."""
     TOOL_ERROR = 11
     """The tool ran to its end and answered with an error (Observed with result.isError: a
     non-zero exit code, an HTTP error status): its effect may have happened, so unlike
     FAILED it is no invitation to run the call again."""
+    BAD_SIGNATURE = 12
+    """`receipt verify`, `receipts verify`: a receipt is not validly signed by a key of the
+    key set (rewritten, forged, unsigned inside the chain, or signed by a retired key after
+    its period)."""
+    CHAIN_BROKEN = 13
+    """`receipts verify`: a sequence number of the chain is missing (a receipt removed, from
+    the middle or the end), holds a receipt of another place, or links to another previous
+    receipt."""
 
 
 _STATE_CODES = {

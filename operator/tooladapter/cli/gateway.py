@@ -49,6 +49,24 @@ async def fetch_run_receipts(
     return [row for row in items if isinstance(row, dict)]
 
 
+async def fetch_chain_head(gateway: str, namespace: str, token: str | None) -> dict[str, Any]:
+    """The namespace's incarnation and its chain's published head, from the gateway."""
+    url = f"{gateway.rstrip('/')}/namespaces/{quote(namespace, safe='')}/receipt-chain"
+    body = await _get(gateway, url, token, f"no namespace {namespace}")
+    try:
+        value = json.loads(body)
+    except ValueError as err:
+        raise CliError(f"gateway {gateway}: not a chain head ({err})") from err
+    if not isinstance(value, dict):
+        raise CliError(f"gateway {gateway}: not a chain head")
+    return value
+
+
+async def fetch_receipt_keys(gateway: str) -> bytes:
+    """The gateway's public receipt keys (`GET /receipt-keys`: public, no token)."""
+    return await _get(gateway, f"{gateway.rstrip('/')}/receipt-keys", "", "no /receipt-keys")
+
+
 async def _get(gateway: str, url: str, token: str | None, missing: str) -> bytes:
     if token is None:
         raise CliError(
@@ -60,7 +78,7 @@ async def _get(gateway: str, url: str, token: str | None, missing: str) -> bytes
     try:
         async with (
             aiohttp.ClientSession(timeout=timeout) as session,
-            session.get(url, headers={"Authorization": f"Bearer {token}"}) as resp,
+            session.get(url, headers={"Authorization": f"Bearer {token}"} if token else {}) as resp,
         ):
             body = await resp.content.read(MAX_RECEIPT_BYTES + 1)
             status = resp.status

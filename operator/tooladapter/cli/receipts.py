@@ -17,14 +17,32 @@ from typing import Any
 
 import click
 
-from ..artifacts import LocalArtifactStore
+from ..artifacts import ArtifactStore, LocalArtifactStore
 from ..enums import Resource
+from ..kube.receipt_keys import head_key, read_heads, read_public
 from ..kube.user import UserApi
+from ..pipeline.chain import Head
+from ..pipeline.keyring import parse_public
 from ..pipeline.receipt_check import Match, parse_receipt, ref_from_filename, verify
+from ..pipeline.signing import KeySet, SignatureStatus, parse_stored, signature_status
 from . import views
+from .chainverify import (
+    HEADS_CONFIG_MAP,
+    KEYS_CONFIG_MAP,
+    chain_began,
+    exit_code_of,
+    expected_of,
+    furthest,
+    heads_for,
+    incarnations_of,
+    keys_from_file,
+    open_read_only,
+    say,
+    verify_chain,
+)
 from .context import Settings, common_options, run_async
 from .exitcodes import CliError, ExitCode
-from .gateway import fetch_receipt, fetch_run_receipts
+from .gateway import fetch_chain_head, fetch_receipt, fetch_receipt_keys, fetch_run_receipts
 from .parsing import looks_like_ref, parse_ref
 from .render import Output, document, table
 
@@ -84,9 +102,9 @@ async def _receipts(
     return ExitCode.OK
 
 
-@click.command("receipts")
+@click.group("receipts", invoke_without_command=True)
 @common_options
-@click.option("--run", "run_id", required=True, metavar="RUN_ID", help="spec.runId of the calls.")
+@click.option("--run", "run_id", metavar="RUN_ID", help="spec.runId of the calls.")
 @click.option(
     "--gateway",
     envvar="TOOLADAPTER_GATEWAY_URL",
@@ -101,14 +119,215 @@ async def _receipts(
     "system:serviceaccount:NS:AGENT). A run id is a label any caller in the namespace may "
     "put on its calls, not a capability.",
 )
-@click.pass_obj
+@click.pass_context
 def receipts(
-    settings: Settings, run_id: str, gateway: str | None, caller: str | None = None
+    ctx: click.Context, run_id: str | None, gateway: str | None, caller: str | None = None
+) -> ExitCode | None:
+    """The receipts of a run (--run): every invocation with that spec.runId, whoever called
+    it (the caller column), its state, class, approval and receipt reference (-o json: with
+    each receipt's summary, or with the receipt itself from --gateway). `receipts verify`
+    checks the namespace's whole receipt chain."""
+    if ctx.invoked_subcommand is not None:
+        if run_id:
+            raise click.UsageError("--run lists a run's receipts: not with a command")
+        return None
+    if not run_id:
+        raise click.UsageError("give --run RUN_ID, or a command (verify)")
+    return run_async(_receipts(ctx.ensure_object(Settings), run_id, gateway, caller))
+
+
+async def _chain_inputs(
+    settings: Settings,
+    store: ArtifactStore,
+    *,
+    keys_file: str | None,
+    uid: str | None,
+    offline: bool,
+    gateway: str | None,
+) -> tuple[str, KeySet, list[str], list[dict[str, Any]], dict[str, str] | None]:
+    """The namespace, keys, incarnations, invocations and published heads to check with."""
+    keys = keys_from_file(keys_file) if keys_file else None
+    if offline:
+        if not settings.namespace:
+            raise CliError("--offline needs -n NAMESPACE", ExitCode.USAGE)
+        if keys is None:
+            raise CliError("--offline needs --keys FILE", ExitCode.USAGE)
+        return settings.namespace, keys, [uid] if uid else [], [], None
+    async with settings.connect() as api:
+        namespace = api.namespace
+        if keys is None and gateway:
+            keys = parse_public(await fetch_receipt_keys(gateway))
+        if keys is None:
+            where, name = KEYS_CONFIG_MAP.split("/")
+            try:
+                keys = await read_public(api.kube, where, name)
+            except Exception as exc:
+                raise CliError(
+                    f"reading the public keys (ConfigMap {KEYS_CONFIG_MAP}) failed "
+                    f"({type(exc).__name__}): give --keys FILE or --gateway URL",
+                ) from None
+        uids = [uid] if uid else []
+        heads: dict[str, str] | None = None
+        if gateway:
+            # Who may list the namespace's invocations may read its incarnation and head.
+            found_head = await fetch_chain_head(gateway, namespace, await api.bearer_token())
+            incarnation = str(found_head.get("incarnation") or "")
+            head = found_head.get("head") or {}
+            if incarnation and not uids:
+                uids = [incarnation]
+            if incarnation and head.get("ref"):
+                heads = {
+                    head_key(namespace, incarnation): Head(
+                        int(head["sequence"]), str(head["ref"])
+                    ).wire()
+                }
+        if not uids:
+            try:
+                found, _, _ = await api.kube.namespace_incarnation(namespace)
+                uids = [found] if found else []
+            except Exception:
+                uids = []  # not allowed to read Namespaces: every incarnation in the store
+        items = await api.list_all(Resource.INVOCATIONS)
+        if heads is None:
+            where, name = HEADS_CONFIG_MAP.split("/")
+            try:
+                heads = {
+                    head_key(ns, u): head.wire()
+                    for (ns, u), head in (await read_heads(api.kube, where, name)).items()
+                }
+            except Exception:
+                heads = None  # not readable by this user: --head and the statuses decide
+    return namespace, keys, uids, items, heads
+
+
+async def _verify_chain(
+    settings: Settings,
+    location: str,
+    *,
+    keys_file: str | None,
+    head_text: str | None,
+    since: int,
+    uid: str | None,
+    offline: bool,
+    gateway: str | None,
 ) -> ExitCode:
-    """The receipts of a run: every invocation with that spec.runId, whoever called it
-    (the caller column), its state, class, approval and receipt reference (-o json: with
-    each receipt's summary, or with the receipt itself from --gateway)."""
-    return run_async(_receipts(settings, run_id, gateway, caller))
+    try:
+        given = Head.parse(head_text) if head_text else None
+    except ValueError as exc:
+        raise CliError(f"--head: {exc}", ExitCode.USAGE) from None
+    store = open_read_only(location)
+    namespace, keys, uids, items, heads = await _chain_inputs(
+        settings, store, keys_file=keys_file, uid=uid, offline=offline, gateway=gateway
+    )
+    current = uids[0] if len(uids) == 1 else None
+    if not uids:
+        uids = incarnations_of(store, namespace)
+        current = None
+    if given is not None and len(uids) > 1:
+        raise CliError(
+            f"namespace {namespace} has chains of {len(uids)} incarnations in the store "
+            f"({', '.join(uids)}): name one with --uid",
+            ExitCode.USAGE,
+        )
+    reports = []
+    for incarnation in uids:
+        published = heads_for(heads, namespace, incarnation)
+        mine = items if incarnation == current else []
+        reports.append(
+            verify_chain(
+                store,
+                namespace=namespace,
+                uid=incarnation,
+                keys=keys,
+                head=furthest(given, published),
+                since=since,
+                expected=expected_of(mine, chain_began(store, namespace, incarnation)),
+            )
+        )
+    if settings.structured:
+        settings.emit([r.wire() for r in reports])
+    else:
+        for report in reports:
+            say(report)
+    firsts = [r.first_break for r in reports if r.first_break is not None]
+    return exit_code_of(firsts[0] if firsts else None)
+
+
+@receipts.command("verify")
+@common_options
+@click.option(
+    "--store",
+    "location",
+    envvar="TOOLADAPTER_ARTIFACT_DIR",
+    required=True,
+    metavar="DIR|s3://BUCKET/PREFIX",
+    help="The artifact store: a directory (the file store, or a copy of the bucket) or "
+    "s3://bucket/prefix (read with the environment's AWS credentials; endpoint "
+    "$TOOLADAPTER_S3_ENDPOINT). Default $TOOLADAPTER_ARTIFACT_DIR.",
+)
+@click.option(
+    "--keys",
+    "keys_file",
+    type=click.Path(dir_okay=False),
+    help="The public keys (JSON from GET /receipt-keys, or the ConfigMap "
+    "tooladapter-receipt-keys as kubectl prints it with -o json). Default: --gateway's, "
+    "else the cluster's ConfigMap.",
+)
+@click.option(
+    "--head",
+    "head_text",
+    metavar="SEQ:DIGEST",
+    help="A head recorded earlier (SEQ:sha256:<hex>, as published): the chain must reach "
+    "it and hold that receipt there.",
+)
+@click.option(
+    "--since",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="Check from this sequence number on (its link to the one before is trusted).",
+)
+@click.option("--uid", metavar="UID", help="The namespace incarnation (its uid) to check.")
+@click.option(
+    "--offline",
+    is_flag=True,
+    help="Ask no cluster: needs -n and --keys (and --head to check the end).",
+)
+@click.option(
+    "--gateway",
+    envvar="TOOLADAPTER_GATEWAY_URL",
+    metavar="URL",
+    help="The gateway: its /receipt-keys gives the public keys, and the namespace's "
+    "incarnation and published head come from it ($TOOLADAPTER_GATEWAY_URL).",
+)
+@click.pass_obj
+def verify_chain_command(
+    settings: Settings,
+    location: str,
+    keys_file: str | None,
+    head_text: str | None,
+    since: int,
+    uid: str | None,
+    offline: bool,
+    gateway: str | None,
+) -> ExitCode:
+    """Verify a namespace's receipt chain: every receipt's signature, hash and sequence
+    step, and its end against the head (--head; unless --offline also the published head
+    and the sequence number each invocation's status names). Names the first break: exit
+    12 a signature, 13 a receipt missing or out of place, 10 a receipt other than the one
+    a status or head names; 0 when the whole chain verifies."""
+    return run_async(
+        _verify_chain(
+            settings,
+            location,
+            keys_file=keys_file,
+            head_text=head_text,
+            since=since,
+            uid=uid,
+            offline=offline,
+            gateway=gateway,
+        )
+    )
 
 
 def source_options(func: Any) -> Any:
@@ -227,6 +446,7 @@ async def _verify(
     expected_ref: str | None,
     gateway: str | None,
     artifact_dir: str | None,
+    keys_file: str | None = None,
 ) -> ExitCode:
     async with settings.connect() as api:
         if file_bytes is not None:
@@ -248,9 +468,25 @@ async def _verify(
             data, source = found
         else:
             raise CliError(f"{target!r} is neither a file nor a receipt reference", ExitCode.USAGE)
+        parsed = parse_stored(data)
+        opened = parsed[1] if parsed is not None else None
+        keys = None
+        if opened is not None:
+            keys = await _keys_for_one(api, keys_file, gateway)
     verdict = verify(data, expected)
+    signature, keyid = signature_status(opened, keys or KeySet())
+    chain = (parsed[0].get("chain") if parsed is not None else None) or {}
     if settings.structured:
-        settings.emit({**verdict.wire(), "source": source, "against": against})
+        settings.emit(
+            {
+                **verdict.wire(),
+                "source": source,
+                "against": against,
+                "signature": signature.value,
+                "keyid": keyid,
+                "sequence": chain.get("sequence"),
+            }
+        )
     elif verdict.ok:
         how = "" if verdict.match is Match.BYTES else " (after RFC 8785 canonicalisation)"
         click.echo(f"verified: {source} hashes to {expected}{how}, as {against} says")
@@ -259,27 +495,68 @@ async def _verify(
             f"MISMATCH: {source} hashes to {verdict.actual}, but {against} says {expected}",
             err=True,
         )
-    return ExitCode.OK if verdict.ok else ExitCode.MISMATCH
+    if not settings.structured:
+        if signature is SignatureStatus.VALID:
+            at = f", sequence {chain.get('sequence')} of its chain" if chain else ""
+            click.echo(f"signature: valid, by {keyid}{at}")
+        elif signature is SignatureStatus.UNSIGNED:
+            click.echo("signature: none (written before receipts were signed): its hash only")
+        else:
+            who = f" (key {keyid})" if keyid else ""
+            click.echo(f"BAD SIGNATURE: {signature.value}{who}", err=True)
+    if not verdict.ok:
+        return ExitCode.MISMATCH
+    if signature not in (SignatureStatus.VALID, SignatureStatus.UNSIGNED):
+        return ExitCode.BAD_SIGNATURE
+    return ExitCode.OK
+
+
+async def _keys_for_one(api: UserApi, keys_file: str | None, gateway: str | None) -> KeySet:
+    """The public keys to check one receipt's signature with: --keys, the gateway's, else
+    the cluster's ConfigMap (readable by every authenticated user). None found: an error
+    (a signature is never reported as checked when it was not)."""
+    if keys_file:
+        return keys_from_file(keys_file)
+    if gateway:
+        return parse_public(await fetch_receipt_keys(gateway))
+    where, name = KEYS_CONFIG_MAP.split("/")
+    try:
+        return await read_public(api.kube, where, name)
+    except Exception as exc:
+        raise CliError(
+            f"the receipt is signed, and the public keys (ConfigMap {KEYS_CONFIG_MAP}) could "
+            f"not be read ({type(exc).__name__}): give --keys FILE or --gateway URL"
+        ) from None
 
 
 @receipt.command("verify")
 @common_options
 @click.argument("target", metavar="REF|FILE")
 @click.option("--ref", "expected_ref", help="With a FILE: the reference it must hash to.")
+@click.option(
+    "--keys",
+    "keys_file",
+    type=click.Path(dir_okay=False),
+    help="The public receipt keys (JSON of GET /receipt-keys); default: --gateway's, else "
+    "the cluster's ConfigMap tooladapter-receipt-keys.",
+)
 @source_options
 @click.pass_obj
 def verify_command(
     settings: Settings,
     target: str,
     expected_ref: str | None,
+    keys_file: str | None,
     gateway: str | None,
     artifact_dir: str | None,
 ) -> ExitCode:
-    """Recompute the sha256 of a receipt and check it against its reference.
+    """Recompute the sha256 of a receipt, check it against its reference, and check its
+    signature against the public receipt keys.
 
     REF: the bytes are read from --gateway or --artifact-dir. FILE: checked against --ref,
     else its artifact-store file name, else the receiptRef of the invocation it names.
-    Exit 0 when it matches, 10 when it does not."""
+    Exit 0 when both hold (a receipt written before receipts were signed: its hash), 10
+    when the hash does not match, 12 when the signature does not verify."""
     file_bytes = Path(target).read_bytes() if os.path.isfile(target) else None
     return run_async(
         _verify(
@@ -289,5 +566,6 @@ def verify_command(
             parse_ref(expected_ref) if expected_ref else None,
             gateway,
             artifact_dir,
+            keys_file,
         )
     )

@@ -23,6 +23,7 @@ from typing import Any, TypeVar
 
 from .. import offload
 from ..artifacts import ArtifactStore, content_ref
+from ..artifacts.chain import ReceiptChains
 from ..artifacts.index import (
     approved_call_key,
     arguments_document,
@@ -64,6 +65,7 @@ from ..pipeline.hashing import canonical_json
 from ..pipeline.receipt import build_receipt
 from ..pipeline.sandbox import LeaseNames
 from ..pipeline.sanitize import BROKERED_SECRET, sanitize, sanitize_structured, secret_forms
+from ..pipeline.signing import seal
 from ..timeutil import now_iso, parse_time
 from .context import Denial, Failure, FlowContext
 
@@ -324,6 +326,7 @@ async def conclude(ctx: FlowContext, *, post_event: bool = True) -> None:
             audit=descriptor.audit_requirements if descriptor else None,
             results=ctx.unstored,
             namespace_uid=ctx.catalog.namespace_uid(ctx.namespace),
+            chains=ctx.rt.chains,
         )
         ctx.unstored = []
     await ctx.commit()
@@ -412,6 +415,7 @@ async def write_receipt(
     audit: AuditRequirements | None,
     results: Sequence[bytes] = (),
     namespace_uid: str | None = None,
+    chains: ReceiptChains | None = None,
 ) -> None:
     """Store the receipt and its index entries (artifacts/index), and set `auditRef`,
     `receiptRef` and the summary on `status`.
@@ -423,7 +427,10 @@ async def write_receipt(
     `results` (artifacts status names already) are stored first. Everything goes in one
     trip to the store's threads (it was up to five): a trip may wait for the GIL behind a
     busy event loop, up to `sys.getswitchinterval()` each way. Every write is idempotent (by
-    content hash, or write-once with the same bytes), so a refused trip is made again."""
+    content hash, or write-once with the same bytes), so a refused trip is made again.
+
+    With `chains` the stored receipt is signed, as the next link of its namespace
+    incarnation's chain (`artifacts.chain`); `status.receipt.sequence` names its link."""
 
     def canonical_receipt() -> tuple[dict[str, Any], bytes]:
         receipt = build_receipt(
@@ -446,24 +453,50 @@ async def write_receipt(
     # off the event loop, where every other call would wait, unless the arguments are small.
     arguments = getattr(spec, "arguments", None) or {}
     receipt, data = await offload.run(namespace, offload.rough_size(arguments), canonical_receipt)
-    own_ref = content_ref(data)
+    # Signed and chained on the store's thread, in the same trip as the other writes: the
+    # link's number is only known once the store took it (`artifacts.chain`). Kept once
+    # made, so a trip made again after a refusal re-stores that link, never a second one.
+    sealed: list[tuple[bytes, str, int]] = []
+
+    def seal_and_store() -> None:
+        if sealed:
+            store.put(sealed[0][0])
+            return
+        if chains is not None and namespace_uid:
+            sealed.append(chains.append(receipt, namespace=namespace, uid=namespace_uid))
+            store.put(sealed[0][0])
+        elif chains is not None:
+            # No incarnation known: signed, but outside any chain (`chain: null`).
+            receipt["chain"] = None
+            signed = seal(receipt, chains.signer())
+            sealed.append((signed, content_ref(signed), 0))
+            store.put(signed)
+        else:
+            sealed.append((data, content_ref(data), 0))
+            store.put(data)
+
+    def index_writes() -> None:
+        own_ref = sealed[0][1]
+        approved = approved_call_key(receipt, own_ref)
+        for key in entries_of(receipt, own_ref):
+            value = entry_bytes(own_ref)
+            if key == approved:
+                # The arguments a later reviewer compares with: an artifact of their own.
+                document = arguments_document(receipt, arguments)
+                store.put(document)
+                bound_at = status.approval.bound_at if status.approval else None
+                value = call_entry(
+                    receipt, own_ref, approved_at=bound_at, arguments_ref=content_ref(document)
+                )
+            store.put_key(key, value)
+
     writes: list[tuple[ArtifactKind, Callable[[], object]]] = [
         *((ArtifactKind.RESULT, partial(store.put, result)) for result in results),
-        (ArtifactKind.RECEIPT, partial(store.put, data)),
+        (ArtifactKind.RECEIPT, seal_and_store),
+        (ArtifactKind.INDEX, index_writes),
     ]
-    approved = approved_call_key(receipt, own_ref)
-    for key in entries_of(receipt, own_ref):
-        value = entry_bytes(own_ref)
-        if key == approved:
-            # The arguments a later reviewer compares with: an artifact of their own.
-            document = arguments_document(receipt, arguments)
-            writes.append((ArtifactKind.INDEX, partial(store.put, document)))
-            bound_at = status.approval.bound_at if status.approval else None
-            value = call_entry(
-                receipt, own_ref, approved_at=bound_at, arguments_ref=content_ref(document)
-            )
-        writes.append((ArtifactKind.INDEX, partial(store.put_key, key, value)))
     await store_all(writes, of=of, on_failure=on_failure)
+    own_ref, sequence = sealed[0][1], sealed[0][2]
     status.audit_ref = own_ref
     if not (status.duplicate_of and status.receipt_ref):
         status.receipt_ref = own_ref
@@ -472,6 +505,7 @@ async def write_receipt(
         state=status.state,
         effect_confirmed=confirmation.effect_happened if confirmation else None,
         written_at=written_at,
+        sequence=sequence or None,
     )
 
 

@@ -34,7 +34,7 @@ REVIEW_ENTRIES: Final = 1024
 #: A bearer token longer than this is refused (401) without a review.
 MAX_TOKEN_BYTES: Final = 16_384
 #: Routes anyone may read (liveness, the API description).
-PUBLIC_PATHS: Final = frozenset({"/healthz", "/openapi.json"})
+PUBLIC_PATHS: Final = frozenset({"/healthz", "/openapi.json", "/receipt-keys"})
 #: Routes under this prefix sign people in with a session cookie and review its token
 #: themselves (`gateway.ui`, with `identify` below).
 COOKIE_PREFIX: Final = "/ui"

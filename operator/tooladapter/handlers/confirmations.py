@@ -63,6 +63,7 @@ async def record_confirmation(rt: Runtime, body: dict[str, Any]) -> None:
         written_at=stamp,
         audit=entry.spec.audit_requirements if entry and entry.spec else None,
         namespace_uid=rt.catalog.namespace_uid(meta["namespace"]),
+        chains=rt.chains,
     )
     assert status.receipt is not None
     await rt.cluster.patch_status(

@@ -31,6 +31,7 @@ from ..gateway import Gateway, GatewayPortTaken
 from ..kube.auth import AllowCache
 from ..kube.client import Conflict, Kube, NotFound, is_transient
 from ..kube.cluster import KubeCluster
+from ..kube.receipt_keys import ReceiptKeeper
 from ..kube.services import cluster_ip
 from ..memory import freeze_start_up
 from ..metrics import LEADING, serve
@@ -134,10 +135,20 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo) -> None:
     store = await asyncio.to_thread(open_store, config)
     kube = await Kube.connect()
     catalog = Catalog()
+    keeper = ReceiptKeeper(
+        kube,
+        store,
+        signing_secret=config.receipt_signing_secret,
+        keys_config_map=config.receipt_keys_config_map,
+        heads_config_map=config.receipt_heads_config_map,
+        heads_publish_seconds=config.receipt_heads_publish_seconds,
+    )
     try:
         # First, so a failed attempt leaves nothing open (no listener, no session) behind.
         await prime_when_served(catalog, kube)
         proxy_address = await egress_proxy_address(config.egress, kube)
+        # Fail closed: no call ends without a signing key to sign its receipt.
+        await keeper.open()
     except BaseException:
         await kube.close()
         raise
@@ -159,6 +170,8 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo) -> None:
         executors=executors,
         events=KopfEvents(),
         kube=kube,
+        chains=keeper.chains,
+        keeper=keeper,
     )
     rt.closers.append(http.close)
     flush_traces = tracing.configure(version("tooladapter"))

@@ -270,3 +270,9 @@ def start_workers(rt: Runtime) -> None:
             every(max(interval, 60), expire_idempotency_claims, rt, "claim-retention")
         ),
     ]
+    if rt.keeper is not None:
+        # The chains' crash repair once, then the key's refresh and the heads' publication.
+        rt.workers += [
+            asyncio.create_task(rt.keeper.repair()),
+            asyncio.create_task(rt.keeper.run()),
+        ]

@@ -16,6 +16,7 @@ from pathlib import PurePath
 from typing import Any
 
 from .hashing import SHA256_PREFIX, CanonicalizationError, canonical_json, sha256_ref
+from .signing import receipt_of
 
 
 class Match(StrEnum):
@@ -43,7 +44,7 @@ class Verdict:
         }
 
 
-def parse_receipt(data: bytes) -> dict[str, Any] | None:
+def _json_object(data: bytes) -> dict[str, Any] | None:
     try:
         value = json.loads(data)
     except (ValueError, UnicodeDecodeError):
@@ -51,11 +52,17 @@ def parse_receipt(data: bytes) -> dict[str, Any] | None:
     return value if isinstance(value, dict) else None
 
 
+def parse_receipt(data: bytes) -> dict[str, Any] | None:
+    """The receipt in stored bytes: a signed receipt's predicate (`signing`), or a plain
+    receipt written before receipts were signed."""
+    return receipt_of(data)
+
+
 def verify(data: bytes, expected: str) -> Verdict:
     actual = sha256_ref(data)
     if actual == expected:
         return Verdict(expected, actual, Match.BYTES)
-    parsed = parse_receipt(data)
+    parsed = _json_object(data)
     if parsed is not None:
         try:
             if sha256_ref(canonical_json(parsed)) == expected:

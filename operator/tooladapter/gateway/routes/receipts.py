@@ -12,7 +12,6 @@ The bytes are the stored ones, so `sha256(body)` is the name asked for.
 from __future__ import annotations
 
 import asyncio
-import json
 from typing import Any, Final
 
 from aiohttp import web
@@ -21,11 +20,13 @@ from ...enums import Resource
 from ...kube.callers import CallerApiError
 from ...pipeline.problems import ProblemKind
 from ...pipeline.receipt_index import of_incarnation
+from ...pipeline.signing import receipt_of
 from .. import params
 from ..context import caller_of, deps_of
 from ..errors import ProblemError, from_api
 from ..incarnations import incarnation_of
 from ..openapi import NAMESPACE, SECURITY, SHA256, ok, problems, ref
+from ..receipt_keys import receipt_keys
 
 PATHS: Final[dict[str, Any]] = {
     "/namespaces/{namespace}/receipts/{sha256}": {
@@ -37,8 +38,81 @@ PATHS: Final[dict[str, Any]] = {
             "parameters": [NAMESPACE, SHA256],
             "responses": {**ok(ref("Receipt"), "The receipt, byte for byte"), **problems()},
         }
-    }
+    },
+    "/receipt-keys": {
+        "get": {
+            "operationId": "getReceiptKeys",
+            "summary": "The public Ed25519 keys receipts are signed with, and their validity "
+            "periods (public: what an auditor verifies receipts with).",
+            "security": [],
+            "responses": ok({"type": "object"}, "The key set ({keys: [...]})"),
+        }
+    },
+    "/namespaces/{namespace}/receipt-chain": {
+        "get": {
+            "operationId": "getReceiptChainHead",
+            "summary": "The published head (sequence, reference) of the namespace's receipt "
+            "chain, for callers allowed to get and list its toolinvocations.",
+            "security": SECURITY,
+            "parameters": [NAMESPACE],
+            "responses": {**ok({"type": "object"}, "The chain's published head"), **problems()},
+        }
+    },
 }
+
+
+async def get_receipt_keys(request: web.Request) -> web.Response:
+    deps = deps_of(request)
+    try:
+        keys = await receipt_keys(deps.kube, deps.settings).keys()
+    except Exception as exc:  # fail closed: no key set rather than a partial one
+        raise ProblemError(
+            ProblemKind.UPSTREAM, f"reading the receipt keys failed ({type(exc).__name__})"
+        ) from exc
+    return web.json_response(keys.wire(), headers={"Cache-Control": "max-age=10"})
+
+
+async def _may_read_receipts(request: web.Request, namespace: str) -> None:
+    deps, caller = deps_of(request), caller_of(request)
+    try:
+        verdicts = await asyncio.gather(
+            *(
+                deps.reviews.allowed(
+                    caller.identity,
+                    namespace=namespace,
+                    verb=verb,
+                    resource=Resource.INVOCATIONS,
+                )
+                for verb in ("get", "list")
+            )
+        )
+    except CallerApiError as exc:
+        raise from_api(exc, "reviewing the caller's access") from exc
+    if not all(verdicts):
+        raise ProblemError(
+            ProblemKind.FORBIDDEN,
+            f"reading receipts of {namespace} takes get and list on toolinvocations there",
+        )
+
+
+async def get_chain_head(request: web.Request) -> web.Response:
+    namespace = params.namespace(request)
+    await _may_read_receipts(request, namespace)
+    incarnation = await incarnation_of(request, namespace)
+    deps = deps_of(request)
+    try:
+        head = await receipt_keys(deps.kube, deps.settings).head(namespace, incarnation.uid)
+    except Exception as exc:
+        raise ProblemError(
+            ProblemKind.UPSTREAM, f"reading the chain heads failed ({type(exc).__name__})"
+        ) from exc
+    return web.json_response(
+        {
+            "namespace": namespace,
+            "incarnation": incarnation.uid,
+            "head": {"sequence": head.sequence, "ref": head.ref} if head else None,
+        }
+    )
 
 
 async def get_receipt(request: web.Request) -> web.Response:
@@ -70,10 +144,7 @@ async def get_receipt(request: web.Request) -> web.Response:
         data = await asyncio.to_thread(deps.store.get, ref_)
     except KeyError:
         raise not_here from None
-    try:
-        receipt = json.loads(data)
-    except ValueError:
-        raise not_here from None  # a result, not a receipt
+    receipt = receipt_of(data)  # None: a result, not a receipt
     if not isinstance(receipt, dict) or not of_incarnation(receipt, incarnation):
         raise not_here
     if receipt.get("schema") != "tool-invocation-v1":
@@ -82,4 +153,6 @@ async def get_receipt(request: web.Request) -> web.Response:
 
 
 def add_routes(app: web.Application) -> None:
+    app.router.add_get("/receipt-keys", get_receipt_keys, allow_head=False)
+    app.router.add_get("/namespaces/{namespace}/receipt-chain", get_chain_head, allow_head=False)
     app.router.add_get("/namespaces/{namespace}/receipts/{sha256}", get_receipt, allow_head=False)

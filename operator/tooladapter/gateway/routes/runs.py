@@ -17,7 +17,6 @@ the index under its uid, the legacy (name-keyed) index for receipts
 from __future__ import annotations
 
 import asyncio
-import json
 from typing import Any, Final
 
 from aiohttp import web
@@ -35,6 +34,7 @@ from ...pipeline.receipt_index import (
     stored_refs,
     with_caller,
 )
+from ...pipeline.signing import receipt_of
 from ...pipeline.toolview import receipt_row
 from .. import params
 from ..context import caller_of, deps_of
@@ -95,7 +95,7 @@ def _read_receipt(store: Any, ref_: str | None, incarnation: Incarnation) -> dic
     if not ref_:
         return None
     try:
-        receipt = json.loads(store.get(ref_))
+        receipt = receipt_of(store.get(ref_))
     except (KeyError, ValueError):
         return None
     if not isinstance(receipt, dict) or not of_incarnation(receipt, incarnation):

@@ -21,8 +21,10 @@ from ...enums import Resource
 from ...kube.callers import CallerApiError
 from ...pipeline.linear_regex import compile_internal
 from ...pipeline.receipt_check import Match, Verdict, verify
+from ...pipeline.signing import KeySet, SignatureStatus, parse_stored, signature_status
 from ..context import deps_of
 from ..params import NAME_PATTERN, NAMESPACE_PATTERN
+from ..receipt_keys import receipt_keys
 from .web import Person
 
 #: Namespaces one session may look at (each is a list and a watch).
@@ -122,9 +124,19 @@ class StoredReceipt:
     receipt: dict[str, Any]
     pretty: str
     verdict: Verdict
+    #: Its signature checked against the published keys (`signing.SignatureStatus`).
+    signature: SignatureStatus = SignatureStatus.UNSIGNED
+    keyid: str | None = None
+
+    @property
+    def sequence(self) -> int | None:
+        chain = self.receipt.get("chain")
+        return chain.get("sequence") if isinstance(chain, dict) else None
 
 
-def _stored(store: ArtifactStore, ref: str, namespace: str) -> StoredReceipt | None:
+def _stored(
+    store: ArtifactStore, ref: str, namespace: str, keys: KeySet | None = None
+) -> StoredReceipt | None:
     try:
         data = store.get(ref)
     except CorruptArtifact:
@@ -133,18 +145,21 @@ def _stored(store: ArtifactStore, ref: str, namespace: str) -> StoredReceipt | N
         return StoredReceipt(ref, {}, refused, Verdict(ref, refused, Match.NONE))
     except (KeyError, ValueError, ArtifactStoreError):
         return None
-    try:
-        receipt = json.loads(data)
-    except ValueError:
+    parsed = parse_stored(data)
+    if parsed is None:
         return None
+    receipt, opened = parsed
     # Only the namespace's own receipts, as the gateway's receipts route serves them.
-    if not isinstance(receipt, dict) or receipt.get("tenantId") != namespace:
+    if receipt.get("tenantId") != namespace:
         return None
+    signature, keyid = signature_status(opened, keys or KeySet())
     return StoredReceipt(
         ref=ref,
         receipt=receipt,
         pretty=json.dumps(receipt, indent=2, sort_keys=True, ensure_ascii=False),
         verdict=verify(data, ref),
+        signature=signature,
+        keyid=keyid,
     )
 
 
@@ -166,4 +181,9 @@ async def stored_receipt(
     reached."""
     if not ref:
         return None
-    return await asyncio.to_thread(_stored, deps_of(request).store, ref, namespace)
+    deps = deps_of(request)
+    try:
+        keys: KeySet | None = await receipt_keys(deps.kube, deps.settings).keys()
+    except Exception:
+        keys = None  # every signature then reads as unknown-key: never as valid
+    return await asyncio.to_thread(_stored, deps.store, ref, namespace, keys)

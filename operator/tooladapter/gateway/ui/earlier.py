@@ -22,6 +22,7 @@ from ...artifacts import ArtifactStore, ArtifactStoreError
 from ...artifacts.index import calls_prefix
 from ...enums import InvocationState
 from ...pipeline.receipt_index import Incarnation, of_incarnation, previous_call
+from ...pipeline.signing import receipt_of
 from ..context import deps_of
 from ..incarnations import incarnations
 
@@ -45,7 +46,7 @@ def _waiting_keys(items: Sequence[dict[str, Any]]) -> set[tuple[str, str, str]]:
 def _legacy_belongs(store: ArtifactStore, entry: dict[str, Any], at: Incarnation) -> bool:
     """Whether a name-keyed entry's receipt belongs to the incarnation `at`."""
     try:
-        receipt = json.loads(store.get(str(entry["receiptRef"])))
+        receipt = receipt_of(store.get(str(entry["receiptRef"])))
     except (KeyError, ValueError, TypeError):
         return False
     return isinstance(receipt, dict) and of_incarnation(receipt, at)

@@ -1,0 +1,199 @@
+"""`receipts verify`: a namespace's receipt chain checked end to end, offline if need be.
+
+Where each input comes from, in order:
+
+- the receipts: `--store` (a directory: the file store, or a copy of the bucket made with
+  `aws s3 sync`/`mc mirror`/`rclone copy`; or `s3://bucket/prefix`, read with the
+  environment's AWS credentials), else $TOOLADAPTER_ARTIFACT_DIR;
+- the public keys: `--keys FILE` (what `GET /receipt-keys` or the ConfigMap
+  `tooladapter-receipt-keys` holds), else the gateway's `/receipt-keys` (`--gateway`),
+  else the ConfigMap from the cluster;
+- the namespace's incarnation: `--uid`, else the cluster's namespace, else every
+  incarnation the store holds a chain of;
+- the head: `--head SEQ:DIGEST` (a head recorded earlier: the strongest check of the end),
+  and, unless `--offline`, the published head (ConfigMap `tooladapter-receipt-heads`,
+  when readable) and the sequence number every invocation's status names.
+
+The first break decides the exit code (docs/reference/exit-codes.md): 12 a signature, 13 a
+missing, misplaced or mislinked receipt, 10 a status or head naming a receipt the chain does
+not hold at that place.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import click
+
+from ..artifacts import ArtifactStore, LocalArtifactStore
+from ..artifacts.chain import chain_key, incarnations, read_chain
+from ..kube.receipt_keys import parse_heads
+from ..pipeline.chain import Break, BreakKind, Expected, Head, Report, verify
+from ..pipeline.keyring import PUBLIC_DATA_KEY, parse_public
+from ..pipeline.signing import KeySet, receipt_of
+from ..timeutil import parse_time
+from .exitcodes import CliError, ExitCode
+
+#: The objects an installation publishes (settings.receipt_*_config_map's defaults).
+KEYS_CONFIG_MAP = "tooladapter-system/tooladapter-receipt-keys"
+HEADS_CONFIG_MAP = "tooladapter-system/tooladapter-receipt-heads"
+
+_CODES = {
+    BreakKind.SIGNATURE: ExitCode.BAD_SIGNATURE,
+    BreakKind.MISSING: ExitCode.CHAIN_BROKEN,
+    BreakKind.SEQUENCE: ExitCode.CHAIN_BROKEN,
+    BreakKind.LINK: ExitCode.CHAIN_BROKEN,
+    BreakKind.UNREADABLE: ExitCode.CHAIN_BROKEN,
+    BreakKind.HEAD: ExitCode.MISMATCH,
+    BreakKind.NOT_IN_CHAIN: ExitCode.MISMATCH,
+}
+
+
+def exit_code_of(found: Break | None) -> ExitCode:
+    return ExitCode.OK if found is None else _CODES[found.kind]
+
+
+def open_read_only(location: str) -> ArtifactStore:
+    """A store to read: a directory, or `s3://bucket/prefix` (never written: no probe)."""
+    if location.startswith("s3://"):
+        import os
+
+        import boto3
+
+        from ..artifacts.s3 import S3ArtifactStore
+
+        bucket, _, prefix = location.removeprefix("s3://").partition("/")
+        client = boto3.session.Session().client(
+            "s3",
+            endpoint_url=os.environ.get("TOOLADAPTER_S3_ENDPOINT") or None,
+            region_name=os.environ.get("TOOLADAPTER_S3_REGION") or "us-east-1",
+        )
+        return S3ArtifactStore(client, bucket=bucket, prefix=prefix)
+    path = Path(location)
+    if not path.is_dir():
+        raise CliError(f"--store {location}: no such directory", ExitCode.USAGE)
+    return LocalArtifactStore(path)
+
+
+def keys_from_file(path: str) -> KeySet:
+    try:
+        text = Path(path).read_text()
+        value = json.loads(text)
+        # The ConfigMap itself (kubectl get -o json) or its keys.json.
+        if isinstance(value, dict) and "data" in value and "keys" not in value:
+            text = (value.get("data") or {}).get(PUBLIC_DATA_KEY) or "{}"
+        keys = parse_public(text)
+    except (OSError, ValueError) as exc:
+        raise CliError(f"--keys {path}: {exc}", ExitCode.USAGE) from None
+    if not keys.keys:
+        raise CliError(f"--keys {path}: no Ed25519 key in it", ExitCode.USAGE)
+    return keys
+
+
+def expected_of(items: Iterable[dict[str, Any]], chain_began: str | None) -> list[Expected]:
+    """The receipts the namespace's invocations name in their status, each with the
+    sequence number its summary records. One whose summary names none must still be in the
+    chain when the invocation was created after the chain began (`chain_began`, the first
+    link's signing time; None: the chain's beginning is not checked): only calls older than
+    the chain have unsigned receipts. A duplicate's receiptRef is its first call's, so its
+    own auditRef counts."""
+    found = []
+    began = _time(chain_began)
+    for item in items:
+        status = item.get("status") or {}
+        meta = item.get("metadata") or {}
+        name = meta.get("name") or "?"
+        summary = status.get("receipt") or {}
+        sequence = summary.get("sequence")
+        ref = status.get("auditRef") or status.get("receiptRef")
+        if not (isinstance(ref, str) and ref.startswith("sha256:")):
+            continue
+        if isinstance(sequence, int) and sequence > 0:
+            found.append(Expected(str(name), ref, sequence))
+            continue
+        created = _time(meta.get("creationTimestamp"))
+        if began is not None and created is not None and created >= began:
+            found.append(Expected(str(name), ref, None))
+    return found
+
+
+def _time(text: Any) -> datetime | None:
+    try:
+        return parse_time(str(text)) if text else None
+    except ValueError:
+        return None
+
+
+def chain_began(store: ArtifactStore, namespace: str, uid: str) -> str | None:
+    """When the chain's first link was signed (None: no first link to read)."""
+    try:
+        receipt = receipt_of(store.get_key(chain_key(namespace, uid, 1)))
+    except KeyError:
+        return None
+    signed = ((receipt or {}).get("chain") or {}).get("signedAt")
+    return str(signed) if signed else None
+
+
+def verify_chain(
+    store: ArtifactStore,
+    *,
+    namespace: str,
+    uid: str,
+    keys: KeySet,
+    head: Head | None,
+    since: int,
+    expected: list[Expected],
+) -> Report:
+    return verify(
+        read_chain(store, namespace, uid, since),
+        namespace=namespace,
+        incarnation=uid,
+        keys=keys,
+        head=head,
+        since=since,
+        expected=expected,
+    )
+
+
+def furthest(*heads: Head | None) -> Head | None:
+    known = [h for h in heads if h is not None]
+    return max(known, key=lambda h: h.sequence) if known else None
+
+
+def heads_for(data: dict[str, str] | None, namespace: str, uid: str) -> Head | None:
+    return parse_heads(data).get((namespace, uid))
+
+
+def say(report: Report) -> None:
+    where = f"{report.namespace} (incarnation {report.incarnation})"
+    first = report.first_break
+    if first is None:
+        begins = f"from sequence {report.first}" if report.first else "(empty)"
+        click.echo(
+            f"verified: {report.checked} receipt(s) of {where} {begins} to "
+            f"{report.last.sequence} ({report.last.ref}); signatures by "
+            f"{', '.join(sorted(report.keys_used)) or 'no key'}"
+        )
+        if report.first == 1:
+            click.echo(
+                "the chain begins at sequence 1: receipts of this namespace written before it "
+                "(unsigned) are verifiable by their hash alone",
+            )
+        return
+    click.echo(f"BROKEN: {where}: first break at {first}", err=True)
+    for other in report.breaks:
+        if other is not first:
+            click.echo(f"  also: {other}", err=True)
+
+
+def incarnations_of(store: ArtifactStore, namespace: str) -> list[str]:
+    found = incarnations(store, namespace)
+    if not found:
+        raise CliError(
+            f"no receipt chain of namespace {namespace} in the store", ExitCode.NOT_FOUND
+        )
+    return found

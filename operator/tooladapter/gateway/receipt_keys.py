@@ -1,0 +1,56 @@
+"""The public receipt keys and published chain heads, as the gateway serves them: read with
+the operator's own client from their ConfigMaps (`kube.receipt_keys`) and cached for `TTL`
+seconds, so a page full of receipts asks the API server once, not once per receipt."""
+
+from __future__ import annotations
+
+import time
+from typing import Final
+
+from ..kube.client import Kube, NotFound
+from ..kube.receipt_keys import read_heads, read_public
+from ..pipeline.chain import Head
+from ..pipeline.signing import KeySet
+from ..settings import Settings
+
+TTL: Final = 10.0
+
+
+class ReceiptKeys:
+    def __init__(self, kube: Kube, settings: Settings, *, ttl: float = TTL) -> None:
+        self.kube = kube
+        self.keys_at = settings.receipt_keys_config_map.split("/", 1)
+        self.heads_at = settings.receipt_heads_config_map.split("/", 1)
+        self._ttl = ttl
+        self._keys: tuple[float, KeySet] | None = None
+        self._heads: tuple[float, dict[tuple[str, str], Head]] | None = None
+
+    async def keys(self) -> KeySet:
+        """The public keys (empty when none are published yet)."""
+        now = time.monotonic()
+        if self._keys is None or self._keys[0] <= now:
+            try:
+                found = await read_public(self.kube, self.keys_at[0], self.keys_at[1])
+            except NotFound:
+                found = KeySet()
+            self._keys = (now + self._ttl, found)
+        return self._keys[1]
+
+    async def head(self, namespace: str, uid: str) -> Head | None:
+        """The published head of a namespace incarnation's chain (None: none yet)."""
+        now = time.monotonic()
+        if self._heads is None or self._heads[0] <= now:
+            heads = await read_heads(self.kube, self.heads_at[0], self.heads_at[1])
+            self._heads = (now + self._ttl, heads)
+        return self._heads[1].get((namespace, uid))
+
+
+#: One cache per operator client (a gateway has one; `Kube` is not hashable).
+_BY_CLIENT: dict[int, ReceiptKeys] = {}
+
+
+def receipt_keys(kube: Kube, settings: Settings) -> ReceiptKeys:
+    held = _BY_CLIENT.get(id(kube))
+    if held is None or held.kube is not kube:
+        held = _BY_CLIENT[id(kube)] = ReceiptKeys(kube, settings)
+    return held
