@@ -134,6 +134,25 @@ class SandboxKind(StrEnum):
     KATA = "Kata"
 
 
+class WorkspaceMode(StrEnum):
+    """Whose `/workspace` a sandboxed call sees (`spec.sandbox.workspace`)."""
+
+    #: A fresh one per call (an emptyDir of the call's own pod).
+    CALL = "call"
+    #: One per attempt: calls with the same attemptId, caller and namespace share it, one
+    #: at a time, until it is released (idle or explicitly).
+    ATTEMPT = "attempt"
+
+
+class SandboxStart(StrEnum):
+    """How a sandboxed call's pod came to be (receipt `sandbox.start`)."""
+
+    #: A Job of its own, started for the call.
+    COLD = "cold"
+    #: A pod that was ready before the call: from a pool, or its attempt's workspace pod.
+    WARM = "warm"
+
+
 class EgressVerdict(StrEnum):
     """What the egress proxy decided about one connection of a sandbox (receipt, metrics)."""
 

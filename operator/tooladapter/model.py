@@ -12,6 +12,7 @@ that is how CEL rules, preserve-unknown-fields and list types reach the API serv
 from __future__ import annotations
 
 import functools
+import ipaddress
 import re
 from typing import Annotated, Any, Literal
 
@@ -30,11 +31,13 @@ from .enums import (
     PreviewVerdict,
     RiskClass,
     SandboxKind,
+    SandboxStart,
     SideEffectClass,
     Stage,
     StageOutcome,
     ToolKind,
     UnlistedAction,
+    WorkspaceMode,
 )
 
 #: Free-form JSON subtrees (schemas, arguments, results) keep unknown fields.
@@ -389,7 +392,13 @@ class SandboxSpec(Model):
         "maps `kind` to (Container: the node's default).",
     )
     workspace_size_limit: str = "64Mi"
-    """Size of the writable workspace volume."""
+    """Size of the writable workspace volume of a call (an attempt's workspace is sized by
+    TOOLADAPTER_WORKSPACE_SIZE and the namespace's ResourceQuota instead)."""
+    workspace: WorkspaceMode = WorkspaceMode.CALL
+    """Whose /workspace a call sees: `call` (a fresh one per call) or `attempt` (calls with the
+    same spec.attemptId from the same caller in the same namespace share it, one at a time,
+    until it is idle for TOOLADAPTER_WORKSPACE_IDLE_SECONDS or released). Not with brokered
+    credentials (secretDependencies, kubernetesIdentity) or CIDR egress entries."""
     pool_id: str = "default"
     """The sandbox pool (recorded on the lease and the receipt)."""
     egress: Egress = Field(default_factory=Egress)
@@ -465,6 +474,21 @@ def _no_secrets_for_shell(field: str, present: str) -> JsonDict:
     }
 
 
+def _no_secrets_for_attempt(field: str, present: str) -> JsonDict:
+    """A CEL rule: an attempt's workspace pod outlives each call, so no brokered credential
+    (`field`) is ever mounted into it: a later call would inherit it."""
+    attempt = (
+        "has(self.sandbox) && has(self.sandbox.workspace) && self.sandbox.workspace == 'attempt'"
+    )
+    return {
+        "rule": f"!({attempt}) || !({present})",
+        "message": f"spec.{field} is not allowed with sandbox.workspace attempt: a workspace "
+        "outlives its calls, and a later call must never inherit an earlier one's credential",
+        "fieldPath": f".{field}",
+        "reason": "FieldValueForbidden",
+    }
+
+
 def _requires_block(kind: ToolKind, field: str, extra: str = "") -> JsonDict:
     """A CEL rule: a descriptor of `kind` must carry its kind-specific block `field`."""
     return {
@@ -504,6 +528,14 @@ class ToolDescriptorSpec(Model):
                     "has(self.secretDependencies) && size(self.secretDependencies) > 0",
                 ),
                 _no_secrets_for_shell(
+                    "authorization.kubernetesIdentity",
+                    "has(self.authorization) && has(self.authorization.kubernetesIdentity)",
+                ),
+                _no_secrets_for_attempt(
+                    "secretDependencies",
+                    "has(self.secretDependencies) && size(self.secretDependencies) > 0",
+                ),
+                _no_secrets_for_attempt(
                     "authorization.kubernetesIdentity",
                     "has(self.authorization) && has(self.authorization.kubernetesIdentity)",
                 ),
@@ -589,6 +621,25 @@ class ToolDescriptorSpec(Model):
     def interrupts_in_flight(self) -> bool:
         """Retired with `retirement.inFlight: Cancel`: its Executing calls are interrupted."""
         return self.retired and self.retirement.in_flight == InFlightPolicy.CANCEL
+
+    @model_validator(mode="after")
+    def _attempt_without_cidrs(self) -> ToolDescriptorSpec:
+        """An attempt's workspace pod is warm, and warm pods reach only the egress proxy:
+        CIDR entries (NetworkPolicy rules of their own, per call) are refused."""
+        sandbox = self.sandbox
+        if sandbox is None or sandbox.workspace != WorkspaceMode.ATTEMPT:
+            return self
+        for entry in sandbox.egress.allow or []:
+            try:
+                ipaddress.ip_network(entry, strict=False)
+            except ValueError:
+                continue
+            raise ValueError(
+                f"sandbox.egress.allow entry {entry!r} is a CIDR, which sandbox.workspace "
+                "attempt does not take: an attempt's calls reach hosts by name through the "
+                "egress proxy only"
+            )
+        return self
 
     @property
     def sandbox_spec(self) -> SandboxSpec | None:
@@ -918,6 +969,21 @@ class LeaseLimits(Model):
     """Where the sandbox may connect."""
 
 
+class WorkspaceLease(Model):
+    """An attempt's workspace: a lease of its own, shared by the attempt's calls."""
+
+    id: str
+    """The workspace's id (its pod's name)."""
+    size_limit: str
+    """Its size bound (TOOLADAPTER_WORKSPACE_SIZE)."""
+    created_at: str
+    """When it was created (RFC 3339)."""
+    last_used_at: str | None = None
+    """When a call of the attempt last ended in it, before this one (RFC 3339)."""
+    fresh: bool = False
+    """This call is the first in it (a new or recreated workspace)."""
+
+
 class SandboxLease(Model):
     """The sandbox leased for one call: its Job, NetworkPolicy, credentials and bounds."""
 
@@ -947,6 +1013,13 @@ class SandboxLease(Model):
     """The RuntimeClass the sandbox pod runs with (None: the node's default runtime)."""
     egress_proxy: str | None = None
     """`address:port` of the egress proxy the pod was pointed at (None: no host egress)."""
+    start: SandboxStart | None = None
+    """cold (a Job of its own) or warm (a pod ready before the call: a pool's, or the
+    attempt's workspace pod); set when the call ran."""
+    sandbox_name: str | None = None
+    """The Job or pod that ran the call."""
+    workspace: WorkspaceLease | None = None
+    """The attempt's workspace the call ran in (sandbox.workspace attempt)."""
 
 
 class EgressRecord(Model):

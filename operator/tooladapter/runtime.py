@@ -19,6 +19,7 @@ from typing import Any
 
 from .artifacts import ArtifactStore
 from .artifacts.chain import ReceiptChains
+from .attempts import AttemptQueues
 from .catalog import Catalog
 from .census import Census
 from .enums import ToolKind
@@ -86,6 +87,8 @@ class Runtime:
     egress_peer: ProxyPeer | None = None
     #: This process, as it signs execution claims (and leases).
     identity: str = field(default_factory=lambda: process_identity())
+    #: Each attempt workspace's queue of calls (`attempts`).
+    attempts: AttemptQueues = field(default_factory=AttemptQueues)
     #: Calls evaluated or executed at once, fair between namespaces (`inflight`).
     #: (Sized from `settings` after construction.)
     gate: FairGate = field(default_factory=lambda: FairGate(1))

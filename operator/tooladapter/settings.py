@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import fnmatch
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, TypeVar
@@ -52,6 +53,18 @@ def _list(name: str, default: tuple[str, ...]) -> tuple[str, ...]:
     if raw is None:
         return default
     return tuple(part.strip() for part in raw.split(",") if part.strip())
+
+
+_QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|k|M|G|T)?$")
+
+
+def _quantity(name: str, default: str) -> str:
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    if not _QUANTITY.match(raw):
+        raise ValueError(f"environment variable {name}={raw!r} is not a storage quantity (1Gi)")
+    return raw
 
 
 def _port(name: str, default: int) -> int:
@@ -319,6 +332,21 @@ class Settings:
     #: Egress by host name through the egress proxy.
     egress: EgressSettings = field(default_factory=EgressSettings)
 
+    #: An attempt's workspace (`sandbox.workspace: attempt`) is released after this long
+    #: without a call (its pod and its volume are deleted).
+    workspace_idle_seconds: int = 1800
+    #: Size of an attempt's workspace volume (also its pod's ephemeral-storage request and
+    #: limit, so a namespace's ResourceQuota bounds the workspaces it holds).
+    workspace_size: str = "1Gi"
+    #: Ready sandboxes kept per namespace and sandbox profile (image, RuntimeClass,
+    #: resources) once a call of that profile was seen; 0: no pools (every call that is not
+    #: an attempt's runs in a Job of its own).
+    warm_pool_size: int = 0
+    #: A pool with no call of its profile for this long is drained (its pods deleted).
+    warm_pool_idle_seconds: int = 600
+    #: How long a new warm pod (a pool's, or a new workspace's) may take to be ready.
+    warm_start_seconds: int = 120
+
     #: Port of the HTTP API and MCP endpoint (`tooladapter.gateway`); 0 disables it. Every
     #: replica serves it, a standby included: it keeps no state of its own.
     gateway_port: int = 8080
@@ -515,6 +543,17 @@ class Settings:
                 "TOOLADAPTER_RECEIPT_HEADS_PUBLISH_SECONDS", base.receipt_heads_publish_seconds, 1
             ),
             egress=EgressSettings.from_env(),
+            workspace_idle_seconds=_at_least(
+                "TOOLADAPTER_WORKSPACE_IDLE_SECONDS", base.workspace_idle_seconds, 1
+            ),
+            workspace_size=_quantity("TOOLADAPTER_WORKSPACE_SIZE", base.workspace_size),
+            warm_pool_size=_at_least("TOOLADAPTER_WARM_POOL_SIZE", base.warm_pool_size, 0),
+            warm_pool_idle_seconds=_at_least(
+                "TOOLADAPTER_WARM_POOL_IDLE_SECONDS", base.warm_pool_idle_seconds, 1
+            ),
+            warm_start_seconds=_at_least(
+                "TOOLADAPTER_WARM_START_SECONDS", base.warm_start_seconds, 1
+            ),
             health_port=_port("TOOLADAPTER_HEALTH_PORT", base.health_port),
         )
 

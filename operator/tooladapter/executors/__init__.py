@@ -24,8 +24,8 @@ from contextlib import AbstractAsyncContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from ..enums import FailureClass, InvocationState, SideEffectClass
-from ..model import ToolDescriptorSpec
+from ..enums import FailureClass, InvocationState, SandboxStart, SideEffectClass
+from ..model import ToolDescriptorSpec, WorkspaceLease
 
 
 @dataclass(frozen=True)
@@ -47,6 +47,11 @@ class Call:
     proxy_bypass: tuple[str, ...] | None = None
     #: W3C trace context for the tool's request (http, MCP), when traces are exported.
     traceparent: str | None = None
+    #: The call's attempt (`spec.attemptId`): with a `sandbox.workspace: attempt` tool, the
+    #: workspace it runs in.
+    attempt_id: str | None = None
+    #: The lease's egress allow-list (CIDR entries keep a call out of warm sandboxes).
+    egress_allow: tuple[str, ...] = ()
     interrupted: asyncio.Event = field(default_factory=asyncio.Event, compare=False)
     #: Waits on something outside the operator (a sandbox Job) without holding one of the
     #: calls-in-flight slots (`inflight`): long Jobs must not crowd out other calls.
@@ -59,6 +64,17 @@ class Call:
     remote: Callable[[], AbstractAsyncContextManager[None]] = field(
         default=nullcontext, compare=False
     )
+
+
+@dataclass(frozen=True)
+class SandboxRun:
+    """Which sandbox ran a call (status.sandboxLease, the receipt's `sandbox`)."""
+
+    start: SandboxStart
+    #: The Job (cold) or pod (warm).
+    name: str
+    #: The attempt's workspace the call ran in.
+    workspace: WorkspaceLease | None = None
 
 
 @dataclass(frozen=True)
@@ -82,6 +98,8 @@ class Outcome:
     #: How long the sandbox's tool container ran (started -> finished), for the usage meter
     #: and the receipt; None: no sandbox, or no recorded end.
     sandbox_seconds: float | None = None
+    #: The sandbox that ran the call (sandboxed kinds).
+    sandbox_run: SandboxRun | None = None
 
     @classmethod
     def observed(

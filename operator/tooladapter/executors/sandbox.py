@@ -10,10 +10,10 @@ from __future__ import annotations
 import asyncio
 import json
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import API_VERSION
-from ..enums import FailureClass, InvocationState
+from ..enums import FailureClass, InvocationState, SandboxStart
 from ..kube import sandbox as ksandbox
 from ..kube.client import Refused
 from ..kube.cluster import Cluster
@@ -26,7 +26,10 @@ from ..pipeline.sandbox import (
     runtime_class_for,
 )
 from ..settings import Settings
-from . import Call, Outcome, read_limit, unconfirmed, unconfirmed_for
+from . import Call, Outcome, SandboxRun, read_limit, unconfirmed, unconfirmed_for
+
+if TYPE_CHECKING:
+    from .warm import WarmSandboxes
 
 #: Time the Job may take to be scheduled and report, beyond the tool's own timeout.
 SCHEDULING_MARGIN_SECONDS = 120
@@ -38,6 +41,8 @@ class SandboxExecutor:
         self.settings = settings
         #: (host, port) of the operator's canary listener; None: no network gate.
         self.canary: tuple[str, int] | None = None
+        #: Warm pods (attempt workspaces, pools), asked first; None: every call is cold.
+        self.warm: WarmSandboxes | None = None
 
     def job_for(self, call: Call) -> dict[str, Any]:
         descriptor = call.descriptor
@@ -72,6 +77,13 @@ class SandboxExecutor:
         )
 
     async def execute(self, call: Call) -> Outcome:
+        if self.warm is not None:
+            warm = await self.warm.run(call)
+            if warm is not None:
+                return warm
+        return cold(call, await self.execute_cold(call))
+
+    async def execute_cold(self, call: Call) -> Outcome:
         try:
             job = self.job_for(call)
             await self.cluster.create(job)
@@ -86,7 +98,11 @@ class SandboxExecutor:
         return await self.follow(call)
 
     async def resume(self, call: Call) -> Outcome:
-        return await self.follow(call)
+        if self.warm is not None:
+            warm = await self.warm.resume(call)
+            if warm is not None:
+                return warm
+        return cold(call, await self.follow(call))
 
     async def follow(self, call: Call) -> Outcome:
         names = LeaseNames.for_uid(call.uid)
@@ -164,7 +180,7 @@ class SandboxExecutor:
             # No `structured_bytes`: what the tool prints is the agent's, and its structured
             # form is sanitized off the event loop, in the tenant's turn.
             return Outcome.observed(
-                result.log, exit_code=result.exit_code, structured=_json_object(result.log)
+                result.log, exit_code=result.exit_code, structured=json_object(result.log)
             )
         reason = ksandbox.job_failure_reason(job)
         if reason == "DeadlineExceeded" and result.name is None and ksandbox.job_never_had_pod(job):
@@ -210,6 +226,13 @@ class SandboxExecutor:
         )
 
 
+def cold(call: Call, outcome: Outcome) -> Outcome:
+    """The outcome of a call that ran (or was to run) in a Job of its own."""
+    return replace(
+        outcome, sandbox_run=SandboxRun(SandboxStart.COLD, LeaseNames.for_uid(call.uid).job)
+    )
+
+
 def _contained_failure(
     call: Call, failure: FailureClass, message: str, result: ksandbox.PodOutcome
 ) -> Outcome:
@@ -225,7 +248,7 @@ def _contained_failure(
     )
 
 
-def _json_object(output: bytes) -> dict[str, Any] | None:
+def json_object(output: bytes) -> dict[str, Any] | None:
     """A tool that prints one JSON object gets it as structured content too."""
     text = output.strip()
     if not text.startswith(b"{") or len(text) > 1_048_576:

@@ -91,6 +91,8 @@ async def run_invocation(rt: Runtime, body: dict[str, Any]) -> None:
     finally:
         # Only this flow waited on its approvals' signal: it goes with the flow.
         rt.catalog.forget(ctx.namespace, approval_key(ctx.name))
+        # The attempt's next call may use the workspace now (this one ended, or stopped).
+        rt.attempts.leave(ctx.uid)
     rt.mark_finished(ctx.uid)
 
 

@@ -17,7 +17,15 @@ from typing import Any
 
 from .. import tracing
 from ..catalog import retirement_key
-from ..enums import FailureClass, InvocationState, Resource, SideEffectClass, Stage, StageOutcome
+from ..enums import (
+    FailureClass,
+    InvocationState,
+    Resource,
+    SandboxStart,
+    SideEffectClass,
+    Stage,
+    StageOutcome,
+)
 from ..executors import Call, Outcome, unconfirmed_for
 from ..executors.sandbox import SandboxExecutor
 from ..kube.client import Conflict, NotFound
@@ -26,6 +34,7 @@ from ..model import ExecutionRecord, ToolDescriptorSpec, effective_timeout
 from ..pipeline.egress import split_entries
 from ..pipeline.egress_lease import token_of
 from ..pipeline.sandbox import LeaseNames
+from ..pipeline.warm import uses_attempt_workspace, workspace_key
 from ..timeutil import now_iso
 from .admission import check_unconfirmed
 from .capacity import wait_for_capacity
@@ -55,6 +64,10 @@ async def on_brokered(ctx: FlowContext) -> None:
         ctx.rechecked = False
         await recheck(ctx)
         descriptor = await ctx.load_descriptor()
+    if uses_attempt_workspace(descriptor, ctx.load_spec().attempt_id):
+        if not await wait_for_workspace(ctx):
+            return await cancel(ctx, "interrupted while waiting for the attempt's workspace")
+        descriptor = await ctx.load_descriptor()
     # An identical call may have become Uncertain while this one waited.
     await check_unconfirmed(ctx)
     check_not_retired(ctx)  # a version retired a moment ago never starts
@@ -71,6 +84,44 @@ async def on_brokered(ctx: FlowContext) -> None:
     else:
         await ctx.advance(InvocationState.EXECUTING)
     ctx.started_here = True
+
+
+async def wait_for_workspace(ctx: FlowContext) -> bool:
+    """Take the call's turn in its attempt's workspace (`attempts`): calls of one attempt
+    run one at a time, in the order they got here. Waiting holds no calls-in-flight slot.
+    After a wait, what may have changed (the fencing token above all: a newer attempt may
+    have superseded this one meanwhile) is checked again. False: interrupted first."""
+    spec = ctx.load_spec()
+    assert spec.attempt_id
+    key = workspace_key(ctx.namespace, spec.caller.name, spec.attempt_id)
+    if ctx.rt.attempts.holds(ctx.uid):
+        return True
+    if ctx.rt.attempts.busy(key):
+        ctx.record(
+            Stage.SANDBOX,
+            StageOutcome.WAITING,
+            "waiting for the attempt's workspace: another call of the attempt runs in it",
+        )
+        await ctx.commit()  # the wait is seen (kubectl get, the page) while it lasts
+    join = asyncio.ensure_future(ctx.rt.attempts.join(key, ctx.uid))
+    interrupt = asyncio.ensure_future(ctx.interrupted.wait())
+    try:
+        async with ctx.without_slot():
+            done, _ = await asyncio.wait({join, interrupt}, return_when=asyncio.FIRST_COMPLETED)
+    except BaseException:
+        join.cancel()
+        raise
+    finally:
+        interrupt.cancel()
+    if join not in done:
+        join.cancel()
+        return False
+    if ctx.interrupt_requested():
+        return False
+    if join.result():
+        ctx.rechecked = False
+        await recheck(ctx)
+    return True
 
 
 def sandbox_job(ctx: FlowContext, descriptor: ToolDescriptorSpec) -> dict[str, Any] | None:
@@ -174,6 +225,7 @@ def build_call(ctx: FlowContext) -> Call:
     settings = ctx.rt.settings
     effective = ctx.status.effective_class
     assert effective is not None
+    lease = ctx.status.sandbox_lease
     return Call(
         namespace=ctx.namespace,
         name=ctx.name,
@@ -190,6 +242,8 @@ def build_call(ctx: FlowContext) -> Call:
         proxy_bypass=proxy_bypass(ctx),
         interrupted=ctx.interrupted,
         traceparent=tracing.traceparent(ctx.uid),
+        attempt_id=spec.attempt_id,
+        egress_allow=tuple(lease.limits.egress_allow) if lease is not None else (),
         outside=ctx.without_slot,
         remote=ctx.awaiting_remote,
     )
@@ -224,6 +278,9 @@ async def on_executing(ctx: FlowContext) -> None:
         if executor is None:
             outcome = Outcome.failed(FailureClass.INTERNAL, f"no executor for kind {kind}")
         elif not ctx.started_here:
+            if uses_attempt_workspace(ctx.descriptor, spec.attempt_id):
+                # Its stop must not kill the processes of another call of the attempt.
+                await wait_for_workspace(ctx)
             outcome = await executor.resume(call)
         else:
             persisted = ctx.persisted_state == InvocationState.EXECUTING
@@ -239,7 +296,23 @@ async def on_executing(ctx: FlowContext) -> None:
         ctx.status.execution = ctx.status.execution.model_copy(
             update={"sandbox_seconds": round(outcome.sandbox_seconds, 3)}
         )
+    record_sandbox_run(ctx, outcome)
     await finish(ctx, outcome)
+
+
+def record_sandbox_run(ctx: FlowContext, outcome: Outcome) -> None:
+    """Which sandbox ran the call, warm or cold, and its attempt's workspace: on the lease
+    (and so on the receipt). New records, not changes in place (see above)."""
+    run, lease = outcome.sandbox_run, ctx.status.sandbox_lease
+    if run is None or lease is None:
+        return
+    ctx.status.sandbox_lease = lease.model_copy(
+        update={"start": run.start, "sandbox_name": run.name, "workspace": run.workspace}
+    )
+    if run.start == SandboxStart.WARM and run.workspace is not None:
+        ctx.status.sandbox_lease.workspace_ref = f"pod:{run.name}/workspace"
+    if run.start == SandboxStart.WARM and ctx.status.execution is not None:
+        ctx.status.execution = ctx.status.execution.model_copy(update={"job_name": None})
 
 
 async def interrupt_on_retirement(ctx: FlowContext) -> None:

@@ -27,12 +27,14 @@ from ..executors.http import HttpExecutor
 from ..executors.mcp import McpExecutor
 from ..executors.native import NativeExecutor
 from ..executors.sandbox import SandboxExecutor
+from ..executors.warm import WarmSandboxes
 from ..gateway import Gateway, GatewayPortTaken
 from ..kube.auth import AllowCache
 from ..kube.client import Conflict, Kube, NotFound, is_transient
 from ..kube.cluster import KubeCluster
 from ..kube.receipt_keys import ReceiptKeeper
 from ..kube.services import cluster_ip
+from ..kube.warm import WarmKube
 from ..memory import freeze_start_up
 from ..metrics import LEADING, serve
 from ..pipeline.sandbox import ProxyPeer
@@ -189,6 +191,16 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo) -> None:
 
             rt.closers.append(close_canary)
     rt.egress_peer = egress_peer(config.egress, proxy_address)
+    warm_kube = WarmKube(kube)
+    sandbox.warm = WarmSandboxes(
+        warm_kube,
+        config,
+        read_secret=cluster.read_secret,
+        canary=sandbox.canary,
+        proxy=rt.egress_peer,
+    )
+    sandbox.warm.busy = rt.attempts.busy
+    rt.closers.append(warm_kube.close)
     rt.mcp = McpServers(rt)
     serve(config.metrics_port, rt.census, rt.gate)
     memo["runtime"] = rt

@@ -20,7 +20,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ..census import Candidate
-from ..enums import InvocationState, Resource
+from ..enums import InvocationState, Resource, ToolKind
+from ..executors.sandbox import SandboxExecutor
+from ..executors.warm import WarmSandboxes
 from ..flow import run_invocation
 from ..kube import sandbox as ksandbox
 from ..kube.client import NotFound
@@ -239,6 +241,35 @@ async def expire_idempotency_claims(rt: Runtime) -> int:
     return deleted
 
 
+def warm_sandboxes(rt: Runtime) -> WarmSandboxes | None:
+    executor = rt.executors.get(ToolKind.SHELL)
+    return executor.warm if isinstance(executor, SandboxExecutor) else None
+
+
+async def tend_warm_sandboxes(rt: Runtime) -> None:
+    """Attempt workspaces idle past TOOLADAPTER_WORKSPACE_IDLE_SECONDS released (after a
+    restart too: they are found by label), idle pools drained, pools refilled, pods of
+    calls that ended deleted."""
+    warm = warm_sandboxes(rt)
+    if warm is None:
+        return
+
+    async def call_ended(namespace: str, name: str, uid: str) -> bool:
+        if not name:
+            return True
+        try:
+            body = await rt.cluster.get(Resource.INVOCATIONS, namespace, name)
+        except NotFound:
+            return True
+        state = (body.get("status") or {}).get("state") or InvocationState.RECEIVED
+        if body["metadata"]["uid"] != uid:
+            return True
+        return InvocationState(state).terminal and uid not in rt.tasks
+
+    warm.busy = rt.attempts.busy
+    await warm.maintain(rt.settings.serves, call_ended)
+
+
 #: Listed cluster-wide by label; Secrets are not (see `reap_sandboxes`).
 REAPED_KINDS = ("Job", "NetworkPolicy")
 
@@ -263,6 +294,7 @@ def start_workers(rt: Runtime) -> None:
     rt.workers += [
         asyncio.create_task(every(interval, reconcile_uncertain, rt, "uncertain-reconciler")),
         asyncio.create_task(every(interval, reap_sandboxes, rt, "sandbox-reaper")),
+        asyncio.create_task(every(min(interval, 5), tend_warm_sandboxes, rt, "warm-sandboxes")),
         # Candidates come from the census (memory): as often as the other reconcilers.
         asyncio.create_task(every(interval, apply_retention, rt, "retention")),
         # Claims are listed from the API server: at most once a minute.

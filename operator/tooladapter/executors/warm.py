@@ -1,0 +1,565 @@
+"""Sandboxed calls in warm pods: an attempt's workspace, or a pool's ready pod.
+
+`SandboxExecutor.execute` asks `WarmSandboxes.run` first; None means the call fits no warm
+pod (no pool, none ready, credentials, CIDR egress) and it runs in a Job of its own, as
+before. See `pipeline.warm` for what keeps a warm pod as safe as a Job.
+
+- An attempt's call runs in its workspace pod (found by its workspace label; made from a
+  pool's ready pod, or created and awaited, on the attempt's first call). The flow's
+  attempt queue (`attempts`) lets one call of the attempt run at a time, so the pod never
+  runs two calls at once; every process of a call is killed at its end.
+- Any other call takes a ready pool pod of its profile (a claim: one label patch against
+  the pod's resourceVersion) and the pod is deleted after that one call; the pool is
+  refilled in the background.
+
+Settling follows the Job's rules: the tool's exit is its answer (Observed); a call whose
+answer was lost (a lost exec stream, an operator restart) is unconfirmed, and an attempt's
+says that its workspace may have changed; a timeout or an interrupt kills the call's
+processes and settles as a Job's deadline or interrupt does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from ..enums import FailureClass, InvocationState, SandboxStart
+from ..kube.client import Conflict, NotFound, Refused
+from ..kube.sandbox import decode_b64
+from ..kube.warm import ExecResult, WarmKube
+from ..model import WorkspaceLease
+from ..pipeline.egress_lease import PROXY_URL_KEY
+from ..pipeline.sandbox import LeaseNames, ProxyPeer, runtime_class_for
+from ..pipeline.warm import (
+    ANNOTATION_ATTEMPT,
+    ANNOTATION_CALLER,
+    ANNOTATION_CLAIMED_AT,
+    ANNOTATION_LAST_USED,
+    ANNOTATION_SIZE,
+    LABEL_CALL,
+    LABEL_PROFILE,
+    LABEL_STATE,
+    LABEL_WARM,
+    LABEL_WORKSPACE,
+    STATE_ATTEMPT,
+    STATE_CALL,
+    STATE_POOL,
+    STOP_SCRIPT,
+    Profile,
+    build_warm_pod,
+    build_warm_policy,
+    not_started,
+    pod_ended,
+    pod_ready,
+    processes_left,
+    profile_for,
+    run_command,
+    run_input,
+    uses_attempt_workspace,
+    warm_refusal,
+    workspace_key,
+)
+from ..settings import Settings
+from ..timeutil import now_iso, parse_time
+from . import Call, Outcome, SandboxRun, read_limit, unconfirmed, unconfirmed_for
+from .sandbox import json_object as _json_object
+
+logger = logging.getLogger("tooladapter.warm")
+
+#: Reads a Secret's base64 data (`Cluster.read_secret`).
+SecretReader = Callable[[str, str], Awaitable[dict[str, str]]]
+#: Whether a call (namespace, name, uid) has ended or is gone.
+CallEnded = Callable[[str, str, str], Awaitable[bool]]
+ANNOTATION_INVOCATION = "tooladapter.dev/invocation"
+#: Time a stop of a call's processes may take.
+STOP_TIMEOUT_SECONDS = 30
+
+
+@dataclass
+class Pool:
+    namespace: str
+    profile: Profile
+    last_wanted: float = field(default_factory=time.monotonic)
+    refilling: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+
+class WarmSandboxes:
+    def __init__(
+        self,
+        kube: WarmKube,
+        settings: Settings,
+        *,
+        read_secret: SecretReader,
+        canary: tuple[str, int] | None = None,
+        proxy: ProxyPeer | None = None,
+    ) -> None:
+        self.kube = kube
+        self.settings = settings
+        self.read_secret = read_secret
+        self.canary = canary
+        self.proxy = proxy
+        self.pools: dict[tuple[str, str], Pool] = {}
+        self.policies: set[str] = set()
+        self.background: set[asyncio.Task[None]] = set()
+        #: Workspace keys with a call running or waiting (`AttemptQueues.busy`).
+        self.busy: Callable[[str], bool] = lambda key: False
+
+    # ------------------------------------------------------------------ choosing
+
+    def profile(self, call: Call, *, attempt: bool) -> Profile:
+        descriptor = call.descriptor
+        assert descriptor is not None
+        sandbox = descriptor.sandbox_spec
+        assert sandbox is not None
+        return profile_for(
+            sandbox,
+            image=sandbox.image or self.settings.sandbox_image,
+            runtime_class=runtime_class_for(sandbox, dict(self.settings.runtime_classes)),
+            workspace_size=(
+                self.settings.workspace_size if attempt else sandbox.workspace_size_limit
+            ),
+            image_pull_policy=self.settings.image_pull_policy,
+            image_pull_secrets=self.settings.image_pull_secrets,
+        )
+
+    async def run(self, call: Call) -> Outcome | None:
+        """Run the call warm; None: it fits no warm pod (the caller runs it cold)."""
+        attempt = uses_attempt_workspace(call.descriptor, call.attempt_id)
+        refusal = warm_refusal(call.descriptor, call.egress_allow)
+        if refusal is not None:
+            if attempt:
+                return Outcome.failed(
+                    FailureClass.VALIDATION,
+                    f"this call cannot run in its attempt's workspace: {refusal}",
+                )
+            return None
+        profile = self.profile(call, attempt=attempt)
+        self.want(call.namespace, profile)
+        if attempt:
+            try:
+                pod, workspace = await self.workspace_pod(call, profile)
+            except (Refused, RuntimeError, TimeoutError) as exc:
+                # No process of this call was started in any pod: Failed, as a Job
+                # the API server refused.
+                return Outcome.failed(
+                    FailureClass.TRANSIENT,
+                    f"the attempt's workspace could not be made ready: {exc}",
+                    retryable=isinstance(exc, Refused),
+                )
+            return await self.run_in(call, pod, workspace)
+        if self.settings.warm_pool_size <= 0:
+            return None
+        claimed = await self.claim(call, profile)
+        if claimed is None:
+            return None
+        return await self.run_in(call, claimed, None)
+
+    def want(self, namespace: str, profile: Profile) -> None:
+        """A call of this profile was seen: keep (or start) its pool, refilled now."""
+        if self.settings.warm_pool_size <= 0:
+            return
+        pool = self.pools.get((namespace, profile.key))
+        if pool is None:
+            pool = self.pools[(namespace, profile.key)] = Pool(namespace, profile)
+        pool.last_wanted = time.monotonic()
+        self.spawn(self.refill(pool))
+
+    def spawn(self, coro: Awaitable[None]) -> None:
+        task: asyncio.Task[None] = asyncio.ensure_future(coro)
+        self.background.add(task)
+        task.add_done_callback(self.background.discard)
+
+    # ------------------------------------------------------------------ pods
+
+    async def ensure_policy(self, namespace: str) -> None:
+        if namespace in self.policies:
+            return
+        await self.kube.ensure_policy(build_warm_policy(namespace=namespace, proxy=self.proxy))
+        self.policies.add(namespace)
+
+    async def create_pod(
+        self,
+        namespace: str,
+        profile: Profile,
+        *,
+        state: str,
+        labels: dict[str, str] | None = None,
+        annotations: dict[str, str] | None = None,
+    ) -> dict[str, Any]:
+        # The policy first: a warm pod is never without its egress rules.
+        await self.ensure_policy(namespace)
+        return await self.kube.create_pod(
+            build_warm_pod(
+                namespace=namespace,
+                profile=profile,
+                network_gate=self.canary,
+                gate_image=self.settings.sandbox_image,
+                state=state,
+                labels=labels,
+                annotations=annotations,
+            )
+        )
+
+    async def refill(self, pool: Pool) -> None:
+        """Create pods until the pool has `warm_pool_size` (ready or starting)."""
+        if pool.refilling.locked():
+            return
+        async with pool.refilling:
+            try:
+                pods = await self.pool_pods(pool.namespace, pool.profile.key)
+                for _ in range(self.settings.warm_pool_size - len(pods)):
+                    await self.create_pod(pool.namespace, pool.profile, state=STATE_POOL)
+            except Exception:
+                logger.warning(
+                    "refilling the warm pool %s/%s failed",
+                    pool.namespace,
+                    pool.profile.key,
+                    exc_info=True,
+                )
+
+    async def pool_pods(self, namespace: str, key: str) -> list[dict[str, Any]]:
+        pods = await self.kube.list_pods(
+            namespace, f"{LABEL_PROFILE}={key},{LABEL_STATE}={STATE_POOL}"
+        )
+        return [p for p in pods if not pod_ended(p)]
+
+    async def claim(
+        self, call: Call, profile: Profile, *, workspace: str | None = None
+    ) -> dict[str, Any] | None:
+        """Take a ready pod of the profile's pool for `call` (or for its attempt's
+        `workspace`): a label patch the API server accepts only on the version listed."""
+        now = now_iso()
+        labels = {LABEL_STATE: STATE_ATTEMPT if workspace else STATE_CALL, LABEL_CALL: call.uid}
+        annotations = {ANNOTATION_INVOCATION: call.name, ANNOTATION_CLAIMED_AT: now}
+        if workspace:
+            labels[LABEL_WORKSPACE] = workspace
+            annotations.update(self.workspace_annotations(call, profile))
+        for pod in await self.pool_pods(call.namespace, profile.key):
+            if not pod_ready(pod):
+                continue
+            try:
+                claimed = await self.kube.patch_pod(
+                    pod,
+                    {"metadata": {"labels": labels, "annotations": annotations}},
+                    exclusive=True,
+                )
+            except (Conflict, NotFound):
+                continue
+            pool = self.pools.get((call.namespace, profile.key))
+            if pool is not None:
+                self.spawn(self.refill(pool))
+            return claimed
+        return None
+
+    def workspace_annotations(self, call: Call, profile: Profile) -> dict[str, str]:
+        return {
+            ANNOTATION_CALLER: call.caller,
+            ANNOTATION_ATTEMPT: call.attempt_id or "",
+            ANNOTATION_SIZE: profile.workspace_size,
+        }
+
+    async def workspace_pod(
+        self, call: Call, profile: Profile
+    ) -> tuple[dict[str, Any], WorkspaceLease]:
+        """The attempt's workspace pod, ready: its own, else a pool's, else a new one."""
+        assert call.attempt_id
+        key = workspace_key(call.namespace, call.caller, call.attempt_id)
+        found = await self.kube.list_pods(call.namespace, f"{LABEL_WORKSPACE}={key}")
+        live = sorted(
+            (p for p in found if not pod_ended(p)),
+            key=lambda p: p["metadata"].get("creationTimestamp") or "",
+        )
+        for extra in live[:-1]:
+            await self.kube.delete_pod(call.namespace, extra["metadata"]["name"])
+        fresh = not live
+        if live:
+            pod = live[-1]
+            if not pod_ready(pod):
+                pod = await self.kube.wait_ready(
+                    call.namespace,
+                    pod["metadata"]["name"],
+                    timeout=self.settings.warm_start_seconds,
+                )
+        else:
+            claimed = await self.claim(call, profile, workspace=key)
+            if claimed is not None:
+                pod = claimed
+            else:
+                made = await self.create_pod(
+                    call.namespace,
+                    profile,
+                    state=STATE_ATTEMPT,
+                    labels={LABEL_WORKSPACE: key, LABEL_CALL: call.uid},
+                    annotations={
+                        ANNOTATION_INVOCATION: call.name,
+                        ANNOTATION_CLAIMED_AT: now_iso(),
+                        **self.workspace_annotations(call, profile),
+                    },
+                )
+                try:
+                    pod = await self.kube.wait_ready(
+                        call.namespace,
+                        made["metadata"]["name"],
+                        timeout=self.settings.warm_start_seconds,
+                    )
+                except BaseException:
+                    await self.kube.delete_pod(call.namespace, made["metadata"]["name"])
+                    raise
+        annotations = pod["metadata"].get("annotations") or {}
+        workspace = WorkspaceLease(
+            id=pod["metadata"]["name"],
+            size_limit=annotations.get(ANNOTATION_SIZE) or profile.workspace_size,
+            created_at=annotations.get(ANNOTATION_CLAIMED_AT)
+            or pod["metadata"].get("creationTimestamp")
+            or now_iso(),
+            last_used_at=annotations.get(ANNOTATION_LAST_USED),
+            fresh=fresh,
+        )
+        if not fresh:
+            # The call that runs now is on the pod, for a resume after a restart.
+            pod = await self.kube.patch_pod(
+                pod,
+                {
+                    "metadata": {
+                        "labels": {LABEL_CALL: call.uid},
+                        "annotations": {ANNOTATION_INVOCATION: call.name},
+                    }
+                },
+            )
+        return pod, workspace
+
+    # ------------------------------------------------------------------ running
+
+    async def proxy_url(self, call: Call) -> str | None:
+        if call.proxy_bypass is None:
+            return None
+        data = await self.read_secret(call.namespace, LeaseNames.for_uid(call.uid).proxy_secret)
+        value = data.get(PROXY_URL_KEY)
+        return decode_b64(value) if value else None
+
+    async def run_in(
+        self, call: Call, pod: dict[str, Any], workspace: WorkspaceLease | None
+    ) -> Outcome:
+        name = pod["metadata"]["name"]
+        run = SandboxRun(SandboxStart.WARM, name, workspace)
+        try:
+            outcome = await self._run_in(call, name, workspace)
+        finally:
+            if workspace is None:
+                # A pool pod serves one call: nothing of it reaches another.
+                await self.kube.delete_pod(call.namespace, name)
+        return replace(outcome, sandbox_run=run)
+
+    async def _run_in(self, call: Call, name: str, workspace: WorkspaceLease | None) -> Outcome:
+        lost = "; the attempt's workspace may have changed" if workspace is not None else ""
+        try:
+            stdin = run_input(await self.proxy_url(call), call.arguments)
+            command = run_command(call.argv)
+        except (NotFound, ValueError) as exc:
+            return Outcome.failed(
+                FailureClass.INTERNAL, f"the warm sandbox call could not be set up: {exc}"
+            )
+        started = time.monotonic()
+        execution = asyncio.ensure_future(
+            self.kube.exec(
+                call.namespace,
+                name,
+                command,
+                stdin=stdin,
+                max_bytes=read_limit(call.max_result_bytes) + 1,
+            )
+        )
+        interrupt = asyncio.ensure_future(call.interrupted.wait())
+        try:
+            async with call.outside():
+                done, _ = await asyncio.wait(
+                    {execution, interrupt},
+                    timeout=call.timeout_seconds,
+                    return_when=asyncio.FIRST_COMPLETED,
+                )
+        except BaseException:
+            execution.cancel()
+            raise
+        finally:
+            interrupt.cancel()
+        seconds = time.monotonic() - started
+        if execution not in done:
+            execution.cancel()
+            left = await self.stop(call.namespace, name, workspace)
+            if interrupt in done:
+                contained = call.effective_class.effects_contained
+                return Outcome(
+                    InvocationState.CANCELLED if contained else InvocationState.UNCERTAIN,
+                    failure_class=(
+                        FailureClass.CANCELLED if contained else FailureClass.EFFECT_UNCONFIRMED
+                    ),
+                    message=f"interrupted while the tool ran in warm sandbox {name} ({left}){lost}",
+                    sandbox_seconds=seconds,
+                )
+            return replace(
+                unconfirmed_for(
+                    call.effective_class,
+                    f"the tool ran past its timeout of {call.timeout_seconds}s in warm "
+                    f"sandbox {name} ({left}){lost}",
+                    failure=FailureClass.TIMEOUT,
+                ),
+                sandbox_seconds=seconds,
+            )
+        try:
+            result: ExecResult = execution.result()
+        except Exception as exc:
+            left = await self.stop(call.namespace, name, workspace)
+            return replace(
+                unconfirmed(
+                    call,
+                    f"the answer of the tool in warm sandbox {name} was lost "
+                    f"({type(exc).__name__}: {exc}; {left}){lost}",
+                ),
+                sandbox_seconds=seconds,
+            )
+        if not_started(result.stderr):
+            return Outcome.failed(
+                FailureClass.TRANSIENT,
+                f"warm sandbox {name} could not be readied for the call (an earlier call's "
+                "processes could not be stopped, or its files not written); the tool never "
+                "started",
+            )
+        remaining = processes_left(result.stderr)
+        if remaining != 0:
+            # The run script did not report a clean end: stop again, and a workspace that
+            # still holds a process of the call is not handed to the next one.
+            await self.stop(call.namespace, name, workspace)
+        if result.exit_code is None:
+            return replace(
+                unconfirmed(
+                    call,
+                    f"the exec in warm sandbox {name} ended without an exit code "
+                    f"({result.status.get('message') or 'no message'}){lost}",
+                ),
+                sandbox_seconds=seconds,
+            )
+        if workspace is not None:
+            await self.touch(call.namespace, name)
+        if result.exit_code != 0:
+            return replace(
+                Outcome.tool_error(
+                    f"the tool exited with code {result.exit_code}",
+                    output=result.stdout,
+                    exit_code=result.exit_code,
+                ),
+                sandbox_seconds=seconds,
+            )
+        return replace(
+            Outcome.observed(result.stdout, exit_code=0, structured=_json_object(result.stdout)),
+            sandbox_seconds=seconds,
+        )
+
+    async def stop(self, namespace: str, name: str, workspace: WorkspaceLease | None) -> str:
+        """Kill every process a call left in the pod; a pod where that cannot be shown is
+        deleted (a workspace with it). Says what happened, for the call's message."""
+        try:
+            async with asyncio.timeout(STOP_TIMEOUT_SECONDS):
+                result = await self.kube.exec(
+                    namespace, name, ["/bin/sh", "-c", STOP_SCRIPT], stdin=b"", max_bytes=0
+                )
+            if processes_left(result.stderr) == 0:
+                return "every process of the call was stopped"
+        except Exception:
+            logger.warning("stopping the call in warm pod %s/%s failed", namespace, name)
+        await self.kube.delete_pod(namespace, name)
+        what = "its workspace was deleted" if workspace is not None else "the pod was deleted"
+        return f"the call's processes could not be shown stopped: {what}"
+
+    async def touch(self, namespace: str, name: str) -> None:
+        """The workspace's last use, which its idle release counts from."""
+        with contextlib.suppress(NotFound):
+            pod = await self.kube.get_pod(namespace, name)
+            if pod is not None:
+                await self.kube.patch_pod(
+                    pod, {"metadata": {"annotations": {ANNOTATION_LAST_USED: now_iso()}}}
+                )
+
+    async def resume(self, call: Call) -> Outcome | None:
+        """A warm call whose operator stopped: its processes are killed (never run again)
+        and it settles as unconfirmed. None: the call ran in no warm pod (a Job, maybe)."""
+        pods = await self.kube.list_pods(call.namespace, f"{LABEL_CALL}={call.uid}")
+        if not pods:
+            return None
+        pod = pods[0]
+        name = pod["metadata"]["name"]
+        state = (pod["metadata"].get("labels") or {}).get(LABEL_STATE)
+        workspace = state == STATE_ATTEMPT
+        if workspace and not pod_ended(pod):
+            left = await self.stop(call.namespace, name, None)
+        else:
+            await self.kube.delete_pod(call.namespace, name)
+            left = "the pod was deleted"
+        lost = "; the attempt's workspace may have changed" if workspace else ""
+        return replace(
+            unconfirmed(
+                call,
+                f"the operator stopped while the tool ran in warm sandbox {name} ({left}){lost}",
+            ),
+            sandbox_run=SandboxRun(SandboxStart.WARM, name),
+        )
+
+    # ------------------------------------------------------------------ upkeep
+
+    async def release(self, namespace: str, caller: str, attempt_id: str) -> list[str]:
+        """Release an attempt's workspace now: its pod (and volume) deleted. The names of
+        the pods deleted (none: there was none)."""
+        key = workspace_key(namespace, caller, attempt_id)
+        gone: list[str] = []
+        for pod in await self.kube.list_pods(namespace, f"{LABEL_WORKSPACE}={key}"):
+            if await self.kube.delete_pod(namespace, pod["metadata"]["name"]):
+                gone.append(pod["metadata"]["name"])
+        return gone
+
+    async def maintain(self, serves: Callable[[str], bool], call_ended: CallEnded) -> None:
+        """One round of upkeep: idle workspaces released, idle pools drained, pools
+        refilled, pods of calls that ended (an operator restart) deleted."""
+        now = time.monotonic()
+        for (namespace, key), pool in list(self.pools.items()):
+            if now - pool.last_wanted > self.settings.warm_pool_idle_seconds:
+                del self.pools[(namespace, key)]
+            else:
+                await self.refill(pool)
+        wall = time.time()
+        for pod in await self.kube.list_pods(None, f"{LABEL_WARM}=true"):
+            meta = pod["metadata"]
+            namespace, name = meta["namespace"], meta["name"]
+            if not serves(namespace):
+                continue
+            labels = meta.get("labels") or {}
+            annotations = meta.get("annotations") or {}
+            state = labels.get(LABEL_STATE)
+            try:
+                if state == STATE_POOL:
+                    if (namespace, labels.get(LABEL_PROFILE, "")) not in self.pools:
+                        await self.kube.delete_pod(namespace, name)
+                        logger.info("drained warm pod %s/%s", namespace, name)
+                elif state == STATE_ATTEMPT:
+                    key = labels.get(LABEL_WORKSPACE, "")
+                    since = annotations.get(ANNOTATION_LAST_USED) or annotations.get(
+                        ANNOTATION_CLAIMED_AT
+                    )
+                    idle = wall - parse_time(since).timestamp() if since else float("inf")
+                    if not self.busy(key) and (
+                        idle > self.settings.workspace_idle_seconds or pod_ended(pod)
+                    ):
+                        await self.kube.delete_pod(namespace, name)
+                        logger.info("released idle workspace %s/%s", namespace, name)
+                elif state == STATE_CALL:
+                    invocation = annotations.get(ANNOTATION_INVOCATION, "")
+                    if await call_ended(namespace, invocation, labels.get(LABEL_CALL, "")):
+                        await self.kube.delete_pod(namespace, name)
+            except Exception:
+                logger.warning("warm pod upkeep of %s/%s failed", namespace, name, exc_info=True)
+
+
+__all__ = ["WarmSandboxes"]

@@ -1,0 +1,232 @@
+"""Warm pods on the API server: create, claim, wait ready, exec one call, delete.
+
+`pipeline.warm` builds what is sent here. A claim is a label patch that carries the pod's
+resourceVersion, so the API server takes exactly one claim of a pool pod (a second one
+gets 409). Exec goes over the `pods/exec` websocket (channel protocol v4): stdin carries
+the call's proxy URL and arguments, stdout is read up to a bound (the rest drained), and
+the final Status on the error channel carries the exit code.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+from kubernetes_asyncio import client, watch
+from kubernetes_asyncio.client.exceptions import ApiException
+from kubernetes_asyncio.stream import WsApiClient
+
+from ..pipeline.warm import exit_code_of, pod_ended, pod_ready
+from .client import REFUSAL_CODES, AlreadyExists, Conflict, Kube, refusal, translate
+
+STDIN, STDOUT, STDERR, ERROR = 0, 1, 2, 3
+#: The run script's own report on stderr is small; more is the tool's noise, not kept.
+MAX_STDERR_BYTES = 4096
+
+
+@dataclass(frozen=True)
+class ExecResult:
+    stdout: bytes
+    stderr: bytes
+    #: The exit code the final Status reported; None: none was reported.
+    exit_code: int | None
+    status: dict[str, Any]
+
+
+class WarmKube:
+    """The calls `executors.warm` makes, over the operator's client and a websocket one."""
+
+    def __init__(self, kube: Kube) -> None:
+        self.kube = kube
+        self._ws: WsApiClient | None = None
+
+    def _ws_client(self) -> WsApiClient:
+        if self._ws is None:
+            self._ws = WsApiClient(configuration=self.kube.api.configuration)
+        return self._ws
+
+    async def close(self) -> None:
+        if self._ws is not None:
+            await self._ws.close()
+            self._ws = None
+
+    def _plain(self, obj: Any) -> dict[str, Any]:
+        return dict(self.kube.api.sanitize_for_serialization(obj))
+
+    async def ensure_policy(self, policy: dict[str, Any]) -> None:
+        """Create the namespace's warm NetworkPolicy, or replace its spec when it differs."""
+        meta = policy["metadata"]
+        api = self.kube.networking
+        try:
+            await api.create_namespaced_network_policy(meta["namespace"], policy)
+            return
+        except ApiException as exc:
+            if exc.status != 409:
+                if exc.status in REFUSAL_CODES:
+                    raise refusal(exc) from exc
+                raise translate(exc) from exc
+        try:
+            found = self._plain(
+                await api.read_namespaced_network_policy(meta["name"], meta["namespace"])
+            )
+            if found.get("spec") != policy["spec"]:
+                await api.patch_namespaced_network_policy(
+                    meta["name"], meta["namespace"], {"spec": policy["spec"]}
+                )
+        except ApiException as exc:
+            raise translate(exc) from exc
+
+    async def create_pod(self, pod: dict[str, Any]) -> dict[str, Any]:
+        try:
+            made = await self.kube.core.create_namespaced_pod(pod["metadata"]["namespace"], pod)
+        except ApiException as exc:
+            err = translate(exc)
+            if isinstance(err, AlreadyExists):
+                raise err from exc
+            if exc.status in REFUSAL_CODES:
+                raise refusal(exc) from exc
+            raise err from exc
+        return self._plain(made)
+
+    async def get_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            return self._plain(await self.kube.core.read_namespaced_pod(name, namespace))
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise translate(exc) from exc
+
+    async def list_pods(self, namespace: str | None, selector: str) -> list[dict[str, Any]]:
+        try:
+            if namespace is None:
+                res = await self.kube.core.list_pod_for_all_namespaces(label_selector=selector)
+            else:
+                res = await self.kube.core.list_namespaced_pod(namespace, label_selector=selector)
+        except ApiException as exc:
+            raise translate(exc) from exc
+        return [self._plain(p) for p in res.items]
+
+    async def patch_pod(
+        self, pod: dict[str, Any], patch: dict[str, Any], *, exclusive: bool = False
+    ) -> dict[str, Any]:
+        """Merge-patch `pod`'s metadata; `exclusive`: only the version seen (else `Conflict`)."""
+        meta = pod["metadata"]
+        body = {"metadata": dict(patch.get("metadata") or {})}
+        if exclusive:
+            body["metadata"]["resourceVersion"] = meta["resourceVersion"]
+        try:
+            done = await self.kube.core.patch_namespaced_pod(meta["name"], meta["namespace"], body)
+        except ApiException as exc:
+            raise translate(exc) from exc
+        return self._plain(done)
+
+    async def delete_pod(self, namespace: str, name: str) -> bool:
+        try:
+            await self.kube.core.delete_namespaced_pod(name, namespace, grace_period_seconds=0)
+        except ApiException as exc:
+            if exc.status == 404:
+                return False
+            raise translate(exc) from exc
+        return True
+
+    async def wait_ready(self, namespace: str, name: str, *, timeout: float) -> dict[str, Any]:
+        """Wait until the pod is Ready (past its network gate); raises TimeoutError, or
+        RuntimeError when it ended (or went) first."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while True:
+            pod = await self.get_pod(namespace, name)
+            if pod_ready(pod):
+                assert pod is not None
+                return pod
+            if pod is None or pod_ended(pod):
+                raise RuntimeError(f"warm pod {namespace}/{name} ended before it was ready")
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                raise TimeoutError(f"warm pod {namespace}/{name} not ready in {timeout:.0f}s")
+            w = watch.Watch()
+            try:
+                async with asyncio.timeout(min(remaining, 30)):
+                    async for event in w.stream(
+                        self.kube.core.list_namespaced_pod,
+                        namespace,
+                        field_selector=f"metadata.name={name}",
+                        resource_version=pod["metadata"]["resourceVersion"],
+                        timeout_seconds=int(min(remaining, 30)) + 1,
+                    ):
+                        obj = self._plain(event["object"])
+                        if event["type"] == "DELETED" or pod_ended(obj) or pod_ready(obj):
+                            break
+            except (TimeoutError, ApiException):
+                pass
+            finally:
+                w.stop()
+
+    async def exec(
+        self,
+        namespace: str,
+        name: str,
+        command: list[str],
+        *,
+        stdin: bytes,
+        max_bytes: int,
+        container: str = "tool",
+    ) -> ExecResult:
+        """Run `command` in the pod, feed `stdin`, read stdout (the first `max_bytes`, the
+        rest drained) until the process ends. Raises on a lost connection (the caller
+        cannot know whether the command ran)."""
+        api = client.CoreV1Api(api_client=self._ws_client())
+        try:
+            connect = await api.connect_get_namespaced_pod_exec(
+                name,
+                namespace,
+                command=command,
+                container=container,
+                stdin=True,
+                stdout=True,
+                stderr=True,
+                tty=False,
+                _preload_content=False,
+            )
+        except ApiException as exc:
+            raise translate(exc) from exc
+        stdout = bytearray()
+        stderr = bytearray()
+        status: dict[str, Any] = {}
+        async with connect as ws:
+            if stdin:
+                await ws.send_bytes(bytes([STDIN]) + stdin)
+            async for msg in ws:
+                if msg.type in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSED):
+                    break
+                if msg.type == aiohttp.WSMsgType.ERROR:
+                    raise ConnectionError(f"exec in {namespace}/{name}: {ws.exception()}")
+                data = msg.data if isinstance(msg.data, bytes) else str(msg.data).encode()
+                if not data:
+                    continue
+                channel, payload = data[0], data[1:]
+                if channel == STDOUT:
+                    room = max_bytes - len(stdout)
+                    if room > 0:
+                        stdout += payload[:room]
+                elif channel == STDERR:
+                    room = MAX_STDERR_BYTES - len(stderr)
+                    if room > 0:
+                        stderr += payload[:room]
+                    else:
+                        # Keep the end: the script's report is its last line.
+                        stderr = (stderr + payload)[-MAX_STDERR_BYTES:]
+                elif channel == ERROR and payload:
+                    try:
+                        status = json.loads(payload)
+                    except ValueError:
+                        status = {"status": "Failure", "message": payload.decode(errors="replace")}
+        if not status:
+            raise ConnectionError(f"exec in {namespace}/{name} ended without a status")
+        return ExecResult(bytes(stdout), bytes(stderr), exit_code_of(status), status)
+
+
+__all__ = ["Conflict", "ExecResult", "WarmKube"]

@@ -1,0 +1,458 @@
+"""Warm sandboxes: pods that are ready before a call, and how one call runs in them.
+
+Two uses of one pod shape (`build_warm_pod`):
+
+- a *pool* pod, made ahead of demand for a namespace and a sandbox profile (image,
+  RuntimeClass, resources, workspace size), handed to exactly one call and deleted after it;
+- an *attempt's workspace* pod: a pool pod claimed for an attempt (or one made for it),
+  whose `/workspace` volume the calls of the attempt share, one call at a time, until it
+  is released (idle, or explicitly). Its id is its pod name.
+
+What keeps a warm pod as safe as a cold Job:
+
+- It is selected by the namespace's warm NetworkPolicy (`build_warm_policy`: no ingress,
+  egress to the egress proxy only) from creation, and its init container is the same
+  network gate as a Job's: the pod is Ready only once that policy is enforced for it, and
+  only a Ready pod is handed out, so no call waits for the gate. Per-call egress is the
+  proxy's grant, made for the call and deleted at its end; calls with CIDR entries (a
+  NetworkPolicy of their own) or brokered credentials (mounted files) never run warm.
+- Restricted pod security, the descriptor's limits and RuntimeClass, as a Job.
+- The call runs through `pods/exec` as `RUN_SCRIPT`: its argv is passed as exec
+  arguments (never joined into a string); the proxy URL (a secret: never in the exec
+  request, which the API server may log) and the arguments arrive on stdin. When the tool
+  ends, the script kills every process of the sandbox user (`kill -9 -1` spares only the
+  pod's holder, PID 1, and the script itself), checks none is left and says so on
+  stderr (`STOPPED_MARK`), so a background process of one call never lives into the next.
+- PID 1 is a shell that reaps orphans (`HOLDER_SCRIPT`), so killed processes do not
+  linger as zombies in a long-lived workspace pod.
+
+All pure: plain data in, plain dicts and bytes out; `kube.warm` sends them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ..enums import ToolKind, WorkspaceMode
+from ..model import SandboxSpec, ToolDescriptorSpec
+from .sandbox import (
+    CONTAINER_NAME,
+    GATE_ATTEMPTS,
+    GATE_CONTAINER_NAME,
+    GATE_SCRIPT,
+    LABEL_MANAGED_BY,
+    MANAGED_BY,
+    SANDBOX_UID,
+    TOOLADAPTER_DIR,
+    WORKSPACE,
+    ProxyPeer,
+    split_egress,
+)
+
+#: Every warm pod; the namespace's warm NetworkPolicy selects it.
+LABEL_WARM = "tooladapter.dev/warm"
+#: The profile (`Profile.key`) a pool pod serves.
+LABEL_PROFILE = "tooladapter.dev/warm-profile"
+#: `pool` (ready to hand out), `call` (handed to one call) or `attempt` (a workspace).
+LABEL_STATE = "tooladapter.dev/warm-state"
+#: The uid of the call a pod was handed to (the last one, for a workspace).
+LABEL_CALL = "tooladapter.dev/warm-call"
+#: The workspace key (`workspace_key`) of an attempt's pod.
+LABEL_WORKSPACE = "tooladapter.dev/workspace"
+ANNOTATION_CALLER = "tooladapter.dev/caller"
+ANNOTATION_ATTEMPT = "tooladapter.dev/attempt-id"
+ANNOTATION_CLAIMED_AT = "tooladapter.dev/claimed-at"
+ANNOTATION_LAST_USED = "tooladapter.dev/last-used-at"
+ANNOTATION_SIZE = "tooladapter.dev/workspace-size"
+
+STATE_POOL = "pool"
+STATE_CALL = "call"
+STATE_ATTEMPT = "attempt"
+
+WARM_POLICY_NAME = "ta-warm-sandboxes"
+#: Where a call's arguments land in a warm pod (a volume of its own, rewritten per call).
+CALL_DIR = f"{TOOLADAPTER_DIR}/call"
+ARGUMENTS_FILE = f"{CALL_DIR}/arguments.json"
+#: The last line the run script writes on stderr: how many processes were left.
+STOPPED_MARK = "tooladapter-processes-left:"
+#: What the run script writes on stderr when the tool did not start.
+NOT_STARTED_MARK = "tooladapter-not-started:"
+
+#: PID 1 of a warm pod: holds the pod open and reaps orphans (`wait` collects any child,
+#: including the killed processes of a call that were re-parented to it).
+HOLDER_SCRIPT = "trap 'exit 0' TERM; while :; do sleep 3600 & wait; done"
+
+#: Counts live processes other than PID 1, this script and the holder's children. Run
+#: right after `kill -9 -1`: that signal reached every process of the sandbox user at once
+#: (the kernel holds off forks while it delivers it), so whatever lives afterwards was
+#: forked since by PID 1 (its `sleep`, or the shell about to become it) or by this script;
+#: a killed process still dying is a zombie (skipped) or is counted and killed again.
+#: Builtins only: a command substitution would fork a counted process.
+_COUNT = (
+    "count() { n=0; for d in /proc/[0-9]*; do p=${d#/proc/}; "
+    '[ "$p" = 1 ] && continue; [ "$p" = "$$" ] && continue; '
+    'l=""; read -r l < "$d/stat" 2>/dev/null || continue; '
+    "r=${l##*\\) }; s=${r%% *}; r=${r#* }; pp=${r%% *}; "
+    '[ "$s" = Z ] && continue; [ "$s" = X ] && continue; '
+    '[ "$pp" = 1 ] && continue; n=$((n+1)); done; }; '
+)
+#: Kill every process of the sandbox user but PID 1 and this script, until none is left
+#: (at most `STOP_ROUNDS` rounds); `$n` is then how many were left.
+STOP_ROUNDS = 50
+_STOP = (
+    "i=0; while :; do kill -9 -1 2>/dev/null; count; "
+    f'[ "$n" = 0 ] && break; i=$((i+1)); [ "$i" -ge {STOP_ROUNDS} ] && break; '
+    "sleep 0.05; done; "
+)
+_REPORT = f'echo "{STOPPED_MARK}$n" >&2; '
+#: One call in a warm pod. First whatever an earlier call may have left is stopped (after
+#: an operator restart, a call's exec may have outlived its operator): when that cannot be
+#: shown, the tool does not start (`NOT_STARTED_MARK`). stdin: line 1 the proxy URL
+#: (empty: none), line 2 the arguments (one line of JSON). argv: the tool's, as "$@". The
+#: tool's stderr joins its stdout, as a Job's pod log does; the script's own report goes to
+#: stderr.
+RUN_SCRIPT = (
+    _COUNT
+    + _STOP
+    + f'if [ "$n" != 0 ]; then echo "{NOT_STARTED_MARK}$n" >&2; exit 125; fi; '
+    + "IFS= read -r proxy; IFS= read -r args; "
+    + f"rm -rf {CALL_DIR} 2>/dev/null; mkdir -p {CALL_DIR} && "
+    + f"printf '%s\\n' \"$args\" > {ARGUMENTS_FILE} || "
+    + f'{{ echo "{NOT_STARTED_MARK}setup" >&2; exit 125; }}; unset args; '
+    + f'cd {WORKSPACE} || {{ echo "{NOT_STARTED_MARK}setup" >&2; exit 125; }}; '
+    + f"export HOME={WORKSPACE} TMPDIR={WORKSPACE} TOOLADAPTER_ARGUMENTS={ARGUMENTS_FILE}; "
+    + '( if [ -n "$proxy" ]; then export HTTP_PROXY="$proxy" HTTPS_PROXY="$proxy" '
+    + 'http_proxy="$proxy" https_proxy="$proxy" NO_PROXY="" no_proxy=""; fi; '
+    + 'unset proxy; exec "$@" ) </dev/null 2>&1 & '
+    + "tool=$!; unset proxy; wait $tool; rc=$?; "
+    + _STOP
+    + _REPORT
+    + "exit $rc"
+)
+#: Stops what a call left running when its exec ended early (a timeout, an interrupt, a
+#: lost connection, an operator restart): the same kill and count as `RUN_SCRIPT`'s end.
+STOP_SCRIPT = _COUNT + _STOP + _REPORT + "exit 0"
+#: The exit code `RUN_SCRIPT` uses when it could not set the call up (the tool never ran).
+SETUP_FAILED = 125
+
+
+@dataclass(frozen=True)
+class Profile:
+    """What makes two sandboxes interchangeable: a pool serves one profile."""
+
+    image: str
+    runtime_class: str | None
+    resources: tuple[tuple[str, tuple[tuple[str, str], ...]], ...]
+    workspace_size: str
+    image_pull_policy: str
+    image_pull_secrets: tuple[str, ...] = ()
+
+    @property
+    def key(self) -> str:
+        """A label value naming the profile (sha256 of its fields, 20 hex digits)."""
+        doc = json.dumps(
+            [
+                self.image,
+                self.runtime_class,
+                self.resources,
+                self.workspace_size,
+                self.image_pull_policy,
+                self.image_pull_secrets,
+            ],
+            separators=(",", ":"),
+        )
+        return hashlib.sha256(doc.encode()).hexdigest()[:20]
+
+    def resource_dict(self) -> dict[str, dict[str, str]]:
+        return {part: dict(values) for part, values in self.resources}
+
+
+def profile_for(
+    sandbox: SandboxSpec,
+    *,
+    image: str,
+    runtime_class: str | None,
+    workspace_size: str,
+    image_pull_policy: str,
+    image_pull_secrets: Sequence[str] = (),
+) -> Profile:
+    """The profile of a descriptor's sandbox, with the workspace bounded by `workspace_size`
+    (an ephemeral-storage request and limit too, so a ResourceQuota counts it)."""
+    parts: list[tuple[str, tuple[tuple[str, str], ...]]] = []
+    for part in ("requests", "limits"):
+        quantities = getattr(sandbox.resources, part)
+        values = {k: v for k, v in (("cpu", quantities.cpu), ("memory", quantities.memory)) if v}
+        values.update(quantities.extended)
+        values["ephemeral-storage"] = workspace_size
+        parts.append((part, tuple(sorted(values.items()))))
+    return Profile(
+        image=image,
+        runtime_class=runtime_class,
+        resources=tuple(parts),
+        workspace_size=workspace_size,
+        image_pull_policy=image_pull_policy,
+        image_pull_secrets=tuple(image_pull_secrets),
+    )
+
+
+def workspace_key(namespace: str, caller: str, attempt_id: str) -> str:
+    """The label value naming one attempt's workspace: the attempt id is the agent's own
+    text, so it is hashed with its caller and namespace (never used raw in a name)."""
+    doc = json.dumps([namespace, caller, attempt_id], separators=(",", ":"))
+    return hashlib.sha256(doc.encode()).hexdigest()[:40]
+
+
+def uses_attempt_workspace(descriptor: ToolDescriptorSpec | None, attempt_id: str | None) -> bool:
+    """Whether a call runs in its attempt's workspace: an `attempt` tool, and an attemptId
+    (without one, a call of such a tool gets a workspace of its own, as `call`)."""
+    if descriptor is None or not attempt_id:
+        return False
+    sandbox = descriptor.sandbox_spec
+    return sandbox is not None and sandbox.workspace == WorkspaceMode.ATTEMPT
+
+
+def warm_refusal(descriptor: ToolDescriptorSpec | None, egress_allow: Sequence[str]) -> str | None:
+    """Why a call may not run in a warm pod (None: it may)."""
+    if descriptor is None or descriptor.kind not in (ToolKind.SHELL, ToolKind.CONTAINER):
+        return "not a sandboxed kind"
+    if descriptor.sandbox_spec is None:
+        return "no sandbox"
+    if descriptor.secret_dependencies or descriptor.authorization.kubernetes_identity:
+        return "brokered credentials are mounted only into a Job of the call's own"
+    cidrs, _hosts = split_egress(list(egress_allow))
+    if cidrs:
+        return "CIDR egress entries need a NetworkPolicy of the call's own"
+    return None
+
+
+def _labels(profile: Profile, state: str) -> dict[str, str]:
+    return {
+        LABEL_MANAGED_BY: MANAGED_BY,
+        LABEL_WARM: "true",
+        LABEL_PROFILE: profile.key,
+        LABEL_STATE: state,
+    }
+
+
+def build_warm_pod(
+    *,
+    namespace: str,
+    profile: Profile,
+    network_gate: tuple[str, int] | None,
+    gate_image: str,
+    state: str = STATE_POOL,
+    name: str | None = None,
+    labels: Mapping[str, str] | None = None,
+    annotations: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    """A warm pod: the holder as PID 1 in the tool's image, the network gate first."""
+    security = {
+        "allowPrivilegeEscalation": False,
+        "readOnlyRootFilesystem": True,
+        "runAsNonRoot": True,
+        "runAsUser": SANDBOX_UID,
+        "runAsGroup": SANDBOX_UID,
+        "capabilities": {"drop": ["ALL"]},
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+    container: dict[str, Any] = {
+        "name": CONTAINER_NAME,
+        "image": profile.image,
+        "imagePullPolicy": profile.image_pull_policy,
+        "command": ["/bin/sh", "-c", HOLDER_SCRIPT],
+        "workingDir": WORKSPACE,
+        "env": [
+            {"name": "HOME", "value": WORKSPACE},
+            {"name": "TMPDIR", "value": WORKSPACE},
+        ],
+        "resources": profile.resource_dict(),
+        "securityContext": security,
+        "volumeMounts": [
+            {"name": "workspace", "mountPath": WORKSPACE},
+            {"name": "tooladapter", "mountPath": TOOLADAPTER_DIR},
+        ],
+    }
+    pod_spec: dict[str, Any] = {
+        "restartPolicy": "Never",
+        "automountServiceAccountToken": False,
+        "enableServiceLinks": False,
+        "securityContext": {
+            "runAsNonRoot": True,
+            "runAsUser": SANDBOX_UID,
+            "runAsGroup": SANDBOX_UID,
+            "fsGroup": SANDBOX_UID,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+        "terminationGracePeriodSeconds": 1,
+        "containers": [container],
+        "volumes": [
+            {"name": "workspace", "emptyDir": {"sizeLimit": profile.workspace_size}},
+            {"name": "tooladapter", "emptyDir": {"sizeLimit": "16Mi"}},
+        ],
+    }
+    if network_gate is not None:
+        host, port = network_gate
+        pod_spec["initContainers"] = [
+            {
+                "name": GATE_CONTAINER_NAME,
+                "image": gate_image,
+                "imagePullPolicy": profile.image_pull_policy,
+                "command": [
+                    "/bin/sh",
+                    "-c",
+                    GATE_SCRIPT,
+                    "gate",
+                    host,
+                    str(port),
+                    str(GATE_ATTEMPTS),
+                ],
+                "resources": {
+                    "requests": {"cpu": "10m", "memory": "8Mi"},
+                    "limits": {"cpu": "100m", "memory": "16Mi"},
+                },
+                "securityContext": security,
+            }
+        ]
+    if profile.runtime_class:
+        pod_spec["runtimeClassName"] = profile.runtime_class
+    if profile.image_pull_secrets:
+        pod_spec["imagePullSecrets"] = [{"name": n} for n in profile.image_pull_secrets]
+    metadata: dict[str, Any] = {
+        "namespace": namespace,
+        "labels": {**_labels(profile, state), **(labels or {})},
+        "annotations": dict(annotations or {}),
+    }
+    if name:
+        metadata["name"] = name
+    else:
+        metadata["generateName"] = "ta-warm-"
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": pod_spec}
+
+
+def build_warm_policy(*, namespace: str, proxy: ProxyPeer | None) -> dict[str, Any]:
+    """The namespace's warm pods: no ingress (not even from each other), egress only to the
+    egress proxy (no DNS: the proxy resolves). A call's hosts are its grant's, at the proxy."""
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {
+            "name": WARM_POLICY_NAME,
+            "namespace": namespace,
+            "labels": {LABEL_MANAGED_BY: MANAGED_BY},
+        },
+        "spec": {
+            "podSelector": {"matchLabels": {LABEL_WARM: "true"}},
+            "policyTypes": ["Ingress", "Egress"],
+            "ingress": [],
+            "egress": [proxy.rule()] if proxy is not None else [],
+        },
+    }
+
+
+def run_input(proxy_url: str | None, arguments: Mapping[str, Any]) -> bytes:
+    """`RUN_SCRIPT`'s stdin: the proxy URL line, then the arguments as one line of JSON."""
+    url = proxy_url or ""
+    if "\n" in url or "\r" in url:
+        raise ValueError("a proxy URL has no line breaks")
+    doc = json.dumps(dict(arguments), separators=(",", ":"), ensure_ascii=False)
+    return f"{url}\n{doc}\n".encode()
+
+
+def run_command(argv: Sequence[str]) -> list[str]:
+    """The exec command of one call: `RUN_SCRIPT` with the tool's argv as its arguments."""
+    if not argv:
+        raise ValueError("a sandboxed call needs a command")
+    return ["/bin/sh", "-c", RUN_SCRIPT, "tooladapter-call", *argv]
+
+
+def exit_code_of(status: Mapping[str, Any]) -> int | None:
+    """The exit code in the exec's final Status (the error channel's JSON); None: the
+    exec itself failed (no process exit was reported)."""
+    if status.get("status") == "Success":
+        return 0
+    details = status.get("details") or {}
+    for cause in details.get("causes") or []:
+        if cause.get("reason") == "ExitCode":
+            try:
+                return int(cause.get("message"))
+            except (TypeError, ValueError):
+                return None
+    return None
+
+
+_LEFT = re.compile(re.escape(STOPPED_MARK) + r"(\d+)")
+
+
+def processes_left(stderr: bytes) -> int | None:
+    """What the run (or stop) script reported as left after its kill; None: no report
+    (the script did not reach its end)."""
+    found = _LEFT.findall(stderr.decode("utf-8", errors="replace"))
+    return int(found[-1]) if found else None
+
+
+def not_started(stderr: bytes) -> bool:
+    """The run script stopped before the tool started (`NOT_STARTED_MARK`)."""
+    return NOT_STARTED_MARK.encode() in stderr
+
+
+def pod_ready(pod: Mapping[str, Any] | None) -> bool:
+    """Running with every container ready (so past its network gate)."""
+    if not pod:
+        return False
+    status = pod.get("status") or {}
+    if status.get("phase") != "Running":
+        return False
+    for condition in status.get("conditions") or []:
+        if condition.get("type") == "Ready":
+            return bool(condition.get("status") == "True")
+    return False
+
+
+def pod_ended(pod: Mapping[str, Any] | None) -> bool:
+    """Gone, terminating, or past Running: a pod that will never serve a call again."""
+    if not pod:
+        return True
+    if (pod.get("metadata") or {}).get("deletionTimestamp"):
+        return True
+    return (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
+
+
+__all__ = [
+    "ANNOTATION_ATTEMPT",
+    "ANNOTATION_CALLER",
+    "ANNOTATION_CLAIMED_AT",
+    "ANNOTATION_LAST_USED",
+    "ANNOTATION_SIZE",
+    "HOLDER_SCRIPT",
+    "LABEL_CALL",
+    "LABEL_PROFILE",
+    "LABEL_STATE",
+    "LABEL_WARM",
+    "LABEL_WORKSPACE",
+    "RUN_SCRIPT",
+    "SETUP_FAILED",
+    "STATE_ATTEMPT",
+    "STATE_CALL",
+    "STATE_POOL",
+    "STOP_SCRIPT",
+    "WARM_POLICY_NAME",
+    "Profile",
+    "build_warm_pod",
+    "build_warm_policy",
+    "exit_code_of",
+    "not_started",
+    "pod_ended",
+    "pod_ready",
+    "processes_left",
+    "profile_for",
+    "run_command",
+    "run_input",
+    "uses_attempt_workspace",
+    "warm_refusal",
+    "workspace_key",
+]

@@ -1,0 +1,358 @@
+"""Issue 29: attempt workspaces and warm sandboxes, on the real cluster, as agents.
+
+This module runs its own operator (warm pools of one, a short workspace idle time) and
+egress proxy, serving only its own namespaces. Its tools are shell tools whose
+`sandbox.workspace` is `attempt`: calls with the same attemptId from the same caller share
+/workspace; the commands run through `sh -c` (on the tool's allow list) so a call can
+start background processes, as an agent's build would.
+"""
+
+from __future__ import annotations
+
+import base64
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from tooladapter.devtools import (
+    SESSION,
+    EgressProxyProcess,
+    Namespace,
+    OperatorProcess,
+    node_ip,
+    wait_for,
+)
+from tooladapter.pipeline.warm import LABEL_WORKSPACE, workspace_key
+
+from .objects import SHELL_SCHEMA, Agent, descriptor, get, pretty, status_of
+from .servers import Recorder, recording_server
+
+pytestmark = [pytest.mark.cluster, pytest.mark.timeout(900)]
+
+PREFIX = f"{SESSION}ws"
+API = "api.example.test"
+IDLE_SECONDS = 20
+ALLOW = ["sh", "cat", "echo", "ls", "wget", "sleep", "true"]
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[Recorder]:
+    with recording_server(node_ip()) as plain:
+        yield plain
+
+
+@pytest.fixture(scope="module")
+def warm(
+    api: client.ApiClient, server: Recorder, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[OperatorProcess, EgressProxyProcess]]:
+    node = node_ip()
+    scope = {"TOOLADAPTER_NAMESPACES": f"{PREFIX}-*"}
+    proxy = EgressProxyProcess(
+        tmp_path_factory.mktemp("ws-proxy"),
+        {**scope, "TOOLADAPTER_EGRESS_HOSTS": f"{API}={node}"},
+    )
+    proxy.start()
+    operator = OperatorProcess(
+        tmp_path_factory.mktemp("ws-operator"),
+        {
+            **scope,
+            "TOOLADAPTER_EGRESS_PROXY_PORT": str(proxy.port),
+            "TOOLADAPTER_EGRESS_PROXY_ADDRESS": node,
+            "TOOLADAPTER_WORKSPACE_IDLE_SECONDS": str(IDLE_SECONDS),
+            "TOOLADAPTER_WORKSPACE_SIZE": "256Mi",
+            "TOOLADAPTER_WARM_POOL_SIZE": "1",
+        },
+    )
+    try:
+        operator.start()
+        yield operator, proxy
+    finally:
+        operator.stop()
+        proxy.stop()
+
+
+@pytest.fixture
+def wns(
+    api: client.ApiClient, warm: tuple[OperatorProcess, EgressProxyProcess]
+) -> Iterator[Namespace]:
+    namespace = Namespace(api, prefix=PREFIX)
+    yield namespace
+    namespace.delete()
+
+
+def attempt_tool(
+    api: client.ApiClient, namespace: str, tool_id: str, *, egress: list[str], timeout: int = 60
+) -> None:
+    descriptor(
+        api,
+        namespace,
+        tool_id,
+        kind="shell",
+        side_effect_class="sandbox",
+        inputSchema=SHELL_SCHEMA,
+        timeoutSeconds=timeout,
+        shell={"allow": ALLOW},
+        sandbox={
+            "workspace": "attempt",
+            "resources": {
+                "requests": {"cpu": "50m", "memory": "64Mi"},
+                "limits": {"cpu": "500m", "memory": "64Mi"},
+            },
+            "egress": {"allow": egress},
+        },
+    )
+
+
+#: A container tool that runs the script its arguments carry (base64, so JSON needs no
+#: escapes): the platform's fixed argv, an agent's build steps as data.
+SCRIPT_RUNNER = (
+    'sed -n \'s|.*"script":"\\([A-Za-z0-9+/=]*\\)".*|\\1|p\' "$TOOLADAPTER_ARGUMENTS" '
+    "| base64 -d | sh"
+)
+
+
+def script_tool(
+    api: client.ApiClient, namespace: str, tool_id: str, *, egress: list[str], timeout: int = 60
+) -> None:
+    descriptor(
+        api,
+        namespace,
+        tool_id,
+        kind="container",
+        side_effect_class="sandbox",
+        inputSchema={"type": "object", "properties": {"script": {"type": "string"}}},
+        timeoutSeconds=timeout,
+        sandbox={
+            "workspace": "attempt",
+            "command": ["/bin/sh", "-c", SCRIPT_RUNNER],
+            "resources": {
+                "requests": {"cpu": "50m", "memory": "64Mi"},
+                "limits": {"cpu": "500m", "memory": "64Mi"},
+            },
+            "egress": {"allow": egress},
+        },
+    )
+
+
+def run(agent: Agent, tool: str, script: str, attempt: str) -> dict[str, Any]:
+    """A script tool's call, to its end."""
+    return status_of(agent.wait(start(agent, tool, script, attempt), timeout=180))
+
+
+def start(agent: Agent, tool: str, script: str, attempt: str) -> str:
+    encoded = base64.b64encode(script.encode()).decode()
+    return agent.invoke(tool, {"script": encoded}, attemptId=attempt)
+
+
+def agents(api: client.ApiClient, namespace: str, tool: str, *names: str) -> list[Agent]:
+    made = [Agent.create(api, namespace, name) for name in names]
+    for agent in made:
+        agent.grant([tool], ["sandbox"])
+    return made
+
+
+def call(agent: Agent, tool: str, command: str, attempt: str, **spec: Any) -> dict[str, Any]:
+    name = agent.invoke(tool, {"command": command}, attemptId=attempt, **spec)
+    return status_of(agent.wait(name, timeout=180))
+
+
+def workspace_pods(api: client.ApiClient, namespace: str, agent: Agent, attempt: str) -> list[Any]:
+    key = workspace_key(namespace, agent.user, attempt)
+    pods = client.CoreV1Api(api).list_namespaced_pod(
+        namespace, label_selector=f"{LABEL_WORKSPACE}={key}"
+    )
+    return [p for p in pods.items if not p.metadata.deletion_timestamp]
+
+
+def explain(status: dict[str, Any], warm: tuple[OperatorProcess, EgressProxyProcess]) -> str:
+    return f"{pretty(status)}\n--- operator log ---\n{warm[0].tail(60)}"
+
+
+def test_a_fetched_file_is_read_by_the_next_call_of_its_attempt_and_by_no_other(
+    api: client.ApiClient,
+    wns: Namespace,
+    server: Recorder,
+    warm: tuple[OperatorProcess, EgressProxyProcess],
+) -> None:
+    port = server.port
+    attempt_tool(api, wns.name, "ws", egress=[f"{API}:{port}"])
+    alice, bob = agents(api, wns.name, "ws", "alice", "bob")
+    fetched = call(
+        alice, "ws", f"wget -q -O /workspace/fetched http://{API}:{port}/into-workspace", "a1"
+    )
+    assert fetched["state"] == "Observed", explain(fetched, warm)
+    assert not fetched["result"].get("isError"), explain(fetched, warm)
+    (record,) = fetched["egress"]
+    assert (record["host"], record["verdict"]) == (API, "allowed")
+    lease = fetched["sandboxLease"]
+    assert lease["start"] == "warm"
+    workspace = lease["workspace"]
+    assert workspace["fresh"] is True and workspace["sizeLimit"] == "256Mi"
+
+    again = call(alice, "ws", "cat /workspace/fetched", "a1")
+    assert again["state"] == "Observed", explain(again, warm)
+    assert "hello from the node" in again["result"]["content"]
+    assert again["sandboxLease"]["workspace"]["id"] == workspace["id"]
+    assert again["sandboxLease"]["workspace"]["fresh"] is False
+    assert again["sandboxLease"]["workspace"]["lastUsedAt"]
+    # The second call never held the first one's egress grant: it connected nowhere.
+    assert not again.get("egress")
+
+    other_attempt = call(alice, "ws", "cat /workspace/fetched", "a2")
+    other_caller = call(bob, "ws", "cat /workspace/fetched", "a1")
+    for status in (other_attempt, other_caller):
+        assert status["state"] == "Observed", explain(status, warm)
+        assert status["result"]["isError"] is True, explain(status, warm)
+        assert "hello from the node" not in status["result"]["content"]
+        assert status["sandboxLease"]["workspace"]["id"] != workspace["id"]
+    assert server.hits["/into-workspace"] == 1
+
+
+def test_a_background_process_of_a_call_dies_with_it_and_gets_nothing_from_the_proxy(
+    api: client.ApiClient,
+    wns: Namespace,
+    server: Recorder,
+    warm: tuple[OperatorProcess, EgressProxyProcess],
+) -> None:
+    port = server.port
+    script_tool(api, wns.name, "bg", egress=[f"{API}:{port}"])
+    (alice,) = agents(api, wns.name, "bg", "alice")
+    loop = (
+        "i=0; while :; do i=$((i+1)); echo $i >> /workspace/beats; "
+        f"wget -q -O /dev/null http://{API}:{port}/late; sleep 0.1; done"
+    )
+    # The loop leaves the tool's process group and session, as a daemon would, and the
+    # tool waits until the loop has reached the server once through the proxy.
+    started = run(
+        alice,
+        "bg",
+        f"setsid sh -c '{loop}' >/dev/null 2>&1 &\n"
+        "while [ ! -s /workspace/beats ]; do sleep 0.1; done; sleep 0.5; echo started",
+        "b1",
+    )
+    assert started["state"] == "Observed", explain(started, warm)
+    assert "started" in started["result"]["content"]
+    hits_after_end = server.hits["/late"]
+    assert hits_after_end >= 1, "the loop reached the server while its call ran"
+    first = run(alice, "bg", "tail -n 1 /workspace/beats; ls /proc", "b1")
+    second = run(alice, "bg", "tail -n 1 /workspace/beats", "b1")
+    for status in (first, second):
+        assert status["state"] == "Observed", explain(status, warm)
+    beat = first["result"]["content"].splitlines()[0]
+    assert second["result"]["content"].splitlines()[0] == beat, "the loop still ran"
+    assert server.hits["/late"] == hits_after_end, "the proxy served the ended call"
+    # The holder (1), its sleep, the runner, its sh, sed/base64 ended, ls: no loop is left.
+    pids = [line for line in first["result"]["content"].splitlines()[1:] if line.isdigit()]
+    assert len(pids) <= 6, first["result"]["content"]
+
+
+def test_a_workspace_released_explicitly_or_by_idle_time_is_gone_with_its_storage(
+    api: client.ApiClient,
+    wns: Namespace,
+    server: Recorder,
+    warm: tuple[OperatorProcess, EgressProxyProcess],
+) -> None:
+    script_tool(api, wns.name, "rel", egress=[])
+    (alice,) = agents(api, wns.name, "rel", "alice")
+    wrote = run(alice, "rel", "echo kept > /workspace/kept", "r1")
+    assert wrote["state"] == "Observed", explain(wrote, warm)
+    (pod,) = workspace_pods(api, wns.name, alice, "r1")
+    assert pod.spec.volumes[0].empty_dir.size_limit == "256Mi"
+
+    # Idle: no call for IDLE_SECONDS, and the reaper deletes the pod and its volume.
+    wait_for(
+        lambda: (
+            not workspace_pods(api, wns.name, alice, "r1")
+            and not _pod_exists(api, wns.name, pod.metadata.name)
+        ),
+        timeout=IDLE_SECONDS + 120,
+        what="the idle workspace released",
+    )
+    fresh = run(alice, "rel", "cat /workspace/kept", "r1")
+    assert fresh["result"]["isError"] is True, explain(fresh, warm)
+    assert fresh["sandboxLease"]["workspace"]["fresh"] is True
+
+
+def _pod_exists(api: client.ApiClient, namespace: str, name: str) -> bool:
+    try:
+        client.CoreV1Api(api).read_namespaced_pod(name, namespace)
+    except client.ApiException as exc:
+        if exc.status == 404:
+            return False
+        raise
+    return True
+
+
+def test_a_hanging_call_holds_only_its_own_attempt(
+    api: client.ApiClient,
+    wns: Namespace,
+    server: Recorder,
+    warm: tuple[OperatorProcess, EgressProxyProcess],
+) -> None:
+    attempt_tool(api, wns.name, "hang", egress=[], timeout=300)
+    alice, bob = agents(api, wns.name, "hang", "alice", "bob")
+    hanging = alice.invoke("hang", {"command": "sleep 600"}, attemptId="h1")
+    alice.wait(hanging, states={"Executing"})
+    queued = alice.invoke("hang", {"command": "echo queued"}, attemptId="h1")
+    # Other attempts and other callers go on while h1 is held.
+    for agent, attempt in ((alice, "h2"), (bob, "h1")):
+        status = call(agent, "hang", "echo free", attempt)
+        assert status["state"] == "Observed", explain(status, warm)
+    waiting = status_of(get(api, wns.name, "toolinvocations", queued))
+    assert waiting["state"] == "Brokered", explain(waiting, warm)
+    interrupt(api, wns.name, hanging)
+    ended = status_of(alice.wait(hanging))
+    assert ended["state"] == "Cancelled", explain(ended, warm)
+    after = status_of(alice.wait(queued))
+    assert after["state"] == "Observed", explain(after, warm)
+    assert after["result"]["content"].strip() == "queued"
+
+
+def interrupt(api: client.ApiClient, namespace: str, name: str) -> None:
+    client.CustomObjectsApi(api).patch_namespaced_custom_object(
+        "tooladapter.dev",
+        "v1alpha1",
+        namespace,
+        "toolinvocations",
+        name,
+        {"spec": {"interrupt": True}},
+    )
+
+
+def test_calls_of_one_attempt_run_one_at_a_time_in_arrival_order(
+    api: client.ApiClient,
+    wns: Namespace,
+    server: Recorder,
+    warm: tuple[OperatorProcess, EgressProxyProcess],
+) -> None:
+    script_tool(api, wns.name, "seq", egress=[])
+    (alice,) = agents(api, wns.name, "seq", "alice")
+    first = run(alice, "seq", "true", "s1")  # the workspace exists before the burst
+    assert first["state"] == "Observed", explain(first, warm)
+    names: list[str] = []
+    lock = threading.Lock()
+
+    def one(i: int) -> None:
+        script = f"echo start-{i} >> /workspace/log; sleep 0.3; echo end-{i} >> /workspace/log"
+        made = start(alice, "seq", script, "s1")
+        with lock:
+            names.append(made)
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(names) == 4
+    ended = [status_of(alice.wait(name, timeout=180)) for name in names]
+    for status in ended:
+        assert status["state"] == "Observed", explain(status, warm)
+        assert not status["result"].get("isError"), explain(status, warm)
+    log = run(alice, "seq", "cat /workspace/log", "s1")["result"]["content"].split()
+    # Never interleaved: each start is followed by its own end.
+    assert len(log) == 8, log
+    for began, finished in zip(log[::2], log[1::2], strict=True):
+        assert began.replace("start", "end") == finished, log

@@ -1,0 +1,230 @@
+"""Issue 29: the pure parts of warm sandboxes and attempt workspaces."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+from pydantic import ValidationError
+
+from tooladapter.attempts import AttemptQueues
+from tooladapter.model import SandboxSpec, ToolDescriptorSpec
+from tooladapter.pipeline.sandbox import ProxyPeer
+from tooladapter.pipeline.warm import (
+    HOLDER_SCRIPT,
+    LABEL_WARM,
+    RUN_SCRIPT,
+    STATE_POOL,
+    STOP_SCRIPT,
+    build_warm_pod,
+    build_warm_policy,
+    exit_code_of,
+    not_started,
+    pod_ready,
+    processes_left,
+    profile_for,
+    run_command,
+    run_input,
+    uses_attempt_workspace,
+    warm_refusal,
+    workspace_key,
+)
+
+
+def shell(**sandbox: object) -> ToolDescriptorSpec:
+    return ToolDescriptorSpec.model_validate(
+        {
+            "toolId": "sh",
+            "version": "1.0.0",
+            "kind": "shell",
+            "sideEffectClass": "sandbox",
+            "sandbox": sandbox,
+        }
+    )
+
+
+def profile(**sandbox: object) -> object:
+    spec = SandboxSpec.model_validate(sandbox)
+    return profile_for(
+        spec, image="img", runtime_class=None, workspace_size="1Gi", image_pull_policy="Never"
+    )
+
+
+def test_workspace_keys_differ_by_caller_attempt_and_namespace() -> None:
+    keys = {
+        workspace_key("ns", "alice", "a1"),
+        workspace_key("ns", "bob", "a1"),
+        workspace_key("ns", "alice", "a2"),
+        workspace_key("other", "alice", "a1"),
+        # No way to make two parts run together into one key.
+        workspace_key("ns", "alice,a", "1"),
+    }
+    assert len(keys) == 5
+    assert all(len(k) <= 63 and k.isalnum() for k in keys)
+
+
+def test_only_attempt_tools_with_an_attempt_id_share_a_workspace() -> None:
+    assert uses_attempt_workspace(shell(workspace="attempt"), "a1")
+    assert not uses_attempt_workspace(shell(workspace="attempt"), None)
+    assert not uses_attempt_workspace(shell(workspace="call"), "a1")
+    assert not uses_attempt_workspace(shell(), "a1")
+
+
+def test_an_attempt_tool_may_not_name_cidrs() -> None:
+    with pytest.raises(ValidationError, match="CIDR"):
+        shell(workspace="attempt", egress={"allow": ["10.0.0.0/24"]})
+    assert shell(workspace="attempt", egress={"allow": ["github.com"]})
+
+
+def test_credentials_and_cidrs_keep_a_call_cold() -> None:
+    assert warm_refusal(shell(), ["github.com"]) is None
+    assert "CIDR" in (warm_refusal(shell(), ["192.0.2.0/24"]) or "")
+    container = ToolDescriptorSpec.model_validate(
+        {
+            "toolId": "c",
+            "version": "1.0.0",
+            "kind": "container",
+            "sideEffectClass": "sandbox",
+            "sandbox": {"command": ["true"]},
+            "secretDependencies": [{"secretName": "s", "keys": ["k"]}],
+        }
+    )
+    assert "credentials" in (warm_refusal(container, []) or "")
+
+
+def test_profiles_name_image_runtime_resources_and_size() -> None:
+    a = profile(resources={"limits": {"memory": "64Mi"}})
+    b = profile(resources={"limits": {"memory": "128Mi"}})
+    assert a.key != b.key  # type: ignore[attr-defined]
+    assert a.key == profile(resources={"limits": {"memory": "64Mi"}}).key  # type: ignore[attr-defined]
+    limits = a.resource_dict()["limits"]  # type: ignore[attr-defined]
+    assert limits == {"memory": "64Mi", "ephemeral-storage": "1Gi"}
+
+
+def test_a_warm_pod_is_restricted_gated_and_bounded() -> None:
+    pod = build_warm_pod(
+        namespace="ns",
+        profile=profile(resources={"limits": {"memory": "64Mi"}}),  # type: ignore[arg-type]
+        network_gate=("192.0.2.2", 4000),
+        gate_image="gate",
+    )
+    spec = pod["spec"]
+    assert pod["metadata"]["labels"][LABEL_WARM] == "true"
+    assert pod["metadata"]["labels"]["tooladapter.dev/warm-state"] == STATE_POOL
+    assert spec["automountServiceAccountToken"] is False
+    assert spec["restartPolicy"] == "Never"
+    (container,) = spec["containers"]
+    ctx = container["securityContext"]
+    assert ctx["allowPrivilegeEscalation"] is False and ctx["readOnlyRootFilesystem"] is True
+    assert ctx["capabilities"] == {"drop": ["ALL"]}
+    assert container["command"] == ["/bin/sh", "-c", HOLDER_SCRIPT]
+    (gate,) = spec["initContainers"]
+    assert gate["command"][-3:] == ["192.0.2.2", "4000", "300"]
+    assert {"name": "workspace", "emptyDir": {"sizeLimit": "1Gi"}} in spec["volumes"]
+    assert not any("secret" in v for v in spec["volumes"])
+
+
+def test_warm_pods_reach_only_the_proxy_and_nothing_reaches_them() -> None:
+    peer = ProxyPeer("192.0.2.2", 3128)
+    policy = build_warm_policy(namespace="ns", proxy=peer)
+    assert policy["spec"]["podSelector"] == {"matchLabels": {LABEL_WARM: "true"}}
+    assert policy["spec"]["ingress"] == []
+    assert policy["spec"]["egress"] == [peer.rule()]
+    assert build_warm_policy(namespace="ns", proxy=None)["spec"]["egress"] == []
+
+
+def test_the_argv_is_passed_as_exec_arguments_never_spliced() -> None:
+    argv = ["echo", "$(id)", "; rm -rf /", "'"]
+    command = run_command(argv)
+    assert command[:3] == ["/bin/sh", "-c", RUN_SCRIPT]
+    assert command[4:] == argv
+    assert "$(id)" not in RUN_SCRIPT
+    with pytest.raises(ValueError):
+        run_command([])
+
+
+def test_the_proxy_url_and_arguments_travel_on_stdin() -> None:
+    data = run_input("http://u:t@1.2.3.4:3128", {"a": "line\nbreak"})
+    first, second, rest = data.split(b"\n", 2)
+    assert first == b"http://u:t@1.2.3.4:3128"
+    assert json.loads(second) == {"a": "line\nbreak"}
+    assert rest == b""
+    assert run_input(None, {}).startswith(b"\n")
+    with pytest.raises(ValueError):
+        run_input("http://x\n", {})
+
+
+def test_every_process_is_killed_and_counted_at_a_calls_end() -> None:
+    for script in (RUN_SCRIPT, STOP_SCRIPT):
+        assert "kill -9 -1" in script
+        assert "tooladapter-processes-left:" in script
+    # The tool's own processes never see the proxy variable of the script after it.
+    assert RUN_SCRIPT.index("unset proxy; exec") < RUN_SCRIPT.index("wait $tool")
+    assert processes_left(b"noise\ntooladapter-processes-left:0\n") == 0
+    assert processes_left(b"tooladapter-processes-left:3") == 3
+    assert processes_left(b"cut off") is None
+    assert not_started(b"tooladapter-not-started:2")
+    assert not not_started(b"tooladapter-processes-left:0")
+
+
+def test_exec_statuses() -> None:
+    assert exit_code_of({"status": "Success"}) == 0
+    failure = {
+        "status": "Failure",
+        "reason": "NonZeroExitCode",
+        "details": {"causes": [{"reason": "ExitCode", "message": "7"}]},
+    }
+    assert exit_code_of(failure) == 7
+    assert exit_code_of({"status": "Failure", "message": "container not found"}) is None
+
+
+def test_only_a_running_ready_pod_is_handed_out() -> None:
+    ready = {"status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}}
+    gated = {"status": {"phase": "Pending", "conditions": [{"type": "Ready", "status": "False"}]}}
+    assert pod_ready(ready) and not pod_ready(gated) and not pod_ready(None)
+
+
+def test_calls_of_an_attempt_take_turns_in_arrival_order() -> None:
+    async def scenario() -> list[str]:
+        queues = AttemptQueues()
+        order: list[str] = []
+        assert await queues.join("k", "first") is False
+        assert queues.busy("k") and not queues.busy("other")
+
+        async def call(uid: str) -> None:
+            waited = await queues.join("k", uid)
+            assert waited
+            order.append(uid)
+            await asyncio.sleep(0)
+            queues.leave(uid)
+
+        tasks = []
+        for uid in ("second", "third", "fourth"):
+            tasks.append(asyncio.ensure_future(call(uid)))
+            await asyncio.sleep(0)
+        # Another attempt is never held up by this one.
+        assert await queues.join("other", "x") is False
+        queues.leave("x")
+        queues.leave("first")
+        await asyncio.gather(*tasks)
+        assert not queues.busy("k")
+        return order
+
+    assert asyncio.run(scenario()) == ["second", "third", "fourth"]
+
+
+def test_a_cancelled_waiter_gives_up_its_place() -> None:
+    async def scenario() -> None:
+        queues = AttemptQueues()
+        await queues.join("k", "first")
+        waiter = asyncio.ensure_future(queues.join("k", "gone"))
+        await asyncio.sleep(0)
+        waiter.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiter
+        queues.leave("first")
+        assert not queues.busy("k")
+        assert await queues.join("k", "next") is False
+
+    asyncio.run(scenario())
