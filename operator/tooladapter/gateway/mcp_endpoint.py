@@ -253,7 +253,9 @@ def _elicit(
         state = WaitState.loads(str(raw_state))
         if state is None:
             raise MCPError(types.INVALID_PARAMS, "Invalid or expired requestState")
-        return Elicit(resume=state, declined=_declined(params))
+        # A replica without a public URL sends no link: it answers where the call stands.
+        declined = _declined(params) or deps.settings.gateway_public_url is None
+        return Elicit(resume=state, declined=declined)
     if deps.settings.gateway_public_url is None or not _url_capable(ctx):
         return None
     return Elicit()
