@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -59,6 +60,7 @@ class Loads(BenchBase):
             pids["floor-controller"] = self.floor_proc.pid
         meter = Meter(pids)
         gc0 = await self.apiserver_gc_cycles()
+        writes0 = await self.apiserver_writes()
         bench_cpu0 = time.process_time()
         pyspy = None
         if self.cfg.pyspy and kind != "floor" and rate == max(self.cfg.loads):
@@ -72,6 +74,7 @@ class Loads(BenchBase):
         resources = meter.stop()
         resources["cpu_s"]["bench-client"] = round(time.process_time() - bench_cpu0, 2)
         gc1 = await self.apiserver_gc_cycles()
+        writes1 = await self.apiserver_writes()
         watcher.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await watcher
@@ -84,6 +87,20 @@ class Loads(BenchBase):
             # rate follows what each call makes it allocate.
             result["apiserver_gc_cycles"] = gc1 - gc0
             print(f"  {kind:>15} @ {rate:>5.0f}/s: API server GC cycles {gc1 - gc0}", flush=True)
+        if writes0 is not None and writes1 is not None:
+            # Every write the API server took during the phase (the clients' creates too),
+            # per call, and by resource: what an operator change adds per call shows here
+            # (issue 30: signed, chained receipts add none in steady state).
+            moved = {k: writes1.get(k, 0) - writes0.get(k, 0) for k in writes1}
+            moved = {k: v for k, v in sorted(moved.items()) if v > 0}
+            finished = max(1, len(calls))
+            result["apiserver_writes_per_call"] = round(sum(moved.values()) / finished, 3)
+            result["apiserver_writes_by_resource"] = moved
+            print(
+                f"  {kind:>15} @ {rate:>5.0f}/s: API server writes/call "
+                f"{result['apiserver_writes_per_call']} ({moved})",
+                flush=True,
+            )
         if self.cfg.timeline:
             self.write_timeline(kind, rate, calls)
         if pprof is not None:
@@ -104,6 +121,31 @@ class Loads(BenchBase):
             if line.startswith("go_gc_duration_seconds_count"):
                 return int(float(line.split()[-1]))
         return None
+
+    async def apiserver_writes(self) -> dict[str, int] | None:
+        """Writes (POST, PUT, PATCH, DELETE) the API server answered so far, by
+        `resource[/subresource] VERB` (its /metrics), None if unreadable."""
+        assert self.kube is not None
+        try:
+            status, data = await self.kube.raw("/metrics", timeout=30)
+        except (aiohttp.ClientError, TimeoutError):
+            return None
+        if status != 200:
+            return None
+        counts: dict[str, int] = {}
+        for line in data.decode(errors="replace").splitlines():
+            if not line.startswith("apiserver_request_total{"):
+                continue
+            labels = dict(re.findall(r'(\w+)="([^"]*)"', line.split("}", 1)[0]))
+            verb = labels.get("verb", "")
+            if verb not in ("POST", "PUT", "PATCH", "DELETE"):
+                continue
+            resource = labels.get("resource", "")
+            if labels.get("subresource"):
+                resource += "/" + labels["subresource"]
+            key = f"{resource} {verb}"
+            counts[key] = counts.get(key, 0) + int(float(line.rsplit(" ", 1)[-1]))
+        return counts
 
     def write_timeline(self, kind: str, rate: float, calls: list[Call]) -> None:
         """Each call's times (unix seconds; startedAt/endedAt as the operator wrote them)."""
