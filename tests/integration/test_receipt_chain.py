@@ -333,3 +333,69 @@ def test_two_operators_writing_one_namespaces_receipts_leave_one_unbroken_chain(
         assert len(set(sequences)) == len(sequences), sequences  # never one number twice
     finally:
         ns.delete()
+
+
+def allowed(api: client.ApiClient, user: str, groups: list[str], **attributes: str) -> bool:
+    review = client.AuthorizationV1Api(api).create_subject_access_review(
+        {"spec": {"user": user, "groups": groups, "resourceAttributes": attributes}}
+    )
+    return bool(review.status.allowed)
+
+
+def test_only_the_operator_reads_the_signing_key_and_anyone_the_public_keys(
+    api: client.ApiClient, ns: Namespace, agent: Agent
+) -> None:
+    """The installed RBAC (make install): the egress proxy and agents cannot read the
+    signing Secret; every authenticated user reads the public keys, not the heads."""
+    secret = {"namespace": SYSTEM, "verb": "get", "resource": "secrets"}
+    proxy = f"system:serviceaccount:{SYSTEM}:tooladapter-egress-proxy"
+    sa_groups = ["system:authenticated", "system:serviceaccounts"]
+    for user, groups in (
+        (proxy, [*sa_groups, f"system:serviceaccounts:{SYSTEM}"]),
+        (agent.user, [*sa_groups, f"system:serviceaccounts:{ns.name}"]),
+    ):
+        for verb in ("get", "list", "watch"):
+            assert not allowed(
+                api, user, groups, **{**secret, "verb": verb, "name": "tooladapter-receipt-signing"}
+            ), (user, verb)
+    operator = f"system:serviceaccount:{SYSTEM}:tooladapter-operator"
+    operator_groups = [*sa_groups, f"system:serviceaccounts:{SYSTEM}"]
+    assert allowed(api, operator, operator_groups, **secret, name="tooladapter-receipt-signing")
+    for name in ("tooladapter-receipt-keys", "tooladapter-receipt-heads"):
+        assert allowed(
+            api, operator, operator_groups,
+            namespace=SYSTEM, verb="update", resource="configmaps", name=name,
+        )  # fmt: skip
+    reader = ["system:authenticated", "system:serviceaccounts"]
+    maps = {"namespace": SYSTEM, "verb": "get", "resource": "configmaps"}
+    assert allowed(api, agent.user, reader, **maps, name="tooladapter-receipt-keys")
+    assert not allowed(api, agent.user, reader, **maps, name="tooladapter-receipt-heads")
+    assert not allowed(
+        api, agent.user, reader, **{**maps, "verb": "update"}, name="tooladapter-receipt-keys"
+    )
+
+
+def test_no_private_key_reaches_the_log_the_keys_or_the_receipts(
+    api: client.ApiClient, chain_operator: OperatorProcess, tmp_path: Path
+) -> None:
+    ns = Namespace(api, prefix=SCOPE)
+    try:
+        calls(api, ns, 1)
+        secret = client.CoreV1Api(api).read_namespaced_secret(SIGNING, SYSTEM)
+        keyring = json.loads(base64.b64decode(secret.data["keyring.json"]))
+        privates = [k["privateKey"] for k in keyring["keys"]]
+        assert privates
+        log = chain_operator.log_path.read_text()
+        published = client.CoreV1Api(api).read_namespaced_config_map(KEYS, SYSTEM).data
+        _, _, served = http_json("GET", f"{chain_operator.gateway_url}/receipt-keys")
+        stored = b"".join(
+            p.read_bytes() for p in chain_operator.artifacts.rglob("*") if p.is_file()
+        )
+        for private in privates:
+            raw = base64.b64decode(private)
+            assert private not in log and private not in json.dumps(published)
+            assert private not in json.dumps(served)
+            assert private.encode() not in stored and raw not in stored
+            assert raw.hex() not in log
+    finally:
+        ns.delete()

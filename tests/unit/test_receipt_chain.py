@@ -334,3 +334,76 @@ def test_a_start_repairs_a_link_whose_content_copy_a_crash_lost(signer: Signer) 
     # A published head that lies about its digest is only where reading starts.
     liar = ReceiptChains(store, lambda: signer, hints={(NS, UID): Head(2, "sha256:" + "f" * 64)})
     assert liar.ensure_head(NS, UID) == Head(3, refs[2])
+
+
+# -- attacks on the chain (issue 30), as regressions ------------------------------------
+
+
+def test_a_link_nested_thousands_deep_is_unreadable_not_a_crash(signer: Signer) -> None:
+    store = MemoryStore()
+    appended(store, signer, 2)
+    bomb = b"[" * 100_000 + b"]" * 100_000
+    store.keys[chain_key(NS, UID, 2)] = bomb
+    first = verify(store, signer).first_break
+    assert first is not None and (first.sequence, first.kind) == (2, BreakKind.UNREADABLE)
+    envelope = {
+        "payloadType": PAYLOAD_TYPE,
+        "payload": base64.b64encode(bomb).decode(),
+        "signatures": [{"keyid": signer.keyid, "sig": ""}],
+    }
+    store.keys[chain_key(NS, UID, 2)] = canonical_json(envelope)
+    first = verify(store, signer).first_break
+    assert first is not None and first.sequence == 2
+    assert receipt_of(bomb) is None
+
+
+def test_a_link_replayed_from_another_namespaces_chain_is_named(signer: Signer) -> None:
+    store = MemoryStore()
+    appended(store, signer, 2)
+    other = ReceiptChains(store, lambda: signer)
+    body = receipt(7, tenantId="team-b", tenantUid="uid-b")
+    theirs, _, _ = other.append(body, namespace="team-b", uid="uid-b")
+    store.keys[chain_key(NS, UID, 3)] = theirs  # validly signed, and in its own chain at 1
+    first = verify(store, signer).first_break
+    assert first is not None and (first.sequence, first.kind) == (3, BreakKind.SEQUENCE)
+
+
+def test_an_unsigned_receipt_put_into_the_chain_is_named(signer: Signer) -> None:
+    store = MemoryStore()
+    appended(store, signer, 3)
+    store.keys[chain_key(NS, UID, 2)] = canonical_json(receipt(1, chain={"sequence": 2}))
+    first = verify(store, signer).first_break
+    assert first is not None and (first.sequence, first.kind) == (2, BreakKind.SIGNATURE)
+    assert "unsigned" in first.detail
+
+
+def test_a_status_without_a_sequence_still_counts_once_the_chain_began() -> None:
+    from tooladapter.cli.chainverify import expected_of
+
+    def item(name: str, created: str, sequence: int | None) -> dict[str, Any]:
+        receipt_summary = {"state": "Observed", "writtenAt": created}
+        if sequence:
+            receipt_summary["sequence"] = sequence  # type: ignore[assignment]
+        return {
+            "metadata": {"name": name, "creationTimestamp": created},
+            "status": {"receiptRef": "sha256:" + "1" * 64, "receipt": receipt_summary},
+        }
+
+    began = "2026-12-03T12:00:00Z"
+    found = expected_of(
+        [
+            item("old", "2026-12-01T00:00:00Z", None),  # before the chain: its hash only
+            item("stripped", "2026-12-03T13:00:00Z", None),  # its sequence patched away
+            item("chained", "2026-12-03T14:00:00Z", 7),
+        ],
+        began,
+    )
+    assert [(e.invocation, e.sequence) for e in found] == [("stripped", None), ("chained", 7)]
+
+
+def test_the_keys_the_gateway_publishes_hold_no_private_part() -> None:
+    ring = rotated(new_keyring(T0), T0 + timedelta(days=1))
+    wire = json.dumps(public_keys(ring).wire())
+    for item in ring["keys"]:
+        assert item["privateKey"] not in wire
+    assert "privateKey" not in wire

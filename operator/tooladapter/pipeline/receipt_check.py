@@ -47,7 +47,7 @@ class Verdict:
 def _json_object(data: bytes) -> dict[str, Any] | None:
     try:
         value = json.loads(data)
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError):
         return None
     return value if isinstance(value, dict) else None
 

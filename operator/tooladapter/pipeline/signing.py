@@ -185,7 +185,7 @@ def open_envelope(value: Mapping[str, Any]) -> Opened:
             (str(item["keyid"]), base64.b64decode(str(item["sig"]), validate=True))
             for item in value.get("signatures") or []
         )
-    except (binascii.Error, ValueError, KeyError, TypeError) as exc:
+    except (binascii.Error, ValueError, KeyError, TypeError, RecursionError) as exc:
         raise MalformedEnvelope(f"{type(exc).__name__}: {exc}") from None
     if not isinstance(parsed, dict) or parsed.get("_type") != STATEMENT_TYPE:
         raise MalformedEnvelope("the payload is not an in-toto Statement v1")
@@ -203,7 +203,8 @@ def parse_stored(data: bytes) -> tuple[dict[str, Any], Opened | None] | None:
         return None
     try:
         value = json.loads(data)
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        # Nested thousands deep by whoever can write the store: not a receipt, not a crash.
         return None
     if not isinstance(value, dict):
         return None
