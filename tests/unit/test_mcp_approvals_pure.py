@@ -15,11 +15,13 @@ from tooladapter.pipeline.mcpapproval import (
     BadPublicUrl,
     WaitState,
     approval_link,
+    approvals_to_read,
     attachable,
     call_notice,
     call_ref,
     checked_public_url,
     elicitation_message,
+    expiry_of,
     newest_attachable,
     request_label,
 )
@@ -220,3 +222,39 @@ def test_dry_run_is_a_boolean_option_and_its_answer_names_no_invocation() -> Non
     assert answer["_meta"]["dev.tooladapter/preview"] == preview
     assert "dev.tooladapter/invocation" not in answer["_meta"]
     assert "structuredContent" not in answer
+
+
+def test_an_ended_call_attaches_while_the_approval_it_ran_with_lasts() -> None:
+    ran = call(
+        state="Observed",
+        approval={"name": "approval-1", "reviewer": "r"},
+        ended=NOW - timedelta(seconds=3000),
+    )
+    assert not attaches(ran)  # past the short window, no expiry known
+    lasting = {"approval-1": NOW + timedelta(seconds=600)}
+    assert attachable(
+        ran,
+        namespace="team-a",
+        username=AGENT,
+        hash_=HASH,
+        now=NOW,
+        window_seconds=300,
+        approval_expiries=lasting,
+    )
+    expired = {"approval-1": NOW - timedelta(seconds=1)}
+    assert not attachable(
+        ran,
+        namespace="team-a",
+        username=AGENT,
+        hash_=HASH,
+        now=NOW,
+        window_seconds=300,
+        approval_expiries=expired,
+    )
+    # Only the caller's own ended calls have their approvals read.
+    assert approvals_to_read([ran, call(caller=OTHER, state="Observed")], AGENT) == ["approval-1"]
+    assert approvals_to_read([ran], OTHER) == []
+    assert expiry_of({"spec": {"expiresAt": "2026-12-03T12:10:00Z"}}) == NOW + timedelta(
+        seconds=600
+    )
+    assert expiry_of({"spec": {"expiresAt": "soon"}}) is None

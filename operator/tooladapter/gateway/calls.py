@@ -13,6 +13,7 @@ stored before that (`Denied` `duplicate`) is answered with the call that holds t
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from contextlib import aclosing
@@ -24,7 +25,14 @@ from ..enums import InvocationState, Resource
 from ..kube.callers import CallerApiError
 from ..pipeline import readout
 from ..pipeline.hashing import request_hash
-from ..pipeline.mcpapproval import REQUEST_LABEL, WaitState, newest_attachable, request_label
+from ..pipeline.mcpapproval import (
+    REQUEST_LABEL,
+    WaitState,
+    approvals_to_read,
+    expiry_of,
+    newest_attachable,
+    request_label,
+)
 from ..pipeline.toolview import (
     META_DUPLICATE_OF,
     META_INVOCATION,
@@ -43,6 +51,8 @@ from .context import Caller, Deps
 from .doors import Busy
 from .tools import invocable
 
+logger = logging.getLogger("tooladapter.gateway")
+
 #: Report progress: (progress, total, message).
 Progress = Callable[[float, float | None, str | None], Awaitable[None]]
 
@@ -50,6 +60,8 @@ Progress = Callable[[float, float | None, str | None], Awaitable[None]]
 FOLLOW_MARGIN_SECONDS: Final = 120
 #: A decided call stays attachable (its retry answers it) at least this long after it ended.
 ATTACH_WINDOW_MIN: Final = 60
+#: Approvals read per attach lookup at most (the newest calls of one caller and request).
+ATTACH_APPROVALS_MAX: Final = 8
 
 
 class UnknownTool(LookupError):
@@ -168,6 +180,7 @@ async def _call_tool(
             hash_=hashed,
             now=datetime.now(UTC),
             window_seconds=max(deps.settings.gateway_approval_wait_seconds, ATTACH_WINDOW_MIN),
+            approval_expiries=await _expiries(deps, namespace, approvals_to_read(items, username)),
         )
         if found is not None:
             await follower.report(f"attached to {_name(found)}, which waits for this request")
@@ -177,6 +190,22 @@ async def _call_tool(
     except CallerApiError as exc:
         return _refused(namespace, exc)
     return await follower.follow(created, hand_back=elicit is not None)
+
+
+async def _expiries(deps: Deps, namespace: str, names: list[str]) -> dict[str, datetime]:
+    """The expiry of each named ToolApproval, read with the operator's client (a caller may
+    not read approvals; only the time is used); one that cannot be read does not count."""
+    found: dict[str, datetime] = {}
+    for name in names[:ATTACH_APPROVALS_MAX]:
+        try:
+            approval = await deps.kube.get_custom(Resource.APPROVALS, namespace, name)
+        except Exception as exc:  # unreadable: the short window decides (a new call)
+            logger.info("approval %s/%s unreadable for attaching: %s", namespace, name, type(exc))
+            continue
+        expires = expiry_of(approval)
+        if expires is not None:
+            found[name] = expires
+    return found
 
 
 async def _resumed(caller: Caller, namespace: str, elicit: Elicit) -> dict[str, Any]:

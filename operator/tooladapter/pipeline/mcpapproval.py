@@ -14,8 +14,8 @@ the call still runs only with a `ToolApproval` by an allowed reviewer, never its
 - `request_label` / `attachable`: which earlier invocation a repeated request attaches to:
   created by the gateway for the same caller and the same request hash (the label is a
   lookup key only; the caller, which admission pins to the creator, and the hash computed
-  from the found object's own spec decide), waiting for approval or decided and still
-  within the attach window.
+  from the found object's own spec decide), waiting for approval, or decided while the
+  approval it ran with lasts (else for a short window after it ended).
 """
 
 from __future__ import annotations
@@ -199,11 +199,13 @@ def attachable(
     hash_: str,
     now: datetime,
     window_seconds: float,
+    approval_expiries: Mapping[str, datetime] | None = None,
 ) -> bool:
     """Whether a repeated request (caller `username`, request hash `hash_`) attaches to
     `obj` instead of creating a new invocation: the same namespace, caller and request
     (from the object's own spec), a real call (not a dry run) that reached the approval
-    stage, and, once ended, ended less than `window_seconds` ago."""
+    stage, and, once ended, while the approval it ran with lasts (`approval_expiries`:
+    the ToolApprovals' `expiresAt` by name) or less than `window_seconds` after it ended."""
     meta = obj.get("metadata") or {}
     spec = obj.get("spec") or {}
     if meta.get("namespace") != namespace or meta.get("deletionTimestamp"):
@@ -215,8 +217,36 @@ def attachable(
     state = _state(obj)
     if state is None or not state.terminal:
         return True
+    binding = (obj.get("status") or {}).get("approval") or {}
+    expires = (approval_expiries or {}).get(str(binding.get("name") or ""))
+    if expires is not None and now < expires:
+        return True
     ended = _ended(obj)
     return ended is not None and 0 <= (now - ended).total_seconds() < window_seconds
+
+
+def approvals_to_read(items: Sequence[Mapping[str, Any]], username: str) -> list[str]:
+    """The ToolApprovals whose expiry decides whether an ended call of `username` among
+    `items` still attaches."""
+    names = []
+    for obj in items:
+        spec_caller = ((obj.get("spec") or {}).get("caller") or {}).get("name")
+        state = _state(obj)
+        name = ((obj.get("status") or {}).get("approval") or {}).get("name")
+        if spec_caller == username and state is not None and state.terminal and name:
+            names.append(str(name))
+    return sorted(set(names))
+
+
+def expiry_of(approval: Mapping[str, Any]) -> datetime | None:
+    """A ToolApproval's `spec.expiresAt`, if it has a readable one."""
+    raw = (approval.get("spec") or {}).get("expiresAt")
+    if not isinstance(raw, str):
+        return None
+    try:
+        return datetime.fromisoformat(raw.replace("Z", "+00:00"))
+    except ValueError:
+        return None
 
 
 def newest_attachable(
@@ -227,6 +257,7 @@ def newest_attachable(
     hash_: str,
     now: datetime,
     window_seconds: float,
+    approval_expiries: Mapping[str, datetime] | None = None,
 ) -> Mapping[str, Any] | None:
     """The call a repeated request attaches to: a waiting one before an ended one, then
     the newest."""
@@ -240,6 +271,7 @@ def newest_attachable(
             hash_=hash_,
             now=now,
             window_seconds=window_seconds,
+            approval_expiries=approval_expiries,
         )
     ]
 
