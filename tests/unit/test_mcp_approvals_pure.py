@@ -258,3 +258,9 @@ def test_an_ended_call_attaches_while_the_approval_it_ran_with_lasts() -> None:
         seconds=600
     )
     assert expiry_of({"spec": {"expiresAt": "soon"}}) is None
+
+
+def test_large_arguments_are_cut_in_the_message_and_say_the_page_shows_them_all() -> None:
+    text = elicitation_message(call(arguments={"blob": "x" * 100_000}), AGENT)
+    assert len(text) < 3000
+    assert "more characters: the page shows them all" in text

@@ -37,6 +37,9 @@ from .shown import shown
 REQUEST_LABEL: Final = "tooladapter.dev/mcp-request"
 #: The `inputRequests` key of the approval's URL elicitation.
 INPUT_KEY: Final = "approval"
+#: The arguments in the message to the person at the keyboard are cut here (the page,
+#: where a reviewer decides, shows them whole).
+MESSAGE_ARGUMENTS_MAX: Final = 2000
 
 
 class BadPublicUrl(ValueError):
@@ -98,11 +101,18 @@ def elicitation_message(obj: Mapping[str, Any], username: str) -> str:
     status = obj.get("status") or {}
     tool = spec.get("tool") or {}
     view = shown(spec.get("arguments") or {})
+    arguments = view.canonical
+    if len(arguments) > MESSAGE_ARGUMENTS_MAX:
+        more = len(arguments) - MESSAGE_ARGUMENTS_MAX
+        arguments = (
+            f"{arguments[:MESSAGE_ARGUMENTS_MAX]}... ({more} more characters: the page shows "
+            "them all)"
+        )
     lines = [
         f"{tool.get('id')} {tool.get('version')} needs a reviewer's approval "
         f"({status.get('effectiveClass') or 'gated'}): invocation "
         f"{meta.get('namespace')}/{meta.get('name')} waits.",
-        f"Arguments, exactly as they will run: {view.canonical}",
+        f"Arguments, exactly as they will run: {arguments}",
         *(f"warning: {w}" for w in view.warnings),
         f"The caller ({username}) cannot approve its own call: if that is you, forward "
         "this link to a reviewer. Opening it approves nothing; a reviewer decides there.",
