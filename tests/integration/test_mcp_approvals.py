@@ -44,6 +44,12 @@ def invocations(api: client.ApiClient, namespace: str) -> list[dict[str, Any]]:
     return list(listed["items"])
 
 
+def executions(obj: dict[str, Any]) -> int:
+    """How many times the call's stage log says it started executing."""
+    stages = obj["status"].get("stages") or []
+    return sum(1 for s in stages if (s.get("stage"), s.get("outcome")) == ("execute", "started"))
+
+
 def text_of(result: Any) -> str:
     return "\n".join(getattr(block, "text", "") for block in result.content)
 
@@ -204,6 +210,7 @@ async def test_a_modern_client_gets_the_page_in_its_callback_and_the_same_call_c
     calls = invocations(api, ns.name)
     assert [c["metadata"]["name"] for c in calls] == [name_in(links[0])]
     assert calls[0]["status"]["approval"]["reviewer"] == reviewer.user
+    assert executions(calls[0]) == 1
 
 
 async def test_a_rejection_on_the_page_ends_the_modern_call_denied_with_the_reviewers_reason(
@@ -265,7 +272,9 @@ async def test_a_2025_client_gets_the_url_in_the_error_and_its_retry_completes_t
         # Once more, after it ended: still that call's answer, no new invocation.
         again = await mcp.call_tool("gated", {"limit": 2})
         assert dict(again.meta or {})["dev.tooladapter/invocation"] == name_in(link)
-    assert [c["metadata"]["name"] for c in invocations(api, ns.name)] == [name_in(link)]
+    calls = invocations(api, ns.name)
+    assert [c["metadata"]["name"] for c in calls] == [name_in(link)]
+    assert executions(calls[0]) == 1
 
 
 async def test_a_2025_retry_after_a_rejection_ends_denied_with_the_reviewers_reason(
