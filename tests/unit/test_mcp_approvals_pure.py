@@ -264,3 +264,13 @@ def test_large_arguments_are_cut_in_the_message_and_say_the_page_shows_them_all(
     text = elicitation_message(call(arguments={"blob": "x" * 100_000}), AGENT)
     assert len(text) < 3000
     assert "more characters: the page shows them all" in text
+
+
+def test_another_idempotency_key_is_another_call_the_agent_means_to_make() -> None:
+    keyed = call()
+    keyed["spec"]["idempotencyKey"] = "k-1"
+    same = {"namespace": "team-a", "username": AGENT, "hash_": HASH, "now": NOW}
+    assert attachable(keyed, **same, window_seconds=300, idempotency_key="k-1")
+    assert not attachable(keyed, **same, window_seconds=300, idempotency_key="k-2")
+    assert not attachable(keyed, **same, window_seconds=300)
+    assert not attachable(call(), **same, window_seconds=300, idempotency_key="k-1")

@@ -181,6 +181,7 @@ async def _call_tool(
             now=datetime.now(UTC),
             window_seconds=max(deps.settings.gateway_approval_wait_seconds, ATTACH_WINDOW_MIN),
             approval_expiries=await _expiries(deps, namespace, approvals_to_read(items, username)),
+            idempotency_key=options.idempotency_key,
         )
         if found is not None:
             await follower.report(f"attached to {_name(found)}, which waits for this request")

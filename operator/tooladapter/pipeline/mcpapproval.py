@@ -210,12 +210,15 @@ def attachable(
     now: datetime,
     window_seconds: float,
     approval_expiries: Mapping[str, datetime] | None = None,
+    idempotency_key: str | None = None,
 ) -> bool:
     """Whether a repeated request (caller `username`, request hash `hash_`) attaches to
     `obj` instead of creating a new invocation: the same namespace, caller and request
     (from the object's own spec), a real call (not a dry run) that reached the approval
     stage, and, once ended, while the approval it ran with lasts (`approval_expiries`:
-    the ToolApprovals' `expiresAt` by name) or less than `window_seconds` after it ended."""
+    the ToolApprovals' `expiresAt` by name) or less than `window_seconds` after it ended.
+    A call made with another idempotency key (or with one, where the other had none) is
+    another call the agent means to make: it never attaches."""
     meta = obj.get("metadata") or {}
     spec = obj.get("spec") or {}
     if meta.get("namespace") != namespace or meta.get("deletionTimestamp"):
@@ -223,6 +226,8 @@ def attachable(
     if (spec.get("caller") or {}).get("name") != username or spec.get("dryRun"):
         return False
     if spec_request_hash(obj) != hash_ or not past_approval(obj):
+        return False
+    if spec.get("idempotencyKey") != idempotency_key:
         return False
     state = _state(obj)
     if state is None or not state.terminal:
@@ -268,6 +273,7 @@ def newest_attachable(
     now: datetime,
     window_seconds: float,
     approval_expiries: Mapping[str, datetime] | None = None,
+    idempotency_key: str | None = None,
 ) -> Mapping[str, Any] | None:
     """The call a repeated request attaches to: a waiting one before an ended one, then
     the newest."""
@@ -282,6 +288,7 @@ def newest_attachable(
             now=now,
             window_seconds=window_seconds,
             approval_expiries=approval_expiries,
+            idempotency_key=idempotency_key,
         )
     ]
 
