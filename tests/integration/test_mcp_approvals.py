@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import html
+import os
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -466,3 +467,69 @@ async def test_held_listens_and_follows_of_one_caller_cannot_take_the_gateway_fr
         standby.stop()
     callers = [c["spec"]["caller"]["name"] for c in invocations(api, ns.name)]
     assert callers == [other.user]
+
+
+async def test_any_replica_sharing_the_key_completes_a_call_another_replica_handed_back(
+    api: client.ApiClient,
+    ns: Namespace,
+    agent: Agent,
+    gated: Agent,
+    tmp_path: Any,
+) -> None:
+    """Stateless across replicas: the requestState one replica sealed opens at another
+    that shares the page's session key (and not at one with a key of its own); a 2025-11-25
+    retry attaches at any replica."""
+    key = tmp_path / "session-key"
+    key.write_bytes(os.urandom(48).hex().encode())
+    shared = {"TOOLADAPTER_UI_SESSION_KEY_FILE": str(key)}
+    for name in ("r0", "r1", "alone"):
+        (tmp_path / name).mkdir()
+    replicas = [OperatorProcess(tmp_path / f"r{i}", shared) for i in range(2)]
+    alone = OperatorProcess(tmp_path / "alone")
+    for replica in (*replicas, alone):
+        replica.start(until="standby:")
+
+    async def never(url: str, message: str) -> types.ElicitResult:
+        raise AssertionError("the test drives the rounds itself")
+
+    try:
+        one, two = (mcp_url(r.gateway_url, ns.name) for r in replicas)
+        async with sdk_client(one, token_of(agent), mode=MODERN, on_url=never) as mcp:
+            first = await mcp.session.call_tool("gated", {}, allow_input_required=True)
+        assert isinstance(first, types.InputRequiredResult), first
+        request = first.input_requests["approval"]  # type: ignore[index]
+        link = request.params.url  # type: ignore[union-attr]
+        accepted = {"approval": types.ElicitResult(action="accept")}
+        async with sdk_client(
+            mcp_url(alone.gateway_url, ns.name), token_of(agent), mode=MODERN, on_url=never
+        ) as mcp:
+            with pytest.raises(MCPError, match="Invalid or expired requestState"):
+                await mcp.session.call_tool(
+                    "gated", {}, input_responses=accepted, request_state=first.request_state
+                )
+        await asyncio.to_thread(
+            decide_on_page, link, token_of(gated), decision="Approved", comment="ok"
+        )
+        async with sdk_client(two, token_of(agent), mode=MODERN, on_url=never) as mcp:
+            done = await mcp.session.call_tool(
+                "gated", {}, input_responses=accepted, request_state=first.request_state
+            )
+        assert isinstance(done, types.CallToolResult), done
+        assert done.is_error is False, text_of(done)
+        assert dict(done.meta or {})["dev.tooladapter/invocation"] == name_in(link)
+
+        # 2025-11-25: the URL from one replica, the retry at the other.
+        async with sdk_client(one, token_of(agent), mode="legacy", on_url=never) as mcp:
+            with pytest.raises(MCPError) as needed:
+                await mcp.call_tool("gated", {"limit": 9})
+        link = needed.value.data["elicitations"][0]["url"]
+        await asyncio.to_thread(
+            decide_on_page, link, token_of(gated), decision="Approved", comment="ok"
+        )
+        async with sdk_client(two, token_of(agent), mode="legacy", on_url=never) as mcp:
+            retried = await mcp.call_tool("gated", {"limit": 9})
+        assert dict(retried.meta or {})["dev.tooladapter/invocation"] == name_in(link)
+    finally:
+        for replica in (*replicas, alone):
+            replica.stop()
+    assert len(invocations(api, ns.name)) == 2
