@@ -126,3 +126,16 @@ EGRESS_CONNECTIONS = Counter(
     "Connections through the egress proxy by verdict (tenant: the lease's namespace).",
     ["tenant", "verdict"],
 )
+
+
+#: Integration events (`outbox`): what waits for the sink, and how deliveries go.
+EVENT_OUTBOX_DEPTH = Gauge(
+    "tooladapter_event_outbox_depth",
+    "Integration events (and receipt chain links) not yet delivered to the event sink.",
+)
+EVENT_DELIVERIES = Counter(
+    "tooladapter_event_deliveries",
+    "Integration event deliveries: `delivered` events, `failed` rounds (the sink refused or "
+    "could not be reached; retried with backoff).",
+    ["result"],
+)

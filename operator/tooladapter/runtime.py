@@ -29,6 +29,7 @@ from .inflight import FairGate
 from .kube.client import Kube
 from .kube.cluster import Cluster
 from .kube.receipt_keys import ReceiptKeeper
+from .outbox import Outbox
 from .pipeline.ratelimit import RateBook
 from .pipeline.sandbox import ProxyPeer
 from .settings import Settings
@@ -62,6 +63,9 @@ class Runtime:
     chains: ReceiptChains | None = None
     #: The signing key's refresh and the chain heads' publication (None in unit tests).
     keeper: ReceiptKeeper | None = None
+    #: Integration events to `TOOLADAPTER_EVENT_SINK` (None: unit tests; disabled inside
+    #: when no sink is set).
+    outbox: Outbox | None = None
     #: The raw client, for the background workers and reconcilers (None in unit tests).
     kube: Kube | None = None
     #: The McpServer probe loops (`handlers.mcp.McpServers`), once started.

@@ -413,6 +413,17 @@ class Settings:
     #: How often moved chain heads are published (one read and one write of that
     #: ConfigMap per period at most, never one per call).
     receipt_heads_publish_seconds: int = 10
+    #: URL the reference's integration events are POSTed to as CloudEvents 1.0 (structured
+    #: mode), at least once, from the outbox in the artifact store; unset: none are sent.
+    event_sink: str | None = None
+    #: The events' `source` prefix (`<prefix>/namespaces/<namespace>`).
+    event_source: str = "/tooladapter"
+    #: A CA bundle (PEM file) the event sink's TLS certificate must chain to; unset: the
+    #: system's.
+    event_sink_ca_file: Path | None = None
+    #: A file holding the bearer token sent to the event sink (a mounted Secret; read at
+    #: each delivery round, never logged); unset: no Authorization header.
+    event_sink_token_file: Path | None = None
 
     def serves(self, namespace: str) -> bool:
         return not self.namespaces or any(
@@ -542,6 +553,11 @@ class Settings:
             receipt_heads_publish_seconds=_at_least(
                 "TOOLADAPTER_RECEIPT_HEADS_PUBLISH_SECONDS", base.receipt_heads_publish_seconds, 1
             ),
+            event_sink=_endpoint("TOOLADAPTER_EVENT_SINK"),
+            event_source=os.environ.get("TOOLADAPTER_EVENT_SOURCE", "").strip()
+            or base.event_source,
+            event_sink_ca_file=_path("TOOLADAPTER_EVENT_SINK_CA_FILE"),
+            event_sink_token_file=_path("TOOLADAPTER_EVENT_SINK_TOKEN_FILE"),
             egress=EgressSettings.from_env(),
             workspace_idle_seconds=_at_least(
                 "TOOLADAPTER_WORKSPACE_IDLE_SECONDS", base.workspace_idle_seconds, 1

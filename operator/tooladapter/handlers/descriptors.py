@@ -6,6 +6,7 @@ discovery) and written only when it changed, so watch echoes of our own writes c
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Any
 
@@ -23,6 +24,7 @@ from ..model import (
 )
 from ..pipeline.cidr_bounds import CidrBounds, descriptor_cidr_problems
 from ..pipeline.hashing import digest
+from ..pipeline.integration_events import EventType, descriptor_event
 from ..pipeline.sandbox import runtime_class_for
 from ..pipeline.validation import check_descriptor, unknown_keywords
 from ..runtime import Runtime
@@ -173,6 +175,33 @@ def _same(a: dict[str, Any], b: dict[str, Any]) -> bool:
     return strip(a) == strip(b)
 
 
+async def integration_event(
+    rt: Runtime, body: dict[str, Any], kind: EventType, reason: str = ""
+) -> None:
+    """The transition into the events outbox (`outbox`), once per descriptor generation and
+    type; a store that refuses is logged: the Kubernetes event above still says it."""
+    if rt.outbox is None or not rt.outbox.enabled:
+        return
+    meta = body["metadata"]
+    event = descriptor_event(
+        kind,
+        source=rt.settings.event_source,
+        namespace=meta["namespace"],
+        name=meta["name"],
+        uid=str(meta.get("uid")),
+        generation=meta.get("generation") or 0,
+        spec=body.get("spec") or {},
+        time=now_iso(),
+        reason=reason,
+    )
+    try:
+        await asyncio.to_thread(rt.outbox.enqueue, event)
+    except Exception as exc:
+        logger.warning("descriptor %s: its %s event not kept (%s)", meta["name"], kind, exc)
+        return
+    rt.outbox.wake.set()
+
+
 async def reconcile_descriptor(rt: Runtime, event_type: str | None, body: dict[str, Any]) -> None:
     meta = body["metadata"]
     current = body.get("status") or {}
@@ -184,6 +213,9 @@ async def reconcile_descriptor(rt: Runtime, event_type: str | None, body: dict[s
                 _ref(body),
                 reason="ToolDescriptorRetired",
                 message=f"{ident} retired: descriptor deleted",
+            )
+            await integration_event(
+                rt, body, EventType.TOOL_DESCRIPTOR_RETIRED, "descriptor deleted"
             )
         return
     mcp_health = rt.mcp.descriptor_health(meta["namespace"], spec) if rt.mcp else None
@@ -216,11 +248,15 @@ async def reconcile_descriptor(rt: Runtime, event_type: str | None, body: dict[s
             message=f"{ident} is callable (kind {spec.get('kind')}, "
             f"class {spec.get('sideEffectClass')})",
         )
+        await integration_event(rt, body, EventType.TOOL_DESCRIPTOR_ACTIVATED)
     elif current.get("active") and not desired["active"]:
         rt.events.post(
             _ref(body),
             reason="ToolDescriptorRetired",
             message=f"{ident} retired: {desired.get('message')}",
+        )
+        await integration_event(
+            rt, body, EventType.TOOL_DESCRIPTOR_RETIRED, str(desired.get("message") or "")
         )
     ready = desired["conditions"][0]
     was: dict[str, Any] = next(

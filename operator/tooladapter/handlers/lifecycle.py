@@ -33,6 +33,7 @@ from ..kube.auth import AllowCache
 from ..kube.client import Conflict, Kube, NotFound, is_transient
 from ..kube.cluster import KubeCluster
 from ..kube.receipt_keys import ReceiptKeeper
+from ..outbox import Outbox
 from ..kube.services import cluster_ip
 from ..kube.warm import WarmKube
 from ..memory import freeze_start_up
@@ -174,6 +175,16 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo) -> None:
         kube=kube,
         chains=keeper.chains,
         keeper=keeper,
+        outbox=Outbox(
+            store,
+            keeper.chains,
+            config,
+            lambda: [
+                (name, uid)
+                for name, uid in list(catalog.namespace_uids.items())
+                if config.serves(name)
+            ],
+        ),
     )
     rt.closers.append(http.close)
     flush_traces = tracing.configure(version("tooladapter"))

@@ -308,3 +308,6 @@ def start_workers(rt: Runtime) -> None:
             asyncio.create_task(rt.keeper.repair()),
             asyncio.create_task(rt.keeper.run()),
         ]
+    if rt.outbox is not None and rt.outbox.enabled:
+        # The leader delivers: a new one starts where the store's markers say.
+        rt.workers.append(asyncio.create_task(rt.outbox.run()))

@@ -1,0 +1,243 @@
+"""Integration events delivered at least once to `TOOLADAPTER_EVENT_SINK`, from a durable
+outbox in the artifact store.
+
+The outbox of the invocation events is the receipt chains themselves: every receipt is a
+link of its namespace incarnation's chain (`artifacts.chain`), written before its call's end
+is persisted, and the events a receipt stands for (`pipeline.integration_events`) are
+derived from it. What was delivered is a write-once marker per link,
+`index/ns/<ns>/<uid>/delivered/<sequence>`, written after the sink took every event of the
+link (2xx). So an operator crash loses nothing (the link is there, its marker is not), a
+sink outage only delays (links wait, in order), and a new leader delivers what the previous
+one had not: it finds each chain's end and its last marker in the store. The descriptor
+events have an outbox of their own: `index/outbox/descriptors/<event id>` (written once,
+when the transition is seen), delivered markers `index/outbox/delivered/<event id>`.
+
+Bound: the outbox is never larger than the receipts themselves (the store keeps those
+anyway: retention deletes invocations, never receipts), and the deliverer holds one link's
+events in memory at a time. Delivery is in order per chain, one HTTP POST per event
+(structured mode, `application/cloudevents+json`), retried with backoff (1, 2, 5, 10, 30,
+60 s) while the sink refuses or is unreachable; `tooladapter_event_outbox_depth` and
+`tooladapter_event_deliveries_total{result}` say how it goes. At least once: a crash between
+a POST and its marker sends that event again, with the same `id` (receivers deduplicate by
+`source` + `id`, as CloudEvents says).
+
+No sink configured: nothing is delivered and no marker written; a sink configured later
+receives every chain's events from its beginning.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import ssl
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any, Final
+
+import aiohttp
+
+from .artifacts import ArtifactStore, content_ref
+from .artifacts.chain import DIGITS, ReceiptChains, chain_key, sequence_of
+from .artifacts.index import incarnation_prefix
+from .metrics import EVENT_DELIVERIES, EVENT_OUTBOX_DEPTH
+from .pipeline.chain import Head
+from .pipeline.integration_events import CONTENT_TYPE, receipt_events
+from .pipeline.signing import receipt_of
+from .settings import Settings
+
+logger = logging.getLogger("tooladapter.events")
+
+DESCRIPTORS: Final = "index/outbox/descriptors/"
+DELIVERED: Final = "index/outbox/delivered/"
+BACKOFF: Final = (1, 2, 5, 10, 30, 60)
+#: How often the deliverer reads on past the chain ends it knows (another writer's links).
+FOLLOW_SECONDS: Final = 10.0
+#: Links delivered per chain before the next chain gets its turn.
+TURN: Final = 50
+
+
+def delivered_prefix(namespace: str, uid: str) -> str:
+    return f"{incarnation_prefix(namespace, uid)}delivered/"
+
+
+def delivered_key(namespace: str, uid: str, sequence: int) -> str:
+    return f"{delivered_prefix(namespace, uid)}{sequence:0{DIGITS}d}"
+
+
+class SinkRefused(Exception):
+    """The sink did not take an event (its status, or why it could not be reached)."""
+
+
+class Outbox:
+    def __init__(
+        self,
+        store: ArtifactStore,
+        chains: ReceiptChains,
+        settings: Settings,
+        namespaces: Callable[[], Iterable[tuple[str, str]]] = lambda: (),
+    ) -> None:
+        self.store = store
+        self.chains = chains
+        self.sink = settings.event_sink
+        self.source = settings.event_source
+        self.ca_file = settings.event_sink_ca_file
+        self.token_file = settings.event_sink_token_file
+        #: The served namespace incarnations (the catalog's): chains to look at at start.
+        self.namespaces = namespaces
+        self._cursors: dict[tuple[str, str], int] = {}
+        self._ends: dict[tuple[str, str], Head] = {}
+        self._followed = 0.0
+        self._failures = 0
+        self.wake = asyncio.Event()
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.sink)
+
+    # ------------------------------------------------------------------ the outbox
+
+    def enqueue(self, event: dict[str, Any]) -> None:
+        """Keep a descriptor event for delivery (blocking, off the loop: set `wake` after,
+        on the loop; written once per id)."""
+        if not self.enabled:
+            return
+        self.store.put_key(DESCRIPTORS + str(event["id"]), json.dumps(event).encode())
+
+    def _cursor(self, namespace: str, uid: str) -> int:
+        key = (namespace, uid)
+        if key not in self._cursors:
+            marks = [sequence_of(k) for k in self.store.list(delivered_prefix(namespace, uid))]
+            self._cursors[key] = max((m for m in marks if m is not None), default=0)
+        return self._cursors[key]
+
+    def _chains(self) -> dict[tuple[str, str], Head]:
+        """Every chain to deliver from, with its end as known now."""
+        found = dict(self._ends)
+        for key, head in self.chains.heads().items():
+            if head.sequence > found.get(key, Head()).sequence:
+                found[key] = head
+        for key in [*self.chains.hinted(), *self.namespaces()]:
+            if key not in found:
+                found[key] = self.chains.ensure_head(*key)
+        self._ends = found
+        return found
+
+    def _follow(self, now: float) -> None:
+        """Read on past the known ends (links another writer appended), now and then."""
+        if now - self._followed < FOLLOW_SECONDS:
+            return
+        self._followed = now
+        for (namespace, uid), head in list(self._ends.items()):
+            self._ends[(namespace, uid)] = self.chains.forward(namespace, uid, head, repair=False)
+
+    def pending(self) -> list[tuple[tuple[str, str], int, Head]]:
+        """(chain, cursor, end) of every chain with undelivered links (blocking)."""
+        out = []
+        for key, head in self._chains().items():
+            cursor = self._cursor(*key)
+            if head.sequence > cursor:
+                out.append((key, cursor, head))
+        return out
+
+    def undelivered_descriptor_events(self) -> list[dict[str, Any]]:
+        done = {k.rsplit("/", 1)[-1] for k in self.store.list(DELIVERED)}
+        events = []
+        for key in self.store.list(DESCRIPTORS):
+            if key.rsplit("/", 1)[-1] in done:
+                continue
+            try:
+                events.append(json.loads(self.store.get_key(key)))
+            except (KeyError, ValueError):
+                continue
+        return events
+
+    def link_events(self, namespace: str, uid: str, sequence: int) -> list[dict[str, Any]]:
+        data = self.store.get_key(chain_key(namespace, uid, sequence))
+        receipt = receipt_of(data)
+        return receipt_events(receipt or {}, content_ref(data), source=self.source)
+
+    def mark(self, namespace: str, uid: str, sequence: int) -> None:
+        self.store.put_key(delivered_key(namespace, uid, sequence), b"delivered")
+        self._cursors[(namespace, uid)] = sequence
+
+    # ------------------------------------------------------------------ delivery
+
+    def _ssl(self) -> ssl.SSLContext | bool:
+        if self.ca_file is None:
+            return True
+        return ssl.create_default_context(cafile=str(self.ca_file))
+
+    def _headers(self) -> dict[str, str]:
+        headers = {"Content-Type": CONTENT_TYPE}
+        if self.token_file is not None:
+            # Read per round: a projected or rotated token file is always current.
+            token = Path(self.token_file).read_text().strip()
+            if token:
+                headers["Authorization"] = f"Bearer {token}"
+        return headers
+
+    async def post(self, session: aiohttp.ClientSession, event: dict[str, Any]) -> None:
+        assert self.sink is not None
+        try:
+            async with session.post(
+                self.sink, data=json.dumps(event).encode(), headers=self._headers()
+            ) as resp:
+                await resp.read()
+                status = resp.status
+        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+            raise SinkRefused(type(exc).__name__) from None
+        if not 200 <= status <= 299:
+            raise SinkRefused(f"HTTP {status}")
+
+    async def deliver(self, session: aiohttp.ClientSession) -> int:
+        """One round: every pending link's and descriptor's events, in order; the number
+        of events delivered. Raises `SinkRefused` at the first refusal."""
+        sent = 0
+        loop = asyncio.get_running_loop()
+        await asyncio.to_thread(self._follow, loop.time())
+        pending = await asyncio.to_thread(self.pending)
+        described = await asyncio.to_thread(self.undelivered_descriptor_events)
+        EVENT_OUTBOX_DEPTH.set(sum(h.sequence - c for _, c, h in pending) + len(described))
+        for event in described:
+            await self.post(session, event)
+            EVENT_DELIVERIES.labels("delivered").inc()
+            sent += 1
+            await asyncio.to_thread(self.store.put_key, DELIVERED + event["id"], b"delivered")
+        for (namespace, uid), cursor, head in pending:
+            for sequence in range(cursor + 1, min(head.sequence, cursor + TURN) + 1):
+                events = await asyncio.to_thread(self.link_events, namespace, uid, sequence)
+                for event in events:
+                    await self.post(session, event)
+                    EVENT_DELIVERIES.labels("delivered").inc()
+                    sent += 1
+                await asyncio.to_thread(self.mark, namespace, uid, sequence)
+        return sent
+
+    async def run(self) -> None:
+        """Forever (the leader's worker): rounds every second, or when woken; after a
+        refusal, the next round waits the backoff."""
+        if not self.enabled:
+            return
+        timeout = aiohttp.ClientTimeout(total=15)
+        connector = aiohttp.TCPConnector(ssl=self._ssl())
+        async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
+            while True:
+                try:
+                    await self.deliver(session)
+                    self._failures = 0
+                    delay: float = 1.0
+                except SinkRefused as exc:
+                    EVENT_DELIVERIES.labels("failed").inc()
+                    delay = BACKOFF[min(self._failures, len(BACKOFF) - 1)]
+                    self._failures += 1
+                    logger.warning("event sink refused an event (%s); next try in %ss", exc, delay)
+                except Exception:
+                    delay = BACKOFF[min(self._failures, len(BACKOFF) - 1)]
+                    self._failures += 1
+                    logger.warning("event delivery round failed", exc_info=True)
+                self.wake.clear()
+                try:
+                    await asyncio.wait_for(self.wake.wait(), delay)
+                except TimeoutError:
+                    pass
