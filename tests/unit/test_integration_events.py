@@ -6,6 +6,7 @@ link's events at least once across a refusing sink and a takeover. Pure and in-m
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
 
 import pytest
@@ -88,7 +89,11 @@ def test_an_observed_call_is_tool_invoked_with_the_references_payload() -> None:
 )
 def test_each_end_sends_the_references_event(state: str, expected: list[EventType]) -> None:
     events = receipt_events(
-        receipt(state, message="not granted", deniedStage="permission"), REF, source="/t"
+        receipt(
+            state, message="not granted", deniedStage="permission", failureClass="policy-denied"
+        ),
+        REF,
+        source="/t",
     )
     assert types(events) == [e.value for e in expected]
     if state == "Denied":
@@ -96,7 +101,7 @@ def test_each_end_sends_the_references_event(state: str, expected: list[EventTyp
             "invocationId": "uid-1",
             "tenantId": NS,
             "toolId": "lister",
-            "reason": "not granted",
+            "reason": "policy-denied",
             "stage": "permission",
         }
 
@@ -249,3 +254,25 @@ async def test_without_a_sink_nothing_is_kept_or_sent() -> None:
     box.enqueue({"id": "x"})
     await asyncio.wait_for(box.run(), 1)  # returns at once
     assert not [k for k in store.keys if "outbox" in k or "delivered" in k]
+
+
+def test_no_argument_command_line_or_result_leaves_in_an_event() -> None:
+    """An agent's arguments and a tool's output stay in the receipt and the store; the
+    events carry the reference's fields and a denial's reason, nothing more."""
+    secret = "s3cr3t-value-from-the-agent"
+    body = receipt(
+        commandLine=["curl", "-H", f"Authorization: {secret}"],
+        argumentsHash="sha256:" + "e" * 64,
+        result={"originalBytes": 10, "originalSha256": None, "truncated": False, "exitCode": 0},
+        resultRef="sha256:" + "f" * 64,
+        egress=[{"host": "example.com", "bytesUp": 1}],
+        caller={"kind": "agent", "name": "system:serviceaccount:team-a:agent-1"},
+        stages=[{"stage": "execute", "detail": secret}],
+        message=secret,
+    )
+    sandbox = {"kind": "Container", "poolId": "default", "leaseId": "lease-1"}
+    for state in ("Observed", "Uncertain", "Failed", "Denied"):
+        for event in receipt_events({**body, "state": state, "sandbox": sandbox}, REF, source="/t"):
+            text = json.dumps(event)
+            assert secret not in text and "example.com" not in text
+            assert "serviceaccount" not in text and "e" * 64 not in text

@@ -18,8 +18,8 @@ Attributes: `type` the reference's topic; `source` `<TOOLADAPTER_EVENT_SOURCE>/n
 <namespace>`; `subject` `toolinvocations/<name>` (or `tooldescriptors/<name>`); `id` the
 sha256 of the receipt reference and the type, so a redelivery carries the same id and a
 confirmation's ToolInvoked another; `time` the receipt's end; `data` the reference's payload,
-in its field names. Nothing else of the receipt leaves: no arguments, results or messages
-beyond a denial's reason (what the Kubernetes event said too).
+in its field names. Nothing else of the receipt leaves: no arguments, results, command
+lines or messages (a denial's `reason` is its failure class, e.g. `policy-denied`).
 """
 
 from __future__ import annotations
@@ -126,7 +126,10 @@ def receipt_events(receipt: Mapping[str, Any], ref: str, *, source: str) -> list
                     "invocationId": receipt.get("invocationId"),
                     "tenantId": namespace,
                     "toolId": receipt.get("toolId"),
-                    "reason": receipt.get("message") or "",
+                    # The failure class, never the message: a denial's message may quote
+                    # what the agent sent (a block-listed command line, a schema error's
+                    # value), which stays in the receipt and never leaves for the sink.
+                    "reason": receipt.get("failureClass") or "denied",
                     "stage": receipt.get("deniedStage") or "",
                 },
             )
