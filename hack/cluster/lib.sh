@@ -19,6 +19,7 @@ KUBE_ROUTER_VERSION="$(modver "$CLUSTER_HACK_DIR/kube-router/go.mod" github.com/
 COREDNS_VERSION="$(modver "$CLUSTER_HACK_DIR/coredns/go.mod" github.com/coredns/coredns)"
 LOCAL_PATH_VERSION="$(modver "$CLUSTER_HACK_DIR/local-path/go.mod" github.com/rancher/local-path-provisioner)"
 HELM_VERSION="$(modver "$CLUSTER_HACK_DIR/helm/go.mod" helm.sh/helm/v3)"
+GVISOR_VERSION="$(modver "$CLUSTER_HACK_DIR/gvisor/go.mod" gvisor.dev/gvisor)"
 
 GO_VERSION="$(go env GOVERSION 2>/dev/null || echo none)"
 # Bump when build.sh changes in a way that changes the binaries.
@@ -37,13 +38,15 @@ CLUSTER_BINARIES="kube-apiserver kube-controller-manager kube-scheduler kubelet 
 # Add-on binaries (issue 15), each built from its own wrapper module under
 # hack/cluster/<module>/ into its own cache dir, keyed by that module alone:
 # bumping one rebuilds only it, and never moves $BIN_DIR (which would make
-# up.sh restart a running cluster).
-ADDON_BINARIES="coredns local-path-provisioner helm"
+# up.sh restart a running cluster). runsc and its containerd shim (the RuntimeClass
+# gvisor, addons/gvisor.sh) come from one module, hack/cluster/gvisor.
+ADDON_BINARIES="coredns local-path-provisioner helm runsc containerd-shim-runsc-v1"
 addon_module() {
   case "$1" in
     coredns) echo coredns ;;
     local-path-provisioner) echo local-path ;;
     helm) echo helm ;;
+    runsc|containerd-shim-runsc-v1) echo gvisor ;;
     *) die "unknown add-on binary $1" ;;
   esac
 }
@@ -52,6 +55,7 @@ addon_version() {
     coredns) echo "$COREDNS_VERSION" ;;
     local-path-provisioner) echo "$LOCAL_PATH_VERSION" ;;
     helm) echo "$HELM_VERSION" ;;
+    runsc|containerd-shim-runsc-v1) echo "$GVISOR_VERSION" ;;
   esac
 }
 # Bump when build.sh builds an add-on differently.
@@ -64,7 +68,8 @@ addon_bin() {
            # helm's default Kubernetes version (build.sh) is the cluster's.
            [ "$1" != helm ] || echo "kube=$K8S_VERSION"
            cat "$dir/go.mod" "$dir/go.sum"
-           for f in "$dir"/*.go; do [ ! -f "$f" ] || cat "$f"; done; } | sha256sum | cut -c1-12)"
+           # *.py: the gvisor shim's build-time patch (gvisor/patch.py).
+           for f in "$dir"/*.go "$dir"/*.py; do [ ! -f "$f" ] || cat "$f"; done; } | sha256sum | cut -c1-12)"
   echo "$TA_CACHE/addons/$1-$(addon_version "$1")-$key/$1"
 }
 # addon_image NAME: the local image of an in-cluster add-on, tagged with a key

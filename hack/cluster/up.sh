@@ -230,6 +230,16 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
         runtime_type = "io.containerd.runc.v2"
         [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
           SystemdCgroup = false
+      # gVisor, the RuntimeClass gvisor's handler (addons/gvisor.sh): runsc's options
+      # in runsc.toml. 1.6's CRI finds the shim on containerd's PATH (start_containerd);
+      # runtime_path names the same binary for newer ones, and a new gVisor pin changes
+      # this file, so containerd restarts with the new PATH.
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runsc]
+        runtime_type = "io.containerd.runsc.v1"
+        runtime_path = "$(addon_bin containerd-shim-runsc-v1)"
+        [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runsc.options]
+          TypeUrl = "io.containerd.runsc.v1.options"
+          ConfigPath = "$CONF/runsc.toml"
     # Registries (the node's own, addons/registry.sh): one hosts.toml per registry
     # host under config_path, read at each pull, so registries come and go without
     # restarting containerd.
@@ -241,6 +251,14 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
   [plugins."io.containerd.internal.v1.opt"]
     path = "$VAR_DIR/containerd/opt"
 EOF
+}
+
+# start_containerd: containerd with the gVisor shim's cache dir first on its PATH:
+# containerd 1.6's CRI resolves a runtime_type's shim by name on its PATH and does
+# not pass the runtime_path of its config on (addons/gvisor.sh).
+start_containerd() {
+  start containerd env PATH="$(dirname "$(addon_bin containerd-shim-runsc-v1)"):$PATH" \
+    containerd --config "$CONF/containerd.toml"
 }
 
 start_kubelet() {
@@ -367,7 +385,8 @@ kubeconfig "$CONF/kube-router.kubeconfig" kube-router "$LOCAL_API"
 
 mkdir -p "$VAR_DIR" "$RUN_DIR" "$REGISTRY_HOSTS_DIR"
 containerd_config | write_file "$CONF/containerd.toml" || true
-start containerd containerd --config "$CONF/containerd.toml"
+runsc_config | write_file "$CONF/runsc.toml" || true
+start_containerd
 wait_component containerd "containerd socket" "$WAIT_SHORT" ctr --address "$CONTAINERD_SOCK" version
 
 # --------------------------------------------------------------- images ----

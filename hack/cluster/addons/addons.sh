@@ -9,6 +9,8 @@
 #   helm         the CLI, linked into .cluster/bin
 #   registry     Debian's docker-registry, host process on the node's address
 #                (addons/registry.sh); containerd pulls from it over plain HTTP
+#   gvisor       the RuntimeClass gvisor: containerd's runsc runtime, runsc and
+#                its shim built from hack/cluster/gvisor (addons/gvisor.sh)
 #
 # ensure_addons is additive and idempotent: on a running cluster it starts
 # only what is missing (and restarts the kubelet once, if its DNS settings
@@ -17,6 +19,7 @@
 
 ADDONS_DIR="$CLUSTER_HACK_DIR/addons"
 . "$ADDONS_DIR/registry.sh"
+. "$ADDONS_DIR/gvisor.sh"
 
 kube_proxy_ready() {
   curl -fsS --max-time 3 "http://127.0.0.1:$KUBE_PROXY_HEALTH_PORT/healthz" >/dev/null \
@@ -106,6 +109,7 @@ ensure_addons() {
     wait_component kubelet "node $NODE_NAME Ready" "$WAIT_LONG" node_ready
   fi
   ensure_containerd_config
+  ensure_gvisor
   ensure_kube_proxy
   ensure_registry
   ensure_image coredns

@@ -44,14 +44,15 @@ EOF
 registry_ready() { curl -fsS --max-time 3 "http://$(registry_addr)/v2/" >/dev/null; }
 
 # ensure_containerd_config: a running containerd started with an older
-# configuration (before config_path) is restarted once with the current one;
+# configuration (before config_path, or before the runsc runtime of
+# addons/gvisor.sh) is restarted once with the current one;
 # its pods keep running (their shims outlive it) and the kubelet reconnects.
 ensure_containerd_config() {
   mkdir -p "$REGISTRY_HOSTS_DIR"
   if containerd_config | write_file "$CONF/containerd.toml" && component_running containerd; then
-    log "containerd configuration changed (registry config_path): restarting containerd once"
+    log "containerd configuration changed: restarting containerd once"
     stop_component_pid containerd
-    start containerd containerd --config "$CONF/containerd.toml"
+    start_containerd
     wait_component containerd "containerd socket" "$WAIT_SHORT" ctr --address "$CONTAINERD_SOCK" version
     wait_component kubelet "node $NODE_NAME Ready" "$WAIT_LONG" node_ready
   fi
