@@ -399,3 +399,37 @@ def test_no_private_key_reaches_the_log_the_keys_or_the_receipts(
             assert raw.hex() not in log
     finally:
         ns.delete()
+
+
+def test_the_page_shows_a_receipts_signature_and_the_chain_head(
+    api: client.ApiClient, chain_operator: OperatorProcess
+) -> None:
+    from .gateway_client import token_of
+    from .test_receipt_index import signed_in
+
+    ns = Namespace(api, prefix=SCOPE)
+    try:
+        agent = Agent.create(api, ns.name, "agent-1")
+        descriptor(api, ns.name, "list-tools", kind="native", native={"name": "list-tools"})
+        agent.grant(["list-tools"], ["read"])
+        names = [agent.invoke("list-tools", {}, runId="run-page") for _ in range(2)]
+        refs = [status_of(agent.wait(n))["receiptRef"] for n in names]
+        uid = namespace_uid(api, ns.name)
+        head = published_head(api, ns.name, uid, 2)
+        browser = signed_in(chain_operator.gateway_url, token_of(agent))
+
+        def page() -> str | None:
+            url = (
+                f"{chain_operator.gateway_url}/ui/runs?namespace={ns.name}&run=run-page"
+                f"&verify={refs[0]}"
+            )
+            text = browser.open(url, timeout=60).read().decode()
+            # The gateway caches the published heads for 10 s.
+            return text if "head at sequence 2" in text else None
+
+        text = wait_for(page, timeout=60, interval=1, what="the page's chain head")
+        assert head.split(":", 1)[1] in text
+        assert "Signature valid, by ed25519:" in text, text
+        assert "sequence 1" in text or "sequence 2" in text
+    finally:
+        ns.delete()

@@ -5,6 +5,9 @@ creation order, each stage placed on the call's own time axis. "Verify" recomput
 sha256 of the receipt's stored bytes and compares it with the `receiptRef` the call's
 status names (as `tooladapter receipt verify` does), and says which form matched.
 
+Each receipt's signature is checked against the published keys, and the namespace's
+receipt chain head (as the operator last published it) is shown above the run.
+
 Each call names its caller, and `caller=` keeps one caller's calls: a run id is a label
 any caller in the namespace may put on its calls, not a capability.
 """
@@ -15,7 +18,11 @@ from typing import Any
 
 from aiohttp import web
 
+from ...pipeline.chain import Head
 from ...pipeline.reviewpage import run_calls, run_ids
+from ..context import deps_of
+from ..incarnations import incarnations
+from ..receipt_keys import receipt_keys
 from .data import invocations, is_namespace, with_receipts
 from .web import PREFIX, Person, Refused, page, render_view
 
@@ -42,9 +49,13 @@ async def runs(request: web.Request, person: Person) -> web.StreamResponse:
         by_namespace.setdefault(ns, []).append(obj)
     runs_by_namespace = {ns: run_ids(objs) for ns, objs in sorted(by_namespace.items())}
     calls = []
+    head = None
     if namespace and run_id:
         calls = run_calls(by_namespace.get(namespace, []), run_id)
         calls = [c for c in calls if not caller or c.get("caller") == caller]
+        if by_namespace.get(namespace):
+            # Whoever may list the namespace's calls sees its receipt chain's head.
+            head = await chain_head(request, namespace)
     return render_view(
         request,
         "runs",
@@ -56,7 +67,20 @@ async def runs(request: web.Request, person: Person) -> web.StreamResponse:
         verify_ref=verify_ref,
         calls=await with_receipts(request, calls),
         refused=listing.refused,
+        chain_head=head,
     )
+
+
+async def chain_head(request: web.Request, namespace: str) -> Head | None:
+    """The namespace's receipt chain head as published (None: none yet, or unreadable)."""
+    deps = deps_of(request)
+    try:
+        found = await incarnations(deps.kube).of(namespace)
+        if found is None:
+            return None
+        return await receipt_keys(deps.kube, deps.settings).head(namespace, found.uid)
+    except Exception:
+        return None
 
 
 def add_routes(app: web.Application) -> None:
