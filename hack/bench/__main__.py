@@ -1,7 +1,8 @@
 """`python -m bench [flags]` runs the bench; `floor-controller NAMESPACE` and
 `http-server HOST PORT` are its helper processes; `adversarial` times what agent-crafted
 input costs the operator (no cluster, `adversarial.py`); `egress` what the egress proxy adds
-to a request (no cluster, `egress.py`)."""
+to a request (no cluster, `egress.py`); `sandboxes` sandboxed calls cold, warm and in an
+attempt's workspace side by side (`sandboxes.py`)."""
 
 from __future__ import annotations
 
@@ -29,6 +30,11 @@ def main(argv: list[str]) -> None:
         from .egress import main as egress
 
         egress()
+        return
+    if argv[:1] == ["sandboxes"]:
+        from .sandboxes import main as sandboxes
+
+        sandboxes()
         return
     if argv[:1] == ["adversarial"]:
         from .adversarial import main as adversarial

@@ -10,7 +10,11 @@ start background processes, as an agent's build would.
 from __future__ import annotations
 
 import base64
+import json
 import threading
+import urllib.error
+import urllib.parse
+import urllib.request
 from collections.abc import Iterator
 from typing import Any
 
@@ -188,7 +192,8 @@ def test_a_fetched_file_is_read_by_the_next_call_of_its_attempt_and_by_no_other(
     (record,) = fetched["egress"]
     assert (record["host"], record["verdict"]) == (API, "allowed")
     lease = fetched["sandboxLease"]
-    assert lease["start"] == "warm"
+    # The attempt's first call: a pool's ready pod (warm), or one started for it (cold).
+    assert lease["start"] in ("warm", "cold")
     workspace = lease["workspace"]
     assert workspace["fresh"] is True and workspace["sizeLimit"] == "256Mi"
 
@@ -197,6 +202,8 @@ def test_a_fetched_file_is_read_by_the_next_call_of_its_attempt_and_by_no_other(
     assert "hello from the node" in again["result"]["content"]
     assert again["sandboxLease"]["workspace"]["id"] == workspace["id"]
     assert again["sandboxLease"]["workspace"]["fresh"] is False
+    assert again["sandboxLease"]["start"] == "warm"
+    assert again["sandboxLease"]["sandboxName"] == workspace["id"]
     assert again["sandboxLease"]["workspace"]["lastUsedAt"]
     # The second call never held the first one's egress grant: it connected nowhere.
     assert not again.get("egress")
@@ -356,3 +363,66 @@ def test_calls_of_one_attempt_run_one_at_a_time_in_arrival_order(
     assert len(log) == 8, log
     for began, finished in zip(log[::2], log[1::2], strict=True):
         assert began.replace("start", "end") == finished, log
+
+
+def release(gateway: str, agent: Agent, namespace: str, attempt: str, caller: str = "") -> Any:
+    """DELETE the attempt's workspace through the gateway, with the agent's own token."""
+    token = agent.api.configuration.api_key["authorization"]
+    url = f"{gateway}/namespaces/{namespace}/attempts/{attempt}/workspace"
+    if caller:
+        url += f"?caller={urllib.parse.quote(caller)}"
+    request = urllib.request.Request(
+        url, method="DELETE", headers={"Authorization": f"Bearer {token}"}
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=30) as resp:
+            return resp.status, json.loads(resp.read())
+    except urllib.error.HTTPError as err:
+        return err.code, json.loads(err.read() or b"{}")
+
+
+def test_a_workspace_released_through_the_gateway_is_gone_and_only_its_owner_may_release_it(
+    api: client.ApiClient,
+    wns: Namespace,
+    server: Recorder,
+    warm: tuple[OperatorProcess, EgressProxyProcess],
+) -> None:
+    script_tool(api, wns.name, "rel2", egress=[])
+    alice, bob = agents(api, wns.name, "rel2", "alice", "bob")
+    wrote = run(alice, "rel2", "echo kept > /workspace/kept", "x1")
+    assert wrote["state"] == "Observed", explain(wrote, warm)
+    receipt = stored_receipt(warm[0], wrote)
+    assert receipt["sandbox"]["start"] in ("warm", "cold")
+    assert receipt["sandbox"]["workspace"]["id"] == wrote["sandboxLease"]["workspace"]["id"]
+    (pod,) = workspace_pods(api, wns.name, alice, "x1")
+    gateway = warm[0].gateway_url
+    # Another caller may not release it (naming its owner takes an admin's grant) ...
+    status, _ = release(gateway, bob, wns.name, "x1", caller=alice.user)
+    assert status == 403
+    # ... and bob's own attempt x1 is another workspace, which does not exist.
+    status, _ = release(gateway, bob, wns.name, "x1")
+    assert status == 404
+    assert workspace_pods(api, wns.name, alice, "x1")
+    status, body = release(gateway, alice, wns.name, "x1")
+    assert status == 200, body
+    assert body["released"] == [pod.metadata.name] and body["caller"] == alice.user
+    wait_for(
+        lambda: not _pod_exists(api, wns.name, pod.metadata.name),
+        timeout=120,
+        what="the released workspace's pod gone",
+    )
+    fresh = run(alice, "rel2", "cat /workspace/kept", "x1")
+    assert fresh["result"]["isError"] is True, explain(fresh, warm)
+    assert fresh["sandboxLease"]["workspace"]["fresh"] is True
+    assert release(gateway, alice, wns.name, "x1")[0] == 200
+
+
+def stored_receipt(operator: OperatorProcess, status: dict[str, Any]) -> dict[str, Any]:
+    digest = status["receiptRef"].split(":")[1]
+    data = (operator.artifacts / "sha256" / digest[:2] / digest).read_bytes()
+    document = json.loads(data)
+    # A signed receipt is a DSSE envelope around the in-toto statement's predicate.
+    if "payload" in document:
+        statement = json.loads(base64.b64decode(document["payload"]))
+        return dict(statement.get("predicate") or statement)
+    return dict(document)

@@ -29,6 +29,7 @@ from .keys import keys
 from .receipts import receipt, receipts
 from .run import egress_proxy, run
 from .tools import describe, tools
+from .workspace import workspace
 
 
 def _version() -> str:
@@ -70,6 +71,7 @@ for command in (
     completion,
     run,
     egress_proxy,
+    workspace,
 ):
     app.add_command(command)
 

@@ -142,7 +142,7 @@ class WarmSandboxes:
         self.want(call.namespace, profile)
         if attempt:
             try:
-                pod, workspace = await self.workspace_pod(call, profile)
+                pod, workspace, made = await self.workspace_pod(call, profile)
             except (Refused, RuntimeError, TimeoutError) as exc:
                 # No process of this call was started in any pod: Failed, as a Job
                 # the API server refused.
@@ -151,7 +151,7 @@ class WarmSandboxes:
                     f"the attempt's workspace could not be made ready: {exc}",
                     retryable=isinstance(exc, Refused),
                 )
-            return await self.run_in(call, pod, workspace)
+            return await self.run_in(call, pod, workspace, made=made)
         if self.settings.warm_pool_size <= 0:
             return None
         claimed = await self.claim(call, profile)
@@ -265,8 +265,9 @@ class WarmSandboxes:
 
     async def workspace_pod(
         self, call: Call, profile: Profile
-    ) -> tuple[dict[str, Any], WorkspaceLease]:
-        """The attempt's workspace pod, ready: its own, else a pool's, else a new one."""
+    ) -> tuple[dict[str, Any], WorkspaceLease, bool]:
+        """The attempt's workspace pod, ready: its own, else a pool's, else a new one (then
+        True: the call waited for a pod to start, a cold start)."""
         assert call.attempt_id
         key = workspace_key(call.namespace, call.caller, call.attempt_id)
         found = await self.kube.list_pods(call.namespace, f"{LABEL_WORKSPACE}={key}")
@@ -277,6 +278,7 @@ class WarmSandboxes:
         for extra in live[:-1]:
             await self.kube.delete_pod(call.namespace, extra["metadata"]["name"])
         fresh = not live
+        made = False
         if live:
             pod = live[-1]
             if not pod_ready(pod):
@@ -290,7 +292,8 @@ class WarmSandboxes:
             if claimed is not None:
                 pod = claimed
             else:
-                made = await self.create_pod(
+                made = True
+                created = await self.create_pod(
                     call.namespace,
                     profile,
                     state=STATE_ATTEMPT,
@@ -304,11 +307,11 @@ class WarmSandboxes:
                 try:
                     pod = await self.kube.wait_ready(
                         call.namespace,
-                        made["metadata"]["name"],
+                        created["metadata"]["name"],
                         timeout=self.settings.warm_start_seconds,
                     )
                 except BaseException:
-                    await self.kube.delete_pod(call.namespace, made["metadata"]["name"])
+                    await self.kube.delete_pod(call.namespace, created["metadata"]["name"])
                     raise
         annotations = pod["metadata"].get("annotations") or {}
         workspace = WorkspaceLease(
@@ -331,7 +334,7 @@ class WarmSandboxes:
                     }
                 },
             )
-        return pod, workspace
+        return pod, workspace, made
 
     # ------------------------------------------------------------------ running
 
@@ -343,17 +346,32 @@ class WarmSandboxes:
         return decode_b64(value) if value else None
 
     async def run_in(
-        self, call: Call, pod: dict[str, Any], workspace: WorkspaceLease | None
+        self,
+        call: Call,
+        pod: dict[str, Any],
+        workspace: WorkspaceLease | None,
+        *,
+        made: bool = False,
     ) -> Outcome:
+        """Run the call in `pod`; `made`: the pod was started for this call (a cold start,
+        so said on the receipt), not taken ready."""
         name = pod["metadata"]["name"]
-        run = SandboxRun(SandboxStart.WARM, name, workspace)
+        run = SandboxRun(SandboxStart.COLD if made else SandboxStart.WARM, name, workspace)
         try:
             outcome = await self._run_in(call, name, workspace)
         finally:
             if workspace is None:
-                # A pool pod serves one call: nothing of it reaches another.
-                await self.kube.delete_pod(call.namespace, name)
+                # A pool pod serves one call: nothing of it reaches another. Its label
+                # (state `call`) keeps it from every claim, so the deletion need not hold
+                # up the call's end; upkeep deletes it if this one fails.
+                self.spawn(self.forget_pod(call.namespace, name))
         return replace(outcome, sandbox_run=run)
+
+    async def forget_pod(self, namespace: str, name: str) -> None:
+        try:
+            await self.kube.delete_pod(namespace, name)
+        except Exception:
+            logger.warning("deleting warm pod %s/%s failed", namespace, name, exc_info=True)
 
     async def _run_in(self, call: Call, name: str, workspace: WorkspaceLease | None) -> Outcome:
         lost = "; the attempt's workspace may have changed" if workspace is not None else ""

@@ -98,6 +98,16 @@ def build_receipt(
             "leaseId": lease.lease_id,
             "runtimeClass": lease.runtime_class,
         }
+        if lease.start is not None:
+            # Which sandbox ran the call (issue 29): a Job of its own (cold) or a pod ready
+            # before it (warm), and the attempt's workspace it shared.
+            sandbox["start"] = lease.start.value
+            sandbox["sandboxName"] = lease.sandbox_name
+            sandbox["workspace"] = (
+                lease.workspace.model_dump(mode="json", by_alias=True)
+                if lease.workspace is not None
+                else None
+            )
     else:
         sandbox = {
             "kind": _value(sandbox_kind) if sandbox_kind is not None else SandboxKind.NONE.value,

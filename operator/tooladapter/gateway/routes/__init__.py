@@ -10,7 +10,7 @@ from __future__ import annotations
 from types import ModuleType
 from typing import Final
 
-from . import dry_run, invocations, mcp, meta, receipts, runs, tools
+from . import dry_run, invocations, mcp, meta, receipts, runs, tools, workspaces
 
 MODULES: Final[tuple[ModuleType, ...]] = (
     meta,
@@ -19,5 +19,6 @@ MODULES: Final[tuple[ModuleType, ...]] = (
     invocations,
     runs,
     receipts,
+    workspaces,
     mcp,
 )
