@@ -33,11 +33,11 @@ from ..kube.auth import AllowCache
 from ..kube.client import Conflict, Kube, NotFound, is_transient
 from ..kube.cluster import KubeCluster
 from ..kube.receipt_keys import ReceiptKeeper
-from ..outbox import Outbox
 from ..kube.services import cluster_ip
 from ..kube.warm import WarmKube
 from ..memory import freeze_start_up
 from ..metrics import LEADING, serve
+from ..outbox import Outbox
 from ..pipeline.sandbox import ProxyPeer
 from ..runtime import Runtime
 from ..settings import EgressSettings, Settings
