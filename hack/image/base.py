@@ -35,12 +35,17 @@ SOURCES = (
 )
 
 #: What each image is cut from (package closures, see `dpkg.closure`).
-SANDBOX_ROOTS = ("busybox", "curl", "wget", "ca-certificates")
+SANDBOX_ROOTS = ("busybox", "curl", "wget", "ca-certificates", "git")
 OPERATOR_ROOTS = ("python3-minimal", "libpython3.11-stdlib", "libstdc++6", "ca-certificates")
 #: Needed to install packages, never to run them: maintainer-script interpreters, the
 #: package manager, debconf, the openssl command line (ca-certificates' postinst), time
 #: zone data (the operator works in UTC).
 EXCLUDED = ("debconf", "perl-base", "dpkg", "openssl", "tzdata", "base-files", "readline-common")
+#: Left out of the sandbox besides: git's perl (and liberror-perl, which only perl uses),
+#: about 30 MB for the few git commands still written in perl (send-email, svn, cvs,
+#: archimport); git itself, its builtins (clone, diff, status, log, commit, apply...)
+#: and its https transport are C. git-man: manual pages, never copied anyway.
+SANDBOX_EXCLUDED = (*EXCLUDED, "perl", "liberror-perl", "git-man")
 
 #: Bump when the way the base is built changes.
 BASE_REV = "1"
@@ -135,7 +140,7 @@ def write_lock(cache: Path) -> list[Pin]:
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     names = {
-        *dpkg.closure(installed, SANDBOX_ROOTS, EXCLUDED),
+        *dpkg.closure(installed, SANDBOX_ROOTS, SANDBOX_EXCLUDED),
         *dpkg.closure(installed, OPERATOR_ROOTS, EXCLUDED),
     }
     pins = [Pin(n, installed[n].version) for n in sorted(names)]

@@ -2,8 +2,9 @@
 
 sandbox:  busybox (POSIX sh and the coreutils-like applets shell tools run today, linked
           against glibc so its name lookups work), curl and GNU wget (busybox-static's
-          wget crashed on any host name: a static glibc cannot load its resolver), the
-          CA bundle; uid 65532, /workspace writable.
+          wget crashed on any host name: a static glibc cannot load its resolver), git
+          (without perl: see base.SANDBOX_EXCLUDED), the CA bundle; uid 65532,
+          /workspace writable.
 operator: python3 and the libraries the wheel needs, no shell; the wheel and its pinned
           dependencies are added by python.py.
 """
@@ -48,10 +49,13 @@ def users(root: Path, user: str, shell: str) -> None:
     _dir(root, f"home/{user}", 0o755, UID)
 
 
-def common(src: Path, root: Path, roots: tuple[str, ...]) -> None:
-    """The package closure of `roots`, the CA bundle and the file system skeleton."""
+def common(
+    src: Path, root: Path, roots: tuple[str, ...], excluded: tuple[str, ...] = base.EXCLUDED
+) -> None:
+    """The package closure of `roots` (less `excluded`), the CA bundle and the file
+    system skeleton."""
     installed = dpkg.parse_status((src / "var/lib/dpkg/status").read_text())
-    names = dpkg.closure(installed, roots, base.EXCLUDED)
+    names = dpkg.closure(installed, roots, excluded)
     dpkg.copy_packages(src, root, [installed[n] for n in names])
     # Made by ca-certificates' postinst, so in no file list: the bundle and its hash links.
     shutil.copytree(
@@ -72,7 +76,7 @@ def common(src: Path, root: Path, roots: tuple[str, ...]) -> None:
 
 
 def sandbox(src: Path, root: Path) -> None:
-    common(src, root, base.SANDBOX_ROOTS)
+    common(src, root, base.SANDBOX_ROOTS, base.SANDBOX_EXCLUDED)
     users(root, USER, "/bin/sh")
     _dir(root, "workspace", 0o777, UID)
     # Every busybox applet whose name no package took (curl and wget stay the real ones).
@@ -91,7 +95,7 @@ def sandbox(src: Path, root: Path) -> None:
             continue
         path.parent.mkdir(parents=True, exist_ok=True)
         path.symlink_to("/bin/busybox")
-    for tool in ("curl", "wget", "sh"):
+    for tool in ("curl", "wget", "sh", "git"):
         if not (root / "usr/bin" / tool).exists():
             raise SystemExit(f"sandbox image: no {tool}")
 
