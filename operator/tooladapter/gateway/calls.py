@@ -26,6 +26,7 @@ from ..kube.callers import CallerApiError
 from ..pipeline import readout
 from ..pipeline.hashing import request_hash
 from ..pipeline.mcpapproval import (
+    CALL_OPTION_FIELDS,
     REQUEST_LABEL,
     WaitState,
     approvals_to_read,
@@ -182,6 +183,7 @@ async def _call_tool(
             window_seconds=max(deps.settings.gateway_approval_wait_seconds, ATTACH_WINDOW_MIN),
             approval_expiries=await _expiries(deps, namespace, approvals_to_read(items, username)),
             idempotency_key=options.idempotency_key,
+            options={k: body["spec"].get(k) for k in CALL_OPTION_FIELDS},
         )
         if found is not None:
             await follower.report(f"attached to {_name(found)}, which waits for this request")

@@ -421,10 +421,13 @@ class McpEndpoint:
         caller = caller_of(request)
         username = caller.identity.username
         state: dict[str, Any] = {_STATE_KEY: (deps_of(request), caller, namespace)}
-        token = request.headers.get(SESSION_HEADER)
-        if token is not None and request.method != "POST":
-            # No session is kept: nothing to stream (GET) or end (DELETE) for a sealed one.
+        if request.method != "POST":
+            # No session is kept: nothing to stream (GET) or end (DELETE), with a sealed
+            # session token or without one. The SDK's stateless transport would hold a GET
+            # open (and its request door, counted for the URL's namespace) until the client
+            # left, with nothing ever to send on it.
             raise web.HTTPMethodNotAllowed(request.method, ["POST"])
+        token = request.headers.get(SESSION_HEADER)
         if token is not None:
             state[_URL_KEY] = self.sessions.url_capable(
                 token, namespace=namespace, username=username

@@ -37,6 +37,10 @@ from .shown import shown
 REQUEST_LABEL: Final = "tooladapter.dev/mcp-request"
 #: The `inputRequests` key of the approval's URL elicitation.
 INPUT_KEY: Final = "approval"
+#: The call options an invocation's spec carries beside its request: a request coming back
+#: attaches only to a call made with the same ones (another run, attempt or fencing token
+#: is another call, as another idempotency key is).
+CALL_OPTION_FIELDS: Final = ("idempotencyKey", "runId", "attemptId", "fencingToken")
 #: The arguments in the message to the person at the keyboard are cut here (the page,
 #: where a reviewer decides, shows them whole).
 MESSAGE_ARGUMENTS_MAX: Final = 2000
@@ -211,6 +215,7 @@ def attachable(
     window_seconds: float,
     approval_expiries: Mapping[str, datetime] | None = None,
     idempotency_key: str | None = None,
+    options: Mapping[str, Any] | None = None,
 ) -> bool:
     """Whether a repeated request (caller `username`, request hash `hash_`) attaches to
     `obj` instead of creating a new invocation: the same namespace, caller and request
@@ -218,7 +223,10 @@ def attachable(
     stage, and, once ended, while the approval it ran with lasts (`approval_expiries`:
     the ToolApprovals' `expiresAt` by name) or less than `window_seconds` after it ended.
     A call made with another idempotency key (or with one, where the other had none) is
-    another call the agent means to make: it never attaches."""
+    another call the agent means to make: it never attaches. So is one made with another
+    run, attempt or fencing token (`options`: the request's spec values of
+    `CALL_OPTION_FIELDS`; an attempt's call runs in that attempt's workspace, a newer
+    fencing token's holder is not answered with a stale holder's call)."""
     meta = obj.get("metadata") or {}
     spec = obj.get("spec") or {}
     if meta.get("namespace") != namespace or meta.get("deletionTimestamp"):
@@ -227,7 +235,9 @@ def attachable(
         return False
     if spec_request_hash(obj) != hash_ or not past_approval(obj):
         return False
-    if spec.get("idempotencyKey") != idempotency_key:
+    wanted = {**dict.fromkeys(CALL_OPTION_FIELDS), **(options or {})}
+    wanted["idempotencyKey"] = idempotency_key
+    if any(spec.get(field) != wanted[field] for field in CALL_OPTION_FIELDS):
         return False
     state = _state(obj)
     if state is None or not state.terminal:
@@ -274,6 +284,7 @@ def newest_attachable(
     window_seconds: float,
     approval_expiries: Mapping[str, datetime] | None = None,
     idempotency_key: str | None = None,
+    options: Mapping[str, Any] | None = None,
 ) -> Mapping[str, Any] | None:
     """The call a repeated request attaches to: a waiting one before an ended one, then
     the newest."""
@@ -289,6 +300,7 @@ def newest_attachable(
             window_seconds=window_seconds,
             approval_expiries=approval_expiries,
             idempotency_key=idempotency_key,
+            options=options,
         )
     ]
 

@@ -45,7 +45,7 @@ async def mcp(request: web.Request) -> web.StreamResponse:
 
 
 def add_routes(app: web.Application) -> None:
-    # GET (a standalone event stream) and DELETE (end a session) are the SDK's to refuse
-    # in stateless mode.
+    # GET (a standalone event stream) and DELETE (end a session) are refused (405) by the
+    # endpoint: it keeps no session and has no stream to open.
     for method in ("POST", "GET", "DELETE"):
         app.router.add_route(method, "/namespaces/{namespace}/mcp", mcp)

@@ -1,0 +1,69 @@
+"""Attack pass 7 on issue 31 (approvals in the MCP client), pure rules: a request coming
+back attaches only to a call made with the same call options. Another run, attempt or
+fencing token is another call the agent means to make, as another idempotency key is: an
+attempt's call runs in that attempt's workspace, and the holder of a newer fencing token is
+never answered with a stale holder's call (or its denial)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from tooladapter.pipeline.hashing import request_hash
+from tooladapter.pipeline.mcpapproval import CALL_OPTION_FIELDS, attachable, newest_attachable
+
+NOW = datetime(2026, 12, 3, 12, 0, tzinfo=UTC)
+AGENT = "system:serviceaccount:team-a:agent-1"
+HASH = request_hash(
+    namespace="team-a", tool_id="gated", tool_version="1.0.0", arguments={"path": "out.txt"}
+)
+SAME: dict[str, Any] = {
+    "namespace": "team-a",
+    "username": AGENT,
+    "hash_": HASH,
+    "now": NOW,
+    "window_seconds": 300,
+}
+
+
+def call(**options: Any) -> dict[str, Any]:
+    return {
+        "metadata": {"name": "gated-abc", "namespace": "team-a", "uid": "u-1"},
+        "spec": {
+            "tool": {"id": "gated", "version": "1.0.0"},
+            "arguments": {"path": "out.txt"},
+            "caller": {"kind": "agent", "name": AGENT},
+            **options,
+        },
+        "status": {"state": "AwaitingApproval"},
+    }
+
+
+@pytest.mark.parametrize(
+    ("field", "first", "again"),
+    [
+        ("attemptId", "attempt-1", "attempt-2"),
+        ("runId", "run-1", "run-2"),
+        ("fencingToken", 5, 6),
+        ("fencingToken", 0, None),
+    ],
+)
+def test_another_attempt_run_or_fencing_token_never_attaches(
+    field: str, first: Any, again: Any
+) -> None:
+    waiting = call(**{field: first})
+    assert attachable(waiting, **SAME, options={field: first})
+    assert not attachable(waiting, **SAME, options={field: again})
+    assert not attachable(waiting, **SAME)  # the request has none, the call one
+    assert not attachable(call(), **SAME, options={field: first})  # and the other way
+    assert newest_attachable([waiting], **SAME, options={field: again}) is None
+
+
+def test_the_same_options_all_together_attach() -> None:
+    options = {"runId": "r", "attemptId": "a", "fencingToken": 7}
+    waiting = call(idempotencyKey="k", **options)
+    assert set(CALL_OPTION_FIELDS) == {"idempotencyKey", *options}
+    assert attachable(waiting, **SAME, idempotency_key="k", options=options)
+    assert not attachable(waiting, **SAME, options=options)  # no key: another call
