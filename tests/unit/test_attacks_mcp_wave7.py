@@ -12,7 +12,12 @@ from typing import Any
 import pytest
 
 from tooladapter.pipeline.hashing import request_hash
-from tooladapter.pipeline.mcpapproval import CALL_OPTION_FIELDS, attachable, newest_attachable
+from tooladapter.pipeline.mcpapproval import (
+    CALL_OPTION_FIELDS,
+    attachable,
+    elicitation_message,
+    newest_attachable,
+)
 
 NOW = datetime(2026, 12, 3, 12, 0, tzinfo=UTC)
 AGENT = "system:serviceaccount:team-a:agent-1"
@@ -67,3 +72,17 @@ def test_the_same_options_all_together_attach() -> None:
     assert set(CALL_OPTION_FIELDS) == {"idempotencyKey", *options}
     assert attachable(waiting, **SAME, idempotency_key="k", options=options)
     assert not attachable(waiting, **SAME, options=options)  # no key: another call
+
+
+def test_the_message_shows_invisible_characters_even_past_the_cut() -> None:
+    """What the person at the keyboard reads: a bidirectional control is a visible marker
+    with a warning, never the raw character, also when it sits beyond the cut."""
+    near = call()
+    near["spec"]["arguments"] = {"path": "safe\u202etxt.exe"}
+    far = call()
+    far["spec"]["arguments"] = {"pad": "x" * 5000, "path": "a\u2066b\u200bc"}
+    for obj, hidden in ((near, "\u202e"), (far, "\u2066")):
+        text = elicitation_message(obj, AGENT)
+        assert hidden not in text and "\u200b" not in text
+        assert "warning:" in text, text[-500:]
+    assert "\u27e8U+202E\u27e9" in elicitation_message(near, AGENT)
