@@ -219,6 +219,7 @@ bench: venv
 	$(MAKE) --no-print-directory install
 	PYTHONPATH=$(ROOT)/hack$${PYTHONPATH:+:$$PYTHONPATH} $(PY) -m bench
 	BENCH_REPORT=bench-egress.json PYTHONPATH=$(ROOT)/hack$${PYTHONPATH:+:$$PYTHONPATH} $(PY) -m bench egress
+	BENCH_REPORT=bench-sandboxes.json PYTHONPATH=$(ROOT)/hack$${PYTHONPATH:+:$$PYTHONPATH} $(PY) -m bench sandboxes
 
 chaos: venv
 	@if [ "$(KUBECONFIG)" = "$(LOCAL_KUBECONFIG)" ]; then $(MAKE) --no-print-directory cluster-up; fi

@@ -338,6 +338,10 @@ class Settings:
     #: Size of an attempt's workspace volume (also its pod's ephemeral-storage request and
     #: limit, so a namespace's ResourceQuota bounds the workspaces it holds).
     workspace_size: str = "1Gi"
+    #: Workspaces a namespace may hold at once: the first call of one more attempt fails
+    #: (nothing started) until one is released, so an agent inventing attemptIds cannot
+    #: fill the nodes other tenants share (a ResourceQuota bounds them further).
+    workspaces_per_namespace: int = 16
     #: Ready sandboxes kept per namespace and sandbox profile (image, RuntimeClass,
     #: resources) once a call of that profile was seen; 0: no pools (every call that is not
     #: an attempt's runs in a Job of its own).
@@ -563,6 +567,9 @@ class Settings:
                 "TOOLADAPTER_WORKSPACE_IDLE_SECONDS", base.workspace_idle_seconds, 1
             ),
             workspace_size=_quantity("TOOLADAPTER_WORKSPACE_SIZE", base.workspace_size),
+            workspaces_per_namespace=_at_least(
+                "TOOLADAPTER_WORKSPACES_PER_NAMESPACE", base.workspaces_per_namespace, 1
+            ),
             warm_pool_size=_at_least("TOOLADAPTER_WARM_POOL_SIZE", base.warm_pool_size, 0),
             warm_pool_idle_seconds=_at_least(
                 "TOOLADAPTER_WARM_POOL_IDLE_SECONDS", base.warm_pool_idle_seconds, 1

@@ -39,6 +39,7 @@ pytestmark = [pytest.mark.cluster, pytest.mark.timeout(900)]
 PREFIX = f"{SESSION}ws"
 API = "api.example.test"
 IDLE_SECONDS = 20
+WORKSPACES = 3
 ALLOW = ["sh", "cat", "echo", "ls", "wget", "sleep", "true"]
 
 
@@ -68,6 +69,7 @@ def warm(
             "TOOLADAPTER_WORKSPACE_IDLE_SECONDS": str(IDLE_SECONDS),
             "TOOLADAPTER_WORKSPACE_SIZE": "256Mi",
             "TOOLADAPTER_WARM_POOL_SIZE": "1",
+            "TOOLADAPTER_WORKSPACES_PER_NAMESPACE": str(WORKSPACES),
         },
     )
     try:
@@ -426,3 +428,50 @@ def stored_receipt(operator: OperatorProcess, status: dict[str, Any]) -> dict[st
         statement = json.loads(base64.b64decode(document["payload"]))
         return dict(statement.get("predicate") or statement)
     return dict(document)
+
+
+def test_an_agent_inventing_attempts_holds_at_most_its_namespaces_share_of_workspaces(
+    api: client.ApiClient,
+    wns: Namespace,
+    server: Recorder,
+    warm: tuple[OperatorProcess, EgressProxyProcess],
+) -> None:
+    script_tool(api, wns.name, "many", egress=[])
+    (alice,) = agents(api, wns.name, "many", "alice")
+    for i in range(WORKSPACES):
+        status = run(alice, "many", "true", f"m{i}")
+        assert status["state"] == "Observed", explain(status, warm)
+    refused = run(alice, "many", "echo ran > /workspace/ran", f"m{WORKSPACES}")
+    assert refused["state"] == "Failed", explain(refused, warm)
+    assert "TOOLADAPTER_WORKSPACES_PER_NAMESPACE" in refused["message"]
+    assert not workspace_pods(api, wns.name, alice, f"m{WORKSPACES}")
+    # Calls of the attempts it holds go on.
+    assert run(alice, "many", "true", "m0")["state"] == "Observed"
+
+
+def test_a_call_whose_operator_was_killed_ends_once_and_its_processes_are_stopped(
+    api: client.ApiClient,
+    wns: Namespace,
+    server: Recorder,
+    warm: tuple[OperatorProcess, EgressProxyProcess],
+) -> None:
+    script_tool(api, wns.name, "rs", egress=[], timeout=300)
+    (alice,) = agents(api, wns.name, "rs", "alice")
+    assert run(alice, "rs", "true", "z1")["state"] == "Observed"
+    name = start(
+        alice, "rs", "echo begun > /workspace/begun; sleep 240; echo x > /workspace/x", "z1"
+    )
+    alice.wait(name, states={"Executing"})
+    operator = warm[0]
+    operator.kill()  # no graceful end: the exec stream dies with the process
+    operator.start()
+    ended = status_of(alice.wait(name, timeout=180))
+    # Contained (sandbox class): Failed, never run again; the message says what is unknown.
+    assert ended["state"] == "Failed", explain(ended, warm)
+    assert "workspace may have changed" in ended["message"], explain(ended, warm)
+    after = run(alice, "rs", "ls /workspace; ls /proc", "z1")
+    assert after["state"] == "Observed", explain(after, warm)
+    lines = after["result"]["content"].splitlines()
+    assert "x" not in lines
+    pids = [line for line in lines if line.isdigit()]
+    assert len(pids) <= 6, after["result"]["content"]

@@ -288,6 +288,7 @@ class WarmSandboxes:
                     timeout=self.settings.warm_start_seconds,
                 )
         else:
+            await self.check_room(call.namespace)
             claimed = await self.claim(call, profile, workspace=key)
             if claimed is not None:
                 pod = claimed
@@ -335,6 +336,21 @@ class WarmSandboxes:
                 },
             )
         return pod, workspace, made
+
+    async def check_room(self, namespace: str) -> None:
+        """Refuse one more workspace in a namespace that holds its share already."""
+        held = [
+            p
+            for p in await self.kube.list_pods(namespace, f"{LABEL_STATE}={STATE_ATTEMPT}")
+            if not pod_ended(p)
+        ]
+        cap = self.settings.workspaces_per_namespace
+        if len(held) >= cap:
+            raise Refused(
+                f"namespace {namespace} holds {len(held)} attempt workspaces, its limit "
+                f"(TOOLADAPTER_WORKSPACES_PER_NAMESPACE={cap}): release one (tooladapter "
+                "workspace release) or let one go idle"
+            )
 
     # ------------------------------------------------------------------ running
 
@@ -541,6 +557,9 @@ class WarmSandboxes:
     async def maintain(self, serves: Callable[[str], bool], call_ended: CallEnded) -> None:
         """One round of upkeep: idle workspaces released, idle pools drained, pools
         refilled, pods of calls that ended (an operator restart) deleted."""
+        # The policies are made again when next needed (a namespace deleted and made anew
+        # has none; a pod without it would never pass its gate, failing closed).
+        self.policies.clear()
         now = time.monotonic()
         for (namespace, key), pool in list(self.pools.items()):
             if now - pool.last_wanted > self.settings.warm_pool_idle_seconds:
