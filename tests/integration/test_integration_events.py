@@ -1,7 +1,8 @@
 """The reference's integration events on the real cluster (issue 30): with the event sink
-down for a minute and the operator killed once meanwhile, every event arrives at a
-CloudEvents receiver (the `cloudevents` SDK's parser) at least once, none lost, ids stable
-across redelivery; ToolInvoked carries the reference's payload fields.
+down for a minute and the operator killed once meanwhile, every event (the calls', a
+sandbox's lease and release, a descriptor's activation) arrives at a CloudEvents receiver
+(the `cloudevents` SDK's parser) at least once, none lost, ids stable across redelivery;
+ToolInvoked carries the reference's payload fields.
 
 The operator here serves `rev-<SESSION>-*`."""
 
@@ -20,7 +21,7 @@ from kubernetes import client
 from tooladapter.devtools import SESSION, Namespace, OperatorProcess, wait_for
 from tooladapter.pipeline.integration_events import EventType, event_id
 
-from .objects import Agent, descriptor, pretty, status_of
+from .objects import Agent, descriptor, pretty, shell_tool, status_of
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(600)]
 
@@ -120,10 +121,14 @@ def test_every_event_arrives_at_least_once_through_a_sink_outage_and_a_crash(
         agent = Agent.create(api, ns.name, "agent-1")
         stranger = Agent.create(api, ns.name, "agent-2")  # granted nothing: Denied
         descriptor(api, ns.name, "list-tools", kind="native", native={"name": "list-tools"})
-        agent.grant(["list-tools"], ["read"])
+        shell_tool(api, ns.name, "sh")
+        agent.grant(["list-tools", "sh"], ["read", "sandbox"])
         names = [agent.invoke("list-tools", {}, runId="run-ev") for _ in range(3)]
+        sandboxed = agent.invoke("sh", {"command": "echo leased"}, runId="run-ev")
         denied = stranger.invoke("list-tools", {})
         statuses = {n: status_of(agent.wait(n)) for n in names}
+        statuses[sandboxed] = status_of(agent.wait(sandboxed))
+        assert statuses[sandboxed]["state"] == "Observed", pretty(statuses[sandboxed])
         statuses[denied] = status_of(stranger.wait(denied))
         assert statuses[denied]["state"] == "Denied", pretty(statuses[denied])
         for name in names:
@@ -148,6 +153,12 @@ def test_every_event_arrives_at_least_once_through_a_sink_outage_and_a_crash(
         expected[event_id(statuses[denied]["receiptRef"], EventType.TOOL_INVOCATION_DENIED)] = (
             denied
         )
+        for kind in (
+            EventType.SANDBOX_LEASED,
+            EventType.SANDBOX_RELEASED,
+            EventType.TOOL_INVOKED,
+        ):
+            expected[event_id(statuses[sandboxed]["receiptRef"], kind)] = sandboxed
 
         def all_arrived() -> bool:
             ids = receiver.by_id()
@@ -174,11 +185,18 @@ def test_every_event_arrives_at_least_once_through_a_sink_outage_and_a_crash(
             assert event["specversion"] == "1.0"
         invoked = [e for e in mine if e["type"] == EventType.TOOL_INVOKED]
         assert {e["id"] for e in invoked} >= {i for i, n in expected.items() if n in names}
+        lease = statuses[sandboxed]["sandboxLease"]["leaseId"]
+        (leased,) = {e["id"]: e for e in mine if e["type"] == EventType.SANDBOX_LEASED}.values()
+        assert leased.data["leaseId"] == lease and leased.data["invocationId"]
+        assert set(leased.data) == {"leaseId", "invocationId", "tenantId", "kind", "poolId"}
+        (released,) = {e["id"]: e for e in mine if e["type"] == EventType.SANDBOX_RELEASED}.values()
+        assert released.data["leaseId"] == lease and released.data["reason"]
         for event in invoked:
             assert set(event.data) == TOOL_INVOKED_FIELDS, event.data
             assert event.data["tenantId"] == ns.name and event.data["state"] == "Observed"
             assert event.data["requestHash"].startswith("sha256:")
             assert event.data["runId"] == "run-ev"
+            assert event.data["toolId"] in ("list-tools", "sh")
         (refusal,) = [e for e in mine if e["type"] == EventType.TOOL_INVOCATION_DENIED]
         assert refusal.data["stage"] == "permission" and refusal.data["reason"], refusal.data
     finally:
