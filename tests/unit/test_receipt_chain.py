@@ -407,3 +407,28 @@ def test_the_keys_the_gateway_publishes_hold_no_private_part() -> None:
     for item in ring["keys"]:
         assert item["privateKey"] not in wire
     assert "privateKey" not in wire
+
+
+def test_published_heads_only_move_forward_and_other_entries_stay() -> None:
+    from tooladapter.kube.receipt_keys import head_key, merged, parse_heads
+
+    ref = "sha256:" + "a" * 64
+    data = {head_key(NS, UID): f"5:{ref}", "team-b.uid-b": f"9:{ref}", "junk": "x"}
+    assert merged(data, {(NS, UID): Head(4, ref)}) is None  # behind: unchanged
+    moved = merged(data, {(NS, UID): Head(6, ref), ("team-c", "uid-c"): Head(1, ref)})
+    assert moved is not None
+    heads = parse_heads(moved)
+    assert heads[(NS, UID)] == Head(6, ref) and heads[("team-b", "uid-b")] == Head(9, ref)
+    assert heads[("team-c", "uid-c")] == Head(1, ref) and moved["junk"] == "x"
+
+
+def test_heads_are_taken_for_publication_once_per_move(signer: Signer) -> None:
+    store = MemoryStore()
+    chains = ReceiptChains(store, lambda: signer)
+    for n in range(3):
+        store.put(chains.append(receipt(n), namespace=NS, uid=UID)[0])
+    taken = chains.take_changed()
+    assert list(taken) == [(NS, UID)] and taken[(NS, UID)].sequence == 3
+    assert chains.take_changed() == {}  # nothing moved since: no write to publish
+    chains.mark_changed(taken)  # a failed publication is tried again
+    assert chains.take_changed() == taken
