@@ -53,6 +53,9 @@ if [ -f "$KC" ] && [ -x "$BIN_DIR/kubectl" ]; then
       jsonpath='{range .items[?(@.metadata.annotations.storageclass\.kubernetes\.io/is-default-class=="true")]}{.metadata.name}{end}' \
       2>/dev/null)"
     if [ -n "$sc" ]; then echo "default StorageClass: $sc"; else echo "default StorageClass: NONE"; ok=1; fi
+    # gVisor (addons/gvisor.sh): the RuntimeClass GVisor sandboxes run with.
+    handler="$("$BIN_DIR/kubectl" --kubeconfig "$KC" get runtimeclass gvisor -o jsonpath='{.handler}' 2>/dev/null)"
+    if [ -n "$handler" ]; then echo "RuntimeClass gvisor: handler $handler"; else echo "RuntimeClass gvisor: NONE"; ok=1; fi
   else
     echo "apiserver: NOT ready"; ok=1
   fi
