@@ -9,7 +9,8 @@ Columns (one shell tool each, `echo`, the same limits):
   pod: the bench waits, untimed, until one is ready before each call;
 - attempt: calls of one attempt after its first (the workspace pod is there);
 - attempt first: the first call of an attempt while the attempt tool's pool has a ready pod;
-- gvisor: cold calls of a `GVisor` tool (RuntimeClass gvisor), when the cluster has it.
+- gvisor: cold calls of a `GVisor` tool (RuntimeClass gvisor), and later calls of an attempt
+  of a `GVisor` attempt tool ("gvisor attempt"), when the cluster has the RuntimeClass.
 
 Each column sequential (one call after another) and with 5 attempts (streams) in parallel;
 p50/p95 of create-to-terminal: from just before the POST to the moment a poll (every 20 ms)
@@ -341,6 +342,8 @@ class SandboxBench:
         if gvisor.returncode == 0:
             self.tool("gvisor", kind="GVisor", egress={"allow": ["192.0.2.99/32"]})
             self.column("gvisor", "gvisor", warm=False)
+            self.tool("gvisor-attempt", kind="GVisor", workspace="attempt", egress={"allow": []})
+            self.column("gvisor attempt", "gvisor-attempt", warm=True, attempt=True)
         else:
             self.report["unavailable"]["gvisor"] = (gvisor.stderr or gvisor.stdout).strip()
 

@@ -21,7 +21,6 @@ processes and settles as a Job's deadline or interrupt does.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -478,7 +477,9 @@ class WarmSandboxes:
                 sandbox_seconds=seconds,
             )
         if workspace is not None:
-            await self.touch(call.namespace, name)
+            # Off the call's path: only the idle release reads it, and a call of the
+            # attempt that runs or waits keeps the workspace anyway (`busy`).
+            self.spawn(self.touch(call.namespace, name))
         if result.exit_code != 0:
             return replace(
                 Outcome.tool_error(
@@ -511,12 +512,15 @@ class WarmSandboxes:
 
     async def touch(self, namespace: str, name: str) -> None:
         """The workspace's last use, which its idle release counts from."""
-        with contextlib.suppress(NotFound):
-            pod = await self.kube.get_pod(namespace, name)
-            if pod is not None:
-                await self.kube.patch_pod(
-                    pod, {"metadata": {"annotations": {ANNOTATION_LAST_USED: now_iso()}}}
-                )
+        try:
+            await self.kube.patch_pod(
+                {"metadata": {"name": name, "namespace": namespace}},
+                {"metadata": {"annotations": {ANNOTATION_LAST_USED: now_iso()}}},
+            )
+        except NotFound:
+            pass  # released meanwhile
+        except Exception:
+            logger.warning("recording the last use of %s/%s failed", namespace, name)
 
     async def resume(self, call: Call) -> Outcome | None:
         """A warm call whose operator stopped: its processes are killed (never run again)

@@ -37,6 +37,7 @@ from ..pipeline.sandbox import (
     runtime_class_for,
     secret_item_key,
 )
+from ..pipeline.warm import uses_attempt_workspace
 from ..timeutil import in_seconds, now_iso
 from .context import SANDBOX_KINDS, Denial, Failure, FlowContext
 from .recheck import needs_recheck, recheck
@@ -159,17 +160,22 @@ async def lease_sandbox(
         expiry = await mint_token(ctx, descriptor, names.secret)
     allow = lease_allow_list(ctx, sandbox)
     proxied = await grant_egress(ctx, descriptor, sandbox, allow, owner)
-    await ctx.rt.cluster.create(
-        build_network_policy(
-            namespace=ctx.namespace,
-            uid=ctx.uid,
-            owner=owner,
-            egress_allow=allow,
-            canary=ctx.rt.canary,
-            proxy=ctx.rt.egress_peer if proxied else None,
-            cluster=parse_cluster(ctx.rt.settings.egress.cluster_cidrs),
+    # An attempt's call runs in its workspace pod, which the namespace's warm policy
+    # (`pipeline.warm`) confines to the proxy: a policy of the call's own would select
+    # no pod. Its egress is its grant at the proxy, made above.
+    in_workspace = uses_attempt_workspace(descriptor, ctx.load_spec().attempt_id)
+    if not in_workspace:
+        await ctx.rt.cluster.create(
+            build_network_policy(
+                namespace=ctx.namespace,
+                uid=ctx.uid,
+                owner=owner,
+                egress_allow=allow,
+                canary=ctx.rt.canary,
+                proxy=ctx.rt.egress_peer if proxied else None,
+                cluster=parse_cluster(ctx.rt.settings.egress.cluster_cidrs),
+            )
         )
-    )
     timeout = timeout_of(ctx, descriptor)
     lease = SandboxLease(
         lease_id=ctx.uid,
@@ -186,15 +192,19 @@ async def lease_sandbox(
         credential_expiry=expiry
         or (in_seconds(credential_seconds(ctx, descriptor)) if data_b64 else None),
         leased_at=now_iso(),
-        job_name=names.job,
-        network_policy_name=names.network_policy,
+        job_name=None if in_workspace else names.job,
+        network_policy_name=None if in_workspace else names.network_policy,
         secret_name=names.secret if has_secret else None,
         runtime_class=runtime_class_for(sandbox, dict(ctx.rt.settings.runtime_classes)),
         egress_proxy=ctx.rt.egress_peer.endpoint if proxied and ctx.rt.egress_peer else None,
     )
     ctx.status.sandbox_lease = lease
     ctx.record(
-        Stage.SANDBOX, StageOutcome.LEASED, f"job {names.job}, networkpolicy {names.network_policy}"
+        Stage.SANDBOX,
+        StageOutcome.LEASED,
+        "the attempt's workspace"
+        if in_workspace
+        else f"job {names.job}, networkpolicy {names.network_policy}",
     )
     ctx.post(
         reason="SandboxLeased",

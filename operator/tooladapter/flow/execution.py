@@ -56,7 +56,10 @@ async def on_brokered(ctx: FlowContext) -> None:
     descriptor = await ctx.load_descriptor()
     if ctx.interrupt_requested():
         return await cancel(ctx, "interrupted before execution started")
-    job = sandbox_job(ctx, descriptor)
+    attempt = uses_attempt_workspace(descriptor, ctx.load_spec().attempt_id)
+    # An attempt's call runs in its workspace pod, never a Job: the quota check of a Job it
+    # will not make would only cost time (a new workspace pod meets the quota itself).
+    job = None if attempt else sandbox_job(ctx, descriptor)
     if job is not None and await wait_for_capacity(ctx, job):
         if ctx.interrupt_requested():
             return await cancel(ctx, "interrupted while waiting for capacity")
@@ -64,7 +67,7 @@ async def on_brokered(ctx: FlowContext) -> None:
         ctx.rechecked = False
         await recheck(ctx)
         descriptor = await ctx.load_descriptor()
-    if uses_attempt_workspace(descriptor, ctx.load_spec().attempt_id):
+    if attempt:
         if not await wait_for_workspace(ctx):
             return await cancel(ctx, "interrupted while waiting for the attempt's workspace")
         descriptor = await ctx.load_descriptor()

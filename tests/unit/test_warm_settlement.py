@@ -1,0 +1,315 @@
+"""Issue 29: how a warm call settles, against an in-memory stand-in for `kube.warm.WarmKube`
+(pods as plain dicts, exec answers scripted): the exactly-once rules of a cold Job hold."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+from tooladapter.enums import FailureClass, InvocationState, SandboxStart, SideEffectClass
+from tooladapter.executors import Call
+from tooladapter.executors.warm import WarmSandboxes
+from tooladapter.kube.client import Conflict
+from tooladapter.kube.warm import ExecResult
+from tooladapter.model import ToolDescriptorSpec
+from tooladapter.pipeline.warm import (
+    LABEL_CALL,
+    LABEL_STATE,
+    LABEL_WORKSPACE,
+    STATE_POOL,
+    STOP_SCRIPT,
+    workspace_key,
+)
+from tooladapter.settings import Settings
+
+CLEAN = b"tooladapter-processes-left:0\n"
+READY = {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}
+
+
+class FakeWarmKube:
+    """Pods by name; `answers` are what successive run execs return (or raise); a stop
+    exec (STOP_SCRIPT) answers `stop_answer`."""
+
+    def __init__(self) -> None:
+        self.pods: dict[str, dict[str, Any]] = {}
+        self.answers: list[ExecResult | BaseException | None] = []
+        self.stop_answer: ExecResult = ExecResult(b"", CLEAN, 0, {"status": "Success"})
+        self.execs: list[tuple[str, list[str], bytes]] = []
+        self.stops = 0
+        self.deleted: list[str] = []
+        self.policies: list[dict[str, Any]] = []
+        self.version = 0
+        self.made = 0
+
+    def add(self, name: str, labels: dict[str, str]) -> dict[str, Any]:
+        self.version += 1
+        pod = {
+            "metadata": {
+                "name": name,
+                "namespace": "ns",
+                "labels": dict(labels),
+                "annotations": {},
+                "resourceVersion": str(self.version),
+                "creationTimestamp": f"2026-01-01T00:00:{self.version:02d}Z",
+            },
+            "status": dict(READY),
+        }
+        self.pods[name] = pod
+        return pod
+
+    async def ensure_policy(self, policy: dict[str, Any]) -> None:
+        self.policies.append(policy)
+
+    async def create_pod(self, pod: dict[str, Any]) -> dict[str, Any]:
+        self.made += 1
+        return self.add(f"made-{self.made}", pod["metadata"]["labels"])
+
+    async def get_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return self.pods.get(name)
+
+    async def list_pods(self, namespace: str | None, selector: str) -> list[dict[str, Any]]:
+        wanted = dict(part.split("=", 1) for part in selector.split(","))
+        return [
+            json.loads(json.dumps(p))
+            for p in self.pods.values()
+            if all(p["metadata"]["labels"].get(k) == v for k, v in wanted.items())
+        ]
+
+    async def patch_pod(
+        self, pod: dict[str, Any], patch: dict[str, Any], *, exclusive: bool = False
+    ) -> dict[str, Any]:
+        stored = self.pods[pod["metadata"]["name"]]
+        if (
+            exclusive
+            and stored["metadata"]["resourceVersion"] != pod["metadata"]["resourceVersion"]
+        ):
+            raise Conflict("changed")
+        meta = patch["metadata"]
+        stored["metadata"]["labels"].update(meta.get("labels") or {})
+        stored["metadata"]["annotations"].update(meta.get("annotations") or {})
+        self.version += 1
+        stored["metadata"]["resourceVersion"] = str(self.version)
+        return dict(json.loads(json.dumps(stored)))
+
+    async def delete_pod(self, namespace: str, name: str) -> bool:
+        self.deleted.append(name)
+        return self.pods.pop(name, None) is not None
+
+    async def wait_ready(self, namespace: str, name: str, *, timeout: float) -> dict[str, Any]:
+        return self.pods[name]
+
+    async def exec(
+        self, namespace: str, name: str, command: list[str], *, stdin: bytes, max_bytes: int
+    ) -> ExecResult:
+        self.execs.append((name, command, stdin))
+        if command[2] == STOP_SCRIPT:
+            self.stops += 1
+            return self.stop_answer
+        answer = self.answers.pop(0)
+        if isinstance(answer, BaseException):
+            raise answer
+        if answer is None:
+            await asyncio.sleep(3600)  # a tool that runs on
+        assert isinstance(answer, ExecResult)
+        return answer
+
+
+def tool(workspace: str = "attempt", effect: str = "sandbox") -> ToolDescriptorSpec:
+    return ToolDescriptorSpec.model_validate(
+        {
+            "toolId": "sh",
+            "version": "1.0.0",
+            "kind": "shell",
+            "sideEffectClass": effect,
+            "sandbox": {"workspace": workspace},
+        }
+    )
+
+
+def call(
+    descriptor: ToolDescriptorSpec,
+    *,
+    attempt: str | None = "a1",
+    effective: SideEffectClass = SideEffectClass.SANDBOX,
+    timeout: int = 60,
+    uid: str = "uid-1",
+) -> Call:
+    return Call(
+        namespace="ns",
+        name=f"call-{uid}",
+        uid=uid,
+        caller="alice",
+        descriptor=descriptor,
+        arguments={"command": "echo hi"},
+        effective_class=effective,
+        timeout_seconds=timeout,
+        max_result_bytes=4096,
+        argv=("echo", "hi"),
+        attempt_id=attempt,
+    )
+
+
+def warm(kube: FakeWarmKube, **settings: Any) -> WarmSandboxes:
+    async def no_secret(namespace: str, name: str) -> dict[str, str]:
+        return {}
+
+    return WarmSandboxes(
+        kube,  # type: ignore[arg-type]
+        Settings(**settings),
+        read_secret=no_secret,
+        canary=("192.0.2.2", 4000),
+    )
+
+
+def ran(stdout: bytes, code: int, left: int = 0) -> ExecResult:
+    status: dict[str, Any] = (
+        {"status": "Success"}
+        if code == 0
+        else {
+            "status": "Failure",
+            "details": {"causes": [{"reason": "ExitCode", "message": str(code)}]},
+        }
+    )
+    return ExecResult(stdout, f"tooladapter-processes-left:{left}\n".encode(), code, status)
+
+
+def existing_workspace(kube: FakeWarmKube, caller: str = "alice", attempt: str = "a1") -> str:
+    key = workspace_key("ns", caller, attempt)
+    kube.add("ws-1", {LABEL_STATE: "attempt", LABEL_WORKSPACE: key})
+    return "ws-1"
+
+
+def test_a_later_call_of_an_attempt_runs_warm_in_its_workspace_and_is_observed() -> None:
+    kube = FakeWarmKube()
+    existing_workspace(kube)
+    kube.answers = [ran(b"hi\n", 0)]
+    outcome = asyncio.run(warm(kube).run(call(tool())))
+    assert outcome is not None and outcome.state == InvocationState.OBSERVED
+    assert outcome.output == b"hi\n"
+    run = outcome.sandbox_run
+    assert run is not None and run.start == SandboxStart.WARM and run.name == "ws-1"
+    assert run.workspace is not None and run.workspace.fresh is False
+    # The pod names the call that runs in it (a restart finds it), and is kept.
+    assert kube.pods["ws-1"]["metadata"]["labels"][LABEL_CALL] == "uid-1"
+    assert "ws-1" not in kube.deleted
+    (name, command, stdin) = kube.execs[0]
+    assert name == "ws-1"
+    assert command[-2:] == ["echo", "hi"] and stdin.startswith(b"\n")  # no proxy
+
+
+def test_another_caller_with_the_same_attempt_id_gets_a_workspace_of_its_own() -> None:
+    kube = FakeWarmKube()
+    existing_workspace(kube, caller="bob")
+    kube.answers = [ran(b"", 0)]
+    outcome = asyncio.run(warm(kube).run(call(tool())))
+    assert outcome is not None and outcome.sandbox_run is not None
+    assert outcome.sandbox_run.name != "ws-1"
+    assert outcome.sandbox_run.start == SandboxStart.COLD  # started for it: no pool
+    assert outcome.sandbox_run.workspace is not None and outcome.sandbox_run.workspace.fresh
+
+
+def test_a_tool_error_is_observed_with_its_exit_code() -> None:
+    kube = FakeWarmKube()
+    existing_workspace(kube)
+    kube.answers = [ran(b"no such file\n", 1)]
+    outcome = asyncio.run(warm(kube).run(call(tool())))
+    assert outcome is not None and outcome.state == InvocationState.OBSERVED
+    assert outcome.is_error and outcome.exit_code == 1
+
+
+def test_a_lost_answer_is_unconfirmed_stops_the_call_and_says_the_workspace_may_have_changed() -> (
+    None
+):
+    kube = FakeWarmKube()
+    existing_workspace(kube)
+    kube.answers = [ConnectionError("stream reset")]
+    contained = asyncio.run(warm(kube).run(call(tool())))
+    assert contained is not None and contained.state == InvocationState.FAILED
+    assert "workspace may have changed" in contained.message
+    assert kube.stops == 1
+    kube.answers = [ConnectionError("stream reset")]
+    effect = call(tool(effect="external"), effective=SideEffectClass.EXTERNAL)
+    uncertain = asyncio.run(warm(kube).run(effect))
+    assert uncertain is not None and uncertain.state == InvocationState.UNCERTAIN
+    assert "workspace may have changed" in uncertain.message
+
+
+def test_a_call_past_its_timeout_is_stopped_and_settled_by_class() -> None:
+    kube = FakeWarmKube()
+    existing_workspace(kube)
+    kube.answers = [None]
+    outcome = asyncio.run(asyncio.wait_for(warm(kube).run(call(tool(), timeout=0)), 10))
+    assert outcome is not None and outcome.state == InvocationState.FAILED
+    assert outcome.failure_class == FailureClass.TIMEOUT
+    assert kube.stops == 1 and "ws-1" in kube.pods
+
+
+def test_a_workspace_whose_processes_cannot_be_shown_stopped_is_deleted() -> None:
+    kube = FakeWarmKube()
+    existing_workspace(kube)
+    kube.answers = [ran(b"ok", 0, left=2)]
+    kube.stop_answer = ExecResult(b"", b"tooladapter-processes-left:1\n", 0, {"status": "Success"})
+    outcome = asyncio.run(warm(kube).run(call(tool())))
+    assert outcome is not None and outcome.state == InvocationState.OBSERVED
+    assert "ws-1" in kube.deleted
+
+
+def test_a_tool_that_never_started_is_failed() -> None:
+    kube = FakeWarmKube()
+    existing_workspace(kube)
+    kube.answers = [ExecResult(b"", b"tooladapter-not-started:3\n", 125, {"status": "Failure"})]
+    outcome = asyncio.run(warm(kube).run(call(tool())))
+    assert outcome is not None and outcome.state == InvocationState.FAILED
+    assert "never started" in outcome.message
+
+
+def test_a_pool_pod_serves_one_call_and_a_call_without_one_runs_cold() -> None:
+    kube = FakeWarmKube()
+    sandboxes = warm(kube, warm_pool_size=1)
+    descriptor = tool(workspace="call")
+    profile = sandboxes.profile(call(descriptor, attempt=None), attempt=False)
+    kube.add("pool-1", {LABEL_STATE: STATE_POOL, "tooladapter.dev/warm-profile": profile.key})
+    kube.answers = [ran(b"hi", 0)]
+
+    async def scenario() -> tuple[Any, Any]:
+        first = await sandboxes.run(call(descriptor, attempt=None))
+        await asyncio.gather(*sandboxes.background)
+        kube.pods = {k: v for k, v in kube.pods.items() if k == "pool-1"}  # no refill yet
+        second = await sandboxes.run(call(descriptor, attempt=None, uid="uid-2"))
+        return first, second
+
+    first, second = asyncio.run(scenario())
+    assert first is not None and first.sandbox_run.name == "pool-1"
+    assert first.sandbox_run.start == SandboxStart.WARM
+    assert "pool-1" in kube.deleted  # after its one call
+    assert second is None  # nothing ready: the caller runs it in a Job
+
+
+def test_credentials_or_cidrs_never_run_warm() -> None:
+    kube = FakeWarmKube()
+    sandboxes = warm(kube, warm_pool_size=1)
+    plain = call(tool(workspace="call"), attempt=None)
+    cidr = Call(**{**plain.__dict__, "egress_allow": ("10.0.0.0/24",)})
+    assert asyncio.run(sandboxes.run(cidr)) is None
+    assert kube.execs == []
+
+
+def test_a_namespace_holds_at_most_its_share_of_workspaces() -> None:
+    kube = FakeWarmKube()
+    kube.add("ws-a", {LABEL_STATE: "attempt", LABEL_WORKSPACE: "other"})
+    outcome = asyncio.run(warm(kube, workspaces_per_namespace=1).run(call(tool())))
+    assert outcome is not None and outcome.state == InvocationState.FAILED
+    assert "TOOLADAPTER_WORKSPACES_PER_NAMESPACE" in outcome.message
+    assert kube.execs == [] and kube.made == 0
+
+
+def test_a_resumed_warm_call_is_stopped_never_run_again() -> None:
+    kube = FakeWarmKube()
+    existing_workspace(kube)
+    kube.pods["ws-1"]["metadata"]["labels"][LABEL_CALL] = "uid-1"
+    outcome = asyncio.run(warm(kube).resume(call(tool())))
+    assert outcome is not None and outcome.state == InvocationState.FAILED
+    assert "workspace may have changed" in outcome.message
+    assert kube.stops == 1 and all(c[2] == STOP_SCRIPT for _, c, _ in kube.execs)
+    assert asyncio.run(warm(FakeWarmKube()).resume(call(tool()))) is None
