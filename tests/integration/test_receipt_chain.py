@@ -21,6 +21,7 @@ import pytest
 from kubernetes import client
 
 from tooladapter.devtools import SESSION, Namespace, OperatorProcess, kubeconfig, wait_for
+from tooladapter.devtools.s3 import S3Server
 
 from .gateway_client import http_json
 from .objects import Agent, descriptor, get, pretty, status_of
@@ -431,5 +432,60 @@ def test_the_page_shows_a_receipts_signature_and_the_chain_head(
         assert head.split(":", 1)[1] in text
         assert "Signature valid, by ed25519:" in text, text
         assert "sequence 1" in text or "sequence 2" in text
+    finally:
+        ns.delete()
+
+
+@pytest.fixture
+def two_operators_on_s3(
+    api: client.ApiClient, signing_objects: None, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[OperatorProcess, OperatorProcess, S3Server]]:
+    server = S3Server(tmp_path_factory.mktemp("s3"), buckets=("receipts",))
+    server.start()
+    env = {
+        **CHAIN_ENV,
+        "TOOLADAPTER_NAMESPACES": f"rch3-{SESSION}-*",
+        "TOOLADAPTER_LEADER_ELECTION": "false",
+        **server.operator_env("receipts", f"{SESSION}/"),
+    }
+    first = OperatorProcess(tmp_path_factory.mktemp("s3-first"), env)
+    second = OperatorProcess(tmp_path_factory.mktemp("s3-second"), env)
+    try:
+        first.start()
+        second.start()
+        yield first, second, server
+    finally:
+        second.stop()
+        first.stop()
+        server.stop()
+
+
+def test_two_operators_on_one_bucket_leave_one_chain_an_auditor_reads_from_the_bucket(
+    api: client.ApiClient,
+    two_operators_on_s3: tuple[OperatorProcess, OperatorProcess, S3Server],
+    tmp_path: Path,
+) -> None:
+    """If-None-Match on the bucket decides who claims each number."""
+    first, _second, server = two_operators_on_s3
+    ns = Namespace(api, prefix=f"rch3-{SESSION}")
+    try:
+        agent, statuses = calls(api, ns, 10)
+        uid = namespace_uid(api, ns.name)
+        keys = keys_file(first.gateway_url, tmp_path / "keys.json")
+        cli = Cli(tmp_path, api, agent)
+        s3_env = server.operator_env("receipts", f"{SESSION}/")
+        cli_env = cli.env
+        cli.env = lambda: {  # type: ignore[method-assign]
+            **cli_env(),
+            **{k: v for k, v in s3_env.items() if k.startswith(("AWS_", "TOOLADAPTER_S3_"))},
+        }
+        code, (report,), err = verify(
+            cli, "--store", f"s3://receipts/{SESSION}/", "--keys", str(keys),
+            "--gateway", first.gateway_url,
+        )  # fmt: skip
+        assert code == 0, (err, report)
+        assert report["incarnation"] == uid and report["checked"] >= 10, report
+        sequences = sorted(s["receipt"]["sequence"] for s in statuses)
+        assert len(set(sequences)) == len(sequences), sequences
     finally:
         ns.delete()

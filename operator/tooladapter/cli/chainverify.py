@@ -63,14 +63,17 @@ def open_read_only(location: str) -> ArtifactStore:
         import os
 
         import boto3
+        from botocore.config import Config
 
         from ..artifacts.s3 import S3ArtifactStore
 
         bucket, _, prefix = location.removeprefix("s3://").partition("/")
+        path_style = os.environ.get("TOOLADAPTER_S3_PATH_STYLE", "").lower() in ("1", "true")
         client = boto3.session.Session().client(
             "s3",
             endpoint_url=os.environ.get("TOOLADAPTER_S3_ENDPOINT") or None,
             region_name=os.environ.get("TOOLADAPTER_S3_REGION") or "us-east-1",
+            config=Config(s3={"addressing_style": "path" if path_style else "auto"}),
         )
         return S3ArtifactStore(client, bucket=bucket, prefix=prefix)
     path = Path(location)

@@ -263,7 +263,8 @@ async def _verify_chain(
     metavar="DIR|s3://BUCKET/PREFIX",
     help="The artifact store: a directory (the file store, or a copy of the bucket) or "
     "s3://bucket/prefix (read with the environment's AWS credentials; endpoint "
-    "$TOOLADAPTER_S3_ENDPOINT). Default $TOOLADAPTER_ARTIFACT_DIR.",
+    "$TOOLADAPTER_S3_ENDPOINT, $TOOLADAPTER_S3_REGION, $TOOLADAPTER_S3_PATH_STYLE). Default "
+    "$TOOLADAPTER_ARTIFACT_DIR.",
 )
 @click.option(
     "--keys",
