@@ -6,6 +6,10 @@ namespace) and as a tenant with a namespace of its own.
   SDK's stateless transport held such a GET open for as long as the client liked, with
   nothing ever to send on it, and with it the request door of the namespace in the URL.
   Any authenticated ServiceAccount of another tenant could fill a namespace's doors so.
+- A slow body sent by another tenant's ServiceAccount to this namespace's MCP endpoint
+  holds that caller's request slot while it arrives, never the namespace's: its agent is
+  served meanwhile. So is a slow form posted to the reviewers' page by a person of another
+  tenant who signed in naming this namespace.
 - The reviewers' link is built from the public URL setting, never from the Host (or a
   forwarded host) the agent sent.
 - A request coming back with another run id is another call (a new invocation and a new
@@ -16,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from collections.abc import Iterator
 from contextlib import ExitStack
 from pathlib import Path
@@ -129,6 +134,120 @@ async def test_a_stream_without_a_session_is_refused_and_holds_no_door_of_anothe
                 listed = await mcp.list_tools()
             assert [t.name for t in listed.tools] == ["list-tools"]
     finally:
+        standby.stop()
+
+
+async def _slow_body(base: str, path: str, token: str) -> asyncio.StreamWriter:
+    """A POST whose body never finishes arriving (one byte of a hundred)."""
+    host, port = base.split("//", 1)[1].rsplit(":", 1)
+    _, writer = await asyncio.open_connection(host, int(port))
+    writer.write(
+        (
+            f"POST {path} HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {token}\r\n"
+            "Content-Type: application/json\r\nAccept: application/json, text/event-stream\r\n"
+            "Content-Length: 100\r\n\r\n{"
+        ).encode()
+    )
+    await writer.drain()
+    return writer
+
+
+async def test_slow_bodies_of_another_tenant_hold_no_slot_of_this_namespace(
+    api: client.ApiClient,
+    ns: Namespace,
+    agent: Agent,
+    tenant: Namespace,
+    tmp_path: Path,
+) -> None:
+    descriptor(api, ns.name, "list-tools", **NATIVE)
+    agent.grant(["list-tools"], ["read"])
+    outsider = unbound_sa(api, tenant.name, "outsider")
+    caps = {
+        "TOOLADAPTER_GATEWAY_NAMESPACE_REQUESTS": "2",
+        "TOOLADAPTER_GATEWAY_CALLER_REQUESTS": "2",
+    }
+    standby = OperatorProcess(tmp_path, caps)
+    standby.start(until="standby:")
+    path = f"/namespaces/{ns.name}/mcp"
+    url = standby.gateway_url + path
+    listing = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}
+    era = {"mcp-protocol-version": LEGACY}
+    writers = [await _slow_body(standby.gateway_url, path, outsider) for _ in range(2)]
+    try:
+        # Both slow bodies hold the outsider's slots once its next request is refused.
+        for _ in range(200):
+            answered = await asyncio.to_thread(rpc, url, outsider, listing, era)
+            if answered.status_code == 429:
+                break
+        assert answered.status_code == 429, answered.text
+        served = await asyncio.to_thread(rpc, url, token_of(agent), listing, era)
+        assert served.status_code == 200, served.text
+        tools = message_of(served)["result"]["tools"]
+        assert [t["name"] for t in tools] == ["list-tools"]
+    finally:
+        for writer in writers:
+            writer.close()
+        standby.stop()
+
+
+async def test_slow_page_forms_of_another_tenant_hold_no_slot_of_this_namespace(
+    api: client.ApiClient,
+    ns: Namespace,
+    agent: Agent,
+    tenant: Namespace,
+    tmp_path: Path,
+) -> None:
+    """The same through the reviewers' page: a person of another tenant signs in naming
+    this namespace and posts forms to it slowly."""
+    descriptor(api, ns.name, "list-tools", **NATIVE)
+    agent.grant(["list-tools"], ["read"])
+    outsider = unbound_sa(api, tenant.name, "outsider")
+    caps = {
+        "TOOLADAPTER_GATEWAY_NAMESPACE_REQUESTS": "2",
+        "TOOLADAPTER_GATEWAY_CALLER_REQUESTS": "2",
+    }
+    standby = OperatorProcess(tmp_path, caps)
+    standby.start(until="standby:")
+    base = standby.gateway_url
+    url = mcp_url(base, ns.name)
+    listing = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}
+    era = {"mcp-protocol-version": LEGACY}
+    writers = []
+    try:
+        with httpx2.Client(trust_env=False, timeout=60) as web:
+            form = web.get(f"{base}/ui/login")
+            nonce = re.search(r'name="nonce" value="([^"]+)"', form.text)
+            assert nonce, form.text
+            signed = web.post(
+                f"{base}/ui/login",
+                data={"nonce": nonce.group(1), "token": outsider, "namespaces": ns.name},
+            )
+            assert signed.status_code in (302, 303), signed.text
+            cookie = "; ".join(f"{k}={v}" for k, v in web.cookies.items())
+        for _ in range(2):
+            host, port = base.split("//", 1)[1].rsplit(":", 1)
+            _, writer = await asyncio.open_connection(host, int(port))
+            writer.write(
+                (
+                    f"POST /ui/approvals/{ns.name}/nothing HTTP/1.1\r\nHost: {host}:{port}\r\n"
+                    f"Cookie: {cookie}\r\nOrigin: {base}\r\n"
+                    "Content-Type: application/x-www-form-urlencoded\r\n"
+                    "Content-Length: 100\r\n\r\ncsrf="
+                ).encode()
+            )
+            await writer.drain()
+            writers.append(writer)
+        # Both slow forms hold the person's slots once their next request is refused.
+        for _ in range(200):
+            answered = await asyncio.to_thread(rpc, url, outsider, listing, era)
+            if answered.status_code == 429:
+                break
+        assert answered.status_code == 429, answered.text
+        served = await asyncio.to_thread(rpc, url, token_of(agent), listing, era)
+        assert served.status_code == 200, served.text
+    finally:
+        for writer in writers:
+            writer.close()
         standby.stop()
 
 

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from tooladapter.gateway.doors import Busy, Caps, Doors
 from tooladapter.pipeline.hashing import request_hash
 from tooladapter.pipeline.mcpapproval import (
     CALL_OPTION_FIELDS,
@@ -86,3 +87,18 @@ def test_the_message_shows_invisible_characters_even_past_the_cut() -> None:
         assert hidden not in text and "\u200b" not in text
         assert "warning:" in text, text[-500:]
     assert "\u27e8U+202E\u27e9" in elicitation_message(near, AGENT)
+
+
+def test_a_namespaces_slots_are_taken_apart_from_the_callers() -> None:
+    """The gateway takes the caller's slot when a request's head arrives and the
+    namespace's once its body did: a caller's slow bodies fill its own cap only."""
+    doors = Doors(Caps(caller_requests=2, namespace_requests=2))
+    slow = [doors.take_request("outsider", None) for _ in range(2)]
+    with pytest.raises(Busy):
+        doors.take_request("outsider", None)
+    served = doors.take_request("agent", None)
+    also = doors.take_namespace_requests(["team-a", "team-a", None])
+    assert doors.requests[("namespace", "team-a")] == 1
+    for held in (*slow, served, also):
+        doors.give(held)
+    assert not doors.requests

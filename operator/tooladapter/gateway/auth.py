@@ -25,6 +25,7 @@ from ..kube.callers import CallerApiError, CallerIdentity
 from ..metrics import GATEWAY_REFUSED
 from ..pipeline.problems import ProblemKind
 from ..settings import Settings
+from .bodies import read_body
 from .context import Caller, deps_of, set_caller
 from .doors import Busy, FailureLimiter, client_address
 from .errors import Handler, ProblemError
@@ -221,10 +222,22 @@ async def authentication_middleware(request: web.Request, handler: Handler) -> w
     authenticate(request, identity, token)
     doors = deps_of(request).doors
     try:
-        held = doors.take_request(identity.username, request.match_info.get("namespace"))
+        held = doors.take_request(identity.username, None)
     except Busy as exc:
         raise too_many(exc) from None
     try:
-        return await handler(request)
+        # The body arrives (within its deadline) on the caller's slot alone: any caller of
+        # any tenant may name a namespace in the URL, and sending slowly would otherwise
+        # hold that namespace's slots from its own callers.
+        if request.body_exists:
+            await read_body(request)
+        try:
+            also = doors.take_namespace_requests([request.match_info.get("namespace")])
+        except Busy as exc:
+            raise too_many(exc) from None
+        try:
+            return await handler(request)
+        finally:
+            doors.give(also)
     finally:
         doors.give(held)

@@ -90,6 +90,14 @@ class Doors:
     def take_request(self, caller: str, namespace: str | None) -> Held:
         return self.take_requests(caller, [namespace] if namespace else [])
 
+    def take_namespace_requests(self, namespaces: Iterable[str | None]) -> Held:
+        """The namespaces' slots of a request whose caller holds its own already (taken once
+        the body arrived: a namespace in the URL is any caller's to name)."""
+        keys = [("namespace", ns) for ns in dict.fromkeys(namespaces) if ns]
+        return self._take(
+            self.requests, keys, {"namespace": self.caps.namespace_requests}, "requests"
+        )
+
     def take_requests(self, caller: str, namespaces: Iterable[str]) -> Held:
         """One request of `caller` over `namespaces` (the page's views read several): one
         slot of the caller's and one of each namespace's."""

@@ -219,7 +219,8 @@ def page(handler: Page) -> Callable[[web.Request], Awaitable[web.StreamResponse]
     Every page request holds one of the person's request slots (fair doors, the same caps
     as the REST and MCP doors: a bearer token and its cookie count as one caller) and one
     of the namespace's: the route's `{namespace}`, else each namespace of the session.
-    Beyond them: 429 with `Retry-After`, before a form is read or the API server asked."""
+    Beyond them: 429 with `Retry-After`, before the API server is asked. The person's slot
+    is taken before a form is read, the namespaces' once it arrived."""
 
     @functools.wraps(handler)
     async def wrapped(request: web.Request) -> web.StreamResponse:
@@ -242,9 +243,8 @@ def page(handler: Page) -> Callable[[web.Request], Awaitable[web.StreamResponse]
         doors = deps_of(request).doors
         route_namespace = request.match_info.get("namespace")
         scopes = [route_namespace] if route_namespace else list(person.session.namespaces)
-        try:
-            held = doors.take_requests(person.username, scopes)
-        except Busy as exc:
+
+        def busy(exc: Busy) -> web.StreamResponse:
             refused = too_many(exc)  # counted like every 429 of the doors
             response = render(
                 request,
@@ -256,8 +256,28 @@ def page(handler: Page) -> Callable[[web.Request], Awaitable[web.StreamResponse]
             )
             response.headers["Retry-After"] = str(exc.retry_after)
             return response
+
+        async def in_namespaces(request: web.Request, person: Person) -> web.StreamResponse:
+            # A form arrives (within its deadline) on the person's slot alone: anyone may
+            # name a namespace in the route or the session, and sending slowly would
+            # otherwise hold that namespace's slots from its own callers.
+            if request.body_exists:
+                await form_body(request)
+            try:
+                also = doors.take_namespace_requests(scopes)
+            except Busy as exc:
+                return busy(exc)
+            try:
+                return await handler(request, person)
+            finally:
+                doors.give(also)
+
         try:
-            return await _answer(request, person, handler)
+            held = doors.take_requests(person.username, [])
+        except Busy as exc:
+            return busy(exc)
+        try:
+            return await _answer(request, person, in_namespaces)
         finally:
             doors.give(held)
 
