@@ -18,6 +18,7 @@ Blocking (store I/O): called on the store's threads, serialised per chain by a l
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 from collections.abc import Callable, Mapping
@@ -87,6 +88,7 @@ class ReceiptChains:
         #: Heads published before this start (`kube.receipt_keys`): where `discover` starts.
         self._hints: dict[tuple[str, str], Head] = dict(hints or {})
         self._locks: dict[tuple[str, str], threading.Lock] = {}
+        self._turns: dict[tuple[str, str], asyncio.Lock] = {}
         self._guard = threading.Lock()
         #: Chains whose head moved since the last publication.
         self.changed: set[tuple[str, str]] = set()
@@ -127,6 +129,14 @@ class ReceiptChains:
                 with self._guard:
                     self._heads[key] = head
             return head
+
+    def turn(self, namespace: str, uid: str) -> asyncio.Lock:
+        """The chain's turn on the store's threads, taken on the event loop before a trip
+        that appends to it. Appends to one chain wait for each other (`_lock`); without the
+        turn they would wait on the store's few shared threads, and one namespace's flood
+        of calls ending would hold every thread and every other namespace's receipts."""
+        with self._guard:
+            return self._turns.setdefault((namespace, uid), asyncio.Lock())
 
     def _lock(self, key: tuple[str, str]) -> threading.Lock:
         with self._guard:

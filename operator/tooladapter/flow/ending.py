@@ -495,7 +495,13 @@ async def write_receipt(
         (ArtifactKind.RECEIPT, seal_and_store),
         (ArtifactKind.INDEX, index_writes),
     ]
-    await store_all(writes, of=of, on_failure=on_failure)
+    if chains is not None and namespace_uid:
+        # One trip per chain on the store's threads at a time: the others of this chain
+        # wait here, on the loop, never on a thread another namespace's receipt needs.
+        async with chains.turn(namespace, namespace_uid):
+            await store_all(writes, of=of, on_failure=on_failure)
+    else:
+        await store_all(writes, of=of, on_failure=on_failure)
     own_ref, sequence = sealed[0][1], sealed[0][2]
     status.audit_ref = own_ref
     if not (status.duplicate_of and status.receipt_ref):
