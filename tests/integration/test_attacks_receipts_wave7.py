@@ -1,0 +1,227 @@
+"""Attack pass 7 on signed, chained receipts and integration events (issue 30), as an agent
+(a ServiceAccount with `tooladapter-requester` in its own namespace) would: the signing key
+is out of its reach (Secret, public key set, gateway, operator log); another tenant's chain
+head is not served to it; its own call's status is not its to point elsewhere; the events
+its calls cause carry neither its argument values nor a denial's message quoting them; a
+duplicate of its call sends no event.
+
+The operator here serves `rv7-<SESSION>-*` and delivers events to a receiver of this
+module (parsed with the `cloudevents` SDK, raw bodies kept)."""
+
+from __future__ import annotations
+
+import base64
+import json
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+from cloudevents.v1.http import from_http
+from kubernetes import client
+
+from tooladapter.devtools import SESSION, Namespace, OperatorProcess, wait_for
+from tooladapter.pipeline.integration_events import EventType, event_id
+
+from .gateway_client import http_json, token_of
+from .objects import Agent, descriptor, pretty, status_of
+
+pytestmark = [pytest.mark.cluster, pytest.mark.timeout(300)]
+
+SCOPE = f"rv7-{SESSION}"
+SYSTEM = "tooladapter-system"
+SIGNING = "tooladapter-receipt-signing"
+KEYS = "tooladapter-receipt-keys"
+HEADS = "tooladapter-receipt-heads"
+#: What the agent sends as an argument, and a schema error's message quotes.
+PIN = "pin-4242-do-not-export"
+
+
+class Sink:
+    """A CloudEvents receiver that keeps each POST's raw body and its parsed event."""
+
+    def __init__(self) -> None:
+        self.bodies: list[bytes] = []
+        self.events: list[Any] = []
+        self.errors: list[str] = []
+        self.lock = threading.Lock()
+        sink = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                try:
+                    event = from_http(dict(self.headers), body)
+                except Exception as exc:  # recorded, and the test fails on it
+                    with sink.lock:
+                        sink.errors.append(f"{type(exc).__name__}: {exc}")
+                    self.send_response(400)
+                    self.end_headers()
+                    return
+                with sink.lock:
+                    sink.bodies.append(body)
+                    sink.events.append(event)
+                self.send_response(202)
+                self.end_headers()
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}/"
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+    def subjects(self) -> list[str]:
+        with self.lock:
+            return [str(e["subject"]) for e in self.events]
+
+
+@pytest.fixture(scope="module")
+def sink() -> Iterator[Sink]:
+    s = Sink()
+    yield s
+    s.close()
+
+
+@pytest.fixture(scope="module")
+def wave_operator(
+    api: client.ApiClient, sink: Sink, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[OperatorProcess]:
+    op = OperatorProcess(
+        tmp_path_factory.mktemp("rv7-operator"),
+        {"TOOLADAPTER_NAMESPACES": f"{SCOPE}-*", "TOOLADAPTER_EVENT_SINK": sink.url},
+    )
+    op.start()
+    yield op
+    op.stop()
+
+
+@pytest.fixture
+def tenant(api: client.ApiClient, wave_operator: OperatorProcess) -> Iterator[Namespace]:
+    namespace = Namespace(api, prefix=SCOPE)
+    yield namespace
+    namespace.delete()
+
+
+def _status(exc: client.ApiException) -> int:
+    return int(exc.status or 0)
+
+
+def test_an_agent_reaches_no_signing_key_and_no_other_tenants_chain(
+    api: client.ApiClient, wave_operator: OperatorProcess, tenant: Namespace
+) -> None:
+    agent = Agent.create(api, tenant.name, "agent-1")
+    other = Namespace(api, prefix=SCOPE)
+    try:
+        core = client.CoreV1Api(agent.api)
+        # The Secret: not by name, not by listing, neither there nor in its own namespace.
+        for attempt in (
+            lambda: core.read_namespaced_secret(SIGNING, SYSTEM),
+            lambda: core.list_namespaced_secret(SYSTEM),
+            lambda: core.list_namespaced_secret(tenant.name),
+            lambda: core.list_secret_for_all_namespaces(),
+        ):
+            with pytest.raises(client.ApiException) as refused:
+                attempt()
+            assert _status(refused.value) == 403
+        # The public keys are public, and only that; the heads (every tenant's namespaces
+        # and call counts) are not the agent's to read.
+        published = core.read_namespaced_config_map(KEYS, SYSTEM).data or {}
+        with pytest.raises(client.ApiException) as refused:
+            core.read_namespaced_config_map(HEADS, SYSTEM)
+        assert _status(refused.value) == 403
+
+        secret = client.CoreV1Api(api).read_namespaced_secret(SIGNING, SYSTEM)
+        keyring = json.loads(base64.b64decode(secret.data["keyring.json"]))
+        privates = [str(k["privateKey"]) for k in keyring["keys"]]
+        assert privates
+        status, _, served = http_json("GET", f"{wave_operator.gateway_url}/receipt-keys")
+        assert status == 200, served
+        log = wave_operator.log_text()
+        for private in privates:
+            raw = base64.b64decode(private)
+            for form in (private, raw.hex(), base64.urlsafe_b64encode(raw).decode().rstrip("=")):
+                assert form not in json.dumps(published)
+                assert form not in json.dumps(served)
+                assert form not in log
+        assert all("privateKey" not in key for key in served["keys"]), served
+
+        # Its own chain's head, at its own incarnation; never another tenant's.
+        token = token_of(agent)
+        status, _, mine = http_json(
+            "GET", f"{wave_operator.gateway_url}/namespaces/{tenant.name}/receipt-chain", token
+        )
+        assert status == 200, mine
+        uid = client.CoreV1Api(api).read_namespace(tenant.name).metadata.uid
+        assert mine["incarnation"] == uid, mine
+        status, _, theirs = http_json(
+            "GET", f"{wave_operator.gateway_url}/namespaces/{other.name}/receipt-chain", token
+        )
+        assert status == 403, theirs
+    finally:
+        other.delete()
+
+
+def test_events_carry_no_argument_value_and_a_duplicate_sends_none(
+    api: client.ApiClient, sink: Sink, tenant: Namespace
+) -> None:
+    agent = Agent.create(api, tenant.name, "agent-1")
+    descriptor(api, tenant.name, "list-tools", kind="native", native={"name": "list-tools"})
+    descriptor(
+        api,
+        tenant.name,
+        "pinned",
+        kind="native",
+        native={"name": "list-tools"},
+        inputSchema={"type": "object", "properties": {"pin": {"type": "integer"}}},
+    )
+    agent.grant(["list-tools", "pinned"], ["read"])
+
+    # A denial whose message quotes what the agent sent.
+    denied = agent.invoke("pinned", {"pin": PIN}, runId="run-rv7")
+    refusal = status_of(agent.wait(denied))
+    assert refusal["state"] == "Denied", pretty(refusal)
+    assert PIN in json.dumps(refusal), pretty(refusal)  # the status (and receipt) keep it
+
+    # A call, and its duplicate (the same idempotency key and request).
+    first = agent.invoke("list-tools", {}, idempotencyKey="rv7-key")
+    assert status_of(agent.wait(first))["state"] == "Observed"
+    duplicate = agent.invoke("list-tools", {}, idempotencyKey="rv7-key")
+    twin = status_of(agent.wait(duplicate))
+    assert twin.get("duplicateOf") == first, pretty(twin)
+    assert twin["receipt"].get("sequence"), pretty(twin)  # its own link of the chain
+
+    # A later call: a chain's links are delivered in order, so once its event is in, every
+    # earlier link's events (or their absence) are decided.
+    last = agent.invoke("list-tools", {})
+    closing = status_of(agent.wait(last))
+    assert closing["state"] == "Observed", pretty(closing)
+    wait_for(
+        lambda: f"toolinvocations/{last}" in sink.subjects(),
+        timeout=120,
+        interval=0.5,
+        what="the last call's event at the sink",
+    )
+    assert not sink.errors, sink.errors
+    with sink.lock:
+        bodies = list(sink.bodies)
+        events = list(sink.events)
+    for body in bodies:
+        assert PIN.encode() not in body, body
+    subjects = [str(e["subject"]) for e in events]
+    assert f"toolinvocations/{duplicate}" not in subjects
+    ids = {str(e["id"]) for e in events}
+    assert event_id(refusal["receiptRef"], EventType.TOOL_INVOCATION_DENIED) in ids
+    first_status = status_of(agent.wait(first))
+    assert event_id(first_status["receiptRef"], EventType.TOOL_INVOKED) in ids
+    (denial,) = [e for e in events if e["subject"] == f"toolinvocations/{denied}"]
+    assert set(denial.data) == {"invocationId", "tenantId", "toolId", "reason", "stage"}
