@@ -475,3 +475,32 @@ def test_a_call_whose_operator_was_killed_ends_once_and_its_processes_are_stoppe
     assert "x" not in lines
     pids = [line for line in lines if line.isdigit()]
     assert len(pids) <= 6, after["result"]["content"]
+
+
+def test_a_call_superseded_while_it_waited_for_the_workspace_is_denied_at_fencing(
+    api: client.ApiClient,
+    wns: Namespace,
+    server: Recorder,
+    warm: tuple[OperatorProcess, EgressProxyProcess],
+) -> None:
+    script_tool(api, wns.name, "fence", egress=[], timeout=300)
+    (alice,) = agents(api, wns.name, "fence", "alice")
+
+    def fenced(script: str, token: int) -> str:
+        encoded = base64.b64encode(script.encode()).decode()
+        return alice.invoke("fence", {"script": encoded}, attemptId="f1", fencingToken=token)
+
+    hanging = fenced("sleep 600", 1)
+    alice.wait(hanging, states={"Executing"})
+    stale = fenced("echo stale > /workspace/stale", 1)
+    alice.wait(stale, states={"Brokered"})
+    newer = fenced("ls /workspace", 2)
+    alice.wait(newer, states={"Brokered"})
+    interrupt(api, wns.name, hanging)
+    assert status_of(alice.wait(hanging))["state"] == "Cancelled"
+    denied = status_of(alice.wait(stale))
+    assert denied["state"] == "Denied", explain(denied, warm)
+    assert denied["deniedStage"] == "fencing", explain(denied, warm)
+    after = status_of(alice.wait(newer))
+    assert after["state"] == "Observed", explain(after, warm)
+    assert "stale" not in after["result"].get("content", "")
