@@ -504,3 +504,88 @@ def test_a_call_superseded_while_it_waited_for_the_workspace_is_denied_at_fencin
     after = status_of(alice.wait(newer))
     assert after["state"] == "Observed", explain(after, warm)
     assert "stale" not in after["result"].get("content", "")
+
+
+def pool_pods(api: client.ApiClient, namespace: str) -> list[Any]:
+    pods = client.CoreV1Api(api).list_namespaced_pod(
+        namespace, label_selector="tooladapter.dev/warm-state=pool"
+    )
+    return [
+        p
+        for p in pods.items
+        if not p.metadata.deletion_timestamp
+        and any(c.type == "Ready" and c.status == "True" for c in p.status.conditions or [])
+    ]
+
+
+def test_a_pool_pod_serves_one_call_past_the_gate_and_reaches_nothing_but_the_proxy(
+    api: client.ApiClient,
+    wns: Namespace,
+    server: Recorder,
+    warm: tuple[OperatorProcess, EgressProxyProcess],
+) -> None:
+    port = server.port
+    descriptor(
+        api,
+        wns.name,
+        "pooled",
+        kind="container",
+        side_effect_class="sandbox",
+        inputSchema={"type": "object", "properties": {"script": {"type": "string"}}},
+        timeoutSeconds=60,
+        sandbox={
+            "command": ["/bin/sh", "-c", SCRIPT_RUNNER],
+            "resources": {"limits": {"cpu": "250m", "memory": "64Mi"}},
+            "egress": {"allow": [f"{API}:{port}"]},
+        },
+    )
+    (alice,) = agents(api, wns.name, "pooled", "alice")
+    first = run(alice, "pooled", "true", "p1")  # a call of the profile: its pool starts
+    assert first["state"] == "Observed", explain(first, warm)
+    wait_for(lambda: pool_pods(api, wns.name), timeout=120, what="a ready pool pod")
+    (ready,) = pool_pods(api, wns.name)
+    node = node_ip()
+    # Through the proxy with the call's own grant: allowed. Around it: nothing answers.
+    script = (
+        f"wget -q -O - http://{API}:{port}/pooled; echo; "
+        f"wget -Y off -q -T 3 -O - http://{node}:{port}/direct && echo direct-reached; "
+        "echo done"
+    )
+    second = run(alice, "pooled", script, "p1")
+    assert second["state"] == "Observed", explain(second, warm)
+    assert second["sandboxLease"]["start"] == "warm"
+    assert second["sandboxLease"]["sandboxName"] == ready.metadata.name
+    content = second["result"]["content"]
+    assert "hello from the node" in content and "done" in content
+    assert "direct-reached" not in content and server.hits["/direct"] == 0
+    # One call per pool pod: it goes, and nothing of it serves another call.
+    wait_for(
+        lambda: not _pod_exists(api, wns.name, ready.metadata.name),
+        timeout=120,
+        what="the used pool pod deleted",
+    )
+
+
+def test_a_call_with_cidr_egress_never_runs_warm(
+    api: client.ApiClient,
+    wns: Namespace,
+    server: Recorder,
+    warm: tuple[OperatorProcess, EgressProxyProcess],
+) -> None:
+    descriptor(
+        api,
+        wns.name,
+        "cidr",
+        kind="shell",
+        side_effect_class="sandbox",
+        inputSchema=SHELL_SCHEMA,
+        timeoutSeconds=60,
+        shell={"allow": ["true"]},
+        sandbox={"egress": {"allow": ["192.0.2.99/32"]}},
+    )
+    (alice,) = agents(api, wns.name, "cidr", "alice")
+    for _ in range(2):
+        status = call(alice, "cidr", "true", "c1")
+        assert status["state"] == "Observed", explain(status, warm)
+        assert status["sandboxLease"]["start"] == "cold"
+        assert status["sandboxLease"]["sandboxName"].startswith("ta-")
