@@ -16,7 +16,10 @@ Bound: the outbox is never larger than the receipts themselves (the store keeps 
 anyway: retention deletes invocations, never receipts), and the deliverer holds one link's
 events in memory at a time. Delivery is in order per chain, one HTTP POST per event
 (structured mode, `application/cloudevents+json`), retried with backoff (1, 2, 5, 10, 30,
-60 s) while the sink refuses or is unreachable; `tooladapter_event_outbox_depth` and
+60 s) while the sink refuses or is unreachable: a refusal the sink answers (non-2xx) backs
+off that chain alone (or the descriptor events), the other chains go on, so an event of one
+tenant's the sink will not take never holds another's; an unreachable sink holds every
+chain. `tooladapter_event_outbox_depth` and
 `tooladapter_event_deliveries_total{result}` say how it goes. At least once: a crash between
 a POST and its marker sends that event again, with the same `id` (receivers deduplicate by
 `source` + `id`, as CloudEvents says).
@@ -55,6 +58,8 @@ BACKOFF: Final = (1, 2, 5, 10, 30, 60)
 FOLLOW_SECONDS: Final = 10.0
 #: Links delivered per chain before the next chain gets its turn.
 TURN: Final = 50
+#: The lane of the descriptor events in `Outbox._held` (a chain's lane is its key).
+DESCRIPTOR_LANE: Final = ("", "descriptors")
 
 
 def delivered_prefix(namespace: str, uid: str) -> str:
@@ -67,6 +72,11 @@ def delivered_key(namespace: str, uid: str, sequence: int) -> str:
 
 class SinkRefused(Exception):
     """The sink did not take an event (its status, or why it could not be reached)."""
+
+    def __init__(self, why: str, *, answered: bool = False) -> None:
+        super().__init__(why)
+        #: The sink answered (a status other than 2xx): it is up, and refused this event.
+        self.answered = answered
 
 
 class Outbox:
@@ -89,6 +99,9 @@ class Outbox:
         self._ends: dict[tuple[str, str], Head] = {}
         self._followed = 0.0
         self._failures = 0
+        #: Chains (and the descriptor events, `DESCRIPTOR_LANE`) whose event the sink refused:
+        #: their refusals in a row, and when they are tried again. The others go on meanwhile.
+        self._held: dict[tuple[str, str], tuple[int, float]] = {}
         self.wake = asyncio.Event()
 
     @property
@@ -188,30 +201,67 @@ class Outbox:
         except (aiohttp.ClientError, TimeoutError, OSError) as exc:
             raise SinkRefused(type(exc).__name__) from None
         if not 200 <= status <= 299:
-            raise SinkRefused(f"HTTP {status}")
+            raise SinkRefused(f"HTTP {status}", answered=True)
+
+    def _waits(self, lane: tuple[str, str], now: float) -> bool:
+        held = self._held.get(lane)
+        return held is not None and now < held[1]
+
+    def _hold(self, lane: tuple[str, str], now: float, exc: SinkRefused) -> None:
+        """The sink answered a refusal of this lane's next event: that lane backs off, alone
+        (an event one tenant's call made unstorable for the sink never holds another's)."""
+        failures = self._held.get(lane, (0, 0.0))[0]
+        delay = BACKOFF[min(failures, len(BACKOFF) - 1)]
+        self._held[lane] = (failures + 1, now + delay)
+        EVENT_DELIVERIES.labels("failed").inc()
+        what = "the descriptor events" if lane == DESCRIPTOR_LANE else "/".join(lane)
+        logger.warning(
+            "event sink refused an event (%s) of %s; its next try in %ss", exc, what, delay
+        )
 
     async def deliver(self, session: aiohttp.ClientSession) -> int:
-        """One round: every pending link's and descriptor's events, in order; the number
-        of events delivered. Raises `SinkRefused` at the first refusal."""
+        """One round: every pending link's and descriptor's events, in order per chain; the
+        number of events delivered. A refusal the sink answered holds only its chain (or
+        the descriptor events), with a backoff of its own; a sink that cannot be reached
+        raises `SinkRefused` (every lane waits for it)."""
         sent = 0
         loop = asyncio.get_running_loop()
         await asyncio.to_thread(self._follow, loop.time())
         pending = await asyncio.to_thread(self.pending)
         described = await asyncio.to_thread(self.undelivered_descriptor_events)
         EVENT_OUTBOX_DEPTH.set(sum(h.sequence - c for _, c, h in pending) + len(described))
-        for event in described:
-            await self.post(session, event)
-            EVENT_DELIVERIES.labels("delivered").inc()
-            sent += 1
-            await asyncio.to_thread(self.store.put_key, DELIVERED + event["id"], b"delivered")
-        for (namespace, uid), cursor, head in pending:
-            for sequence in range(cursor + 1, min(head.sequence, cursor + TURN) + 1):
-                events = await asyncio.to_thread(self.link_events, namespace, uid, sequence)
-                for event in events:
+        now = loop.time()
+        if described and not self._waits(DESCRIPTOR_LANE, now):
+            try:
+                for event in described:
                     await self.post(session, event)
                     EVENT_DELIVERIES.labels("delivered").inc()
                     sent += 1
-                await asyncio.to_thread(self.mark, namespace, uid, sequence)
+                    await asyncio.to_thread(
+                        self.store.put_key, DELIVERED + event["id"], b"delivered"
+                    )
+                self._held.pop(DESCRIPTOR_LANE, None)
+            except SinkRefused as exc:
+                if not exc.answered:
+                    raise
+                self._hold(DESCRIPTOR_LANE, now, exc)
+        for (namespace, uid), cursor, head in pending:
+            lane = (namespace, uid)
+            if self._waits(lane, now):
+                continue
+            try:
+                for sequence in range(cursor + 1, min(head.sequence, cursor + TURN) + 1):
+                    events = await asyncio.to_thread(self.link_events, namespace, uid, sequence)
+                    for event in events:
+                        await self.post(session, event)
+                        EVENT_DELIVERIES.labels("delivered").inc()
+                        sent += 1
+                    await asyncio.to_thread(self.mark, namespace, uid, sequence)
+                self._held.pop(lane, None)
+            except SinkRefused as exc:
+                if not exc.answered:
+                    raise
+                self._hold(lane, now, exc)
         return sent
 
     async def run(self) -> None:

@@ -11,6 +11,7 @@ module (parsed with the `cloudevents` SDK, raw bodies kept)."""
 from __future__ import annotations
 
 import base64
+import io
 import json
 import threading
 from collections.abc import Iterator
@@ -141,7 +142,7 @@ def test_an_agent_reaches_no_signing_key_and_no_other_tenants_chain(
         assert _status(refused.value) == 403
 
         secret = client.CoreV1Api(api).read_namespaced_secret(SIGNING, SYSTEM)
-        keyring = json.loads(base64.b64decode(secret.data["keyring.json"]))
+        keyring = json.loads(base64.b64decode((secret.data or {})["keyring.json"]))
         privates = [str(k["privateKey"]) for k in keyring["keys"]]
         assert privates
         status, _, served = http_json("GET", f"{wave_operator.gateway_url}/receipt-keys")
@@ -161,8 +162,9 @@ def test_an_agent_reaches_no_signing_key_and_no_other_tenants_chain(
             "GET", f"{wave_operator.gateway_url}/namespaces/{tenant.name}/receipt-chain", token
         )
         assert status == 200, mine
-        uid = client.CoreV1Api(api).read_namespace(tenant.name).metadata.uid
-        assert mine["incarnation"] == uid, mine
+        meta = client.CoreV1Api(api).read_namespace(tenant.name).metadata
+        assert meta is not None
+        assert mine["incarnation"] == meta.uid, mine
         status, _, theirs = http_json(
             "GET", f"{wave_operator.gateway_url}/namespaces/{other.name}/receipt-chain", token
         )
@@ -225,3 +227,73 @@ def test_events_carry_no_argument_value_and_a_duplicate_sends_none(
     assert event_id(first_status["receiptRef"], EventType.TOOL_INVOKED) in ids
     (denial,) = [e for e in events if e["subject"] == f"toolinvocations/{denied}"]
     assert set(denial.data) == {"invocationId", "tenantId", "toolId", "reason", "stage"}
+
+
+class PickySink(Sink):
+    """A sink that stores events where a NUL cannot go (PostgreSQL's jsonb, among others):
+    it answers 500 to an event holding one, every time."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.refused = 0
+        picky = self
+        handler = self.server.RequestHandlerClass
+        accept = handler.do_POST  # type: ignore[attr-defined]
+
+        def do_post(request: BaseHTTPRequestHandler) -> None:
+            length = int(request.headers.get("Content-Length") or 0)
+            body = request.rfile.read(length)
+            if b"\\u0000" in body:
+                with picky.lock:
+                    picky.refused += 1
+                request.send_response(500)
+                request.end_headers()
+                return
+            request.rfile = io.BytesIO(body)
+            accept(request)
+
+        handler.do_POST = do_post  # type: ignore[attr-defined]
+
+
+def test_a_tenants_event_the_sink_refuses_never_holds_another_tenants_events(
+    api: client.ApiClient, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """Hit: delivery stopped each round at the first refusal, whichever chain it was in, so
+    one tenant's agent, by putting what the sink cannot store in its call (a NUL in its run
+    id), held every other tenant's events for as long as it liked."""
+    picky = PickySink()
+    op = OperatorProcess(
+        tmp_path_factory.mktemp("rv7-picky"),
+        {"TOOLADAPTER_NAMESPACES": f"{SCOPE}p-*", "TOOLADAPTER_EVENT_SINK": picky.url},
+    )
+    op.start()
+    # Chains are delivered in the order the operator came to know them: by name from its
+    # first listing, then as created. The attacker's comes first both ways.
+    attacker_ns = Namespace(api, prefix=f"{SCOPE}p")
+    victim_ns = Namespace(api, prefix=f"{SCOPE}p")
+    while victim_ns.name < attacker_ns.name:
+        victim_ns.delete()
+        victim_ns = Namespace(api, prefix=f"{SCOPE}p")
+    try:
+        attacker = Agent.create(api, attacker_ns.name, "agent-1")
+        victim = Agent.create(api, victim_ns.name, "agent-1")
+        for who, ns in ((attacker, attacker_ns), (victim, victim_ns)):
+            descriptor(api, ns.name, "list-tools", kind="native", native={"name": "list-tools"})
+            who.grant(["list-tools"], ["read"])
+        poison = attacker.invoke("list-tools", {}, runId="run\u0000poison")
+        assert status_of(attacker.wait(poison))["state"] == "Observed"
+        wait_for(lambda: picky.refused >= 1, timeout=60, what="the sink refused the poison")
+        honest = victim.invoke("list-tools", {})
+        assert status_of(victim.wait(honest))["state"] == "Observed"
+        wait_for(
+            lambda: f"toolinvocations/{honest}" in picky.subjects(),
+            timeout=90,
+            interval=0.5,
+            what="the other tenant's event at the sink",
+        )
+        assert not picky.errors, picky.errors
+    finally:
+        op.stop()
+        picky.close()
+        attacker_ns.delete()
+        victim_ns.delete()

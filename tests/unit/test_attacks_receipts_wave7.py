@@ -5,13 +5,18 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from typing import Any
 
+import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from tooladapter import outbox
 from tooladapter.artifacts.chain import ReceiptChains, chain_prefix
 from tooladapter.flow.ending import write_receipt
 from tooladapter.model import ToolInvocationSpec, ToolInvocationStatus
+from tooladapter.outbox import Outbox, SinkRefused, delivered_key
 from tooladapter.pipeline.signing import Signer
+from tooladapter.settings import Settings
 
 from .fake_cluster import MemoryStore
 
@@ -89,3 +94,88 @@ async def test_one_namespaces_flood_of_receipts_never_holds_another_namespaces()
         await asyncio.gather(*flood)
     links = [k for k in store.keys if k.startswith(chain_prefix(FLOOD, UIDS[FLOOD]))]
     assert len(links) == 8
+
+
+class PickySink:
+    """A sink that is up, and answers a refusal of every event of one namespace."""
+
+    def __init__(self, refused_namespace: str) -> None:
+        self.refused_namespace = refused_namespace
+        self.took: list[dict[str, Any]] = []
+        self.refusals = 0
+
+    async def post(self, session: Any, event: dict[str, Any]) -> None:
+        if event["source"].endswith(f"/namespaces/{self.refused_namespace}"):
+            self.refusals += 1
+            raise SinkRefused("HTTP 500", answered=True)
+        self.took.append(event)
+
+
+def _chained(store: MemoryStore, chains: ReceiptChains, namespace: str, count: int) -> None:
+    for n in range(count):
+        data, _, _ = chains.append(
+            {
+                "schema": "tool-invocation-v1",
+                "invocationId": f"uid-{namespace}-{n}",
+                "invocationName": f"call-{n}",
+                "tenantId": namespace,
+                "tenantUid": UIDS[namespace],
+                "state": "Observed",
+                "writtenAt": "2026-12-03T20:00:00Z",
+            },
+            namespace=namespace,
+            uid=UIDS[namespace],
+        )
+        store.put(data)
+
+
+async def test_an_event_the_sink_refuses_holds_only_its_own_chain(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Hit: a round stopped at the first refusal, whichever chain it was in, so an event
+    of one tenant's that the sink would not take (say a NUL in the run id its agent chose,
+    where the sink stores events in PostgreSQL) held every other tenant's events forever."""
+    store = MemoryStore()
+    signer = Signer.of(Ed25519PrivateKey.generate())
+    chains = ReceiptChains(store, lambda: signer)
+    _chained(store, chains, FLOOD, 2)  # first known, so first in every round
+    _chained(store, chains, QUIET, 3)
+    sink = PickySink(FLOOD)
+    box = Outbox(store, chains, Settings(event_sink="http://sink.invalid/"))
+    box.post = sink.post  # type: ignore[method-assign]
+
+    assert await box.deliver(None) == 3  # type: ignore[arg-type]
+    assert {e["subject"] for e in sink.took} == {f"toolinvocations/call-{n}" for n in range(3)}
+    assert all(e["source"].endswith(f"/namespaces/{QUIET}") for e in sink.took)
+    assert delivered_key(QUIET, UIDS[QUIET], 3) in store.keys
+    assert delivered_key(FLOOD, UIDS[FLOOD], 1) not in store.keys
+    # The refused chain waits its backoff, alone: the next round does not post to it.
+    assert await box.deliver(None) == 0  # type: ignore[arg-type]
+    assert sink.refusals == 1
+
+    # Once the sink takes it, the refused chain's events go, in order, none lost.
+    monkeypatch.setattr(outbox, "BACKOFF", (0,))
+    box._held.clear()
+    sink.refused_namespace = "nobody"
+    assert await box.deliver(None) == 2  # type: ignore[arg-type]
+    assert delivered_key(FLOOD, UIDS[FLOOD], 2) in store.keys
+
+
+async def test_a_sink_that_cannot_be_reached_still_holds_every_chain() -> None:
+    store = MemoryStore()
+    signer = Signer.of(Ed25519PrivateKey.generate())
+    chains = ReceiptChains(store, lambda: signer)
+    _chained(store, chains, FLOOD, 1)
+    _chained(store, chains, QUIET, 1)
+    posts = 0
+
+    async def unreachable(session: Any, event: dict[str, Any]) -> None:
+        nonlocal posts
+        posts += 1
+        raise SinkRefused("ClientConnectorError")
+
+    box = Outbox(store, chains, Settings(event_sink="http://sink.invalid/"))
+    box.post = unreachable  # type: ignore[method-assign]
+    with pytest.raises(SinkRefused):
+        await box.deliver(None)  # type: ignore[arg-type]
+    assert posts == 1  # one try per round while it is down, not one per chain
