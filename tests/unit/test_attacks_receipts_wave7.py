@@ -11,11 +11,12 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from tooladapter import outbox
-from tooladapter.artifacts.chain import ReceiptChains, chain_prefix
+from tooladapter.artifacts.chain import ReceiptChains, StoredLinks, chain_prefix
 from tooladapter.flow.ending import write_receipt
 from tooladapter.model import ToolInvocationSpec, ToolInvocationStatus
 from tooladapter.outbox import Outbox, SinkRefused, delivered_key
-from tooladapter.pipeline.signing import Signer
+from tooladapter.pipeline.chain import verify
+from tooladapter.pipeline.signing import KeySet, PublicKey, Signer
 from tooladapter.settings import Settings
 
 from .fake_cluster import MemoryStore
@@ -179,3 +180,40 @@ async def test_a_sink_that_cannot_be_reached_still_holds_every_chain() -> None:
     with pytest.raises(SinkRefused):
         await box.deliver(None)  # type: ignore[arg-type]
     assert posts == 1  # one try per round while it is down, not one per chain
+
+
+T0 = "2020-01-01T00:00:00Z"
+
+
+class CountingStore(MemoryStore):
+    def __init__(self) -> None:
+        super().__init__()
+        self.reads = 0
+
+    def get_key(self, key: str) -> bytes:
+        self.reads += 1
+        return super().get_key(key)
+
+
+def test_receipts_verify_reads_a_long_chain_a_link_at_a_time() -> None:
+    """Hit: `receipts verify` read every link of the chain into memory before checking the
+    first, so a namespace whose agents made calls enough (millions over a year, each link a
+    few KiB) made its verification need gigabytes: it now reads a link when it checks it."""
+    store = CountingStore()
+    signer = Signer.of(Ed25519PrivateKey.generate())
+    chains = ReceiptChains(store, lambda: signer)
+    _chained(store, chains, QUIET, 30)
+    store.reads = 0
+    links = StoredLinks(store, QUIET, UIDS[QUIET])
+    assert store.reads == 0 and len(links) == 30
+    report = verify(
+        links,
+        namespace=QUIET,
+        incarnation=UIDS[QUIET],
+        keys=KeySet.of(
+            [PublicKey(signer.keyid, signer.private.public_key(), "2020-01-01T00:00:00Z")]
+        ),
+    )
+    assert report.ok, report.wire()
+    assert report.checked == 30 and store.reads == 30
+    assert StoredLinks(store, QUIET, UIDS[QUIET], since=29).sequences == [29, 30]

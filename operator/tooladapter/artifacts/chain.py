@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Final
 
 from ..pipeline.chain import Head, link
@@ -58,6 +58,29 @@ def read_chain(store: ArtifactStore, namespace: str, uid: str, since: int = 1) -
         if seq is not None and seq >= since:
             links[seq] = store.get_key(key)
     return links
+
+
+class StoredLinks(Mapping[int, bytes]):
+    """A chain's links from `since` on, by sequence number, each read from the store when
+    asked for: what `receipts verify` walks, one link in memory at a time (a namespace's
+    calls make its chain as long as they like; `read_chain` would hold it all)."""
+
+    def __init__(self, store: ArtifactStore, namespace: str, uid: str, since: int = 1) -> None:
+        self.store, self.namespace, self.uid = store, namespace, uid
+        found = (sequence_of(key) for key in store.list(chain_prefix(namespace, uid)))
+        self.sequences = sorted({seq for seq in found if seq is not None and seq >= since})
+        self._known = frozenset(self.sequences)
+
+    def __getitem__(self, sequence: int) -> bytes:
+        if sequence not in self._known:
+            raise KeyError(sequence)
+        return self.store.get_key(chain_key(self.namespace, self.uid, sequence))
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self.sequences)
+
+    def __len__(self) -> int:
+        return len(self.sequences)
 
 
 def incarnations(store: ArtifactStore, namespace: str) -> list[str]:

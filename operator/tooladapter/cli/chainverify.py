@@ -30,7 +30,7 @@ from typing import Any
 import click
 
 from ..artifacts import ArtifactStore, LocalArtifactStore
-from ..artifacts.chain import chain_key, incarnations, read_chain
+from ..artifacts.chain import StoredLinks, chain_key, incarnations
 from ..kube.receipt_keys import parse_heads
 from ..pipeline.chain import Break, BreakKind, Expected, Head, Report, verify
 from ..pipeline.keyring import PUBLIC_DATA_KEY, parse_public
@@ -152,7 +152,7 @@ def verify_chain(
     expected: list[Expected],
 ) -> Report:
     return verify(
-        read_chain(store, namespace, uid, since),
+        StoredLinks(store, namespace, uid, since),
         namespace=namespace,
         incarnation=uid,
         keys=keys,
