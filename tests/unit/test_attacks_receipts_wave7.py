@@ -13,6 +13,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from tooladapter import outbox
 from tooladapter.artifacts.chain import ReceiptChains, StoredLinks, chain_prefix
 from tooladapter.flow.ending import write_receipt
+from tooladapter.gateway import receipt_keys as gateway_keys
 from tooladapter.model import ToolInvocationSpec, ToolInvocationStatus
 from tooladapter.outbox import Outbox, SinkRefused, delivered_key
 from tooladapter.pipeline.chain import verify
@@ -217,3 +218,36 @@ def test_receipts_verify_reads_a_long_chain_a_link_at_a_time() -> None:
     assert report.ok, report.wire()
     assert report.checked == 30 and store.reads == 30
     assert StoredLinks(store, QUIET, UIDS[QUIET], since=29).sequences == [29, 30]
+
+
+async def test_a_burst_at_receipt_keys_makes_one_read_of_the_api_server(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Hit: `GET /receipt-keys` needs no token and passes no door, and its cache was read
+    again by every request that came while a read was in flight: anyone reaching the
+    gateway turned each of a burst of requests into a read of the API server with the
+    operator's own client. One read at a time now, the waiters served its answer."""
+    reads = 0
+    gate = asyncio.Event()
+
+    async def slow_read(kube: Any, namespace: str, name: str) -> KeySet:
+        nonlocal reads
+        reads += 1
+        await gate.wait()
+        return KeySet()
+
+    async def slow_heads(kube: Any, namespace: str, name: str) -> dict[Any, Any]:
+        nonlocal reads
+        reads += 1
+        await gate.wait()
+        return {}
+
+    monkeypatch.setattr(gateway_keys, "read_public", slow_read)
+    monkeypatch.setattr(gateway_keys, "read_heads", slow_heads)
+    held = gateway_keys.ReceiptKeys(object(), Settings())  # type: ignore[arg-type]
+    burst = [asyncio.create_task(held.keys()) for _ in range(50)]
+    burst += [asyncio.create_task(held.head(QUIET, UIDS[QUIET])) for _ in range(50)]
+    await asyncio.sleep(0)  # every request of the burst is waiting now
+    gate.set()
+    await asyncio.gather(*burst)
+    assert reads == 2

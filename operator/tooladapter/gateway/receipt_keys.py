@@ -1,9 +1,12 @@
 """The public receipt keys and published chain heads, as the gateway serves them: read with
 the operator's own client from their ConfigMaps (`kube.receipt_keys`) and cached for `TTL`
-seconds, so a page full of receipts asks the API server once, not once per receipt."""
+seconds, so a page full of receipts asks the API server once, not once per receipt; one read
+at a time, so a burst of requests at the cache's expiry (`GET /receipt-keys` needs no token)
+makes one request to the API server, not one each."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Final
 
@@ -24,25 +27,36 @@ class ReceiptKeys:
         self._ttl = ttl
         self._keys: tuple[float, KeySet] | None = None
         self._heads: tuple[float, dict[tuple[str, str], Head]] | None = None
+        self._reading_keys = asyncio.Lock()
+        self._reading_heads = asyncio.Lock()
 
     async def keys(self) -> KeySet:
         """The public keys (empty when none are published yet)."""
-        now = time.monotonic()
-        if self._keys is None or self._keys[0] <= now:
-            try:
-                found = await read_public(self.kube, self.keys_at[0], self.keys_at[1])
-            except NotFound:
-                found = KeySet()
-            self._keys = (now + self._ttl, found)
-        return self._keys[1]
+        held = self._keys
+        if held is not None and time.monotonic() < held[0]:
+            return held[1]
+        async with self._reading_keys:
+            # Whoever waited here found it read by the request before.
+            now = time.monotonic()
+            if self._keys is None or self._keys[0] <= now:
+                try:
+                    found = await read_public(self.kube, self.keys_at[0], self.keys_at[1])
+                except NotFound:
+                    found = KeySet()
+                self._keys = (now + self._ttl, found)
+            return self._keys[1]
 
     async def head(self, namespace: str, uid: str) -> Head | None:
         """The published head of a namespace incarnation's chain (None: none yet)."""
-        now = time.monotonic()
-        if self._heads is None or self._heads[0] <= now:
-            heads = await read_heads(self.kube, self.heads_at[0], self.heads_at[1])
-            self._heads = (now + self._ttl, heads)
-        return self._heads[1].get((namespace, uid))
+        held = self._heads
+        if held is None or held[0] <= time.monotonic():
+            async with self._reading_heads:
+                now = time.monotonic()
+                if self._heads is None or self._heads[0] <= now:
+                    heads = await read_heads(self.kube, self.heads_at[0], self.heads_at[1])
+                    self._heads = (now + self._ttl, heads)
+                held = self._heads
+        return held[1].get((namespace, uid))
 
 
 #: One cache per operator client (a gateway has one; `Kube` is not hashable).
