@@ -11,6 +11,7 @@ import pytest
 from kubernetes import client
 
 from tooladapter.devtools import Namespace, OperatorProcess, node_ip, wait_for
+from tooladapter.pipeline.receipt_check import parse_receipt
 
 from .objects import (
     Agent,
@@ -40,7 +41,9 @@ def receipt_matches(op: OperatorProcess, ref: str) -> dict[str, object]:
     assert algo == "sha256"
     data = (op.artifacts / "sha256" / digest[:2] / digest).read_bytes()
     assert hashlib.sha256(data).hexdigest() == digest
-    return dict(json.loads(data))
+    receipt = parse_receipt(data)  # a signed receipt's predicate
+    assert receipt is not None, data[:200]
+    return receipt
 
 
 def test_native_http_and_shell_calls_reach_observed_with_receipts(

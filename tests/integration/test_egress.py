@@ -35,6 +35,7 @@ from tooladapter.devtools import (
     wait_for,
 )
 from tooladapter.devtools.tls import make_certificates
+from tooladapter.pipeline.receipt_check import parse_receipt
 
 from .objects import SHELL_SCHEMA, Agent, descriptor, get, pretty, shell_tool, status_of
 from .servers import Recorder, recording_server, tls_server
@@ -115,7 +116,9 @@ def receipt(operator: OperatorProcess, status: dict[str, Any]) -> dict[str, Any]
     digest = status["receiptRef"].split(":")[1]
     data = (operator.artifacts / "sha256" / digest[:2] / digest).read_bytes()
     assert hashlib.sha256(data).hexdigest() == digest
-    return dict(json.loads(data))
+    receipt = parse_receipt(data)  # a signed receipt's predicate
+    assert receipt is not None, data[:200]
+    return receipt
 
 
 def explain(status: dict[str, Any], egress: tuple[OperatorProcess, EgressProxyProcess]) -> str:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -21,6 +20,7 @@ from tooladapter.devtools import (
     node_ip,
     wait_for,
 )
+from tooladapter.pipeline.receipt_check import parse_receipt
 
 from .objects import (
     TERMINAL,
@@ -378,12 +378,8 @@ def test_deleting_a_running_call_leaves_its_receipt_and_event(
     wait_for(gone, timeout=120, what="deleted invocation settled and gone")
     reasons = events_of(api, ns.name, name)
     assert "ToolEffectUncertain" in reasons or "ToolInvoked" in reasons, reasons
-    receipts = [
-        json.loads(p.read_bytes())
-        for p in (operator.artifacts / "sha256").rglob("*")
-        if p.is_file() and b'"invocationName"' in p.read_bytes()
-    ]
-    mine = [r for r in receipts if r["invocationName"] == name]
+    stored = [parse_receipt(p.read_bytes()) for p in (operator.artifacts / "sha256").rglob("*")]
+    mine = [r for r in stored if r is not None and r.get("invocationName") == name]
     assert mine and mine[-1]["state"] in ("Uncertain", "Cancelled"), mine
 
 
