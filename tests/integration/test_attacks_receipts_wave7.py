@@ -16,6 +16,7 @@ import json
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -27,6 +28,8 @@ from tooladapter.pipeline.integration_events import EventType, event_id
 
 from .gateway_client import http_json, token_of
 from .objects import Agent, descriptor, pretty, status_of
+from .test_cli import Cli
+from .test_run_records import created_again
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(300)]
 
@@ -297,3 +300,57 @@ def test_a_tenants_event_the_sink_refuses_never_holds_another_tenants_events(
         picky.close()
         attacker_ns.delete()
         victim_ns.delete()
+
+
+def test_a_namespace_created_again_starts_a_chain_of_its_own_and_neither_replays_the_other(
+    api: client.ApiClient, wave_operator: OperatorProcess, tmp_path: Path
+) -> None:
+    """A tenant deletes its namespace and makes it again under its name, with the same
+    agent: the new incarnation's chain begins at 1 under its uid (the old chain neither
+    continues into it nor is served to it), and both verify, each on its own."""
+    ns = Namespace(api, prefix=SCOPE)
+    try:
+        agent = Agent.create(api, ns.name, "agent-1")
+        descriptor(api, ns.name, "list-tools", kind="native", native={"name": "list-tools"})
+        agent.grant(["list-tools"], ["read"])
+        old = [status_of(agent.wait(agent.invoke("list-tools", {}))) for _ in range(2)]
+        assert [s["receipt"]["sequence"] for s in old] == [1, 2], pretty(old)
+
+        new_uid = created_again(api, ns)
+        again = Agent.create(api, ns.name, "agent-1")
+        descriptor(api, ns.name, "list-tools", kind="native", native={"name": "list-tools"})
+        again.grant(["list-tools"], ["read"])
+        fresh = status_of(again.wait(again.invoke("list-tools", {})))
+        assert fresh["state"] == "Observed", pretty(fresh)
+        assert fresh["receipt"]["sequence"] == 1, pretty(fresh)
+
+        token = token_of(again)
+        gateway = wave_operator.gateway_url
+        status, _, head = http_json("GET", f"{gateway}/namespaces/{ns.name}/receipt-chain", token)
+        assert status == 200 and head["incarnation"] == new_uid, head
+        digest = str(old[-1]["receiptRef"]).removeprefix("sha256:")
+        status, _, body = http_json(
+            "GET", f"{gateway}/namespaces/{ns.name}/receipts/{digest}", token
+        )
+        assert status == 404, body
+
+        keys = tmp_path / "keys.json"
+        keys.write_text(json.dumps(http_json("GET", f"{gateway}/receipt-keys")[2]))
+        cli = Cli(tmp_path, api, again)
+        done = cli(
+            "receipts", "verify", "-n", ns.name, "--store", str(wave_operator.artifacts),
+            "--keys", str(keys), "--offline", "-o", "json",
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        reports = {r["incarnation"]: r for r in json.loads(done.stdout)}
+        assert reports[new_uid]["checked"] == 1 and reports[new_uid]["verified"], reports
+        (before,) = [r for u, r in reports.items() if u != new_uid]
+        assert before["checked"] == 2 and before["verified"], reports
+        assert before["head"]["ref"] == old[-1]["receiptRef"], reports
+        # The agent's own view (its incarnation, the gateway's head, the statuses).
+        done = cli(
+            "receipts", "verify", "--store", str(wave_operator.artifacts), "--gateway", gateway
+        )
+        assert done.returncode == 0, done.stderr
+    finally:
+        ns.delete()
