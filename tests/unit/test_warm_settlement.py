@@ -15,6 +15,7 @@ from tooladapter.kube.warm import ExecResult
 from tooladapter.model import ToolDescriptorSpec
 from tooladapter.pipeline.warm import (
     LABEL_CALL,
+    LABEL_PROFILE,
     LABEL_STATE,
     LABEL_WORKSPACE,
     STATE_POOL,
@@ -176,7 +177,8 @@ def ran(stdout: bytes, code: int, left: int = 0) -> ExecResult:
 
 def existing_workspace(kube: FakeWarmKube, caller: str = "alice", attempt: str = "a1") -> str:
     key = workspace_key("ns", caller, attempt)
-    kube.add("ws-1", {LABEL_STATE: "attempt", LABEL_WORKSPACE: key})
+    profile = warm(kube).profile(call(tool()), attempt=True).key
+    kube.add("ws-1", {LABEL_STATE: "attempt", LABEL_WORKSPACE: key, LABEL_PROFILE: profile})
     return "ws-1"
 
 

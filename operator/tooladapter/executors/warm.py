@@ -104,6 +104,8 @@ class WarmSandboxes:
         self.proxy = proxy
         self.pools: dict[tuple[str, str], Pool] = {}
         self.policies: set[str] = set()
+        #: Per namespace: held while a new workspace is counted and made (`check_room`).
+        self.making: dict[str, asyncio.Lock] = {}
         self.background: set[asyncio.Task[None]] = set()
         #: Workspace keys with a call running or waiting (`AttemptQueues.busy`).
         self.busy: Callable[[str], bool] = lambda key: False
@@ -280,6 +282,16 @@ class WarmSandboxes:
         made = False
         if live:
             pod = live[-1]
+            held = (pod["metadata"].get("labels") or {}).get(LABEL_PROFILE)
+            if held != profile.key:
+                # The workspace is shared by the attempt's tools, but its pod is one
+                # profile's (image, RuntimeClass, resources): a call of another profile
+                # never runs in it (a GVisor tool under runc, a tool beyond its limits).
+                raise RuntimeError(
+                    "the attempt's workspace runs another sandbox profile (image, "
+                    "RuntimeClass or resources) than this tool's; release it or use "
+                    "another attemptId"
+                )
             if not pod_ready(pod):
                 pod = await self.kube.wait_ready(
                     call.namespace,
@@ -287,23 +299,27 @@ class WarmSandboxes:
                     timeout=self.settings.warm_start_seconds,
                 )
         else:
-            await self.check_room(call.namespace)
-            claimed = await self.claim(call, profile, workspace=key)
+            # The count and the new workspace under one lock per namespace: first calls of
+            # many attempts at once would otherwise all count the same pods, and all pass.
+            async with self.making.setdefault(call.namespace, asyncio.Lock()):
+                await self.check_room(call.namespace)
+                claimed = await self.claim(call, profile, workspace=key)
+                if claimed is None:
+                    created = await self.create_pod(
+                        call.namespace,
+                        profile,
+                        state=STATE_ATTEMPT,
+                        labels={LABEL_WORKSPACE: key, LABEL_CALL: call.uid},
+                        annotations={
+                            ANNOTATION_INVOCATION: call.name,
+                            ANNOTATION_CLAIMED_AT: now_iso(),
+                            **self.workspace_annotations(call, profile),
+                        },
+                    )
             if claimed is not None:
                 pod = claimed
             else:
                 made = True
-                created = await self.create_pod(
-                    call.namespace,
-                    profile,
-                    state=STATE_ATTEMPT,
-                    labels={LABEL_WORKSPACE: key, LABEL_CALL: call.uid},
-                    annotations={
-                        ANNOTATION_INVOCATION: call.name,
-                        ANNOTATION_CLAIMED_AT: now_iso(),
-                        **self.workspace_annotations(call, profile),
-                    },
-                )
                 try:
                     pod = await self.kube.wait_ready(
                         call.namespace,

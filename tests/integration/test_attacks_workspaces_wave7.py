@@ -1,0 +1,128 @@
+"""Attack pass 7 on issue 29 (attempt workspaces, warm sandboxes), on the real cluster, as
+agents: what the attacks of tests/integration/test_workspaces.py did not try.
+
+This module runs its own operator (no pools, a namespace share of two workspaces) serving
+only its own namespaces.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from tooladapter.devtools import SESSION, Namespace, OperatorProcess
+from tooladapter.pipeline.warm import LABEL_STATE, STATE_ATTEMPT
+
+from .objects import SHELL_SCHEMA, Agent, descriptor, pretty, status_of
+
+pytestmark = [pytest.mark.cluster, pytest.mark.timeout(600)]
+
+PREFIX = f"{SESSION}w7"
+WORKSPACES = 2
+
+
+@pytest.fixture(scope="module")
+def operator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OperatorProcess]:
+    process = OperatorProcess(
+        tmp_path_factory.mktemp("w7-operator"),
+        {
+            "TOOLADAPTER_NAMESPACES": f"{PREFIX}-*",
+            "TOOLADAPTER_WORKSPACE_SIZE": "64Mi",
+            "TOOLADAPTER_WARM_POOL_SIZE": "0",
+            "TOOLADAPTER_WORKSPACES_PER_NAMESPACE": str(WORKSPACES),
+        },
+    )
+    try:
+        process.start()
+        yield process
+    finally:
+        process.stop()
+
+
+@pytest.fixture
+def wns(api: client.ApiClient, operator: OperatorProcess) -> Iterator[Namespace]:
+    namespace = Namespace(api, prefix=PREFIX)
+    yield namespace
+    namespace.delete()
+
+
+def attempt_tool(api: client.ApiClient, namespace: str, tool_id: str, kind: str) -> None:
+    descriptor(
+        api,
+        namespace,
+        tool_id,
+        kind="shell",
+        side_effect_class="sandbox",
+        inputSchema=SHELL_SCHEMA,
+        timeoutSeconds=60,
+        shell={"allow": ["uname", "true"]},
+        sandbox={
+            "kind": kind,
+            "workspace": "attempt",
+            "resources": {
+                "requests": {"cpu": "50m", "memory": "64Mi"},
+                "limits": {"cpu": "500m", "memory": "64Mi"},
+            },
+            "egress": {"allow": []},
+        },
+    )
+
+
+def attempt_pods(api: client.ApiClient, namespace: str) -> list[Any]:
+    pods = client.CoreV1Api(api).list_namespaced_pod(
+        namespace, label_selector=f"{LABEL_STATE}={STATE_ATTEMPT}"
+    )
+    return [p for p in pods.items if not p.metadata.deletion_timestamp]
+
+
+def explain(status: dict[str, Any], operator: OperatorProcess) -> str:
+    return f"{pretty(status)}\n--- operator log ---\n{operator.tail(60)}"
+
+
+def test_a_gvisor_tool_never_runs_in_a_runc_workspace_of_the_same_attempt(
+    api: client.ApiClient, wns: Namespace, operator: OperatorProcess
+) -> None:
+    # The workspace is the attempt's, whichever tool calls: an agent that makes it with a
+    # Container tool and then calls a GVisor tool with the same attemptId must not get
+    # that tool's command run under runc (on the node's kernel) in the first tool's pod.
+    attempt_tool(api, wns.name, "k-runc", "Container")
+    attempt_tool(api, wns.name, "k-gvisor", "GVisor")
+    agent = Agent.create(api, wns.name, "alice")
+    agent.grant(["k-runc", "k-gvisor"], ["sandbox"])
+    node = str(client.CoreV1Api(api).list_node().items[0].status.node_info.kernel_version)
+
+    first = status_of(agent.wait(agent.invoke("k-runc", {"command": "uname -r"}, attemptId="k")))
+    assert first["state"] == "Observed", explain(first, operator)
+    assert str(first["result"]["content"]).strip() == node
+
+    second = status_of(agent.wait(agent.invoke("k-gvisor", {"command": "uname -r"}, attemptId="k")))
+    if second["state"] == "Observed":
+        assert str(second["result"]["content"]).strip() != node, explain(second, operator)
+        assert second["sandboxLease"].get("runtimeClass") == "gvisor", explain(second, operator)
+    else:
+        assert second["state"] == "Failed", explain(second, operator)
+        assert "another sandbox profile" in second["message"], explain(second, operator)
+
+
+def test_first_calls_of_many_attempts_at_once_hold_at_most_the_namespaces_share(
+    api: client.ApiClient, wns: Namespace, operator: OperatorProcess
+) -> None:
+    # The share is counted before a workspace is made: first calls of many attempts made
+    # at once must not all count the same pods and all pass.
+    attempt_tool(api, wns.name, "many", "Container")
+    agent = Agent.create(api, wns.name, "bob")
+    agent.grant(["many"], ["sandbox"])
+    names = [
+        agent.invoke("many", {"command": "true"}, attemptId=f"r{i}") for i in range(WORKSPACES + 3)
+    ]
+    ended = [status_of(agent.wait(name, timeout=180)) for name in names]
+    observed = [s for s in ended if s["state"] == "Observed"]
+    assert len(observed) <= WORKSPACES, [pretty(s) for s in ended]
+    held = attempt_pods(api, wns.name)
+    assert len(held) <= WORKSPACES, [p.metadata.name for p in held]
+    for status in ended:
+        if status["state"] != "Observed":
+            assert "TOOLADAPTER_WORKSPACES_PER_NAMESPACE" in status["message"], pretty(status)
