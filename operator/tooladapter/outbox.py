@@ -34,6 +34,7 @@ import asyncio
 import json
 import logging
 import ssl
+from collections import deque
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, Final
@@ -58,6 +59,9 @@ BACKOFF: Final = (1, 2, 5, 10, 30, 60)
 FOLLOW_SECONDS: Final = 10.0
 #: Links delivered per chain before the next chain gets its turn.
 TURN: Final = 50
+#: How often the deliverer lists the descriptor events' outbox again (what another replica
+#: kept, or a previous leader); between listings it follows what this process keeps.
+RELIST_SECONDS: Final = 60.0
 #: The lane of the descriptor events in `Outbox._held` (a chain's lane is its key).
 DESCRIPTOR_LANE: Final = ("", "descriptors")
 
@@ -102,6 +106,11 @@ class Outbox:
         #: Chains (and the descriptor events, `DESCRIPTOR_LANE`) whose event the sink refused:
         #: their refusals in a row, and when they are tried again. The others go on meanwhile.
         self._held: dict[tuple[str, str], tuple[int, float]] = {}
+        #: Descriptor events kept by this process since the last listing (`enqueue`, on
+        #: threads), and the undelivered ones known, by id.
+        self._fresh: deque[dict[str, Any]] = deque()
+        self._described: dict[str, dict[str, Any]] = {}
+        self._listed_at: float | None = None
         self.wake = asyncio.Event()
 
     @property
@@ -116,6 +125,7 @@ class Outbox:
         if not self.enabled:
             return
         self.store.put_key(DESCRIPTORS + str(event["id"]), json.dumps(event).encode())
+        self._fresh.append(event)
 
     def _cursor(self, namespace: str, uid: str) -> int:
         key = (namespace, uid)
@@ -153,17 +163,28 @@ class Outbox:
                 out.append((key, cursor, head))
         return out
 
-    def undelivered_descriptor_events(self) -> list[dict[str, Any]]:
-        done = {k.rsplit("/", 1)[-1] for k in self.store.list(DELIVERED)}
-        events = []
-        for key in self.store.list(DESCRIPTORS):
-            if key.rsplit("/", 1)[-1] in done:
-                continue
-            try:
-                events.append(json.loads(self.store.get_key(key)))
-            except (KeyError, ValueError):
-                continue
-        return events
+    def undelivered_descriptor_events(self, now: float | None = None) -> list[dict[str, Any]]:
+        """The descriptor events not delivered yet. The outbox keeps every transition ever
+        (a workspace admin toggling a descriptor adds two each time), so it is listed at
+        the first round and then every `RELIST_SECONDS` only (what another replica or a
+        previous leader kept); between, what this process kept since is added."""
+        if now is None or self._listed_at is None or now - self._listed_at >= RELIST_SECONDS:
+            done = {k.rsplit("/", 1)[-1] for k in self.store.list(DELIVERED)}
+            listed: dict[str, dict[str, Any]] = {}
+            for key in self.store.list(DESCRIPTORS):
+                if key.rsplit("/", 1)[-1] in done:
+                    continue
+                try:
+                    event = json.loads(self.store.get_key(key))
+                except (KeyError, ValueError):
+                    continue
+                listed[str(event.get("id"))] = event
+            self._described = listed
+            self._listed_at = now
+        while self._fresh:
+            event = self._fresh.popleft()
+            self._described.setdefault(str(event["id"]), event)
+        return list(self._described.values())
 
     def link_events(self, namespace: str, uid: str, sequence: int) -> list[dict[str, Any]]:
         data = self.store.get_key(chain_key(namespace, uid, sequence))
@@ -228,7 +249,7 @@ class Outbox:
         loop = asyncio.get_running_loop()
         await asyncio.to_thread(self._follow, loop.time())
         pending = await asyncio.to_thread(self.pending)
-        described = await asyncio.to_thread(self.undelivered_descriptor_events)
+        described = await asyncio.to_thread(self.undelivered_descriptor_events, loop.time())
         EVENT_OUTBOX_DEPTH.set(sum(h.sequence - c for _, c, h in pending) + len(described))
         now = loop.time()
         if described and not self._waits(DESCRIPTOR_LANE, now):
@@ -240,6 +261,7 @@ class Outbox:
                     await asyncio.to_thread(
                         self.store.put_key, DELIVERED + event["id"], b"delivered"
                     )
+                    self._described.pop(str(event["id"]), None)
                 self._held.pop(DESCRIPTOR_LANE, None)
             except SinkRefused as exc:
                 if not exc.answered:

@@ -17,6 +17,7 @@ from tooladapter.gateway import receipt_keys as gateway_keys
 from tooladapter.model import ToolInvocationSpec, ToolInvocationStatus
 from tooladapter.outbox import Outbox, SinkRefused, delivered_key
 from tooladapter.pipeline.chain import verify
+from tooladapter.pipeline.integration_events import EventType, descriptor_event
 from tooladapter.pipeline.signing import KeySet, PublicKey, Signer
 from tooladapter.settings import Settings
 
@@ -251,3 +252,55 @@ async def test_a_burst_at_receipt_keys_makes_one_read_of_the_api_server(
     gate.set()
     await asyncio.gather(*burst)
     assert reads == 2
+
+
+class ListingStore(MemoryStore):
+    def __init__(self) -> None:
+        super().__init__()
+        self.listed: list[str] = []
+
+    def list(self, prefix: str) -> list[str]:  # type: ignore[override]
+        self.listed.append(prefix)
+        return list(super().list(prefix))
+
+
+def _activated(n: int) -> dict[str, Any]:
+    return descriptor_event(
+        EventType.TOOL_DESCRIPTOR_ACTIVATED, source="/t", namespace=QUIET, name=f"tool-{n}",
+        uid=f"d-{n}", generation=1, spec={"toolId": f"tool-{n}"}, time="2026-12-03T20:00:00Z",
+    )  # fmt: skip
+
+
+async def test_the_descriptor_outbox_is_not_listed_whole_every_round(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Hit: every round (each second) listed every descriptor event ever kept and every
+    marker, so a workspace admin toggling a descriptor's `retired` (two events a toggle,
+    kept forever) made each round of every tenant's delivery longer (0.5 s of listing a
+    round at 10,000 toggles on the file store; a page of ListObjectsV2 per 1,000 on s3).
+    Listed at the first round and every RELIST_SECONDS; between, this process's own."""
+    store = ListingStore()
+    signer = Signer.of(Ed25519PrivateKey.generate())
+    box = Outbox(store, ReceiptChains(store, lambda: signer), Settings(event_sink="http://x/"))
+    took: list[dict[str, Any]] = []
+
+    async def post(session: Any, event: dict[str, Any]) -> None:
+        took.append(event)
+
+    box.post = post  # type: ignore[method-assign]
+    box.enqueue(_activated(0))
+    await box.deliver(None)  # type: ignore[arg-type]
+    assert outbox.DESCRIPTORS in store.listed and outbox.DELIVERED in store.listed
+    store.listed.clear()
+    box.enqueue(_activated(1))
+    for _ in range(3):
+        await box.deliver(None)  # type: ignore[arg-type]
+    assert outbox.DESCRIPTORS not in store.listed and outbox.DELIVERED not in store.listed
+    assert [e["subject"] for e in took] == ["tooldescriptors/tool-0", "tooldescriptors/tool-1"]
+
+    # What another replica kept is found at the next listing.
+    other = Outbox(store, ReceiptChains(store, lambda: signer), Settings(event_sink="http://x/"))
+    other.enqueue(_activated(2))
+    monkeypatch.setattr(outbox, "RELIST_SECONDS", 0.0)
+    await box.deliver(None)  # type: ignore[arg-type]
+    assert [e["subject"] for e in took][-1] == "tooldescriptors/tool-2" and len(took) == 3
