@@ -14,6 +14,7 @@ import base64
 import io
 import json
 import threading
+import urllib.parse
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -354,3 +355,27 @@ def test_a_namespace_created_again_starts_a_chain_of_its_own_and_neither_replays
         assert done.returncode == 0, done.stderr
     finally:
         ns.delete()
+
+
+def test_the_page_shows_a_signed_receipt_of_a_run_id_made_to_confuse_it(
+    api: client.ApiClient, wave_operator: OperatorProcess, tenant: Namespace
+) -> None:
+    """An agent names its run with markup, a NUL, a right-to-left override and astral
+    characters: the run's page still shows its receipt's signature as valid, the run id
+    escaped, never as markup."""
+    from .test_receipt_index import signed_in
+
+    run = '<script>x</script>"\u0000\u202e\U0001f600' + "\u0301" * 40
+    agent = Agent.create(api, tenant.name, "agent-1")
+    descriptor(api, tenant.name, "list-tools", kind="native", native={"name": "list-tools"})
+    agent.grant(["list-tools"], ["read"])
+    done = status_of(agent.wait(agent.invoke("list-tools", {}, runId=run)))
+    assert done["state"] == "Observed", pretty(done)
+    browser = signed_in(wave_operator.gateway_url, token_of(agent))
+    query = urllib.parse.urlencode(
+        {"namespace": tenant.name, "run": run, "verify": done["receiptRef"]}
+    )
+    text = browser.open(f"{wave_operator.gateway_url}/ui/runs?{query}", timeout=60).read()
+    page = text.decode()
+    assert "Signature valid, by ed25519:" in page, page
+    assert "<script>x</script>" not in page
