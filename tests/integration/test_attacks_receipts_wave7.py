@@ -379,3 +379,38 @@ def test_the_page_shows_a_signed_receipt_of_a_run_id_made_to_confuse_it(
     page = text.decode()
     assert "Signature valid, by ed25519:" in page, page
     assert "<script>x</script>" not in page
+
+
+def test_a_burst_of_calls_leaves_one_unbroken_chain_and_another_tenants_own(
+    api: client.ApiClient, wave_operator: OperatorProcess, tenant: Namespace, tmp_path: Path
+) -> None:
+    """An agent fires 30 calls at once while another tenant calls: every call ends, the
+    burst's receipts take the numbers 1..30 of its namespace's chain (none twice, none
+    skipped), the other tenant's chain is its own, and both verify."""
+    agent = Agent.create(api, tenant.name, "agent-1")
+    other_ns = Namespace(api, prefix=SCOPE)
+    try:
+        other = Agent.create(api, other_ns.name, "agent-1")
+        for who, ns in ((agent, tenant), (other, other_ns)):
+            descriptor(api, ns.name, "list-tools", kind="native", native={"name": "list-tools"})
+            who.grant(["list-tools"], ["read"])
+        burst = [agent.invoke("list-tools", {}, runId="burst") for _ in range(30)]
+        lone = other.invoke("list-tools", {})
+        assert status_of(other.wait(lone))["receipt"]["sequence"] == 1
+        ends = [status_of(agent.wait(name)) for name in burst]
+        assert all(s["state"] == "Observed" for s in ends), pretty(ends)
+        assert sorted(s["receipt"]["sequence"] for s in ends) == list(range(1, 31))
+
+        keys = tmp_path / "keys.json"
+        gateway = wave_operator.gateway_url
+        keys.write_text(json.dumps(http_json("GET", f"{gateway}/receipt-keys")[2]))
+        for ns, who, count in ((tenant, agent, 30), (other_ns, other, 1)):
+            done = Cli(tmp_path, api, who)(
+                "receipts", "verify", "-n", ns.name, "--store", str(wave_operator.artifacts),
+                "--keys", str(keys), "--offline", "-o", "json",
+            )  # fmt: skip
+            assert done.returncode == 0, done.stderr
+            (report,) = json.loads(done.stdout)
+            assert report["checked"] == count and report["verified"], report
+    finally:
+        other_ns.delete()
