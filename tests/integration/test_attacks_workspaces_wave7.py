@@ -7,11 +7,13 @@ only its own namespaces.
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from kubernetes import client
+from kubernetes.stream import stream
 
 from tooladapter.devtools import SESSION, Namespace, OperatorProcess
 from tooladapter.pipeline.warm import LABEL_STATE, STATE_ATTEMPT
@@ -126,3 +128,101 @@ def test_first_calls_of_many_attempts_at_once_hold_at_most_the_namespaces_share(
     for status in ended:
         if status["state"] != "Observed":
             assert "TOOLADAPTER_WORKSPACES_PER_NAMESPACE" in status["message"], pretty(status)
+
+
+#: A container tool that runs the script its arguments carry (base64): an agent's build
+#: steps as data (as tests/integration/test_workspaces.py's script tool).
+SCRIPT_RUNNER = (
+    'sed -n \'s|.*"script":"\\([A-Za-z0-9+/=]*\\)".*|\\1|p\' "$TOOLADAPTER_ARGUMENTS" '
+    "| base64 -d | sh"
+)
+#: Finds the warm run script (the exec the operator reads the report of) by its text; the
+#: bracket keeps grep from finding itself.
+FIND_RUNNER = (
+    "r=; for d in /proc/[0-9]*; do "
+    "grep -q 'tooladapter-processes-lef[t]' \"$d/cmdline\" 2>/dev/null && r=${d#/proc/}; done; "
+)
+
+
+def script_tool(api: client.ApiClient, namespace: str, tool_id: str) -> None:
+    descriptor(
+        api,
+        namespace,
+        tool_id,
+        kind="container",
+        side_effect_class="sandbox",
+        inputSchema={"type": "object", "properties": {"script": {"type": "string"}}},
+        timeoutSeconds=60,
+        sandbox={
+            "workspace": "attempt",
+            "command": ["/bin/sh", "-c", SCRIPT_RUNNER],
+            "resources": {
+                "requests": {"cpu": "50m", "memory": "64Mi"},
+                "limits": {"cpu": "500m", "memory": "64Mi"},
+            },
+            "egress": {"allow": []},
+        },
+    )
+
+
+def run_script(agent: Agent, tool: str, script: str, attempt: str) -> dict[str, Any]:
+    encoded = base64.b64encode(script.encode()).decode()
+    name = agent.invoke(tool, {"script": encoded}, attemptId=attempt)
+    return status_of(agent.wait(name, timeout=180))
+
+
+def processes_in(api: client.ApiClient, namespace: str, pod: str) -> str:
+    """Every process's command line in the pod, read by the platform (not a call)."""
+    return str(
+        stream(
+            client.CoreV1Api(api).connect_get_namespaced_pod_exec,
+            pod,
+            namespace,
+            container="tool",
+            command=["/bin/sh", "-c", "cat /proc/[0-9]*/cmdline; echo"],
+            stderr=True,
+            stdin=False,
+            stdout=True,
+            tty=False,
+        )
+    )
+
+
+def test_a_tool_cannot_forge_the_run_scripts_report_to_keep_a_process_alive(
+    api: client.ApiClient, wns: Namespace, operator: OperatorProcess
+) -> None:
+    # The run script says on its stderr how many processes were left after its kill; the
+    # tool runs as the same user, so it can write there (/proc/<script>/fd/2) and kill the
+    # script before its real report: a process of the call must still not outlive it.
+    script_tool(api, wns.name, "forge")
+    agent = Agent.create(api, wns.name, "carol")
+    agent.grant(["forge"], ["sandbox"])
+    status = run_script(
+        agent,
+        "forge",
+        FIND_RUNNER
+        + "setsid sh -c 'while :; do sleep 1; done # w7-survivor' </dev/null >/dev/null 2>&1 & "
+        + 'echo tooladapter-processes-left:0 > "/proc/$r/fd/2"; kill -9 "$r"',
+        "f",
+    )
+    pod = status["sandboxLease"]["workspace"]["id"]
+    assert "w7-survivor" not in processes_in(api, wns.name, pod), explain(status, operator)
+
+
+def test_a_tool_that_ran_cannot_make_its_call_say_it_never_started(
+    api: client.ApiClient, wns: Namespace, operator: OperatorProcess
+) -> None:
+    # The not-started mark makes the operator settle "the tool never started": a tool that
+    # acted and then writes that mark where the run script reports must not be believed.
+    script_tool(api, wns.name, "nostart")
+    agent = Agent.create(api, wns.name, "dave")
+    agent.grant(["nostart"], ["sandbox"])
+    status = run_script(
+        agent,
+        "nostart",
+        FIND_RUNNER
+        + 'echo acted > /workspace/acted; echo tooladapter-not-started:0 > "/proc/$r/fd/2"',
+        "n",
+    )
+    assert "never started" not in (status.get("message") or ""), explain(status, operator)
+    assert status["state"] == "Observed", explain(status, operator)

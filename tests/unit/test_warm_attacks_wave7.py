@@ -1,5 +1,6 @@
 """Attack pass 7 on issue 29's warm sandboxes: an attempt's workspace pod is one sandbox
-profile's, and a namespace's share of workspaces holds when many attempts start at once."""
+profile's, a namespace's share of workspaces holds when many attempts start at once, and
+what a tool writes on its run script's stderr never settles its call."""
 
 from __future__ import annotations
 
@@ -8,7 +9,13 @@ from typing import Any
 
 from tooladapter.enums import InvocationState
 from tooladapter.model import ToolDescriptorSpec
-from tooladapter.pipeline.warm import LABEL_STATE, STATE_ATTEMPT
+from tooladapter.pipeline.warm import (
+    LABEL_STATE,
+    RUN_SCRIPT,
+    STARTED_MARK,
+    STATE_ATTEMPT,
+    not_started,
+)
 
 from .test_warm_settlement import FakeWarmKube, call, existing_workspace, ran, warm
 
@@ -80,3 +87,35 @@ def _tool() -> dict[str, object]:
         "sideEffectClass": "sandbox",
         "sandbox": {"workspace": "attempt"},
     }
+
+
+def test_a_not_started_mark_the_tool_wrote_after_it_started_is_not_believed() -> None:
+    assert not_started(b"tooladapter-not-started:1\n")
+    assert not not_started(b"tooladapter-tool-started\ntooladapter-not-started:0\n")
+    assert STARTED_MARK in RUN_SCRIPT
+    # The mark is written before the tool is started, never after.
+    assert RUN_SCRIPT.index(STARTED_MARK) < RUN_SCRIPT.index('exec "$@"')
+
+
+def test_a_workspace_call_is_stopped_by_an_exec_of_its_own_whatever_its_run_reported() -> None:
+    # The tool forged a clean report and killed the run script (exit 137): the stop that
+    # follows, not the report, shows the end.
+    kube = FakeWarmKube()
+    existing_workspace(kube)
+    kube.answers = [ran(b"", 137, left=0)]
+    outcome = asyncio.run(warm(kube).run(call(tool_spec())))
+    assert outcome is not None and kube.stops == 1
+    assert "ws-1" in kube.pods
+
+
+def test_a_stop_killed_before_its_end_deletes_the_workspace_whatever_it_reported() -> None:
+    kube = FakeWarmKube()
+    existing_workspace(kube)
+    kube.answers = [ran(b"", 0, left=0)]
+    kube.stop_answer = ran(b"", 137, left=0)  # a report, but no clean exit
+    asyncio.run(warm(kube).run(call(tool_spec())))
+    assert "ws-1" in kube.deleted and "ws-1" not in kube.pods
+
+
+def tool_spec() -> ToolDescriptorSpec:
+    return ToolDescriptorSpec.model_validate(_tool())

@@ -479,9 +479,12 @@ class WarmSandboxes:
                 "started",
             )
         remaining = processes_left(result.stderr)
-        if remaining != 0:
-            # The run script did not report a clean end: stop again, and a workspace that
-            # still holds a process of the call is not handed to the next one.
+        if remaining != 0 or workspace is not None:
+            # The run script did not report a clean end, or the pod lives on as the
+            # attempt's workspace: its report cannot be believed there (the tool runs as
+            # the same user, so it can write the script's stderr and kill the script before
+            # the real report). A stop of its own, in an exec the tool never saw, shows the
+            # end; a workspace that still holds a process of the call is not handed on.
             await self.stop(call.namespace, name, workspace)
         if result.exit_code is None:
             return replace(
@@ -518,7 +521,10 @@ class WarmSandboxes:
                 result = await self.kube.exec(
                     namespace, name, ["/bin/sh", "-c", STOP_SCRIPT], stdin=b"", max_bytes=0
                 )
-            if processes_left(result.stderr) == 0:
+            # Exit 0 too: the script reports only after its kill and count, and exits 0
+            # only after that report; a script killed before (by a process it was to
+            # stop) may end with a report that process wrote.
+            if result.exit_code == 0 and processes_left(result.stderr) == 0:
                 return "every process of the call was stopped"
         except Exception:
             logger.warning("stopping the call in warm pod %s/%s failed", namespace, name)

@@ -82,6 +82,10 @@ ARGUMENTS_FILE = f"{CALL_DIR}/arguments.json"
 STOPPED_MARK = "tooladapter-processes-left:"
 #: What the run script writes on stderr when the tool did not start.
 NOT_STARTED_MARK = "tooladapter-not-started:"
+#: What the run script writes on stderr just before it starts the tool. The tool runs as
+#: the same user and can write to the script's stderr (/proc/<pid>/fd/2), so nothing on it
+#: after this mark is the script's word: a not-started mark after it is the tool's.
+STARTED_MARK = "tooladapter-tool-started"
 
 #: PID 1 of a warm pod: holds the pod open and reaps orphans (`wait` collects any child,
 #: including the killed processes of a call that were re-parented to it).
@@ -126,6 +130,7 @@ RUN_SCRIPT = (
     + f'{{ echo "{NOT_STARTED_MARK}setup" >&2; exit 125; }}; unset args; '
     + f'cd {WORKSPACE} || {{ echo "{NOT_STARTED_MARK}setup" >&2; exit 125; }}; '
     + f"export HOME={WORKSPACE} TMPDIR={WORKSPACE} TOOLADAPTER_ARGUMENTS={ARGUMENTS_FILE}; "
+    + f'echo "{STARTED_MARK}" >&2; '
     + '( if [ -n "$proxy" ]; then export HTTP_PROXY="$proxy" HTTPS_PROXY="$proxy" '
     + 'http_proxy="$proxy" https_proxy="$proxy" NO_PROXY="" no_proxy=""; fi; '
     + 'unset proxy; exec "$@" ) </dev/null 2>&1 & '
@@ -396,8 +401,9 @@ def processes_left(stderr: bytes) -> int | None:
 
 
 def not_started(stderr: bytes) -> bool:
-    """The run script stopped before the tool started (`NOT_STARTED_MARK`)."""
-    return NOT_STARTED_MARK.encode() in stderr
+    """The run script stopped before the tool started (`NOT_STARTED_MARK`, and no
+    `STARTED_MARK`: a tool that ran may have written any mark after that one)."""
+    return NOT_STARTED_MARK.encode() in stderr and STARTED_MARK.encode() not in stderr
 
 
 def pod_ready(pod: Mapping[str, Any] | None) -> bool:
@@ -436,6 +442,7 @@ __all__ = [
     "LABEL_WORKSPACE",
     "RUN_SCRIPT",
     "SETUP_FAILED",
+    "STARTED_MARK",
     "STATE_ATTEMPT",
     "STATE_CALL",
     "STATE_POOL",
