@@ -1,7 +1,7 @@
 """Attack pass 7 on issue 29 (attempt workspaces, warm sandboxes), on the real cluster, as
 agents: what the attacks of tests/integration/test_workspaces.py did not try.
 
-This module runs its own operator (no pools, a namespace share of two workspaces) serving
+This module runs its own operator (no pools, a namespace share of three workspaces) serving
 only its own namespaces.
 """
 
@@ -23,7 +23,7 @@ from .objects import SHELL_SCHEMA, Agent, descriptor, pretty, status_of
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(600)]
 
 PREFIX = f"{SESSION}w7"
-WORKSPACES = 2
+WORKSPACES = 3
 
 
 @pytest.fixture(scope="module")
@@ -226,3 +226,25 @@ def test_a_tool_that_ran_cannot_make_its_call_say_it_never_started(
     )
     assert "never started" not in (status.get("message") or ""), explain(status, operator)
     assert status["state"] == "Observed", explain(status, operator)
+
+
+def test_attempt_ids_that_differ_only_in_case_or_unicode_form_are_other_workspaces(
+    api: client.ApiClient, wns: Namespace, operator: OperatorProcess
+) -> None:
+    # A name or label made from the agent's text might fold case or normalise unicode; the
+    # workspace is found by a hash of the exact text, so these are three attempts.
+    script_tool(api, wns.name, "variants")
+    agent = Agent.create(api, wns.name, "erin")
+    agent.grant(["variants"], ["sandbox"])
+    wrote = run_script(agent, "variants", "echo mine > /workspace/mark", "\u00c4-Case")
+    assert wrote["state"] == "Observed", explain(wrote, operator)
+    probe = base64.b64encode(b"cat /workspace/mark 2>/dev/null || echo none").decode()
+    names = [
+        agent.invoke("variants", {"script": probe}, attemptId=other)
+        for other in ("\u00e4-case", "A\u0308-Case")
+    ]
+    for name in names:
+        read = status_of(agent.wait(name, timeout=180))
+        assert read["state"] == "Observed", explain(read, operator)
+        assert str(read["result"]["content"]).strip() == "none", explain(read, operator)
+        assert read["sandboxLease"]["workspace"]["id"] != wrote["sandboxLease"]["workspace"]["id"]
