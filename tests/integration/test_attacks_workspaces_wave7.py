@@ -209,6 +209,31 @@ def test_a_tool_cannot_forge_the_run_scripts_report_to_keep_a_process_alive(
     assert "w7-survivor" not in processes_in(api, wns.name, pod), explain(status, operator)
 
 
+def test_a_tool_cannot_reach_the_memory_of_the_workspace_pods_first_process(
+    api: client.ApiClient, wns: Namespace, operator: OperatorProcess
+) -> None:
+    # PID 1 outlives every call of the attempt (`kill -9 -1` spares it) and runs as the
+    # tool's user: were it dumpable, a tool could write code into it (/proc/1/mem) and live
+    # on into later calls, reading their proxy URL and arguments. Opening /proc/1/mem or
+    # /proc/1/environ is the kernel's ptrace access check.
+    script_tool(api, wns.name, "pid1")
+    agent = Agent.create(api, wns.name, "erin")
+    agent.grant(["pid1"], ["sandbox"])
+    probe = (
+        "for f in environ mem; do "
+        'if (exec 3</proc/1/$f) 2>/dev/null; then echo "$f:open"; else echo "$f:sealed"; fi; '
+        "done"
+    )
+    status = run_script(agent, "pid1", probe, "p")
+    assert status["state"] == "Observed", explain(status, operator)
+    shown = str(status["result"]["content"])
+    assert "environ:sealed" in shown and "mem:sealed" in shown, explain(status, operator)
+    # The holder still holds the workspace: a second call of the attempt runs in it.
+    again = run_script(agent, "pid1", "echo second", "p")
+    assert again["state"] == "Observed", explain(again, operator)
+    assert again["sandboxLease"]["workspace"]["id"] == status["sandboxLease"]["workspace"]["id"]
+
+
 def test_a_tool_that_ran_cannot_make_its_call_say_it_never_started(
     api: client.ApiClient, wns: Namespace, operator: OperatorProcess
 ) -> None:

@@ -24,7 +24,8 @@ What keeps a warm pod as safe as a cold Job:
   pod's holder, PID 1, and the script itself), checks none is left and says so on
   stderr (`STOPPED_MARK`), so a background process of one call never lives into the next.
 - PID 1 is a shell that reaps orphans (`HOLDER_SCRIPT`), so killed processes do not
-  linger as zombies in a long-lived workspace pod.
+  linger as zombies in a long-lived workspace pod; it is not dumpable (`HOLDER_COMMAND`),
+  so no tool can live on inside it.
 
 All pure: plain data in, plain dicts and bytes out; `kube.warm` sends them.
 """
@@ -90,6 +91,19 @@ STARTED_MARK = "tooladapter-tool-started"
 #: PID 1 of a warm pod: holds the pod open and reaps orphans (`wait` collects any child,
 #: including the killed processes of a call that were re-parented to it).
 HOLDER_SCRIPT = "trap 'exit 0' TERM; while :; do sleep 3600 & wait; done"
+#: PID 1 runs the holder from a copy of the shell that its own user may execute but not
+#: read: the kernel then makes the process non-dumpable, so the tool's processes (the same
+#: user) can neither read nor write PID 1's memory (/proc/1/mem, ptrace) to live on in it
+#: into the attempt's later calls (`kill -9 -1` spares PID 1). The copy is named `sh` so a
+#: multi-call binary (busybox) still knows what it is. Fails closed: without the copy, the
+#: container exits and the pod is never handed out.
+HOLDER_SHELL = f"{TOOLADAPTER_DIR}/sh"
+HOLDER_COMMAND = [
+    "/bin/sh",
+    "-c",
+    f'cp /bin/sh {HOLDER_SHELL} && chmod 0111 {HOLDER_SHELL} && exec {HOLDER_SHELL} -c "$0"',
+    HOLDER_SCRIPT,
+]
 
 #: Counts live processes other than PID 1, this script and the holder's children. Run
 #: right after `kill -9 -1`: that signal reached every process of the sandbox user at once
@@ -269,7 +283,7 @@ def build_warm_pod(
         "name": CONTAINER_NAME,
         "image": profile.image,
         "imagePullPolicy": profile.image_pull_policy,
-        "command": ["/bin/sh", "-c", HOLDER_SCRIPT],
+        "command": HOLDER_COMMAND,
         "workingDir": WORKSPACE,
         "env": [
             {"name": "HOME", "value": WORKSPACE},
