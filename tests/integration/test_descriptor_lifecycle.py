@@ -34,7 +34,7 @@ from .objects import (
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(300)]
 
 #: The operator's default timeout in this module: far below any CRD or code default.
-DEFAULT_TIMEOUT = 8
+DEFAULT_TIMEOUT = 20
 
 
 #: This module's operator serves namespaces of its own: the session's operator (started by

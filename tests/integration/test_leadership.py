@@ -8,7 +8,6 @@ and these operators never see the suite's.
 from __future__ import annotations
 
 import contextlib
-import json
 import re
 import time
 from collections.abc import Iterator
@@ -19,6 +18,7 @@ from kubernetes import client
 
 from tooladapter.devtools import SESSION, Namespace, OperatorProcess, wait_for
 from tooladapter.kube.leases import lease_name
+from tooladapter.pipeline.receipt_check import parse_receipt
 
 from .objects import Agent, descriptor, events_of, pretty, status_of
 
@@ -58,7 +58,7 @@ def receipts_of(op: OperatorProcess, invocation: str) -> int:
     count = 0
     for path in op.artifacts.glob("sha256/*/*"):
         with contextlib.suppress(ValueError, UnicodeDecodeError):
-            doc = json.loads(path.read_bytes())
+            doc = parse_receipt(path.read_bytes())
             if isinstance(doc, dict) and doc.get("invocationName") == invocation:
                 count += 1
     return count

@@ -41,7 +41,8 @@ def test_a_tool_limited_to_five_a_minute_called_ten_times_runs_five_and_denies_f
 def test_a_sandbox_kind_whose_runtime_class_is_missing_keeps_its_descriptor_inactive(
     api: client.ApiClient, ns: Namespace
 ) -> None:
-    # This cluster has no gVisor: a GVisor sandbox must not silently run on runc.
+    # This cluster has no Kata (no KVM; gVisor it has): a Kata sandbox must not silently
+    # run on runc.
     obj = descriptor(
         api,
         ns.name,
@@ -49,7 +50,7 @@ def test_a_sandbox_kind_whose_runtime_class_is_missing_keeps_its_descriptor_inac
         kind="container",
         side_effect_class="sandbox",
         wait_active=False,
-        sandbox={"kind": "GVisor", "command": ["/bin/true"]},
+        sandbox={"kind": "Kata", "command": ["/bin/true"]},
     )
 
     def reason() -> str | None:
@@ -58,5 +59,5 @@ def test_a_sandbox_kind_whose_runtime_class_is_missing_keeps_its_descriptor_inac
         return status.get("message") if ready.get("reason") == "RuntimeClassMissing" else None
 
     message = wait_for(reason, timeout=30, what="descriptor inactive for its RuntimeClass")
-    assert "gvisor" in str(message)
+    assert "kata" in str(message)
     assert not status_of(get(api, ns.name, "tooldescriptors", obj["metadata"]["name"]))["active"]

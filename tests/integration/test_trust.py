@@ -4,6 +4,7 @@ clean-up, on the real cluster with the real operator process."""
 from __future__ import annotations
 
 import base64
+import json
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
@@ -11,6 +12,7 @@ import pytest
 from kubernetes import client
 
 from tooladapter.devtools import Namespace, OperatorProcess, node_ip, wait_for
+from tooladapter.pipeline.receipt_check import parse_receipt
 
 from .objects import (
     Agent,
@@ -298,7 +300,9 @@ def test_a_restarted_operator_follows_its_job_or_settles_uncertain_never_running
     assert confirmed["state"] == "Uncertain"
     assert confirmed["receipt"]["effectConfirmed"] is True
     digest = confirmed["receiptRef"].split(":")[1]
-    receipt = (operator.artifacts / "sha256" / digest[:2] / digest).read_text()
+    receipt = json.dumps(
+        parse_receipt((operator.artifacts / "sha256" / digest[:2] / digest).read_bytes())
+    )
     assert oncall.user in receipt and "deployment 42" in receipt
 
 
