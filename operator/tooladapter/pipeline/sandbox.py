@@ -268,6 +268,28 @@ def runtime_class_for(sandbox: SandboxSpec, by_kind: Mapping[str, str]) -> str |
     return sandbox.runtime_class_name or by_kind.get(sandbox.kind.value) or None
 
 
+def gate_container(
+    network_gate: tuple[str, int],
+    image: str,
+    image_pull_policy: str,
+    security: Mapping[str, Any],
+) -> dict[str, Any]:
+    """The init container that holds a sandbox pod until its egress rules are enforced (it
+    reaches the canary at `network_gate` only once the pod's NetworkPolicy applies)."""
+    host, port = network_gate
+    return {
+        "name": GATE_CONTAINER_NAME,
+        "image": image,
+        "imagePullPolicy": image_pull_policy,
+        "command": ["/bin/sh", "-c", GATE_SCRIPT, "gate", host, str(port), str(GATE_ATTEMPTS)],
+        "resources": {
+            "requests": {"cpu": "10m", "memory": "8Mi"},
+            "limits": {"cpu": "100m", "memory": "16Mi"},
+        },
+        "securityContext": dict(security),
+    }
+
+
 def build_job(
     *,
     namespace: str,
@@ -374,27 +396,10 @@ def build_job(
         "volumes": volumes,
     }
     if network_gate is not None:
-        host, port = network_gate
         pod_spec["initContainers"] = [
-            {
-                "name": GATE_CONTAINER_NAME,
-                "image": gate_image or image,
-                "imagePullPolicy": image_pull_policy,
-                "command": [
-                    "/bin/sh",
-                    "-c",
-                    GATE_SCRIPT,
-                    "gate",
-                    host,
-                    str(port),
-                    str(GATE_ATTEMPTS),
-                ],
-                "resources": {
-                    "requests": {"cpu": "10m", "memory": "8Mi"},
-                    "limits": {"cpu": "100m", "memory": "16Mi"},
-                },
-                "securityContext": container["securityContext"],
-            }
+            gate_container(
+                network_gate, gate_image or image, image_pull_policy, container["securityContext"]
+            )
         ]
     if runtime_class:
         pod_spec["runtimeClassName"] = runtime_class

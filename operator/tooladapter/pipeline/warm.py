@@ -43,15 +43,13 @@ from ..enums import ToolKind, WorkspaceMode
 from ..model import SandboxSpec, ToolDescriptorSpec
 from .sandbox import (
     CONTAINER_NAME,
-    GATE_ATTEMPTS,
-    GATE_CONTAINER_NAME,
-    GATE_SCRIPT,
     LABEL_MANAGED_BY,
     MANAGED_BY,
     SANDBOX_UID,
     TOOLADAPTER_DIR,
     WORKSPACE,
     ProxyPeer,
+    gate_container,
     split_egress,
 )
 
@@ -315,27 +313,8 @@ def build_warm_pod(
         ],
     }
     if network_gate is not None:
-        host, port = network_gate
         pod_spec["initContainers"] = [
-            {
-                "name": GATE_CONTAINER_NAME,
-                "image": gate_image,
-                "imagePullPolicy": profile.image_pull_policy,
-                "command": [
-                    "/bin/sh",
-                    "-c",
-                    GATE_SCRIPT,
-                    "gate",
-                    host,
-                    str(port),
-                    str(GATE_ATTEMPTS),
-                ],
-                "resources": {
-                    "requests": {"cpu": "10m", "memory": "8Mi"},
-                    "limits": {"cpu": "100m", "memory": "16Mi"},
-                },
-                "securityContext": security,
-            }
+            gate_container(network_gate, gate_image, profile.image_pull_policy, security)
         ]
     if profile.runtime_class:
         pod_spec["runtimeClassName"] = profile.runtime_class

@@ -117,26 +117,8 @@ async def get_chain_head(request: web.Request) -> web.Response:
 
 async def get_receipt(request: web.Request) -> web.Response:
     namespace, digest = params.namespace(request), params.sha256_hex(request)
-    deps, caller = deps_of(request), caller_of(request)
-    try:
-        verdicts = await asyncio.gather(
-            *(
-                deps.reviews.allowed(
-                    caller.identity,
-                    namespace=namespace,
-                    verb=verb,
-                    resource=Resource.INVOCATIONS,
-                )
-                for verb in ("get", "list")
-            )
-        )
-    except CallerApiError as exc:
-        raise from_api(exc, "reviewing the caller's access") from exc
-    if not all(verdicts):
-        raise ProblemError(
-            ProblemKind.FORBIDDEN,
-            f"reading receipts of {namespace} takes get and list on toolinvocations there",
-        )
+    deps = deps_of(request)
+    await _may_read_receipts(request, namespace)
     incarnation = await incarnation_of(request, namespace)
     ref_ = f"sha256:{digest}"
     not_here = ProblemError(ProblemKind.NOT_FOUND, f"no receipt {ref_} in {namespace}")
