@@ -21,6 +21,7 @@ from kubernetes import client
 from tests.integration.objects import Agent, descriptor, get, pretty, status_of
 from tests.integration.servers import Recorder
 from tooladapter.devtools import Namespace, node_ip, wait_for
+from tooladapter.pipeline.receipt_check import parse_receipt
 
 from .release import CHART, Release, helm, run
 
@@ -92,7 +93,9 @@ def receipt(release: Release, status: dict[str, Any]) -> dict[str, Any]:
         "/usr/bin/python3", "-c", code,
     )  # fmt: skip
     assert hashlib.sha256(text.encode()).hexdigest() == digest
-    return dict(json.loads(text))
+    stored = parse_receipt(text.encode())  # a signed receipt's predicate
+    assert stored is not None, text[:200]
+    return stored
 
 
 def explain(release: Release, status: dict[str, Any]) -> str:
