@@ -93,13 +93,14 @@ HOLDER_SCRIPT = "trap 'exit 0' TERM; while :; do sleep 3600 & wait; done"
 #: read: the kernel then makes the process non-dumpable, so the tool's processes (the same
 #: user) can neither read nor write PID 1's memory (/proc/1/mem, ptrace) to live on in it
 #: into the attempt's later calls (`kill -9 -1` spares PID 1). The copy is named `sh` so a
-#: multi-call binary (busybox) still knows what it is. Fails closed: without the copy, the
-#: container exits and the pod is never handed out.
+#: multi-call binary (busybox) still knows what it is. gVisor cannot execute a file it may
+#: not read: there (tried first, `: `), PID 1 is the plain shell (docs: known limits).
 HOLDER_SHELL = f"{TOOLADAPTER_DIR}/sh"
 HOLDER_COMMAND = [
     "/bin/sh",
     "-c",
-    f'cp /bin/sh {HOLDER_SHELL} && chmod 0111 {HOLDER_SHELL} && exec {HOLDER_SHELL} -c "$0"',
+    f"if cp /bin/sh {HOLDER_SHELL} && chmod 0111 {HOLDER_SHELL} && {HOLDER_SHELL} -c :; "
+    f'then exec {HOLDER_SHELL} -c "$0"; fi; exec /bin/sh -c "$0"',
     HOLDER_SCRIPT,
 ]
 
