@@ -26,6 +26,10 @@ def run(extra: list[str]) -> None:
     sys.modules.setdefault("kubernetes", None)  # type: ignore[arg-type]
     from kopf.cli import main as kopf_main
 
+    from .handlers import namespace_scan
+
+    namespace_scan.install()
+
     # TOOLADAPTER_NAMESPACES (comma-separated globs) shards the operator by namespace; the
     # same setting tells the workers which namespaces are theirs (`Settings.serves`).
     settings = Settings.from_env()
