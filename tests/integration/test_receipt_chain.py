@@ -238,6 +238,17 @@ def test_five_calls_verify_offline_and_each_tampering_is_named_by_its_sequence(
             "receipt", "verify", f"sha256:{digest}", "--artifact-dir", str(rewritten),
             "--keys", str(keys),
         ).returncode == 12  # fmt: skip
+        # The same rewrite without an envelope, posing as a receipt from before signing.
+        plain = json.dumps(statement["predicate"], sort_keys=True).encode()
+        plain_digest = hashlib.sha256(plain).hexdigest()
+        (rewritten / "sha256" / plain_digest[:2]).mkdir(exist_ok=True)
+        (rewritten / "sha256" / plain_digest[:2] / plain_digest).write_bytes(plain)
+        unsigned = cli(
+            "receipt", "verify", f"sha256:{plain_digest}", "--artifact-dir", str(rewritten),
+            "--keys", str(keys),
+        )  # fmt: skip
+        assert unsigned.returncode == 12, (unsigned.stdout, unsigned.stderr)
+        assert "a rewrite" in unsigned.stderr
     finally:
         ns.delete()
 

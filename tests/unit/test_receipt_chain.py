@@ -37,6 +37,7 @@ from tooladapter.pipeline.signing import (
     receipt_of,
     seal,
     signature_status,
+    stored_signature,
 )
 
 from .fake_cluster import MemoryStore
@@ -130,6 +131,25 @@ def test_a_receipt_signed_by_another_key_is_unknown_and_a_plain_one_unsigned(
     plain = parse_stored(canonical_json(receipt()))
     assert plain is not None
     assert signature_status(plain[1], keyset_of(signer))[0] is SignatureStatus.UNSIGNED
+
+
+def test_an_unsigned_receipt_is_old_only_when_it_predates_every_key(signer: Signer) -> None:
+    keys = keyset_of(signer, not_before="2026-12-01T00:00:00Z")
+    old = receipt(writtenAt="2026-11-30T00:00:00Z")
+    assert stored_signature(old, None, keys) == (SignatureStatus.UNSIGNED, None)
+    # A rewrite posing as an old receipt: written once keys signed, or naming a link.
+    late = receipt(writtenAt="2026-12-02T00:00:00Z")
+    assert stored_signature(late, None, keys)[0] is SignatureStatus.UNSIGNED_AFTER_SIGNING
+    linked = receipt(writtenAt="2026-11-30T00:00:00Z", chain={"sequence": 3})
+    assert stored_signature(linked, None, KeySet())[0] is SignatureStatus.UNSIGNED_AFTER_SIGNING
+    garbled = receipt(writtenAt="yesterday")
+    assert stored_signature(garbled, None, keys)[0] is SignatureStatus.UNSIGNED_AFTER_SIGNING
+    # No keys to judge the time by: the chain claim alone decides.
+    assert stored_signature(late, None, KeySet())[0] is SignatureStatus.UNSIGNED
+    # A signed one is checked as before.
+    parsed = parse_stored(seal(receipt(), signer))
+    assert parsed is not None
+    assert stored_signature(parsed[0], parsed[1], keyset_of(signer))[0] is SignatureStatus.VALID
 
 
 def test_a_retired_key_verifies_what_it_signed_before_and_nothing_after() -> None:

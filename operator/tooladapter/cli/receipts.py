@@ -24,7 +24,13 @@ from ..kube.user import UserApi
 from ..pipeline.chain import Head
 from ..pipeline.keyring import parse_public
 from ..pipeline.receipt_check import Match, parse_receipt, ref_from_filename, verify
-from ..pipeline.signing import KeySet, SignatureStatus, parse_stored, signature_status
+from ..pipeline.signing import (
+    KeySet,
+    SignatureStatus,
+    parse_stored,
+    signature_status,
+    stored_signature,
+)
 from . import views
 from .chainverify import (
     HEADS_CONFIG_MAP,
@@ -474,8 +480,16 @@ async def _verify(
         keys = None
         if opened is not None:
             keys = await _keys_for_one(api, keys_file, gateway)
+        elif parsed is not None:
+            # Unsigned: only a receipt older than every key may be; where keys cannot be
+            # read, the receipt's own chain claim is still judged.
+            keys = await _keys_if_any(api, keys_file, gateway)
     verdict = verify(data, expected)
-    signature, keyid = signature_status(opened, keys or KeySet())
+    signature, keyid = (
+        stored_signature(parsed[0], opened, keys or KeySet())
+        if parsed is not None
+        else signature_status(None, KeySet())
+    )
     chain = (parsed[0].get("chain") if parsed is not None else None) or {}
     if settings.structured:
         settings.emit(
@@ -502,6 +516,13 @@ async def _verify(
             click.echo(f"signature: valid, by {keyid}{at}")
         elif signature is SignatureStatus.UNSIGNED:
             click.echo("signature: none (written before receipts were signed): its hash only")
+        elif signature is SignatureStatus.UNSIGNED_AFTER_SIGNING:
+            click.echo(
+                "BAD SIGNATURE: none, but the receipt says it was written when receipts were "
+                "signed (it names a chain link, or its writtenAt is within a key's validity): "
+                "a rewrite",
+                err=True,
+            )
         else:
             who = f" (key {keyid})" if keyid else ""
             click.echo(f"BAD SIGNATURE: {signature.value}{who}", err=True)
@@ -510,6 +531,17 @@ async def _verify(
     if signature not in (SignatureStatus.VALID, SignatureStatus.UNSIGNED):
         return ExitCode.BAD_SIGNATURE
     return ExitCode.OK
+
+
+async def _keys_if_any(api: UserApi, keys_file: str | None, gateway: str | None) -> KeySet:
+    """The public keys when they can be read, else none (an unsigned receipt is then judged
+    by its own chain claim only)."""
+    try:
+        return await _keys_for_one(api, keys_file, gateway)
+    except CliError:
+        if keys_file or gateway:
+            raise  # asked for explicitly: their failure is the user's to see
+        return KeySet()
 
 
 async def _keys_for_one(api: UserApi, keys_file: str | None, gateway: str | None) -> KeySet:
@@ -557,7 +589,9 @@ def verify_command(
     REF: the bytes are read from --gateway or --artifact-dir. FILE: checked against --ref,
     else its artifact-store file name, else the receiptRef of the invocation it names.
     Exit 0 when both hold (a receipt written before receipts were signed: its hash), 10
-    when the hash does not match, 12 when the signature does not verify."""
+    when the hash does not match, 12 when the signature does not verify or is missing
+    from a receipt that says it was written once receipts were signed (it names a chain
+    link, or its writtenAt is within a published key's validity)."""
     file_bytes = Path(target).read_bytes() if os.path.isfile(target) else None
     return run_async(
         _verify(

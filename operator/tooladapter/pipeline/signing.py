@@ -62,6 +62,10 @@ class SignatureStatus(StrEnum):
     """Signed by a known key outside its validity period (after it was retired)."""
     UNSIGNED = "unsigned"
     """A plain receipt, written before receipts were signed: verifiable by hash only."""
+    UNSIGNED_AFTER_SIGNING = "unsigned-after-signing"
+    """A plain receipt that says it was written once receipts were signed (it names a chain
+    link, or its `writtenAt` is within a known key's validity): whoever wrote it had no
+    key, so it is a rewrite."""
 
 
 def pae(payload_type: str, payload: bytes) -> bytes:
@@ -306,3 +310,39 @@ def signature_status(opened: Opened | None, keys: KeySet) -> tuple[SignatureStat
             return SignatureStatus.VALID, keyid
         outcome, who = SignatureStatus.OUTSIDE_VALIDITY, keyid
     return outcome, who
+
+
+def unsigned_status(receipt: Mapping[str, Any], keys: KeySet) -> SignatureStatus:
+    """What a plain (unsigned) receipt may be: one written before receipts were signed, or a
+    rewrite posing as one. A receipt that names a chain link, or whose `writtenAt` is not
+    before the earliest key's validity (less `SKEW`), was written by an operator that
+    signed everything: unsigned, it is `UNSIGNED_AFTER_SIGNING`. Without keys (none
+    published) the time cannot be judged; the chain still can."""
+    if receipt.get("chain"):
+        return SignatureStatus.UNSIGNED_AFTER_SIGNING
+    starts = []
+    for key in keys.keys:
+        try:
+            starts.append(parse_time(key.not_before))
+        except ValueError:
+            continue
+    written = receipt.get("writtenAt")
+    if not starts or not isinstance(written, str):
+        return SignatureStatus.UNSIGNED
+    try:
+        at = parse_time(written)
+    except ValueError:
+        return SignatureStatus.UNSIGNED_AFTER_SIGNING
+    if at >= min(starts) - SKEW:
+        return SignatureStatus.UNSIGNED_AFTER_SIGNING
+    return SignatureStatus.UNSIGNED
+
+
+def stored_signature(
+    receipt: Mapping[str, Any], opened: Opened | None, keys: KeySet
+) -> tuple[SignatureStatus, str | None]:
+    """The signature verdict of one stored receipt (`parse_stored`'s pair): a signed one's
+    check against `keys`, an unsigned one's `unsigned_status`."""
+    if opened is None:
+        return unsigned_status(receipt, keys), None
+    return signature_status(opened, keys)

@@ -21,7 +21,7 @@ from ...enums import Resource
 from ...kube.callers import CallerApiError
 from ...pipeline.linear_regex import compile_internal
 from ...pipeline.receipt_check import Match, Verdict, verify
-from ...pipeline.signing import KeySet, SignatureStatus, parse_stored, signature_status
+from ...pipeline.signing import KeySet, SignatureStatus, parse_stored, stored_signature
 from ..context import deps_of
 from ..params import NAME_PATTERN, NAMESPACE_PATTERN
 from ..receipt_keys import receipt_keys
@@ -152,7 +152,7 @@ def _stored(
     # Only the namespace's own receipts, as the gateway's receipts route serves them.
     if receipt.get("tenantId") != namespace:
         return None
-    signature, keyid = signature_status(opened, keys or KeySet())
+    signature, keyid = stored_signature(receipt, opened, keys or KeySet())
     return StoredReceipt(
         ref=ref,
         receipt=receipt,
