@@ -44,8 +44,8 @@ class ExitCode(IntEnum):
     FAILED it is no invitation to run the call again."""
     BAD_SIGNATURE = 12
     """`receipt verify`, `receipts verify`: a receipt is not validly signed by a key of the
-    key set (rewritten, forged, unsigned inside the chain, or signed by a retired key after
-    its period)."""
+    key set (rewritten, forged, unsigned inside the chain or after signing began, or signed
+    by a retired key after its period)."""
     CHAIN_BROKEN = 13
     """`receipts verify`: a sequence number of the chain is missing (a receipt removed, from
     the middle or the end), holds a receipt of another place, or links to another previous
