@@ -912,8 +912,9 @@ class ToolInvocationSpec(Model):
     """A token lower than the highest seen for the same attemptId (and caller) is Denied at stage
     fencing."""
     idempotency_key: str | None = Field(default=None, min_length=1, max_length=256)
-    """Calls with the same key (per namespace and caller) execute once; the others end Denied as
-    duplicates carrying the first one's receipt."""
+    """Calls with the same key (per namespace and caller) execute once: a later call with the
+    same request waits for the first and ends as it did (its state, receiptRef and result,
+    with status.duplicateOf); the same key with other arguments is Denied (key-reused)."""
     environment_id: str | None = Field(default=None, max_length=128)
     """The caller's environment, recorded on the receipt."""
     interrupt: bool = False
@@ -1314,8 +1315,9 @@ class ToolInvocationStatus(Model):
     audit_ref: str | None = None
     """This invocation's own receipt."""
     failure_class: FailureClass | None = None
-    """Why the call did not end Observed, e.g. permission-denied, policy-denied, validation,
-    duplicate."""
+    """Why the call did not succeed, e.g. permission-denied, policy-denied, validation,
+    key-reused, or tool-error on an Observed call whose tool reported an error (duplicate:
+    calls stored before duplicates ended as their first call)."""
     denied_stage: Stage | None = None
     """The stage that denied the call."""
     approval_forced: bool | None = None

@@ -1,7 +1,7 @@
 """Operator settings, one frozen dataclass read once from the environment at start-up.
 
 Every knob has a production-sensible default; the environment names are documented in
-the README's "Operator settings" table.
+docs/operations/configuration.md.
 """
 
 from __future__ import annotations

@@ -2,8 +2,8 @@
 applied it (the chart renders the same objects: tests/unit/test_chart.py): the egress
 proxy's ServiceAccount reads Secrets only in the grants' namespace, never the reviewers'
 page session key nor anything else in the operator's namespace; the operator lists no
-Secret cluster-wide (what remains: `get`, `create` and `delete` by name, README "Least
-privilege").
+Secret cluster-wide (what remains: `get`, `create` and `delete` by name, explained in
+manifests/rbac/operator.yaml).
 
 Each answer is a SubjectAccessReview as the ServiceAccount's user, asked by the admin: the
 authorizer's own verdict, whether or not the object exists."""
@@ -22,10 +22,18 @@ SYSTEM = "tooladapter-system"
 GRANTS = EgressSettings().namespace
 PROXY = f"system:serviceaccount:{SYSTEM}:tooladapter-egress-proxy"
 OPERATOR = f"system:serviceaccount:{SYSTEM}:tooladapter-operator"
-#: The chart's page session key (templates/ui-session-secret.yaml) and what else lives
-#: beside it: S3 credentials, the gateway's TLS key, Helm's release records.
-SESSION_KEY = "tooladapter-ui-session"
-NEIGHBOURS = (SESSION_KEY, "s3-credentials", "tooladapter-gateway-tls", "sh.helm.release.v1.x.v1")
+#: The page's session key as the operator creates it (`<prefix>-ui-session-key`; the chart's
+#: earlier `tooladapter-ui-session`), and what else lives beside it: the receipt signing key,
+#: S3 credentials, the gateway's TLS key, Helm's release records.
+SESSION_KEY = "tooladapter-ui-session-key"
+NEIGHBOURS = (
+    SESSION_KEY,
+    "tooladapter-ui-session",
+    "tooladapter-receipt-signing",
+    "s3-credentials",
+    "tooladapter-gateway-tls",
+    "sh.helm.release.v1.x.v1",
+)
 
 
 def allowed(

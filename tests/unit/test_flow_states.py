@@ -827,3 +827,20 @@ async def test_a_confirmation_is_recorded_with_how_and_copied_onto_the_duplicate
     assert copied["receiptRef"] == first["receiptRef"]
     assert copied["failureClass"] == "effect-confirmed"
     assert len(native(h).executed) == 1
+
+
+async def test_a_call_naming_a_tool_nobody_published_is_counted_under_unknown(h: Harness) -> None:
+    # The tool label never comes from what a caller typed (issue 28: random ids grew the
+    # metrics page without bound); a published tool keeps its own label.
+    read_tool(h)
+    invented = "made-up-7f3a9c"
+
+    denied = await h.run(h.submit(invocation("call-unknown", tool=invented)))
+    known = await h.run(h.submit(invocation("call-known")))
+
+    assert denied["status"]["state"] == "Denied"
+    assert known["status"]["state"] == "Observed"
+    names = {s.labels.get("tool") for m in REGISTRY.collect() for s in m.samples}
+    assert invented not in names
+    assert sample("tooladapter_invocations_total", tenant=NAMESPACE, tool="unknown") >= 1
+    assert sample("tooladapter_invocations_total", tenant=NAMESPACE, tool="lister") >= 1
