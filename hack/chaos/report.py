@@ -333,6 +333,8 @@ def print_table(report: dict[str, Any]) -> None:
         print(f"  {tool:<8} {dict(sorted(states.items()))}")
     for reason, n in load["failed_reasons"].items():
         print(f"  Failed x{n}: {reason}")
+    # Observed with isError: the tool ran and answered with an error (Failed before issue 27).
+    print(f"  of them Observed tool errors: {load.get('observed_tool_errors', 0)}")
     print_uncertain(load["uncertain"])
     print(
         f"terminal calls without a receipt: {len(load['terminal_without_receipt'])} "
