@@ -108,6 +108,8 @@ class FakeCluster:
         self.objects: dict[tuple[str, str, str], Body] = {}
         #: Namespaces' labels as the API server holds them (the catalog's view may lag).
         self.namespaces: dict[str, dict[str, str]] = {}
+        #: Namespaces' creationTimestamp where a test sets one (else long ago).
+        self.namespace_created: dict[str, str] = {}
         #: Idempotency claims: (namespace, caller, key) -> (winner name, winner uid).
         self.claims: dict[tuple[str, str, str], tuple[str, str]] = {}
         #: What a claim records beside its winner: created, resourceVersion, and from its
@@ -279,6 +281,13 @@ class FakeCluster:
         if name not in self.namespaces:
             raise NotFound(f"namespace {name}")
         return dict(self.namespaces[name])
+
+    @seam
+    async def namespace_incarnation(self, name: str) -> tuple[str, str, bool]:
+        if name not in self.namespaces:
+            raise NotFound(f"namespace {name}")
+        created = self.namespace_created.get(name, "2020-01-01T00:00:00Z")
+        return namespace_uid(name), created, False
 
     @seam
     async def patch_status(

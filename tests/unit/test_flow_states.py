@@ -14,6 +14,7 @@ from tooladapter.enums import EventLevel, FailureClass, InvocationState, Resourc
 from tooladapter.executors import Outcome
 from tooladapter.flow import run_invocation
 from tooladapter.handlers.confirmations import record_confirmation
+from tooladapter.pipeline.signing import receipt_of
 from tooladapter.settings import Settings
 
 from .fake_cluster import (
@@ -27,6 +28,7 @@ from .fake_cluster import (
     hash_of,
     invocation,
     make_runtime,
+    namespace_uid,
     policy,
 )
 
@@ -844,3 +846,36 @@ async def test_a_call_naming_a_tool_nobody_published_is_counted_under_unknown(h:
     assert invented not in names
     assert sample("tooladapter_invocations_total", tenant=NAMESPACE, tool="unknown") >= 1
     assert sample("tooladapter_invocations_total", tenant=NAMESPACE, tool="lister") >= 1
+
+
+def stored_receipt(h: Harness, status: dict) -> dict:
+    found = receipt_of(h.store.get(status["auditRef"]))
+    assert found is not None
+    return found
+
+
+async def test_a_call_ending_before_the_watch_saw_its_namespace_is_in_the_chain(
+    h: Harness,
+) -> None:
+    # The namespaces' watch lags (a namespace created a moment ago): the uid is asked of
+    # the API server, so the receipt is a link of the chain, not `chain: null`.
+    read_tool(h)
+    h.catalog.namespace_uids.pop(NAMESPACE)
+
+    stored = await h.run(h.submit(invocation()))
+
+    receipt = stored_receipt(h, stored["status"])
+    assert receipt["tenantUid"] == namespace_uid(NAMESPACE)
+    assert receipt["chain"]["sequence"] == 1
+    assert stored["status"]["receipt"]["sequence"] == 1
+
+
+async def test_a_namespace_created_after_the_call_is_not_its_incarnation(h: Harness) -> None:
+    read_tool(h)
+    h.catalog.namespace_uids.pop(NAMESPACE)
+    h.cluster.namespace_created[NAMESPACE] = "2999-01-01T00:00:00Z"
+
+    stored = await h.run(h.submit(invocation()))
+
+    receipt = stored_receipt(h, stored["status"])
+    assert receipt["chain"] is None and receipt.get("tenantUid") is None

@@ -66,8 +66,9 @@ from ..pipeline.receipt import build_receipt
 from ..pipeline.sandbox import LeaseNames
 from ..pipeline.sanitize import BROKERED_SECRET, sanitize, sanitize_structured, secret_forms
 from ..pipeline.signing import seal
+from ..runtime import Runtime
 from ..timeutil import now_iso, parse_time
-from .context import Denial, Failure, FlowContext
+from .context import Body, Denial, Failure, FlowContext
 
 logger = logging.getLogger("tooladapter.invocations")
 
@@ -298,6 +299,28 @@ async def end(ctx: FlowContext, state: InvocationState, *, post_event: bool = Tr
     await conclude(ctx, post_event=post_event)
 
 
+async def incarnation_of(rt: Runtime, namespace: str, call: Body) -> str | None:
+    """The uid of `call`'s namespace incarnation, which names its receipt chain: the
+    namespaces' watch's, else the API server's (a call in a namespace created a moment ago
+    can end before the watch delivers it; without the uid its receipt would be outside any
+    chain, and no event would be sent for it). A namespace created after the call, or one
+    that cannot be read now, gives None: the receipt is signed, outside the chains."""
+    known = rt.catalog.namespace_uid(namespace)
+    if known or rt.chains is None:
+        return known
+    try:
+        uid, created, _ = await rt.cluster.namespace_incarnation(namespace)
+    except Exception:
+        logger.warning("namespace %s: its uid could not be read", namespace, exc_info=True)
+        return None
+    called = (call.get("metadata") or {}).get("creationTimestamp")
+    try:
+        later = bool(created and called) and parse_time(created) > parse_time(str(called))
+    except ValueError:
+        later = True
+    return None if not uid or later else uid
+
+
 async def conclude(ctx: FlowContext, *, post_event: bool = True) -> None:
     """Write the decided end: the receipt (once), status, then its metrics and event.
 
@@ -325,7 +348,7 @@ async def conclude(ctx: FlowContext, *, post_event: bool = True) -> None:
             written_at=ended_at,
             audit=descriptor.audit_requirements if descriptor else None,
             results=ctx.unstored,
-            namespace_uid=ctx.catalog.namespace_uid(ctx.namespace),
+            namespace_uid=await incarnation_of(ctx.rt, ctx.namespace, ctx.body),
             chains=ctx.rt.chains,
         )
         ctx.unstored = []

@@ -12,7 +12,7 @@ from typing import Any
 
 from ..enums import FailureClass, InvocationState, Resource
 from ..events import object_ref
-from ..flow.ending import write_receipt
+from ..flow.ending import incarnation_of, write_receipt
 from ..kube.client import NotFound
 from ..model import EffectConfirmation, ToolInvocationSpec, ToolInvocationStatus
 from ..pipeline.conditions import invocation_conditions
@@ -62,7 +62,7 @@ async def record_confirmation(rt: Runtime, body: dict[str, Any]) -> None:
         command_line=list(status.execution.command_line) if status.execution else [],
         written_at=stamp,
         audit=entry.spec.audit_requirements if entry and entry.spec else None,
-        namespace_uid=rt.catalog.namespace_uid(meta["namespace"]),
+        namespace_uid=await incarnation_of(rt, meta["namespace"], fresh),
         chains=rt.chains,
     )
     assert status.receipt is not None

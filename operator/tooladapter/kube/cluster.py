@@ -36,6 +36,10 @@ class Cluster(Protocol):
     async def namespace_labels(self, name: str) -> dict[str, str]:
         """The namespace's labels as stored now; `NotFound` when it does not exist."""
 
+    async def namespace_incarnation(self, name: str) -> tuple[str, str, bool]:
+        """The namespace's uid, creationTimestamp and whether its deletion has begun;
+        `NotFound` when it does not exist."""
+
     async def patch_status(
         self,
         resource: Resource,
@@ -176,6 +180,9 @@ class KubeCluster:
 
     async def namespace_labels(self, name: str) -> dict[str, str]:
         return await self.kube.namespace_labels(name)
+
+    async def namespace_incarnation(self, name: str) -> tuple[str, str, bool]:
+        return await self.kube.namespace_incarnation(name)
 
     async def patch_status(
         self,
