@@ -146,6 +146,11 @@ def test_an_unsigned_receipt_is_old_only_when_it_predates_every_key(signer: Sign
     assert stored_signature(garbled, None, keys)[0] is SignatureStatus.UNSIGNED_AFTER_SIGNING
     # No keys to judge the time by: the chain claim alone decides.
     assert stored_signature(late, None, KeySet())[0] is SignatureStatus.UNSIGNED
+    # Fail closed: an empty chain claim, no writtenAt, a key whose validity is unreadable.
+    for forged in (receipt(writtenAt="2026-11-30T00:00:00Z", chain={}), receipt(writtenAt=None)):
+        assert stored_signature(forged, None, keys)[0] is SignatureStatus.UNSIGNED_AFTER_SIGNING
+    unreadable = KeySet((*keys.keys, PublicKey("x", keys.keys[0].key, "garbage")))
+    assert stored_signature(old, None, unreadable)[0] is SignatureStatus.UNSIGNED_AFTER_SIGNING
     # A signed one is checked as before.
     parsed = parse_stored(seal(receipt(), signer))
     assert parsed is not None

@@ -318,17 +318,21 @@ def unsigned_status(receipt: Mapping[str, Any], keys: KeySet) -> SignatureStatus
     before the earliest key's validity (less `SKEW`), was written by an operator that
     signed everything: unsigned, it is `UNSIGNED_AFTER_SIGNING`. Without keys (none
     published) the time cannot be judged; the chain still can."""
-    if receipt.get("chain"):
+    if "chain" in receipt:
+        # Receipts from before signing have no such key at all, not even an empty one.
         return SignatureStatus.UNSIGNED_AFTER_SIGNING
     starts = []
     for key in keys.keys:
         try:
             starts.append(parse_time(key.not_before))
         except ValueError:
-            continue
+            # A key whose validity cannot be read: when signing began is unknown (fail closed).
+            return SignatureStatus.UNSIGNED_AFTER_SIGNING
     written = receipt.get("writtenAt")
-    if not starts or not isinstance(written, str):
+    if not starts:
         return SignatureStatus.UNSIGNED
+    if not isinstance(written, str):
+        return SignatureStatus.UNSIGNED_AFTER_SIGNING
     try:
         at = parse_time(written)
     except ValueError:
