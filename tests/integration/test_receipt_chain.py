@@ -249,6 +249,16 @@ def test_five_calls_verify_offline_and_each_tampering_is_named_by_its_sequence(
         )  # fmt: skip
         assert unsigned.returncode == 12, (unsigned.stdout, unsigned.stderr)
         assert "a rewrite" in unsigned.stderr
+        # ... and as an envelope without a signature (not a receipt at all: invalid).
+        bare = json.dumps({**envelope, "signatures": []}, sort_keys=True).encode()
+        bare_digest = hashlib.sha256(bare).hexdigest()
+        (rewritten / "sha256" / bare_digest[:2]).mkdir(exist_ok=True)
+        (rewritten / "sha256" / bare_digest[:2] / bare_digest).write_bytes(bare)
+        unsigned = cli(
+            "receipt", "verify", f"sha256:{bare_digest}", "--artifact-dir", str(rewritten),
+            "--keys", str(keys),
+        )  # fmt: skip
+        assert unsigned.returncode == 12, (unsigned.stdout, unsigned.stderr)
     finally:
         ns.delete()
 

@@ -16,6 +16,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from tooladapter.artifacts import content_ref
 from tooladapter.artifacts.chain import ReceiptChains, chain_key, read_chain
 from tooladapter.pipeline import chain as chainlib
+from tooladapter.pipeline import receipt_check
 from tooladapter.pipeline.chain import BreakKind, Expected, Head
 from tooladapter.pipeline.hashing import canonical_json
 from tooladapter.pipeline.keyring import (
@@ -27,6 +28,7 @@ from tooladapter.pipeline.keyring import (
 from tooladapter.pipeline.signing import (
     PAYLOAD_TYPE,
     PREDICATE_TYPE,
+    STATEMENT_TYPE,
     KeySet,
     PublicKey,
     SignatureStatus,
@@ -36,6 +38,7 @@ from tooladapter.pipeline.signing import (
     parse_stored,
     receipt_of,
     seal,
+    signature_of_bytes,
     signature_status,
     stored_signature,
 )
@@ -457,3 +460,52 @@ def test_heads_are_taken_for_publication_once_per_move(signer: Signer) -> None:
     assert chains.take_changed() == {}  # nothing moved since: no write to publish
     chains.mark_changed(taken)  # a failed publication is tried again
     assert chains.take_changed() == taken
+
+
+def test_bytes_that_are_no_receipt_are_invalid_never_unsigned(signer: Signer) -> None:
+    # Attack pass (this wave): each of these passed `receipt verify` with exit 0 as "written
+    # before receipts were signed" while claiming a current time and a chain link.
+    late = "2027-01-05T10:00:00Z"
+    forged = receipt(writtenAt=late, chain={"sequence": 3, "signedAt": late})
+    keys = keyset_of(signer, not_before="2026-12-01T00:00:00Z")
+
+    def envelope(signatures: list[dict[str, str]]) -> bytes:
+        body = {"_type": STATEMENT_TYPE, "subject": [], "predicateType": PREDICATE_TYPE}
+        payload = json.dumps({**body, "predicate": forged}).encode()
+        return json.dumps(
+            {
+                "payloadType": PAYLOAD_TYPE,
+                "payload": base64.b64encode(payload).decode(),
+                "signatures": signatures,
+            }
+        ).encode()
+
+    plain = json.dumps(forged)
+    cases = [
+        envelope([]),
+        envelope([{"keyid": "x", "sig": "!!"}]),
+        plain.encode() + b"\n#",
+        json.dumps({**forged, "pad": "x" * (4 * 1024 * 1024)}).encode(),
+        json.dumps([forged]).encode(),
+        plain.replace("Observed", "Observed\udcff").encode("utf-8", "surrogateescape"),
+    ]
+    for data in cases:
+        assert signature_of_bytes(data, keys) == (SignatureStatus.INVALID, None), data[:80]
+
+
+def test_an_envelope_naming_a_key_twice_is_no_receipt(signer: Signer) -> None:
+    # Python keeps the last duplicate, other readers the first: a forged payload first and
+    # the signed one last verified as "valid" (after canonicalisation) in file mode.
+    legit = seal(receipt(), signer)
+    envelope = json.loads(legit)
+    forged = base64.b64encode(b'{"predicate": {"state": "Failed"}}').decode()
+    doubled = (
+        f'{{"payload":"{forged}","payload":"{envelope["payload"]}",'
+        f'"payloadType":"{envelope["payloadType"]}",'
+        f'"signatures":{json.dumps(envelope["signatures"])}}}'
+    ).encode()
+    assert parse_stored(doubled) is None
+    assert signature_of_bytes(doubled, keyset_of(signer))[0] is SignatureStatus.INVALID
+    assert not receipt_check.verify(doubled, content_ref(legit)).ok
+    pretty = json.dumps(envelope, indent=2).encode()
+    assert receipt_check.verify(pretty, content_ref(legit)).ok

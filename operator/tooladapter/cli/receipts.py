@@ -19,6 +19,7 @@ import click
 
 from ..artifacts import ArtifactStore, LocalArtifactStore
 from ..enums import Resource
+from ..kube.client import NotFound
 from ..kube.receipt_keys import head_key, read_heads, read_public
 from ..kube.user import UserApi
 from ..pipeline.chain import Head
@@ -28,8 +29,7 @@ from ..pipeline.signing import (
     KeySet,
     SignatureStatus,
     parse_stored,
-    signature_status,
-    stored_signature,
+    signature_of_bytes,
 )
 from . import views
 from .chainverify import (
@@ -485,11 +485,7 @@ async def _verify(
             # read, the receipt's own chain claim is still judged.
             keys = await _keys_if_any(api, keys_file, gateway)
     verdict = verify(data, expected)
-    signature, keyid = (
-        stored_signature(parsed[0], opened, keys or KeySet())
-        if parsed is not None
-        else signature_status(None, KeySet())
-    )
+    signature, keyid = signature_of_bytes(data, keys or KeySet())
     chain = (parsed[0].get("chain") if parsed is not None else None) or {}
     if settings.structured:
         settings.emit(
@@ -534,14 +530,22 @@ async def _verify(
 
 
 async def _keys_if_any(api: UserApi, keys_file: str | None, gateway: str | None) -> KeySet:
-    """The public keys when they can be read, else none (an unsigned receipt is then judged
-    by its own chain claim only)."""
-    try:
+    """The public keys to judge an unsigned receipt by: none when the cluster never
+    published any (its receipts predate signing); an error when they exist but cannot be
+    read (fail closed: the receipt's age could not be judged)."""
+    if keys_file or gateway:
         return await _keys_for_one(api, keys_file, gateway)
-    except CliError:
-        if keys_file or gateway:
-            raise  # asked for explicitly: their failure is the user's to see
+    where, name = KEYS_CONFIG_MAP.split("/")
+    try:
+        return await read_public(api.kube, where, name)
+    except NotFound:
         return KeySet()
+    except Exception as exc:
+        raise CliError(
+            f"the receipt is unsigned, and the public keys (ConfigMap {KEYS_CONFIG_MAP}) that "
+            f"say when signing began could not be read ({type(exc).__name__}): give --keys "
+            "FILE or --gateway URL"
+        ) from None
 
 
 async def _keys_for_one(api: UserApi, keys_file: str | None, gateway: str | None) -> KeySet:

@@ -8,7 +8,6 @@ to the reference; the verdict says which of the two matched.
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 from enum import StrEnum
@@ -16,7 +15,7 @@ from pathlib import PurePath
 from typing import Any
 
 from .hashing import SHA256_PREFIX, CanonicalizationError, canonical_json, sha256_ref
-from .signing import receipt_of
+from .signing import loads_unique, receipt_of
 
 
 class Match(StrEnum):
@@ -46,7 +45,7 @@ class Verdict:
 
 def _json_object(data: bytes) -> dict[str, Any] | None:
     try:
-        value = json.loads(data)
+        value = loads_unique(data)
     except (ValueError, UnicodeDecodeError, RecursionError):
         return None
     return value if isinstance(value, dict) else None

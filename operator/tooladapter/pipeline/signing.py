@@ -68,6 +68,26 @@ class SignatureStatus(StrEnum):
     key, so it is a rewrite."""
 
 
+class DuplicateKey(ValueError):
+    """A JSON object naming one key twice."""
+
+
+def _unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    seen: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in seen:
+            raise DuplicateKey(f"key {key!r} appears twice")
+        seen[key] = value
+    return seen
+
+
+def loads_unique(data: bytes | str) -> Any:
+    """`json.loads` refusing an object that names a key twice (`DuplicateKey`): Python keeps
+    the last, other readers the first, so such bytes could say one thing to the verifier
+    and another to whoever reads them next."""
+    return json.loads(data, object_pairs_hook=_unique)
+
+
 def pae(payload_type: str, payload: bytes) -> bytes:
     """DSSE's pre-authentication encoding of (type, body)."""
     kind = payload_type.encode()
@@ -184,7 +204,7 @@ def open_envelope(value: Mapping[str, Any]) -> Opened:
         raise MalformedEnvelope(f"payloadType is {value.get('payloadType')!r}")
     try:
         payload = base64.b64decode(str(value.get("payload")), validate=True)
-        parsed = json.loads(payload)
+        parsed = loads_unique(payload)
         signatures = tuple(
             (str(item["keyid"]), base64.b64decode(str(item["sig"]), validate=True))
             for item in value.get("signatures") or []
@@ -206,7 +226,7 @@ def parse_stored(data: bytes) -> tuple[dict[str, Any], Opened | None] | None:
     if len(data) > MAX_ENVELOPE_BYTES:
         return None
     try:
-        value = json.loads(data)
+        value = loads_unique(data)
     except (ValueError, UnicodeDecodeError, RecursionError):
         # Nested thousands deep by whoever can write the store: not a receipt, not a crash.
         return None
@@ -350,3 +370,13 @@ def stored_signature(
     if opened is None:
         return unsigned_status(receipt, keys), None
     return signature_status(opened, keys)
+
+
+def signature_of_bytes(data: bytes, keys: KeySet) -> tuple[SignatureStatus, str | None]:
+    """The signature verdict of stored bytes: bytes that are neither a receipt nor a
+    well-formed envelope (malformed, unsigned envelope, duplicate keys, trailing bytes,
+    oversized) are `INVALID`, never taken for a receipt from before signing."""
+    parsed = parse_stored(data)
+    if parsed is None:
+        return SignatureStatus.INVALID, None
+    return stored_signature(parsed[0], parsed[1], keys)
