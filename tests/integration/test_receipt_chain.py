@@ -13,6 +13,7 @@ import base64
 import hashlib
 import json
 import shutil
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -118,6 +119,15 @@ class AdminCli(Cli):
         self.path = Path(kubeconfig())
 
 
+def put_content(store: Path, data: bytes) -> str:
+    """`data` written into a file artifact store under its own sha256, as a store writer
+    can; its digest."""
+    digest = hashlib.sha256(data).hexdigest()
+    (store / "sha256" / digest[:2]).mkdir(exist_ok=True)
+    (store / "sha256" / digest[:2] / digest).write_bytes(data)
+    return digest
+
+
 def verify(cli: Cli, *args: str) -> tuple[int, list[dict[str, Any]], str]:
     done = cli("receipts", "verify", *args, "-o", "json")
     reports = json.loads(done.stdout) if done.stdout.strip() else []
@@ -205,10 +215,8 @@ def test_five_calls_verify_offline_and_each_tampering_is_named_by_its_sequence(
             json.dumps(statement, sort_keys=True, separators=(",", ":")).encode()
         ).decode()
         forged = json.dumps(envelope, sort_keys=True, separators=(",", ":")).encode()
-        digest = hashlib.sha256(forged).hexdigest()
         link.write_bytes(forged)
-        (rewritten / "sha256" / digest[:2]).mkdir(exist_ok=True)
-        (rewritten / "sha256" / digest[:2] / digest).write_bytes(forged)
+        digest = put_content(rewritten, forged)
         name = next(
             n
             for n in (
@@ -234,30 +242,22 @@ def test_five_calls_verify_offline_and_each_tampering_is_named_by_its_sequence(
         assert code == 12, (err, report)
         assert report["firstBreak"]["sequence"] == 2, report
         assert report["firstBreak"]["kind"] == "signature", report
-        assert cli(
-            "receipt", "verify", f"sha256:{digest}", "--artifact-dir", str(rewritten),
-            "--keys", str(keys),
-        ).returncode == 12  # fmt: skip
+
+        def verify_one(digest: str) -> subprocess.CompletedProcess[str]:
+            return cli(
+                "receipt", "verify", f"sha256:{digest}", "--artifact-dir", str(rewritten),
+                "--keys", str(keys),
+            )  # fmt: skip
+
+        assert verify_one(digest).returncode == 12
         # The same rewrite without an envelope, posing as a receipt from before signing.
         plain = json.dumps(statement["predicate"], sort_keys=True).encode()
-        plain_digest = hashlib.sha256(plain).hexdigest()
-        (rewritten / "sha256" / plain_digest[:2]).mkdir(exist_ok=True)
-        (rewritten / "sha256" / plain_digest[:2] / plain_digest).write_bytes(plain)
-        unsigned = cli(
-            "receipt", "verify", f"sha256:{plain_digest}", "--artifact-dir", str(rewritten),
-            "--keys", str(keys),
-        )  # fmt: skip
+        unsigned = verify_one(put_content(rewritten, plain))
         assert unsigned.returncode == 12, (unsigned.stdout, unsigned.stderr)
         assert "a rewrite" in unsigned.stderr
         # ... and as an envelope without a signature (not a receipt at all: invalid).
         bare = json.dumps({**envelope, "signatures": []}, sort_keys=True).encode()
-        bare_digest = hashlib.sha256(bare).hexdigest()
-        (rewritten / "sha256" / bare_digest[:2]).mkdir(exist_ok=True)
-        (rewritten / "sha256" / bare_digest[:2] / bare_digest).write_bytes(bare)
-        unsigned = cli(
-            "receipt", "verify", f"sha256:{bare_digest}", "--artifact-dir", str(rewritten),
-            "--keys", str(keys),
-        )  # fmt: skip
+        unsigned = verify_one(put_content(rewritten, bare))
         assert unsigned.returncode == 12, (unsigned.stdout, unsigned.stderr)
     finally:
         ns.delete()

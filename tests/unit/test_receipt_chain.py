@@ -38,7 +38,7 @@ from tooladapter.pipeline.signing import (
     parse_stored,
     receipt_of,
     seal,
-    signature_of_bytes,
+    signature_of_stored,
     signature_status,
     stored_signature,
 )
@@ -490,7 +490,9 @@ def test_bytes_that_are_no_receipt_are_invalid_never_unsigned(signer: Signer) ->
         plain.replace("Observed", "Observed\udcff").encode("utf-8", "surrogateescape"),
     ]
     for data in cases:
-        assert signature_of_bytes(data, keys) == (SignatureStatus.INVALID, None), data[:80]
+        assert signature_of_stored(parse_stored(data), keys) == (SignatureStatus.INVALID, None), (
+            data[:80]
+        )
 
 
 def test_an_envelope_naming_a_key_twice_is_no_receipt(signer: Signer) -> None:
@@ -505,7 +507,9 @@ def test_an_envelope_naming_a_key_twice_is_no_receipt(signer: Signer) -> None:
         f'"signatures":{json.dumps(envelope["signatures"])}}}'
     ).encode()
     assert parse_stored(doubled) is None
-    assert signature_of_bytes(doubled, keyset_of(signer))[0] is SignatureStatus.INVALID
+    assert (
+        signature_of_stored(parse_stored(doubled), keyset_of(signer))[0] is SignatureStatus.INVALID
+    )
     assert not receipt_check.verify(doubled, content_ref(legit)).ok
     pretty = json.dumps(envelope, indent=2).encode()
     assert receipt_check.verify(pretty, content_ref(legit)).ok

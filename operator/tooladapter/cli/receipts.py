@@ -29,7 +29,7 @@ from ..pipeline.signing import (
     KeySet,
     SignatureStatus,
     parse_stored,
-    signature_of_bytes,
+    signature_of_stored,
 )
 from . import views
 from .chainverify import (
@@ -478,14 +478,11 @@ async def _verify(
         parsed = parse_stored(data)
         opened = parsed[1] if parsed is not None else None
         keys = None
-        if opened is not None:
-            keys = await _keys_for_one(api, keys_file, gateway)
-        elif parsed is not None:
-            # Unsigned: only a receipt older than every key may be; where keys cannot be
-            # read, the receipt's own chain claim is still judged.
-            keys = await _keys_if_any(api, keys_file, gateway)
+        if parsed is not None:
+            # Unsigned, it is judged by when signing began: only older receipts may be.
+            keys = await _keys_for_one(api, keys_file, gateway, signed=opened is not None)
     verdict = verify(data, expected)
-    signature, keyid = signature_of_bytes(data, keys or KeySet())
+    signature, keyid = signature_of_stored(parsed, keys or KeySet())
     chain = (parsed[0].get("chain") if parsed is not None else None) or {}
     if settings.structured:
         settings.emit(
@@ -529,29 +526,14 @@ async def _verify(
     return ExitCode.OK
 
 
-async def _keys_if_any(api: UserApi, keys_file: str | None, gateway: str | None) -> KeySet:
-    """The public keys to judge an unsigned receipt by: none when the cluster never
-    published any (its receipts predate signing); an error when they exist but cannot be
-    read (fail closed: the receipt's age could not be judged)."""
-    if keys_file or gateway:
-        return await _keys_for_one(api, keys_file, gateway)
-    where, name = KEYS_CONFIG_MAP.split("/")
-    try:
-        return await read_public(api.kube, where, name)
-    except NotFound:
-        return KeySet()
-    except Exception as exc:
-        raise CliError(
-            f"the receipt is unsigned, and the public keys (ConfigMap {KEYS_CONFIG_MAP}) that "
-            f"say when signing began could not be read ({type(exc).__name__}): give --keys "
-            "FILE or --gateway URL"
-        ) from None
-
-
-async def _keys_for_one(api: UserApi, keys_file: str | None, gateway: str | None) -> KeySet:
-    """The public keys to check one receipt's signature with: --keys, the gateway's, else
-    the cluster's ConfigMap (readable by every authenticated user). None found: an error
-    (a signature is never reported as checked when it was not)."""
+async def _keys_for_one(
+    api: UserApi, keys_file: str | None, gateway: str | None, *, signed: bool
+) -> KeySet:
+    """The public keys to judge one receipt by: --keys, the gateway's, else the cluster's
+    ConfigMap (readable by every authenticated user). For a signed receipt none found is an
+    error (a signature is never reported as checked when it was not); for an unsigned one a
+    cluster that never published keys has none (its receipts predate signing), but keys
+    that exist and cannot be read are an error (fail closed: its age cannot be judged)."""
     if keys_file:
         return keys_from_file(keys_file)
     if gateway:
@@ -559,11 +541,17 @@ async def _keys_for_one(api: UserApi, keys_file: str | None, gateway: str | None
     where, name = KEYS_CONFIG_MAP.split("/")
     try:
         return await read_public(api.kube, where, name)
+    except NotFound:
+        if not signed:
+            return KeySet()
+        problem = "NotFound"
     except Exception as exc:
-        raise CliError(
-            f"the receipt is signed, and the public keys (ConfigMap {KEYS_CONFIG_MAP}) could "
-            f"not be read ({type(exc).__name__}): give --keys FILE or --gateway URL"
-        ) from None
+        problem = type(exc).__name__
+    what = "signed" if signed else "unsigned (judged by when signing began)"
+    raise CliError(
+        f"the receipt is {what}, and the public keys (ConfigMap {KEYS_CONFIG_MAP}) could not "
+        f"be read ({problem}): give --keys FILE or --gateway URL"
+    )
 
 
 @receipt.command("verify")

@@ -348,9 +348,9 @@ def unsigned_status(receipt: Mapping[str, Any], keys: KeySet) -> SignatureStatus
         except ValueError:
             # A key whose validity cannot be read: when signing began is unknown (fail closed).
             return SignatureStatus.UNSIGNED_AFTER_SIGNING
-    written = receipt.get("writtenAt")
     if not starts:
         return SignatureStatus.UNSIGNED
+    written = receipt.get("writtenAt")
     if not isinstance(written, str):
         return SignatureStatus.UNSIGNED_AFTER_SIGNING
     try:
@@ -372,11 +372,13 @@ def stored_signature(
     return signature_status(opened, keys)
 
 
-def signature_of_bytes(data: bytes, keys: KeySet) -> tuple[SignatureStatus, str | None]:
-    """The signature verdict of stored bytes: bytes that are neither a receipt nor a
-    well-formed envelope (malformed, unsigned envelope, duplicate keys, trailing bytes,
-    oversized) are `INVALID`, never taken for a receipt from before signing."""
-    parsed = parse_stored(data)
+def signature_of_stored(
+    parsed: tuple[dict[str, Any], Opened | None] | None, keys: KeySet
+) -> tuple[SignatureStatus, str | None]:
+    """The signature verdict of stored bytes as `parse_stored` read them: bytes that are
+    neither a receipt nor a well-formed envelope (None: malformed, unsigned envelope,
+    duplicate keys, trailing bytes, oversized) are `INVALID`, never taken for a receipt
+    from before signing."""
     if parsed is None:
         return SignatureStatus.INVALID, None
     return stored_signature(parsed[0], parsed[1], keys)
