@@ -20,9 +20,9 @@ from typing import Any, Generic, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from .enums import Resource
-from .kube.client import Kube
-from .model import (
+from tooladapter.enums import Resource
+from tooladapter.kube.client import Kube
+from tooladapter.model import (
     McpServerSpec,
     ToolApprovalSpec,
     ToolDescriptorSpec,

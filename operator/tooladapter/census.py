@@ -23,9 +23,9 @@ from typing import Any
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from .enums import InvocationState
-from .pipeline.retention import retainable_since
-from .timeutil import parse_time
+from tooladapter.enums import InvocationState
+from tooladapter.pipeline.retention import retainable_since
+from tooladapter.timeutil import parse_time
 
 
 @dataclass(frozen=True, slots=True)

@@ -36,8 +36,8 @@ from typing import Any
 
 import yaml
 
-from . import GROUP, VERSION
-from .model import RESOURCES, Model, Resource
+from tooladapter import GROUP, VERSION
+from tooladapter.model import RESOURCES, Model, Resource
 
 JSON = dict[str, Any]
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from . import API_VERSION
+from tooladapter import API_VERSION
 
 #: Kubernetes truncates an Event's message; ours are bounded before they leave.
 MAX_MESSAGE = 1024

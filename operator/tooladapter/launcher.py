@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import sys
 
-from . import gateway, metrics
-from .settings import Settings
+from tooladapter import gateway, metrics
+from tooladapter.settings import Settings
 
 #: The API server accepts JSON nested 10,000 levels deep; kopf decodes every watch event
 #: with `json.loads`, whose C decoder counts against the recursion limit. Below this an
@@ -26,7 +26,7 @@ def run(extra: list[str]) -> None:
     sys.modules.setdefault("kubernetes", None)  # type: ignore[arg-type]
     from kopf.cli import main as kopf_main
 
-    from .handlers import namespace_scan
+    from tooladapter.handlers import namespace_scan
 
     namespace_scan.install()
 

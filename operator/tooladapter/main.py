@@ -14,9 +14,9 @@ from typing import Any
 
 import kopf
 
-from . import GROUP, VERSION
-from .enums import Resource
-from .handlers import lifecycle, routing
+from tooladapter import GROUP, VERSION
+from tooladapter.enums import Resource
+from tooladapter.handlers import lifecycle, routing
 
 
 # CRDs applied a moment ago answer 429 "storage is (re)initializing" for a few seconds: retry

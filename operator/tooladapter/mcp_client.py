@@ -45,7 +45,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 from pydantic import RootModel, ValidationError
 
-from .mcp_types import (
+from tooladapter.mcp_types import (
     Discovery,
     McpAddressRefused,
     McpBrokenMidCall,
@@ -59,8 +59,8 @@ from .mcp_types import (
     McpUnavailable,
     ProbeResult,
 )
-from .pipeline.addresses import AddressRefused, AddressRule
-from .pipeline.mcp import tool_digest
+from tooladapter.pipeline.addresses import AddressRefused, AddressRule
+from tooladapter.pipeline.mcp import tool_digest
 
 logger = logging.getLogger(__name__)
 

@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from pydantic.alias_generators import to_camel
 from pydantic.config import JsonDict
 
-from .enums import (
+from tooladapter.enums import (
     ApprovalDecision,
     BlockAction,
     EgressVerdict,

@@ -41,14 +41,14 @@ from typing import Any, Final
 
 import aiohttp
 
-from .artifacts import ArtifactStore, content_ref
-from .artifacts.chain import DIGITS, ReceiptChains, chain_key, sequence_of
-from .artifacts.index import incarnation_prefix
-from .metrics import EVENT_DELIVERIES, EVENT_OUTBOX_DEPTH
-from .pipeline.chain import Head
-from .pipeline.integration_events import CONTENT_TYPE, receipt_events
-from .pipeline.signing import receipt_of
-from .settings import Settings
+from tooladapter.artifacts import ArtifactStore, content_ref
+from tooladapter.artifacts.chain import DIGITS, ReceiptChains, chain_key, sequence_of
+from tooladapter.artifacts.index import incarnation_prefix
+from tooladapter.metrics import EVENT_DELIVERIES, EVENT_OUTBOX_DEPTH
+from tooladapter.pipeline.chain import Head
+from tooladapter.pipeline.integration_events import CONTENT_TYPE, receipt_events
+from tooladapter.pipeline.signing import receipt_of
+from tooladapter.settings import Settings
 
 logger = logging.getLogger("tooladapter.events")
 

@@ -17,12 +17,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from . import offload
-from .enums import FailureClass, Stage
-from .model import Caller, ToolPolicySpec
-from .pipeline.effect import effect_hash
-from .pipeline.permission import Question
-from .pipeline.preview import (
+from tooladapter import offload
+from tooladapter.enums import FailureClass, Stage
+from tooladapter.model import Caller, ToolPolicySpec
+from tooladapter.pipeline.effect import effect_hash
+from tooladapter.pipeline.permission import Question
+from tooladapter.pipeline.preview import (
     Permission,
     Preview,
     PreviewSettings,
@@ -30,7 +30,7 @@ from .pipeline.preview import (
     conclude,
     evaluate,
 )
-from .settings import Settings
+from tooladapter.settings import Settings
 
 Body = dict[str, Any]
 

@@ -17,22 +17,22 @@ from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .artifacts import ArtifactStore
-from .artifacts.chain import ReceiptChains
-from .attempts import AttemptQueues
-from .catalog import Catalog
-from .census import Census
-from .enums import ToolKind
-from .events import EventSink, NoEvents
-from .executors import Executor
-from .inflight import FairGate
-from .kube.client import Kube
-from .kube.cluster import Cluster
-from .kube.receipt_keys import ReceiptKeeper
-from .outbox import Outbox
-from .pipeline.ratelimit import RateBook
-from .pipeline.sandbox import ProxyPeer
-from .settings import Settings
+from tooladapter.artifacts import ArtifactStore
+from tooladapter.artifacts.chain import ReceiptChains
+from tooladapter.attempts import AttemptQueues
+from tooladapter.catalog import Catalog
+from tooladapter.census import Census
+from tooladapter.enums import ToolKind
+from tooladapter.events import EventSink, NoEvents
+from tooladapter.executors import Executor
+from tooladapter.inflight import FairGate
+from tooladapter.kube.client import Kube
+from tooladapter.kube.cluster import Cluster
+from tooladapter.kube.receipt_keys import ReceiptKeeper
+from tooladapter.outbox import Outbox
+from tooladapter.pipeline.ratelimit import RateBook
+from tooladapter.pipeline.sandbox import ProxyPeer
+from tooladapter.settings import Settings
 
 logger = logging.getLogger("tooladapter")
 

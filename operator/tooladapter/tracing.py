@@ -30,9 +30,9 @@ from contextvars import ContextVar
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from .enums import InvocationState, Stage, StageOutcome
-from .model import StageEntry
-from .timeutil import parse_time
+from tooladapter.enums import InvocationState, Stage, StageOutcome
+from tooladapter.model import StageEntry
+from tooladapter.timeutil import parse_time
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import SpanProcessor

@@ -6,9 +6,9 @@ objects in an S3-compatible bucket (`s3`), chosen by the settings (`factory`).
 
 from __future__ import annotations
 
-from .factory import open_store
-from .file import LocalArtifactStore
-from .protocol import (
+from tooladapter.artifacts.factory import open_store
+from tooladapter.artifacts.file import LocalArtifactStore
+from tooladapter.artifacts.protocol import (
     ArtifactStore,
     ArtifactStoreError,
     CorruptArtifact,

@@ -24,11 +24,11 @@ import threading
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Final
 
-from ..pipeline.chain import Head, link
-from ..pipeline.signing import Signer, seal
-from ..timeutil import now_iso
-from .index import incarnation_prefix
-from .protocol import ArtifactStore, CorruptArtifact, content_ref
+from tooladapter.artifacts.index import incarnation_prefix
+from tooladapter.artifacts.protocol import ArtifactStore, CorruptArtifact, content_ref
+from tooladapter.pipeline.chain import Head, link
+from tooladapter.pipeline.signing import Signer, seal
+from tooladapter.timeutil import now_iso
 
 logger = logging.getLogger("tooladapter.receipts")
 

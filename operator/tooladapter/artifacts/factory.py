@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from ..enums import ArtifactBackend
-from ..settings import Settings
-from .file import LocalArtifactStore
-from .protocol import ArtifactStore
+from tooladapter.artifacts.file import LocalArtifactStore
+from tooladapter.artifacts.protocol import ArtifactStore
+from tooladapter.enums import ArtifactBackend
+from tooladapter.settings import Settings
 
 
 def open_store(settings: Settings) -> ArtifactStore:
@@ -13,7 +13,7 @@ def open_store(settings: Settings) -> ArtifactStore:
     talks to its bucket once): call it off the event loop."""
     if settings.artifact_backend == ArtifactBackend.S3:
         # Imported here: boto3 costs a file-backed operator (and every unit test) nothing.
-        from .s3 import S3ArtifactStore, S3Location
+        from tooladapter.artifacts.s3 import S3ArtifactStore, S3Location
 
         return S3ArtifactStore.connect(
             S3Location(

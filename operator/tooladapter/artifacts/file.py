@@ -6,7 +6,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from .protocol import (
+from tooladapter.artifacts.protocol import (
     CorruptArtifact,
     content_ref,
     index_key,

@@ -33,9 +33,9 @@ from collections.abc import Mapping
 from datetime import UTC
 from typing import Any, Final
 
-from ..pipeline.hashing import canonical_json
-from ..timeutil import parse_time
-from .protocol import digest_of
+from tooladapter.artifacts.protocol import digest_of
+from tooladapter.pipeline.hashing import canonical_json
+from tooladapter.timeutil import parse_time
 
 #: Per namespace incarnation: `index/ns/<namespace>/<uid>/`.
 NAMESPACES: Final = "index/ns/"

@@ -28,7 +28,7 @@ import boto3
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
-from .protocol import (
+from tooladapter.artifacts.protocol import (
     ArtifactStoreError,
     CorruptArtifact,
     content_ref,

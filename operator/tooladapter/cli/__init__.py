@@ -17,19 +17,19 @@ from importlib.metadata import PackageNotFoundError, version
 
 import click
 
-from ..kube.user import ApiError, Gone
-from . import roles
-from .approvals import approvals, approve, reject
-from .completion import complete_var, completion
-from .confirm import confirm
-from .context import Settings, common_options
-from .exitcodes import CliError, ExitCode, for_api_status
-from .invoke import dry_run, invoke
-from .keys import keys
-from .receipts import receipt, receipts
-from .run import egress_proxy, run
-from .tools import describe, tools
-from .workspace import workspace
+from tooladapter.cli import roles
+from tooladapter.cli.approvals import approvals, approve, reject
+from tooladapter.cli.completion import complete_var, completion
+from tooladapter.cli.confirm import confirm
+from tooladapter.cli.context import Settings, common_options
+from tooladapter.cli.exitcodes import CliError, ExitCode, for_api_status
+from tooladapter.cli.invoke import dry_run, invoke
+from tooladapter.cli.keys import keys
+from tooladapter.cli.receipts import receipt, receipts
+from tooladapter.cli.run import egress_proxy, run
+from tooladapter.cli.tools import describe, tools
+from tooladapter.cli.workspace import workspace
+from tooladapter.kube.user import ApiError, Gone
 
 
 def _version() -> str:

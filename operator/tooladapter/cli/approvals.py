@@ -9,18 +9,18 @@ from typing import Any
 
 import click
 
-from ..enums import ApprovalDecision, InvocationState, Resource
-from ..kube.user import UserApi
-from ..pipeline.argdiff import Change, ChangeKind
-from ..pipeline.argdiff import render as render_changes
-from ..pipeline.review import pending_approvals
-from ..pipeline.shown import visible
-from .bodies import approval_body
-from .complete import invocations_in
-from .context import Settings, common_options, run_async, stacked, wait_options
-from .exitcodes import ExitCode
-from .parsing import parse_expiry
-from .render import fields
+from tooladapter.cli.bodies import approval_body
+from tooladapter.cli.complete import invocations_in
+from tooladapter.cli.context import Settings, common_options, run_async, stacked, wait_options
+from tooladapter.cli.exitcodes import ExitCode
+from tooladapter.cli.parsing import parse_expiry
+from tooladapter.cli.render import fields
+from tooladapter.enums import ApprovalDecision, InvocationState, Resource
+from tooladapter.kube.user import UserApi
+from tooladapter.pipeline.argdiff import Change, ChangeKind
+from tooladapter.pipeline.argdiff import render as render_changes
+from tooladapter.pipeline.review import pending_approvals
+from tooladapter.pipeline.shown import visible
 
 
 async def _approvals(settings: Settings) -> ExitCode:

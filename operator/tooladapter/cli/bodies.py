@@ -15,11 +15,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from .. import API_VERSION
-from ..enums import ApprovalDecision
-from ..pipeline import review
-from ..pipeline.review import MAX_GROUP_LENGTH, MAX_GROUPS, Refusal, Undecidable
-from .exitcodes import CliError, ExitCode
+from tooladapter import API_VERSION
+from tooladapter.cli.exitcodes import CliError, ExitCode
+from tooladapter.enums import ApprovalDecision
+from tooladapter.pipeline import review
+from tooladapter.pipeline.review import MAX_GROUP_LENGTH, MAX_GROUPS, Refusal, Undecidable
 
 _SA_PREFIX = "system:serviceaccount:"
 

@@ -29,14 +29,14 @@ from typing import Any
 
 import click
 
-from ..artifacts import ArtifactStore, LocalArtifactStore
-from ..artifacts.chain import StoredLinks, chain_key, incarnations
-from ..kube.receipt_keys import parse_heads
-from ..pipeline.chain import Break, BreakKind, Expected, Head, Report, verify
-from ..pipeline.keyring import PUBLIC_DATA_KEY, parse_public
-from ..pipeline.signing import KeySet, receipt_of
-from ..timeutil import parse_time
-from .exitcodes import CliError, ExitCode
+from tooladapter.artifacts import ArtifactStore, LocalArtifactStore
+from tooladapter.artifacts.chain import StoredLinks, chain_key, incarnations
+from tooladapter.cli.exitcodes import CliError, ExitCode
+from tooladapter.kube.receipt_keys import parse_heads
+from tooladapter.pipeline.chain import Break, BreakKind, Expected, Head, Report, verify
+from tooladapter.pipeline.keyring import PUBLIC_DATA_KEY, parse_public
+from tooladapter.pipeline.signing import KeySet, receipt_of
+from tooladapter.timeutil import parse_time
 
 #: The objects an installation publishes (settings.receipt_*_config_map's defaults).
 KEYS_CONFIG_MAP = "tooladapter-system/tooladapter-receipt-keys"
@@ -65,7 +65,7 @@ def open_read_only(location: str) -> ArtifactStore:
         import boto3
         from botocore.config import Config
 
-        from ..artifacts.s3 import S3ArtifactStore
+        from tooladapter.artifacts.s3 import S3ArtifactStore
 
         bucket, _, prefix = location.removeprefix("s3://").partition("/")
         path_style = os.environ.get("TOOLADAPTER_S3_PATH_STYLE", "").lower() in ("1", "true")

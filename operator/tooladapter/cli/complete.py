@@ -12,9 +12,9 @@ from typing import Any
 import click
 from click.shell_completion import CompletionItem
 
-from ..enums import InvocationState, Resource
-from . import views
-from .context import Settings
+from tooladapter.cli import views
+from tooladapter.cli.context import Settings
+from tooladapter.enums import InvocationState, Resource
 
 #: Longest a completion may wait for the API server.
 COMPLETION_SECONDS = 3.0

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 from click.shell_completion import get_completion_class
 
-from .exitcodes import ExitCode
+from tooladapter.cli.exitcodes import ExitCode
 
 SHELLS = ("bash", "zsh", "fish")
 

@@ -6,11 +6,11 @@ import asyncio
 
 import click
 
-from ..enums import InvocationState, Resource
-from .bodies import confirmation_patch
-from .complete import invocations_in
-from .context import Settings, common_options, run_async
-from .exitcodes import ExitCode
+from tooladapter.cli.bodies import confirmation_patch
+from tooladapter.cli.complete import invocations_in
+from tooladapter.cli.context import Settings, common_options, run_async
+from tooladapter.cli.exitcodes import ExitCode
+from tooladapter.enums import InvocationState, Resource
 
 
 async def _confirm(

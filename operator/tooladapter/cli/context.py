@@ -16,8 +16,8 @@ from typing import Any, TypeVar
 
 import click
 
-from ..kube.user import UserApi, connect
-from .render import Output, document
+from tooladapter.cli.render import Output, document
+from tooladapter.kube.user import UserApi, connect
 
 F = TypeVar("F", bound=Callable[..., Any])
 T = TypeVar("T")

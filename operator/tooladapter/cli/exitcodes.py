@@ -7,8 +7,8 @@ from collections.abc import Mapping
 from enum import IntEnum
 from typing import Any
 
-from ..enums import InvocationState
-from ..pipeline import readout
+from tooladapter.enums import InvocationState
+from tooladapter.pipeline import readout
 
 
 class ExitCode(IntEnum):

@@ -11,9 +11,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..enums import TERMINAL_STATES, InvocationState, Resource
-from ..kube.user import UserApi
-from .render import new_stage_lines
+from tooladapter.cli.render import new_stage_lines
+from tooladapter.enums import TERMINAL_STATES, InvocationState, Resource
+from tooladapter.kube.user import UserApi
 
 #: The terminal state of a dry-run (`spec.dryRun: true`): evaluated, never executed.
 PREVIEWED = "Previewed"

@@ -11,8 +11,8 @@ from urllib.parse import quote
 
 import aiohttp
 
-from ..pipeline.hashing import SHA256_PREFIX
-from .exitcodes import CliError, ExitCode
+from tooladapter.cli.exitcodes import CliError, ExitCode
+from tooladapter.pipeline.hashing import SHA256_PREFIX
 
 #: Receipts are small JSON documents; anything larger is not one.
 MAX_RECEIPT_BYTES = 8 * 1024 * 1024

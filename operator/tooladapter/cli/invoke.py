@@ -8,18 +8,25 @@ from typing import Any
 
 import click
 
-from ..enums import InvocationState, Resource
-from ..kube.user import ApiError, UserApi
-from ..pipeline import readout
-from ..pipeline.shown import visible
-from . import views
-from .bodies import claimable_groups, invocation_body
-from .complete import tool_ids
-from .context import Settings, common_options, run_async, stacked, stderr_is_tty, wait_options
-from .exitcodes import CliError, ExitCode, for_outcome
-from .follow import PREVIEWED, StageDisplay, follow_until_finished
-from .parsing import name_prefix, parse_arguments
-from .render import cell
+from tooladapter.cli import views
+from tooladapter.cli.bodies import claimable_groups, invocation_body
+from tooladapter.cli.complete import tool_ids
+from tooladapter.cli.context import (
+    Settings,
+    common_options,
+    run_async,
+    stacked,
+    stderr_is_tty,
+    wait_options,
+)
+from tooladapter.cli.exitcodes import CliError, ExitCode, for_outcome
+from tooladapter.cli.follow import PREVIEWED, StageDisplay, follow_until_finished
+from tooladapter.cli.parsing import name_prefix, parse_arguments
+from tooladapter.cli.render import cell
+from tooladapter.enums import InvocationState, Resource
+from tooladapter.kube.user import ApiError, UserApi
+from tooladapter.pipeline import readout
+from tooladapter.pipeline.shown import visible
 
 
 def call_options(func: Callable[..., Any]) -> Callable[..., Any]:

@@ -13,13 +13,13 @@ from datetime import UTC, datetime
 
 import click
 
-from ..kube.client import Conflict
-from ..kube.receipt_keys import publish_public, read_keyring, read_public, replace_keyring
-from ..pipeline.keyring import public_keys, rotated, signer_of
-from .chainverify import KEYS_CONFIG_MAP
-from .context import Settings, common_options, run_async
-from .exitcodes import CliError, ExitCode
-from .render import table
+from tooladapter.cli.chainverify import KEYS_CONFIG_MAP
+from tooladapter.cli.context import Settings, common_options, run_async
+from tooladapter.cli.exitcodes import CliError, ExitCode
+from tooladapter.cli.render import table
+from tooladapter.kube.client import Conflict
+from tooladapter.kube.receipt_keys import publish_public, read_keyring, read_public, replace_keyring
+from tooladapter.pipeline.keyring import public_keys, rotated, signer_of
 
 SIGNING_SECRET = "tooladapter-system/tooladapter-receipt-signing"  # noqa: S105 (a name)
 

@@ -11,8 +11,8 @@ from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from ..pipeline.hashing import SHA256_PREFIX
-from .exitcodes import CliError, ExitCode
+from tooladapter.cli.exitcodes import CliError, ExitCode
+from tooladapter.pipeline.hashing import SHA256_PREFIX
 
 _DURATION = re.compile(r"^(\d+)([smhd])$")
 _UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86_400}

@@ -17,22 +17,9 @@ from typing import Any
 
 import click
 
-from ..artifacts import ArtifactStore, LocalArtifactStore
-from ..enums import Resource
-from ..kube.client import NotFound
-from ..kube.receipt_keys import head_key, read_heads, read_public
-from ..kube.user import UserApi
-from ..pipeline.chain import Head
-from ..pipeline.keyring import parse_public
-from ..pipeline.receipt_check import Match, parse_receipt, ref_from_filename, verify
-from ..pipeline.signing import (
-    KeySet,
-    SignatureStatus,
-    parse_stored,
-    signature_of_stored,
-)
-from . import views
-from .chainverify import (
+from tooladapter.artifacts import ArtifactStore, LocalArtifactStore
+from tooladapter.cli import views
+from tooladapter.cli.chainverify import (
     HEADS_CONFIG_MAP,
     KEYS_CONFIG_MAP,
     chain_began,
@@ -46,11 +33,24 @@ from .chainverify import (
     say,
     verify_chain,
 )
-from .context import Settings, common_options, run_async
-from .exitcodes import CliError, ExitCode
-from .gateway import fetch_chain_head, fetch_receipt, fetch_receipt_keys, fetch_run_receipts
-from .parsing import looks_like_ref, parse_ref
-from .render import Output, document, table
+from tooladapter.cli.context import Settings, common_options, run_async
+from tooladapter.cli.exitcodes import CliError, ExitCode
+from tooladapter.cli.gateway import (
+    fetch_chain_head,
+    fetch_receipt,
+    fetch_receipt_keys,
+    fetch_run_receipts,
+)
+from tooladapter.cli.parsing import looks_like_ref, parse_ref
+from tooladapter.cli.render import Output, document, table
+from tooladapter.enums import Resource
+from tooladapter.kube.client import NotFound
+from tooladapter.kube.receipt_keys import head_key, read_heads, read_public
+from tooladapter.kube.user import UserApi
+from tooladapter.pipeline.chain import Head
+from tooladapter.pipeline.keyring import parse_public
+from tooladapter.pipeline.receipt_check import Match, parse_receipt, ref_from_filename, verify
+from tooladapter.pipeline.signing import KeySet, SignatureStatus, parse_stored, signature_of_stored
 
 
 async def _receipts(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from .exitcodes import ExitCode
+from tooladapter.cli.exitcodes import ExitCode
 
 
 @click.command(
@@ -18,7 +18,7 @@ def run(kopf_args: tuple[str, ...]) -> ExitCode:
     Settings come from TOOLADAPTER_* environment variables (docs/reference/settings.md);
     TOOLADAPTER_NAMESPACES limits it to namespace globs. Options after `--` go to `kopf run`.
     """
-    from ..launcher import run as launch
+    from tooladapter.launcher import run as launch
 
     launch([a for a in kopf_args if a != "--"])
     return ExitCode.OK
@@ -31,7 +31,7 @@ def egress_proxy() -> ExitCode:
     Its own process, never the operator's. Settings come from TOOLADAPTER_EGRESS_*
     environment variables (docs/concepts/egress.md); `make run` starts it beside the operator.
     """
-    from ..egress.main import main as egress_main
+    from tooladapter.egress.main import main as egress_main
 
     egress_main()
     return ExitCode.OK

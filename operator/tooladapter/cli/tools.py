@@ -7,13 +7,13 @@ from typing import Any
 
 import click
 
-from ..enums import Resource
-from ..kube.user import ApiError, UserApi
-from . import views
-from .complete import tool_ids
-from .context import Settings, common_options, run_async
-from .exitcodes import CliError, ExitCode
-from .render import fields, table
+from tooladapter.cli import views
+from tooladapter.cli.complete import tool_ids
+from tooladapter.cli.context import Settings, common_options, run_async
+from tooladapter.cli.exitcodes import CliError, ExitCode
+from tooladapter.cli.render import fields, table
+from tooladapter.enums import Resource
+from tooladapter.kube.user import ApiError, UserApi
 
 
 async def _allowed(api: UserApi, verb: str, resource: str, names: set[str]) -> dict[str, bool]:

@@ -11,12 +11,12 @@ from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
-from ..enums import GATED_CLASSES, SideEffectClass, ToolKind
-from ..pipeline import readout
-from ..pipeline.argdiff import canonical
-from ..pipeline.parts import name_of as _name
-from ..pipeline.parts import spec_of as _spec
-from ..pipeline.parts import status_of as _status
+from tooladapter.enums import GATED_CLASSES, SideEffectClass, ToolKind
+from tooladapter.pipeline import readout
+from tooladapter.pipeline.argdiff import canonical
+from tooladapter.pipeline.parts import name_of as _name
+from tooladapter.pipeline.parts import spec_of as _spec
+from tooladapter.pipeline.parts import status_of as _status
 
 
 def canonical_pretty(value: Any) -> str:

@@ -12,8 +12,8 @@ from urllib.parse import quote
 import aiohttp
 import click
 
-from .context import Settings, common_options, run_async
-from .exitcodes import CliError, ExitCode
+from tooladapter.cli.context import Settings, common_options, run_async
+from tooladapter.cli.exitcodes import CliError, ExitCode
 
 
 def release_url(gateway: str, namespace: str, attempt_id: str, caller: str | None) -> str:

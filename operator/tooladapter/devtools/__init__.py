@@ -10,7 +10,7 @@ here imports kopf or kubernetes_asyncio, and nothing in the operator imports thi
 
 from __future__ import annotations
 
-from .cluster import (
+from tooladapter.devtools.cluster import (
     ROOT,
     SESSION,
     Namespace,
@@ -21,9 +21,9 @@ from .cluster import (
     token_for,
     unique,
 )
-from .host import free_port, node_ip
-from .process import EgressProxyProcess, OperatorProcess, operator_running
-from .waiting import wait_for
+from tooladapter.devtools.host import free_port, node_ip
+from tooladapter.devtools.process import EgressProxyProcess, OperatorProcess, operator_running
+from tooladapter.devtools.waiting import wait_for
 
 __all__ = [
     "ROOT",

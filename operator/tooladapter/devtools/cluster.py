@@ -11,7 +11,7 @@ from typing import Any
 
 from kubernetes import client, config
 
-from .waiting import wait_for
+from tooladapter.devtools.waiting import wait_for
 
 #: The checkout this package runs from (an editable install, as `make venv` makes it).
 ROOT = Path(__file__).resolve().parents[3]

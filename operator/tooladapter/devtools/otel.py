@@ -10,10 +10,10 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from .cluster import ROOT
-from .groups import stop_group, tail_of
-from .host import free_port
-from .waiting import wait_for
+from tooladapter.devtools.cluster import ROOT
+from tooladapter.devtools.groups import stop_group, tail_of
+from tooladapter.devtools.host import free_port
+from tooladapter.devtools.waiting import wait_for
 
 HACK = ROOT / "hack" / "otel"
 

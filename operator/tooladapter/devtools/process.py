@@ -10,9 +10,9 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-from .cluster import ROOT, SESSION, kubeconfig
-from .host import free_port
-from .waiting import wait_for
+from tooladapter.devtools.cluster import ROOT, SESSION, kubeconfig
+from tooladapter.devtools.host import free_port
+from tooladapter.devtools.waiting import wait_for
 
 #: The log line of an operator that is ready (it leads its scope and watches).
 STARTED = "tooladapter started"

@@ -18,10 +18,10 @@ from typing import TYPE_CHECKING, Any
 import boto3
 from botocore.config import Config
 
-from .cluster import ROOT
-from .groups import stop_group, tail_of
-from .host import free_port
-from .waiting import wait_for
+from tooladapter.devtools.cluster import ROOT
+from tooladapter.devtools.groups import stop_group, tail_of
+from tooladapter.devtools.host import free_port
+from tooladapter.devtools.waiting import wait_for
 
 if TYPE_CHECKING:
     from types_boto3_s3 import S3Client

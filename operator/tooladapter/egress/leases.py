@@ -20,11 +20,11 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from ..pipeline.egress import AllowList, HostEntry, credential_header, normalize_host
-from ..pipeline.egress_lease import GRANT_KEY, TOKEN_HASH_KEY, LeaseGrant, token_digest
-from ..pipeline.sandbox import LABEL_INVOCATION_UID
-from ..pipeline.validation import parse_egress_entry
-from ..timeutil import parse_time
+from tooladapter.pipeline.egress import AllowList, HostEntry, credential_header, normalize_host
+from tooladapter.pipeline.egress_lease import GRANT_KEY, TOKEN_HASH_KEY, LeaseGrant, token_digest
+from tooladapter.pipeline.sandbox import LABEL_INVOCATION_UID
+from tooladapter.pipeline.validation import parse_egress_entry
+from tooladapter.timeutil import parse_time
 
 logger = logging.getLogger("tooladapter.egress")
 

@@ -16,15 +16,15 @@ import logging
 import signal
 import ssl
 
-from ..kube import egress as kegress
-from ..kube.client import Kube
-from ..metrics import serve
-from ..pipeline.egress import MAX_HEAD, AddressPolicy, parse_hosts_override
-from ..pipeline.sandbox import LeaseNames
-from ..settings import EgressSettings, Settings
-from .leases import LeaseTable
-from .proxy import EgressProxy
-from .records import Recorder
+from tooladapter.egress.leases import LeaseTable
+from tooladapter.egress.proxy import EgressProxy
+from tooladapter.egress.records import Recorder
+from tooladapter.kube import egress as kegress
+from tooladapter.kube.client import Kube
+from tooladapter.metrics import serve
+from tooladapter.pipeline.egress import MAX_HEAD, AddressPolicy, parse_hosts_override
+from tooladapter.pipeline.sandbox import LeaseNames
+from tooladapter.settings import EgressSettings, Settings
 
 logger = logging.getLogger("tooladapter.egress")
 

@@ -26,8 +26,10 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import NoReturn
 
-from ..enums import EgressVerdict
-from ..pipeline.egress import (
+from tooladapter.egress.leases import Lease, LeaseTable
+from tooladapter.egress.records import Recorder
+from tooladapter.enums import EgressVerdict
+from tooladapter.pipeline.egress import (
     ALLOWED,
     HTTP_PORT,
     HTTPS_PORT,
@@ -48,10 +50,8 @@ from ..pipeline.egress import (
     split_authority,
     upstream_head,
 )
-from ..pipeline.egress_framing import ChunkedEnd, Framing, body_framing
-from ..pipeline.egress_response import BadResponse, ResponseFilter
-from .leases import Lease, LeaseTable
-from .records import Recorder
+from tooladapter.pipeline.egress_framing import ChunkedEnd, Framing, body_framing
+from tooladapter.pipeline.egress_response import BadResponse, ResponseFilter
 
 logger = logging.getLogger("tooladapter.egress")
 

@@ -24,8 +24,8 @@ from contextlib import AbstractAsyncContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from ..enums import FailureClass, InvocationState, SandboxStart, SideEffectClass
-from ..model import ToolDescriptorSpec, WorkspaceLease
+from tooladapter.enums import FailureClass, InvocationState, SandboxStart, SideEffectClass
+from tooladapter.model import ToolDescriptorSpec, WorkspaceLease
 
 
 @dataclass(frozen=True)

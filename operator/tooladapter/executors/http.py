@@ -18,11 +18,11 @@ import aiohttp
 from aiohttp.abc import AbstractResolver, ResolveResult
 from aiohttp.resolver import DefaultResolver
 
-from ..enums import FailureClass
-from ..model import ToolDescriptorSpec
-from ..pipeline.addresses import AddressRefused, AddressRule, parse_networks
-from ..pipeline.validation import render_http_request
-from . import Call, InOperator, Outcome, read_limit, unconfirmed
+from tooladapter.enums import FailureClass
+from tooladapter.executors import Call, InOperator, Outcome, read_limit, unconfirmed
+from tooladapter.model import ToolDescriptorSpec
+from tooladapter.pipeline.addresses import AddressRefused, AddressRule, parse_networks
+from tooladapter.pipeline.validation import render_http_request
 
 #: Statuses an intermediary (a proxy, a load balancer) answers when the server's own answer
 #: did not come: Bad Gateway and Gateway Timeout. The request may have been processed.

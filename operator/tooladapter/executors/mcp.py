@@ -11,17 +11,17 @@ from __future__ import annotations
 
 import dataclasses
 
-from .. import mcp_types, offload
-from ..catalog import Catalog
-from ..enums import FailureClass
-from ..kube.client import NotFound
-from ..kube.cluster import Cluster
-from ..kube.sandbox import decode_b64
-from ..model import McpServerSpec
-from ..pipeline.addresses import AddressRule
-from ..pipeline.mcp import validate_structured_output
-from ..pipeline.sanitize import bounded_message, redact_text, sanitize_structured
-from . import Call, InOperator, Outcome, unconfirmed
+from tooladapter import mcp_types, offload
+from tooladapter.catalog import Catalog
+from tooladapter.enums import FailureClass
+from tooladapter.executors import Call, InOperator, Outcome, unconfirmed
+from tooladapter.kube.client import NotFound
+from tooladapter.kube.cluster import Cluster
+from tooladapter.kube.sandbox import decode_b64
+from tooladapter.model import McpServerSpec
+from tooladapter.pipeline.addresses import AddressRule
+from tooladapter.pipeline.mcp import validate_structured_output
+from tooladapter.pipeline.sanitize import bounded_message, redact_text, sanitize_structured
 
 
 async def credentials_for(
@@ -90,7 +90,7 @@ class McpExecutor(InOperator):
         if binding is None:
             return Outcome.failed(FailureClass.VALIDATION, "descriptor has no mcp binding")
         try:
-            from .. import mcp_client  # the SDK loads on the first exchange
+            from tooladapter import mcp_client  # the SDK loads on the first exchange
 
             result = await mcp_client.call_tool(
                 url,

@@ -6,9 +6,9 @@ import json
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from ..enums import FailureClass, Resource
-from ..kube.cluster import Cluster
-from . import Call, InOperator, Outcome
+from tooladapter.enums import FailureClass, Resource
+from tooladapter.executors import Call, InOperator, Outcome
+from tooladapter.kube.cluster import Cluster
 
 #: Lists the active descriptors of a namespace (served from the operator's index).
 DescriptorLister = Callable[[str], list[dict[str, Any]]]

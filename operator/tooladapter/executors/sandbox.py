@@ -12,24 +12,31 @@ import json
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from .. import API_VERSION
-from ..enums import FailureClass, InvocationState, SandboxStart
-from ..kube import sandbox as ksandbox
-from ..kube.client import Refused
-from ..kube.cluster import Cluster
-from ..pipeline.egress_lease import proxy_env
-from ..pipeline.sandbox import (
+from tooladapter import API_VERSION
+from tooladapter.enums import FailureClass, InvocationState, SandboxStart
+from tooladapter.executors import (
+    Call,
+    Outcome,
+    SandboxRun,
+    read_limit,
+    unconfirmed,
+    unconfirmed_for,
+)
+from tooladapter.kube import sandbox as ksandbox
+from tooladapter.kube.client import Refused
+from tooladapter.kube.cluster import Cluster
+from tooladapter.pipeline.egress_lease import proxy_env
+from tooladapter.pipeline.sandbox import (
     LeaseNames,
     build_job,
     network_gate_for,
     owner_reference,
     runtime_class_for,
 )
-from ..settings import Settings
-from . import Call, Outcome, SandboxRun, read_limit, unconfirmed, unconfirmed_for
+from tooladapter.settings import Settings
 
 if TYPE_CHECKING:
-    from .warm import WarmSandboxes
+    from tooladapter.executors.warm import WarmSandboxes
 
 #: Time the Job may take to be scheduled and report, beyond the tool's own timeout.
 SCHEDULING_MARGIN_SECONDS = 120

@@ -27,14 +27,23 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ..enums import FailureClass, InvocationState, SandboxStart
-from ..kube.client import Conflict, NotFound, Refused
-from ..kube.sandbox import decode_b64
-from ..kube.warm import ExecResult, WarmKube
-from ..model import WorkspaceLease
-from ..pipeline.egress_lease import PROXY_URL_KEY
-from ..pipeline.sandbox import LeaseNames, ProxyPeer, runtime_class_for
-from ..pipeline.warm import (
+from tooladapter.enums import FailureClass, InvocationState, SandboxStart
+from tooladapter.executors import (
+    Call,
+    Outcome,
+    SandboxRun,
+    read_limit,
+    unconfirmed,
+    unconfirmed_for,
+)
+from tooladapter.executors.sandbox import json_object as _json_object
+from tooladapter.kube.client import Conflict, NotFound, Refused
+from tooladapter.kube.sandbox import decode_b64
+from tooladapter.kube.warm import ExecResult, WarmKube
+from tooladapter.model import WorkspaceLease
+from tooladapter.pipeline.egress_lease import PROXY_URL_KEY
+from tooladapter.pipeline.sandbox import LeaseNames, ProxyPeer, runtime_class_for
+from tooladapter.pipeline.warm import (
     ANNOTATION_ATTEMPT,
     ANNOTATION_CALLER,
     ANNOTATION_CLAIMED_AT,
@@ -63,10 +72,8 @@ from ..pipeline.warm import (
     warm_refusal,
     workspace_key,
 )
-from ..settings import Settings
-from ..timeutil import now_iso, parse_time
-from . import Call, Outcome, SandboxRun, read_limit, unconfirmed, unconfirmed_for
-from .sandbox import json_object as _json_object
+from tooladapter.settings import Settings
+from tooladapter.timeutil import now_iso, parse_time
 
 logger = logging.getLogger("tooladapter.warm")
 

@@ -34,16 +34,16 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from ..catalog import approval_key
-from ..enums import FailureClass, InvocationState, Resource, Stage
-from ..kube.client import NotFound, is_transient
-from ..runtime import Runtime
-from .admission import check_request_unchanged, on_received
-from .approval import on_authorized, on_awaiting_approval
-from .authorization import on_validated
-from .context import Denial, Failure, FlowContext, Restart, Superseded
-from .ending import conclude, deny, fail
-from .execution import on_brokered, on_executing, settle_unexpected
+from tooladapter.catalog import approval_key
+from tooladapter.enums import FailureClass, InvocationState, Resource, Stage
+from tooladapter.flow.admission import check_request_unchanged, on_received
+from tooladapter.flow.approval import on_authorized, on_awaiting_approval
+from tooladapter.flow.authorization import on_validated
+from tooladapter.flow.context import Denial, Failure, FlowContext, Restart, Superseded
+from tooladapter.flow.ending import conclude, deny, fail
+from tooladapter.flow.execution import on_brokered, on_executing, settle_unexpected
+from tooladapter.kube.client import NotFound, is_transient
+from tooladapter.runtime import Runtime
 
 logger = logging.getLogger("tooladapter.invocations")
 

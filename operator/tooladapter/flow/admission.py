@@ -12,18 +12,18 @@ import asyncio
 from functools import partial
 from typing import Any
 
-from .. import offload
-from ..catalog import invocation_key
-from ..enums import FailureClass, InvocationState, Resource, Stage, StageOutcome
-from ..kube.client import NotFound
-from ..pipeline.effect import effect_hash
-from ..pipeline.hashing import request_hash
-from ..pipeline.states import BEFORE_EXECUTING
-from ..pipeline.validation import check_arguments
-from ..timeutil import now_iso
-from .context import Denial, FlowContext
-from .dryrun import is_dry_run, on_dry_run
-from .ending import cancel, end_as_duplicate
+from tooladapter import offload
+from tooladapter.catalog import invocation_key
+from tooladapter.enums import FailureClass, InvocationState, Resource, Stage, StageOutcome
+from tooladapter.flow.context import Denial, FlowContext
+from tooladapter.flow.dryrun import is_dry_run, on_dry_run
+from tooladapter.flow.ending import cancel, end_as_duplicate
+from tooladapter.kube.client import NotFound
+from tooladapter.pipeline.effect import effect_hash
+from tooladapter.pipeline.hashing import request_hash
+from tooladapter.pipeline.states import BEFORE_EXECUTING
+from tooladapter.pipeline.validation import check_arguments
+from tooladapter.timeutil import now_iso
 
 #: Longest wait between re-reads of an idempotency winner (the watch usually wakes us).
 WINNER_POLL_SECONDS = 30

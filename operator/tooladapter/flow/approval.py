@@ -11,22 +11,15 @@ from __future__ import annotations
 import asyncio
 from datetime import UTC, datetime, timedelta
 
-from ..catalog import Entry, approval_key
-from ..enums import (
-    BindCode,
-    FailureClass,
-    InvocationState,
-    Resource,
-    Stage,
-    StageOutcome,
-)
-from ..model import ApprovalBinding, ToolApprovalSpec
-from ..pipeline import approval as rules
-from ..pipeline.preview import reviewers_text
-from ..timeutil import now_iso, parse_time
-from .brokering import broker
-from .context import Denial, FlowContext
-from .recheck import check_not_retired, reviewer_groups
+from tooladapter.catalog import Entry, approval_key
+from tooladapter.enums import BindCode, FailureClass, InvocationState, Resource, Stage, StageOutcome
+from tooladapter.flow.brokering import broker
+from tooladapter.flow.context import Denial, FlowContext
+from tooladapter.flow.recheck import check_not_retired, reviewer_groups
+from tooladapter.model import ApprovalBinding, ToolApprovalSpec
+from tooladapter.pipeline import approval as rules
+from tooladapter.pipeline.preview import reviewers_text
+from tooladapter.timeutil import now_iso, parse_time
 
 #: Longest sleep of the wait between checks (approvals and interrupts wake it sooner).
 WAIT_SLICE_SECONDS = 60

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import asyncio
 
-from .. import offload
-from ..enums import (
+from tooladapter import offload
+from tooladapter.enums import (
     FailureClass,
     InvocationState,
     Resource,
@@ -20,14 +20,14 @@ from ..enums import (
     StageOutcome,
     ToolKind,
 )
-from ..model import ToolDescriptorSpec
-from ..pipeline.classification import Classification, mcp_hint_class, raised_note
-from ..pipeline.permission import refusal
-from ..pipeline.policy import PolicyDecision, check_ceiling
-from ..pipeline.preview import classify_call as preview_classify
-from ..pipeline.preview import shell_check
-from ..pipeline.shell import ShellVerdict
-from .context import Denial, FlowContext
+from tooladapter.flow.context import Denial, FlowContext
+from tooladapter.model import ToolDescriptorSpec
+from tooladapter.pipeline.classification import Classification, mcp_hint_class, raised_note
+from tooladapter.pipeline.permission import refusal
+from tooladapter.pipeline.policy import PolicyDecision, check_ceiling
+from tooladapter.pipeline.preview import classify_call as preview_classify
+from tooladapter.pipeline.preview import shell_check
+from tooladapter.pipeline.shell import ShellVerdict
 
 
 async def on_validated(ctx: FlowContext) -> None:

@@ -9,27 +9,29 @@ from __future__ import annotations
 
 import secrets
 
-from .. import API_VERSION
-from ..enums import FailureClass, InvocationState, Stage, StageOutcome
-from ..kube.client import NotFound
-from ..kube.sandbox import decode_b64
-from ..model import (
+from tooladapter import API_VERSION
+from tooladapter.enums import FailureClass, InvocationState, Stage, StageOutcome
+from tooladapter.flow.context import SANDBOX_KINDS, Denial, Failure, FlowContext
+from tooladapter.flow.recheck import needs_recheck, recheck
+from tooladapter.kube.client import NotFound
+from tooladapter.kube.sandbox import decode_b64
+from tooladapter.model import (
     LeaseLimits,
     SandboxLease,
     SandboxSpec,
     ToolDescriptorSpec,
     effective_timeout,
 )
-from ..pipeline.cidr_bounds import descriptor_cidr_problems, parse_cluster
-from ..pipeline.egress import effective_allow, split_entries
-from ..pipeline.egress_lease import (
+from tooladapter.pipeline.cidr_bounds import descriptor_cidr_problems, parse_cluster
+from tooladapter.pipeline.egress import effective_allow, split_entries
+from tooladapter.pipeline.egress_lease import (
     CredentialGrant,
     LeaseGrant,
     build_grant_secret,
     build_proxy_secret,
     proxy_url,
 )
-from ..pipeline.sandbox import (
+from tooladapter.pipeline.sandbox import (
     LeaseNames,
     build_network_policy,
     build_secret,
@@ -37,10 +39,8 @@ from ..pipeline.sandbox import (
     runtime_class_for,
     secret_item_key,
 )
-from ..pipeline.warm import uses_attempt_workspace
-from ..timeutil import in_seconds, now_iso
-from .context import SANDBOX_KINDS, Denial, Failure, FlowContext
-from .recheck import needs_recheck, recheck
+from tooladapter.pipeline.warm import uses_attempt_workspace
+from tooladapter.timeutil import in_seconds, now_iso
 
 
 async def broker(ctx: FlowContext) -> None:

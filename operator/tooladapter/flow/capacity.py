@@ -20,10 +20,10 @@ import asyncio
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from ..enums import FailureClass, Stage, StageOutcome
-from ..kube.capacity import quota_named
-from ..timeutil import parse_time
-from .context import Failure, FlowContext
+from tooladapter.enums import FailureClass, Stage, StageOutcome
+from tooladapter.flow.context import Failure, FlowContext
+from tooladapter.kube.capacity import quota_named
+from tooladapter.timeutil import parse_time
 
 #: First delay before asking the quotas again, and the bound of the doubling delays: a
 #: freed quota is noticed within the bound, and many waiting calls cost one dry run each

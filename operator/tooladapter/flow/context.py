@@ -16,9 +16,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from .. import tracing
-from ..catalog import Catalog, Entry
-from ..enums import (
+from tooladapter import tracing
+from tooladapter.catalog import Catalog, Entry
+from tooladapter.enums import (
     EnvironmentClass,
     FailureClass,
     InvocationState,
@@ -27,9 +27,9 @@ from ..enums import (
     StageOutcome,
     ToolKind,
 )
-from ..events import object_ref
-from ..kube.client import Conflict, NotFound
-from ..model import (
+from tooladapter.events import object_ref
+from tooladapter.kube.client import Conflict, NotFound
+from tooladapter.model import (
     Caller,
     StageEntry,
     ToolDescriptorSpec,
@@ -39,17 +39,17 @@ from ..model import (
     ToolRef,
     describe_errors,
 )
-from ..pipeline.availability import published_versions, unavailable
-from ..pipeline.classification import namespace_environment
-from ..pipeline.conditions import invocation_conditions
-from ..pipeline.hashing import descriptor_digest
-from ..pipeline.policy import PolicyDecision, evaluate_policies
-from ..pipeline.sanitize import EVENT_MESSAGE_CHARS, bounded_message, redact_argv
-from ..pipeline.shell import check_command
-from ..pipeline.states import transition
-from ..pipeline.status_patch import merge_patch
-from ..runtime import Runtime
-from ..timeutil import now_iso
+from tooladapter.pipeline.availability import published_versions, unavailable
+from tooladapter.pipeline.classification import namespace_environment
+from tooladapter.pipeline.conditions import invocation_conditions
+from tooladapter.pipeline.hashing import descriptor_digest
+from tooladapter.pipeline.policy import PolicyDecision, evaluate_policies
+from tooladapter.pipeline.sanitize import EVENT_MESSAGE_CHARS, bounded_message, redact_argv
+from tooladapter.pipeline.shell import check_command
+from tooladapter.pipeline.states import transition
+from tooladapter.pipeline.status_patch import merge_patch
+from tooladapter.runtime import Runtime
+from tooladapter.timeutil import now_iso
 
 Body = dict[str, Any]
 

@@ -13,13 +13,13 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..enums import InvocationState, PreviewVerdict, Resource
-from ..model import Caller
-from ..pipeline.availability import published_versions
-from ..pipeline.permission import Question
-from ..previewing import Found, Policies, dry_run, preview_settings
-from ..timeutil import now_iso
-from .context import FlowContext
+from tooladapter.enums import InvocationState, PreviewVerdict, Resource
+from tooladapter.flow.context import FlowContext
+from tooladapter.model import Caller
+from tooladapter.pipeline.availability import published_versions
+from tooladapter.pipeline.permission import Question
+from tooladapter.previewing import Found, Policies, dry_run, preview_settings
+from tooladapter.timeutil import now_iso
 
 Body = dict[str, Any]
 

@@ -21,17 +21,17 @@ from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from typing import Any, TypeVar
 
-from .. import offload
-from ..artifacts import ArtifactStore, content_ref
-from ..artifacts.chain import ReceiptChains
-from ..artifacts.index import (
+from tooladapter import offload
+from tooladapter.artifacts import ArtifactStore, content_ref
+from tooladapter.artifacts.chain import ReceiptChains
+from tooladapter.artifacts.index import (
     approved_call_key,
     arguments_document,
     call_entry,
     entries_of,
     entry_bytes,
 )
-from ..enums import (
+from tooladapter.enums import (
     ArtifactKind,
     EventLevel,
     FailureClass,
@@ -40,9 +40,10 @@ from ..enums import (
     Stage,
     StageOutcome,
 )
-from ..executors import Outcome, read_limit
-from ..kube.claims import Claim
-from ..metrics import (
+from tooladapter.executors import Outcome, read_limit
+from tooladapter.flow.context import Body, Denial, Failure, FlowContext
+from tooladapter.kube.claims import Claim
+from tooladapter.metrics import (
     ARTIFACT_STORE_ERRORS,
     DENIALS,
     DUPLICATES,
@@ -51,7 +52,7 @@ from ..metrics import (
     SANDBOX_SECONDS,
     UNKNOWN_TOOL,
 )
-from ..model import (
+from tooladapter.model import (
     AuditRequirements,
     EffectConfirmation,
     EgressRecord,
@@ -60,15 +61,19 @@ from ..model import (
     ToolInvocationSpec,
     ToolInvocationStatus,
 )
-from ..pipeline.egress_lease import records_from
-from ..pipeline.hashing import canonical_json
-from ..pipeline.receipt import build_receipt
-from ..pipeline.sandbox import LeaseNames
-from ..pipeline.sanitize import BROKERED_SECRET, sanitize, sanitize_structured, secret_forms
-from ..pipeline.signing import seal
-from ..runtime import Runtime
-from ..timeutil import now_iso, parse_time
-from .context import Body, Denial, Failure, FlowContext
+from tooladapter.pipeline.egress_lease import records_from
+from tooladapter.pipeline.hashing import canonical_json
+from tooladapter.pipeline.receipt import build_receipt
+from tooladapter.pipeline.sandbox import LeaseNames
+from tooladapter.pipeline.sanitize import (
+    BROKERED_SECRET,
+    sanitize,
+    sanitize_structured,
+    secret_forms,
+)
+from tooladapter.pipeline.signing import seal
+from tooladapter.runtime import Runtime
+from tooladapter.timeutil import now_iso, parse_time
 
 logger = logging.getLogger("tooladapter.invocations")
 

@@ -15,9 +15,9 @@ from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from .. import tracing
-from ..catalog import retirement_key
-from ..enums import (
+from tooladapter import tracing
+from tooladapter.catalog import retirement_key
+from tooladapter.enums import (
     FailureClass,
     InvocationState,
     Resource,
@@ -26,21 +26,21 @@ from ..enums import (
     Stage,
     StageOutcome,
 )
-from ..executors import Call, Outcome, unconfirmed_for
-from ..executors.sandbox import SandboxExecutor
-from ..kube.client import Conflict, NotFound
-from ..kube.sandbox import decode_b64
-from ..model import ExecutionRecord, ToolDescriptorSpec, effective_timeout
-from ..pipeline.egress import split_entries
-from ..pipeline.egress_lease import token_of
-from ..pipeline.sandbox import LeaseNames
-from ..pipeline.warm import uses_attempt_workspace, workspace_key
-from ..timeutil import now_iso
-from .admission import check_unconfirmed
-from .capacity import wait_for_capacity
-from .context import SANDBOX_KINDS, Denial, FlowContext, Restart, Superseded
-from .ending import cancel, finish
-from .recheck import check_not_retired, needs_recheck, recheck
+from tooladapter.executors import Call, Outcome, unconfirmed_for
+from tooladapter.executors.sandbox import SandboxExecutor
+from tooladapter.flow.admission import check_unconfirmed
+from tooladapter.flow.capacity import wait_for_capacity
+from tooladapter.flow.context import SANDBOX_KINDS, Denial, FlowContext, Restart, Superseded
+from tooladapter.flow.ending import cancel, finish
+from tooladapter.flow.recheck import check_not_retired, needs_recheck, recheck
+from tooladapter.kube.client import Conflict, NotFound
+from tooladapter.kube.sandbox import decode_b64
+from tooladapter.model import ExecutionRecord, ToolDescriptorSpec, effective_timeout
+from tooladapter.pipeline.egress import split_entries
+from tooladapter.pipeline.egress_lease import token_of
+from tooladapter.pipeline.sandbox import LeaseNames
+from tooladapter.pipeline.warm import uses_attempt_workspace, workspace_key
+from tooladapter.timeutil import now_iso
 
 logger = logging.getLogger("tooladapter.invocations")
 

@@ -15,14 +15,14 @@ only for calls that waited or were resumed, never on the common path.
 
 from __future__ import annotations
 
-from ..catalog import Catalog
-from ..enums import FailureClass, Resource, SideEffectClass, Stage, StageOutcome
-from ..model import ApprovalBinding
-from ..pipeline.classification import raised_note
-from ..pipeline.policy import check_ceiling
-from .admission import check_fencing
-from .authorization import check_permission, classify_call, shell_verdict
-from .context import Denial, FlowContext
+from tooladapter.catalog import Catalog
+from tooladapter.enums import FailureClass, Resource, SideEffectClass, Stage, StageOutcome
+from tooladapter.flow.admission import check_fencing
+from tooladapter.flow.authorization import check_permission, classify_call, shell_verdict
+from tooladapter.flow.context import Denial, FlowContext
+from tooladapter.model import ApprovalBinding
+from tooladapter.pipeline.classification import raised_note
+from tooladapter.pipeline.policy import check_ceiling
 
 
 def needs_recheck(ctx: FlowContext) -> bool:

@@ -13,6 +13,6 @@ do to `kubectl`. The operator's own identity only reviews tokens and access.
 - `tools`, `calls`: the tool list and the tools/call flow that both interfaces share.
 """
 
-from .server import Gateway, GatewayPortTaken, check_port
+from tooladapter.gateway.server import Gateway, GatewayPortTaken, check_port
 
 __all__ = ["Gateway", "GatewayPortTaken", "check_port"]

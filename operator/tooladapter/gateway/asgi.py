@@ -17,7 +17,7 @@ from typing import Any
 
 from aiohttp import web
 
-from .bodies import read_body
+from tooladapter.gateway.bodies import read_body
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]

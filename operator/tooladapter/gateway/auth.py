@@ -21,14 +21,14 @@ from typing import Final
 
 from aiohttp import web
 
-from ..kube.callers import CallerApiError, CallerIdentity
-from ..metrics import GATEWAY_REFUSED
-from ..pipeline.problems import ProblemKind
-from ..settings import Settings
-from .bodies import read_body
-from .context import Caller, deps_of, set_caller
-from .doors import Busy, FailureLimiter, client_address
-from .errors import Handler, ProblemError
+from tooladapter.gateway.bodies import read_body
+from tooladapter.gateway.context import Caller, deps_of, set_caller
+from tooladapter.gateway.doors import Busy, FailureLimiter, client_address
+from tooladapter.gateway.errors import Handler, ProblemError
+from tooladapter.kube.callers import CallerApiError, CallerIdentity
+from tooladapter.metrics import GATEWAY_REFUSED
+from tooladapter.pipeline.problems import ProblemKind
+from tooladapter.settings import Settings
 
 REVIEW_TTL_SECONDS: Final = 10.0
 REVIEW_ENTRIES: Final = 1024

@@ -15,8 +15,8 @@ from typing import Any, Final
 from aiohttp import web
 from multidict import MultiDictProxy
 
-from ..pipeline.problems import ProblemKind
-from .errors import ProblemError
+from tooladapter.gateway.errors import ProblemError
+from tooladapter.pipeline.problems import ProblemKind
 
 #: A body must have arrived this long after its handler began reading it.
 BODY_SECONDS: Final = 30.0

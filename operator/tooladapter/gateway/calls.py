@@ -21,11 +21,15 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final
 
-from ..enums import InvocationState, Resource
-from ..kube.callers import CallerApiError
-from ..pipeline import readout
-from ..pipeline.hashing import request_hash
-from ..pipeline.mcpapproval import (
+from tooladapter.enums import InvocationState, Resource
+from tooladapter.gateway.auth import too_many
+from tooladapter.gateway.context import Caller, Deps
+from tooladapter.gateway.doors import Busy
+from tooladapter.gateway.tools import invocable
+from tooladapter.kube.callers import CallerApiError
+from tooladapter.pipeline import readout
+from tooladapter.pipeline.hashing import request_hash
+from tooladapter.pipeline.mcpapproval import (
     CALL_OPTION_FIELDS,
     REQUEST_LABEL,
     WaitState,
@@ -34,7 +38,7 @@ from ..pipeline.mcpapproval import (
     newest_attachable,
     request_label,
 )
-from ..pipeline.toolview import (
+from tooladapter.pipeline.toolview import (
     META_DUPLICATE_OF,
     META_INVOCATION,
     META_PROVENANCE,
@@ -47,10 +51,6 @@ from ..pipeline.toolview import (
     progress_of,
     state_of,
 )
-from .auth import too_many
-from .context import Caller, Deps
-from .doors import Busy
-from .tools import invocable
 
 logger = logging.getLogger("tooladapter.gateway")
 

@@ -7,11 +7,11 @@ from typing import Final
 
 from aiohttp import web
 
-from ..artifacts import ArtifactStore
-from ..kube.callers import AsCaller, CallerIdentity, CallerPool, Reviews
-from ..kube.client import Kube
-from ..settings import Settings
-from .doors import Doors
+from tooladapter.artifacts import ArtifactStore
+from tooladapter.gateway.doors import Doors
+from tooladapter.kube.callers import AsCaller, CallerIdentity, CallerPool, Reviews
+from tooladapter.kube.client import Kube
+from tooladapter.settings import Settings
 
 
 @dataclass(frozen=True)

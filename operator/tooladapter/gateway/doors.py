@@ -23,7 +23,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Final
 
-from ..settings import Settings
+from tooladapter.settings import Settings
 
 #: Seconds a refused request is told to wait (`Retry-After`).
 RETRY_AFTER_SECONDS: Final = 2

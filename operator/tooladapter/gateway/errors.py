@@ -9,8 +9,8 @@ from typing import Any
 
 from aiohttp import web
 
-from ..kube.callers import CallerApiError
-from ..pipeline.problems import (
+from tooladapter.kube.callers import CallerApiError
+from tooladapter.pipeline.problems import (
     PROBLEM_MEDIA_TYPE,
     ProblemKind,
     kind_for_api_status,

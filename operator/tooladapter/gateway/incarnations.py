@@ -15,11 +15,11 @@ from typing import Final
 
 from aiohttp import web
 
-from ..kube.client import Kube, NotFound
-from ..pipeline.problems import ProblemKind
-from ..pipeline.receipt_index import Incarnation
-from .context import deps_of
-from .errors import ProblemError
+from tooladapter.gateway.context import deps_of
+from tooladapter.gateway.errors import ProblemError
+from tooladapter.kube.client import Kube, NotFound
+from tooladapter.pipeline.problems import ProblemKind
+from tooladapter.pipeline.receipt_index import Incarnation
 
 #: Seconds an answer is reused.
 TTL: Final = 2.0

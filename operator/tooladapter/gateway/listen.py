@@ -30,15 +30,15 @@ from mcp.server.context import ServerRequestContext
 from mcp.shared.exceptions import MCPError
 from mcp.shared.subscriptions import SUBSCRIPTION_ID_META_KEY
 
-from ..enums import Resource
-from ..kube.callers import CallerApiError
-from ..pipeline.hashing import descriptor_digest
-from ..pipeline.toolview import ToolEntry, mcp_tool, parse_descriptors
-from .auth import too_many
-from .context import Caller, Deps
-from .doors import Busy
-from .errors import ProblemError
-from .tools import invocable
+from tooladapter.enums import Resource
+from tooladapter.gateway.auth import too_many
+from tooladapter.gateway.context import Caller, Deps
+from tooladapter.gateway.doors import Busy
+from tooladapter.gateway.errors import ProblemError
+from tooladapter.gateway.tools import invocable
+from tooladapter.kube.callers import CallerApiError
+from tooladapter.pipeline.hashing import descriptor_digest
+from tooladapter.pipeline.toolview import ToolEntry, mcp_tool, parse_descriptors
 
 #: A listen stream ends (gracefully) after this long; the client listens again.
 LISTEN_SECONDS: Final = 600

@@ -52,22 +52,33 @@ from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.shared.exceptions import MCPError, UrlElicitationRequiredError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
-from ..pipeline.mcpapproval import INPUT_KEY, WaitState, approval_link, elicitation_message
-from ..pipeline.toolview import (
+from tooladapter.gateway.asgi import AsgiApp, Message, Receive, Scope, Send, serve_asgi
+from tooladapter.gateway.bodies import read_body
+from tooladapter.gateway.calls import (
+    AwaitingReviewer,
+    Elicit,
+    StateMismatch,
+    UnknownTool,
+    call_tool,
+)
+from tooladapter.gateway.context import Caller, Deps, caller_of, deps_of
+from tooladapter.gateway.errors import ProblemError
+from tooladapter.gateway.listen import serve_listen
+from tooladapter.gateway.previews import preview_call
+from tooladapter.gateway.tools import invocable
+from tooladapter.pipeline.mcpapproval import (
+    INPUT_KEY,
+    WaitState,
+    approval_link,
+    elicitation_message,
+)
+from tooladapter.pipeline.toolview import (
     BadCallOptions,
     call_options,
     dry_run_requested,
     dry_run_result,
     mcp_tool,
 )
-from .asgi import AsgiApp, Message, Receive, Scope, Send, serve_asgi
-from .bodies import read_body
-from .calls import AwaitingReviewer, Elicit, StateMismatch, UnknownTool, call_tool
-from .context import Caller, Deps, caller_of, deps_of
-from .errors import ProblemError
-from .listen import serve_listen
-from .previews import preview_call
-from .tools import invocable
 
 logger = logging.getLogger("tooladapter.gateway")
 

@@ -13,9 +13,9 @@ from typing import Any, Final
 
 from pydantic import BaseModel
 
-from ..model import VERSION_MAX, VERSION_PATTERN, InvocationPreview
-from ..pipeline.problems import PROBLEM_MEDIA_TYPE
-from .params import NAME_PATTERN, NAMESPACE_PATTERN, RUN_ID_MAX, SHA256_PATTERN
+from tooladapter.gateway.params import NAME_PATTERN, NAMESPACE_PATTERN, RUN_ID_MAX, SHA256_PATTERN
+from tooladapter.model import VERSION_MAX, VERSION_PATTERN, InvocationPreview
+from tooladapter.pipeline.problems import PROBLEM_MEDIA_TYPE
 
 _ERROR_TEXT: Final = {
     400: "Bad request",

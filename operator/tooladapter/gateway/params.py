@@ -6,10 +6,10 @@ from typing import Final
 
 from aiohttp import web
 
-from ..pipeline.linear_regex import LinearPattern, compile_internal
-from ..pipeline.problems import ProblemKind
-from ..pipeline.toolview import is_tool_id
-from .errors import ProblemError
+from tooladapter.gateway.errors import ProblemError
+from tooladapter.pipeline.linear_regex import LinearPattern, compile_internal
+from tooladapter.pipeline.problems import ProblemKind
+from tooladapter.pipeline.toolview import is_tool_id
 
 NAMESPACE_PATTERN: Final = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
 NAME_PATTERN: Final = r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$"

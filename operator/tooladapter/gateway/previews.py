@@ -16,21 +16,26 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..catalog import Entry
-from ..census import blocks_retries
-from ..enums import Resource
-from ..kube.callers import CallerApiError
-from ..kube.client import NotFound
-from ..model import Caller as SpecCaller
-from ..model import ToolPolicySpec
-from ..pipeline.availability import published_versions
-from ..pipeline.permission import Question
-from ..pipeline.preview import Preview
-from ..pipeline.problems import ProblemKind
-from ..pipeline.toolview import CallOptions, callable_versions, invocation_body, parse_descriptors
-from ..previewing import Found, Policies, dry_run, preview_settings
-from .context import Caller, Deps
-from .errors import ProblemError, from_api
+from tooladapter.catalog import Entry
+from tooladapter.census import blocks_retries
+from tooladapter.enums import Resource
+from tooladapter.gateway.context import Caller, Deps
+from tooladapter.gateway.errors import ProblemError, from_api
+from tooladapter.kube.callers import CallerApiError
+from tooladapter.kube.client import NotFound
+from tooladapter.model import Caller as SpecCaller
+from tooladapter.model import ToolPolicySpec
+from tooladapter.pipeline.availability import published_versions
+from tooladapter.pipeline.permission import Question
+from tooladapter.pipeline.preview import Preview
+from tooladapter.pipeline.problems import ProblemKind
+from tooladapter.pipeline.toolview import (
+    CallOptions,
+    callable_versions,
+    invocation_body,
+    parse_descriptors,
+)
+from tooladapter.previewing import Found, Policies, dry_run, preview_settings
 
 Body = dict[str, Any]
 

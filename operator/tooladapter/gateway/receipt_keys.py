@@ -10,11 +10,11 @@ import asyncio
 import time
 from typing import Final
 
-from ..kube.client import Kube, NotFound
-from ..kube.receipt_keys import read_heads, read_public
-from ..pipeline.chain import Head
-from ..pipeline.signing import KeySet
-from ..settings import Settings
+from tooladapter.kube.client import Kube, NotFound
+from tooladapter.kube.receipt_keys import read_heads, read_public
+from tooladapter.pipeline.chain import Head
+from tooladapter.pipeline.signing import KeySet
+from tooladapter.settings import Settings
 
 TTL: Final = 10.0
 

@@ -16,22 +16,22 @@ from typing import Final
 
 from aiohttp import web
 
-from ..artifacts import open_store
-from ..kube.auth import AllowCache
-from ..kube.callers import CallerPool, Reviews, bound_time
-from ..kube.client import Kube
-from ..kube.session_key import ensure_session_key
-from ..settings import Settings
-from .auth import authentication_middleware, install
-from .context import DEPS, Deps
-from .doors import Doors, caps_of
-from .errors import problems_middleware
-from .guard import Limits, guarded
-from .mcp_endpoint import MAX_BODY_BYTES, MCP_ENDPOINT, McpEndpoint
-from .openapi import document
-from .routes import MODULES
-from .routes.meta import OPENAPI
-from .ui import add_routes as add_ui_routes
+from tooladapter.artifacts import open_store
+from tooladapter.gateway.auth import authentication_middleware, install
+from tooladapter.gateway.context import DEPS, Deps
+from tooladapter.gateway.doors import Doors, caps_of
+from tooladapter.gateway.errors import problems_middleware
+from tooladapter.gateway.guard import Limits, guarded
+from tooladapter.gateway.mcp_endpoint import MAX_BODY_BYTES, MCP_ENDPOINT, McpEndpoint
+from tooladapter.gateway.openapi import document
+from tooladapter.gateway.routes import MODULES
+from tooladapter.gateway.routes.meta import OPENAPI
+from tooladapter.gateway.ui import add_routes as add_ui_routes
+from tooladapter.kube.auth import AllowCache
+from tooladapter.kube.callers import CallerPool, Reviews, bound_time
+from tooladapter.kube.client import Kube
+from tooladapter.kube.session_key import ensure_session_key
+from tooladapter.settings import Settings
 
 logger = logging.getLogger("tooladapter.gateway")
 

@@ -24,12 +24,12 @@ import asyncio
 from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
-from .. import GROUP
-from ..enums import Resource
-from ..kube.callers import CallerApiError
-from ..pipeline.toolview import ToolEntry, callable_versions, parse_descriptors
-from .context import Caller, Deps
-from .errors import from_api
+from tooladapter import GROUP
+from tooladapter.enums import Resource
+from tooladapter.gateway.context import Caller, Deps
+from tooladapter.gateway.errors import from_api
+from tooladapter.kube.callers import CallerApiError
+from tooladapter.pipeline.toolview import ToolEntry, callable_versions, parse_descriptors
 
 #: SubjectAccessReviews asked at once when the rules review was incomplete.
 FALLBACK_CONCURRENCY: Final = 8

@@ -10,15 +10,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ..enums import FailureClass, InvocationState, Resource
-from ..events import object_ref
-from ..flow.ending import incarnation_of, write_receipt
-from ..kube.client import NotFound
-from ..model import EffectConfirmation, ToolInvocationSpec, ToolInvocationStatus
-from ..pipeline.conditions import invocation_conditions
-from ..pipeline.sanitize import bounded_message
-from ..runtime import Runtime
-from ..timeutil import now_iso
+from tooladapter.enums import FailureClass, InvocationState, Resource
+from tooladapter.events import object_ref
+from tooladapter.flow.ending import incarnation_of, write_receipt
+from tooladapter.kube.client import NotFound
+from tooladapter.model import EffectConfirmation, ToolInvocationSpec, ToolInvocationStatus
+from tooladapter.pipeline.conditions import invocation_conditions
+from tooladapter.pipeline.sanitize import bounded_message
+from tooladapter.runtime import Runtime
+from tooladapter.timeutil import now_iso
 
 
 def needs_recording(body: Mapping[str, Any]) -> bool:

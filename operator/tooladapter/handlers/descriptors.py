@@ -12,9 +12,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from ..enums import Resource, ToolKind
-from ..events import object_ref
-from ..model import (
+from tooladapter.enums import Resource, ToolKind
+from tooladapter.events import object_ref
+from tooladapter.model import (
     DEFAULT_TIMEOUT_SECONDS,
     Condition,
     ToolDescriptorSpec,
@@ -22,13 +22,13 @@ from ..model import (
     describe_errors,
     effective_timeout,
 )
-from ..pipeline.cidr_bounds import CidrBounds, descriptor_cidr_problems
-from ..pipeline.hashing import digest
-from ..pipeline.integration_events import EventType, descriptor_event
-from ..pipeline.sandbox import runtime_class_for
-from ..pipeline.validation import check_descriptor, unknown_keywords
-from ..runtime import Runtime
-from ..timeutil import now_iso
+from tooladapter.pipeline.cidr_bounds import CidrBounds, descriptor_cidr_problems
+from tooladapter.pipeline.hashing import digest
+from tooladapter.pipeline.integration_events import EventType, descriptor_event
+from tooladapter.pipeline.sandbox import runtime_class_for
+from tooladapter.pipeline.validation import check_descriptor, unknown_keywords
+from tooladapter.runtime import Runtime
+from tooladapter.timeutil import now_iso
 
 logger = logging.getLogger("tooladapter.descriptors")
 

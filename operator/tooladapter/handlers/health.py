@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from aiohttp import web
 
-from ..enums import OperatorRole
+from tooladapter.enums import OperatorRole
 
 logger = logging.getLogger("tooladapter")
 

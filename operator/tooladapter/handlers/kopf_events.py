@@ -8,7 +8,7 @@ from typing import Any, cast
 
 import kopf
 
-from ..events import MAX_MESSAGE
+from tooladapter.events import MAX_MESSAGE
 
 logger = logging.getLogger("tooladapter.events")
 

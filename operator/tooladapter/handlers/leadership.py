@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 
 import kopf
 
-from ..kube.client import Kube, is_transient
-from ..kube.leases import (
+from tooladapter.kube.client import Kube, is_transient
+from tooladapter.kube.leases import (
     KubeLeases,
     LeaseElector,
     LeaseUnavailable,
@@ -36,7 +36,7 @@ from ..kube.leases import (
     retry_period,
     scope_text,
 )
-from ..settings import Settings
+from tooladapter.settings import Settings
 
 logger = logging.getLogger("tooladapter")
 

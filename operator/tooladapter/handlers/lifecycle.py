@@ -17,34 +17,34 @@ from typing import Any
 
 import kopf
 
-from .. import GROUP, tracing
-from ..artifacts import open_store
-from ..catalog import Catalog
-from ..enums import OperatorRole, ToolKind
-from ..executors import Executor
-from ..executors.canary import default_route_address, start_canary
-from ..executors.http import HttpExecutor
-from ..executors.mcp import McpExecutor
-from ..executors.native import NativeExecutor
-from ..executors.sandbox import SandboxExecutor
-from ..executors.warm import WarmSandboxes
-from ..gateway import Gateway, GatewayPortTaken
-from ..kube.auth import AllowCache
-from ..kube.client import Conflict, Kube, NotFound, is_transient
-from ..kube.cluster import KubeCluster
-from ..kube.receipt_keys import ReceiptKeeper
-from ..kube.services import cluster_ip
-from ..kube.warm import WarmKube
-from ..memory import freeze_start_up
-from ..metrics import LEADING, serve
-from ..outbox import Outbox
-from ..pipeline.sandbox import ProxyPeer
-from ..runtime import Runtime
-from ..settings import EgressSettings, Settings
-from . import leadership
-from .health import Health
-from .kopf_events import KopfEvents
-from .mcp import McpServers
+from tooladapter import GROUP, tracing
+from tooladapter.artifacts import open_store
+from tooladapter.catalog import Catalog
+from tooladapter.enums import OperatorRole, ToolKind
+from tooladapter.executors import Executor
+from tooladapter.executors.canary import default_route_address, start_canary
+from tooladapter.executors.http import HttpExecutor
+from tooladapter.executors.mcp import McpExecutor
+from tooladapter.executors.native import NativeExecutor
+from tooladapter.executors.sandbox import SandboxExecutor
+from tooladapter.executors.warm import WarmSandboxes
+from tooladapter.gateway import Gateway, GatewayPortTaken
+from tooladapter.handlers import leadership
+from tooladapter.handlers.health import Health
+from tooladapter.handlers.kopf_events import KopfEvents
+from tooladapter.handlers.mcp import McpServers
+from tooladapter.kube.auth import AllowCache
+from tooladapter.kube.client import Conflict, Kube, NotFound, is_transient
+from tooladapter.kube.cluster import KubeCluster
+from tooladapter.kube.receipt_keys import ReceiptKeeper
+from tooladapter.kube.services import cluster_ip
+from tooladapter.kube.warm import WarmKube
+from tooladapter.memory import freeze_start_up
+from tooladapter.metrics import LEADING, serve
+from tooladapter.outbox import Outbox
+from tooladapter.pipeline.sandbox import ProxyPeer
+from tooladapter.runtime import Runtime
+from tooladapter.settings import EgressSettings, Settings
 
 logger = logging.getLogger("tooladapter")
 

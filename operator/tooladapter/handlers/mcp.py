@@ -22,12 +22,13 @@ from typing import Any
 
 from prometheus_client import Counter, Gauge
 
-from .. import mcp_types
-from ..enums import McpServerPhase, Resource
-from ..events import object_ref
-from ..executors.mcp import address_rule, credentials_for
-from ..kube.client import NotFound
-from ..model import (
+from tooladapter import mcp_types
+from tooladapter.enums import McpServerPhase, Resource
+from tooladapter.events import object_ref
+from tooladapter.executors.mcp import address_rule, credentials_for
+from tooladapter.handlers import descriptors
+from tooladapter.kube.client import NotFound
+from tooladapter.model import (
     Condition,
     McpProbeResult,
     McpPromptInfo,
@@ -37,7 +38,7 @@ from ..model import (
     McpToolBinding,
     McpToolInfo,
 )
-from ..pipeline.mcp import (
+from tooladapter.pipeline.mcp import (
     HELD_BACK,
     check_binding,
     detect_shadowing,
@@ -48,9 +49,8 @@ from ..pipeline.mcp import (
     standing,
     tool_digest,
 )
-from ..runtime import Runtime
-from ..timeutil import now_iso
-from . import descriptors
+from tooladapter.runtime import Runtime
+from tooladapter.timeutil import now_iso
 
 logger = logging.getLogger("tooladapter.mcp")
 
@@ -213,7 +213,7 @@ class McpServers:
         Returns the discovery (if any), whether the server passed, the probe's message, and
         whether the address rule refused every address of the url (nothing was sent); sets
         `status.verified_url` when the url was reached."""
-        from .. import mcp_client  # the SDK loads on the first exchange
+        from tooladapter import mcp_client  # the SDK loads on the first exchange
 
         rule = address_rule(spec, self.rt.settings.blocked_http_hosts)
         has_credentials = spec.credentials is not None

@@ -6,10 +6,10 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from ..enums import Resource
-from ..model import ToolPolicySpec, ToolPolicyStatus, describe_errors
-from ..pipeline.policy import check_policy
-from ..runtime import Runtime
+from tooladapter.enums import Resource
+from tooladapter.model import ToolPolicySpec, ToolPolicyStatus, describe_errors
+from tooladapter.pipeline.policy import check_policy
+from tooladapter.runtime import Runtime
 
 
 def policy_status(body: dict[str, Any]) -> ToolPolicyStatus:

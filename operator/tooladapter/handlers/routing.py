@@ -14,17 +14,17 @@ from collections.abc import Awaitable, Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from ..catalog import invocation_key, thaw
-from ..enums import InvocationState, Resource
-from ..events import namespace_ref
-from ..flow import release_finalizer, run_invocation, run_queued_invocation
-from ..flow.context import FINALIZER
-from ..kube.client import is_transient
-from ..kube.watching import Watcher, watched_namespace
-from ..pipeline.classification import LABEL_ENVIRONMENT, environment_class
-from ..runtime import Runtime
-from ..timeutil import parse_time
-from . import confirmations, descriptors, policies, workers
+from tooladapter.catalog import invocation_key, thaw
+from tooladapter.enums import InvocationState, Resource
+from tooladapter.events import namespace_ref
+from tooladapter.flow import release_finalizer, run_invocation, run_queued_invocation
+from tooladapter.flow.context import FINALIZER
+from tooladapter.handlers import confirmations, descriptors, policies, workers
+from tooladapter.kube.client import is_transient
+from tooladapter.kube.watching import Watcher, watched_namespace
+from tooladapter.pipeline.classification import LABEL_ENVIRONMENT, environment_class
+from tooladapter.runtime import Runtime
+from tooladapter.timeutil import parse_time
 
 RawEvent = Mapping[str, Any]
 

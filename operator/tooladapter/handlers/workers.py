@@ -19,18 +19,18 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
-from ..census import Candidate
-from ..enums import InvocationState, Resource, ToolKind
-from ..executors.sandbox import SandboxExecutor
-from ..executors.warm import WarmSandboxes
-from ..flow import run_invocation
-from ..kube import sandbox as ksandbox
-from ..kube.client import NotFound
-from ..memory import release_free_heap
-from ..pipeline.retention import claim_expired
-from ..pipeline.sandbox import ANNOTATION_INVOCATION_REF, LABEL_INVOCATION_UID, LeaseNames
-from ..runtime import Runtime
-from ..timeutil import parse_time
+from tooladapter.census import Candidate
+from tooladapter.enums import InvocationState, Resource, ToolKind
+from tooladapter.executors.sandbox import SandboxExecutor
+from tooladapter.executors.warm import WarmSandboxes
+from tooladapter.flow import run_invocation
+from tooladapter.kube import sandbox as ksandbox
+from tooladapter.kube.client import NotFound
+from tooladapter.memory import release_free_heap
+from tooladapter.pipeline.retention import claim_expired
+from tooladapter.pipeline.sandbox import ANNOTATION_INVOCATION_REF, LABEL_INVOCATION_UID, LeaseNames
+from tooladapter.runtime import Runtime
+from tooladapter.timeutil import parse_time
 
 logger = logging.getLogger("tooladapter.workers")
 

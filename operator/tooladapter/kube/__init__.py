@@ -4,6 +4,6 @@ Importing it first puts the lazy `kubernetes_asyncio.client` packages in place (
 a process that reaches the client through this layer imports only the API and model
 classes it uses."""
 
-from . import lean
+from tooladapter.kube import lean
 
 lean.install()

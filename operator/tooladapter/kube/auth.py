@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from .client import Kube, json_body, translate
+from tooladapter.kube.client import Kube, json_body, translate
 
 
 @dataclass(frozen=True)

@@ -25,11 +25,11 @@ from typing import Any, Final
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from .. import GROUP
-from ..metrics import GATEWAY_REVIEWS
-from .auth import AllowCache
-from .client import Kube, json_body
-from .objects import ApiError, CustomObjects, Objects
+from tooladapter import GROUP
+from tooladapter.kube.auth import AllowCache
+from tooladapter.kube.client import Kube, json_body
+from tooladapter.kube.objects import ApiError, CustomObjects, Objects
+from tooladapter.metrics import GATEWAY_REVIEWS
 
 #: A watch request ends after this long without an event; the follower starts another.
 WATCH_SECONDS: Final = 60

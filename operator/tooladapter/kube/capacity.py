@@ -29,7 +29,7 @@ from typing import Any
 
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from .client import Kube, json_body
+from tooladapter.kube.client import Kube, json_body
 
 #: The quota admission plugin's refusal of a request over a ResourceQuota's hard limits.
 EXCEEDED = "exceeded quota"

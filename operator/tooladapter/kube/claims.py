@@ -14,10 +14,10 @@ from typing import Any
 
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from ..pipeline.retention import ClaimRecord
-from ..pipeline.sandbox import LABEL_MANAGED_BY, MANAGED_BY
-from ..timeutil import to_iso
-from .client import AlreadyExists, Conflict, Kube, translate
+from tooladapter.kube.client import AlreadyExists, Conflict, Kube, translate
+from tooladapter.pipeline.retention import ClaimRecord
+from tooladapter.pipeline.sandbox import LABEL_MANAGED_BY, MANAGED_BY
+from tooladapter.timeutil import to_iso
 
 ANNOTATION_INVOCATION = "tooladapter.dev/invocation"
 ANNOTATION_HIGHEST = "tooladapter.dev/highest-fencing-token"

@@ -12,7 +12,7 @@ from typing import Any
 from kubernetes_asyncio import client, config
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from .. import GROUP, VERSION
+from tooladapter import GROUP, VERSION
 
 
 class NotFound(LookupError):

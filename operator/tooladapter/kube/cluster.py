@@ -14,12 +14,12 @@ from typing import Any, Protocol
 
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from .. import GROUP
-from ..enums import Resource
-from ..pipeline.retention import ClaimRecord
-from . import auth, capacity, claims
-from . import sandbox as ksandbox
-from .client import Kube, NotFound, json_body, translate
+from tooladapter import GROUP
+from tooladapter.enums import Resource
+from tooladapter.kube import auth, capacity, claims
+from tooladapter.kube import sandbox as ksandbox
+from tooladapter.kube.client import Kube, NotFound, json_body, translate
+from tooladapter.pipeline.retention import ClaimRecord
 
 Body = dict[str, Any]
 

@@ -14,14 +14,14 @@ from typing import Any
 from kubernetes_asyncio import watch
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from ..pipeline.egress_lease import LABEL_EGRESS
-from ..pipeline.sandbox import (
+from tooladapter.kube.client import Kube, translate
+from tooladapter.pipeline.egress_lease import LABEL_EGRESS
+from tooladapter.pipeline.sandbox import (
     ANNOTATION_INVOCATION_REF,
     LABEL_INVOCATION_UID,
     LABEL_MANAGED_BY,
     MANAGED_BY,
 )
-from .client import Kube, translate
 
 logger = logging.getLogger("tooladapter.egress")
 

@@ -31,9 +31,9 @@ from typing import Any, Protocol
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from ..pipeline.sandbox import LABEL_MANAGED_BY, MANAGED_BY
-from ..timeutil import parse_time, to_iso
-from .client import AlreadyExists, Conflict, Kube, NotFound, json_body, translate
+from tooladapter.kube.client import AlreadyExists, Conflict, Kube, NotFound, json_body, translate
+from tooladapter.pipeline.sandbox import LABEL_MANAGED_BY, MANAGED_BY
+from tooladapter.timeutil import parse_time, to_iso
 
 #: Which namespace globs a leadership Lease stands for, for people reading it.
 ANNOTATION_SCOPE = "tooladapter.dev/namespaces"

@@ -16,8 +16,8 @@ from typing import Any, ClassVar, Self
 from kubernetes_asyncio import client, watch
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from .. import GROUP, VERSION
-from .client import json_body
+from tooladapter import GROUP, VERSION
+from tooladapter.kube.client import json_body
 
 Objects = list[dict[str, Any]]
 

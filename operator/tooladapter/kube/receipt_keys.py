@@ -24,10 +24,11 @@ from typing import Any, Final
 
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from ..artifacts import ArtifactStore
-from ..artifacts.chain import ReceiptChains
-from ..pipeline.chain import Head
-from ..pipeline.keyring import (
+from tooladapter.artifacts import ArtifactStore
+from tooladapter.artifacts.chain import ReceiptChains
+from tooladapter.kube.client import AlreadyExists, Conflict, Kube, NotFound, translate
+from tooladapter.pipeline.chain import Head
+from tooladapter.pipeline.keyring import (
     DATA_KEY,
     PUBLIC_DATA_KEY,
     dump_keyring,
@@ -38,8 +39,7 @@ from ..pipeline.keyring import (
     public_keys,
     signer_of,
 )
-from ..pipeline.signing import KeySet, Signer
-from .client import AlreadyExists, Conflict, Kube, NotFound, translate
+from tooladapter.pipeline.signing import KeySet, Signer
 
 logger = logging.getLogger("tooladapter.receipts")
 

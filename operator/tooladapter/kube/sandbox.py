@@ -14,9 +14,14 @@ from typing import Any
 from kubernetes_asyncio import watch
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from ..pipeline.sandbox import CONTAINER_NAME, LABEL_INVOCATION_UID, LABEL_MANAGED_BY, MANAGED_BY
-from ..timeutil import parse_time
-from .client import REFUSAL_CODES, AlreadyExists, Kube, NotFound, refusal, translate
+from tooladapter.kube.client import REFUSAL_CODES, AlreadyExists, Kube, NotFound, refusal, translate
+from tooladapter.pipeline.sandbox import (
+    CONTAINER_NAME,
+    LABEL_INVOCATION_UID,
+    LABEL_MANAGED_BY,
+    MANAGED_BY,
+)
+from tooladapter.timeutil import parse_time
 
 MANAGED_SELECTOR = f"{LABEL_MANAGED_BY}={MANAGED_BY}"
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from .client import Kube, translate
+from tooladapter.kube.client import Kube, translate
 
 
 async def cluster_ip(kube: Kube, namespace: str, name: str) -> str | None:

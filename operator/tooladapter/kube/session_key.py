@@ -18,7 +18,7 @@ from typing import Final
 
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from .client import AlreadyExists, Kube, NotFound, translate
+from tooladapter.kube.client import AlreadyExists, Kube, NotFound, translate
 
 KEY: Final = "session-key"
 #: Hex of 32 random bytes: 64 characters, more than the 32 the page needs.

@@ -18,10 +18,10 @@ from typing import Any
 from kubernetes_asyncio import client, config
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from .. import GROUP
-from .client import Kube
-from .objects import ApiError as ApiError
-from .objects import CustomObjects
+from tooladapter import GROUP
+from tooladapter.kube.client import Kube
+from tooladapter.kube.objects import ApiError as ApiError
+from tooladapter.kube.objects import CustomObjects
 
 
 class Gone(LookupError):

@@ -25,8 +25,8 @@ import aiohttp
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from .. import GROUP, VERSION
-from .client import Kube, json_body
+from tooladapter import GROUP, VERSION
+from tooladapter.kube.client import Kube, json_body
 
 logger = logging.getLogger("tooladapter.watch")
 

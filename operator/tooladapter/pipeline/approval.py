@@ -17,10 +17,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from ..enums import GATED_CLASSES, ApprovalDecision, BindCode, SideEffectClass
-from ..model import ToolApprovalSpec
-from ..timeutil import parse_time
-from .policy import PolicyDecision
+from tooladapter.enums import GATED_CLASSES, ApprovalDecision, BindCode, SideEffectClass
+from tooladapter.model import ToolApprovalSpec
+from tooladapter.pipeline.policy import PolicyDecision
+from tooladapter.timeutil import parse_time
 
 
 def needs_approval(

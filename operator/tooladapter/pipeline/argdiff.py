@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from .hashing import CanonicalizationError, canonical_json
+from tooladapter.pipeline.hashing import CanonicalizationError, canonical_json
 
 
 class ChangeKind(StrEnum):

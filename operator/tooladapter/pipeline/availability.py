@@ -11,7 +11,7 @@ from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
-from ..enums import FailureClass, ToolKind
+from tooladapter.enums import FailureClass, ToolKind
 
 #: At most this many published versions are listed in a refusal.
 MAX_LISTED_VERSIONS = 20

@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from .hashing import sha256_ref
-from .signing import KeySet, SignatureStatus, parse_stored, signature_status
+from tooladapter.pipeline.hashing import sha256_ref
+from tooladapter.pipeline.signing import KeySet, SignatureStatus, parse_stored, signature_status
 
 
 @dataclass(frozen=True)

@@ -32,7 +32,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..enums import (
+from tooladapter.enums import (
     RISK_TO_CLASS,
     BlockAction,
     EnvironmentClass,

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..enums import FailureClass, InvocationState
-from ..model import Condition
+from tooladapter.enums import FailureClass, InvocationState
+from tooladapter.model import Condition
 
 FINISHED = "Finished"
 SUCCEEDED = "Succeeded"

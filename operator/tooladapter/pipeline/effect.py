@@ -22,11 +22,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ..enums import ToolKind
-from ..model import ToolDescriptorSpec
-from .hashing import digest
-from .shell import check_command
-from .validation import render_http_request
+from tooladapter.enums import ToolKind
+from tooladapter.model import ToolDescriptorSpec
+from tooladapter.pipeline.hashing import digest
+from tooladapter.pipeline.shell import check_command
+from tooladapter.pipeline.validation import render_http_request
 
 
 def effect_hash(

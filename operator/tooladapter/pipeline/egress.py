@@ -27,9 +27,15 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
-from ..enums import EgressVerdict
-from .addresses import METADATA, IPAddress, IPNetwork, address_kind, embedded_ipv4
-from .validation import EgressEntry, parse_egress_entry
+from tooladapter.enums import EgressVerdict
+from tooladapter.pipeline.addresses import (
+    METADATA,
+    IPAddress,
+    IPNetwork,
+    address_kind,
+    embedded_ipv4,
+)
+from tooladapter.pipeline.validation import EgressEntry, parse_egress_entry
 
 #: Default ports: CONNECT (and TLS upstreams of credentialed hosts) and plain-HTTP forwarding.
 HTTPS_PORT: Final = 443

@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .sandbox import (
+from tooladapter.pipeline.sandbox import (
     ANNOTATION_INVOCATION_REF,
     LABEL_INVOCATION_UID,
     LABEL_MANAGED_BY,

@@ -22,8 +22,15 @@ from typing import Any, Final
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from ..timeutil import to_iso
-from .signing import KeySet, PublicKey, Signer, key_id, load_private, private_raw
+from tooladapter.pipeline.signing import (
+    KeySet,
+    PublicKey,
+    Signer,
+    key_id,
+    load_private,
+    private_raw,
+)
+from tooladapter.timeutil import to_iso
 
 DATA_KEY: Final = "keyring.json"
 PUBLIC_DATA_KEY: Final = "keys.json"

@@ -13,9 +13,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from ..enums import McpServerPhase
-from .hashing import CanonicalizationError, digest
-from .validation import validate_arguments
+from tooladapter.enums import McpServerPhase
+from tooladapter.pipeline.hashing import CanonicalizationError, digest
+from tooladapter.pipeline.validation import validate_arguments
 
 #: The fields of a tool's wire object the digest covers at least (every field it carries
 #: is hashed: a server adding `icons` or `execution` changes the digest too).

@@ -29,9 +29,9 @@ from datetime import datetime
 from typing import Any, Final
 from urllib.parse import quote, urlsplit
 
-from ..enums import InvocationState, Stage
-from .hashing import request_hash
-from .shown import shown
+from tooladapter.enums import InvocationState, Stage
+from tooladapter.pipeline.hashing import request_hash
+from tooladapter.pipeline.shown import shown
 
 #: The label the gateway puts on invocations it creates: a digest of (caller, request).
 REQUEST_LABEL: Final = "tooladapter.dev/mcp-request"

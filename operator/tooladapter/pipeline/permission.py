@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..enums import Resource, SideEffectClass
+from tooladapter.enums import Resource, SideEffectClass
 
 
 @dataclass(frozen=True)

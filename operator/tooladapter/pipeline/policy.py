@@ -37,12 +37,12 @@ from typing import Any
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
-from ..enums import BlockAction, SideEffectClass, UnlistedAction
-from ..model import ArgumentCondition, SpendPolicy, ToolPolicySpec, ToolVersionRule
-from .hashing import CanonicalizationError, canonical_json, digest
-from .linear_regex import ENGINE, UnsafePattern, compile_linear
-from .shell import DEFAULT_BLOCK_LIST
-from .validation import check_shell_patterns
+from tooladapter.enums import BlockAction, SideEffectClass, UnlistedAction
+from tooladapter.model import ArgumentCondition, SpendPolicy, ToolPolicySpec, ToolVersionRule
+from tooladapter.pipeline.hashing import CanonicalizationError, canonical_json, digest
+from tooladapter.pipeline.linear_regex import ENGINE, UnsafePattern, compile_linear
+from tooladapter.pipeline.shell import DEFAULT_BLOCK_LIST
+from tooladapter.pipeline.validation import check_shell_patterns
 
 DEFAULT_APPROVAL_TIMEOUT_SECONDS = 3600
 

@@ -26,8 +26,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from ..enums import FailureClass, PreviewVerdict, SideEffectClass, Stage, ToolKind
-from ..model import (
+from tooladapter.enums import FailureClass, PreviewVerdict, SideEffectClass, Stage, ToolKind
+from tooladapter.model import (
     ArgumentError,
     InvocationPreview,
     PreviewApproval,
@@ -41,19 +41,19 @@ from ..model import (
     ToolPolicySpec,
     describe_errors,
 )
-from .approval import needs_approval
-from .availability import unavailable
-from .classification import (
+from tooladapter.pipeline.approval import needs_approval
+from tooladapter.pipeline.availability import unavailable
+from tooladapter.pipeline.classification import (
     Classification,
     classify,
     mcp_hint_class,
     namespace_environment,
     raised_note,
 )
-from .egress import effective_allow
-from .hashing import descriptor_digest
-from .permission import Question, questions, refusal
-from .policy import (
+from tooladapter.pipeline.egress import effective_allow
+from tooladapter.pipeline.hashing import descriptor_digest
+from tooladapter.pipeline.permission import Question, questions, refusal
+from tooladapter.pipeline.policy import (
     DEFAULT_APPROVAL_TIMEOUT_SECONDS,
     PolicyDecision,
     block_pattern_source,
@@ -61,10 +61,10 @@ from .policy import (
     evaluate_policies,
     shell_action_source,
 )
-from .sandbox import runtime_class_for
-from .sanitize import bounded_message
-from .shell import ShellVerdict, allow_list_for, check_command
-from .validation import check_arguments
+from tooladapter.pipeline.sandbox import runtime_class_for
+from tooladapter.pipeline.sanitize import bounded_message
+from tooladapter.pipeline.shell import ShellVerdict, allow_list_for, check_command
+from tooladapter.pipeline.validation import check_arguments
 
 #: The typed result of a dry run (also `status.preview` of a Previewed invocation).
 Preview = InvocationPreview

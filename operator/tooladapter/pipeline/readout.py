@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ..enums import FailureClass, InvocationState
+from tooladapter.enums import FailureClass, InvocationState
 
 #: Failure classes of a tool that ran and answered with an error.
 TOOL_ERROR_CLASSES = frozenset({FailureClass.TOOL_ERROR, FailureClass.OUTPUT_INVALID})

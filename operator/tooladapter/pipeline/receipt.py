@@ -13,10 +13,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from ..enums import SandboxKind, ToolKind
-from ..model import AuditRequirements, ToolInvocationSpec, ToolInvocationStatus
-from .hashing import CanonicalizationError, digest
-from .validation import check_bounds
+from tooladapter.enums import SandboxKind, ToolKind
+from tooladapter.model import AuditRequirements, ToolInvocationSpec, ToolInvocationStatus
+from tooladapter.pipeline.hashing import CanonicalizationError, digest
+from tooladapter.pipeline.validation import check_bounds
 
 RECEIPT_SCHEMA = "tool-invocation-v1"
 

@@ -14,8 +14,13 @@ from enum import StrEnum
 from pathlib import PurePath
 from typing import Any
 
-from .hashing import SHA256_PREFIX, CanonicalizationError, canonical_json, sha256_ref
-from .signing import loads_unique, receipt_of
+from tooladapter.pipeline.hashing import (
+    SHA256_PREFIX,
+    CanonicalizationError,
+    canonical_json,
+    sha256_ref,
+)
+from tooladapter.pipeline.signing import loads_unique, receipt_of
 
 
 class Match(StrEnum):

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Final
 
-from ..timeutil import parse_time
+from tooladapter.timeutil import parse_time
 
 #: A receipt without `tenantUid` counts as its namespace's current incarnation's only when
 #: written this long after the namespace was created: `creationTimestamp` has whole seconds.

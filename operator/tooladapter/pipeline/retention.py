@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from ..enums import InvocationState
-from ..timeutil import parse_time
+from tooladapter.enums import InvocationState
+from tooladapter.timeutil import parse_time
 
 
 def _age(since: object, now: datetime) -> float | None:

@@ -18,16 +18,16 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final
 
-from ..enums import InvocationState
-from ..timeutil import parse_time
-from . import readout
-from .argdiff import ChangeKind, diff
-from .parts import meta_of as _meta
-from .parts import name_of as _name
-from .parts import spec_of as _spec
-from .parts import status_of as _status
-from .review import pending_approvals
-from .shown import shown, shown_json, visible
+from tooladapter.enums import InvocationState
+from tooladapter.pipeline import readout
+from tooladapter.pipeline.argdiff import ChangeKind, diff
+from tooladapter.pipeline.parts import meta_of as _meta
+from tooladapter.pipeline.parts import name_of as _name
+from tooladapter.pipeline.parts import spec_of as _spec
+from tooladapter.pipeline.parts import status_of as _status
+from tooladapter.pipeline.review import pending_approvals
+from tooladapter.pipeline.shown import shown, shown_json, visible
+from tooladapter.timeutil import parse_time
 
 #: At most this many runs are offered per page.
 MAX_RUNS: Final = 50

@@ -17,9 +17,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..model import SandboxSpec, SecretDependency
-from .addresses import IPNetwork
-from .cidr_bounds import ip_block
+from tooladapter.model import SandboxSpec, SecretDependency
+from tooladapter.pipeline.addresses import IPNetwork
+from tooladapter.pipeline.cidr_bounds import ip_block
 
 MANAGED_BY = "tooladapter"
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"

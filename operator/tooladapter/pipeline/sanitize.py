@@ -45,8 +45,13 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote, quote_plus
 
-from ..model import DEFAULT_MAX_RESULT_BYTES
-from .linear_regex import ENGINE, LinearPattern, compile_internal, compile_linear
+from tooladapter.model import DEFAULT_MAX_RESULT_BYTES
+from tooladapter.pipeline.linear_regex import (
+    ENGINE,
+    LinearPattern,
+    compile_internal,
+    compile_linear,
+)
 
 __all__ = [
     "BROKERED_SECRET",

@@ -68,7 +68,7 @@ from enum import StrEnum
 from fnmatch import fnmatchcase
 from functools import lru_cache
 
-from .linear_regex import compile_linear
+from tooladapter.pipeline.linear_regex import compile_linear
 
 
 def _names(text: str) -> tuple[str, ...]:

@@ -38,8 +38,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Final
 
-from .argdiff import canonical
-from .sanitize import pattern_spans
+from tooladapter.pipeline.argdiff import canonical
+from tooladapter.pipeline.sanitize import pattern_spans
 
 #: Opens and closes a marker; the opening bracket typed by an agent is itself marked.
 OPEN: Final = "\u27e8"

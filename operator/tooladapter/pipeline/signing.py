@@ -36,8 +36,8 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import (
     Ed25519PublicKey,
 )
 
-from ..timeutil import parse_time
-from .hashing import canonical_json
+from tooladapter.pipeline.hashing import canonical_json
+from tooladapter.timeutil import parse_time
 
 PAYLOAD_TYPE: Final = "application/vnd.in-toto+json"
 STATEMENT_TYPE: Final = "https://in-toto.io/Statement/v1"

@@ -8,7 +8,7 @@ confirmation of an Uncertain call is recorded beside the state, not as a transit
 
 from __future__ import annotations
 
-from ..enums import TERMINAL_STATES, InvocationState
+from tooladapter.enums import TERMINAL_STATES, InvocationState
 
 S = InvocationState
 

@@ -23,8 +23,14 @@ from typing import Any, Final
 from packaging.version import InvalidVersion, Version
 from pydantic import ValidationError
 
-from ..enums import RISK_TO_CLASS, FailureClass, InvocationState, SideEffectClass, ToolKind
-from ..model import (
+from tooladapter.enums import (
+    RISK_TO_CLASS,
+    FailureClass,
+    InvocationState,
+    SideEffectClass,
+    ToolKind,
+)
+from tooladapter.model import (
     TOOL_ID_MAX,
     TOOL_ID_PATTERN,
     VERSION_MAX,
@@ -33,12 +39,12 @@ from ..model import (
     ToolDescriptorStatus,
     ToolInvocationSpec,
 )
-from . import readout
-from .hashing import descriptor_digest
-from .linear_regex import compile_internal
-from .review import waiting_reasons
-from .shown import shown
-from .validation import validate_arguments
+from tooladapter.pipeline import readout
+from tooladapter.pipeline.hashing import descriptor_digest
+from tooladapter.pipeline.linear_regex import compile_internal
+from tooladapter.pipeline.review import waiting_reasons
+from tooladapter.pipeline.shown import shown
+from tooladapter.pipeline.validation import validate_arguments
 
 #: `_meta` keys of tooladapter (namespaced, as MCP asks of non-protocol keys).
 META_PREFIX: Final = "dev.tooladapter/"

@@ -38,10 +38,10 @@ from referencing import Registry, Resource
 from referencing.exceptions import Unresolvable
 from referencing.jsonschema import DRAFT202012
 
-from ..enums import ToolKind
-from ..model import HttpSpec, ToolDescriptorSpec
-from . import linear_regex
-from .hashing import request_hash
+from tooladapter.enums import ToolKind
+from tooladapter.model import HttpSpec, ToolDescriptorSpec
+from tooladapter.pipeline import linear_regex
+from tooladapter.pipeline.hashing import request_hash
 
 DEFAULT_MAX_ARGUMENT_BYTES = 262_144
 DEFAULT_MAX_DEPTH = 32

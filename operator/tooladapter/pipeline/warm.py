@@ -39,9 +39,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..enums import ToolKind, WorkspaceMode
-from ..model import SandboxSpec, ToolDescriptorSpec
-from .sandbox import (
+from tooladapter.enums import ToolKind, WorkspaceMode
+from tooladapter.model import SandboxSpec, ToolDescriptorSpec
+from tooladapter.pipeline.sandbox import (
     CONTAINER_NAME,
     LABEL_MANAGED_BY,
     MANAGED_BY,

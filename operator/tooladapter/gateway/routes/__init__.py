@@ -10,7 +10,16 @@ from __future__ import annotations
 from types import ModuleType
 from typing import Final
 
-from . import dry_run, invocations, mcp, meta, receipts, runs, tools, workspaces
+from tooladapter.gateway.routes import (
+    dry_run,
+    invocations,
+    mcp,
+    meta,
+    receipts,
+    runs,
+    tools,
+    workspaces,
+)
 
 MODULES: Final[tuple[ModuleType, ...]] = (
     meta,

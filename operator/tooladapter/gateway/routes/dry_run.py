@@ -11,14 +11,14 @@ from typing import Any, Final
 
 from aiohttp import web
 
-from ...pipeline.problems import ProblemKind
-from ...pipeline.toolview import BadCallOptions, CallOptions, call_options
-from .. import params
-from ..bodies import json_body
-from ..context import caller_of, deps_of
-from ..errors import ProblemError
-from ..openapi import NAMESPACE, SECURITY, TOOL_ID, ok, problems, ref
-from ..previews import preview_call
+from tooladapter.gateway import params
+from tooladapter.gateway.bodies import json_body
+from tooladapter.gateway.context import caller_of, deps_of
+from tooladapter.gateway.errors import ProblemError
+from tooladapter.gateway.openapi import NAMESPACE, SECURITY, TOOL_ID, ok, problems, ref
+from tooladapter.gateway.previews import preview_call
+from tooladapter.pipeline.problems import ProblemKind
+from tooladapter.pipeline.toolview import BadCallOptions, CallOptions, call_options
 
 #: The body's keys: the arguments and the options of a tools/call.
 KEYS: Final = frozenset(

@@ -11,15 +11,15 @@ from typing import Any, Final
 
 from aiohttp import web
 
-from ...enums import InvocationState, Resource
-from ...kube.callers import CallerApiError
-from ...pipeline.problems import ProblemKind
-from ...pipeline.toolview import invocation_view
-from .. import params
-from ..bodies import json_body
-from ..context import caller_of
-from ..errors import ProblemError, from_api
-from ..openapi import NAMESPACE, OBJECT_NAME, SECURITY, ok, problems, ref
+from tooladapter.enums import InvocationState, Resource
+from tooladapter.gateway import params
+from tooladapter.gateway.bodies import json_body
+from tooladapter.gateway.context import caller_of
+from tooladapter.gateway.errors import ProblemError, from_api
+from tooladapter.gateway.openapi import NAMESPACE, OBJECT_NAME, SECURITY, ok, problems, ref
+from tooladapter.kube.callers import CallerApiError
+from tooladapter.pipeline.problems import ProblemKind
+from tooladapter.pipeline.toolview import invocation_view
 
 MAX_EVIDENCE: Final = 4096
 

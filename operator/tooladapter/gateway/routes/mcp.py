@@ -6,9 +6,9 @@ from typing import Any, Final
 
 from aiohttp import web
 
-from .. import params
-from ..mcp_endpoint import handle_mcp
-from ..openapi import NAMESPACE, SECURITY, problems
+from tooladapter.gateway import params
+from tooladapter.gateway.mcp_endpoint import handle_mcp
+from tooladapter.gateway.openapi import NAMESPACE, SECURITY, problems
 
 PATHS: Final[dict[str, Any]] = {
     "/namespaces/{namespace}/mcp": {

@@ -6,7 +6,7 @@ from typing import Any, Final
 
 from aiohttp import web
 
-from ..openapi import ok, ref
+from tooladapter.gateway.openapi import ok, ref
 
 OPENAPI: Final = web.AppKey("tooladapter.openapi", dict)
 

@@ -16,17 +16,17 @@ from typing import Any, Final
 
 from aiohttp import web
 
-from ...enums import Resource
-from ...kube.callers import CallerApiError
-from ...pipeline.problems import ProblemKind
-from ...pipeline.receipt_index import of_incarnation
-from ...pipeline.signing import receipt_of
-from .. import params
-from ..context import caller_of, deps_of
-from ..errors import ProblemError, from_api
-from ..incarnations import incarnation_of
-from ..openapi import NAMESPACE, SECURITY, SHA256, ok, problems, ref
-from ..receipt_keys import receipt_keys
+from tooladapter.enums import Resource
+from tooladapter.gateway import params
+from tooladapter.gateway.context import caller_of, deps_of
+from tooladapter.gateway.errors import ProblemError, from_api
+from tooladapter.gateway.incarnations import incarnation_of
+from tooladapter.gateway.openapi import NAMESPACE, SECURITY, SHA256, ok, problems, ref
+from tooladapter.gateway.receipt_keys import receipt_keys
+from tooladapter.kube.callers import CallerApiError
+from tooladapter.pipeline.problems import ProblemKind
+from tooladapter.pipeline.receipt_index import of_incarnation
+from tooladapter.pipeline.signing import receipt_of
 
 PATHS: Final[dict[str, Any]] = {
     "/namespaces/{namespace}/receipts/{sha256}": {

@@ -21,26 +21,26 @@ from typing import Any, Final
 
 from aiohttp import web
 
-from ...artifacts import ArtifactStore, ArtifactStoreError
-from ...artifacts.index import ref_of_key, run_prefix
-from ...enums import Resource
-from ...kube.callers import CallerApiError
-from ...pipeline.linear_regex import compile_internal
-from ...pipeline.problems import ProblemKind
-from ...pipeline.receipt_index import (
+from tooladapter.artifacts import ArtifactStore, ArtifactStoreError
+from tooladapter.artifacts.index import ref_of_key, run_prefix
+from tooladapter.enums import Resource
+from tooladapter.gateway import params
+from tooladapter.gateway.context import caller_of, deps_of
+from tooladapter.gateway.errors import ProblemError, from_api
+from tooladapter.gateway.incarnations import incarnation_of
+from tooladapter.gateway.openapi import NAMESPACE, RUN_ID, SECURITY, ok, problems, ref
+from tooladapter.kube.callers import CallerApiError
+from tooladapter.pipeline.linear_regex import compile_internal
+from tooladapter.pipeline.problems import ProblemKind
+from tooladapter.pipeline.receipt_index import (
     Incarnation,
     merged_rows,
     of_incarnation,
     stored_refs,
     with_caller,
 )
-from ...pipeline.signing import receipt_of
-from ...pipeline.toolview import receipt_row
-from .. import params
-from ..context import caller_of, deps_of
-from ..errors import ProblemError, from_api
-from ..incarnations import incarnation_of
-from ..openapi import NAMESPACE, RUN_ID, SECURITY, ok, problems, ref
+from tooladapter.pipeline.signing import receipt_of
+from tooladapter.pipeline.toolview import receipt_row
 
 #: Run ids a field selector can carry verbatim (no `,`, `=`, `!` or spaces).
 _SELECTABLE = compile_internal(r"^[A-Za-z0-9._:/-]{1,128}$")

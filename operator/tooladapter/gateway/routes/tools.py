@@ -6,13 +6,13 @@ from typing import Any, Final
 
 from aiohttp import web
 
-from ...pipeline.problems import ProblemKind
-from ...pipeline.toolview import tool_detail, tool_summary
-from .. import params
-from ..context import caller_of, deps_of
-from ..errors import ProblemError
-from ..openapi import NAMESPACE, SECURITY, TOOL_ID, ok, path_param, problems, ref
-from ..tools import invocable
+from tooladapter.gateway import params
+from tooladapter.gateway.context import caller_of, deps_of
+from tooladapter.gateway.errors import ProblemError
+from tooladapter.gateway.openapi import NAMESPACE, SECURITY, TOOL_ID, ok, path_param, problems, ref
+from tooladapter.gateway.tools import invocable
+from tooladapter.pipeline.problems import ProblemKind
+from tooladapter.pipeline.toolview import tool_detail, tool_summary
 
 PATHS: Final[dict[str, Any]] = {
     "/namespaces/{namespace}/tools": {

@@ -20,15 +20,15 @@ from typing import Any, Final
 
 from aiohttp import web
 
-from ...enums import Resource
-from ...kube.callers import CallerApiError
-from ...kube.warm import WarmKube
-from ...pipeline.problems import ProblemKind
-from ...pipeline.warm import LABEL_WORKSPACE, workspace_key
-from .. import params
-from ..context import caller_of, deps_of
-from ..errors import ProblemError, from_api
-from ..openapi import NAMESPACE, SECURITY, ok, problems
+from tooladapter.enums import Resource
+from tooladapter.gateway import params
+from tooladapter.gateway.context import caller_of, deps_of
+from tooladapter.gateway.errors import ProblemError, from_api
+from tooladapter.gateway.openapi import NAMESPACE, SECURITY, ok, problems
+from tooladapter.kube.callers import CallerApiError
+from tooladapter.kube.warm import WarmKube
+from tooladapter.pipeline.problems import ProblemKind
+from tooladapter.pipeline.warm import LABEL_WORKSPACE, workspace_key
 
 MAX_ATTEMPT_ID: Final = 128
 MAX_CALLER: Final = 256

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from ..context import DEPS
-from . import approvals, live, runs, signin, uncertain
-from .session import Sealer
-from .web import HERE, PREFIX, SEALER, TEMPLATES, templates
+from tooladapter.gateway.context import DEPS
+from tooladapter.gateway.ui import approvals, live, runs, signin, uncertain
+from tooladapter.gateway.ui.session import Sealer
+from tooladapter.gateway.ui.web import HERE, PREFIX, SEALER, TEMPLATES, templates
 
 
 def add_routes(app: web.Application) -> None:

@@ -14,15 +14,24 @@ from typing import Any, Final
 
 from aiohttp import web
 
-from ...enums import ApprovalDecision, InvocationState, Resource
-from ...pipeline.mcpapproval import call_notice, call_ref
-from ...pipeline.review import Undecidable, approval_body
-from ...pipeline.reviewpage import pending_for_page, recent_decisions
-from ...timeutil import in_seconds
-from .. import params
-from .data import allowed_in, invocations, namespaces_of
-from .earlier import earlier_for
-from .web import PREFIX, Person, Refused, checked_form, page, redirect, render_view, undecidable
+from tooladapter.enums import ApprovalDecision, InvocationState, Resource
+from tooladapter.gateway import params
+from tooladapter.gateway.ui.data import allowed_in, invocations, namespaces_of
+from tooladapter.gateway.ui.earlier import earlier_for
+from tooladapter.gateway.ui.web import (
+    PREFIX,
+    Person,
+    Refused,
+    checked_form,
+    page,
+    redirect,
+    render_view,
+    undecidable,
+)
+from tooladapter.pipeline.mcpapproval import call_notice, call_ref
+from tooladapter.pipeline.review import Undecidable, approval_body
+from tooladapter.pipeline.reviewpage import pending_for_page, recent_decisions
+from tooladapter.timeutil import in_seconds
 
 #: The expiries a reviewer picks from (seconds, label); the first is the default.
 EXPIRIES: Final = ((3600, "1 hour"), (900, "15 minutes"), (4 * 3600, "4 hours"), (86400, "1 day"))

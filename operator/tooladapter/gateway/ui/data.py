@@ -16,16 +16,16 @@ from typing import Any, Final
 
 from aiohttp import web
 
-from ...artifacts import ArtifactStore, ArtifactStoreError, CorruptArtifact
-from ...enums import Resource
-from ...kube.callers import CallerApiError
-from ...pipeline.linear_regex import compile_internal
-from ...pipeline.receipt_check import Match, Verdict, verify
-from ...pipeline.signing import KeySet, SignatureStatus, parse_stored, stored_signature
-from ..context import deps_of
-from ..params import NAME_PATTERN, NAMESPACE_PATTERN
-from ..receipt_keys import receipt_keys
-from .web import Person
+from tooladapter.artifacts import ArtifactStore, ArtifactStoreError, CorruptArtifact
+from tooladapter.enums import Resource
+from tooladapter.gateway.context import deps_of
+from tooladapter.gateway.params import NAME_PATTERN, NAMESPACE_PATTERN
+from tooladapter.gateway.receipt_keys import receipt_keys
+from tooladapter.gateway.ui.web import Person
+from tooladapter.kube.callers import CallerApiError
+from tooladapter.pipeline.linear_regex import compile_internal
+from tooladapter.pipeline.receipt_check import Match, Verdict, verify
+from tooladapter.pipeline.signing import KeySet, SignatureStatus, parse_stored, stored_signature
 
 #: Namespaces one session may look at (each is a list and a watch).
 MAX_NAMESPACES: Final = 20

@@ -18,13 +18,13 @@ from typing import Any
 
 from aiohttp import web
 
-from ...artifacts import ArtifactStore, ArtifactStoreError
-from ...artifacts.index import calls_prefix
-from ...enums import InvocationState
-from ...pipeline.receipt_index import Incarnation, of_incarnation, previous_call
-from ...pipeline.signing import receipt_of
-from ..context import deps_of
-from ..incarnations import incarnations
+from tooladapter.artifacts import ArtifactStore, ArtifactStoreError
+from tooladapter.artifacts.index import calls_prefix
+from tooladapter.enums import InvocationState
+from tooladapter.gateway.context import deps_of
+from tooladapter.gateway.incarnations import incarnations
+from tooladapter.pipeline.receipt_index import Incarnation, of_incarnation, previous_call
+from tooladapter.pipeline.signing import receipt_of
 
 logger = logging.getLogger("tooladapter.gateway")
 

@@ -16,12 +16,12 @@ from typing import Any, Final
 
 from aiohttp import web
 
-from ...enums import Resource
-from ...kube.callers import CallerApiError
-from ..auth import too_many
-from ..context import deps_of
-from ..doors import Busy
-from .web import PREFIX, Person, page, secure_headers
+from tooladapter.enums import Resource
+from tooladapter.gateway.auth import too_many
+from tooladapter.gateway.context import deps_of
+from tooladapter.gateway.doors import Busy
+from tooladapter.gateway.ui.web import PREFIX, Person, page, secure_headers
+from tooladapter.kube.callers import CallerApiError
 
 #: A comment line this often keeps proxies from closing an idle stream.
 HEARTBEAT_SECONDS: Final = 15.0

@@ -18,13 +18,13 @@ from typing import Any
 
 from aiohttp import web
 
-from ...pipeline.chain import Head
-from ...pipeline.reviewpage import run_calls, run_ids
-from ..context import deps_of
-from ..incarnations import incarnations
-from ..receipt_keys import receipt_keys
-from .data import invocations, is_namespace, with_receipts
-from .web import PREFIX, Person, Refused, page, render_view
+from tooladapter.gateway.context import deps_of
+from tooladapter.gateway.incarnations import incarnations
+from tooladapter.gateway.receipt_keys import receipt_keys
+from tooladapter.gateway.ui.data import invocations, is_namespace, with_receipts
+from tooladapter.gateway.ui.web import PREFIX, Person, Refused, page, render_view
+from tooladapter.pipeline.chain import Head
+from tooladapter.pipeline.reviewpage import run_calls, run_ids
 
 MAX_RUN_ID = 128
 MAX_CALLER = 512

@@ -14,15 +14,13 @@ from typing import Final
 
 from aiohttp import web
 
-from ...pipeline.mcpapproval import call_ref
-from ...pipeline.problems import ProblemKind
-from ..auth import identify
-from ..bodies import form_body
-from ..context import deps_of
-from ..errors import ProblemError
-from .data import MAX_NAMESPACES, parse_namespaces
-from .session import MAX_TOKEN_CHARS, nonce, nonces_match
-from .web import (
+from tooladapter.gateway.auth import identify
+from tooladapter.gateway.bodies import form_body
+from tooladapter.gateway.context import deps_of
+from tooladapter.gateway.errors import ProblemError
+from tooladapter.gateway.ui.data import MAX_NAMESPACES, parse_namespaces
+from tooladapter.gateway.ui.session import MAX_TOKEN_CHARS, nonce, nonces_match
+from tooladapter.gateway.ui.web import (
     LOGIN_COOKIE,
     PREFIX,
     SEALER,
@@ -36,6 +34,8 @@ from .web import (
     render,
     set_cookie,
 )
+from tooladapter.pipeline.mcpapproval import call_ref
+from tooladapter.pipeline.problems import ProblemKind
 
 #: How long a sign-in form stays usable.
 FORM_SECONDS: Final = 1800

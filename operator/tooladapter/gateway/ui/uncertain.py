@@ -11,12 +11,21 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from ...enums import Resource
-from ...pipeline.review import Undecidable, confirmation_patch
-from ...pipeline.reviewpage import uncertain_calls
-from .. import params
-from .data import allowed_in, invocations, namespaces_of, with_receipts
-from .web import PREFIX, Person, Refused, checked_form, page, redirect, render_view, undecidable
+from tooladapter.enums import Resource
+from tooladapter.gateway import params
+from tooladapter.gateway.ui.data import allowed_in, invocations, namespaces_of, with_receipts
+from tooladapter.gateway.ui.web import (
+    PREFIX,
+    Person,
+    Refused,
+    checked_form,
+    page,
+    redirect,
+    render_view,
+    undecidable,
+)
+from tooladapter.pipeline.review import Undecidable, confirmation_patch
+from tooladapter.pipeline.reviewpage import uncertain_calls
 
 
 @page

@@ -13,17 +13,17 @@ from urllib.parse import urlsplit
 import jinja2
 from aiohttp import web
 
-from ...kube.callers import CallerApiError
-from ...pipeline.mcpapproval import call_ref
-from ...pipeline.problems import ProblemKind, kind_for_api_status
-from ...pipeline.review import Refusal, Undecidable
-from ...pipeline.sanitize import bounded_message
-from ..auth import authenticate, identify, too_many
-from ..bodies import form_body
-from ..context import Caller, deps_of
-from ..doors import Busy
-from ..errors import ProblemError
-from .session import Sealer, Session
+from tooladapter.gateway.auth import authenticate, identify, too_many
+from tooladapter.gateway.bodies import form_body
+from tooladapter.gateway.context import Caller, deps_of
+from tooladapter.gateway.doors import Busy
+from tooladapter.gateway.errors import ProblemError
+from tooladapter.gateway.ui.session import Sealer, Session
+from tooladapter.kube.callers import CallerApiError
+from tooladapter.pipeline.mcpapproval import call_ref
+from tooladapter.pipeline.problems import ProblemKind, kind_for_api_status
+from tooladapter.pipeline.review import Refusal, Undecidable
+from tooladapter.pipeline.sanitize import bounded_message
 
 HERE: Final = Path(__file__).parent
 PREFIX: Final = "/ui"
