@@ -18,11 +18,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tooladapter.egress.leases import LeaseTable
-from tooladapter.egress.proxy import EgressProxy
-from tooladapter.egress.records import Recorder
-from tooladapter.pipeline.egress import AddressPolicy
-from tooladapter.pipeline.egress_lease import LeaseGrant, build_grant_secret
+from tooladapter.egress.core.lease import LeaseGrant, build_grant_secret
+from tooladapter.egress.core.rules import AddressPolicy
+from tooladapter.egress.proxy.leases import LeaseTable
+from tooladapter.egress.proxy.records import Recorder
+from tooladapter.egress.proxy.server import EgressProxy
 from tooladapter.timeutil import in_seconds
 
 BODY = b'{"weather": "sunny"}'

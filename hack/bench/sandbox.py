@@ -204,7 +204,8 @@ class JobWatcher:
 
     def job(self, uid: str, gate: tuple[str, int] | None = None) -> dict[str, Any]:
         from tooladapter.model import SandboxSpec
-        from tooladapter.pipeline.sandbox import LABEL_MANAGED_BY, build_job
+        from tooladapter.naming import LABEL_MANAGED_BY
+        from tooladapter.sandbox.job import build_job
 
         sandbox = SandboxSpec.model_validate(
             {
@@ -237,7 +238,8 @@ class JobWatcher:
         return job
 
     def network_policy(self, uid: str) -> dict[str, Any]:
-        from tooladapter.pipeline.sandbox import LABEL_MANAGED_BY, build_network_policy
+        from tooladapter.naming import LABEL_MANAGED_BY
+        from tooladapter.sandbox.job import build_network_policy
 
         policy = build_network_policy(namespace=self.ns, uid=uid, owner={}, egress_allow=[])
         policy["metadata"].pop("ownerReferences", None)

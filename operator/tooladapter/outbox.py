@@ -45,9 +45,9 @@ from tooladapter.artifacts import ArtifactStore, content_ref
 from tooladapter.artifacts.chain import DIGITS, ReceiptChains, chain_key, sequence_of
 from tooladapter.artifacts.index import incarnation_prefix
 from tooladapter.metrics import EVENT_DELIVERIES, EVENT_OUTBOX_DEPTH
-from tooladapter.pipeline.chain import Head
-from tooladapter.pipeline.integration_events import CONTENT_TYPE, receipt_events
-from tooladapter.pipeline.signing import receipt_of
+from tooladapter.receipts.core.chain import Head
+from tooladapter.receipts.core.cloudevents import CONTENT_TYPE, receipt_events
+from tooladapter.receipts.core.signing import receipt_of
 from tooladapter.settings import Settings
 
 logger = logging.getLogger("tooladapter.events")

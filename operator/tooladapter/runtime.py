@@ -31,7 +31,7 @@ from tooladapter.kube.cluster import Cluster
 from tooladapter.kube.receipt_keys import ReceiptKeeper
 from tooladapter.outbox import Outbox
 from tooladapter.pipeline.ratelimit import RateBook
-from tooladapter.pipeline.sandbox import ProxyPeer
+from tooladapter.sandbox.job import ProxyPeer
 from tooladapter.settings import Settings
 
 logger = logging.getLogger("tooladapter")

@@ -13,11 +13,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, TypeVar
 
+from tooladapter.egress.core.cidr_bounds import CidrBounds
+from tooladapter.egress.core.rules import REFERENCE_DEFAULT_ALLOW
 from tooladapter.enums import ArtifactBackend, EventLevel
+from tooladapter.mcp.core.approvals import BadPublicUrl, checked_public_url
 from tooladapter.model import DEFAULT_MAX_RESULT_BYTES, DEFAULT_TIMEOUT_SECONDS
-from tooladapter.pipeline.cidr_bounds import CidrBounds
-from tooladapter.pipeline.egress import REFERENCE_DEFAULT_ALLOW
-from tooladapter.pipeline.mcpapproval import BadPublicUrl, checked_public_url
 
 
 def _int(name: str, default: int) -> int:

@@ -21,7 +21,7 @@ from kubernetes import client
 from tests.integration.objects import Agent, descriptor, get, pretty, status_of
 from tests.integration.servers import Recorder
 from tooladapter.devtools import Namespace, node_ip, wait_for
-from tooladapter.pipeline.receipt_check import parse_receipt
+from tooladapter.receipts.core.check import parse_receipt
 
 from .release import CHART, Release, helm, run
 

@@ -16,7 +16,7 @@ from kubernetes import client
 from kubernetes.stream import stream
 
 from tooladapter.devtools import SESSION, Namespace, OperatorProcess
-from tooladapter.pipeline.warm import LABEL_STATE, STATE_ATTEMPT
+from tooladapter.sandbox.warm import LABEL_STATE, STATE_ATTEMPT
 
 from .objects import SHELL_SCHEMA, Agent, descriptor, pretty, status_of
 

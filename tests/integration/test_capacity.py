@@ -14,7 +14,7 @@ import pytest
 from kubernetes import client
 
 from tooladapter.devtools import SESSION, Namespace, OperatorProcess, wait_for
-from tooladapter.pipeline.sandbox import LABEL_INVOCATION_UID
+from tooladapter.naming import LABEL_INVOCATION_UID
 
 from .objects import Agent, get, jobs_of, pretty, shell_tool, status_of
 

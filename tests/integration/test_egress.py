@@ -35,7 +35,7 @@ from tooladapter.devtools import (
     wait_for,
 )
 from tooladapter.devtools.tls import make_certificates
-from tooladapter.pipeline.receipt_check import parse_receipt
+from tooladapter.receipts.core.check import parse_receipt
 
 from .objects import SHELL_SCHEMA, Agent, descriptor, get, pretty, shell_tool, status_of
 from .servers import Recorder, recording_server, tls_server

@@ -20,7 +20,7 @@ from tooladapter.devtools import (
     node_ip,
     wait_for,
 )
-from tooladapter.pipeline.receipt_check import parse_receipt
+from tooladapter.receipts.core.check import parse_receipt
 
 from .objects import (
     TERMINAL,

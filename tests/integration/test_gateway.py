@@ -23,7 +23,7 @@ from schemathesis.checks import (
 from tooladapter.devtools import Namespace, OperatorProcess, wait_for
 from tooladapter.gateway.openapi import document
 from tooladapter.gateway.routes import MODULES
-from tooladapter.pipeline.receipt_check import parse_receipt
+from tooladapter.receipts.core.check import parse_receipt
 
 from .gateway_client import http_json, token_of, unbound_sa
 from .objects import Agent, descriptor, get, status_of, uncertain_call

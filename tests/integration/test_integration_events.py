@@ -19,7 +19,7 @@ from cloudevents.v1.http import from_http
 from kubernetes import client
 
 from tooladapter.devtools import SESSION, Namespace, OperatorProcess, wait_for
-from tooladapter.pipeline.integration_events import EventType, event_id
+from tooladapter.receipts.core.cloudevents import EventType, event_id
 
 from .objects import Agent, descriptor, pretty, shell_tool, status_of
 

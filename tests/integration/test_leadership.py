@@ -18,7 +18,7 @@ from kubernetes import client
 
 from tooladapter.devtools import SESSION, Namespace, OperatorProcess, wait_for
 from tooladapter.kube.leases import lease_name
-from tooladapter.pipeline.receipt_check import parse_receipt
+from tooladapter.receipts.core.check import parse_receipt
 
 from .objects import Agent, descriptor, events_of, pretty, status_of
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import pytest
 from kubernetes import client
 
-from tooladapter.pipeline.egress_lease import LABEL_EGRESS
+from tooladapter.egress.core.lease import LABEL_EGRESS
 from tooladapter.settings import EgressSettings
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(60)]

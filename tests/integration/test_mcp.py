@@ -26,7 +26,7 @@ from tests.mcp_servers import (
 )
 from tooladapter import GROUP, VERSION
 from tooladapter.devtools import Namespace, wait_for
-from tooladapter.pipeline.mcp import tool_digest
+from tooladapter.mcp.core.rules import tool_digest
 
 from .objects import Agent, approve, create, custom, descriptor, get, pretty, status_of
 

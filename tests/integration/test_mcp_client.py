@@ -1,4 +1,4 @@
-"""`tooladapter.mcp_client` against real MCP servers (the SDK's server side) on loopback.
+"""`tooladapter.mcp.client` against real MCP servers (the SDK's server side) on loopback.
 
 No Kubernetes: the servers of `tests/mcp_servers.py` run as subprocesses on 127.0.0.1 with a
 port of their choosing; tests wait on their output lines (READY, CALLED, REQUEST) with
@@ -19,8 +19,9 @@ from typing import Any
 
 import pytest
 
-from tooladapter import mcp_client
-from tooladapter.mcp_client import (
+from tooladapter.egress.core.addresses import AddressRule
+from tooladapter.mcp import client as mcp_client
+from tooladapter.mcp.client import (
     IDEMPOTENCY_META_KEY,
     McpAddressRefused,
     McpBrokenMidCall,
@@ -30,8 +31,7 @@ from tooladapter.mcp_client import (
     McpToolNotListed,
     McpUnavailable,
 )
-from tooladapter.pipeline.addresses import AddressRule
-from tooladapter.pipeline.mcp import (
+from tooladapter.mcp.core.rules import (
     detect_shadowing,
     tool_digest,
     tool_digests,

@@ -15,7 +15,7 @@ import pytest
 from kubernetes import client
 
 from tooladapter.devtools import Namespace, OperatorProcess, wait_for
-from tooladapter.pipeline.receipt_check import parse_receipt
+from tooladapter.receipts.core.check import parse_receipt
 
 from .gateway_client import http_json, token_of
 from .objects import Agent, approve, descriptor, pretty, status_of

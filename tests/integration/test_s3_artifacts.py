@@ -23,7 +23,7 @@ from tooladapter.artifacts.s3 import S3ArtifactStore
 from tooladapter.devtools import ROOT, SESSION, Namespace, OperatorProcess, wait_for
 from tooladapter.devtools.s3 import S3Server
 from tooladapter.kube.leases import lease_name
-from tooladapter.pipeline.receipt_check import parse_receipt
+from tooladapter.receipts.core.check import parse_receipt
 
 from .objects import Agent, descriptor, events_of, get, pretty, status_of
 

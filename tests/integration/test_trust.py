@@ -12,7 +12,7 @@ import pytest
 from kubernetes import client
 
 from tooladapter.devtools import Namespace, OperatorProcess, node_ip, wait_for
-from tooladapter.pipeline.receipt_check import parse_receipt
+from tooladapter.receipts.core.check import parse_receipt
 
 from .objects import (
     Agent,

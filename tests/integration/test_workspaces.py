@@ -29,7 +29,7 @@ from tooladapter.devtools import (
     node_ip,
     wait_for,
 )
-from tooladapter.pipeline.warm import LABEL_WORKSPACE, workspace_key
+from tooladapter.sandbox.warm import LABEL_WORKSPACE, workspace_key
 
 from .objects import SHELL_SCHEMA, Agent, descriptor, get, pretty, status_of
 from .servers import Recorder, recording_server

@@ -38,10 +38,10 @@ from tooladapter.kube.auth import AccessVerdict
 from tooladapter.kube.claims import Claim, FencingVerdict, idempotency_claim_name
 from tooladapter.kube.client import Conflict, NotFound
 from tooladapter.kube.sandbox import PodOutcome
+from tooladapter.naming import LeaseNames
 from tooladapter.pipeline.hashing import canonical_json, descriptor_digest, request_hash
 from tooladapter.pipeline.retention import ClaimRecord
-from tooladapter.pipeline.sandbox import LeaseNames
-from tooladapter.pipeline.signing import Signer, receipt_of
+from tooladapter.receipts.core.signing import Signer, receipt_of
 from tooladapter.runtime import Runtime
 from tooladapter.settings import Settings
 from tooladapter.timeutil import to_iso

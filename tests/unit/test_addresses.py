@@ -12,20 +12,20 @@ import httpcore2
 import pytest
 
 from tooladapter.catalog import Catalog
+from tooladapter.egress.core.addresses import (
+    AddressRefused,
+    AddressRule,
+    address_kind,
+    parse_networks,
+)
 from tooladapter.enums import FailureClass, InvocationState, SideEffectClass, ToolKind
 from tooladapter.events import namespace_ref
 from tooladapter.executors import Call
 from tooladapter.executors.http import GuardedResolver, HttpExecutor, allowances
 from tooladapter.executors.mcp import McpExecutor
 from tooladapter.handlers.routing import warn_unknown_environment
-from tooladapter.mcp_client import _GuardedBackend
+from tooladapter.mcp.client import _GuardedBackend
 from tooladapter.model import Egress, HttpSpec, McpBinding, SandboxSpec, ToolDescriptorSpec
-from tooladapter.pipeline.addresses import (
-    AddressRefused,
-    AddressRule,
-    address_kind,
-    parse_networks,
-)
 from tooladapter.settings import Settings
 
 # --------------------------------------------------------------------------- the rule

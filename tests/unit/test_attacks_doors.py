@@ -31,17 +31,9 @@ from typing import Any
 import aiohttp
 import pytest
 
-from tooladapter.egress import proxy as proxy_module
-from tooladapter.egress.leases import LeaseTable
-from tooladapter.enums import EgressVerdict
-from tooladapter.gateway import Gateway
-from tooladapter.gateway import bodies as bodies_module
-from tooladapter.gateway import server as server_module
-from tooladapter.gateway.context import Deps
-from tooladapter.gateway.guard import Limits
-from tooladapter.kube.callers import CallerIdentity
-from tooladapter.pipeline.addresses import address_kind
-from tooladapter.pipeline.egress import (
+from tooladapter.egress.core.addresses import address_kind
+from tooladapter.egress.core.framing import ChunkedEnd, Framing, Masker, body_framing
+from tooladapter.egress.core.rules import (
     AddressPolicy,
     AllowList,
     BadRequest,
@@ -50,7 +42,15 @@ from tooladapter.pipeline.egress import (
     parse_request_head,
     upstream_head,
 )
-from tooladapter.pipeline.egress_framing import ChunkedEnd, Framing, Masker, body_framing
+from tooladapter.egress.proxy.leases import LeaseTable
+from tooladapter.egress.proxy import server as proxy_module
+from tooladapter.enums import EgressVerdict
+from tooladapter.gateway import Gateway
+from tooladapter.gateway import bodies as bodies_module
+from tooladapter.gateway import server as server_module
+from tooladapter.gateway.context import Deps
+from tooladapter.gateway.guard import Limits
+from tooladapter.kube.callers import CallerIdentity
 from tooladapter.settings import Settings
 
 from .test_egress_proxy import SECRET_VALUE, Rig, auth, exchange, get, records_of, rig

@@ -12,13 +12,13 @@ from typing import Any
 import pytest
 
 from tooladapter.gateway.doors import Busy, Caps, Doors
-from tooladapter.pipeline.hashing import request_hash
-from tooladapter.pipeline.mcpapproval import (
+from tooladapter.mcp.core.approvals import (
     CALL_OPTION_FIELDS,
     attachable,
     elicitation_message,
     newest_attachable,
 )
+from tooladapter.pipeline.hashing import request_hash
 
 NOW = datetime(2026, 12, 3, 12, 0, tzinfo=UTC)
 AGENT = "system:serviceaccount:team-a:agent-1"

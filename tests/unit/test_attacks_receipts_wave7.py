@@ -16,9 +16,9 @@ from tooladapter.flow.ending import write_receipt
 from tooladapter.gateway import receipt_keys as gateway_keys
 from tooladapter.model import ToolInvocationSpec, ToolInvocationStatus
 from tooladapter.outbox import Outbox, SinkRefused, delivered_key
-from tooladapter.pipeline.chain import verify
-from tooladapter.pipeline.integration_events import EventType, descriptor_event
-from tooladapter.pipeline.signing import KeySet, PublicKey, Signer
+from tooladapter.receipts.core.chain import verify
+from tooladapter.receipts.core.cloudevents import EventType, descriptor_event
+from tooladapter.receipts.core.signing import KeySet, PublicKey, Signer
 from tooladapter.settings import Settings
 
 from .fake_cluster import MemoryStore

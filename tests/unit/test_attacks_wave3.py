@@ -20,7 +20,7 @@ from tooladapter.gateway.ui.web import templates
 from tooladapter.handlers import routing
 from tooladapter.kube import watching
 from tooladapter.kube.watching import Watcher
-from tooladapter.pipeline.reviewpage import uncertain_view
+from tooladapter.review.page import uncertain_view
 from tooladapter.settings import Settings
 
 from .fake_cluster import (

@@ -10,10 +10,10 @@ import json
 import pytest
 
 from tooladapter.cli.render import fields
+from tooladapter.egress.core.cidr_bounds import CidrBounds, exceptions_for
+from tooladapter.egress.core.response import BadResponse, ResponseFilter
 from tooladapter.gateway.doors import Busy, Caps, Doors, FailureLimiter, client_address
-from tooladapter.pipeline.cidr_bounds import CidrBounds, exceptions_for
-from tooladapter.pipeline.egress_response import BadResponse, ResponseFilter
-from tooladapter.pipeline.shown import MARKER, shown, visible, visible_value, warnings_of
+from tooladapter.review.shown import MARKER, shown, visible, visible_value, warnings_of
 
 SECRET = b"s3cr3t-Token-0123456789abcdefXYZ"
 ESC = "\x1b"

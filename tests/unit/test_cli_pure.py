@@ -28,10 +28,10 @@ from tooladapter.cli.parsing import (
 )
 from tooladapter.cli.render import Output, cell, document, new_stage_lines, table
 from tooladapter.enums import ApprovalDecision
-from tooladapter.pipeline import review
-from tooladapter.pipeline.argdiff import Change, ChangeKind, diff, render
 from tooladapter.pipeline.hashing import canonical_json, request_hash, sha256_ref
-from tooladapter.pipeline.receipt_check import Match, ref_from_filename, verify
+from tooladapter.receipts.core.check import Match, ref_from_filename, verify
+from tooladapter.review import texts as review
+from tooladapter.review.argdiff import Change, ChangeKind, diff, render
 
 NOW = datetime(2026, 12, 1, 12, 0, 0, tzinfo=UTC)
 HEX = "ab" * 32

@@ -33,7 +33,7 @@ from tooladapter.model import (
 from tooladapter.pipeline.availability import unavailable
 from tooladapter.pipeline.classification import classify, raised_note
 from tooladapter.pipeline.permission import refusal
-from tooladapter.pipeline.sandbox import build_job
+from tooladapter.sandbox.job import build_job
 from tooladapter.settings import Settings
 
 from .fake_cluster import (

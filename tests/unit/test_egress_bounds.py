@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
+from tooladapter.egress.core.cidr_bounds import CidrBounds, exceptions_for, ip_block, parse_cluster
 from tooladapter.handlers.descriptors import desired_status
-from tooladapter.pipeline.cidr_bounds import CidrBounds, exceptions_for, ip_block, parse_cluster
-from tooladapter.pipeline.sandbox import build_network_policy
+from tooladapter.sandbox.job import build_network_policy
 from tooladapter.settings import EgressSettings
 
 CLUSTER = parse_cluster(["10.244.0.0/16", "10.0.0.0/24"])

@@ -16,12 +16,12 @@ import pytest
 from prometheus_client import REGISTRY
 
 from tooladapter.devtools.tls import make_certificates
-from tooladapter.egress.leases import LeaseTable
-from tooladapter.egress.proxy import EgressProxy
-from tooladapter.egress.records import Recorder
+from tooladapter.egress.core.lease import CredentialGrant, LeaseGrant, build_grant_secret
+from tooladapter.egress.core.rules import AddressPolicy
+from tooladapter.egress.proxy.leases import LeaseTable
+from tooladapter.egress.proxy.records import Recorder
+from tooladapter.egress.proxy.server import EgressProxy
 from tooladapter.enums import EgressVerdict
-from tooladapter.pipeline.egress import AddressPolicy
-from tooladapter.pipeline.egress_lease import CredentialGrant, LeaseGrant, build_grant_secret
 from tooladapter.timeutil import in_seconds
 
 from .test_egress_rules import client_hello

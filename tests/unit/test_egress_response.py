@@ -11,7 +11,7 @@ import zlib
 
 import pytest
 
-from tooladapter.pipeline.egress_response import BadResponse, EncodedMasker, ResponseFilter
+from tooladapter.egress.core.response import BadResponse, EncodedMasker, ResponseFilter
 
 SECRET = 's3cr3t/Val ue+x="q"-0123456789abcdef'
 RAW = SECRET.encode()

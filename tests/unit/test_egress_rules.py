@@ -8,8 +8,15 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tooladapter.enums import EgressVerdict
-from tooladapter.pipeline.egress import (
+from tooladapter.egress.core.lease import (
+    LeaseGrant,
+    build_grant_secret,
+    proxy_env,
+    proxy_url,
+    records_from,
+    token_of,
+)
+from tooladapter.egress.core.rules import (
     AddressPolicy,
     AllowList,
     BadRequest,
@@ -26,15 +33,8 @@ from tooladapter.pipeline.egress import (
     split_entries,
     upstream_head,
 )
-from tooladapter.pipeline.egress_lease import (
-    LeaseGrant,
-    build_grant_secret,
-    proxy_env,
-    proxy_url,
-    records_from,
-    token_of,
-)
-from tooladapter.pipeline.sandbox import ProxyPeer, build_network_policy
+from tooladapter.enums import EgressVerdict
+from tooladapter.sandbox.job import ProxyPeer, build_network_policy
 
 
 def client_hello(server_name: str | None) -> bytes:

@@ -13,7 +13,7 @@ from tooladapter.executors import Call, InOperator, Outcome, unconfirmed, unconf
 from tooladapter.executors.sandbox import SCHEDULING_MARGIN_SECONDS, SandboxExecutor
 from tooladapter.kube.client import Refused
 from tooladapter.model import ToolDescriptorSpec
-from tooladapter.pipeline.sandbox import LeaseNames
+from tooladapter.naming import LeaseNames
 from tooladapter.settings import Settings
 
 from .fake_cluster import (

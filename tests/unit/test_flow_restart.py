@@ -15,7 +15,7 @@ import pytest
 from tooladapter.enums import Resource, ToolKind
 from tooladapter.executors import Executor
 from tooladapter.executors.sandbox import SandboxExecutor
-from tooladapter.pipeline.sandbox import LeaseNames
+from tooladapter.naming import LeaseNames
 from tooladapter.settings import Settings
 
 from .fake_cluster import (

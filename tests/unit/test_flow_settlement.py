@@ -25,7 +25,7 @@ from tooladapter.enums import (
 from tooladapter.executors import Executor, Outcome, unconfirmed_for
 from tooladapter.executors.sandbox import SandboxExecutor
 from tooladapter.kube.client import Conflict, Refused
-from tooladapter.pipeline.sandbox import LeaseNames
+from tooladapter.naming import LeaseNames
 from tooladapter.settings import Settings
 
 from .fake_cluster import (

@@ -14,7 +14,7 @@ from tooladapter.enums import EventLevel, FailureClass, InvocationState, Resourc
 from tooladapter.executors import Outcome
 from tooladapter.flow import run_invocation
 from tooladapter.handlers.confirmations import record_confirmation
-from tooladapter.pipeline.signing import receipt_of
+from tooladapter.receipts.core.signing import receipt_of
 from tooladapter.settings import Settings
 
 from .fake_cluster import (

@@ -7,9 +7,8 @@ from typing import Any
 
 import pytest
 
-from tooladapter.pipeline.hashing import descriptor_digest
-from tooladapter.pipeline.problems import ProblemKind, kind_for_api_status, problem
-from tooladapter.pipeline.toolview import (
+from tooladapter.gateway.views.problems import ProblemKind, kind_for_api_status, problem
+from tooladapter.gateway.views.tools import (
     BadCallOptions,
     call_options,
     call_result,
@@ -23,6 +22,7 @@ from tooladapter.pipeline.toolview import (
     progress_of,
     tool_detail,
 )
+from tooladapter.pipeline.hashing import descriptor_digest
 
 
 def desc(

@@ -14,13 +14,13 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from tooladapter.artifacts.chain import ReceiptChains
 from tooladapter.outbox import DELIVERED, Outbox, SinkRefused, delivered_key
-from tooladapter.pipeline.integration_events import (
+from tooladapter.receipts.core.cloudevents import (
     EventType,
     descriptor_event,
     event_id,
     receipt_events,
 )
-from tooladapter.pipeline.signing import Signer
+from tooladapter.receipts.core.signing import Signer
 from tooladapter.settings import Settings
 
 from .fake_cluster import MemoryStore

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from tooladapter.gateway.mcp_endpoint import SessionSeal, _initialize_declares_url, derived_key
-from tooladapter.pipeline.hashing import request_hash
-from tooladapter.pipeline.mcpapproval import (
+from tooladapter.gateway.views.tools import BadCallOptions, dry_run_requested, dry_run_result
+from tooladapter.mcp.core.approvals import (
     BadPublicUrl,
     WaitState,
     approval_link,
@@ -25,7 +25,7 @@ from tooladapter.pipeline.mcpapproval import (
     newest_attachable,
     request_label,
 )
-from tooladapter.pipeline.toolview import BadCallOptions, dry_run_requested, dry_run_result
+from tooladapter.pipeline.hashing import request_hash
 
 NOW = datetime(2026, 12, 3, 12, 0, tzinfo=UTC)
 AGENT = "system:serviceaccount:team-a:agent-1"

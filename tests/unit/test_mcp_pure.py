@@ -17,7 +17,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tooladapter.enums import McpServerPhase
-from tooladapter.pipeline.mcp import (
+from tooladapter.mcp.core.rules import (
     check_binding,
     detect_shadowing,
     next_phase,

@@ -12,10 +12,10 @@ import pytest
 from tooladapter.enums import PreviewVerdict, SideEffectClass, Stage
 from tooladapter.gateway.openapi import SCHEMAS, document
 from tooladapter.gateway.routes import MODULES
+from tooladapter.gateway.views.tools import BadCallOptions, CallOptions, call_options
 from tooladapter.model import Caller, InvocationPreview
 from tooladapter.pipeline.permission import Question
 from tooladapter.pipeline.preview import PreviewSettings
-from tooladapter.pipeline.toolview import BadCallOptions, CallOptions, call_options
 from tooladapter.previewing import Found, Policies, dry_run
 
 from .fake_cluster import CALLER, NAMESPACE, descriptor, invocation

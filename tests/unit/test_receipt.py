@@ -16,7 +16,7 @@ from tooladapter.model import (
     ToolInvocationStatus,
 )
 from tooladapter.pipeline.hashing import digest
-from tooladapter.pipeline.receipt import build_receipt
+from tooladapter.receipts.core.record import build_receipt
 
 SPEC = ToolInvocationSpec.model_validate(
     {
@@ -200,7 +200,7 @@ def test_an_effect_confirmation_is_on_the_receipt() -> None:
 
 def test_audit_requirements_decide_what_the_receipt_records() -> None:
     from tooladapter.model import AuditRequirements, ToolInvocationSpec, ToolInvocationStatus
-    from tooladapter.pipeline.receipt import build_receipt
+    from tooladapter.receipts.core.record import build_receipt
 
     spec = ToolInvocationSpec.model_validate(
         {"tool": {"id": "t", "version": "1.0.0"}, "caller": {"name": "a"}, "arguments": {"x": 1}}

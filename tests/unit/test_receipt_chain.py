@@ -15,17 +15,17 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from tooladapter.artifacts import content_ref
 from tooladapter.artifacts.chain import ReceiptChains, chain_key, read_chain
-from tooladapter.pipeline import chain as chainlib
-from tooladapter.pipeline import receipt_check
-from tooladapter.pipeline.chain import BreakKind, Expected, Head
 from tooladapter.pipeline.hashing import canonical_json
-from tooladapter.pipeline.keyring import (
+from tooladapter.receipts.core import chain as chainlib
+from tooladapter.receipts.core import check as receipt_check
+from tooladapter.receipts.core.chain import BreakKind, Expected, Head
+from tooladapter.receipts.core.keyring import (
     new_keyring,
     public_keys,
     rotated,
     signer_of,
 )
-from tooladapter.pipeline.signing import (
+from tooladapter.receipts.core.signing import (
     PAYLOAD_TYPE,
     PREDICATE_TYPE,
     STATEMENT_TYPE,

@@ -25,7 +25,7 @@ from tooladapter.artifacts.index import (
     stamp,
 )
 from tooladapter.gateway.ui.earlier import earlier_calls
-from tooladapter.pipeline.receipt_index import (
+from tooladapter.receipts.core.index import (
     Incarnation,
     latest_per_invocation,
     merged_rows,
@@ -34,8 +34,8 @@ from tooladapter.pipeline.receipt_index import (
     receipt_only_row,
     with_caller,
 )
-from tooladapter.pipeline.review import pending_approvals
-from tooladapter.pipeline.reviewpage import pending_for_page
+from tooladapter.review.page import pending_for_page
+from tooladapter.review.texts import pending_approvals
 
 from .fake_cluster import (
     CALLER,

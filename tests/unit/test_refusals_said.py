@@ -12,8 +12,8 @@ from tooladapter import API_VERSION
 from tooladapter.enums import McpServerPhase, Resource
 from tooladapter.handlers import descriptors
 from tooladapter.handlers.mcp import REACHABLE, McpServers
+from tooladapter.mcp.core.rules import ADDRESS_REFUSED, AWAITING_ACTIVATION, PROBE_FAILED, standing
 from tooladapter.pipeline.conditions import invocation_conditions
-from tooladapter.pipeline.mcp import ADDRESS_REFUSED, AWAITING_ACTIVATION, PROBE_FAILED, standing
 
 from .fake_cluster import NAMESPACE, Harness, descriptor, shell_descriptor
 

@@ -7,7 +7,7 @@ from typing import Any
 
 from tooladapter.gateway.incarnations import Incarnations
 from tooladapter.kube.client import NotFound
-from tooladapter.pipeline.receipt_index import Incarnation
+from tooladapter.receipts.core.index import Incarnation
 
 
 class FakeKube:

@@ -8,10 +8,9 @@ import json
 import pytest
 
 from tooladapter.model import ResourceQuantities, Resources, SandboxSpec, SecretDependency
-from tooladapter.pipeline.sandbox import (
-    ANNOTATION_ARGUMENTS,
+from tooladapter.naming import ANNOTATION_ARGUMENTS, LeaseNames
+from tooladapter.sandbox.job import (
     GATE_CONTAINER_NAME,
-    LeaseNames,
     build_job,
     build_network_policy,
     build_secret,
@@ -150,7 +149,7 @@ def test_the_network_gate_waits_for_enforcement_whatever_the_allow_list() -> Non
 
 def test_the_runtime_class_comes_from_the_descriptor_or_the_kind_mapping() -> None:
     from tooladapter.enums import SandboxKind
-    from tooladapter.pipeline.sandbox import runtime_class_for
+    from tooladapter.sandbox.job import runtime_class_for
 
     mapping = {"GVisor": "gvisor", "Kata": "kata"}
     assert runtime_class_for(SandboxSpec(), mapping) is None  # Container: the node default

@@ -20,7 +20,6 @@ from tooladapter.launcher import RECURSION_LIMIT
 from tooladapter.model import ArgumentCondition, ToolDescriptorSpec, ToolPolicySpec
 from tooladapter.pipeline import linear_regex
 from tooladapter.pipeline.policy import check_policy, evaluate_policies
-from tooladapter.pipeline.receipt import build_receipt
 from tooladapter.pipeline.validation import (
     LinearValidator,
     admission_bounds_cel,
@@ -30,6 +29,7 @@ from tooladapter.pipeline.validation import (
     check_schema,
     validate_arguments,
 )
+from tooladapter.receipts.core.record import build_receipt
 
 ROOT = Path(__file__).resolve().parents[2]
 

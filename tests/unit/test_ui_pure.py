@@ -12,7 +12,7 @@ import pytest
 from tooladapter.artifacts import LocalArtifactStore
 from tooladapter.gateway.ui.data import _stored, parse_namespaces
 from tooladapter.gateway.ui.session import Sealer, nonces_match
-from tooladapter.pipeline import reviewpage
+from tooladapter.review import page as reviewpage
 
 KEY = b"k" * 32
 

@@ -10,8 +10,8 @@ from pydantic import ValidationError
 
 from tooladapter.attempts import AttemptQueues
 from tooladapter.model import SandboxSpec, ToolDescriptorSpec
-from tooladapter.pipeline.sandbox import ProxyPeer
-from tooladapter.pipeline.warm import (
+from tooladapter.sandbox.job import ProxyPeer
+from tooladapter.sandbox.warm import (
     HOLDER_SCRIPT,
     LABEL_WARM,
     RUN_SCRIPT,

@@ -9,7 +9,7 @@ from typing import Any
 
 from tooladapter.enums import InvocationState
 from tooladapter.model import ToolDescriptorSpec
-from tooladapter.pipeline.warm import (
+from tooladapter.sandbox.warm import (
     LABEL_STATE,
     RUN_SCRIPT,
     STARTED_MARK,

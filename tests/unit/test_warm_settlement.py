@@ -13,7 +13,7 @@ from tooladapter.executors.warm import WarmSandboxes
 from tooladapter.kube.client import Conflict
 from tooladapter.kube.warm import ExecResult
 from tooladapter.model import ToolDescriptorSpec
-from tooladapter.pipeline.warm import (
+from tooladapter.sandbox.warm import (
     LABEL_CALL,
     LABEL_PROFILE,
     LABEL_STATE,

@@ -26,8 +26,8 @@ from typing import Any, Final
 
 from tooladapter.artifacts.index import incarnation_prefix
 from tooladapter.artifacts.protocol import ArtifactStore, CorruptArtifact, content_ref
-from tooladapter.pipeline.chain import Head, link
-from tooladapter.pipeline.signing import Signer, seal
+from tooladapter.receipts.core.chain import Head, link
+from tooladapter.receipts.core.signing import Signer, seal
 from tooladapter.timeutil import now_iso
 
 logger = logging.getLogger("tooladapter.receipts")

@@ -17,10 +17,10 @@ from tooladapter.cli.parsing import parse_expiry
 from tooladapter.cli.render import fields
 from tooladapter.enums import ApprovalDecision, InvocationState, Resource
 from tooladapter.kube.user import UserApi
-from tooladapter.pipeline.argdiff import Change, ChangeKind
-from tooladapter.pipeline.argdiff import render as render_changes
-from tooladapter.pipeline.review import pending_approvals
-from tooladapter.pipeline.shown import visible
+from tooladapter.review.argdiff import Change, ChangeKind
+from tooladapter.review.argdiff import render as render_changes
+from tooladapter.review.shown import visible
+from tooladapter.review.texts import pending_approvals
 
 
 async def _approvals(settings: Settings) -> ExitCode:

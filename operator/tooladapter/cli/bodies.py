@@ -18,8 +18,8 @@ from typing import Any
 from tooladapter import API_VERSION
 from tooladapter.cli.exitcodes import CliError, ExitCode
 from tooladapter.enums import ApprovalDecision
-from tooladapter.pipeline import review
-from tooladapter.pipeline.review import MAX_GROUP_LENGTH, MAX_GROUPS, Refusal, Undecidable
+from tooladapter.review import texts as review
+from tooladapter.review.texts import MAX_GROUP_LENGTH, MAX_GROUPS, Refusal, Undecidable
 
 _SA_PREFIX = "system:serviceaccount:"
 

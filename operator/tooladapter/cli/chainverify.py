@@ -33,9 +33,9 @@ from tooladapter.artifacts import ArtifactStore, LocalArtifactStore
 from tooladapter.artifacts.chain import StoredLinks, chain_key, incarnations
 from tooladapter.cli.exitcodes import CliError, ExitCode
 from tooladapter.kube.receipt_keys import parse_heads
-from tooladapter.pipeline.chain import Break, BreakKind, Expected, Head, Report, verify
-from tooladapter.pipeline.keyring import PUBLIC_DATA_KEY, parse_public
-from tooladapter.pipeline.signing import KeySet, receipt_of
+from tooladapter.receipts.core.chain import Break, BreakKind, Expected, Head, Report, verify
+from tooladapter.receipts.core.keyring import PUBLIC_DATA_KEY, parse_public
+from tooladapter.receipts.core.signing import KeySet, receipt_of
 from tooladapter.timeutil import parse_time
 
 #: The objects an installation publishes (settings.receipt_*_config_map's defaults).

@@ -8,7 +8,7 @@ from enum import IntEnum
 from typing import Any
 
 from tooladapter.enums import InvocationState
-from tooladapter.pipeline import readout
+from tooladapter.review import readout
 
 
 class ExitCode(IntEnum):

@@ -25,8 +25,8 @@ from tooladapter.cli.parsing import name_prefix, parse_arguments
 from tooladapter.cli.render import cell
 from tooladapter.enums import InvocationState, Resource
 from tooladapter.kube.user import ApiError, UserApi
-from tooladapter.pipeline import readout
-from tooladapter.pipeline.shown import visible
+from tooladapter.review import readout
+from tooladapter.review.shown import visible
 
 
 def call_options(func: Callable[..., Any]) -> Callable[..., Any]:

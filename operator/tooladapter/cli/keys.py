@@ -19,7 +19,7 @@ from tooladapter.cli.exitcodes import CliError, ExitCode
 from tooladapter.cli.render import table
 from tooladapter.kube.client import Conflict
 from tooladapter.kube.receipt_keys import publish_public, read_keyring, read_public, replace_keyring
-from tooladapter.pipeline.keyring import public_keys, rotated, signer_of
+from tooladapter.receipts.core.keyring import public_keys, rotated, signer_of
 
 SIGNING_SECRET = "tooladapter-system/tooladapter-receipt-signing"  # noqa: S105 (a name)
 

@@ -47,10 +47,15 @@ from tooladapter.enums import Resource
 from tooladapter.kube.client import NotFound
 from tooladapter.kube.receipt_keys import head_key, read_heads, read_public
 from tooladapter.kube.user import UserApi
-from tooladapter.pipeline.chain import Head
-from tooladapter.pipeline.keyring import parse_public
-from tooladapter.pipeline.receipt_check import Match, parse_receipt, ref_from_filename, verify
-from tooladapter.pipeline.signing import KeySet, SignatureStatus, parse_stored, signature_of_stored
+from tooladapter.receipts.core.chain import Head
+from tooladapter.receipts.core.check import Match, parse_receipt, ref_from_filename, verify
+from tooladapter.receipts.core.keyring import parse_public
+from tooladapter.receipts.core.signing import (
+    KeySet,
+    SignatureStatus,
+    parse_stored,
+    signature_of_stored,
+)
 
 
 async def _receipts(

@@ -20,7 +20,7 @@ from typing import Any
 
 import yaml
 
-from tooladapter.pipeline.shown import OPEN, kind_of, visible
+from tooladapter.review.shown import OPEN, kind_of, visible
 
 
 class Output(StrEnum):

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from typing import Final
 
-from tooladapter.pipeline.shown import visible
+from tooladapter.review.shown import visible
 
 #: (resource, verb) -> the people's roles that grant it, narrowest first, with who holds it.
 ROLES: Final[dict[tuple[str, str], tuple[str, ...]]] = {

@@ -31,7 +31,7 @@ def egress_proxy() -> ExitCode:
     Its own process, never the operator's. Settings come from TOOLADAPTER_EGRESS_*
     environment variables (docs/concepts/egress.md); `make run` starts it beside the operator.
     """
-    from tooladapter.egress.main import main as egress_main
+    from tooladapter.egress.proxy.main import main as egress_main
 
     egress_main()
     return ExitCode.OK

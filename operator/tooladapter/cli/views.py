@@ -12,11 +12,11 @@ from typing import Any
 from packaging.version import InvalidVersion, Version
 
 from tooladapter.enums import GATED_CLASSES, SideEffectClass, ToolKind
-from tooladapter.pipeline import readout
-from tooladapter.pipeline.argdiff import canonical
 from tooladapter.pipeline.parts import name_of as _name
 from tooladapter.pipeline.parts import spec_of as _spec
 from tooladapter.pipeline.parts import status_of as _status
+from tooladapter.review import readout
+from tooladapter.review.argdiff import canonical
 
 
 def canonical_pretty(value: Any) -> str:

@@ -18,10 +18,10 @@ import aiohttp
 from aiohttp.abc import AbstractResolver, ResolveResult
 from aiohttp.resolver import DefaultResolver
 
+from tooladapter.egress.core.addresses import AddressRefused, AddressRule, parse_networks
 from tooladapter.enums import FailureClass
 from tooladapter.executors import Call, InOperator, Outcome, read_limit, unconfirmed
 from tooladapter.model import ToolDescriptorSpec
-from tooladapter.pipeline.addresses import AddressRefused, AddressRule, parse_networks
 from tooladapter.pipeline.validation import render_http_request
 
 #: Statuses an intermediary (a proxy, a load balancer) answers when the server's own answer

@@ -11,16 +11,17 @@ from __future__ import annotations
 
 import dataclasses
 
-from tooladapter import mcp_types, offload
+from tooladapter import offload
 from tooladapter.catalog import Catalog
+from tooladapter.egress.core.addresses import AddressRule
 from tooladapter.enums import FailureClass
 from tooladapter.executors import Call, InOperator, Outcome, unconfirmed
 from tooladapter.kube.client import NotFound
 from tooladapter.kube.cluster import Cluster
 from tooladapter.kube.sandbox import decode_b64
+from tooladapter.mcp.core import types as mcp_types
+from tooladapter.mcp.core.rules import validate_structured_output
 from tooladapter.model import McpServerSpec
-from tooladapter.pipeline.addresses import AddressRule
-from tooladapter.pipeline.mcp import validate_structured_output
 from tooladapter.pipeline.sanitize import bounded_message, redact_text, sanitize_structured
 
 
@@ -90,7 +91,7 @@ class McpExecutor(InOperator):
         if binding is None:
             return Outcome.failed(FailureClass.VALIDATION, "descriptor has no mcp binding")
         try:
-            from tooladapter import mcp_client  # the SDK loads on the first exchange
+            from tooladapter.mcp import client as mcp_client  # the SDK loads on the first exchange
 
             result = await mcp_client.call_tool(
                 url,

@@ -13,6 +13,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from tooladapter import API_VERSION
+from tooladapter.egress.core.lease import proxy_env
 from tooladapter.enums import FailureClass, InvocationState, SandboxStart
 from tooladapter.executors import (
     Call,
@@ -25,14 +26,8 @@ from tooladapter.executors import (
 from tooladapter.kube import sandbox as ksandbox
 from tooladapter.kube.client import Refused
 from tooladapter.kube.cluster import Cluster
-from tooladapter.pipeline.egress_lease import proxy_env
-from tooladapter.pipeline.sandbox import (
-    LeaseNames,
-    build_job,
-    network_gate_for,
-    owner_reference,
-    runtime_class_for,
-)
+from tooladapter.naming import LeaseNames
+from tooladapter.sandbox.job import build_job, network_gate_for, owner_reference, runtime_class_for
 from tooladapter.settings import Settings
 
 if TYPE_CHECKING:

@@ -27,6 +27,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from tooladapter.egress.core.lease import PROXY_URL_KEY
 from tooladapter.enums import FailureClass, InvocationState, SandboxStart
 from tooladapter.executors import (
     Call,
@@ -41,9 +42,9 @@ from tooladapter.kube.client import Conflict, NotFound, Refused
 from tooladapter.kube.sandbox import decode_b64
 from tooladapter.kube.warm import ExecResult, WarmKube
 from tooladapter.model import WorkspaceLease
-from tooladapter.pipeline.egress_lease import PROXY_URL_KEY
-from tooladapter.pipeline.sandbox import LeaseNames, ProxyPeer, runtime_class_for
-from tooladapter.pipeline.warm import (
+from tooladapter.naming import LeaseNames
+from tooladapter.sandbox.job import ProxyPeer, runtime_class_for
+from tooladapter.sandbox.warm import (
     ANNOTATION_ATTEMPT,
     ANNOTATION_CALLER,
     ANNOTATION_CLAIMED_AT,

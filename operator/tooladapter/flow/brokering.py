@@ -10,6 +10,15 @@ from __future__ import annotations
 import secrets
 
 from tooladapter import API_VERSION
+from tooladapter.egress.core.cidr_bounds import descriptor_cidr_problems, parse_cluster
+from tooladapter.egress.core.lease import (
+    CredentialGrant,
+    LeaseGrant,
+    build_grant_secret,
+    build_proxy_secret,
+    proxy_url,
+)
+from tooladapter.egress.core.rules import effective_allow, split_entries
 from tooladapter.enums import FailureClass, InvocationState, Stage, StageOutcome
 from tooladapter.flow.context import SANDBOX_KINDS, Denial, Failure, FlowContext
 from tooladapter.flow.recheck import needs_recheck, recheck
@@ -22,24 +31,15 @@ from tooladapter.model import (
     ToolDescriptorSpec,
     effective_timeout,
 )
-from tooladapter.pipeline.cidr_bounds import descriptor_cidr_problems, parse_cluster
-from tooladapter.pipeline.egress import effective_allow, split_entries
-from tooladapter.pipeline.egress_lease import (
-    CredentialGrant,
-    LeaseGrant,
-    build_grant_secret,
-    build_proxy_secret,
-    proxy_url,
-)
-from tooladapter.pipeline.sandbox import (
-    LeaseNames,
+from tooladapter.naming import LeaseNames
+from tooladapter.sandbox.job import (
     build_network_policy,
     build_secret,
     owner_reference,
     runtime_class_for,
     secret_item_key,
 )
-from tooladapter.pipeline.warm import uses_attempt_workspace
+from tooladapter.sandbox.warm import uses_attempt_workspace
 from tooladapter.timeutil import in_seconds, now_iso
 
 

@@ -31,6 +31,7 @@ from tooladapter.artifacts.index import (
     entries_of,
     entry_bytes,
 )
+from tooladapter.egress.core.lease import records_from
 from tooladapter.enums import (
     ArtifactKind,
     EventLevel,
@@ -61,17 +62,16 @@ from tooladapter.model import (
     ToolInvocationSpec,
     ToolInvocationStatus,
 )
-from tooladapter.pipeline.egress_lease import records_from
+from tooladapter.naming import LeaseNames
 from tooladapter.pipeline.hashing import canonical_json
-from tooladapter.pipeline.receipt import build_receipt
-from tooladapter.pipeline.sandbox import LeaseNames
 from tooladapter.pipeline.sanitize import (
     BROKERED_SECRET,
     sanitize,
     sanitize_structured,
     secret_forms,
 )
-from tooladapter.pipeline.signing import seal
+from tooladapter.receipts.core.record import build_receipt
+from tooladapter.receipts.core.signing import seal
 from tooladapter.runtime import Runtime
 from tooladapter.timeutil import now_iso, parse_time
 

@@ -17,6 +17,8 @@ from typing import Any
 
 from tooladapter import tracing
 from tooladapter.catalog import retirement_key
+from tooladapter.egress.core.lease import token_of
+from tooladapter.egress.core.rules import split_entries
 from tooladapter.enums import (
     FailureClass,
     InvocationState,
@@ -36,10 +38,8 @@ from tooladapter.flow.recheck import check_not_retired, needs_recheck, recheck
 from tooladapter.kube.client import Conflict, NotFound
 from tooladapter.kube.sandbox import decode_b64
 from tooladapter.model import ExecutionRecord, ToolDescriptorSpec, effective_timeout
-from tooladapter.pipeline.egress import split_entries
-from tooladapter.pipeline.egress_lease import token_of
-from tooladapter.pipeline.sandbox import LeaseNames
-from tooladapter.pipeline.warm import uses_attempt_workspace, workspace_key
+from tooladapter.naming import LeaseNames
+from tooladapter.sandbox.warm import uses_attempt_workspace, workspace_key
 from tooladapter.timeutil import now_iso
 
 logger = logging.getLogger("tooladapter.invocations")

@@ -25,9 +25,9 @@ from tooladapter.gateway.bodies import read_body
 from tooladapter.gateway.context import Caller, deps_of, set_caller
 from tooladapter.gateway.doors import Busy, FailureLimiter, client_address
 from tooladapter.gateway.errors import Handler, ProblemError
+from tooladapter.gateway.views.problems import ProblemKind
 from tooladapter.kube.callers import CallerApiError, CallerIdentity
 from tooladapter.metrics import GATEWAY_REFUSED
-from tooladapter.pipeline.problems import ProblemKind
 from tooladapter.settings import Settings
 
 REVIEW_TTL_SECONDS: Final = 10.0

@@ -16,7 +16,7 @@ from aiohttp import web
 from multidict import MultiDictProxy
 
 from tooladapter.gateway.errors import ProblemError
-from tooladapter.pipeline.problems import ProblemKind
+from tooladapter.gateway.views.problems import ProblemKind
 
 #: A body must have arrived this long after its handler began reading it.
 BODY_SECONDS: Final = 30.0

@@ -26,19 +26,7 @@ from tooladapter.gateway.auth import too_many
 from tooladapter.gateway.context import Caller, Deps
 from tooladapter.gateway.doors import Busy
 from tooladapter.gateway.tools import invocable
-from tooladapter.kube.callers import CallerApiError
-from tooladapter.pipeline import readout
-from tooladapter.pipeline.hashing import request_hash
-from tooladapter.pipeline.mcpapproval import (
-    CALL_OPTION_FIELDS,
-    REQUEST_LABEL,
-    WaitState,
-    approvals_to_read,
-    expiry_of,
-    newest_attachable,
-    request_label,
-)
-from tooladapter.pipeline.toolview import (
+from tooladapter.gateway.views.tools import (
     META_DUPLICATE_OF,
     META_INVOCATION,
     META_PROVENANCE,
@@ -51,6 +39,18 @@ from tooladapter.pipeline.toolview import (
     progress_of,
     state_of,
 )
+from tooladapter.kube.callers import CallerApiError
+from tooladapter.mcp.core.approvals import (
+    CALL_OPTION_FIELDS,
+    REQUEST_LABEL,
+    WaitState,
+    approvals_to_read,
+    expiry_of,
+    newest_attachable,
+    request_label,
+)
+from tooladapter.pipeline.hashing import request_hash
+from tooladapter.review import readout
 
 logger = logging.getLogger("tooladapter.gateway")
 

@@ -9,14 +9,14 @@ from typing import Any
 
 from aiohttp import web
 
-from tooladapter.kube.callers import CallerApiError
-from tooladapter.pipeline.problems import (
+from tooladapter.gateway.views.problems import (
     PROBLEM_MEDIA_TYPE,
     ProblemKind,
     kind_for_api_status,
     kind_for_http_status,
     problem,
 )
+from tooladapter.kube.callers import CallerApiError
 
 logger = logging.getLogger("tooladapter.gateway")
 

@@ -17,9 +17,9 @@ from aiohttp import web
 
 from tooladapter.gateway.context import deps_of
 from tooladapter.gateway.errors import ProblemError
+from tooladapter.gateway.views.problems import ProblemKind
 from tooladapter.kube.client import Kube, NotFound
-from tooladapter.pipeline.problems import ProblemKind
-from tooladapter.pipeline.receipt_index import Incarnation
+from tooladapter.receipts.core.index import Incarnation
 
 #: Seconds an answer is reused.
 TTL: Final = 2.0

@@ -36,9 +36,9 @@ from tooladapter.gateway.context import Caller, Deps
 from tooladapter.gateway.doors import Busy
 from tooladapter.gateway.errors import ProblemError
 from tooladapter.gateway.tools import invocable
+from tooladapter.gateway.views.tools import ToolEntry, mcp_tool, parse_descriptors
 from tooladapter.kube.callers import CallerApiError
 from tooladapter.pipeline.hashing import descriptor_digest
-from tooladapter.pipeline.toolview import ToolEntry, mcp_tool, parse_descriptors
 
 #: A listen stream ends (gracefully) after this long; the client listens again.
 LISTEN_SECONDS: Final = 600

@@ -66,18 +66,18 @@ from tooladapter.gateway.errors import ProblemError
 from tooladapter.gateway.listen import serve_listen
 from tooladapter.gateway.previews import preview_call
 from tooladapter.gateway.tools import invocable
-from tooladapter.pipeline.mcpapproval import (
-    INPUT_KEY,
-    WaitState,
-    approval_link,
-    elicitation_message,
-)
-from tooladapter.pipeline.toolview import (
+from tooladapter.gateway.views.tools import (
     BadCallOptions,
     call_options,
     dry_run_requested,
     dry_run_result,
     mcp_tool,
+)
+from tooladapter.mcp.core.approvals import (
+    INPUT_KEY,
+    WaitState,
+    approval_link,
+    elicitation_message,
 )
 
 logger = logging.getLogger("tooladapter.gateway")

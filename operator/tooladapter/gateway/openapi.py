@@ -14,8 +14,8 @@ from typing import Any, Final
 from pydantic import BaseModel
 
 from tooladapter.gateway.params import NAME_PATTERN, NAMESPACE_PATTERN, RUN_ID_MAX, SHA256_PATTERN
+from tooladapter.gateway.views.problems import PROBLEM_MEDIA_TYPE
 from tooladapter.model import VERSION_MAX, VERSION_PATTERN, InvocationPreview
-from tooladapter.pipeline.problems import PROBLEM_MEDIA_TYPE
 
 _ERROR_TEXT: Final = {
     400: "Bad request",

@@ -7,9 +7,9 @@ from typing import Final
 from aiohttp import web
 
 from tooladapter.gateway.errors import ProblemError
+from tooladapter.gateway.views.problems import ProblemKind
+from tooladapter.gateway.views.tools import is_tool_id
 from tooladapter.pipeline.linear_regex import LinearPattern, compile_internal
-from tooladapter.pipeline.problems import ProblemKind
-from tooladapter.pipeline.toolview import is_tool_id
 
 NAMESPACE_PATTERN: Final = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
 NAME_PATTERN: Final = r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$"

@@ -21,6 +21,13 @@ from tooladapter.census import blocks_retries
 from tooladapter.enums import Resource
 from tooladapter.gateway.context import Caller, Deps
 from tooladapter.gateway.errors import ProblemError, from_api
+from tooladapter.gateway.views.problems import ProblemKind
+from tooladapter.gateway.views.tools import (
+    CallOptions,
+    callable_versions,
+    invocation_body,
+    parse_descriptors,
+)
 from tooladapter.kube.callers import CallerApiError
 from tooladapter.kube.client import NotFound
 from tooladapter.model import Caller as SpecCaller
@@ -28,13 +35,6 @@ from tooladapter.model import ToolPolicySpec
 from tooladapter.pipeline.availability import published_versions
 from tooladapter.pipeline.permission import Question
 from tooladapter.pipeline.preview import Preview
-from tooladapter.pipeline.problems import ProblemKind
-from tooladapter.pipeline.toolview import (
-    CallOptions,
-    callable_versions,
-    invocation_body,
-    parse_descriptors,
-)
 from tooladapter.previewing import Found, Policies, dry_run, preview_settings
 
 Body = dict[str, Any]

@@ -12,8 +12,8 @@ from typing import Final
 
 from tooladapter.kube.client import Kube, NotFound
 from tooladapter.kube.receipt_keys import read_heads, read_public
-from tooladapter.pipeline.chain import Head
-from tooladapter.pipeline.signing import KeySet
+from tooladapter.receipts.core.chain import Head
+from tooladapter.receipts.core.signing import KeySet
 from tooladapter.settings import Settings
 
 TTL: Final = 10.0

@@ -28,8 +28,8 @@ from tooladapter import GROUP
 from tooladapter.enums import Resource
 from tooladapter.gateway.context import Caller, Deps
 from tooladapter.gateway.errors import from_api
+from tooladapter.gateway.views.tools import ToolEntry, callable_versions, parse_descriptors
 from tooladapter.kube.callers import CallerApiError
-from tooladapter.pipeline.toolview import ToolEntry, callable_versions, parse_descriptors
 
 #: SubjectAccessReviews asked at once when the rules review was incomplete.
 FALLBACK_CONCURRENCY: Final = 8

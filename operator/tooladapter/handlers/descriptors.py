@@ -12,6 +12,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from tooladapter.egress.core.cidr_bounds import CidrBounds, descriptor_cidr_problems
 from tooladapter.enums import Resource, ToolKind
 from tooladapter.events import object_ref
 from tooladapter.model import (
@@ -22,12 +23,11 @@ from tooladapter.model import (
     describe_errors,
     effective_timeout,
 )
-from tooladapter.pipeline.cidr_bounds import CidrBounds, descriptor_cidr_problems
 from tooladapter.pipeline.hashing import digest
-from tooladapter.pipeline.integration_events import EventType, descriptor_event
-from tooladapter.pipeline.sandbox import runtime_class_for
 from tooladapter.pipeline.validation import check_descriptor, unknown_keywords
+from tooladapter.receipts.core.cloudevents import EventType, descriptor_event
 from tooladapter.runtime import Runtime
+from tooladapter.sandbox.job import runtime_class_for
 from tooladapter.timeutil import now_iso
 
 logger = logging.getLogger("tooladapter.descriptors")

@@ -42,8 +42,8 @@ from tooladapter.kube.warm import WarmKube
 from tooladapter.memory import freeze_start_up
 from tooladapter.metrics import LEADING, serve
 from tooladapter.outbox import Outbox
-from tooladapter.pipeline.sandbox import ProxyPeer
 from tooladapter.runtime import Runtime
+from tooladapter.sandbox.job import ProxyPeer
 from tooladapter.settings import EgressSettings, Settings
 
 logger = logging.getLogger("tooladapter")

@@ -22,23 +22,13 @@ from typing import Any
 
 from prometheus_client import Counter, Gauge
 
-from tooladapter import mcp_types
 from tooladapter.enums import McpServerPhase, Resource
 from tooladapter.events import object_ref
 from tooladapter.executors.mcp import address_rule, credentials_for
 from tooladapter.handlers import descriptors
 from tooladapter.kube.client import NotFound
-from tooladapter.model import (
-    Condition,
-    McpProbeResult,
-    McpPromptInfo,
-    McpResourceInfo,
-    McpServerSpec,
-    McpServerStatus,
-    McpToolBinding,
-    McpToolInfo,
-)
-from tooladapter.pipeline.mcp import (
+from tooladapter.mcp.core import types as mcp_types
+from tooladapter.mcp.core.rules import (
     HELD_BACK,
     check_binding,
     detect_shadowing,
@@ -48,6 +38,16 @@ from tooladapter.pipeline.mcp import (
     server_digest,
     standing,
     tool_digest,
+)
+from tooladapter.model import (
+    Condition,
+    McpProbeResult,
+    McpPromptInfo,
+    McpResourceInfo,
+    McpServerSpec,
+    McpServerStatus,
+    McpToolBinding,
+    McpToolInfo,
 )
 from tooladapter.runtime import Runtime
 from tooladapter.timeutil import now_iso
@@ -213,7 +213,7 @@ class McpServers:
         Returns the discovery (if any), whether the server passed, the probe's message, and
         whether the address rule refused every address of the url (nothing was sent); sets
         `status.verified_url` when the url was reached."""
-        from tooladapter import mcp_client  # the SDK loads on the first exchange
+        from tooladapter.mcp import client as mcp_client  # the SDK loads on the first exchange
 
         rule = address_rule(spec, self.rt.settings.blocked_http_hosts)
         has_credentials = spec.credentials is not None

@@ -27,8 +27,8 @@ from tooladapter.flow import run_invocation
 from tooladapter.kube import sandbox as ksandbox
 from tooladapter.kube.client import NotFound
 from tooladapter.memory import release_free_heap
+from tooladapter.naming import ANNOTATION_INVOCATION_REF, LABEL_INVOCATION_UID, LeaseNames
 from tooladapter.pipeline.retention import claim_expired
-from tooladapter.pipeline.sandbox import ANNOTATION_INVOCATION_REF, LABEL_INVOCATION_UID, LeaseNames
 from tooladapter.runtime import Runtime
 from tooladapter.timeutil import parse_time
 

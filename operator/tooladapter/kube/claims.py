@@ -15,8 +15,8 @@ from typing import Any
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from tooladapter.kube.client import AlreadyExists, Conflict, Kube, translate
+from tooladapter.naming import LABEL_MANAGED_BY, MANAGED_BY
 from tooladapter.pipeline.retention import ClaimRecord
-from tooladapter.pipeline.sandbox import LABEL_MANAGED_BY, MANAGED_BY
 from tooladapter.timeutil import to_iso
 
 ANNOTATION_INVOCATION = "tooladapter.dev/invocation"

@@ -14,9 +14,9 @@ from typing import Any
 from kubernetes_asyncio import watch
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from tooladapter.egress.core.lease import LABEL_EGRESS
 from tooladapter.kube.client import Kube, translate
-from tooladapter.pipeline.egress_lease import LABEL_EGRESS
-from tooladapter.pipeline.sandbox import (
+from tooladapter.naming import (
     ANNOTATION_INVOCATION_REF,
     LABEL_INVOCATION_UID,
     LABEL_MANAGED_BY,

@@ -32,7 +32,7 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from tooladapter.kube.client import AlreadyExists, Conflict, Kube, NotFound, json_body, translate
-from tooladapter.pipeline.sandbox import LABEL_MANAGED_BY, MANAGED_BY
+from tooladapter.naming import LABEL_MANAGED_BY, MANAGED_BY
 from tooladapter.timeutil import parse_time, to_iso
 
 #: Which namespace globs a leadership Lease stands for, for people reading it.

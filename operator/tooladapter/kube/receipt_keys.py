@@ -27,8 +27,8 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from tooladapter.artifacts import ArtifactStore
 from tooladapter.artifacts.chain import ReceiptChains
 from tooladapter.kube.client import AlreadyExists, Conflict, Kube, NotFound, translate
-from tooladapter.pipeline.chain import Head
-from tooladapter.pipeline.keyring import (
+from tooladapter.receipts.core.chain import Head
+from tooladapter.receipts.core.keyring import (
     DATA_KEY,
     PUBLIC_DATA_KEY,
     dump_keyring,
@@ -39,7 +39,7 @@ from tooladapter.pipeline.keyring import (
     public_keys,
     signer_of,
 )
-from tooladapter.pipeline.signing import KeySet, Signer
+from tooladapter.receipts.core.signing import KeySet, Signer
 
 logger = logging.getLogger("tooladapter.receipts")
 

@@ -20,7 +20,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from kubernetes_asyncio.stream import WsApiClient
 
 from tooladapter.kube.client import REFUSAL_CODES, AlreadyExists, Conflict, Kube, refusal, translate
-from tooladapter.pipeline.warm import exit_code_of, pod_ended, pod_ready
+from tooladapter.sandbox.warm import exit_code_of, pod_ended, pod_ready
 
 STDIN, STDOUT, STDERR, ERROR = 0, 1, 2, 3
 #: The run script's own report on stderr is small; more is the tool's noise, not kept.

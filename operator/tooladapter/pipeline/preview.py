@@ -26,6 +26,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from tooladapter.egress.core.rules import effective_allow
 from tooladapter.enums import FailureClass, PreviewVerdict, SideEffectClass, Stage, ToolKind
 from tooladapter.model import (
     ArgumentError,
@@ -50,7 +51,6 @@ from tooladapter.pipeline.classification import (
     namespace_environment,
     raised_note,
 )
-from tooladapter.pipeline.egress import effective_allow
 from tooladapter.pipeline.hashing import descriptor_digest
 from tooladapter.pipeline.permission import Question, questions, refusal
 from tooladapter.pipeline.policy import (
@@ -61,10 +61,10 @@ from tooladapter.pipeline.policy import (
     evaluate_policies,
     shell_action_source,
 )
-from tooladapter.pipeline.sandbox import runtime_class_for
 from tooladapter.pipeline.sanitize import bounded_message
 from tooladapter.pipeline.shell import ShellVerdict, allow_list_for, check_command
 from tooladapter.pipeline.validation import check_arguments
+from tooladapter.sandbox.job import runtime_class_for
 
 #: The typed result of a dry run (also `status.preview` of a Previewed invocation).
 Preview = InvocationPreview

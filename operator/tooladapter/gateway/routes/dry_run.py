@@ -17,8 +17,8 @@ from tooladapter.gateway.context import caller_of, deps_of
 from tooladapter.gateway.errors import ProblemError
 from tooladapter.gateway.openapi import NAMESPACE, SECURITY, TOOL_ID, ok, problems, ref
 from tooladapter.gateway.previews import preview_call
-from tooladapter.pipeline.problems import ProblemKind
-from tooladapter.pipeline.toolview import BadCallOptions, CallOptions, call_options
+from tooladapter.gateway.views.problems import ProblemKind
+from tooladapter.gateway.views.tools import BadCallOptions, CallOptions, call_options
 
 #: The body's keys: the arguments and the options of a tools/call.
 KEYS: Final = frozenset(

@@ -17,9 +17,9 @@ from tooladapter.gateway.bodies import json_body
 from tooladapter.gateway.context import caller_of
 from tooladapter.gateway.errors import ProblemError, from_api
 from tooladapter.gateway.openapi import NAMESPACE, OBJECT_NAME, SECURITY, ok, problems, ref
+from tooladapter.gateway.views.problems import ProblemKind
+from tooladapter.gateway.views.tools import invocation_view
 from tooladapter.kube.callers import CallerApiError
-from tooladapter.pipeline.problems import ProblemKind
-from tooladapter.pipeline.toolview import invocation_view
 
 MAX_EVIDENCE: Final = 4096
 

@@ -23,10 +23,10 @@ from tooladapter.gateway.errors import ProblemError, from_api
 from tooladapter.gateway.incarnations import incarnation_of
 from tooladapter.gateway.openapi import NAMESPACE, SECURITY, SHA256, ok, problems, ref
 from tooladapter.gateway.receipt_keys import receipt_keys
+from tooladapter.gateway.views.problems import ProblemKind
 from tooladapter.kube.callers import CallerApiError
-from tooladapter.pipeline.problems import ProblemKind
-from tooladapter.pipeline.receipt_index import of_incarnation
-from tooladapter.pipeline.signing import receipt_of
+from tooladapter.receipts.core.index import of_incarnation
+from tooladapter.receipts.core.signing import receipt_of
 
 PATHS: Final[dict[str, Any]] = {
     "/namespaces/{namespace}/receipts/{sha256}": {

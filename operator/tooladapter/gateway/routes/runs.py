@@ -29,18 +29,18 @@ from tooladapter.gateway.context import caller_of, deps_of
 from tooladapter.gateway.errors import ProblemError, from_api
 from tooladapter.gateway.incarnations import incarnation_of
 from tooladapter.gateway.openapi import NAMESPACE, RUN_ID, SECURITY, ok, problems, ref
+from tooladapter.gateway.views.problems import ProblemKind
+from tooladapter.gateway.views.tools import receipt_row
 from tooladapter.kube.callers import CallerApiError
 from tooladapter.pipeline.linear_regex import compile_internal
-from tooladapter.pipeline.problems import ProblemKind
-from tooladapter.pipeline.receipt_index import (
+from tooladapter.receipts.core.index import (
     Incarnation,
     merged_rows,
     of_incarnation,
     stored_refs,
     with_caller,
 )
-from tooladapter.pipeline.signing import receipt_of
-from tooladapter.pipeline.toolview import receipt_row
+from tooladapter.receipts.core.signing import receipt_of
 
 #: Run ids a field selector can carry verbatim (no `,`, `=`, `!` or spaces).
 _SELECTABLE = compile_internal(r"^[A-Za-z0-9._:/-]{1,128}$")

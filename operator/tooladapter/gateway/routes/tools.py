@@ -11,8 +11,8 @@ from tooladapter.gateway.context import caller_of, deps_of
 from tooladapter.gateway.errors import ProblemError
 from tooladapter.gateway.openapi import NAMESPACE, SECURITY, TOOL_ID, ok, path_param, problems, ref
 from tooladapter.gateway.tools import invocable
-from tooladapter.pipeline.problems import ProblemKind
-from tooladapter.pipeline.toolview import tool_detail, tool_summary
+from tooladapter.gateway.views.problems import ProblemKind
+from tooladapter.gateway.views.tools import tool_detail, tool_summary
 
 PATHS: Final[dict[str, Any]] = {
     "/namespaces/{namespace}/tools": {

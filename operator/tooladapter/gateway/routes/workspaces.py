@@ -25,10 +25,10 @@ from tooladapter.gateway import params
 from tooladapter.gateway.context import caller_of, deps_of
 from tooladapter.gateway.errors import ProblemError, from_api
 from tooladapter.gateway.openapi import NAMESPACE, SECURITY, ok, problems
+from tooladapter.gateway.views.problems import ProblemKind
 from tooladapter.kube.callers import CallerApiError
 from tooladapter.kube.warm import WarmKube
-from tooladapter.pipeline.problems import ProblemKind
-from tooladapter.pipeline.warm import LABEL_WORKSPACE, workspace_key
+from tooladapter.sandbox.warm import LABEL_WORKSPACE, workspace_key
 
 MAX_ATTEMPT_ID: Final = 128
 MAX_CALLER: Final = 256

@@ -28,9 +28,9 @@ from tooladapter.gateway.ui.web import (
     render_view,
     undecidable,
 )
-from tooladapter.pipeline.mcpapproval import call_notice, call_ref
-from tooladapter.pipeline.review import Undecidable, approval_body
-from tooladapter.pipeline.reviewpage import pending_for_page, recent_decisions
+from tooladapter.mcp.core.approvals import call_notice, call_ref
+from tooladapter.review.page import pending_for_page, recent_decisions
+from tooladapter.review.texts import Undecidable, approval_body
 from tooladapter.timeutil import in_seconds
 
 #: The expiries a reviewer picks from (seconds, label); the first is the default.

@@ -24,8 +24,13 @@ from tooladapter.gateway.receipt_keys import receipt_keys
 from tooladapter.gateway.ui.web import Person
 from tooladapter.kube.callers import CallerApiError
 from tooladapter.pipeline.linear_regex import compile_internal
-from tooladapter.pipeline.receipt_check import Match, Verdict, verify
-from tooladapter.pipeline.signing import KeySet, SignatureStatus, parse_stored, stored_signature
+from tooladapter.receipts.core.check import Match, Verdict, verify
+from tooladapter.receipts.core.signing import (
+    KeySet,
+    SignatureStatus,
+    parse_stored,
+    stored_signature,
+)
 
 #: Namespaces one session may look at (each is a list and a watch).
 MAX_NAMESPACES: Final = 20

@@ -23,8 +23,8 @@ from tooladapter.artifacts.index import calls_prefix
 from tooladapter.enums import InvocationState
 from tooladapter.gateway.context import deps_of
 from tooladapter.gateway.incarnations import incarnations
-from tooladapter.pipeline.receipt_index import Incarnation, of_incarnation, previous_call
-from tooladapter.pipeline.signing import receipt_of
+from tooladapter.receipts.core.index import Incarnation, of_incarnation, previous_call
+from tooladapter.receipts.core.signing import receipt_of
 
 logger = logging.getLogger("tooladapter.gateway")
 

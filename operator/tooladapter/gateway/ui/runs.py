@@ -23,8 +23,8 @@ from tooladapter.gateway.incarnations import incarnations
 from tooladapter.gateway.receipt_keys import receipt_keys
 from tooladapter.gateway.ui.data import invocations, is_namespace, with_receipts
 from tooladapter.gateway.ui.web import PREFIX, Person, Refused, page, render_view
-from tooladapter.pipeline.chain import Head
-from tooladapter.pipeline.reviewpage import run_calls, run_ids
+from tooladapter.receipts.core.chain import Head
+from tooladapter.review.page import run_calls, run_ids
 
 MAX_RUN_ID = 128
 MAX_CALLER = 512

@@ -34,8 +34,8 @@ from tooladapter.gateway.ui.web import (
     render,
     set_cookie,
 )
-from tooladapter.pipeline.mcpapproval import call_ref
-from tooladapter.pipeline.problems import ProblemKind
+from tooladapter.gateway.views.problems import ProblemKind
+from tooladapter.mcp.core.approvals import call_ref
 
 #: How long a sign-in form stays usable.
 FORM_SECONDS: Final = 1800

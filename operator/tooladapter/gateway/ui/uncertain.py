@@ -24,8 +24,8 @@ from tooladapter.gateway.ui.web import (
     render_view,
     undecidable,
 )
-from tooladapter.pipeline.review import Undecidable, confirmation_patch
-from tooladapter.pipeline.reviewpage import uncertain_calls
+from tooladapter.review.page import uncertain_calls
+from tooladapter.review.texts import Undecidable, confirmation_patch
 
 
 @page

@@ -19,11 +19,11 @@ from tooladapter.gateway.context import Caller, deps_of
 from tooladapter.gateway.doors import Busy
 from tooladapter.gateway.errors import ProblemError
 from tooladapter.gateway.ui.session import Sealer, Session
+from tooladapter.gateway.views.problems import ProblemKind, kind_for_api_status
 from tooladapter.kube.callers import CallerApiError
-from tooladapter.pipeline.mcpapproval import call_ref
-from tooladapter.pipeline.problems import ProblemKind, kind_for_api_status
-from tooladapter.pipeline.review import Refusal, Undecidable
+from tooladapter.mcp.core.approvals import call_ref
 from tooladapter.pipeline.sanitize import bounded_message
+from tooladapter.review.texts import Refusal, Undecidable
 
 HERE: Final = Path(__file__).parent
 PREFIX: Final = "/ui"

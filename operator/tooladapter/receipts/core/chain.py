@@ -21,7 +21,12 @@ from enum import StrEnum
 from typing import Any
 
 from tooladapter.pipeline.hashing import sha256_ref
-from tooladapter.pipeline.signing import KeySet, SignatureStatus, parse_stored, signature_status
+from tooladapter.receipts.core.signing import (
+    KeySet,
+    SignatureStatus,
+    parse_stored,
+    signature_status,
+)
 
 
 @dataclass(frozen=True)

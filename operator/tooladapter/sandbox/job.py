@@ -17,19 +17,18 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from tooladapter.egress.core.addresses import IPNetwork
+from tooladapter.egress.core.cidr_bounds import ip_block
 from tooladapter.model import SandboxSpec, SecretDependency
-from tooladapter.pipeline.addresses import IPNetwork
-from tooladapter.pipeline.cidr_bounds import ip_block
-
-MANAGED_BY = "tooladapter"
-LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
-LABEL_INVOCATION_UID = "tooladapter.dev/invocation-uid"
-ANNOTATION_INVOCATION = "tooladapter.dev/invocation"
-ANNOTATION_ARGUMENTS = "tooladapter.dev/arguments"
-ANNOTATION_LEASE = "tooladapter.dev/lease-id"
-#: `namespace/name` of the invocation an object in another namespace belongs to (owner
-#: references cannot cross namespaces): the egress grant in the proxy's namespace.
-ANNOTATION_INVOCATION_REF = "tooladapter.dev/invocation-ref"
+from tooladapter.naming import (
+    ANNOTATION_ARGUMENTS,
+    ANNOTATION_INVOCATION,
+    ANNOTATION_LEASE,
+    LABEL_INVOCATION_UID,
+    LABEL_MANAGED_BY,
+    MANAGED_BY,
+    LeaseNames,
+)
 
 WORKSPACE = "/workspace"
 TOOLADAPTER_DIR = "/tooladapter"
@@ -49,30 +48,6 @@ GATE_SCRIPT = (
     "sleep 0.1; done"
 )
 GATE_ATTEMPTS = 300
-
-
-@dataclass(frozen=True)
-class LeaseNames:
-    """Deterministic names of a lease's objects, derived from the invocation uid only."""
-
-    job: str
-    network_policy: str
-    secret: str
-    #: The proxy URL with the lease's token (tenant namespace).
-    proxy_secret: str
-    #: The grant and the connection records (the proxy's namespace).
-    egress: str
-
-    @classmethod
-    def for_uid(cls, uid: str) -> LeaseNames:
-        # A uid is 36 characters of [0-9a-f-]: always a valid, unique object name part.
-        return cls(
-            job=f"ta-{uid}",
-            network_policy=f"ta-{uid}",
-            secret=f"ta-cred-{uid}",
-            proxy_secret=f"ta-proxy-{uid}",
-            egress=f"ta-egress-{uid}",
-        )
 
 
 @dataclass(frozen=True)

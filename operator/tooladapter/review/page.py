@@ -19,14 +19,14 @@ from datetime import datetime
 from typing import Any, Final
 
 from tooladapter.enums import InvocationState
-from tooladapter.pipeline import readout
-from tooladapter.pipeline.argdiff import ChangeKind, diff
 from tooladapter.pipeline.parts import meta_of as _meta
 from tooladapter.pipeline.parts import name_of as _name
 from tooladapter.pipeline.parts import spec_of as _spec
 from tooladapter.pipeline.parts import status_of as _status
-from tooladapter.pipeline.review import pending_approvals
-from tooladapter.pipeline.shown import shown, shown_json, visible
+from tooladapter.review import readout
+from tooladapter.review.argdiff import ChangeKind, diff
+from tooladapter.review.shown import shown, shown_json, visible
+from tooladapter.review.texts import pending_approvals
 from tooladapter.timeutil import parse_time
 
 #: At most this many runs are offered per page.

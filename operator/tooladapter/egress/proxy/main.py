@@ -16,14 +16,14 @@ import logging
 import signal
 import ssl
 
-from tooladapter.egress.leases import LeaseTable
-from tooladapter.egress.proxy import EgressProxy
-from tooladapter.egress.records import Recorder
+from tooladapter.egress.core.rules import MAX_HEAD, AddressPolicy, parse_hosts_override
+from tooladapter.egress.proxy.leases import LeaseTable
+from tooladapter.egress.proxy.records import Recorder
+from tooladapter.egress.proxy.server import EgressProxy
 from tooladapter.kube import egress as kegress
 from tooladapter.kube.client import Kube
 from tooladapter.metrics import serve
-from tooladapter.pipeline.egress import MAX_HEAD, AddressPolicy, parse_hosts_override
-from tooladapter.pipeline.sandbox import LeaseNames
+from tooladapter.naming import LeaseNames
 from tooladapter.settings import EgressSettings, Settings
 
 logger = logging.getLogger("tooladapter.egress")

@@ -22,7 +22,7 @@ from typing import Any, Final
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from tooladapter.pipeline.signing import (
+from tooladapter.receipts.core.signing import (
     KeySet,
     PublicKey,
     Signer,

@@ -20,7 +20,7 @@ from tooladapter.pipeline.hashing import (
     canonical_json,
     sha256_ref,
 )
-from tooladapter.pipeline.signing import loads_unique, receipt_of
+from tooladapter.receipts.core.signing import loads_unique, receipt_of
 
 
 class Match(StrEnum):

@@ -27,14 +27,14 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
-from tooladapter.enums import EgressVerdict
-from tooladapter.pipeline.addresses import (
+from tooladapter.egress.core.addresses import (
     METADATA,
     IPAddress,
     IPNetwork,
     address_kind,
     embedded_ipv4,
 )
+from tooladapter.enums import EgressVerdict
 from tooladapter.pipeline.validation import EgressEntry, parse_egress_entry
 
 #: Default ports: CONNECT (and TLS upstreams of credentialed hosts) and plain-HTTP forwarding.

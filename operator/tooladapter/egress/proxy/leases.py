@@ -20,9 +20,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from tooladapter.pipeline.egress import AllowList, HostEntry, credential_header, normalize_host
-from tooladapter.pipeline.egress_lease import GRANT_KEY, TOKEN_HASH_KEY, LeaseGrant, token_digest
-from tooladapter.pipeline.sandbox import LABEL_INVOCATION_UID
+from tooladapter.egress.core.lease import GRANT_KEY, TOKEN_HASH_KEY, LeaseGrant, token_digest
+from tooladapter.egress.core.rules import AllowList, HostEntry, credential_header, normalize_host
+from tooladapter.naming import LABEL_INVOCATION_UID
 from tooladapter.pipeline.validation import parse_egress_entry
 from tooladapter.timeutil import parse_time
 

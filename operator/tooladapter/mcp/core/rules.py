@@ -1,6 +1,6 @@
 """Pure rules for MCP servers: digests, bindings, shadowing, output checks, lifecycle.
 
-No I/O here: `tooladapter.mcp_client` talks to servers, the handlers write status; these
+No I/O here: `tooladapter.mcp.client` talks to servers, the handlers write status; these
 functions decide. Tools arrive as their wire objects (the dicts of `tools/list`, camelCase
 keys, `_meta` included), exactly as `mcp_client.discover` returns them.
 """

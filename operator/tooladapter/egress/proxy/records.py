@@ -17,10 +17,10 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from tooladapter.egress.core.lease import MAX_RECORDS, RECORDS_PREFIX
 from tooladapter.enums import EgressVerdict
 from tooladapter.metrics import EGRESS_CONNECTIONS
 from tooladapter.model import EgressRecord
-from tooladapter.pipeline.egress_lease import MAX_RECORDS, RECORDS_PREFIX
 from tooladapter.timeutil import now_iso
 
 logger = logging.getLogger("tooladapter.egress")

@@ -26,10 +26,9 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import NoReturn
 
-from tooladapter.egress.leases import Lease, LeaseTable
-from tooladapter.egress.records import Recorder
-from tooladapter.enums import EgressVerdict
-from tooladapter.pipeline.egress import (
+from tooladapter.egress.core.framing import ChunkedEnd, Framing, body_framing
+from tooladapter.egress.core.response import BadResponse, ResponseFilter
+from tooladapter.egress.core.rules import (
     ALLOWED,
     HTTP_PORT,
     HTTPS_PORT,
@@ -50,8 +49,9 @@ from tooladapter.pipeline.egress import (
     split_authority,
     upstream_head,
 )
-from tooladapter.pipeline.egress_framing import ChunkedEnd, Framing, body_framing
-from tooladapter.pipeline.egress_response import BadResponse, ResponseFilter
+from tooladapter.egress.proxy.leases import Lease, LeaseTable
+from tooladapter.egress.proxy.records import Recorder
+from tooladapter.enums import EgressVerdict
 
 logger = logging.getLogger("tooladapter.egress")
 

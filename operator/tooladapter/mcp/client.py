@@ -45,7 +45,9 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 from pydantic import RootModel, ValidationError
 
-from tooladapter.mcp_types import (
+from tooladapter.egress.core.addresses import AddressRefused, AddressRule
+from tooladapter.mcp.core.rules import tool_digest
+from tooladapter.mcp.core.types import (
     Discovery,
     McpAddressRefused,
     McpBrokenMidCall,
@@ -59,8 +61,6 @@ from tooladapter.mcp_types import (
     McpUnavailable,
     ProbeResult,
 )
-from tooladapter.pipeline.addresses import AddressRefused, AddressRule
-from tooladapter.pipeline.mcp import tool_digest
 
 logger = logging.getLogger(__name__)
 

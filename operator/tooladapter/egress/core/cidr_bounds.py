@@ -32,8 +32,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
+from tooladapter.egress.core.addresses import METADATA, IPNetwork
 from tooladapter.model import ToolDescriptorSpec
-from tooladapter.pipeline.addresses import METADATA, IPNetwork
 
 #: Ranges excepted from every ipBlock that strictly contains them (besides the cluster's).
 ALWAYS_EXCEPTED: Final[tuple[IPNetwork, ...]] = (

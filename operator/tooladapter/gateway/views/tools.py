@@ -39,12 +39,12 @@ from tooladapter.model import (
     ToolDescriptorStatus,
     ToolInvocationSpec,
 )
-from tooladapter.pipeline import readout
 from tooladapter.pipeline.hashing import descriptor_digest
 from tooladapter.pipeline.linear_regex import compile_internal
-from tooladapter.pipeline.review import waiting_reasons
-from tooladapter.pipeline.shown import shown
 from tooladapter.pipeline.validation import validate_arguments
+from tooladapter.review import readout
+from tooladapter.review.shown import shown
+from tooladapter.review.texts import waiting_reasons
 
 #: `_meta` keys of tooladapter (namespaced, as MCP asks of non-protocol keys).
 META_PREFIX: Final = "dev.tooladapter/"

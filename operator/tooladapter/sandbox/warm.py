@@ -41,10 +41,9 @@ from typing import Any
 
 from tooladapter.enums import ToolKind, WorkspaceMode
 from tooladapter.model import SandboxSpec, ToolDescriptorSpec
-from tooladapter.pipeline.sandbox import (
+from tooladapter.naming import LABEL_MANAGED_BY, MANAGED_BY
+from tooladapter.sandbox.job import (
     CONTAINER_NAME,
-    LABEL_MANAGED_BY,
-    MANAGED_BY,
     SANDBOX_UID,
     TOOLADAPTER_DIR,
     WORKSPACE,

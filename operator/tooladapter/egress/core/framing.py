@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final
 
-from tooladapter.pipeline.egress import BadRequest, RequestHead
+from tooladapter.egress.core.rules import BadRequest, RequestHead
 
 #: A chunk-size line (with extensions) or a trailer line longer than this is refused.
 MAX_CHUNK_LINE: Final = 4096

@@ -31,7 +31,7 @@ from urllib.parse import quote, urlsplit
 
 from tooladapter.enums import InvocationState, Stage
 from tooladapter.pipeline.hashing import request_hash
-from tooladapter.pipeline.shown import shown
+from tooladapter.review.shown import shown
 
 #: The label the gateway puts on invocations it creates: a digest of (caller, request).
 REQUEST_LABEL: Final = "tooladapter.dev/mcp-request"

@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from tooladapter.pipeline.sandbox import (
+from tooladapter.naming import (
     ANNOTATION_INVOCATION_REF,
     LABEL_INVOCATION_UID,
     LABEL_MANAGED_BY,

@@ -22,12 +22,12 @@ from typing import Any, Final
 
 from tooladapter import API_VERSION
 from tooladapter.enums import ApprovalDecision, InvocationState, Stage, StageOutcome
-from tooladapter.pipeline.argdiff import canonical, diff
 from tooladapter.pipeline.hashing import request_hash
 from tooladapter.pipeline.parts import name_of as _name
 from tooladapter.pipeline.parts import spec_of as _spec
 from tooladapter.pipeline.parts import status_of as _status
-from tooladapter.pipeline.shown import shown, visible
+from tooladapter.review.argdiff import canonical, diff
+from tooladapter.review.shown import shown, visible
 
 #: The CRD's bound on groups in spec.reviewerGroups (and spec.caller.groups).
 MAX_GROUPS: Final = 64

@@ -1,0 +1,1 @@
+"""The lease-scoped egress proxy process: leases, the server, connection records."""

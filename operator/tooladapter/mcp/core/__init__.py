@@ -1,0 +1,1 @@
+"""The pure rules and types of MCP: no SDK, no I/O."""

@@ -1,0 +1,1 @@
+"""The pure core of receipts: building, signing, chaining, checking, indexing, events."""
