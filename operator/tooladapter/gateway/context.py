@@ -42,7 +42,7 @@ class Caller:
 
 
 DEPS: Final = web.AppKey("tooladapter.deps", Deps)
-_CALLER: Final = "tooladapter.caller"
+_CALLER: Final = web.RequestKey("tooladapter.caller", Caller)
 
 
 def deps_of(request: web.Request) -> Deps:

@@ -1,0 +1,60 @@
+"""The module and test map in `docs/contributing/layout.md` is the tree, not a memory of it.
+
+A newcomer finds where a concern lives from that page; it once named CLI modules that did
+not exist and left out whole packages. Every path it names must exist, and every package
+and top-level module of the operator, and every test folder, must be named.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+PAGE = ROOT / "docs" / "contributing" / "layout.md"
+PACKAGE = ROOT / "operator" / "tooladapter"
+
+#: `operator/tooladapter/x/`, `tests/unit/receipts/`, `hack/demo.py`, `Dockerfile*`: what a
+#: backticked token that starts like a repository path names.
+_PATH = re.compile(r"`((?:operator|tests|hack|crds|manifests|charts|docs)/[^`\s]*|Dockerfile[^`\s]*)`")
+
+
+def _named() -> set[str]:
+    return {m.group(1).rstrip("/") for m in _PATH.finditer(PAGE.read_text())}
+
+
+def _exists(path: str) -> bool:
+    if "*" in path:
+        return any(ROOT.glob(path))
+    return (ROOT / path).exists()
+
+
+def test_every_path_the_page_names_exists() -> None:
+    missing = sorted(p for p in _named() if not _exists(p))
+    assert not missing, f"layout.md names paths that do not exist: {missing}"
+
+
+def test_every_package_and_top_level_module_is_named() -> None:
+    named = _named()
+    wanted = {
+        str(p.parent.relative_to(ROOT))
+        for p in PACKAGE.rglob("__init__.py")
+        if "__pycache__" not in p.parts and p.parent != PACKAGE
+    }
+    wanted |= {
+        str(p.relative_to(ROOT)) for p in PACKAGE.glob("*.py") if p.name not in {"__init__.py"}
+    }
+    missing = sorted(wanted - named)
+    assert not missing, f"layout.md does not name: {missing}"
+
+
+def test_every_test_folder_is_named() -> None:
+    named = _named()
+    wanted = {
+        str(p.relative_to(ROOT))
+        for kind in ("unit", "integration", "cluster", "deploy")
+        for p in [ROOT / "tests" / kind, *(ROOT / "tests" / kind).iterdir()]
+        if p.is_dir() and p.name != "__pycache__" and any(p.glob("test_*.py"))
+    }
+    missing = sorted(wanted - named)
+    assert not missing, f"layout.md's test map does not name: {missing}"
