@@ -21,15 +21,9 @@ from tooladapter import offload
 from tooladapter.enums import FailureClass, Stage
 from tooladapter.model import Caller, ToolPolicySpec
 from tooladapter.pipeline.effect import effect_hash
-from tooladapter.pipeline.permission import Question
-from tooladapter.pipeline.preview import (
-    Permission,
-    Preview,
-    PreviewSettings,
-    Refusal,
-    conclude,
-    evaluate,
-)
+from tooladapter.pipeline.permission import Permission, Question
+from tooladapter.pipeline.preview import Preview, PreviewSettings, conclude, evaluate
+from tooladapter.pipeline.refusals import Refusal
 from tooladapter.settings import Settings
 
 Body = dict[str, Any]

@@ -32,7 +32,7 @@ from tooladapter.model import (
 )
 from tooladapter.pipeline.availability import unavailable
 from tooladapter.pipeline.classification import classify, raised_note
-from tooladapter.pipeline.permission import refusal
+from tooladapter.pipeline.refusals import permission_denied
 from tooladapter.sandbox.job import build_job
 from tooladapter.settings import Settings
 
@@ -244,7 +244,7 @@ def test_a_class_denial_says_what_raised_the_class() -> None:
     )
     assert classification.effective == SideEffectClass.SHARED_WRITE
     note = raised_note(classification.raised_by)
-    denied = refusal(
+    denied = permission_denied(
         caller="agent",
         groups=[],
         namespace="n",
@@ -255,8 +255,9 @@ def test_a_class_denial_says_what_raised_the_class() -> None:
         raised=note,
     )
     assert denied is not None
-    assert "may not use sideeffectclasses/shared-write" in denied
-    assert "not on the allow list" in denied and "rm is on no allow-list entry" in denied
+    assert "may not use sideeffectclasses/shared-write" in denied.reason
+    assert "not on the allow list" in denied.reason
+    assert "rm is on no allow-list entry" in denied.reason
     assert raised_note(()) == ""
 
 

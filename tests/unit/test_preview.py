@@ -13,7 +13,8 @@ from prometheus_client import REGISTRY
 
 from tooladapter.enums import InvocationState, PreviewVerdict, Stage, ToolKind
 from tooladapter.model import ToolPolicySpec
-from tooladapter.pipeline.preview import Permission, PreviewSettings, evaluate, preview
+from tooladapter.pipeline.permission import Permission
+from tooladapter.pipeline.preview import PreviewSettings, evaluate, preview
 
 from .fake_cluster import (
     CALLER,

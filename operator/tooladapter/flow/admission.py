@@ -19,6 +19,7 @@ from tooladapter.flow.context import Denial, FlowContext
 from tooladapter.flow.dryrun import is_dry_run, on_dry_run
 from tooladapter.flow.ending import cancel, end_as_duplicate
 from tooladapter.kube.client import NotFound
+from tooladapter.pipeline import refusals
 from tooladapter.pipeline.effect import effect_hash
 from tooladapter.pipeline.hashing import request_hash
 from tooladapter.pipeline.states import BEFORE_EXECUTING
@@ -54,11 +55,7 @@ async def on_received(ctx: FlowContext) -> None:
         tool_version=spec.tool.version,
     )
     if problems:
-        raise Denial(
-            Stage.VALIDATION,
-            "arguments too large: " + "; ".join(problems),
-            FailureClass.VALIDATION,
-        )
+        raise Denial.of(refusals.arguments_too_large(problems))
     ctx.status.request_hash = hashed
     ctx.status.effect_hash = await offload.run(
         ctx.namespace,
@@ -69,12 +66,7 @@ async def on_received(ctx: FlowContext) -> None:
     ctx.status.descriptor_digest = ctx.descriptor_digest(descriptor)
     ctx.status.declared_class = descriptor.side_effect_class
     if errors:
-        detail = "; ".join(f"{e.path}: {e.message}" for e in errors[:20])
-        raise Denial(
-            Stage.VALIDATION,
-            f"arguments do not match the input schema: {detail}",
-            FailureClass.VALIDATION,
-        )
+        raise Denial.of(refusals.arguments_mismatch(errors))
     await check_unconfirmed(ctx)
     ctx.record(Stage.VALIDATION, StageOutcome.PASSED)  # the tool: spec.tool
     await ctx.advance(InvocationState.VALIDATED)

@@ -39,11 +39,13 @@ from tooladapter.model import (
     ToolRef,
     describe_errors,
 )
+from tooladapter.pipeline import refusals
 from tooladapter.pipeline.availability import published_versions, unavailable
 from tooladapter.pipeline.classification import namespace_environment
 from tooladapter.pipeline.conditions import invocation_conditions
 from tooladapter.pipeline.hashing import descriptor_digest
 from tooladapter.pipeline.policy import PolicyDecision, evaluate_policies
+from tooladapter.pipeline.refusals import Refusal
 from tooladapter.pipeline.sanitize import EVENT_MESSAGE_CHARS, bounded_message, redact_argv
 from tooladapter.pipeline.shell import check_command
 from tooladapter.pipeline.states import transition
@@ -62,14 +64,22 @@ STAGE_DETAIL_CHARS = 1024
 SANDBOX_KINDS = frozenset({ToolKind.SHELL, ToolKind.CONTAINER})
 
 
-class Denial(Exception):
-    """A stage refused the call: the invocation ends Denied with this stage and reason."""
+class StageEnd(Exception):
+    """A stage ends the call: at this stage, for this reason, with this failure class."""
 
     def __init__(self, stage: Stage, reason: str, failure: FailureClass) -> None:
         super().__init__(reason)
         self.stage = stage
         self.reason = reason
         self.failure = failure
+
+
+class Denial(StageEnd):
+    """A stage refused the call: the invocation ends Denied with this stage and reason."""
+
+    @classmethod
+    def of(cls, refusal: Refusal) -> Denial:
+        return cls(refusal.stage, refusal.reason, refusal.failure)
 
 
 class Restart(Exception):
@@ -80,14 +90,8 @@ class Superseded(Exception):
     """Another operator claimed this call's execution: it owns the call from here."""
 
 
-class Failure(Exception):
+class Failure(StageEnd):
     """A stage could not go on and no effect has started: the invocation ends Failed."""
-
-    def __init__(self, stage: Stage, reason: str, failure: FailureClass) -> None:
-        super().__init__(reason)
-        self.stage = stage
-        self.reason = reason
-        self.failure = failure
 
 
 @dataclass
@@ -344,11 +348,7 @@ class FlowContext:
             try:
                 self.spec = ToolInvocationSpec.model_validate(self.body.get("spec") or {})
             except ValidationError as exc:
-                raise Denial(
-                    Stage.VALIDATION,
-                    f"invalid invocation: {describe_errors(exc)}",
-                    FailureClass.VALIDATION,
-                ) from None
+                raise Denial.of(refusals.invalid_invocation(describe_errors(exc))) from None
         return self.spec
 
     def unvalidated_spec(self) -> ToolInvocationSpec:
@@ -415,12 +415,7 @@ class FlowContext:
             name = f"{self.namespace}/{entry.name}"
             if entry.spec is None:
                 # Fail closed: a policy we cannot read could have denied this call.
-                raise Denial(
-                    Stage.POLICY,
-                    f"ToolPolicy {name} is invalid ({entry.error}): "
-                    "calls are denied until it is fixed",
-                    FailureClass.POLICY_DENIED,
-                )
+                raise Denial.of(refusals.invalid_policy(name, entry.error))
             policies.append((name, entry.spec))
         self.decision = evaluate_policies(
             policies,

@@ -15,14 +15,20 @@ only for calls that waited or were resumed, never on the common path.
 
 from __future__ import annotations
 
+from functools import partial
+
 from tooladapter.catalog import Catalog
 from tooladapter.enums import FailureClass, Resource, SideEffectClass, Stage, StageOutcome
 from tooladapter.flow.admission import check_fencing
-from tooladapter.flow.authorization import check_permission, classify_call, shell_verdict
+from tooladapter.flow.authorization import (
+    ask_permission,
+    classify_call,
+    deny_first,
+    shell_verdict,
+)
 from tooladapter.flow.context import Denial, FlowContext
 from tooladapter.model import ApprovalBinding
-from tooladapter.pipeline.classification import raised_note
-from tooladapter.pipeline.policy import check_ceiling
+from tooladapter.pipeline.authorization import authorize, effective_class
 
 
 def needs_recheck(ctx: FlowContext) -> bool:
@@ -102,36 +108,25 @@ async def recheck(ctx: FlowContext) -> None:
             FailureClass.VALIDATION,
         )
     decision = ctx.load_decision()
-    if not decision.allowed:
-        raise Denial(
-            Stage.POLICY,
-            "; ".join(decision.denials) or "denied by policy",
-            FailureClass.POLICY_DENIED,
-        )
     verdict = await shell_verdict(ctx, descriptor, decision)
     classification = classify_call(ctx, descriptor, decision, verdict)
     recorded = ctx.status.effective_class
-    if classification.refused:
-        raise Denial(
-            Stage.CLASSIFICATION,
-            classification.reason or "refused",
-            FailureClass.POLICY_DENIED,
-        )
-    if recorded is not None and classification.effective.rank > recorded.rank:
-        raise Denial(
-            Stage.CLASSIFICATION,
-            f"the call's class rose from {recorded} to {classification.effective} while it "
-            "waited (the namespace's environment changed): call again",
-            FailureClass.POLICY_DENIED,
-        )
-    effective = recorded or classification.effective
-    raised = raised_note(classification.raised_by)
-    ceiling = check_ceiling(decision, effective)
-    if ceiling:
-        raise Denial(Stage.POLICY, ceiling + raised, FailureClass.POLICY_DENIED)
+    effective = effective_class(classification, recorded)
+
+    refusals = partial(
+        authorize,
+        namespace=ctx.namespace,
+        call=spec,
+        decision=decision,
+        classification=classification,
+        verdict=verdict,
+        recorded=recorded,
+    )
+    # The grants are asked last, afresh, and only when nothing else refuses the call now.
+    deny_first(refusals(permission=None))
     if ctx.status.approval is not None:
         check_bound_reviewer(ctx, ctx.status.approval)
-    await check_permission(ctx, effective=str(effective), fresh=True, raised=raised)
+    deny_first(refusals(permission=await ask_permission(ctx, effective, fresh=True)))
     if spec.attempt_id and spec.fencing_token is not None:
         await check_fencing(ctx)
     ctx.rechecked = True

@@ -27,7 +27,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from tooladapter.egress.core.rules import effective_allow
-from tooladapter.enums import FailureClass, PreviewVerdict, SideEffectClass, Stage, ToolKind
+from tooladapter.enums import PreviewVerdict, SideEffectClass, Stage, ToolKind
 from tooladapter.model import (
     ArgumentError,
     InvocationPreview,
@@ -42,27 +42,21 @@ from tooladapter.model import (
     ToolPolicySpec,
     describe_errors,
 )
+from tooladapter.pipeline import refusals
 from tooladapter.pipeline.approval import needs_approval
+from tooladapter.pipeline.authorization import authorize, classify_call, shell_check
 from tooladapter.pipeline.availability import unavailable
-from tooladapter.pipeline.classification import (
-    Classification,
-    classify,
-    mcp_hint_class,
-    namespace_environment,
-    raised_note,
-)
+from tooladapter.pipeline.classification import Classification, mcp_hint_class
 from tooladapter.pipeline.hashing import descriptor_digest
-from tooladapter.pipeline.permission import Question, questions, refusal
+from tooladapter.pipeline.permission import Permission, Question, questions
 from tooladapter.pipeline.policy import (
     DEFAULT_APPROVAL_TIMEOUT_SECONDS,
     PolicyDecision,
-    block_pattern_source,
-    check_ceiling,
     evaluate_policies,
-    shell_action_source,
 )
+from tooladapter.pipeline.refusals import MAX_ERRORS, Refusal
 from tooladapter.pipeline.sanitize import bounded_message
-from tooladapter.pipeline.shell import ShellVerdict, allow_list_for, check_command
+from tooladapter.pipeline.shell import ShellVerdict
 from tooladapter.pipeline.validation import check_arguments
 from tooladapter.sandbox.job import runtime_class_for
 
@@ -71,8 +65,6 @@ Preview = InvocationPreview
 
 #: Stages a dry run never evaluates: each would act on the world or count the call.
 NOT_EVALUATED = (Stage.IDEMPOTENCY, Stage.FENCING, Stage.RATE_LIMIT, Stage.CREDENTIALS)
-#: Schema errors listed in a preview (a real call's message lists the first 20 too).
-MAX_ERRORS = 20
 
 
 @dataclass(frozen=True)
@@ -86,21 +78,6 @@ class PreviewSettings:
     sandbox_image: str | None = None
     #: The egress allow-list of sandboxes whose descriptor sets none.
     default_egress_allow: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
-class Permission:
-    """The caller's RBAC answers: `invoke` on the tool, `use` on the effective class."""
-
-    invoke: bool
-    use: bool
-
-
-@dataclass(frozen=True)
-class Refusal:
-    stage: Stage
-    reason: str
-    failure: FailureClass
 
 
 @dataclass
@@ -118,8 +95,8 @@ class Evaluation:
     shell: ShellVerdict | None = None
     classification: Classification | None = None
 
-    def refuse(self, stage: Stage, reason: str, failure: FailureClass) -> None:
-        self.refusals.append(Refusal(stage, reason, failure))
+    def refuse(self, refusal: Refusal) -> None:
+        self.refusals.append(refusal)
 
     @property
     def questions(self) -> tuple[Question, ...]:
@@ -181,11 +158,7 @@ def evaluate(
         call = ToolInvocationSpec.model_validate(spec)
     except ValidationError as exc:
         ev.validation.passed = False
-        ev.refuse(
-            Stage.VALIDATION,
-            f"invalid invocation: {describe_errors(exc)}",
-            FailureClass.VALIDATION,
-        )
+        ev.refuse(refusals.invalid_invocation(describe_errors(exc)))
         return ev
     ev.call = call
     tool_id, version = call.tool.id, call.tool.version
@@ -196,7 +169,7 @@ def evaluate(
         ev.validation.published_versions = list(published)
     if refused is not None:
         ev.validation.passed = False
-        ev.refuse(Stage.VALIDATION, *refused)
+        ev.refuse(Refusal(Stage.VALIDATION, *refused))
         return ev
     assert descriptor is not None
     tool = ToolDescriptorSpec.model_validate(descriptor.get("spec") or {})
@@ -210,9 +183,7 @@ def evaluate(
     )
     if problems:
         ev.validation.passed = False
-        ev.refuse(
-            Stage.VALIDATION, "arguments too large: " + "; ".join(problems), FailureClass.VALIDATION
-        )
+        ev.refuse(refusals.arguments_too_large(problems))
         return ev
     ev.validation.request_hash = hashed
     ev.validation.descriptor_digest = descriptor_digest(tool.wire())
@@ -222,21 +193,12 @@ def evaluate(
             ArgumentError(path=e.path, message=bounded_message(e.message))
             for e in errors[:MAX_ERRORS]
         ]
-        detail = "; ".join(f"{e.path}: {e.message}" for e in errors[:MAX_ERRORS])
-        ev.refuse(
-            Stage.VALIDATION,
-            f"arguments do not match the input schema: {detail}",
-            FailureClass.VALIDATION,
-        )
+        ev.refuse(refusals.arguments_mismatch(errors))
     valid: list[tuple[str, ToolPolicySpec]] = []
     for name, policy in sorted(policies, key=lambda item: item[0]):
         if isinstance(policy, str):
             # Fail closed, as a call does: a policy nobody can read could deny this call.
-            ev.refuse(
-                Stage.POLICY,
-                f"ToolPolicy {name} is invalid ({policy}): calls are denied until it is fixed",
-                FailureClass.POLICY_DENIED,
-            )
+            ev.refuse(refusals.invalid_policy(name, policy))
             return ev
         valid.append((name, policy))
     ev.decision = evaluate_policies(
@@ -259,115 +221,37 @@ def evaluate(
     return ev
 
 
-def shell_check(
-    descriptor: ToolDescriptorSpec, call: ToolInvocationSpec, decision: PolicyDecision
-) -> ShellVerdict | None:
-    """The shell check of a shell tool's command: the descriptor's allow list (or the
-    reference's default) narrowed by the policies', and every block list."""
-    if descriptor.kind != ToolKind.SHELL:
-        return None
-    return check_command(
-        str(call.arguments.get("command", "")),
-        allow=allow_list_for(descriptor.shell.allow if descriptor.shell else None),
-        block=[*(descriptor.shell.block if descriptor.shell else []), *decision.shell_block],
-        narrow=decision.shell_allow,
-    )
-
-
-def classify_call(
-    descriptor: ToolDescriptorSpec,
-    decision: PolicyDecision,
-    verdict: ShellVerdict | None,
-    *,
-    namespace_labels: Mapping[str, str],
-    hinted: SideEffectClass | None,
-) -> Classification:
-    """The classification of one call from its descriptor, the policy decision, the shell
-    verdict and the namespace; a shell refusal names the pattern and where it comes from."""
-    environment, frozen = namespace_environment(namespace_labels)
-    blocked = verdict is not None and verdict.blocked
-    reason = verdict.reason if verdict is not None and not verdict.ok else ""
-    if blocked and verdict is not None and verdict.escalate_ok and verdict.matched:
-        source = block_pattern_source(
-            verdict.matched,
-            descriptor_block=descriptor.shell.block if descriptor.shell else [],
-            decision=decision,
-        )
-        reason = f"{reason}, a pattern of {source}"
-    unlisted = verdict is not None and verdict.unlisted
-    return classify(
-        declared=descriptor.side_effect_class,
-        environment=environment,
-        frozen=frozen,
-        shell_blocked=blocked,
-        block_action=decision.block_action,
-        hinted=hinted,
-        risk=descriptor.risk_class,
-        shell_escalate_ok=verdict.escalate_ok if verdict is not None and blocked else True,
-        shell_unlisted=unlisted,
-        unlisted_action=decision.unlisted_action,
-        shell_reason=reason,
-        shell_policy_source=shell_action_source(decision, blocked=blocked)
-        if blocked or unlisted
-        else "",
-    )
-
-
 def conclude(ev: Evaluation, permission: bool | Permission | None) -> Preview:
     """The preview, given the caller's permission answers (None: not checked)."""
     if isinstance(permission, bool):
         permission = Permission(invoke=permission, use=permission)
-    refusals = list(ev.refusals)
+    found = list(ev.refusals)
     call, tool, decision, classification = ev.call, ev.descriptor, ev.decision, ev.classification
     shown = _Parts()
     if call is not None and tool is not None and decision is not None and classification:
-        effective = classification.effective
         shown.permission = PreviewPermission(
             checked=permission is not None, asked=[str(q) for q in ev.questions]
         )
+        authorized = authorize(
+            namespace=ev.namespace,
+            call=call,
+            decision=decision,
+            classification=classification,
+            verdict=ev.shell,
+            permission=permission,
+        )
         if permission is not None:
-            denied = refusal(
-                caller=call.caller.name,
-                groups=call.caller.groups,
-                namespace=ev.namespace,
-                tool_id=call.tool.id,
-                effective=effective,
-                may_invoke=permission.invoke,
-                may_use=permission.use,
-                raised=raised_note(classification.raised_by),
-            )
+            denied = next((r for r in authorized if r.stage is Stage.PERMISSION), None)
             shown.permission.allowed = denied is None
-            shown.permission.reason = denied or "RBAC allows both"
-            if denied is not None:
-                refusals.append(Refusal(Stage.PERMISSION, denied, FailureClass.PERMISSION_DENIED))
+            shown.permission.reason = denied.reason if denied else "RBAC allows both"
         else:
             shown.permission.reason = "not checked: the verdict assumes RBAC allows the call"
-        # The order a call meets them in (`flow.authorization`).
-        if not decision.allowed:
-            refusals.append(
-                Refusal(
-                    Stage.POLICY,
-                    "; ".join(decision.denials) or "denied by policy",
-                    FailureClass.POLICY_DENIED,
-                )
-            )
-        ceiling = check_ceiling(decision, effective)
-        if ceiling:
-            ceiling += raised_note(classification.raised_by)
-            refusals.append(Refusal(Stage.POLICY, ceiling, FailureClass.POLICY_DENIED))
-        if classification.refused:
-            refusals.append(
-                Refusal(
-                    Stage.CLASSIFICATION,
-                    classification.reason or (ev.shell.reason if ev.shell else "refused"),
-                    FailureClass.POLICY_DENIED,
-                )
-            )
+        found.extend(authorized)
         shown.policy = _policy(decision)
         shown.classification = _classification(classification, ev.shell)
         shown.approval = _approval(call, decision, classification)
         shown.sandbox, shown.egress = _reach(tool, ev.settings)
-    first = refusals[0] if refusals else None
+    first = found[0] if found else None
     if first is not None:
         verdict = PreviewVerdict.WOULD_BE_DENIED
     elif shown.approval is not None and shown.approval.required:
