@@ -63,7 +63,7 @@ from tooladapter.pipeline.policy import (
 )
 from tooladapter.pipeline.sanitize import bounded_message
 from tooladapter.pipeline.shell import ShellVerdict, allow_list_for, check_command
-from tooladapter.pipeline.validation import check_arguments
+from tooladapter.pipeline.validation.arguments import check_arguments
 from tooladapter.sandbox.job import runtime_class_for
 
 #: The typed result of a dry run (also `status.preview` of a Previewed invocation).

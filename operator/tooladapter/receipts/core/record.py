@@ -16,7 +16,7 @@ from typing import Any
 from tooladapter.enums import SandboxKind, ToolKind
 from tooladapter.model import AuditRequirements, ToolInvocationSpec, ToolInvocationStatus
 from tooladapter.pipeline.hashing import CanonicalizationError, digest
-from tooladapter.pipeline.validation import check_bounds
+from tooladapter.pipeline.validation.arguments import check_bounds
 
 RECEIPT_SCHEMA = "tool-invocation-v1"
 
