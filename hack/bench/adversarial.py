@@ -21,7 +21,8 @@ from typing import Any
 
 from tooladapter import offload
 from tooladapter.pipeline import linear_regex
-from tooladapter.pipeline.sanitize import ENGINE, sanitize
+from tooladapter.pipeline.linear_regex import ENGINE
+from tooladapter.pipeline.sanitize.results import sanitize
 from tooladapter.pipeline.validation.arguments import validate_arguments
 
 MiB = 1 << 20

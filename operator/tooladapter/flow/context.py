@@ -44,7 +44,11 @@ from tooladapter.pipeline.classification import namespace_environment
 from tooladapter.pipeline.conditions import invocation_conditions
 from tooladapter.pipeline.hashing import descriptor_digest
 from tooladapter.pipeline.policy import PolicyDecision, evaluate_policies
-from tooladapter.pipeline.sanitize import EVENT_MESSAGE_CHARS, bounded_message, redact_argv
+from tooladapter.pipeline.sanitize.redaction import (
+    EVENT_MESSAGE_CHARS,
+    bounded_message,
+    redact_argv,
+)
 from tooladapter.pipeline.shell import check_command
 from tooladapter.pipeline.states import transition
 from tooladapter.pipeline.status_patch import merge_patch

@@ -61,7 +61,7 @@ from tooladapter.pipeline.policy import (
     evaluate_policies,
     shell_action_source,
 )
-from tooladapter.pipeline.sanitize import bounded_message
+from tooladapter.pipeline.sanitize.redaction import bounded_message
 from tooladapter.pipeline.shell import ShellVerdict, allow_list_for, check_command
 from tooladapter.pipeline.validation.arguments import check_arguments
 from tooladapter.sandbox.job import runtime_class_for
