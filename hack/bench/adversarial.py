@@ -21,8 +21,9 @@ from typing import Any
 
 from tooladapter import offload
 from tooladapter.pipeline import linear_regex
-from tooladapter.pipeline.sanitize import ENGINE, sanitize
-from tooladapter.pipeline.validation import validate_arguments
+from tooladapter.pipeline.linear_regex import ENGINE
+from tooladapter.pipeline.sanitize.results import sanitize
+from tooladapter.pipeline.validation.arguments import validate_arguments
 
 MiB = 1 << 20
 SECRETS = ["s3cr3t-Pa55/word+=&?", "Brk-7Qz4vT9xLm2pRw8kHy6sBn4dJc5fGt7a-Pq1Wz3Ex5Rt7Yu9Io0Pa2Sd4"]

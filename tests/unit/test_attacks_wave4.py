@@ -27,7 +27,7 @@ import pytest
 from tooladapter.enums import ToolKind
 from tooladapter.executors.sandbox import SandboxExecutor
 from tooladapter.flow import ending
-from tooladapter.pipeline.sanitize import sanitize_structured
+from tooladapter.pipeline.sanitize.results import sanitize_structured
 from tooladapter.settings import Settings
 
 from .fake_cluster import (

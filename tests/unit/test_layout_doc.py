@@ -16,7 +16,9 @@ PACKAGE = ROOT / "operator" / "tooladapter"
 
 #: `operator/tooladapter/x/`, `tests/unit/receipts/`, `hack/demo.py`, `Dockerfile*`: what a
 #: backticked token that starts like a repository path names.
-_PATH = re.compile(r"`((?:operator|tests|hack|crds|manifests|charts|docs)/[^`\s]*|Dockerfile[^`\s]*)`")
+_PATH = re.compile(
+    r"`((?:operator|tests|hack|crds|manifests|charts|docs)/[^`\s]*|Dockerfile[^`\s]*)`"
+)
 
 
 def _named() -> set[str]:

@@ -13,16 +13,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tooladapter.pipeline.sanitize import (
-    ENGINE,
-    RULES,
-    bounded_message,
-    marker,
-    provenance_envelope,
-    redact_text,
-    sanitize,
-    sanitize_structured,
-)
+from tooladapter.pipeline.linear_regex import ENGINE
+from tooladapter.pipeline.sanitize.provenance import provenance_envelope
+from tooladapter.pipeline.sanitize.redaction import bounded_message, marker, redact_text
+from tooladapter.pipeline.sanitize.results import sanitize, sanitize_structured
+from tooladapter.pipeline.sanitize.rules import RULES
 
 MARKER = re.compile(r"\[REDACTED:[a-z0-9-]+\]")
 SECRET = "s3cr3t-Pa55/word+=&?"
@@ -274,7 +269,7 @@ def test_provenance_envelope_tags_the_content_as_tool_result_data() -> None:
 
 
 def test_a_recorded_command_line_is_redacted_and_bounded() -> None:
-    from tooladapter.pipeline.sanitize import RECORDED_ARGS, redact_argv
+    from tooladapter.pipeline.sanitize.redaction import RECORDED_ARGS, redact_argv
 
     token = "ghp_" + "Zx9" * 12
     recorded = redact_argv(["echo", f"token={token}", "brokered-value"], ["brokered-value"])
@@ -635,12 +630,12 @@ def test_a_mebibyte_of_adversarial_repetition_is_sanitized(unit: str) -> None:
 
 
 def test_no_rule_matches_fewer_bytes_than_the_short_text_floor() -> None:
-    """Texts shorter than `_SHORTEST_MATCH` skip the rules: it must stay a true bound (the
+    """Texts shorter than `SHORTEST_MATCH` skip the rules: it must stay a true bound (the
     shortest match of each rule, from Python's parser of the same syntax)."""
     from tooladapter.pipeline.linear_regex import sre_parse
-    from tooladapter.pipeline.sanitize import _SHORTEST_MATCH
+    from tooladapter.pipeline.sanitize.rules import SHORTEST_MATCH
 
     for rule in RULES:
         shortest = sre_parse.parse(rule.pattern.replace("\\z", "\\Z")).getwidth()[0]
-        assert shortest >= _SHORTEST_MATCH, (rule.kind, rule.pattern, shortest)
+        assert shortest >= SHORTEST_MATCH, (rule.kind, rule.pattern, shortest)
     assert sanitize("://:x@").content == f"://:{marker('basic-auth-credentials')}@"

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from tooladapter.handlers.descriptors import SCHEMA_KEYWORDS, desired_status
-from tooladapter.pipeline.validation import unknown_keywords
+from tooladapter.pipeline.validation.schemas import unknown_keywords
 
 from .fake_cluster import descriptor
 

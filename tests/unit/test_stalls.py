@@ -20,15 +20,11 @@ from tooladapter.launcher import RECURSION_LIMIT
 from tooladapter.model import ArgumentCondition, ToolDescriptorSpec, ToolPolicySpec
 from tooladapter.pipeline import linear_regex
 from tooladapter.pipeline.policy import check_policy, evaluate_policies
-from tooladapter.pipeline.validation import (
-    LinearValidator,
-    admission_bounds_cel,
-    admission_flat_cel,
-    check_bounds,
-    check_descriptor,
-    check_schema,
-    validate_arguments,
-)
+from tooladapter.pipeline.validation.admission import admission_bounds_cel, admission_flat_cel
+from tooladapter.pipeline.validation.arguments import check_bounds, validate_arguments
+from tooladapter.pipeline.validation.descriptor import check_descriptor
+from tooladapter.pipeline.validation.linear_keywords import LinearValidator
+from tooladapter.pipeline.validation.schemas import check_schema
 from tooladapter.receipts.core.record import build_receipt
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -95,7 +91,9 @@ def test_schema_patterns_run_on_re2_in_every_keyword() -> None:
         "additionalProperties",
         "unevaluatedProperties",
     ):
-        assert validator.VALIDATORS[keyword].__module__ == "tooladapter.pipeline.validation"
+        assert validator.VALIDATORS[keyword].__module__ == (
+            "tooladapter.pipeline.validation.linear_keywords"
+        )
     assert type(linear_regex.compile_linear("^a$")).__module__.startswith("re2")
 
 

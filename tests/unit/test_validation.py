@@ -7,6 +7,7 @@ from urllib.parse import parse_qs
 
 import pytest
 
+from tooladapter.egress.core.hosts import parse_egress_entry
 from tooladapter.enums import SideEffectClass, ToolKind
 from tooladapter.model import (
     Authorization,
@@ -20,16 +21,11 @@ from tooladapter.model import (
     ShellSpec,
     ToolDescriptorSpec,
 )
-from tooladapter.pipeline.validation import (
-    HttpTemplateError,
-    check_bounds,
-    check_descriptor,
-    check_schema,
-    json_path,
-    parse_egress_entry,
-    render_http_request,
-    validate_arguments,
-)
+from tooladapter.pipeline.validation.arguments import check_bounds, validate_arguments
+from tooladapter.pipeline.validation.descriptor import check_descriptor
+from tooladapter.pipeline.validation.http_templates import HttpTemplateError, render_http_request
+from tooladapter.pipeline.validation.paths import json_path
+from tooladapter.pipeline.validation.schemas import check_schema
 
 FILES_SCHEMA: dict[str, Any] = {
     "type": "object",

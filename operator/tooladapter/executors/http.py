@@ -19,10 +19,11 @@ from aiohttp.abc import AbstractResolver, ResolveResult
 from aiohttp.resolver import DefaultResolver
 
 from tooladapter.egress.core.addresses import AddressRefused, AddressRule, parse_networks
+from tooladapter.egress.core.hosts import is_ip
 from tooladapter.enums import FailureClass
 from tooladapter.executors import Call, InOperator, Outcome, read_limit, unconfirmed
 from tooladapter.model import ToolDescriptorSpec
-from tooladapter.pipeline.validation import render_http_request
+from tooladapter.pipeline.validation.http_templates import render_http_request
 
 #: Statuses an intermediary (a proxy, a load balancer) answers when the server's own answer
 #: did not come: Bad Gateway and Gateway Timeout. The request may have been processed.
@@ -118,7 +119,7 @@ class HttpExecutor(InOperator):
             )
         rule = AddressRule.of(allowances(call.descriptor), self.blocked_hosts)
         host = urlsplit(url).hostname or ""
-        if _is_ip(host):
+        if is_ip(host):
             # aiohttp never resolves an IP literal: judge it here (it cannot change). A
             # name is judged by the resolver, on every address it is about to connect to.
             try:
@@ -193,14 +194,6 @@ class HttpExecutor(InOperator):
                     FailureClass.TRANSIENT, f"connection failed: {exc}", retryable=True
                 )
             return unconfirmed(call, f"{method} {url}: no complete answer ({type(exc).__name__})")
-
-
-def _is_ip(host: str) -> bool:
-    try:
-        ipaddress.ip_address(host)
-    except ValueError:
-        return False
-    return True
 
 
 def _refused(method: str, url: str, exc: AddressRefused) -> Outcome:

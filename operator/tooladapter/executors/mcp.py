@@ -22,7 +22,8 @@ from tooladapter.kube.sandbox import decode_b64
 from tooladapter.mcp.core import types as mcp_types
 from tooladapter.mcp.core.rules import validate_structured_output
 from tooladapter.model import McpServerSpec
-from tooladapter.pipeline.sanitize import bounded_message, redact_text, sanitize_structured
+from tooladapter.pipeline.sanitize.redaction import bounded_message, redact_text
+from tooladapter.pipeline.sanitize.results import sanitize_structured
 
 
 async def credentials_for(

@@ -23,7 +23,7 @@ from tooladapter.pipeline import refusals
 from tooladapter.pipeline.effect import effect_hash
 from tooladapter.pipeline.hashing import request_hash
 from tooladapter.pipeline.states import BEFORE_EXECUTING
-from tooladapter.pipeline.validation import check_arguments
+from tooladapter.pipeline.validation.arguments import check_arguments
 from tooladapter.timeutil import now_iso
 
 #: Longest wait between re-reads of an idempotency winner (the watch usually wakes us).

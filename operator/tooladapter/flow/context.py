@@ -46,7 +46,11 @@ from tooladapter.pipeline.conditions import invocation_conditions
 from tooladapter.pipeline.hashing import descriptor_digest
 from tooladapter.pipeline.policy import PolicyDecision, evaluate_policies
 from tooladapter.pipeline.refusals import Refusal
-from tooladapter.pipeline.sanitize import EVENT_MESSAGE_CHARS, bounded_message, redact_argv
+from tooladapter.pipeline.sanitize.redaction import (
+    EVENT_MESSAGE_CHARS,
+    bounded_message,
+    redact_argv,
+)
 from tooladapter.pipeline.shell import check_command
 from tooladapter.pipeline.states import transition
 from tooladapter.pipeline.status_patch import merge_patch

@@ -64,12 +64,9 @@ from tooladapter.model import (
 )
 from tooladapter.naming import LeaseNames
 from tooladapter.pipeline.hashing import canonical_json
-from tooladapter.pipeline.sanitize import (
-    BROKERED_SECRET,
-    sanitize,
-    sanitize_structured,
-    secret_forms,
-)
+from tooladapter.pipeline.sanitize.redaction import BROKERED_SECRET
+from tooladapter.pipeline.sanitize.results import sanitize, sanitize_structured
+from tooladapter.pipeline.sanitize.secret_forms import secret_forms
 from tooladapter.receipts.core.record import build_receipt
 from tooladapter.receipts.core.signing import seal
 from tooladapter.runtime import Runtime

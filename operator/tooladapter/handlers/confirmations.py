@@ -16,7 +16,7 @@ from tooladapter.flow.ending import incarnation_of, write_receipt
 from tooladapter.kube.client import NotFound
 from tooladapter.model import EffectConfirmation, ToolInvocationSpec, ToolInvocationStatus
 from tooladapter.pipeline.conditions import invocation_conditions
-from tooladapter.pipeline.sanitize import bounded_message
+from tooladapter.pipeline.sanitize.redaction import bounded_message
 from tooladapter.runtime import Runtime
 from tooladapter.timeutil import now_iso
 

@@ -24,7 +24,8 @@ from tooladapter.model import (
     effective_timeout,
 )
 from tooladapter.pipeline.hashing import digest
-from tooladapter.pipeline.validation import check_descriptor, unknown_keywords
+from tooladapter.pipeline.validation.descriptor import check_descriptor
+from tooladapter.pipeline.validation.schemas import unknown_keywords
 from tooladapter.receipts.core.cloudevents import EventType, descriptor_event
 from tooladapter.runtime import Runtime
 from tooladapter.sandbox.job import runtime_class_for

@@ -26,7 +26,7 @@ from tooladapter.enums import ToolKind
 from tooladapter.model import ToolDescriptorSpec
 from tooladapter.pipeline.hashing import digest
 from tooladapter.pipeline.shell import check_command
-from tooladapter.pipeline.validation import render_http_request
+from tooladapter.pipeline.validation.http_templates import render_http_request
 
 
 def effect_hash(

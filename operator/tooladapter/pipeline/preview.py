@@ -55,9 +55,9 @@ from tooladapter.pipeline.policy import (
     evaluate_policies,
 )
 from tooladapter.pipeline.refusals import MAX_ERRORS, Refusal
-from tooladapter.pipeline.sanitize import bounded_message
+from tooladapter.pipeline.sanitize.redaction import bounded_message
 from tooladapter.pipeline.shell import ShellVerdict
-from tooladapter.pipeline.validation import check_arguments
+from tooladapter.pipeline.validation.arguments import check_arguments
 from tooladapter.sandbox.job import runtime_class_for
 
 #: The typed result of a dry run (also `status.preview` of a Previewed invocation).

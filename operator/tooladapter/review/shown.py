@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Final
 
-from tooladapter.pipeline.sanitize import pattern_spans
+from tooladapter.pipeline.sanitize.rules import pattern_spans
 from tooladapter.review.argdiff import canonical
 
 #: Opens and closes a marker; the opening bracket typed by an agent is itself marked.

@@ -34,8 +34,8 @@ from tooladapter.egress.core.addresses import (
     address_kind,
     embedded_ipv4,
 )
+from tooladapter.egress.core.hosts import EgressEntry, parse_egress_entry
 from tooladapter.enums import EgressVerdict
-from tooladapter.pipeline.validation import EgressEntry, parse_egress_entry
 
 #: Default ports: CONNECT (and TLS upstreams of credentialed hosts) and plain-HTTP forwarding.
 HTTPS_PORT: Final = 443

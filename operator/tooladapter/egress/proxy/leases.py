@@ -20,10 +20,10 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from tooladapter.egress.core.hosts import parse_egress_entry
 from tooladapter.egress.core.lease import GRANT_KEY, TOKEN_HASH_KEY, LeaseGrant, token_digest
 from tooladapter.egress.core.rules import AllowList, HostEntry, credential_header, normalize_host
 from tooladapter.naming import LABEL_INVOCATION_UID
-from tooladapter.pipeline.validation import parse_egress_entry
 from tooladapter.timeutil import parse_time
 
 logger = logging.getLogger("tooladapter.egress")

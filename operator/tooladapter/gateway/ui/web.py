@@ -22,7 +22,7 @@ from tooladapter.gateway.ui.session import Sealer, Session
 from tooladapter.gateway.views.problems import ProblemKind, kind_for_api_status
 from tooladapter.kube.callers import CallerApiError
 from tooladapter.mcp.core.approvals import call_ref
-from tooladapter.pipeline.sanitize import bounded_message
+from tooladapter.pipeline.sanitize.redaction import bounded_message
 from tooladapter.review.texts import Refusal, Undecidable
 
 HERE: Final = Path(__file__).parent

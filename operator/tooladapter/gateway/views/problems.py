@@ -10,7 +10,7 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Any, Final
 
-from tooladapter.pipeline.sanitize import bounded_message
+from tooladapter.pipeline.sanitize.redaction import bounded_message
 
 PROBLEM_MEDIA_TYPE: Final = "application/problem+json"
 TYPE_BASE: Final = "https://tooladapter.dev/problems/"

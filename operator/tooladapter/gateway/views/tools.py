@@ -41,7 +41,7 @@ from tooladapter.model import (
 )
 from tooladapter.pipeline.hashing import descriptor_digest
 from tooladapter.pipeline.linear_regex import compile_internal
-from tooladapter.pipeline.validation import validate_arguments
+from tooladapter.pipeline.validation.arguments import validate_arguments
 from tooladapter.review import readout
 from tooladapter.review.shown import shown
 from tooladapter.review.texts import waiting_reasons

@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from tooladapter.enums import McpServerPhase
 from tooladapter.pipeline.hashing import CanonicalizationError, digest
-from tooladapter.pipeline.validation import validate_arguments
+from tooladapter.pipeline.validation.arguments import validate_arguments
 
 #: The fields of a tool's wire object the digest covers at least (every field it carries
 #: is hashed: a server adding `icons` or `execution` changes the digest too).

@@ -5,7 +5,7 @@ tenant and project are the namespace. Every key is always present (null when unk
 consumers can rely on one schema. The receipt is stored by content hash
 (`hashing.digest(receipt)`), so it holds no timestamps other than those of the call and
 `writtenAt`, and no secret: the command line must be passed through
-`sanitize.redact_argv` first.
+`sanitize.redaction.redact_argv` first.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Any
 from tooladapter.enums import SandboxKind, ToolKind
 from tooladapter.model import AuditRequirements, ToolInvocationSpec, ToolInvocationStatus
 from tooladapter.pipeline.hashing import CanonicalizationError, digest
-from tooladapter.pipeline.validation import check_bounds
+from tooladapter.pipeline.validation.arguments import check_bounds
 
 RECEIPT_SCHEMA = "tool-invocation-v1"
 

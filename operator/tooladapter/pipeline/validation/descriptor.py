@@ -1,0 +1,173 @@
+"""A tool descriptor, checked for internal consistency once, when it is applied.
+
+A descriptor with problems stays inactive with them as its reason, so calls never discover
+a broken descriptor halfway through the pipeline: its schemas (`schemas`), the block of its
+kind and no other, its HTTP templates (`http_templates`), egress entries and secret names.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from collections.abc import Sequence
+
+from tooladapter.egress.core.hosts import parse_egress_entry
+from tooladapter.enums import ToolKind
+from tooladapter.model import ToolDescriptorSpec
+from tooladapter.pipeline.validation.http_templates import HEADER_NAME, check_http
+from tooladapter.pipeline.validation.schemas import check_schema, misspelt_keywords
+
+_SECRET_KEY = re.compile(r"^[-._a-zA-Z0-9]+$")
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+
+#: Which optional spec block belongs to which tool kind.
+_KIND_BLOCKS: dict[str, frozenset[ToolKind]] = {
+    "shell": frozenset({ToolKind.SHELL}),
+    "http": frozenset({ToolKind.HTTP}),
+    "mcp": frozenset({ToolKind.MCP}),
+    "native": frozenset({ToolKind.NATIVE}),
+    "sandbox": frozenset({ToolKind.SHELL, ToolKind.CONTAINER, ToolKind.HTTP}),
+}
+
+
+def check_descriptor(spec: ToolDescriptorSpec) -> list[str]:
+    """Every inconsistency that makes a descriptor unusable; empty when it is fine.
+
+    Checked: both schemas compile; the input schema describes an object; the block for
+    the tool's kind is present and no block of another kind is; kind-specific rules
+    (container needs `sandbox.command`; shell takes `arguments.command` and carries no
+    secrets or Kubernetes identity; http templates only use declared arguments and reach
+    allowed hosts); egress entries; secret dependency names and keys.
+    """
+    problems: list[str] = []
+    problems.extend(check_schema(spec.input_schema, what="inputSchema"))
+    problems.extend(misspelt_keywords(spec.input_schema, what="inputSchema"))
+    if spec.output_schema is not None:
+        problems.extend(check_schema(spec.output_schema, what="outputSchema"))
+        problems.extend(misspelt_keywords(spec.output_schema, what="outputSchema"))
+    declared_type = spec.input_schema.get("type")
+    if declared_type is not None and declared_type != "object":
+        problems.append(
+            f"inputSchema: type is {declared_type!r}, but arguments are always a JSON "
+            'object: use "type": "object"'
+        )
+
+    for block, kinds in _KIND_BLOCKS.items():
+        if getattr(spec, block) is not None and spec.kind not in kinds:
+            problems.append(
+                f"{block}: a {block} block does not apply to a {spec.kind.value} tool "
+                f"(it belongs to {', '.join(sorted(k.value for k in kinds))} tools); "
+                "remove it or change kind"
+            )
+
+    properties = spec.input_schema.get("properties")
+    declared_names = set(properties) if isinstance(properties, dict) else None
+
+    if spec.kind is ToolKind.CONTAINER:
+        if spec.sandbox is None or not spec.sandbox.command:
+            problems.append(
+                "sandbox.command: a container tool needs the argv to run in sandbox.command "
+                "(arguments arrive as JSON in /tooladapter/arguments.json)"
+            )
+    elif spec.kind is ToolKind.SHELL:
+        if declared_names is not None:
+            if "command" not in declared_names:
+                problems.append(
+                    "inputSchema: a shell tool takes its command line in arguments.command, "
+                    "but inputSchema.properties has no 'command'"
+                )
+            else:
+                command_type = (properties or {}).get("command", {}).get("type")
+                if command_type not in (None, "string"):
+                    problems.append(
+                        "inputSchema.properties.command: must be a string (the command "
+                        f"line), not {command_type!r}"
+                    )
+        if spec.shell is not None:
+            problems.extend(check_shell_patterns(spec.shell.allow or [], where="shell.allow"))
+            problems.extend(check_shell_patterns(spec.shell.block, where="shell.block"))
+        # The agent chooses a shell tool's command: it never runs beside brokered
+        # credentials (the API server refuses this too; this keeps older objects inactive).
+        if spec.secret_dependencies:
+            problems.append(
+                "secretDependencies: a shell tool's command comes from the agent, so it may "
+                "not carry brokered secrets; use a container tool (a fixed sandbox.command)"
+            )
+        if spec.authorization.kubernetes_identity is not None:
+            problems.append(
+                "authorization.kubernetesIdentity: a shell tool's command comes from the "
+                "agent, so it may not carry a brokered token; use a container tool (a fixed "
+                "sandbox.command)"
+            )
+    elif spec.kind is ToolKind.HTTP:
+        if spec.http is None:
+            problems.append("http: an http tool needs an http block (method, url, ...)")
+        else:
+            problems.extend(check_http(spec.http, declared_names))
+    elif spec.kind is ToolKind.MCP:
+        if spec.mcp is None:
+            problems.append("mcp: an mcp tool needs an mcp block (server, tool, pinnedDigest)")
+    elif spec.kind is ToolKind.NATIVE and spec.native is None:
+        problems.append("native: a native tool needs a native block naming the built-in tool")
+
+    if spec.sandbox is not None:
+        for index, entry in enumerate(spec.sandbox.egress.allow or []):
+            try:
+                parse_egress_entry(entry)
+            except ValueError as err:
+                problems.append(f"sandbox.egress.allow[{index}]: {err}")
+        for index, credential in enumerate(spec.sandbox.egress.credentials):
+            where = f"sandbox.egress.credentials[{index}]"
+            try:
+                if parse_egress_entry(credential.host).kind != "host":
+                    problems.append(f"{where}.host: {credential.host!r} is not a host name")
+            except ValueError as err:
+                problems.append(f"{where}.host: {err}")
+            if not HEADER_NAME.match(credential.header):
+                problems.append(f"{where}.header: {credential.header!r} is not a header name")
+            if any(c in credential.scheme for c in "\r\n"):
+                problems.append(f"{where}.scheme: must be one line")
+            if not _DNS_SUBDOMAIN.match(credential.secret_key_ref.name):
+                problems.append(f"{where}.secretKeyRef.name: not a valid Secret name")
+
+    for index, dependency in enumerate(spec.secret_dependencies):
+        where = f"secretDependencies[{index}]"
+        if not _DNS_SUBDOMAIN.match(dependency.secret_name):
+            problems.append(
+                f"{where}.secretName: {dependency.secret_name!r} is not a valid Secret name "
+                "(lower-case DNS subdomain)"
+            )
+        seen: set[str] = set()
+        for key_index, key in enumerate(dependency.keys):
+            problem = _secret_key_problem(key)
+            if problem:
+                problems.append(f"{where}.keys[{key_index}]: {problem}")
+            if key in seen:
+                problems.append(f"{where}.keys[{key_index}]: key {key!r} is listed twice")
+            seen.add(key)
+    return problems
+
+
+def _secret_key_problem(key: str) -> str | None:
+    if not key:
+        return "a secret key must not be empty"
+    if len(key) > 253 or not _SECRET_KEY.match(key) or key in (".", "..") or key.startswith(".."):
+        return (
+            f"{key!r} is not a valid Secret key (letters, digits, '-', '_', '.'; "
+            "at most 253 characters; not '.' or '..')"
+        )
+    return None
+
+
+def check_shell_patterns(patterns: Sequence[str], *, where: str) -> list[str]:
+    """Problems with shell allow/block patterns: empty or unparseable entries."""
+    problems: list[str] = []
+    for index, pattern in enumerate(patterns):
+        try:
+            tokens = shlex.split(pattern)
+        except ValueError as err:
+            problems.append(f"{where}[{index}]: pattern {pattern!r} does not parse ({err})")
+            continue
+        if not tokens:
+            problems.append(f"{where}[{index}]: pattern is empty")
+    return problems
