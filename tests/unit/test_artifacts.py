@@ -358,3 +358,21 @@ def test_a_bad_artifact_setting_names_the_variable(
     clean_env.setenv(name, value)
     with pytest.raises(ValueError, match=f"{name}=.*{message}"):
         Settings.from_env()
+
+
+def test_the_cli_reads_a_bucket_with_the_operators_s3_settings(
+    clean_env: pytest.MonkeyPatch,
+) -> None:
+    from tooladapter.cli.chainverify import open_read_only
+    from tooladapter.cli.exitcodes import CliError
+
+    clean_env.setenv("TOOLADAPTER_S3_ENDPOINT", "http://127.0.0.1:8333")
+    clean_env.setenv("TOOLADAPTER_S3_REGION", "eu-west-1")
+    store = open_read_only("s3://receipts/prod")
+    assert isinstance(store, S3ArtifactStore)
+    assert (store.bucket, store.prefix) == ("receipts", "prod/")
+    assert store.client.meta.endpoint_url == "http://127.0.0.1:8333"
+    assert store.client.meta.region_name == "eu-west-1"
+    clean_env.setenv("TOOLADAPTER_S3_PATH_STYLE", "path")
+    with pytest.raises(CliError, match=r"TOOLADAPTER_S3_PATH_STYLE=.*is not a boolean"):
+        open_read_only("s3://receipts/prod")
