@@ -42,8 +42,8 @@ from tooladapter.egress.core.rules import (
     parse_request_head,
     upstream_head,
 )
-from tooladapter.egress.proxy.leases import LeaseTable
 from tooladapter.egress.proxy import server as proxy_module
+from tooladapter.egress.proxy.leases import LeaseTable
 from tooladapter.enums import EgressVerdict
 from tooladapter.gateway import Gateway
 from tooladapter.gateway import bodies as bodies_module
