@@ -6,7 +6,8 @@ Each page is built from one place, so the reference cannot say something the cod
   docstring is its description, as `kubectl explain` shows it);
 - `cli.md`: the click commands and options of `tooladapter`;
 - `rest.md`: the gateway's OpenAPI document (`gateway/openapi.py`, the route modules);
-- `settings.md`: `settings.py`: each field's `#:` comment, default and environment name;
+- `settings.md`: the `settings/` package: each field's `#:` comment, default and environment
+  name, one section per group;
 - `helm-values.md`: `charts/tooladapter/values.yaml` and its comments;
 - `metrics.md`: the Prometheus families of `metrics.py`, `handlers/mcp.py`, `census.py`
   and `inflight.py`;
@@ -337,14 +338,28 @@ def _show_default(value: Any) -> str:
     return code(value)
 
 
-def settings_page() -> str:
-    from tooladapter import settings
+def _settings_classes() -> list[tuple[ast.ClassDef, list[str], type[Any], str]]:
+    """`Settings`, then each group it composes in its order: (class node, its module's
+    lines, the class, the attribute it is reached by)."""
+    import tooladapter.settings as package
 
-    source_path = ROOT / "operator/tooladapter/settings.py"
-    source = source_path.read_text()
-    lines = source.splitlines()
-    tree = ast.parse(source)
-    out = [HEADER.format(source="operator/tooladapter/settings.py")]
+    nodes: dict[str, tuple[ast.ClassDef, list[str]]] = {}
+    for path in sorted((ROOT / "operator/tooladapter/settings").glob("*.py")):
+        source = path.read_text()
+        for node in ast.parse(source).body:
+            if isinstance(node, ast.ClassDef):
+                nodes[node.name] = (node, source.splitlines())
+    top = package.Settings
+    found = [(*nodes[top.__name__], top, "")]
+    for item in dataclasses.fields(top):
+        group = type(getattr(top(), item.name))
+        if dataclasses.is_dataclass(group):
+            found.append((*nodes[group.__name__], group, item.name))
+    return found
+
+
+def settings_page() -> str:
+    out = [HEADER.format(source="operator/tooladapter/settings/")]
     out.append(
         "# Settings\n\nThe operator reads its settings once, from the environment, at "
         "start-up (`Settings.from_env`); a value it cannot parse stops it with a message "
@@ -352,17 +367,14 @@ def settings_page() -> str:
         "[Helm values](helm-values.md)); [Configuration](../operations/configuration.md) "
         "explains the ones that matter most.\n"
     )
-    for cls_node in tree.body:
-        if not isinstance(cls_node, ast.ClassDef):
-            continue
-        cls = getattr(settings, cls_node.name, None)
-        if cls is None or not dataclasses.is_dataclass(cls):
-            continue
+    for cls_node, lines, cls, reached in _settings_classes():
         instance = cls()
         env = _from_env_map(cls_node)
         out.append(f"\n## `{cls_node.name}`\n\n")
         if ast.get_docstring(cls_node):
             out.append(" ".join((ast.get_docstring(cls_node) or "").split()) + "\n\n")
+        if reached:
+            out.append(f"Reached as `settings.{reached}`.\n\n")
         rows = []
         comment: list[str] = []
         for item in cls_node.body:

@@ -93,10 +93,10 @@ class Outbox:
     ) -> None:
         self.store = store
         self.chains = chains
-        self.sink = settings.event_sink
-        self.source = settings.event_source
-        self.ca_file = settings.event_sink_ca_file
-        self.token_file = settings.event_sink_token_file
+        self.sink = settings.event_sink.url
+        self.source = settings.event_sink.source
+        self.ca_file = settings.event_sink.ca_file
+        self.token_file = settings.event_sink.token_file
         #: The served namespace incarnations (the catalog's): chains to look at at start.
         self.namespaces = namespaces
         self._cursors: dict[tuple[str, str], int] = {}

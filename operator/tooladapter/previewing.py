@@ -68,9 +68,9 @@ class Lookups(Protocol):
 def preview_settings(settings: Settings) -> PreviewSettings:
     """What a preview needs of the operator's settings (every door has the same)."""
     return PreviewSettings(
-        default_approval_timeout_seconds=settings.default_approval_timeout_seconds,
-        runtime_classes=tuple(settings.runtime_classes),
-        sandbox_image=settings.sandbox_image,
+        default_approval_timeout_seconds=settings.limits.default_approval_timeout_seconds,
+        runtime_classes=tuple(settings.sandbox.runtime_classes),
+        sandbox_image=settings.sandbox.image,
         default_egress_allow=settings.egress.default_allow,
     )
 

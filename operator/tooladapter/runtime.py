@@ -102,8 +102,8 @@ class Runtime:
     remote_gate: FairGate = field(default_factory=lambda: FairGate(1))
 
     def __post_init__(self) -> None:
-        self.gate = FairGate(self.settings.max_calls_in_flight)
-        self.remote_gate = FairGate(REMOTE_PER_SLOT * self.settings.max_calls_in_flight)
+        self.gate = FairGate(self.settings.capacity.calls_in_flight)
+        self.remote_gate = FairGate(REMOTE_PER_SLOT * self.settings.capacity.calls_in_flight)
 
     def admit(
         self, namespace: str, uid: str, flow: Callable[[], Coroutine[Any, Any, None]]

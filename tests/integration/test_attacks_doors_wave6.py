@@ -90,7 +90,7 @@ async def _rest_cap(operator: OperatorProcess, agent: Agent) -> tuple[int, int, 
     )
     assert status == 200
     path = f"/namespaces/{agent.namespace}/tools/list-tools/dry-run"
-    cap = DEFAULTS.gateway_caller_requests
+    cap = DEFAULTS.gateway.caller_requests
     held = await _hold_slow_bodies(base, path, {"Authorization": f"Bearer {token}"}, cap)
     try:
         # Each held request took its slot when its head arrived; one more is refused.
@@ -160,7 +160,7 @@ async def _page_beyond_cap(operator: OperatorProcess, agent: Agent) -> tuple[int
         async with http.post(f"{base}/ui/login", data=data, allow_redirects=False) as answer:
             assert answer.status in (302, 303), await answer.text()
         cookie = "; ".join(f"{c.key}={c.value}" for c in jar)
-        cap = DEFAULTS.gateway_caller_requests
+        cap = DEFAULTS.gateway.caller_requests
         path = f"/namespaces/{agent.namespace}/tools/list-tools/dry-run"
         held = await _hold_slow_bodies(base, path, {"Authorization": f"Bearer {token}"}, cap)
         page_held: list = []
@@ -190,7 +190,7 @@ def test_the_page_path_shares_the_callers_request_cap(
     status, refused = asyncio.run(_page_beyond_cap(operator, agent))
     # With the caller's requests at their cap, the page answers 429 too, and the page's
     # own slow forms were refused beyond the cap.
-    assert status == 429 and refused == DEFAULTS.gateway_caller_requests, (status, refused)
+    assert status == 429 and refused == DEFAULTS.gateway.caller_requests, (status, refused)
 
 
 # ------------------------------------------------------------------ records
@@ -255,7 +255,7 @@ async def _spoofed(base: str, namespace: str, count: int) -> list[int]:
 def test_forwarded_headers_do_not_reset_the_failed_authentication_limit(
     operator: OperatorProcess, ns: Namespace
 ) -> None:
-    burst = DEFAULTS.gateway_auth_failures_burst
+    burst = DEFAULTS.gateway.auth_failures_burst
     statuses = asyncio.run(_spoofed(operator.gateway_url, ns.name, burst + 20))
     assert set(statuses) <= {401, 429}, statuses
     assert statuses.count(401) <= burst + 2, statuses

@@ -85,9 +85,9 @@ def test_150_live_streams_of_one_agent_leave_another_namespace_served(
         other_ns.delete()
     held, refused, retry_after, status, tools = outcome
     # The agent holds at most its cap; the rest were told to come back later.
-    assert held <= DEFAULTS.gateway_caller_streams
+    assert held <= DEFAULTS.gateway.caller_streams
     assert held + refused == 150, outcome
-    assert refused >= 150 - DEFAULTS.gateway_caller_streams
+    assert refused >= 150 - DEFAULTS.gateway.caller_streams
     assert retry_after and all(int(v) >= 1 for v in retry_after)
     # The other tenant's tools list is answered while the streams are held.
     assert status == 200, tools
@@ -159,8 +159,8 @@ def test_1000_random_tokens_cost_a_bounded_number_of_token_reviews(
     assert statuses.get(401, 0) + statuses.get(429, 0) == 1000, statuses
     # The burst, then the per-minute rate over the time the requests took (+1 for rounding).
     bound = (
-        DEFAULTS.gateway_auth_failures_burst
-        + DEFAULTS.gateway_auth_failures_per_minute * elapsed / 60
+        DEFAULTS.gateway.auth_failures_burst
+        + DEFAULTS.gateway.auth_failures_per_minute * elapsed / 60
         + 1
     )
     assert made <= bound, (made, bound)

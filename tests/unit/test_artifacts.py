@@ -307,7 +307,7 @@ def clean_env(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
 def test_the_file_backend_is_the_default(clean_env: pytest.MonkeyPatch, tmp_path: Path) -> None:
     clean_env.setenv("TOOLADAPTER_ARTIFACT_DIR", str(tmp_path))
     settings = Settings.from_env()
-    assert settings.artifact_backend == ArtifactBackend.FILE
+    assert settings.artifacts.backend == ArtifactBackend.FILE
     store = open_store(settings)
     assert isinstance(store, LocalArtifactStore)
     assert store.root == tmp_path
@@ -321,9 +321,16 @@ def test_s3_settings_are_read(clean_env: pytest.MonkeyPatch) -> None:
     clean_env.setenv("TOOLADAPTER_S3_REGION", "eu-west-1")
     clean_env.setenv("TOOLADAPTER_S3_PATH_STYLE", "true")
     settings = Settings.from_env()
-    assert settings.artifact_backend == ArtifactBackend.S3
-    assert (settings.s3_bucket, settings.s3_endpoint) == ("receipts", "http://127.0.0.1:8333")
-    assert (settings.s3_prefix, settings.s3_region, settings.s3_path_style) == (
+    assert settings.artifacts.backend == ArtifactBackend.S3
+    assert (settings.artifacts.s3_bucket, settings.artifacts.s3_endpoint) == (
+        "receipts",
+        "http://127.0.0.1:8333",
+    )
+    assert (
+        settings.artifacts.s3_prefix,
+        settings.artifacts.s3_region,
+        settings.artifacts.s3_path_style,
+    ) == (
         "prod/",
         "eu-west-1",
         True,
@@ -351,3 +358,21 @@ def test_a_bad_artifact_setting_names_the_variable(
     clean_env.setenv(name, value)
     with pytest.raises(ValueError, match=f"{name}=.*{message}"):
         Settings.from_env()
+
+
+def test_the_cli_reads_a_bucket_with_the_operators_s3_settings(
+    clean_env: pytest.MonkeyPatch,
+) -> None:
+    from tooladapter.cli.chainverify import open_read_only
+    from tooladapter.cli.exitcodes import CliError
+
+    clean_env.setenv("TOOLADAPTER_S3_ENDPOINT", "http://127.0.0.1:8333")
+    clean_env.setenv("TOOLADAPTER_S3_REGION", "eu-west-1")
+    store = open_read_only("s3://receipts/prod")
+    assert isinstance(store, S3ArtifactStore)
+    assert (store.bucket, store.prefix) == ("receipts", "prod/")
+    assert store.client.meta.endpoint_url == "http://127.0.0.1:8333"
+    assert store.client.meta.region_name == "eu-west-1"
+    clean_env.setenv("TOOLADAPTER_S3_PATH_STYLE", "path")
+    with pytest.raises(CliError, match=r"TOOLADAPTER_S3_PATH_STYLE=.*is not a boolean"):
+        open_read_only("s3://receipts/prod")

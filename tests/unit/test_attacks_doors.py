@@ -51,7 +51,7 @@ from tooladapter.gateway import server as server_module
 from tooladapter.gateway.context import Deps
 from tooladapter.gateway.guard import Limits
 from tooladapter.kube.callers import CallerIdentity
-from tooladapter.settings import Settings
+from tooladapter.settings import GatewaySettings, Settings
 
 from .test_egress_proxy import SECRET_VALUE, Rig, auth, exchange, get, records_of, rig
 
@@ -439,7 +439,7 @@ def _free_port() -> int:
 
 @pytest.fixture
 async def gateway() -> AsyncIterator[Gateway]:
-    settings = Settings(gateway_host="127.0.0.1", gateway_port=_free_port())
+    settings = Settings(gateway=GatewaySettings(host="127.0.0.1", port=_free_port()))
     deps = Deps(
         reviews=_Reviews(),  # type: ignore[arg-type]
         pool=_Pool(),  # type: ignore[arg-type]
@@ -505,7 +505,7 @@ async def test_a_half_sent_head_is_closed_at_the_keep_alive_timeout(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(server_module, "KEEPALIVE_SECONDS", 0.5)
-    settings = Settings(gateway_host="127.0.0.1", gateway_port=_free_port())
+    settings = Settings(gateway=GatewaySettings(host="127.0.0.1", port=_free_port()))
     gw = Gateway(
         Deps(
             reviews=_Reviews(),  # type: ignore[arg-type]

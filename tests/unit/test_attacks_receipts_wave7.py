@@ -19,7 +19,7 @@ from tooladapter.outbox import Outbox, SinkRefused, delivered_key
 from tooladapter.receipts.core.chain import verify
 from tooladapter.receipts.core.cloudevents import EventType, descriptor_event
 from tooladapter.receipts.core.signing import KeySet, PublicKey, Signer
-from tooladapter.settings import Settings
+from tooladapter.settings import EventSinkSettings, Settings
 
 from .fake_cluster import MemoryStore
 
@@ -144,7 +144,7 @@ async def test_an_event_the_sink_refuses_holds_only_its_own_chain(
     _chained(store, chains, FLOOD, 2)  # first known, so first in every round
     _chained(store, chains, QUIET, 3)
     sink = PickySink(FLOOD)
-    box = Outbox(store, chains, Settings(event_sink="http://sink.invalid/"))
+    box = Outbox(store, chains, Settings(event_sink=EventSinkSettings(url="http://sink.invalid/")))
     box.post = sink.post  # type: ignore[method-assign]
 
     assert await box.deliver(None) == 3  # type: ignore[arg-type]
@@ -177,7 +177,7 @@ async def test_a_sink_that_cannot_be_reached_still_holds_every_chain() -> None:
         posts += 1
         raise SinkRefused("ClientConnectorError")
 
-    box = Outbox(store, chains, Settings(event_sink="http://sink.invalid/"))
+    box = Outbox(store, chains, Settings(event_sink=EventSinkSettings(url="http://sink.invalid/")))
     box.post = unreachable  # type: ignore[method-assign]
     with pytest.raises(SinkRefused):
         await box.deliver(None)  # type: ignore[arg-type]
@@ -281,7 +281,11 @@ async def test_the_descriptor_outbox_is_not_listed_whole_every_round(
     Listed at the first round and every RELIST_SECONDS; between, this process's own."""
     store = ListingStore()
     signer = Signer.of(Ed25519PrivateKey.generate())
-    box = Outbox(store, ReceiptChains(store, lambda: signer), Settings(event_sink="http://x/"))
+    box = Outbox(
+        store,
+        ReceiptChains(store, lambda: signer),
+        Settings(event_sink=EventSinkSettings(url="http://x/")),
+    )
     took: list[dict[str, Any]] = []
 
     async def post(session: Any, event: dict[str, Any]) -> None:
@@ -299,7 +303,11 @@ async def test_the_descriptor_outbox_is_not_listed_whole_every_round(
     assert [e["subject"] for e in took] == ["tooldescriptors/tool-0", "tooldescriptors/tool-1"]
 
     # What another replica kept is found at the next listing.
-    other = Outbox(store, ReceiptChains(store, lambda: signer), Settings(event_sink="http://x/"))
+    other = Outbox(
+        store,
+        ReceiptChains(store, lambda: signer),
+        Settings(event_sink=EventSinkSettings(url="http://x/")),
+    )
     other.enqueue(_activated(2))
     monkeypatch.setattr(outbox, "RELIST_SECONDS", 0.0)
     await box.deliver(None)  # type: ignore[arg-type]

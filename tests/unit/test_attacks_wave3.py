@@ -21,7 +21,7 @@ from tooladapter.handlers import routing
 from tooladapter.kube import watching
 from tooladapter.kube.watching import Watcher
 from tooladapter.review.page import uncertain_view
-from tooladapter.settings import Settings
+from tooladapter.settings import CapacitySettings, Settings
 
 from .fake_cluster import (
     NAMESPACE,
@@ -135,7 +135,8 @@ async def test_hit_a_call_cancelled_while_its_answer_is_awaited_keeps_no_slot() 
     `task.cancel()`), and/or make `released` not re-acquire when the key has no live task."""
     executor = OutsideExecutor()
     h = make_runtime(
-        settings=Settings(max_calls_in_flight=1), executors={ToolKind.NATIVE: executor}
+        settings=Settings(capacity=CapacitySettings(calls_in_flight=1)),
+        executors={ToolKind.NATIVE: executor},
     )
     h.publish(descriptor())
     h.cluster.grant(tools=["lister"], classes=["read"])
@@ -199,7 +200,8 @@ async def test_hit_answers_held_without_a_slot_are_bounded() -> None:
 
     http = Counting()
     h = make_runtime(
-        settings=Settings(max_calls_in_flight=capacity), executors={ToolKind.HTTP: http}
+        settings=Settings(capacity=CapacitySettings(calls_in_flight=capacity)),
+        executors={ToolKind.HTTP: http},
     )
     try:
         async with loopback_http("/big", answer) as url:
@@ -291,7 +293,8 @@ async def test_a_call_interrupted_or_deleted_while_queued_with_its_body_never_ex
     executor = OutsideExecutor()
     executor.answer = held
     h = make_runtime(
-        settings=Settings(max_calls_in_flight=1), executors={ToolKind.NATIVE: executor}
+        settings=Settings(capacity=CapacitySettings(calls_in_flight=1)),
+        executors={ToolKind.NATIVE: executor},
     )
     h.publish(descriptor())
     h.cluster.grant(tools=["lister"], classes=["read"])

@@ -18,7 +18,7 @@ from tooladapter.flow import capacity, run_invocation
 from tooladapter.kube.capacity import pod_of, quota_named
 from tooladapter.kube.sandbox import job_never_had_pod
 from tooladapter.model import ToolDescriptorSpec
-from tooladapter.settings import Settings
+from tooladapter.settings import CapacitySettings, Settings
 
 from .fake_cluster import (
     FakeCluster,
@@ -48,7 +48,7 @@ def quick_backoff(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def sandboxed(*, budget: int = 120, slots: int = 16) -> Harness:
     cluster = FakeCluster()
-    settings = Settings(capacity_wait_seconds=budget, max_calls_in_flight=slots)
+    settings = Settings(capacity=CapacitySettings(wait_seconds=budget, calls_in_flight=slots))
     executor = SandboxExecutor(cluster, settings)
     return make_runtime(
         cluster,

@@ -34,7 +34,7 @@ from tooladapter.pipeline.availability import unavailable
 from tooladapter.pipeline.classification import classify, raised_note
 from tooladapter.pipeline.refusals import permission_denied
 from tooladapter.sandbox.job import build_job
-from tooladapter.settings import Settings
+from tooladapter.settings import LimitSettings, Settings
 
 from .fake_cluster import (
     NAMESPACE,
@@ -80,7 +80,7 @@ def test_the_status_shows_the_effective_timeout() -> None:
 
 
 async def test_a_call_of_a_descriptor_without_timeout_runs_with_the_setting() -> None:
-    h = make_runtime(settings=dataclasses.replace(Settings(), default_timeout_seconds=8))
+    h = make_runtime(settings=Settings(limits=LimitSettings(default_timeout_seconds=8)))
     h.publish(descriptor("lister"))
     h.cluster.grant(tools=["lister"], classes=["read"])
     stored = await h.run(h.submit(invocation()))

@@ -34,7 +34,9 @@ def test_the_committed_reference_pages_are_what_the_code_generates() -> None:
 
 def test_every_setting_read_from_the_environment_is_in_the_settings_page() -> None:
     page = _generator().settings_page()
-    source = (ROOT / "operator" / "tooladapter" / "settings.py").read_text()
+    source = "".join(
+        path.read_text() for path in (ROOT / "operator" / "tooladapter" / "settings").glob("*.py")
+    )
 
     for name in set(re.findall(r'"(TOOLADAPTER_[A-Z0-9_]+)"', source)):
         assert f"`{name}`" in page, name

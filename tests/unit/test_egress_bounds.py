@@ -49,8 +49,9 @@ def test_a_narrow_cidr_is_active(entry: str) -> None:
 
 
 def test_the_bound_is_a_setting(monkeypatch: pytest.MonkeyPatch) -> None:
+    bounds = EgressSettings(descriptor_cidr_min_prefix_v4=16).cidr_bounds
     monkeypatch.setenv("TOOLADAPTER_DESCRIPTOR_CIDR_MIN_PREFIX_IPV4", "16")
-    bounds = EgressSettings.from_env().cidr_bounds
+    assert EgressSettings.from_env().cidr_bounds == bounds
     assert desired_status(body(sandbox("10.1.0.0/16")), cidr_bounds=bounds).active
     assert not desired_status(body(sandbox("10.0.0.0/15")), cidr_bounds=bounds).active
     monkeypatch.setenv("TOOLADAPTER_DESCRIPTOR_CIDR_MIN_PREFIX_IPV4", "0")
@@ -61,9 +62,10 @@ def test_the_bound_is_a_setting(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_forbid_refuses_every_descriptor_cidr_and_http_ip_literal(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setenv("TOOLADAPTER_DESCRIPTOR_CIDRS", "forbid")
-    bounds = EgressSettings.from_env().cidr_bounds
+    bounds = EgressSettings(descriptor_cidrs="forbid").cidr_bounds
     assert bounds.mode == "forbid"
+    monkeypatch.setenv("TOOLADAPTER_DESCRIPTOR_CIDRS", "forbid")
+    assert EgressSettings.from_env().cidr_bounds == bounds
     status = desired_status(body(sandbox("github.com", "192.0.2.7/32")), cidr_bounds=bounds)
     assert not status.active and "sandbox.egress.allow[1]" in status.message
     assert "forbid" in status.message

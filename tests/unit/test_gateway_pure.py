@@ -489,9 +489,9 @@ def _follower(api: _Api, **settings: Any) -> Any:
     from types import SimpleNamespace
 
     from tooladapter.gateway.calls import _Follower
-    from tooladapter.settings import Settings
+    from tooladapter.settings import GatewaySettings, Settings
 
-    deps = SimpleNamespace(settings=Settings(**settings), store=None)
+    deps = SimpleNamespace(settings=Settings(gateway=GatewaySettings(**settings)), store=None)
     caller = SimpleNamespace(api=api)
 
     async def progress(*_: Any) -> None:

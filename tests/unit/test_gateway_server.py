@@ -20,7 +20,7 @@ from tooladapter.gateway.asgi import serve_asgi
 from tooladapter.gateway.auth import ReviewCache
 from tooladapter.gateway.context import Deps
 from tooladapter.kube.callers import CallerIdentity
-from tooladapter.settings import Settings
+from tooladapter.settings import GatewaySettings, Settings
 
 
 class _Unused:
@@ -54,7 +54,7 @@ async def test_a_taken_port_is_named_in_one_clear_error() -> None:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        settings = Settings(gateway_host="127.0.0.1", gateway_port=port)
+        settings = Settings(gateway=GatewaySettings(host="127.0.0.1", port=port))
         gateway = Gateway(_deps(settings), None)
         with pytest.raises(GatewayPortTaken) as caught:
             await gateway.serve()
@@ -67,11 +67,11 @@ async def test_a_taken_port_is_named_in_one_clear_error() -> None:
 
 
 async def test_port_zero_disables_the_gateway() -> None:
-    assert await Gateway.start(Settings(gateway_port=0)) is None
+    assert await Gateway.start(Settings(gateway=GatewaySettings(port=0))) is None
 
 
 async def test_health_openapi_and_a_401_problem_without_a_token() -> None:
-    settings = Settings(gateway_host="127.0.0.1", gateway_port=_free_port())
+    settings = Settings(gateway=GatewaySettings(host="127.0.0.1", port=_free_port()))
     gateway = Gateway(_deps(settings), None)
     await gateway.serve()
     base = f"http://127.0.0.1:{gateway.port}"
@@ -127,10 +127,12 @@ def _self_signed(directory: Path) -> tuple[Path, Path]:
 async def test_with_a_certificate_and_key_the_gateway_speaks_tls(tmp_path: Path) -> None:
     cert, key = _self_signed(tmp_path)
     settings = Settings(
-        gateway_host="127.0.0.1",
-        gateway_port=_free_port(),
-        gateway_tls_cert=cert,
-        gateway_tls_key=key,
+        gateway=GatewaySettings(
+            host="127.0.0.1",
+            port=_free_port(),
+            tls_cert=cert,
+            tls_key=key,
+        )
     )
     gateway = Gateway(_deps(settings), None)
     await gateway.serve()
@@ -149,7 +151,7 @@ async def test_with_a_certificate_and_key_the_gateway_speaks_tls(tmp_path: Path)
 
 def test_a_certificate_without_a_key_is_refused() -> None:
     with pytest.raises(ValueError, match="go together"):
-        Settings(gateway_tls_cert=Path("/x.crt"))
+        GatewaySettings(tls_cert=Path("/x.crt"))
 
 
 def test_the_review_cache_expires_and_stays_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -220,7 +222,7 @@ async def test_concurrent_requests_with_one_token_share_one_review() -> None:
     from tooladapter.gateway import auth
     from tooladapter.gateway.context import DEPS
 
-    settings = Settings(gateway_auth_failures_burst=1)
+    settings = Settings(gateway=GatewaySettings(auth_failures_burst=1))
     reviews = _SlowReviews()
     app = web.Application()
     app[DEPS] = Deps(

@@ -13,7 +13,7 @@ from tooladapter.executors.sandbox import SandboxExecutor
 from tooladapter.flow import run_invocation
 from tooladapter.handlers import routing
 from tooladapter.inflight import FairGate
-from tooladapter.settings import Settings
+from tooladapter.settings import CapacitySettings, Settings
 
 from .fake_cluster import (
     NAMESPACE,
@@ -140,7 +140,7 @@ def test_the_gauges_show_the_queue_by_tenant_and_the_slots_taken() -> None:
 
 def two_tenants(capacity: int, executor: ScriptedExecutor) -> Harness:
     h = make_runtime(
-        settings=Settings(max_calls_in_flight=capacity),
+        settings=Settings(capacity=CapacitySettings(calls_in_flight=capacity)),
         executors={ToolKind.NATIVE: executor},
         namespaces={NAMESPACE: {}, OTHER: {}},
     )
@@ -260,7 +260,7 @@ async def test_a_running_sandbox_job_holds_no_slot() -> None:
     native = ScriptedExecutor()
     h = make_runtime(
         cluster,
-        settings=Settings(max_calls_in_flight=1),
+        settings=Settings(capacity=CapacitySettings(calls_in_flight=1)),
         executors={ToolKind.NATIVE: native, ToolKind.SHELL: SandboxExecutor(cluster, Settings())},
     )
     h.publish(descriptor())
@@ -350,7 +350,7 @@ async def test_an_http_call_waiting_for_its_server_holds_no_slot() -> None:
     http = HttpExecutor()
     native = ScriptedExecutor()
     h = make_runtime(
-        settings=Settings(max_calls_in_flight=1),
+        settings=Settings(capacity=CapacitySettings(calls_in_flight=1)),
         executors={ToolKind.NATIVE: native, ToolKind.HTTP: http},
     )
     try:

@@ -21,7 +21,7 @@ from tooladapter.receipts.core.cloudevents import (
     receipt_events,
 )
 from tooladapter.receipts.core.signing import Signer
-from tooladapter.settings import Settings
+from tooladapter.settings import EventSinkSettings, Settings
 
 from .fake_cluster import MemoryStore
 
@@ -175,7 +175,7 @@ class Sink:
 
 
 def outbox_over(store: MemoryStore, chains: ReceiptChains, sink: Sink) -> Outbox:
-    box = Outbox(store, chains, Settings(event_sink="http://sink.invalid/"))
+    box = Outbox(store, chains, Settings(event_sink=EventSinkSettings(url="http://sink.invalid/")))
     box.post = sink.post  # type: ignore[method-assign]
     return box
 

@@ -92,7 +92,7 @@ def test_lease_settings(monkeypatch: pytest.MonkeyPatch) -> None:
     ):
         monkeypatch.delenv(name, raising=False)
     s = Settings.from_env()
-    assert (s.leader_election, s.lease_namespace, s.lease_seconds) == (
+    assert (s.leadership.enabled, s.leadership.lease_namespace, s.leadership.lease_seconds) == (
         True,
         "tooladapter-system",
         15,
@@ -101,7 +101,11 @@ def test_lease_settings(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TOOLADAPTER_LEASE_NAMESPACE", "ops")
     monkeypatch.setenv("TOOLADAPTER_LEASE_SECONDS", "5")
     s = Settings.from_env()
-    assert (s.leader_election, s.lease_namespace, s.lease_seconds) == (False, "ops", 5)
+    assert (s.leadership.enabled, s.leadership.lease_namespace, s.leadership.lease_seconds) == (
+        False,
+        "ops",
+        5,
+    )
     monkeypatch.setenv("TOOLADAPTER_LEASE_SECONDS", "1")
     with pytest.raises(ValueError, match="TOOLADAPTER_LEASE_SECONDS=1 is below its minimum 3"):
         Settings.from_env()

@@ -13,7 +13,7 @@ from tooladapter.enums import FailureClass, InvocationState, Resource, ToolKind
 from tooladapter.executors import Outcome
 from tooladapter.handlers.workers import apply_retention, expire_idempotency_claims
 from tooladapter.pipeline.retention import ClaimRecord, claim_expired, invocation_expired
-from tooladapter.settings import Settings
+from tooladapter.settings import RetentionSettings, Settings
 from tooladapter.timeutil import to_iso
 
 from .fake_cluster import NAMESPACE, Harness, ScriptedExecutor, descriptor, invocation, make_runtime
@@ -21,7 +21,7 @@ from .fake_cluster import NAMESPACE, Harness, ScriptedExecutor, descriptor, invo
 pytestmark = [pytest.mark.timeout(10), pytest.mark.usefixtures("fast_retries")]
 
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
-RETENTION = Settings(retention_seconds=3600, idempotency_retention_seconds=3600)
+RETENTION = Settings(retention=RetentionSettings(invocation_seconds=3600, idempotency_seconds=3600))
 WRITER_SCHEMA = {"type": "object", "properties": {"path": {"type": "string"}}}
 
 
@@ -97,8 +97,8 @@ def test_which_claims_expire() -> None:
 
 def test_the_defaults_are_bounded() -> None:
     settings = Settings()
-    assert settings.retention_seconds == 7 * 86_400
-    assert settings.idempotency_retention_seconds == 86_400
+    assert settings.retention.invocation_seconds == 7 * 86_400
+    assert settings.retention.idempotency_seconds == 86_400
 
 
 # --------------------------------------------------------------------------- the worker
@@ -241,7 +241,7 @@ async def test_the_claim_of_a_running_winner_is_kept() -> None:
 async def test_every_due_call_goes_in_one_run_oldest_first() -> None:
     """A call rate above one run's worth must not leave storage growing: a run takes every
     due call (the old 500-per-run cap fell behind beyond ~17 calls/s)."""
-    settings = Settings(retention_seconds=3600, retention_deletes_per_second=0)
+    settings = Settings(retention=RetentionSettings(invocation_seconds=3600, deletes_per_second=0))
     h = make_runtime(settings=settings)
     order: list[str] = []
     h.cluster.hooks["delete_invocation"] = lambda name, **_: order.append(name)

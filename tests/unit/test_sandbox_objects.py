@@ -176,6 +176,6 @@ def test_registry_images_are_pulled_with_the_named_pull_secrets_and_policy() -> 
 
 def test_pull_secret_names_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TOOLADAPTER_IMAGE_PULL_SECRETS", "regcred, mirror,")
-    assert Settings.from_env().image_pull_secrets == ("regcred", "mirror")
+    assert Settings.from_env().sandbox.image_pull_secrets == ("regcred", "mirror")
     monkeypatch.delenv("TOOLADAPTER_IMAGE_PULL_SECRETS")
-    assert Settings.from_env().image_pull_secrets == ()
+    assert Settings.from_env().sandbox.image_pull_secrets == ()

@@ -22,7 +22,7 @@ def test_defaults_batch_status_writes_and_remember_allowances_briefly(
     settings = Settings.from_env()
     assert settings.write_every_state is False
     assert settings.authz_cache_seconds == 2
-    assert settings.network_gate is True
+    assert settings.sandbox.network_gate is True
 
 
 @pytest.mark.parametrize(("raw", "expected"), [("true", True), ("ON", True), ("0", False)])
@@ -75,9 +75,12 @@ def test_the_cache_stays_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_runtime_classes_map_sandbox_kinds(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert dict(Settings().runtime_classes) == {"GVisor": "gvisor", "Kata": "kata"}
+    assert dict(Settings().sandbox.runtime_classes) == {"GVisor": "gvisor", "Kata": "kata"}
     monkeypatch.setenv("TOOLADAPTER_RUNTIME_CLASSES", "GVisor=runsc, Kata=kata-qemu")
-    assert dict(Settings.from_env().runtime_classes) == {"GVisor": "runsc", "Kata": "kata-qemu"}
+    assert dict(Settings.from_env().sandbox.runtime_classes) == {
+        "GVisor": "runsc",
+        "Kata": "kata-qemu",
+    }
     monkeypatch.setenv("TOOLADAPTER_RUNTIME_CLASSES", "GVisor")
     with pytest.raises(ValueError, match="TOOLADAPTER_RUNTIME_CLASSES"):
         Settings.from_env()
@@ -89,21 +92,21 @@ def test_calls_in_flight_and_events_default_to_bounded_and_actionable(
     for name in ("TOOLADAPTER_MAX_CALLS_IN_FLIGHT", "TOOLADAPTER_EVENTS"):
         monkeypatch.delenv(name, raising=False)
     settings = Settings.from_env()
-    assert settings.max_calls_in_flight == 16
+    assert settings.capacity.calls_in_flight == 16
     assert settings.events == EventLevel.ACTIONABLE
     monkeypatch.setenv("TOOLADAPTER_MAX_CALLS_IN_FLIGHT", "8")
     monkeypatch.setenv("TOOLADAPTER_EVENTS", "All")
     settings = Settings.from_env()
-    assert (settings.max_calls_in_flight, settings.events) == (8, EventLevel.ALL)
+    assert (settings.capacity.calls_in_flight, settings.events) == (8, EventLevel.ALL)
 
 
 def test_a_call_waits_two_minutes_for_capacity_unless_set(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.delenv("TOOLADAPTER_CAPACITY_WAIT_SECONDS", raising=False)
-    assert Settings.from_env().capacity_wait_seconds == 120
+    assert Settings.from_env().capacity.wait_seconds == 120
     monkeypatch.setenv("TOOLADAPTER_CAPACITY_WAIT_SECONDS", "5")
-    assert Settings.from_env().capacity_wait_seconds == 5
+    assert Settings.from_env().capacity.wait_seconds == 5
 
 
 @pytest.mark.parametrize(

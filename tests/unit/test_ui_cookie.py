@@ -18,6 +18,6 @@ def test_a_secure_cookie_takes_the_host_prefix_and_the_root_path() -> None:
 
 
 def test_a_trusted_tls_proxy_is_a_setting(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert Settings.from_env().ui_behind_tls_proxy is False
+    assert Settings.from_env().page.behind_tls_proxy is False
     monkeypatch.setenv("TOOLADAPTER_UI_BEHIND_TLS_PROXY", "true")
-    assert Settings.from_env().ui_behind_tls_proxy is True
+    assert Settings.from_env().page.behind_tls_proxy is True

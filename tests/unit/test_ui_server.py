@@ -17,7 +17,7 @@ from tooladapter.gateway import Gateway
 from tooladapter.gateway.context import Deps
 from tooladapter.kube.callers import CallerApiError, CallerIdentity
 from tooladapter.pipeline.hashing import request_hash
-from tooladapter.settings import Settings
+from tooladapter.settings import GatewaySettings, Settings
 
 from .fake_cluster import MemoryStore
 
@@ -101,7 +101,7 @@ def _free_port() -> int:
 @pytest.fixture
 async def served() -> AsyncIterator[tuple[str, World]]:
     world = World()
-    settings = Settings(gateway_host="127.0.0.1", gateway_port=_free_port())
+    settings = Settings(gateway=GatewaySettings(host="127.0.0.1", port=_free_port()))
     deps = Deps(reviews=world, pool=world, store=MemoryStore(), settings=settings, kube=None)  # type: ignore[arg-type]
     gateway = Gateway(deps, None)
     await gateway.serve()

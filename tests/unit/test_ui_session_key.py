@@ -82,7 +82,7 @@ async def test_an_existing_secret_without_the_key_is_an_error_naming_it() -> Non
 
 def test_the_setting_is_namespace_and_name(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TOOLADAPTER_UI_SESSION_SECRET", "tooladapter-system/ui")
-    assert Settings.from_env().ui_session_secret == "tooladapter-system/ui"
+    assert Settings.from_env().page.session_secret == "tooladapter-system/ui"
     monkeypatch.setenv("TOOLADAPTER_UI_SESSION_SECRET", "ui")
     with pytest.raises(ValueError, match="namespace/name"):
         Settings.from_env()

@@ -22,7 +22,7 @@ from tooladapter.sandbox.warm import (
     STOP_SCRIPT,
     workspace_key,
 )
-from tooladapter.settings import Settings
+from tooladapter.settings import Settings, WarmSettings
 
 CLEAN = b"tooladapter-processes-left:0\n"
 READY = {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}
@@ -157,7 +157,7 @@ def warm(kube: FakeWarmKube, **settings: Any) -> WarmSandboxes:
 
     return WarmSandboxes(
         kube,  # type: ignore[arg-type]
-        Settings(**settings),
+        Settings(warm=WarmSettings(**settings)),
         read_secret=no_secret,
         canary=("192.0.2.2", 4000),
     )
@@ -268,7 +268,7 @@ def test_a_tool_that_never_started_is_failed() -> None:
 
 def test_a_pool_pod_serves_one_call_and_a_call_without_one_runs_cold() -> None:
     kube = FakeWarmKube()
-    sandboxes = warm(kube, warm_pool_size=1)
+    sandboxes = warm(kube, pool_size=1)
     descriptor = tool(workspace="call")
     profile = sandboxes.profile(call(descriptor, attempt=None), attempt=False)
     kube.add("pool-1", {LABEL_STATE: STATE_POOL, "tooladapter.dev/warm-profile": profile.key})
@@ -290,7 +290,7 @@ def test_a_pool_pod_serves_one_call_and_a_call_without_one_runs_cold() -> None:
 
 def test_credentials_or_cidrs_never_run_warm() -> None:
     kube = FakeWarmKube()
-    sandboxes = warm(kube, warm_pool_size=1)
+    sandboxes = warm(kube, pool_size=1)
     plain = call(tool(workspace="call"), attempt=None)
     cidr = Call(**{**plain.__dict__, "egress_allow": ("10.0.0.0/24",)})
     assert asyncio.run(sandboxes.run(cidr)) is None

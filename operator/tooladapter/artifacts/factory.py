@@ -11,17 +11,9 @@ from tooladapter.settings import Settings
 def open_store(settings: Settings) -> ArtifactStore:
     """The configured store, checked where a check is possible. Blocking (an s3 store
     talks to its bucket once): call it off the event loop."""
-    if settings.artifact_backend == ArtifactBackend.S3:
+    if settings.artifacts.backend == ArtifactBackend.S3:
         # Imported here: boto3 costs a file-backed operator (and every unit test) nothing.
         from tooladapter.artifacts.s3 import S3ArtifactStore, S3Location
 
-        return S3ArtifactStore.connect(
-            S3Location(
-                bucket=settings.s3_bucket,
-                prefix=settings.s3_prefix,
-                endpoint=settings.s3_endpoint,
-                region=settings.s3_region,
-                path_style=settings.s3_path_style,
-            )
-        )
-    return LocalArtifactStore(settings.artifact_dir)
+        return S3ArtifactStore.connect(S3Location.of(settings.artifacts))
+    return LocalArtifactStore(settings.artifacts.directory)

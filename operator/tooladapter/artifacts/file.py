@@ -16,6 +16,21 @@ from tooladapter.artifacts.protocol import (
 )
 
 
+def _synced_temp(folder: Path, data: bytes) -> str:
+    """A hidden temporary file in `folder` holding `data`, fsynced: the caller renames or
+    links it into place (and removes it when that fails)."""
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return tmp
+
+
 class LocalArtifactStore:
     """Files under `root/sha256/<2 hex>/<64 hex>`, written atomically (rename) and fsynced;
     named index entries under `root/index/...`, created by a hard link that fails when the
@@ -40,12 +55,8 @@ class LocalArtifactStore:
                 raise CorruptArtifact(f"{path} holds {path.stat().st_size} bytes, not {len(data)}")
             return ref
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+        tmp = _synced_temp(path.parent, data)
         try:
-            with os.fdopen(fd, "wb") as fh:
-                fh.write(data)
-                fh.flush()
-                os.fsync(fh.fileno())
             os.replace(tmp, path)
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
@@ -65,12 +76,8 @@ class LocalArtifactStore:
             self._same(path, data)
             return
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+        tmp = _synced_temp(path.parent, data)
         try:
-            with os.fdopen(fd, "wb") as fh:
-                fh.write(data)
-                fh.flush()
-                os.fsync(fh.fileno())
             try:
                 # link(2), unlike rename(2), refuses an existing name: write-once.
                 os.link(tmp, path)

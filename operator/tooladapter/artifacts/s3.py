@@ -42,6 +42,8 @@ from tooladapter.artifacts.protocol import (
 if TYPE_CHECKING:
     from types_boto3_s3 import S3Client
 
+    from tooladapter.settings import ArtifactSettings
+
 logger = logging.getLogger("tooladapter.artifacts")
 
 #: Status codes meaning "an object is already there" for a conditional put (409: another
@@ -65,6 +67,17 @@ class S3Location:
     def __str__(self) -> str:
         at = f" at {self.endpoint}" if self.endpoint else f" ({self.region})"
         return f"s3://{self.bucket}/{self.prefix}{at}"
+
+    @classmethod
+    def of(cls, settings: ArtifactSettings) -> S3Location:
+        """The configured bucket (`TOOLADAPTER_S3_*`)."""
+        return cls(
+            bucket=settings.s3_bucket,
+            prefix=settings.s3_prefix,
+            endpoint=settings.s3_endpoint,
+            region=settings.s3_region,
+            path_style=settings.s3_path_style,
+        )
 
 
 def normal_prefix(prefix: str) -> str:
@@ -109,6 +122,13 @@ class S3ArtifactStore:
     @classmethod
     def connect(cls, location: S3Location) -> S3ArtifactStore:
         """A store on `location`, checked: the bucket answers and takes writes. Blocking."""
+        store = cls.open(location)
+        store.check()
+        return store
+
+    @classmethod
+    def open(cls, location: S3Location) -> S3ArtifactStore:
+        """A store on `location`, unchecked (nothing is written: a reader's)."""
         config = Config(
             region_name=location.region,
             connect_timeout=5,
@@ -122,9 +142,7 @@ class S3ArtifactStore:
         client = boto3.session.Session().client(
             "s3", endpoint_url=location.endpoint or None, config=config
         )
-        store = cls(client, bucket=location.bucket, prefix=location.prefix, name=str(location))
-        store.check()
-        return store
+        return cls(client, bucket=location.bucket, prefix=location.prefix, name=str(location))
 
     def key_of(self, ref: str) -> str:
         return self.prefix + relative_key(ref)
@@ -185,16 +203,7 @@ class S3ArtifactStore:
 
     def get(self, ref: str) -> bytes:
         key = self.key_of(ref)
-        try:
-            response = self.client.get_object(Bucket=self.bucket, Key=key)
-            data = response["Body"].read()
-        except ClientError as exc:
-            if _status(exc) == 404 or _code(exc) == "NoSuchKey":
-                raise KeyError(ref) from None
-            raise _failed(f"get {key}", exc) from exc
-        except BotoCoreError as exc:
-            raise _failed(f"get {key}", exc) from exc
-        return verified(ref, data)
+        return verified(ref, self._get(key, missing=ref))
 
     def put_key(self, key: str, data: bytes) -> None:
         full = self.prefix + index_key(key)
@@ -221,12 +230,15 @@ class S3ArtifactStore:
             raise CorruptArtifact(f"{full} already holds other bytes (never overwritten)")
 
     def get_key(self, key: str) -> bytes:
-        full = self.prefix + index_key(key)
+        return self._get(self.prefix + index_key(key), missing=key)
+
+    def _get(self, full: str, *, missing: str) -> bytes:
+        """The object's bytes; KeyError(`missing`) when there is none."""
         try:
             return self._read(full)
         except ClientError as exc:
             if _status(exc) == 404 or _code(exc) == "NoSuchKey":
-                raise KeyError(key) from None
+                raise KeyError(missing) from None
             raise _failed(f"get {full}", exc) from exc
         except BotoCoreError as exc:
             raise _failed(f"get {full}", exc) from exc

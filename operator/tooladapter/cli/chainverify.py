@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
+from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -36,6 +37,7 @@ from tooladapter.kube.receipt_keys import parse_heads
 from tooladapter.receipts.core.chain import Break, BreakKind, Expected, Head, Report, verify
 from tooladapter.receipts.core.keyring import PUBLIC_DATA_KEY, parse_public
 from tooladapter.receipts.core.signing import KeySet, receipt_of
+from tooladapter.settings import ArtifactSettings
 from tooladapter.timeutil import parse_time
 
 #: The objects an installation publishes (settings.receipt_*_config_map's defaults).
@@ -60,22 +62,16 @@ def exit_code_of(found: Break | None) -> ExitCode:
 def open_read_only(location: str) -> ArtifactStore:
     """A store to read: a directory, or `s3://bucket/prefix` (never written: no probe)."""
     if location.startswith("s3://"):
-        import os
+        # Imported here: boto3 costs the other commands nothing.
+        from tooladapter.artifacts.s3 import S3ArtifactStore, S3Location
 
-        import boto3
-        from botocore.config import Config
-
-        from tooladapter.artifacts.s3 import S3ArtifactStore
-
+        try:
+            # The operator's reader of TOOLADAPTER_S3_* (endpoint, region, addressing).
+            configured = S3Location.of(ArtifactSettings.from_env())
+        except ValueError as exc:
+            raise CliError(f"--store {location}: {exc}", ExitCode.USAGE) from None
         bucket, _, prefix = location.removeprefix("s3://").partition("/")
-        path_style = os.environ.get("TOOLADAPTER_S3_PATH_STYLE", "").lower() in ("1", "true")
-        client = boto3.session.Session().client(
-            "s3",
-            endpoint_url=os.environ.get("TOOLADAPTER_S3_ENDPOINT") or None,
-            region_name=os.environ.get("TOOLADAPTER_S3_REGION") or "us-east-1",
-            config=Config(s3={"addressing_style": "path" if path_style else "auto"}),
-        )
-        return S3ArtifactStore(client, bucket=bucket, prefix=prefix)
+        return S3ArtifactStore.open(replace(configured, bucket=bucket, prefix=prefix))
     path = Path(location)
     if not path.is_dir():
         raise CliError(f"--store {location}: no such directory", ExitCode.USAGE)

@@ -59,18 +59,18 @@ class SandboxExecutor:
                 api_version=API_VERSION, kind="ToolInvocation", name=call.name, uid=call.uid
             ),
             sandbox=sandbox,
-            image=sandbox.image or self.settings.sandbox_image,
+            image=sandbox.image or self.settings.sandbox.image,
             argv=list(call.argv),
             arguments=call.arguments,
             timeout_seconds=call.timeout_seconds,
             lease_id=call.lease_id or call.uid,
-            image_pull_policy=self.settings.image_pull_policy,
-            image_pull_secrets=list(self.settings.image_pull_secrets),
+            image_pull_policy=self.settings.sandbox.image_pull_policy,
+            image_pull_secrets=list(self.settings.sandbox.image_pull_secrets),
             secret_dependencies=descriptor.secret_dependencies or None,
             has_token=descriptor.authorization.kubernetes_identity is not None,
             network_gate=network_gate_for(self.canary, list(sandbox.egress.allow or [])),
-            gate_image=self.settings.sandbox_image,
-            runtime_class=runtime_class_for(sandbox, dict(self.settings.runtime_classes)),
+            gate_image=self.settings.sandbox.image,
+            runtime_class=runtime_class_for(sandbox, dict(self.settings.sandbox.runtime_classes)),
             extra_env=(
                 proxy_env(call.uid, list(call.proxy_bypass))
                 if call.proxy_bypass is not None

@@ -127,13 +127,13 @@ class WarmSandboxes:
         assert sandbox is not None
         return profile_for(
             sandbox,
-            image=sandbox.image or self.settings.sandbox_image,
-            runtime_class=runtime_class_for(sandbox, dict(self.settings.runtime_classes)),
+            image=sandbox.image or self.settings.sandbox.image,
+            runtime_class=runtime_class_for(sandbox, dict(self.settings.sandbox.runtime_classes)),
             workspace_size=(
-                self.settings.workspace_size if attempt else sandbox.workspace_size_limit
+                self.settings.warm.workspace_size if attempt else sandbox.workspace_size_limit
             ),
-            image_pull_policy=self.settings.image_pull_policy,
-            image_pull_secrets=self.settings.image_pull_secrets,
+            image_pull_policy=self.settings.sandbox.image_pull_policy,
+            image_pull_secrets=self.settings.sandbox.image_pull_secrets,
         )
 
     async def run(self, call: Call) -> Outcome | None:
@@ -161,7 +161,7 @@ class WarmSandboxes:
                     retryable=isinstance(exc, Refused),
                 )
             return await self.run_in(call, pod, workspace, made=made)
-        if self.settings.warm_pool_size <= 0:
+        if self.settings.warm.pool_size <= 0:
             return None
         claimed = await self.claim(call, profile)
         if claimed is None:
@@ -170,7 +170,7 @@ class WarmSandboxes:
 
     def want(self, namespace: str, profile: Profile) -> None:
         """A call of this profile was seen: keep (or start) its pool, refilled now."""
-        if self.settings.warm_pool_size <= 0:
+        if self.settings.warm.pool_size <= 0:
             return
         pool = self.pools.get((namespace, profile.key))
         if pool is None:
@@ -207,7 +207,7 @@ class WarmSandboxes:
                 namespace=namespace,
                 profile=profile,
                 network_gate=self.canary,
-                gate_image=self.settings.sandbox_image,
+                gate_image=self.settings.sandbox.image,
                 state=state,
                 labels=labels,
                 annotations=annotations,
@@ -221,7 +221,7 @@ class WarmSandboxes:
         async with pool.refilling:
             try:
                 pods = await self.pool_pods(pool.namespace, pool.profile.key)
-                for _ in range(self.settings.warm_pool_size - len(pods)):
+                for _ in range(self.settings.warm.pool_size - len(pods)):
                     await self.create_pod(pool.namespace, pool.profile, state=STATE_POOL)
             except Exception:
                 logger.warning(
@@ -304,7 +304,7 @@ class WarmSandboxes:
                 pod = await self.kube.wait_ready(
                     call.namespace,
                     pod["metadata"]["name"],
-                    timeout=self.settings.warm_start_seconds,
+                    timeout=self.settings.warm.start_seconds,
                 )
         else:
             # The count and the new workspace under one lock per namespace: first calls of
@@ -332,7 +332,7 @@ class WarmSandboxes:
                     pod = await self.kube.wait_ready(
                         call.namespace,
                         created["metadata"]["name"],
-                        timeout=self.settings.warm_start_seconds,
+                        timeout=self.settings.warm.start_seconds,
                     )
                 except BaseException:
                     await self.kube.delete_pod(call.namespace, created["metadata"]["name"])
@@ -367,7 +367,7 @@ class WarmSandboxes:
             for p in await self.kube.list_pods(namespace, f"{LABEL_STATE}={STATE_ATTEMPT}")
             if not pod_ended(p)
         ]
-        cap = self.settings.workspaces_per_namespace
+        cap = self.settings.warm.workspaces_per_namespace
         if len(held) >= cap:
             raise Refused(
                 f"namespace {namespace} holds {len(held)} attempt workspaces, its limit "
@@ -596,7 +596,7 @@ class WarmSandboxes:
         self.policies.clear()
         now = time.monotonic()
         for (namespace, key), pool in list(self.pools.items()):
-            if now - pool.last_wanted > self.settings.warm_pool_idle_seconds:
+            if now - pool.last_wanted > self.settings.warm.pool_idle_seconds:
                 del self.pools[(namespace, key)]
             else:
                 await self.refill(pool)
@@ -621,7 +621,7 @@ class WarmSandboxes:
                     )
                     idle = wall - parse_time(since).timestamp() if since else float("inf")
                     if not self.busy(key) and (
-                        idle > self.settings.workspace_idle_seconds or pod_ended(pod)
+                        idle > self.settings.warm.workspace_idle_seconds or pod_ended(pod)
                     ):
                         await self.kube.delete_pod(namespace, name)
                         logger.info("released idle workspace %s/%s", namespace, name)

@@ -70,7 +70,7 @@ async def broker(ctx: FlowContext) -> None:
 
 def timeout_of(ctx: FlowContext, descriptor: ToolDescriptorSpec) -> int:
     """The call's deadline: what credentials, the lease and its egress grant live for."""
-    return effective_timeout(descriptor, ctx.rt.settings.default_timeout_seconds)
+    return effective_timeout(descriptor, ctx.rt.settings.limits.default_timeout_seconds)
 
 
 def credential_seconds(ctx: FlowContext, descriptor: ToolDescriptorSpec) -> int:
@@ -78,7 +78,7 @@ def credential_seconds(ctx: FlowContext, descriptor: ToolDescriptorSpec) -> int:
     for capacity that may come between brokering and the Job (`capacity`), so a call that
     waited for its quota still has its whole timeout. They die with the lease's Secret at
     the call's end either way."""
-    waited = ctx.rt.settings.capacity_wait_seconds if descriptor.kind in SANDBOX_KINDS else 0
+    waited = ctx.rt.settings.capacity.wait_seconds if descriptor.kind in SANDBOX_KINDS else 0
     return timeout_of(ctx, descriptor) + waited
 
 
@@ -195,7 +195,7 @@ async def lease_sandbox(
         job_name=None if in_workspace else names.job,
         network_policy_name=None if in_workspace else names.network_policy,
         secret_name=names.secret if has_secret else None,
-        runtime_class=runtime_class_for(sandbox, dict(ctx.rt.settings.runtime_classes)),
+        runtime_class=runtime_class_for(sandbox, dict(ctx.rt.settings.sandbox.runtime_classes)),
         egress_proxy=ctx.rt.egress_peer.endpoint if proxied and ctx.rt.egress_peer else None,
     )
     ctx.status.sandbox_lease = lease

@@ -55,7 +55,7 @@ async def wait_for_capacity(ctx: FlowContext, job: dict[str, Any]) -> bool:
     """Return once the quotas admit `job` and its pod (or on an interrupt: the caller
     cancels); `Failure` (transient) when they did not within the budget. True when the
     call waited, so what was checked before the wait must be checked again."""
-    budget = ctx.rt.settings.capacity_wait_seconds
+    budget = ctx.rt.settings.capacity.wait_seconds
     since = waiting_since(ctx)
     attempt = 0
     while not ctx.interrupt_requested():

@@ -428,7 +428,7 @@ class FlowContext:
             tool_version=spec.tool.version,
             arguments=spec.arguments,
             request_hash=self.status.request_hash or "",
-            default_approval_timeout_seconds=self.rt.settings.default_approval_timeout_seconds,
+            default_approval_timeout_seconds=self.rt.settings.limits.default_approval_timeout_seconds,
         )
         return self.decision
 

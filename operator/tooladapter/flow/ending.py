@@ -94,7 +94,7 @@ _OUTCOME_STAGE = {
 async def finish(ctx: FlowContext, outcome: Outcome) -> None:
     """End an execution: sanitize its output, store it, and settle as the Outcome says."""
     returned = now_iso()  # the tool's answer: its span ends here, sanitizing's begins
-    max_bytes = ctx.rt.settings.max_result_bytes
+    max_bytes = ctx.rt.settings.limits.max_result_bytes
     if ctx.descriptor is not None:
         max_bytes = min(ctx.descriptor.max_result_bytes, max_bytes)
     output = whole_secrets_only(outcome.output, max_bytes, ctx.secret_values)
@@ -138,7 +138,7 @@ async def finish(ctx: FlowContext, outcome: Outcome) -> None:
     ctx.status.result_ref = content_ref(content)
     ctx.unstored.append(content)
     ctx.status.result_hash = ctx.status.result_ref
-    inline = len(content) <= ctx.rt.settings.inline_result_bytes
+    inline = len(content) <= ctx.rt.settings.limits.inline_result_bytes
     ctx.status.result = InvocationResult(
         content=clean.content if inline else "",
         structured_content=structured if inline else None,

@@ -237,7 +237,7 @@ def build_call(ctx: FlowContext) -> Call:
         descriptor=descriptor,
         arguments=spec.arguments,
         effective_class=effective,
-        timeout_seconds=effective_timeout(descriptor, settings.default_timeout_seconds),
+        timeout_seconds=effective_timeout(descriptor, settings.limits.default_timeout_seconds),
         max_result_bytes=max_result_bytes(ctx),
         idempotency_key=spec.idempotency_key,
         argv=tuple(ctx.command_line()),
@@ -261,7 +261,7 @@ def proxy_bypass(ctx: FlowContext) -> tuple[str, ...] | None:
 
 
 def max_result_bytes(ctx: FlowContext) -> int:
-    limit = ctx.rt.settings.max_result_bytes
+    limit = ctx.rt.settings.limits.max_result_bytes
     return min(ctx.descriptor.max_result_bytes, limit) if ctx.descriptor else limit
 
 

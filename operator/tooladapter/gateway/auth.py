@@ -107,10 +107,10 @@ FAILURES: Final = web.AppKey("tooladapter.auth-failures", FailureLimiter)
 
 def install(app: web.Application, settings: Settings) -> None:
     """The review cache and the failed-authentication limit (the caps: `Deps.doors`)."""
-    app[REVIEWS] = ReviewCache(rejected_seconds=settings.gateway_rejected_token_seconds)
+    app[REVIEWS] = ReviewCache(rejected_seconds=settings.gateway.rejected_token_seconds)
     app[FAILURES] = FailureLimiter(
-        burst=settings.gateway_auth_failures_burst,
-        per_minute=float(settings.gateway_auth_failures_per_minute),
+        burst=settings.gateway.auth_failures_burst,
+        per_minute=float(settings.gateway.auth_failures_per_minute),
     )
 
 
@@ -125,7 +125,7 @@ def address_of(request: web.Request) -> str:
     return client_address(
         request.remote or "-",
         request.headers.get("X-Forwarded-For"),
-        deps_of(request).settings.gateway_trusted_proxies,
+        deps_of(request).settings.gateway.trusted_proxies,
     )
 
 

@@ -139,7 +139,7 @@ async def _call_tool(
     timeout = 0
     if entry is not None:
         # No timeoutSeconds on the descriptor: the operator's default applies (issue 27).
-        timeout = entry.spec.timeout_seconds or deps.settings.default_timeout_seconds
+        timeout = entry.spec.timeout_seconds or deps.settings.limits.default_timeout_seconds
     follower = _Follower(deps, caller, namespace, entry, progress, timeout, elicit)
     username = caller.identity.username
     if elicit is not None and elicit.resume is not None:
@@ -180,7 +180,7 @@ async def _call_tool(
             username=username,
             hash_=hashed,
             now=datetime.now(UTC),
-            window_seconds=max(deps.settings.gateway_approval_wait_seconds, ATTACH_WINDOW_MIN),
+            window_seconds=max(deps.settings.gateway.approval_wait_seconds, ATTACH_WINDOW_MIN),
             approval_expiries=await _expiries(deps, namespace, approvals_to_read(items, username)),
             idempotency_key=options.idempotency_key,
             options={k: body["spec"].get(k) for k in CALL_OPTION_FIELDS},
@@ -281,7 +281,7 @@ class _Follower:
         self.namespace = namespace
         self.entry = entry
         self.progress = progress
-        self.wait = deps.settings.gateway_approval_wait_seconds
+        self.wait = deps.settings.gateway.approval_wait_seconds
         if elicit is not None and elicit.declined:
             self.wait = 0  # declined: say where it stands now, do not hold
         self.started = time.monotonic()
@@ -414,7 +414,7 @@ class _Follower:
     def delimiters(self) -> bool:
         """The descriptor's `resultDelimiters`, else the gateway's setting."""
         chosen = self.entry.spec.result_delimiters if self.entry is not None else None
-        return self.deps.settings.result_delimiters if chosen is None else chosen
+        return self.deps.settings.gateway.result_delimiters if chosen is None else chosen
 
     async def _stored_text(self, ref: str) -> str:
         try:

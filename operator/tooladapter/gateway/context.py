@@ -28,8 +28,8 @@ class Deps:
     kube: Kube
     #: What each caller and namespace holds at once (requests, streams, follows).
     doors: Doors = field(default_factory=Doors)
-    #: The reviewers' page session key read (or made) from `settings.ui_session_secret`;
-    #: None: `settings.ui_session_key_file`, else a key of this process.
+    #: The reviewers' page session key read (or made) from `settings.page.session_secret`;
+    #: None: `settings.page.session_key_file`, else a key of this process.
     ui_session_key: bytes | None = None
 
 

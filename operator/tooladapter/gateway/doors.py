@@ -138,10 +138,10 @@ class Doors:
 
 def caps_of(settings: Settings) -> Caps:
     return Caps(
-        caller_requests=settings.gateway_caller_requests,
-        namespace_requests=settings.gateway_namespace_requests,
-        caller_streams=settings.gateway_caller_streams,
-        namespace_streams=settings.gateway_namespace_streams,
+        caller_requests=settings.gateway.caller_requests,
+        namespace_requests=settings.gateway.namespace_requests,
+        caller_streams=settings.gateway.caller_streams,
+        namespace_streams=settings.gateway.namespace_streams,
     )
 
 

@@ -265,9 +265,9 @@ def _elicit(
         if state is None:
             raise MCPError(types.INVALID_PARAMS, "Invalid or expired requestState")
         # A replica without a public URL sends no link: it answers where the call stands.
-        declined = _declined(params) or deps.settings.gateway_public_url is None
+        declined = _declined(params) or deps.settings.gateway.public_url is None
         return Elicit(resume=state, declined=declined)
-    if deps.settings.gateway_public_url is None or not _url_capable(ctx):
+    if deps.settings.gateway.public_url is None or not _url_capable(ctx):
         return None
     return Elicit()
 
@@ -276,7 +276,7 @@ def _hand_back(
     ctx: ServerRequestContext[Any], deps: Deps, caller: Caller, obj: dict[str, Any]
 ) -> types.CallToolResult | types.InputRequiredResult:
     """The reviewers' page at the waiting call, as the client's era asks it to be opened."""
-    public = deps.settings.gateway_public_url
+    public = deps.settings.gateway.public_url
     meta = obj.get("metadata") or {}
     name, namespace, uid = str(meta.get("name")), str(meta.get("namespace")), str(meta.get("uid"))
     assert public is not None  # `_elicit` hands back only with a public URL

@@ -22,8 +22,8 @@ TTL: Final = 10.0
 class ReceiptKeys:
     def __init__(self, kube: Kube, settings: Settings, *, ttl: float = TTL) -> None:
         self.kube = kube
-        self.keys_at = settings.receipt_keys_config_map.split("/", 1)
-        self.heads_at = settings.receipt_heads_config_map.split("/", 1)
+        self.keys_at = settings.receipts.keys_config_map.split("/", 1)
+        self.heads_at = settings.receipts.heads_config_map.split("/", 1)
         self._ttl = ttl
         self._keys: tuple[float, KeySet] | None = None
         self._heads: tuple[float, dict[tuple[str, str], Head]] | None = None

@@ -56,16 +56,16 @@ class GatewayPortTaken(RuntimeError):
 def check_port(settings: Settings) -> None:
     """Raise `GatewayPortTaken` when the gateway's address cannot be bound now (checked by
     the launcher before kopf starts, so a taken port is one line, not a retried handler)."""
-    if settings.gateway_port == 0:
+    if settings.gateway.port == 0:
         return
-    family = socket.AF_INET6 if ":" in settings.gateway_host else socket.AF_INET
+    family = socket.AF_INET6 if ":" in settings.gateway.host else socket.AF_INET
     with socket.socket(family, socket.SOCK_STREAM) as probe:
         probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
-            probe.bind((settings.gateway_host, settings.gateway_port))
+            probe.bind((settings.gateway.host, settings.gateway.port))
         except OSError as exc:
             if exc.errno == errno.EADDRINUSE:
-                raise GatewayPortTaken(settings.gateway_host, settings.gateway_port) from None
+                raise GatewayPortTaken(settings.gateway.host, settings.gateway.port) from None
             raise
 
 
@@ -86,9 +86,9 @@ def build_app(deps: Deps, mcp: McpEndpoint) -> web.Application:
 
 async def _ui_session_key(kube: Kube, settings: Settings) -> bytes | None:
     """The page's session key from its Secret, made there on first start (the chart)."""
-    if settings.ui_session_secret is None:
+    if settings.page.session_secret is None:
         return None
-    namespace, _, name = settings.ui_session_secret.partition("/")
+    namespace, _, name = settings.page.session_secret.partition("/")
     return await ensure_session_key(kube, namespace, name)
 
 
@@ -97,16 +97,16 @@ def _shared_key(deps: Deps) -> bytes | None:
     the MCP endpoint derives its request-state and session-token keys from."""
     if deps.ui_session_key is not None:
         return deps.ui_session_key
-    path = deps.settings.ui_session_key_file
+    path = deps.settings.page.session_key_file
     return path.read_bytes().strip() if path is not None else None
 
 
 def tls_context(settings: Settings) -> ssl.SSLContext | None:
-    if settings.gateway_tls_cert is None or settings.gateway_tls_key is None:
+    if settings.gateway.tls_cert is None or settings.gateway.tls_key is None:
         return None
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     context.minimum_version = ssl.TLSVersion.TLSv1_2
-    context.load_cert_chain(settings.gateway_tls_cert, settings.gateway_tls_key)
+    context.load_cert_chain(settings.gateway.tls_cert, settings.gateway.tls_key)
     return context
 
 
@@ -119,7 +119,7 @@ class Gateway:
         self.mcp = McpEndpoint(
             shared_key=_shared_key(deps),
             # A person answers the page's link within the hour a reviewer's approval lasts.
-            state_ttl_seconds=max(3600, 2 * deps.settings.gateway_approval_wait_seconds),
+            state_ttl_seconds=max(3600, 2 * deps.settings.gateway.approval_wait_seconds),
         )
         self.runner: web.AppRunner | None = None
         self.listener: asyncio.Server | None = None
@@ -129,22 +129,22 @@ class Gateway:
     @classmethod
     async def start(cls, settings: Settings) -> Gateway | None:
         """Serve on `gateway_host:gateway_port`; None when the port is 0 (disabled)."""
-        if settings.gateway_port == 0:
+        if settings.gateway.port == 0:
             return None
         kube = await Kube.connect()
         # Every API request the gateway makes ends in time (the caller pools' too).
-        bound_time(kube.api, settings.gateway_api_timeout_seconds)
+        bound_time(kube.api, settings.gateway.api_timeout_seconds)
         deps = Deps(
             reviews=Reviews(
                 kube,
-                settings.gateway_audiences,
+                settings.gateway.audiences,
                 AllowCache(settings.authz_cache_seconds),
-                timeout_seconds=settings.gateway_api_timeout_seconds,
+                timeout_seconds=settings.gateway.api_timeout_seconds,
             ),
             pool=CallerPool.from_default(
-                settings.gateway_connections,
-                settings.gateway_stream_connections,
-                settings.gateway_api_timeout_seconds,
+                settings.gateway.connections,
+                settings.gateway.stream_connections,
+                settings.gateway.api_timeout_seconds,
             ),
             # The configured backend: with s3 every replica reads every receipt.
             store=await asyncio.to_thread(open_store, settings),
@@ -180,22 +180,22 @@ class Gateway:
         try:
             self.listener = await asyncio.get_running_loop().create_server(
                 guarded(server, self.limits),
-                settings.gateway_host,
-                settings.gateway_port,
+                settings.gateway.host,
+                settings.gateway.port,
                 ssl=context,
                 reuse_address=True,
             )
         except OSError as exc:
             if exc.errno == errno.EADDRINUSE:
-                raise GatewayPortTaken(settings.gateway_host, settings.gateway_port) from None
+                raise GatewayPortTaken(settings.gateway.host, settings.gateway.port) from None
             raise
         sockets = self.listener.sockets
-        self.port = sockets[0].getsockname()[1] if sockets else settings.gateway_port
+        self.port = sockets[0].getsockname()[1] if sockets else settings.gateway.port
         scheme = "https" if context is not None else "http"
         logger.info(
             "gateway serving on %s://%s:%s (MCP at /namespaces/{namespace}/mcp)",
             scheme,
-            settings.gateway_host,
+            settings.gateway.host,
             self.port,
         )
 

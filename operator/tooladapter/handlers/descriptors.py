@@ -186,7 +186,7 @@ async def integration_event(
     meta = body["metadata"]
     event = descriptor_event(
         kind,
-        source=rt.settings.event_source,
+        source=rt.settings.event_sink.source,
         namespace=meta["namespace"],
         name=meta["name"],
         uid=str(meta.get("uid")),
@@ -224,7 +224,7 @@ async def reconcile_descriptor(rt: Runtime, event_type: str | None, body: dict[s
         body,
         mcp_health=mcp_health,
         missing_runtime_class=await missing_runtime_class(rt, body),
-        default_timeout_seconds=rt.settings.default_timeout_seconds,
+        default_timeout_seconds=rt.settings.limits.default_timeout_seconds,
         cidr_bounds=rt.settings.egress.cidr_bounds,
     ).wire()
     if _same(current, desired):
@@ -296,7 +296,9 @@ async def missing_runtime_class(rt: Runtime, body: dict[str, Any]) -> str | None
         sandbox = ToolDescriptorSpec.model_validate(body.get("spec") or {}).sandbox_spec
     except ValidationError:
         return None
-    name = runtime_class_for(sandbox, dict(rt.settings.runtime_classes)) if sandbox else None
+    name = (
+        runtime_class_for(sandbox, dict(rt.settings.sandbox.runtime_classes)) if sandbox else None
+    )
     if name is None or await rt.cluster.runtime_class_exists(name):
         return None
     return name

@@ -132,14 +132,14 @@ class Leadership:
 async def lead(config: Settings) -> Leadership:
     """Wait (as a standby) until this process holds the Lease of its namespace set."""
     kube = await Kube.connect()
-    period = retry_period(config.lease_seconds)
+    period = retry_period(config.leadership.lease_seconds)
     elector = LeaseElector(
         # Its own connection pool: renewals never queue behind the flows' requests.
         api=KubeLeases(kube, timeout=max(period, 1.0)),
-        namespace=config.lease_namespace,
+        namespace=config.leadership.lease_namespace,
         name=lease_name(config.namespaces),
         identity=holder_identity(),
-        duration_seconds=config.lease_seconds,
+        duration_seconds=config.leadership.lease_seconds,
         scope=config.namespaces,
     )
     leadership = Leadership(elector, kube)

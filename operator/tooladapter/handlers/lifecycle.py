@@ -127,7 +127,7 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo) -> None:
         except GatewayPortTaken as exc:
             logger.error("%s", exc)
             raise kopf.PermanentError(str(exc)) from None
-    if config.leader_election and memo.get("leadership") is None:
+    if config.leadership.enabled and memo.get("leadership") is None:
         # Before anything else: a standby waits here, and kopf starts no watch until the
         # start-up handlers return. Kept across kopf's retries of this handler.
         health.role = OperatorRole.STANDBY
@@ -141,10 +141,10 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo) -> None:
     keeper = ReceiptKeeper(
         kube,
         store,
-        signing_secret=config.receipt_signing_secret,
-        keys_config_map=config.receipt_keys_config_map,
-        heads_config_map=config.receipt_heads_config_map,
-        heads_publish_seconds=config.receipt_heads_publish_seconds,
+        signing_secret=config.receipts.signing_secret,
+        keys_config_map=config.receipts.keys_config_map,
+        heads_config_map=config.receipts.heads_config_map,
+        heads_publish_seconds=config.receipts.heads_publish_seconds,
     )
     try:
         # First, so a failed attempt leaves nothing open (no listener, no session) behind.
@@ -191,8 +191,8 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo) -> None:
     if flush_traces is not None:
         # First registered, so closed last: the spans of calls ending during shutdown go too.
         rt.closers.insert(0, flush_traces)
-    if config.network_gate:
-        started = await start_canary(config.canary_host, config.canary_port)
+    if config.sandbox.network_gate:
+        started = await start_canary(config.sandbox.canary_host, config.sandbox.canary_port)
         if started is not None:
             canary_server, sandbox.canary = started
             rt.canary = sandbox.canary

@@ -100,7 +100,7 @@ async def reap_sandboxes(rt: Runtime) -> None:
                     result = False
                 elif body["metadata"]["uid"] == uid and status.get("endedAt"):
                     age = (now - parse_time(status["endedAt"])).total_seconds()
-                    result = age >= rt.settings.sandbox_retain_seconds
+                    result = age >= rt.settings.sandbox.retain_seconds
             except NotFound:
                 result = True
         ended[uid] = result
@@ -147,7 +147,7 @@ async def apply_retention(rt: Runtime) -> int:
     before. Every due call goes in one run, paced at `retention_deletes_per_second`: a call
     rate above one run's worth never leaves storage growing, and a first run over a long
     backlog drains at a steady pace instead of a burst of writes. Returns how many went."""
-    seconds = rt.settings.retention_seconds
+    seconds = rt.settings.retention.invocation_seconds
     if seconds <= 0:
         return 0
     due = [
@@ -157,7 +157,7 @@ async def apply_retention(rt: Runtime) -> int:
     ]
     if not due:
         return 0
-    pace = Pace(rt.settings.retention_deletes_per_second)
+    pace = Pace(rt.settings.retention.deletes_per_second)
     slots = asyncio.Semaphore(RETENTION_CONCURRENCY)
     deleted = 0
     failures: list[Exception] = []
@@ -212,7 +212,7 @@ class Pace:
 async def expire_idempotency_claims(rt: Runtime) -> int:
     """Delete idempotency claims `idempotency_retention_seconds` after their winner ended
     (`pipeline.retention.claim_expired`); the key may then run again. Returns how many went."""
-    seconds = rt.settings.idempotency_retention_seconds
+    seconds = rt.settings.retention.idempotency_seconds
     if seconds <= 0:
         return 0
     now = datetime.now(UTC)

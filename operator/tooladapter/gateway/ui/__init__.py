@@ -21,7 +21,7 @@ def add_routes(app: web.Application) -> None:
     if deps.ui_session_key is not None:
         app[SEALER] = Sealer(deps.ui_session_key)
     else:
-        app[SEALER] = Sealer.from_file(deps.settings.ui_session_key_file)
+        app[SEALER] = Sealer.from_file(deps.settings.page.session_key_file)
     app[TEMPLATES] = templates()
     for module in (signin, approvals, uncertain, runs, live):
         module.add_routes(app)

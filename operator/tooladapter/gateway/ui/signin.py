@@ -98,7 +98,7 @@ async def login(request: web.Request) -> web.StreamResponse:
     if not namespaces and identity.username.startswith(_SA_PREFIX):
         # A ServiceAccount's own namespace, unless the person chose others.
         namespaces = (identity.username.removeprefix(_SA_PREFIX).split(":")[0],)
-    seconds = deps_of(request).settings.ui_session_seconds
+    seconds = deps_of(request).settings.page.session_seconds
     session = request.app[SEALER].new(token, namespaces, seconds)
     call = call_ref(form.get("call"))
     response = redirect(f"{PREFIX}/approvals" + (f"?call={call[0]}/{call[1]}" if call else ""))

@@ -87,7 +87,7 @@ def redirect(location: str) -> web.Response:
 
 def uses_tls(request: web.Request) -> bool:
     settings = deps_of(request).settings
-    return request.secure or settings.gateway_tls_cert is not None or settings.ui_behind_tls_proxy
+    return request.secure or settings.gateway.tls_cert is not None or settings.page.behind_tls_proxy
 
 
 def cookie_name(secure: bool, name: str) -> str:

@@ -1,0 +1,132 @@
+"""Operator settings, read once from the environment at start-up: one frozen dataclass per
+concern, composed into `Settings` (as kopf's `OperatorSettings`): `settings.gateway.port`,
+`settings.artifacts.s3_bucket`.
+
+Every knob has a production-sensible default; docs/reference/settings.md lists each
+variable (generated from these modules) and docs/operations/configuration.md explains the
+ones that matter most. A value that cannot be parsed stops the operator, naming the variable.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from dataclasses import dataclass, field
+
+from tooladapter.enums import EventLevel
+from tooladapter.settings import environ as env
+from tooladapter.settings.artifacts import ArtifactSettings
+from tooladapter.settings.capacity import CapacitySettings
+from tooladapter.settings.egress import EgressSettings
+from tooladapter.settings.event_sink import EventSinkSettings
+from tooladapter.settings.gateway import GatewaySettings
+from tooladapter.settings.leadership import LeadershipSettings
+from tooladapter.settings.limits import LimitSettings
+from tooladapter.settings.page import PageSettings
+from tooladapter.settings.receipts import ReceiptSettings
+from tooladapter.settings.retention import RetentionSettings
+from tooladapter.settings.sandbox import SandboxSettings
+from tooladapter.settings.warm import WarmSettings
+
+__all__ = [
+    "ArtifactSettings",
+    "CapacitySettings",
+    "EgressSettings",
+    "EventSinkSettings",
+    "GatewaySettings",
+    "LeadershipSettings",
+    "LimitSettings",
+    "PageSettings",
+    "ReceiptSettings",
+    "RetentionSettings",
+    "SandboxSettings",
+    "Settings",
+    "WarmSettings",
+]
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The operator's settings: a few process-wide knobs, and one group per concern."""
+
+    #: Namespace globs this operator serves (empty: all); kopf watches only these.
+    namespaces: tuple[str, ...] = ()
+    #: Port of the Prometheus /metrics endpoint; 0 disables it.
+    metrics_port: int = 9464
+    #: Port of `/healthz` and `/readyz`, served from start-up in every role (a standby
+    #: too, unlike kopf's own liveness endpoint); 0 disables it (host processes).
+    health_port: int = 0
+    #: Events posted per call: `actionable` (denials, approvals, uncertain effects, failures:
+    #: someone acts on them) or `all` (also a ToolInvoked event per finished call; the
+    #: per-call record is the receipt, `status.receiptRef`, either way).
+    events: EventLevel = EventLevel.ACTIONABLE
+    #: Write status at every state change, not only before waits, effects and the end.
+    write_every_state: bool = False
+    #: Seconds an allowed SubjectAccessReview answer is reused (0: review every call).
+    authz_cache_seconds: int = 2
+    #: Period of the uncertain-effect reconciler and the sandbox reaper.
+    reconcile_interval_seconds: int = 30
+    #: Hosts (names, addresses or CIDRs) http tools may never reach, even when a
+    #: descriptor allow-lists them: cloud metadata services hand out node credentials.
+    blocked_http_hosts: tuple[str, ...] = ("169.254.169.254", "metadata.google.internal")
+
+    #: The artifact store: receipts and results.
+    artifacts: ArtifactSettings = field(default_factory=ArtifactSettings)
+    #: Per-call defaults and bounds.
+    limits: LimitSettings = field(default_factory=LimitSettings)
+    #: Calls in flight and the quota wait.
+    capacity: CapacitySettings = field(default_factory=CapacitySettings)
+    #: Retention of ended calls.
+    retention: RetentionSettings = field(default_factory=RetentionSettings)
+    #: Leader election.
+    leadership: LeadershipSettings = field(default_factory=LeadershipSettings)
+    #: Sandbox pods.
+    sandbox: SandboxSettings = field(default_factory=SandboxSettings)
+    #: Workspaces and warm pools.
+    warm: WarmSettings = field(default_factory=WarmSettings)
+    #: Egress by host name through the egress proxy.
+    egress: EgressSettings = field(default_factory=EgressSettings)
+    #: The HTTP API and MCP endpoint.
+    gateway: GatewaySettings = field(default_factory=GatewaySettings)
+    #: The reviewers' page.
+    page: PageSettings = field(default_factory=PageSettings)
+    #: Receipt signing and chain heads.
+    receipts: ReceiptSettings = field(default_factory=ReceiptSettings)
+    #: The integration events' sink.
+    event_sink: EventSinkSettings = field(default_factory=EventSinkSettings)
+
+    def serves(self, namespace: str) -> bool:
+        return not self.namespaces or any(
+            fnmatch.fnmatchcase(namespace, p) for p in self.namespaces
+        )
+
+    @classmethod
+    def from_env(cls) -> Settings:
+        base = cls()
+        return cls(
+            namespaces=env.listed("TOOLADAPTER_NAMESPACES", ()),
+            metrics_port=env.integer("TOOLADAPTER_METRICS_PORT", base.metrics_port),
+            health_port=env.port("TOOLADAPTER_HEALTH_PORT", base.health_port),
+            events=env.choice("TOOLADAPTER_EVENTS", base.events),
+            write_every_state=env.boolean("TOOLADAPTER_WRITE_EVERY_STATE", base.write_every_state),
+            authz_cache_seconds=env.integer(
+                "TOOLADAPTER_AUTHZ_CACHE_SECONDS", base.authz_cache_seconds
+            ),
+            reconcile_interval_seconds=env.integer(
+                "TOOLADAPTER_RECONCILE_INTERVAL_SECONDS", base.reconcile_interval_seconds
+            ),
+            blocked_http_hosts=env.listed(
+                "TOOLADAPTER_BLOCKED_HTTP_HOSTS", base.blocked_http_hosts
+            ),
+            artifacts=ArtifactSettings.from_env(),
+            limits=LimitSettings.from_env(),
+            capacity=CapacitySettings.from_env(),
+            retention=RetentionSettings.from_env(),
+            leadership=LeadershipSettings.from_env(),
+            sandbox=SandboxSettings.from_env(),
+            warm=WarmSettings.from_env(),
+            egress=EgressSettings.from_env(),
+            gateway=GatewaySettings.from_env(),
+            page=PageSettings.from_env(),
+            receipts=ReceiptSettings.from_env(),
+            event_sink=EventSinkSettings.from_env(),
+        )

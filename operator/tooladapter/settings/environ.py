@@ -1,0 +1,147 @@
+"""Readers of one environment variable each, for the settings groups' `from_env`.
+
+Each names its variable in the error, so a value the operator cannot parse stops it at
+start-up with a message saying which knob is wrong; an unset or empty variable is the
+default.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Literal, TypeVar
+
+from tooladapter.enums import ArtifactBackend, EventLevel
+from tooladapter.mcp.core.approvals import BadPublicUrl, checked_public_url
+
+
+def integer(name: str, default: int) -> int:
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        return int(raw)
+    except ValueError as exc:
+        raise ValueError(f"environment variable {name}={raw!r} is not an integer") from exc
+
+
+def at_least(name: str, default: int, minimum: int) -> int:
+    value = integer(name, default)
+    if value < minimum:
+        raise ValueError(f"environment variable {name}={value} is below its minimum {minimum}")
+    return value
+
+
+def boolean(name: str, default: bool) -> bool:
+    raw = os.environ.get(name, "").strip().lower()
+    if raw == "":
+        return default
+    if raw in ("1", "true", "on", "yes"):
+        return True
+    if raw in ("0", "false", "off", "no"):
+        return False
+    raise ValueError(f"environment variable {name}={raw!r} is not a boolean (true/false)")
+
+
+def listed(name: str, default: tuple[str, ...]) -> tuple[str, ...]:
+    """Comma-separated items; set but empty is no items (not the default)."""
+    raw = os.environ.get(name)
+    if raw is None:
+        return default
+    return tuple(part.strip() for part in raw.split(",") if part.strip())
+
+
+_QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|k|M|G|T)?$")
+
+
+def quantity(name: str, default: str) -> str:
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    if not _QUANTITY.match(raw):
+        raise ValueError(f"environment variable {name}={raw!r} is not a storage quantity (1Gi)")
+    return raw
+
+
+def port(name: str, default: int) -> int:
+    value = integer(name, default)
+    if not 0 <= value <= 65535:
+        raise ValueError(f"environment variable {name}={value} is not a port (0-65535)")
+    return value
+
+
+def namespaced(name: str) -> str | None:
+    """`namespace/name`, or None when unset."""
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return None
+    namespace, _, obj = raw.partition("/")
+    if not namespace or not obj or "/" in obj:
+        raise ValueError(f"{name} must be namespace/name, not {raw!r}")
+    return raw
+
+
+def path(name: str) -> Path | None:
+    raw = os.environ.get(name, "").strip()
+    return Path(raw) if raw else None
+
+
+def public_url(name: str) -> str | None:
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return None
+    try:
+        return checked_public_url(raw)
+    except BadPublicUrl as exc:
+        raise ValueError(f"environment variable {name}: {exc}") from None
+
+
+def pairs(name: str, default: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str], ...]:
+    """`key=value` items, comma-separated."""
+    raw = os.environ.get(name)
+    if raw is None:
+        return default
+    found = []
+    for part in listed(name, ()):
+        key, sep, value = part.partition("=")
+        if not sep or not key.strip() or not value.strip():
+            raise ValueError(f"environment variable {name}: {part!r} is not key=value")
+        found.append((key.strip(), value.strip()))
+    return tuple(found)
+
+
+_E = TypeVar("_E", ArtifactBackend, EventLevel)
+
+
+def choice(name: str, default: _E) -> _E:
+    raw = os.environ.get(name, "").strip().lower()
+    if raw == "":
+        return default
+    kind = type(default)
+    try:
+        return kind(raw)
+    except ValueError:
+        allowed = "|".join(kind)
+        raise ValueError(f"environment variable {name}={raw!r} is not one of {allowed}") from None
+
+
+def endpoint(name: str) -> str | None:
+    raw = os.environ.get(name, "").strip()
+    if raw and not raw.startswith(("https://", "http://")):
+        raise ValueError(f"environment variable {name}={raw!r} is not an http(s) URL")
+    return raw or None
+
+
+def cidr_mode(name: str, default: Literal["allow", "forbid"]) -> Literal["allow", "forbid"]:
+    value = (os.environ.get(name) or default).strip().lower()
+    if value not in ("allow", "forbid"):
+        raise ValueError(f"{name} must be allow or forbid, not {value!r}")
+    return "forbid" if value == "forbid" else "allow"
+
+
+def prefix(name: str, default: int, bits: int) -> int:
+    value = integer(name, default)
+    if not 1 <= value <= bits:
+        raise ValueError(f"{name} must be a prefix length from 1 to {bits}, not {value}")
+    return value
