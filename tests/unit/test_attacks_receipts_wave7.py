@@ -12,12 +12,12 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from tooladapter import outbox
 from tooladapter.artifacts.chain import ReceiptChains, StoredLinks, chain_prefix
-from tooladapter.gateway import receipt_keys as gateway_keys
 from tooladapter.model import ToolInvocationSpec, ToolInvocationStatus
 from tooladapter.outbox import Outbox, SinkRefused, delivered_key
 from tooladapter.receipts.core.chain import verify
 from tooladapter.receipts.core.cloudevents import EventType, descriptor_event
 from tooladapter.receipts.core.signing import KeySet, PublicKey, Signer
+from tooladapter.receipts.service import keys as gateway_keys
 from tooladapter.receipts.service.writer import ReceiptInput, ReceiptWriter
 from tooladapter.settings import Settings
 

@@ -30,12 +30,12 @@ from typing import Any
 import click
 
 from tooladapter.artifacts import ArtifactStore, LocalArtifactStore
-from tooladapter.artifacts.chain import StoredLinks, chain_key, incarnations
+from tooladapter.artifacts.chain import incarnations
 from tooladapter.cli.exitcodes import CliError, ExitCode
 from tooladapter.kube.receipt_keys import parse_heads
-from tooladapter.receipts.core.chain import Break, BreakKind, Expected, Head, Report, verify
+from tooladapter.receipts.core.chain import Break, BreakKind, Expected, Head, Report
 from tooladapter.receipts.core.keyring import PUBLIC_DATA_KEY, parse_public
-from tooladapter.receipts.core.signing import KeySet, receipt_of
+from tooladapter.receipts.core.signing import KeySet
 from tooladapter.timeutil import parse_time
 
 #: The objects an installation publishes (settings.receipt_*_config_map's defaults).
@@ -129,37 +129,6 @@ def _time(text: Any) -> datetime | None:
         return parse_time(str(text)) if text else None
     except ValueError:
         return None
-
-
-def chain_began(store: ArtifactStore, namespace: str, uid: str) -> str | None:
-    """When the chain's first link was signed (None: no first link to read)."""
-    try:
-        receipt = receipt_of(store.get_key(chain_key(namespace, uid, 1)))
-    except KeyError:
-        return None
-    signed = ((receipt or {}).get("chain") or {}).get("signedAt")
-    return str(signed) if signed else None
-
-
-def verify_chain(
-    store: ArtifactStore,
-    *,
-    namespace: str,
-    uid: str,
-    keys: KeySet,
-    head: Head | None,
-    since: int,
-    expected: list[Expected],
-) -> Report:
-    return verify(
-        StoredLinks(store, namespace, uid, since),
-        namespace=namespace,
-        incarnation=uid,
-        keys=keys,
-        head=head,
-        since=since,
-        expected=expected,
-    )
 
 
 def furthest(*heads: Head | None) -> Head | None:

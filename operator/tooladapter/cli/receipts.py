@@ -22,7 +22,6 @@ from tooladapter.cli import views
 from tooladapter.cli.chainverify import (
     HEADS_CONFIG_MAP,
     KEYS_CONFIG_MAP,
-    chain_began,
     exit_code_of,
     expected_of,
     furthest,
@@ -31,7 +30,6 @@ from tooladapter.cli.chainverify import (
     keys_from_file,
     open_read_only,
     say,
-    verify_chain,
 )
 from tooladapter.cli.context import Settings, common_options, run_async
 from tooladapter.cli.exitcodes import CliError, ExitCode
@@ -45,7 +43,7 @@ from tooladapter.cli.parsing import looks_like_ref, parse_ref
 from tooladapter.cli.render import Output, document, table
 from tooladapter.enums import Resource
 from tooladapter.kube.client import NotFound
-from tooladapter.kube.receipt_keys import head_key, read_heads, read_public
+from tooladapter.kube.receipt_keys import head_key
 from tooladapter.kube.user import UserApi
 from tooladapter.receipts.core.chain import Head
 from tooladapter.receipts.core.check import Match, parse_receipt, ref_from_filename, verify
@@ -56,6 +54,8 @@ from tooladapter.receipts.core.signing import (
     parse_stored,
     signature_of_stored,
 )
+from tooladapter.receipts.service.keys import read_chain_heads, read_keys
+from tooladapter.receipts.service.reader import chain_began, verify_chain
 
 
 async def _receipts(
@@ -169,9 +169,8 @@ async def _chain_inputs(
         if keys is None and gateway:
             keys = parse_public(await fetch_receipt_keys(gateway))
         if keys is None:
-            where, name = KEYS_CONFIG_MAP.split("/")
             try:
-                keys = await read_public(api.kube, where, name)
+                keys = await read_keys(api.kube, KEYS_CONFIG_MAP)
             except Exception as exc:
                 raise CliError(
                     f"reading the public keys (ConfigMap {KEYS_CONFIG_MAP}) failed "
@@ -200,12 +199,9 @@ async def _chain_inputs(
                 uids = []  # not allowed to read Namespaces: every incarnation in the store
         items = await api.list_all(Resource.INVOCATIONS)
         if heads is None:
-            where, name = HEADS_CONFIG_MAP.split("/")
             try:
-                heads = {
-                    head_key(ns, u): head.wire()
-                    for (ns, u), head in (await read_heads(api.kube, where, name)).items()
-                }
+                published = await read_chain_heads(api.kube, HEADS_CONFIG_MAP)
+                heads = {head_key(ns, u): head.wire() for (ns, u), head in published.items()}
             except Exception:
                 heads = None  # not readable by this user: --head and the statuses decide
     return namespace, keys, uids, items, heads
@@ -543,9 +539,8 @@ async def _keys_for_one(
         return keys_from_file(keys_file)
     if gateway:
         return parse_public(await fetch_receipt_keys(gateway))
-    where, name = KEYS_CONFIG_MAP.split("/")
     try:
-        return await read_public(api.kube, where, name)
+        return await read_keys(api.kube, KEYS_CONFIG_MAP)
     except NotFound:
         if not signed:
             return KeySet()
