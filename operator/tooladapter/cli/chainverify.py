@@ -150,11 +150,6 @@ def say(report: Report) -> None:
             f"{report.last.sequence} ({report.last.ref}); signatures by "
             f"{', '.join(sorted(report.keys_used)) or 'no key'}"
         )
-        if report.first == 1:
-            click.echo(
-                "the chain begins at sequence 1: receipts of this namespace written before it "
-                "(unsigned) are verifiable by their hash alone",
-            )
         return
     click.echo(f"BROKEN: {where}: first break at {first}", err=True)
     for other in report.breaks:
