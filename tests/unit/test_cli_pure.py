@@ -557,7 +557,7 @@ def test_outcome_and_receipt_rows_show_a_tool_error_and_a_duplicate() -> None:
     clean = {**obj, "status": {"state": "Observed"}}
     assert views.receipt_row(clean)["outcome"] == "Observed"
     assert views.outcome(clean)["toolError"] is False
-    # A gateway from before issue 27 sends no outcome: its state stands in.
+    # A row of a call retention deleted (from its receipt) has no outcome: its state stands in.
     assert views.gateway_receipt_row({"state": "Failed"})["outcome"] == "Failed"
     assert (
         views.gateway_receipt_row({"state": "Observed", "outcome": "Observed: x"})["outcome"]

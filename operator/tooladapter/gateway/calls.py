@@ -6,8 +6,7 @@ for an approval is followed for `gateway_approval_wait_seconds` at most, then an
 still pending (not an error), naming the invocation; so is any call still running after
 its descriptor's timeout plus that wait (plus a margin). A duplicate of an idempotency
 key (same caller, same request) ends in its first call's state with that call's result and
-`duplicateOf`: it is answered as it stands, naming the first call in `_meta`. A duplicate
-stored before that (`Denied` `duplicate`) is answered with the call that holds the key.
+`duplicateOf`: it is answered as it stands, naming the first call in `_meta`.
 """
 
 from __future__ import annotations
