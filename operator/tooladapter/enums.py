@@ -191,8 +191,8 @@ class FailureClass(StrEnum):
     #: An Uncertain call whose effect an operator confirmed as not having happened.
     EFFECT_DID_NOT_HAPPEN = "effect-did-not-happen"
     CANCELLED = "cancelled"
-    #: Only on calls stored before duplicates ended in their first call's state: read, never
-    #: written (a duplicate now carries its first call's outcome and `status.duplicateOf`).
+    #: A duplicate whose first call was deleted before it ended (no outcome to carry); any
+    #: other duplicate carries its first call's outcome and `status.duplicateOf`.
     DUPLICATE = "duplicate"
     #: The same idempotency key (same caller) with another request: refused, as payment APIs do.
     KEY_REUSED = "key-reused"

@@ -250,7 +250,7 @@ def test_five_calls_verify_offline_and_each_tampering_is_named_by_its_sequence(
             )  # fmt: skip
 
         assert verify_one(digest).returncode == 12
-        # The same rewrite without an envelope, posing as a receipt from before signing.
+        # The same rewrite without an envelope: unsigned, so no receipt (every one is signed).
         plain = json.dumps(statement["predicate"], sort_keys=True).encode()
         unsigned = verify_one(put_content(rewritten, plain))
         assert unsigned.returncode == 12, (unsigned.stdout, unsigned.stderr)

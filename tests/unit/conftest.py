@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 import tooladapter.flow
-import tooladapter.flow.ending
+import tooladapter.receipts.service.storing
 
 from .fake_cluster import Harness, make_runtime
 
@@ -15,7 +15,7 @@ def fast_retries(monkeypatch: pytest.MonkeyPatch) -> None:
     """The flow retries at once (its delays, and the guard's, are RETRY_DELAYS; a put the
     artifact store refused is retried after STORE_RETRY_DELAYS)."""
     monkeypatch.setattr(tooladapter.flow, "RETRY_DELAYS", (0, 0, 0, 0, 0))
-    monkeypatch.setattr(tooladapter.flow.ending, "STORE_RETRY_DELAYS", (0,))
+    monkeypatch.setattr(tooladapter.receipts.service.storing, "STORE_RETRY_DELAYS", (0,))
 
 
 @pytest.fixture

@@ -12,14 +12,15 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from tooladapter import outbox
 from tooladapter.artifacts.chain import ReceiptChains, StoredLinks, chain_prefix
-from tooladapter.flow.ending import write_receipt
-from tooladapter.gateway import receipt_keys as gateway_keys
 from tooladapter.model import ToolInvocationSpec, ToolInvocationStatus
 from tooladapter.outbox import Outbox, SinkRefused, delivered_key
 from tooladapter.receipts.core.chain import verify
 from tooladapter.receipts.core.cloudevents import EventType, descriptor_event
 from tooladapter.receipts.core.signing import KeySet, PublicKey, Signer
-from tooladapter.settings import EventSinkSettings, Settings
+from tooladapter.receipts.service import keys as gateway_keys
+from tooladapter.receipts.service.writer import ReceiptInput, ReceiptWriter
+from tooladapter.settings import Settings
+from tooladapter.settings.event_sink import EventSinkSettings
 
 from .fake_cluster import MemoryStore
 
@@ -57,22 +58,21 @@ def _spec(namespace: str) -> ToolInvocationSpec:
 
 
 async def _write(store: MemoryStore, chains: ReceiptChains, namespace: str, n: int) -> None:
-    await write_receipt(
-        store,
-        of=f"{namespace}/call-{n}",
-        namespace=namespace,
-        name=f"call-{n}",
-        uid=f"uid-{namespace}-{n}",
-        spec=_spec(namespace),
-        status=ToolInvocationStatus(),
-        tool_kind="native",
-        sandbox_kind=None,
-        sandbox_pool=None,
-        command_line=[],
-        written_at="2026-12-03T20:00:00Z",
-        audit=None,
-        namespace_uid=UIDS[namespace],
-        chains=chains,
+    await ReceiptWriter(store, chains).write(
+        ReceiptInput(
+            namespace=namespace,
+            name=f"call-{n}",
+            uid=f"uid-{namespace}-{n}",
+            spec=_spec(namespace),
+            status=ToolInvocationStatus(),
+            tool_kind="native",
+            sandbox_kind=None,
+            sandbox_pool=None,
+            command_line=[],
+            written_at="2026-12-03T20:00:00Z",
+            audit=None,
+            namespace_uid=UIDS[namespace],
+        )
     )
 
 

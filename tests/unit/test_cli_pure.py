@@ -523,10 +523,9 @@ def test_exit_codes_are_distinct_and_follow_the_terminal_state() -> None:
             ExitCode.TOOL_ERROR,
         ),
         ({"state": "Observed", "failureClass": "output-invalid"}, ExitCode.TOOL_ERROR),
-        # Stored before issue 27: a tool error ended Failed; still a tool error, not "safe".
-        ({"state": "Failed", "failureClass": "tool-error"}, ExitCode.TOOL_ERROR),
         ({"state": "Failed", "failureClass": "transient"}, ExitCode.FAILED),
-        # A duplicate exits as its first call ended; an old Denied duplicate stays Denied.
+        # A duplicate exits as its first call ended; one whose first call was deleted before
+        # it ended is Denied `duplicate`.
         ({"state": "Observed", "duplicateOf": "call-0"}, ExitCode.OK),
         ({"state": "Uncertain", "duplicateOf": "call-0"}, ExitCode.UNCERTAIN),
         ({"state": "Denied", "failureClass": "duplicate", "duplicateOf": "c0"}, ExitCode.DENIED),
@@ -558,7 +557,7 @@ def test_outcome_and_receipt_rows_show_a_tool_error_and_a_duplicate() -> None:
     clean = {**obj, "status": {"state": "Observed"}}
     assert views.receipt_row(clean)["outcome"] == "Observed"
     assert views.outcome(clean)["toolError"] is False
-    # A gateway from before issue 27 sends no outcome: its state stands in.
+    # A row of a call retention deleted (from its receipt) has no outcome: its state stands in.
     assert views.gateway_receipt_row({"state": "Failed"})["outcome"] == "Failed"
     assert (
         views.gateway_receipt_row({"state": "Observed", "outcome": "Observed: x"})["outcome"]
@@ -589,4 +588,3 @@ def test_invoke_reports_a_tool_error_and_exits_with_its_code(
     old = {"metadata": {"name": "d"}, "status": {"state": "Denied", "failureClass": "duplicate"}}
     old["status"]["duplicateOf"] = "first"
     assert _report(Settings(), old, finished=True, dry_run=False) is ExitCode.DENIED
-    assert "read first for the outcome" in capsys.readouterr().err

@@ -338,21 +338,6 @@ def test_an_observed_call_without_an_error_is_a_success_even_with_an_output_sche
     assert result["isError"] is False and "dev.tooladapter/toolError" not in result["_meta"]
 
 
-def test_a_failed_tool_error_stored_before_issue_27_is_still_an_error() -> None:
-    obj = invocation(
-        "Failed",
-        failureClass="tool-error",
-        stages=[{"stage": "execute", "outcome": "failed"}],
-        message="exit 2",
-        result={"content": "oops", "exitCode": 2},
-    )
-    result = call_result(obj, text="oops")
-    assert result["isError"] is True
-    assert result["content"][0]["text"].startswith("Failed: the tool ran and answered")
-    assert result["content"][1]["text"] == "oops"
-    assert result["_meta"]["dev.tooladapter/toolError"] is True
-
-
 def test_a_duplicate_carries_its_first_calls_outcome_and_names_it() -> None:
     obj = invocation(
         "Observed",
@@ -423,8 +408,6 @@ def test_the_rest_view_says_provenance_and_tool_error() -> None:
     view = invocation_view(invocation("Observed", result={"isError": True, "exitCode": 2}))
     assert view["provenance"] == "tool-result" and view["toolError"] is True
     assert invocation_view(invocation("Observed"))["toolError"] is False
-    old = invocation_view(invocation("Failed", failureClass="tool-error"))
-    assert old["toolError"] is True
 
 
 def test_the_openapi_document_describes_the_view() -> None:
@@ -524,23 +507,6 @@ async def test_a_new_duplicate_of_a_tool_error_is_an_error() -> None:
     assert answer["_meta"]["dev.tooladapter/duplicateOf"] == "call-0"
     # The gateway's default: the tool's text between delimiters.
     assert answer["content"][1]["text"].startswith("<tool-result id=")
-
-
-async def test_an_old_denied_duplicate_is_answered_with_its_holder() -> None:
-    holder = {
-        "metadata": {"name": "call-0", "namespace": "team-a"},
-        "status": {"state": "Observed", "receiptRef": "sha256:" + "f" * 64, "result": {}},
-    }
-    api = _Api({"call-0": holder})
-    old = invocation("Denied", failureClass="duplicate", duplicateOf="call-0")
-    answer, _, name = await _follower(api).observe(old, "call-1")
-    assert answer is not None and api.read == ["call-0"] and name == "call-0"
-    assert answer["isError"] is False
-    meta = answer["_meta"]
-    assert meta["dev.tooladapter/duplicateOf"] == "call-0"
-    assert meta["dev.tooladapter/invocation"] == "call-1"
-    assert meta["dev.tooladapter/receiptRef"] == "sha256:" + "f" * 64
-    assert meta["dev.tooladapter/provenance"] == "tool-result"
 
 
 async def test_a_descriptor_may_turn_delimiters_off() -> None:

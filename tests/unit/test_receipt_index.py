@@ -335,16 +335,16 @@ async def test_an_end_stores_result_receipt_and_entries_in_one_trip_before_statu
     """Every trip to the store's threads waits for the GIL behind a busy event loop: an
     end makes one (result, receipt, its index entries), and status names none of them
     before all are stored."""
-    from tooladapter.flow import ending
+    from tooladapter.receipts.service import storing
 
     trips: list[int] = []
-    real = ending._STORE_IO.submit
+    real = storing._STORE_IO.submit
 
     def counted(fn: Any, /, *args: Any, **kwargs: Any) -> Any:
         trips.append(len(h.store.blobs))
         return real(fn, *args, **kwargs)
 
-    monkeypatch.setattr(ending._STORE_IO, "submit", counted)
+    monkeypatch.setattr(storing._STORE_IO, "submit", counted)
     written: list[dict[str, Any]] = []
     h.cluster.hooks["patch_status"] = lambda *a, **kw: written.append(
         {"blobs": set(h.store.blobs), "keys": set(h.store.keys)}
@@ -363,9 +363,9 @@ async def test_an_end_stores_result_receipt_and_entries_in_one_trip_before_statu
 async def test_a_refused_trip_is_made_again_whole_and_names_the_refused_kind(
     h: Harness, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from tooladapter.flow import ending
+    from tooladapter.receipts.service import storing
 
-    monkeypatch.setattr(ending, "STORE_RETRY_DELAYS", (0,))
+    monkeypatch.setattr(storing, "STORE_RETRY_DELAYS", (0,))
     refusals = iter([OSError("disk full")])
 
     def receipt_refused_once(data: bytes) -> None:

@@ -210,13 +210,11 @@ def test_a_tool_error_is_not_shown_as_a_success_and_duplicates_are_not_uncertain
         approval={"reviewer": "r", "boundAt": "T4"},
     )
     fine = call("g", {}, state="Observed", runId="run-2", created="2026-01-02T00:00:00Z")
-    old = call("h", {}, state="Failed", runId="run-2", failureClass="tool-error")
-    (first_row, second_row, old_row) = sorted(
-        reviewpage.run_calls([broken, fine, old], "run-2"), key=lambda c: c["name"]
+    (first_row, second_row) = sorted(
+        reviewpage.run_calls([broken, fine], "run-2"), key=lambda c: c["name"]
     )
     assert first_row["outcome"] == "Observed: tool error (exit code 2)" and first_row["toolError"]
     assert second_row["outcome"] == "Observed" and not second_row["toolError"]
-    assert old_row["toolError"]  # stored before issue 27: still read as a tool error
     (decided,) = reviewpage.recent_decisions([broken])
     assert decided["outcome"].startswith("Observed: tool error") and decided["toolError"]
     # A duplicate of an Uncertain call ran nothing: only its first call is listed.

@@ -31,13 +31,13 @@ from typing import Any
 import click
 
 from tooladapter.artifacts import ArtifactStore, LocalArtifactStore
-from tooladapter.artifacts.chain import StoredLinks, chain_key, incarnations
+from tooladapter.artifacts.chain import incarnations
 from tooladapter.cli.exitcodes import CliError, ExitCode
 from tooladapter.kube.receipt_keys import parse_heads
-from tooladapter.receipts.core.chain import Break, BreakKind, Expected, Head, Report, verify
+from tooladapter.receipts.core.chain import Break, BreakKind, Expected, Head, Report
 from tooladapter.receipts.core.keyring import PUBLIC_DATA_KEY, parse_public
-from tooladapter.receipts.core.signing import KeySet, receipt_of
-from tooladapter.settings import ArtifactSettings
+from tooladapter.receipts.core.signing import KeySet
+from tooladapter.settings.artifacts import ArtifactSettings
 from tooladapter.timeutil import parse_time
 
 #: The objects an installation publishes (settings.receipt_*_config_map's defaults).
@@ -127,37 +127,6 @@ def _time(text: Any) -> datetime | None:
         return None
 
 
-def chain_began(store: ArtifactStore, namespace: str, uid: str) -> str | None:
-    """When the chain's first link was signed (None: no first link to read)."""
-    try:
-        receipt = receipt_of(store.get_key(chain_key(namespace, uid, 1)))
-    except KeyError:
-        return None
-    signed = ((receipt or {}).get("chain") or {}).get("signedAt")
-    return str(signed) if signed else None
-
-
-def verify_chain(
-    store: ArtifactStore,
-    *,
-    namespace: str,
-    uid: str,
-    keys: KeySet,
-    head: Head | None,
-    since: int,
-    expected: list[Expected],
-) -> Report:
-    return verify(
-        StoredLinks(store, namespace, uid, since),
-        namespace=namespace,
-        incarnation=uid,
-        keys=keys,
-        head=head,
-        since=since,
-        expected=expected,
-    )
-
-
 def furthest(*heads: Head | None) -> Head | None:
     known = [h for h in heads if h is not None]
     return max(known, key=lambda h: h.sequence) if known else None
@@ -177,11 +146,6 @@ def say(report: Report) -> None:
             f"{report.last.sequence} ({report.last.ref}); signatures by "
             f"{', '.join(sorted(report.keys_used)) or 'no key'}"
         )
-        if report.first == 1:
-            click.echo(
-                "the chain begins at sequence 1: receipts of this namespace written before it "
-                "(unsigned) are verifiable by their hash alone",
-            )
         return
     click.echo(f"BROKEN: {where}: first break at {first}", err=True)
     for other in report.breaks:

@@ -44,8 +44,7 @@ class ExitCode(IntEnum):
     FAILED it is no invitation to run the call again."""
     BAD_SIGNATURE = 12
     """`receipt verify`, `receipts verify`: a receipt is not validly signed by a key of the
-    key set (rewritten, forged, unsigned inside the chain or after signing began, or signed
-    by a retired key after its period)."""
+    key set (rewritten, forged, unsigned, or signed by a retired key after its period)."""
     CHAIN_BROKEN = 13
     """`receipts verify`: a sequence number of the chain is missing (a receipt removed, from
     the middle or the end), holds a receipt of another place, or links to another previous
@@ -74,9 +73,9 @@ def for_state(state: str | None) -> ExitCode:
 
 def for_outcome(status: Mapping[str, Any]) -> ExitCode:
     """The exit code of an invocation's `status`: by state, and TOOL_ERROR for a tool that
-    answered with an error (Observed with isError, or a Failed tool-error stored before
-    issue 27). A duplicate carries its first call's state, so it exits as that call did; an
-    old Denied `duplicate` stays DENIED."""
+    answered with an error (Observed with isError). A duplicate carries its first call's
+    state, so it exits as that call did (Denied `duplicate` when that call was deleted before
+    it ended)."""
     if readout.tool_error(status):
         return ExitCode.TOOL_ERROR
     return for_state(status.get("state"))

@@ -176,9 +176,6 @@ def _report(
         detail = [status.get("failureClass"), status.get("deniedStage"), status.get("message")]
         # The message may quote the arguments: marked, never printed raw (render.cell).
         click.echo("  " + " | ".join(cell(d) for d in detail if d), err=True)
-    if readout.legacy_duplicate(status):
-        # Stored before duplicates carried their first call's outcome: that call has it.
-        click.echo(f"  read {status.get('duplicateOf')} for the outcome", err=True)
     text = views.result_text(obj)
     if text and sys.stdout.isatty():
         # The tool's own output, on a terminal: what it would act on (escape sequences,

@@ -22,7 +22,6 @@ from tooladapter.cli import views
 from tooladapter.cli.chainverify import (
     HEADS_CONFIG_MAP,
     KEYS_CONFIG_MAP,
-    chain_began,
     exit_code_of,
     expected_of,
     furthest,
@@ -31,7 +30,6 @@ from tooladapter.cli.chainverify import (
     keys_from_file,
     open_read_only,
     say,
-    verify_chain,
 )
 from tooladapter.cli.context import Settings, common_options, run_async
 from tooladapter.cli.exitcodes import CliError, ExitCode
@@ -44,8 +42,7 @@ from tooladapter.cli.gateway import (
 from tooladapter.cli.parsing import looks_like_ref, parse_ref
 from tooladapter.cli.render import Output, document, table
 from tooladapter.enums import Resource
-from tooladapter.kube.client import NotFound
-from tooladapter.kube.receipt_keys import head_key, read_heads, read_public
+from tooladapter.kube.receipt_keys import head_key
 from tooladapter.kube.user import UserApi
 from tooladapter.receipts.core.chain import Head
 from tooladapter.receipts.core.check import Match, parse_receipt, ref_from_filename, verify
@@ -56,6 +53,8 @@ from tooladapter.receipts.core.signing import (
     parse_stored,
     signature_of_stored,
 )
+from tooladapter.receipts.service.keys import read_chain_heads, read_keys
+from tooladapter.receipts.service.reader import chain_began, verify_chain
 
 
 async def _receipts(
@@ -169,9 +168,8 @@ async def _chain_inputs(
         if keys is None and gateway:
             keys = parse_public(await fetch_receipt_keys(gateway))
         if keys is None:
-            where, name = KEYS_CONFIG_MAP.split("/")
             try:
-                keys = await read_public(api.kube, where, name)
+                keys = await read_keys(api.kube, KEYS_CONFIG_MAP)
             except Exception as exc:
                 raise CliError(
                     f"reading the public keys (ConfigMap {KEYS_CONFIG_MAP}) failed "
@@ -200,12 +198,9 @@ async def _chain_inputs(
                 uids = []  # not allowed to read Namespaces: every incarnation in the store
         items = await api.list_all(Resource.INVOCATIONS)
         if heads is None:
-            where, name = HEADS_CONFIG_MAP.split("/")
             try:
-                heads = {
-                    head_key(ns, u): head.wire()
-                    for (ns, u), head in (await read_heads(api.kube, where, name)).items()
-                }
+                published = await read_chain_heads(api.kube, HEADS_CONFIG_MAP)
+                heads = {head_key(ns, u): head.wire() for (ns, u), head in published.items()}
             except Exception:
                 heads = None  # not readable by this user: --head and the statuses decide
     return namespace, keys, uids, items, heads
@@ -481,11 +476,10 @@ async def _verify(
         else:
             raise CliError(f"{target!r} is neither a file nor a receipt reference", ExitCode.USAGE)
         parsed = parse_stored(data)
-        opened = parsed[1] if parsed is not None else None
         keys = None
-        if parsed is not None:
-            # Unsigned, it is judged by when signing began: only older receipts may be.
-            keys = await _keys_for_one(api, keys_file, gateway, signed=opened is not None)
+        if parsed is not None and parsed[1] is not None:
+            # Unsigned, it is no receipt whatever the keys say: none are read for it.
+            keys = await _keys_for_one(api, keys_file, gateway)
     verdict = verify(data, expected)
     signature, keyid = signature_of_stored(parsed, keys or KeySet())
     chain = (parsed[0].get("chain") if parsed is not None else None) or {}
@@ -513,12 +507,8 @@ async def _verify(
             at = f", sequence {chain.get('sequence')} of its chain" if chain else ""
             click.echo(f"signature: valid, by {keyid}{at}")
         elif signature is SignatureStatus.UNSIGNED:
-            click.echo("signature: none (written before receipts were signed): its hash only")
-        elif signature is SignatureStatus.UNSIGNED_AFTER_SIGNING:
             click.echo(
-                "BAD SIGNATURE: none, but the receipt says it was written when receipts were "
-                "signed (it names a chain link, or its writtenAt is within a key's validity): "
-                "a rewrite",
+                "BAD SIGNATURE: none, and every receipt is signed: a rewrite or a forgery",
                 err=True,
             )
         else:
@@ -526,37 +516,26 @@ async def _verify(
             click.echo(f"BAD SIGNATURE: {signature.value}{who}", err=True)
     if not verdict.ok:
         return ExitCode.MISMATCH
-    if signature not in (SignatureStatus.VALID, SignatureStatus.UNSIGNED):
+    if signature is not SignatureStatus.VALID:
         return ExitCode.BAD_SIGNATURE
     return ExitCode.OK
 
 
-async def _keys_for_one(
-    api: UserApi, keys_file: str | None, gateway: str | None, *, signed: bool
-) -> KeySet:
-    """The public keys to judge one receipt by: --keys, the gateway's, else the cluster's
-    ConfigMap (readable by every authenticated user). For a signed receipt none found is an
-    error (a signature is never reported as checked when it was not); for an unsigned one a
-    cluster that never published keys has none (its receipts predate signing), but keys
-    that exist and cannot be read are an error (fail closed: its age cannot be judged)."""
+async def _keys_for_one(api: UserApi, keys_file: str | None, gateway: str | None) -> KeySet:
+    """The public keys to judge one signed receipt by: --keys, the gateway's, else the
+    cluster's ConfigMap (readable by every authenticated user). None found is an error (a
+    signature is never reported as checked when it was not)."""
     if keys_file:
         return keys_from_file(keys_file)
     if gateway:
         return parse_public(await fetch_receipt_keys(gateway))
-    where, name = KEYS_CONFIG_MAP.split("/")
     try:
-        return await read_public(api.kube, where, name)
-    except NotFound:
-        if not signed:
-            return KeySet()
-        problem = "NotFound"
+        return await read_keys(api.kube, KEYS_CONFIG_MAP)
     except Exception as exc:
-        problem = type(exc).__name__
-    what = "signed" if signed else "unsigned (judged by when signing began)"
-    raise CliError(
-        f"the receipt is {what}, and the public keys (ConfigMap {KEYS_CONFIG_MAP}) could not "
-        f"be read ({problem}): give --keys FILE or --gateway URL"
-    )
+        raise CliError(
+            f"the receipt is signed, and the public keys (ConfigMap {KEYS_CONFIG_MAP}) could "
+            f"not be read ({type(exc).__name__}): give --keys FILE or --gateway URL"
+        ) from None
 
 
 @receipt.command("verify")
@@ -585,10 +564,8 @@ def verify_command(
 
     REF: the bytes are read from --gateway or --artifact-dir. FILE: checked against --ref,
     else its artifact-store file name, else the receiptRef of the invocation it names.
-    Exit 0 when both hold (a receipt written before receipts were signed: its hash), 10
-    when the hash does not match, 12 when the signature does not verify or is missing
-    from a receipt that says it was written once receipts were signed (it names a chain
-    link, or its writtenAt is within a published key's validity)."""
+    Exit 0 when both hold, 10 when the hash does not match, 12 when the signature does not
+    verify or is missing (every receipt is signed: an unsigned one is a rewrite)."""
     file_bytes = Path(target).read_bytes() if os.path.isfile(target) else None
     return run_async(
         _verify(

@@ -222,12 +222,11 @@ def gateway_receipt_row(row: dict[str, Any]) -> dict[str, Any]:
     receipt = row.get("receipt") or {}
     return {
         "name": row.get("invocation"),
-        # A gateway older than issue 28 sends no caller: the receipt names it.
-        "caller": row.get("caller") or (receipt.get("caller") or {}).get("name"),
+        "caller": row.get("caller"),
         "tool": row.get("toolId"),
         "version": row.get("toolVersion"),
         "state": row.get("state"),
-        # A gateway older than issue 27 sends no outcome: its state is all there is.
+        # A row of a call retention deleted (from its receipt) has no outcome: its state.
         "outcome": row.get("outcome") or row.get("state"),
         "effectiveClass": row.get("effectiveClass"),
         "approval": row.get("approval"),

@@ -2,35 +2,24 @@
 
 Every call ends here, in exactly one terminal state, with its sandbox lease released, a
 receipt in the artifact store, the receipt summary in status, its metrics and its event.
-The receipt and its summary are built by `write_receipt`, which an operator's confirmation
-of an Uncertain effect uses too.
+The receipt and its summary are stored by the receipts service (`receipts.service.writer`),
+which an operator's confirmation of an Uncertain effect uses too.
 
 The artifact store may be down (an s3 bucket across the network): a result or receipt that
-it does not take is retried in place until it does (`store_all`), with a warning event and a
-metric. Until then the end is decided but not persisted, so a persisted end always has its
-receipt, and the call never runs again (it is past Executing; a restarted operator follows
-it as after any crash).
+it does not take is retried in place until it does (`receipts.service.storing`), with a
+warning event and a metric. Until then the end is decided but not persisted, so a persisted
+end always has its receipt, and the call never runs again (it is past Executing; a
+restarted operator follows it as after any crash).
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
-from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from functools import partial
-from typing import Any, TypeVar
+from collections.abc import Callable
+from typing import Any
 
 from tooladapter import offload
-from tooladapter.artifacts import ArtifactStore, content_ref
-from tooladapter.artifacts.chain import ReceiptChains
-from tooladapter.artifacts.index import (
-    approved_call_key,
-    arguments_document,
-    call_entry,
-    entries_of,
-    entry_bytes,
-)
+from tooladapter.artifacts import content_ref
 from tooladapter.egress.core.lease import records_from
 from tooladapter.enums import (
     ArtifactKind,
@@ -42,10 +31,9 @@ from tooladapter.enums import (
     StageOutcome,
 )
 from tooladapter.executors import Outcome, read_limit
-from tooladapter.flow.context import Body, Denial, Failure, FlowContext
+from tooladapter.flow.context import Denial, Failure, FlowContext
 from tooladapter.kube.claims import Claim
 from tooladapter.metrics import (
-    ARTIFACT_STORE_ERRORS,
     DENIALS,
     DUPLICATES,
     INVOCATIONS,
@@ -54,34 +42,19 @@ from tooladapter.metrics import (
     UNKNOWN_TOOL,
 )
 from tooladapter.model import (
-    AuditRequirements,
     EffectConfirmation,
     EgressRecord,
     InvocationResult,
-    ReceiptSummary,
     ToolInvocationSpec,
-    ToolInvocationStatus,
 )
 from tooladapter.naming import LeaseNames
-from tooladapter.pipeline.hashing import canonical_json
+from tooladapter.pipeline.sanitize.secret_forms import secret_forms
 from tooladapter.pipeline.sanitize.redaction import BROKERED_SECRET
 from tooladapter.pipeline.sanitize.results import sanitize, sanitize_structured
-from tooladapter.pipeline.sanitize.secret_forms import secret_forms
-from tooladapter.receipts.core.record import build_receipt
-from tooladapter.receipts.core.signing import seal
-from tooladapter.runtime import Runtime
+from tooladapter.receipts.service.writer import ReceiptInput, ReceiptWriter
 from tooladapter.timeutil import now_iso, parse_time
 
 logger = logging.getLogger("tooladapter.invocations")
-
-T = TypeVar("T")
-
-#: Delays between attempts to store an artifact; the last repeats until the store takes it.
-STORE_RETRY_DELAYS = (1, 2, 5, 10, 30)
-#: Store I/O (an fsync, a request to a bucket) blocks a thread for as long as the store
-#: takes: its own threads, so a hung store never holds the loop's default executor, which
-#: resolves every host name the operator connects to.
-_STORE_IO = ThreadPoolExecutor(max_workers=4, thread_name_prefix="tooladapter-store")
 
 _OUTCOME_STAGE = {
     InvocationState.OBSERVED: StageOutcome.OBSERVED,
@@ -301,28 +274,6 @@ async def end(ctx: FlowContext, state: InvocationState, *, post_event: bool = Tr
     await conclude(ctx, post_event=post_event)
 
 
-async def incarnation_of(rt: Runtime, namespace: str, call: Body) -> str | None:
-    """The uid of `call`'s namespace incarnation, which names its receipt chain: the
-    namespaces' watch's, else the API server's (a call in a namespace created a moment ago
-    can end before the watch delivers it; without the uid its receipt would be outside any
-    chain, and no event would be sent for it). A namespace created after the call, or one
-    that cannot be read now, gives None: the receipt is signed, outside the chains."""
-    known = rt.catalog.namespace_uid(namespace)
-    if known or rt.chains is None:
-        return known
-    try:
-        uid, created, _ = await rt.cluster.namespace_incarnation(namespace)
-    except Exception:
-        logger.warning("namespace %s: its uid could not be read", namespace, exc_info=True)
-        return None
-    called = (call.get("metadata") or {}).get("creationTimestamp")
-    try:
-        later = bool(created and called) and parse_time(created) > parse_time(str(called))
-    except ValueError:
-        later = True
-    return None if not uid or later else uid
-
-
 async def conclude(ctx: FlowContext, *, post_event: bool = True) -> None:
     """Write the decided end: the receipt (once), status, then its metrics and event.
 
@@ -334,10 +285,9 @@ async def conclude(ctx: FlowContext, *, post_event: bool = True) -> None:
     descriptor = ctx.descriptor
     if ctx.status.audit_ref is None:
         sandbox = descriptor.sandbox_spec if descriptor else None
-        await write_receipt(
-            ctx.rt.store,
-            of=ctx.ref,
-            on_failure=store_warning(ctx),
+        writer = ReceiptWriter(ctx.rt.store, ctx.rt.chains, ctx.rt.cluster)
+        known = ctx.rt.catalog.namespace_uid(ctx.namespace)
+        entry = ReceiptInput(
             namespace=ctx.namespace,
             name=ctx.name,
             uid=ctx.uid,
@@ -349,10 +299,9 @@ async def conclude(ctx: FlowContext, *, post_event: bool = True) -> None:
             command_line=ctx.recorded_command_line(),
             written_at=ended_at,
             audit=descriptor.audit_requirements if descriptor else None,
-            results=ctx.unstored,
-            namespace_uid=await incarnation_of(ctx.rt, ctx.namespace, ctx.body),
-            chains=ctx.rt.chains,
+            namespace_uid=await writer.incarnation(ctx.namespace, ctx.body, known=known),
         )
+        await writer.write(entry, results=ctx.unstored, on_failure=store_warning(ctx))
         ctx.unstored = []
     await ctx.commit()
     ctx.trace_end()
@@ -420,187 +369,6 @@ async def keep_receipt_on_claim(ctx: FlowContext, spec: ToolInvocationSpec) -> N
         )
     except Exception:
         logger.warning("invocation %s: its end not kept on its claim", ctx.ref, exc_info=True)
-
-
-async def write_receipt(
-    store: ArtifactStore,
-    *,
-    of: str,
-    on_failure: Callable[[ArtifactKind, Exception], None] | None = None,
-    namespace: str,
-    name: str,
-    uid: str,
-    spec: ToolInvocationSpec,
-    status: ToolInvocationStatus,
-    tool_kind: str | None,
-    sandbox_kind: str | None,
-    sandbox_pool: str | None,
-    command_line: list[str],
-    written_at: str,
-    audit: AuditRequirements | None,
-    results: Sequence[bytes] = (),
-    namespace_uid: str | None = None,
-    chains: ReceiptChains | None = None,
-) -> None:
-    """Store the receipt and its index entries (artifacts/index), and set `auditRef`,
-    `receiptRef` and the summary on `status`.
-
-    A duplicate keeps its winner's receipt as `receiptRef`; its own is its `auditRef`.
-    The entries are written before status names the receipt, so a persisted end is always
-    indexed, and retention never deletes a call that the index cannot find again.
-
-    `results` (artifacts status names already) are stored first. Everything goes in one
-    trip to the store's threads (it was up to five): a trip may wait for the GIL behind a
-    busy event loop, up to `sys.getswitchinterval()` each way. Every write is idempotent (by
-    content hash, or write-once with the same bytes), so a refused trip is made again.
-
-    With `chains` the stored receipt is signed, as the next link of its namespace
-    incarnation's chain (`artifacts.chain`); `status.receipt.sequence` names its link."""
-
-    def canonical_receipt() -> tuple[dict[str, Any], bytes]:
-        receipt = build_receipt(
-            namespace=namespace,
-            name=name,
-            uid=uid,
-            spec=spec,
-            status=status,
-            tool_kind=tool_kind or "unknown",
-            sandbox_kind=sandbox_kind,
-            sandbox_pool=sandbox_pool,
-            command_line=command_line or None,
-            written_at=written_at,
-            audit=audit,
-            namespace_uid=namespace_uid,
-        )
-        return receipt, canonical_json(receipt)
-
-    # Hashing the arguments and canonicalising (pure Python, up to the argument bound):
-    # off the event loop, where every other call would wait, unless the arguments are small.
-    arguments = getattr(spec, "arguments", None) or {}
-    receipt, data = await offload.run(namespace, offload.rough_size(arguments), canonical_receipt)
-    # Signed and chained on the store's thread, in the same trip as the other writes: the
-    # link's number is only known once the store took it (`artifacts.chain`). Kept once
-    # made, so a trip made again after a refusal re-stores that link, never a second one.
-    sealed: list[tuple[bytes, str, int]] = []
-
-    def seal_and_store() -> None:
-        if sealed:
-            store.put(sealed[0][0])
-            return
-        if chains is not None and namespace_uid:
-            sealed.append(chains.append(receipt, namespace=namespace, uid=namespace_uid))
-            store.put(sealed[0][0])
-        elif chains is not None:
-            # No incarnation known: signed, but outside any chain (`chain: null`).
-            receipt["chain"] = None
-            signed = seal(receipt, chains.signer())
-            sealed.append((signed, content_ref(signed), 0))
-            store.put(signed)
-        else:
-            sealed.append((data, content_ref(data), 0))
-            store.put(data)
-
-    def index_writes() -> None:
-        own_ref = sealed[0][1]
-        approved = approved_call_key(receipt, own_ref)
-        for key in entries_of(receipt, own_ref):
-            value = entry_bytes(own_ref)
-            if key == approved:
-                # The arguments a later reviewer compares with: an artifact of their own.
-                document = arguments_document(receipt, arguments)
-                store.put(document)
-                bound_at = status.approval.bound_at if status.approval else None
-                value = call_entry(
-                    receipt, own_ref, approved_at=bound_at, arguments_ref=content_ref(document)
-                )
-            store.put_key(key, value)
-
-    writes: list[tuple[ArtifactKind, Callable[[], object]]] = [
-        *((ArtifactKind.RESULT, partial(store.put, result)) for result in results),
-        (ArtifactKind.RECEIPT, seal_and_store),
-        (ArtifactKind.INDEX, index_writes),
-    ]
-    if chains is not None and namespace_uid:
-        # One trip per chain on the store's threads at a time: the others of this chain
-        # wait here, on the loop, never on a thread another namespace's receipt needs.
-        async with chains.turn(namespace, namespace_uid):
-            await store_all(writes, of=of, on_failure=on_failure)
-    else:
-        await store_all(writes, of=of, on_failure=on_failure)
-    own_ref, sequence = sealed[0][1], sealed[0][2]
-    status.audit_ref = own_ref
-    if not (status.duplicate_of and status.receipt_ref):
-        status.receipt_ref = own_ref
-    confirmation = status.effect_confirmation
-    status.receipt = ReceiptSummary(
-        state=status.state,
-        effect_confirmed=confirmation.effect_happened if confirmation else None,
-        written_at=written_at,
-        sequence=sequence or None,
-    )
-
-
-class _Refused(Exception):
-    """One write of a `store_all` trip failed: which kind, and why."""
-
-    def __init__(self, kind: ArtifactKind, error: Exception) -> None:
-        super().__init__(f"{type(error).__name__}: {error}")
-        self.kind = kind
-        self.error = error
-
-
-async def store_all(
-    writes: Sequence[tuple[ArtifactKind, Callable[[], object]]],
-    *,
-    of: str,
-    on_failure: Callable[[ArtifactKind, Exception], None] | None = None,
-) -> None:
-    """Every write in order, in one trip to the store's threads, made again (whole) until
-    the store takes them all; the writes must be idempotent."""
-
-    def run() -> None:
-        for kind, write in writes:
-            try:
-                write()
-            except Exception as exc:
-                raise _Refused(kind, exc) from exc
-
-    if writes:
-        await until_stored(run, ArtifactKind.RECEIPT, of=of, on_failure=on_failure)
-
-
-async def until_stored(
-    put: Callable[[], T],
-    kind: ArtifactKind,
-    *,
-    of: str,
-    on_failure: Callable[[ArtifactKind, Exception], None] | None = None,
-) -> T:
-    """`put()` on the store's threads (an fsync, a request to a bucket), tried until the store
-    takes it; `on_failure` hears of the first refusal."""
-    attempt = 0
-    while True:
-        try:
-            return await asyncio.get_running_loop().run_in_executor(_STORE_IO, put)
-        except asyncio.CancelledError:
-            raise
-        except Exception as error:
-            exc, kind = (error.error, error.kind) if isinstance(error, _Refused) else (error, kind)
-            ARTIFACT_STORE_ERRORS.labels(str(kind)).inc()
-            delay = STORE_RETRY_DELAYS[min(attempt, len(STORE_RETRY_DELAYS) - 1)]
-            attempt += 1
-            logger.warning(
-                "%s: the artifact store did not take the %s (%s: %s); attempt %d, next in %ss",
-                of,
-                kind,
-                type(exc).__name__,
-                exc,
-                attempt,
-                delay,
-            )
-            if attempt == 1 and on_failure is not None:
-                on_failure(kind, exc)
-            await asyncio.sleep(delay)
 
 
 def store_warning(ctx: FlowContext) -> Callable[[ArtifactKind, Exception], None]:

@@ -6,8 +6,7 @@ for an approval is followed for `gateway_approval_wait_seconds` at most, then an
 still pending (not an error), naming the invocation; so is any call still running after
 its descriptor's timeout plus that wait (plus a margin). A duplicate of an idempotency
 key (same caller, same request) ends in its first call's state with that call's result and
-`duplicateOf`: it is answered as it stands, naming the first call in `_meta`. A duplicate
-stored before that (`Denied` `duplicate`) is answered with the call that holds the key.
+`duplicateOf`: it is answered as it stands, naming the first call in `_meta`.
 """
 
 from __future__ import annotations
@@ -27,8 +26,6 @@ from tooladapter.gateway.context import Caller, Deps
 from tooladapter.gateway.doors import Busy
 from tooladapter.gateway.tools import invocable
 from tooladapter.gateway.views.tools import (
-    META_DUPLICATE_OF,
-    META_INVOCATION,
     META_PROVENANCE,
     PROVENANCE,
     CallOptions,
@@ -50,7 +47,6 @@ from tooladapter.mcp.core.approvals import (
     request_label,
 )
 from tooladapter.pipeline.hashing import request_hash
-from tooladapter.review import readout
 
 logger = logging.getLogger("tooladapter.gateway")
 
@@ -289,8 +285,6 @@ class _Follower:
         self.approval_since: float | None = None
         self.reported: str | None = None
         self.sent = 0
-        #: The call the agent made, when the answer is its first call's (an old duplicate).
-        self.duplicate: str | None = None
 
     def deadline(self) -> float:
         if self.approval_since is not None:
@@ -359,18 +353,7 @@ class _Follower:
         state = state_of(obj)
         now = time.monotonic()
         if state is not None and state.terminal:
-            status = obj.get("status") or {}
-            holder = readout.duplicate_of(status)
-            # A duplicate now carries its first call's outcome and is answered as it is;
-            # one stored before (Denied `duplicate`) says nothing of it: follow the holder.
-            if readout.legacy_duplicate(status) and holder and self.duplicate is None:
-                self.duplicate = name
-                await self.report(f"a duplicate of {holder}, which holds the idempotency key")
-                try:
-                    held = await self.caller.api.get(Resource.INVOCATIONS, self.namespace, holder)
-                except CallerApiError:
-                    return await self.answer(obj), obj, name
-                return await self.observe(held, str(holder))
+            # A duplicate carries its first call's outcome and is answered as it is.
             return await self.answer(obj), obj, name
         step = progress_of(obj)
         if step is not None:
@@ -405,10 +388,6 @@ class _Follower:
                 if not (isinstance(schema, dict) and schema.get("type") == "object"):
                     schema = None
         answer = call_result(obj, text=text, output_schema=schema, delimiters=self.delimiters())
-        if self.duplicate is not None:
-            # The old duplicate's answer is its holder's: say so as a new duplicate would.
-            answer["_meta"][META_DUPLICATE_OF] = answer["_meta"][META_INVOCATION]
-            answer["_meta"][META_INVOCATION] = self.duplicate
         return answer
 
     def delimiters(self) -> bool:

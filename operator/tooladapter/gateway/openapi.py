@@ -193,8 +193,8 @@ SCHEMAS: Final[dict[str, Any]] = {
                     "failureClass": {
                         "type": "string",
                         "description": "tool-error or output-invalid on an Observed call "
-                        "whose tool answered with an error; duplicate (Denied) and "
-                        "tool-error (Failed) only on calls stored before issue 27.",
+                        "whose tool answered with an error; duplicate (Denied) on a "
+                        "duplicate whose first call was deleted before it ended.",
                     },
                     "result": {
                         "type": "object",
@@ -234,7 +234,7 @@ SCHEMAS: Final[dict[str, Any]] = {
             "toolError": {
                 "type": "boolean",
                 "description": "The tool ran to its end and answered with an error: Observed "
-                "with result.isError (or a Failed tool-error stored before issue 27). Its "
+                "with result.isError. Its "
                 "effect may have happened: not a reason to retry blindly.",
             },
         },

@@ -12,11 +12,11 @@ from typing import Any
 
 from tooladapter.enums import FailureClass, InvocationState, Resource
 from tooladapter.events import object_ref
-from tooladapter.flow.ending import incarnation_of, write_receipt
 from tooladapter.kube.client import NotFound
 from tooladapter.model import EffectConfirmation, ToolInvocationSpec, ToolInvocationStatus
 from tooladapter.pipeline.conditions import invocation_conditions
 from tooladapter.pipeline.sanitize.redaction import bounded_message
+from tooladapter.receipts.service.writer import ReceiptInput, ReceiptWriter
 from tooladapter.runtime import Runtime
 from tooladapter.timeutil import now_iso
 
@@ -48,22 +48,24 @@ async def record_confirmation(rt: Runtime, body: dict[str, Any]) -> None:
     lease = status.sandbox_lease
     # The first receipt followed the descriptor's auditRequirements; so does this one.
     entry = rt.catalog.find_descriptor(meta["namespace"], spec.tool.id, spec.tool.version)
-    await write_receipt(
-        rt.store,
-        of=f"{meta['namespace']}/{meta['name']}",
-        namespace=meta["namespace"],
-        name=meta["name"],
-        uid=meta["uid"],
-        spec=spec,
-        status=status,
-        tool_kind=status.execution.kind if status.execution else None,
-        sandbox_kind=lease.kind if lease else None,
-        sandbox_pool=lease.pool_id if lease else None,
-        command_line=list(status.execution.command_line) if status.execution else [],
-        written_at=stamp,
-        audit=entry.spec.audit_requirements if entry and entry.spec else None,
-        namespace_uid=await incarnation_of(rt, meta["namespace"], fresh),
-        chains=rt.chains,
+    namespace = meta["namespace"]
+    writer = ReceiptWriter(rt.store, rt.chains, rt.cluster)
+    known = rt.catalog.namespace_uid(namespace)
+    await writer.write(
+        ReceiptInput(
+            namespace=namespace,
+            name=meta["name"],
+            uid=meta["uid"],
+            spec=spec,
+            status=status,
+            tool_kind=status.execution.kind if status.execution else None,
+            sandbox_kind=lease.kind if lease else None,
+            sandbox_pool=lease.pool_id if lease else None,
+            command_line=list(status.execution.command_line) if status.execution else [],
+            written_at=stamp,
+            audit=entry.spec.audit_requirements if entry and entry.spec else None,
+            namespace_uid=await writer.incarnation(namespace, fresh, known=known),
+        )
     )
     assert status.receipt is not None
     await rt.cluster.patch_status(

@@ -1,14 +1,12 @@
 """How the doors (MCP, REST, CLI, the reviewers' page) read an ended call's outcome.
 
-Pure functions over an invocation's `status` (plain data), in the current shape and in the
-shapes stored before issue 27, which every door keeps reading:
+Pure functions over an invocation's `status` (plain data):
 
-- A tool error: the tool ran to its end and answered with an error. Now `Observed` with
-  `result.isError` (and the exit code or HTTP status); before, `Failed` with failure class
-  `tool-error`. Either way its effect may have happened: never "safe to retry".
-- A duplicate (same idempotency key, same caller, same request): now it ends in the first
-  call's state with its receiptRef and result and `duplicateOf`; before, it ended `Denied`
-  with failure class `duplicate` and `duplicateOf` naming the holder of the key.
+- A tool error: the tool ran to its end and answered with an error: `Observed` with
+  `result.isError` (and the exit code or HTTP status). Its effect may have happened: never
+  "safe to retry".
+- A duplicate (same idempotency key, same caller, same request): it ends in the first
+  call's state with its receiptRef and result, and `duplicateOf` naming that call.
 """
 
 from __future__ import annotations
@@ -27,30 +25,20 @@ def _result(status: Mapping[str, Any]) -> Mapping[str, Any]:
     return result if isinstance(result, Mapping) else {}
 
 
-def legacy_duplicate(status: Mapping[str, Any]) -> bool:
-    """A duplicate stored before duplicates carried their first call's outcome: `Denied`
-    `duplicate`, its own status says nothing of the outcome (read `duplicateOf`)."""
-    return (
-        status.get("state") == InvocationState.DENIED
-        and status.get("failureClass") == FailureClass.DUPLICATE
-    )
-
-
 def duplicate_of(status: Mapping[str, Any]) -> str | None:
-    """The first call this one duplicates (either shape), or None."""
+    """The first call this one duplicates, or None."""
     first = status.get("duplicateOf")
     return str(first) if first else None
 
 
 def tool_error(status: Mapping[str, Any]) -> bool:
     """The tool ran to its end and answered with an error: `Observed` with `result.isError`
-    (or a tool-error failure class), or a `Failed` tool error stored before issue 27."""
-    state = status.get("state")
-    if state == InvocationState.OBSERVED:
-        return bool(_result(status).get("isError")) or (
-            status.get("failureClass") in TOOL_ERROR_CLASSES
-        )
-    return state == InvocationState.FAILED and status.get("failureClass") in TOOL_ERROR_CLASSES
+    (or a tool-error failure class)."""
+    if status.get("state") != InvocationState.OBSERVED:
+        return False
+    return bool(_result(status).get("isError")) or (
+        status.get("failureClass") in TOOL_ERROR_CLASSES
+    )
 
 
 def error_detail(status: Mapping[str, Any]) -> str:

@@ -22,11 +22,10 @@ from tooladapter.gateway.context import caller_of, deps_of
 from tooladapter.gateway.errors import ProblemError, from_api
 from tooladapter.gateway.incarnations import incarnation_of
 from tooladapter.gateway.openapi import NAMESPACE, SECURITY, SHA256, ok, problems, ref
-from tooladapter.gateway.receipt_keys import receipt_keys
 from tooladapter.gateway.views.problems import ProblemKind
 from tooladapter.kube.callers import CallerApiError
-from tooladapter.receipts.core.index import of_incarnation
-from tooladapter.receipts.core.signing import receipt_of
+from tooladapter.receipts.service.keys import receipt_keys
+from tooladapter.receipts.service.reader import stored_receipt
 
 PATHS: Final[dict[str, Any]] = {
     "/namespaces/{namespace}/receipts/{sha256}": {
@@ -121,16 +120,10 @@ async def get_receipt(request: web.Request) -> web.Response:
     await _may_read_receipts(request, namespace)
     incarnation = await incarnation_of(request, namespace)
     ref_ = f"sha256:{digest}"
-    not_here = ProblemError(ProblemKind.NOT_FOUND, f"no receipt {ref_} in {namespace}")
-    try:
-        data = await asyncio.to_thread(deps.store.get, ref_)
-    except KeyError:
-        raise not_here from None
-    receipt = receipt_of(data)  # None: a result, not a receipt
-    if not isinstance(receipt, dict) or not of_incarnation(receipt, incarnation):
-        raise not_here
-    if receipt.get("schema") != "tool-invocation-v1":
-        raise not_here
+    found = await asyncio.to_thread(stored_receipt, deps.store, ref_, incarnation)
+    if found is None or found[1].get("schema") != "tool-invocation-v1":
+        raise ProblemError(ProblemKind.NOT_FOUND, f"no receipt {ref_} in {namespace}")
+    data = found[0]
     return web.Response(body=data, content_type="application/json", headers={"ETag": f'"{ref_}"'})
 
 

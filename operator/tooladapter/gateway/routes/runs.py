@@ -36,11 +36,10 @@ from tooladapter.pipeline.linear_regex import compile_internal
 from tooladapter.receipts.core.index import (
     Incarnation,
     merged_rows,
-    of_incarnation,
     stored_refs,
     with_caller,
 )
-from tooladapter.receipts.core.signing import receipt_of
+from tooladapter.receipts.service.reader import stored_receipt
 
 #: Run ids a field selector can carry verbatim (no `,`, `=`, `!` or spaces).
 _SELECTABLE = compile_internal(r"^[A-Za-z0-9._:/-]{1,128}$")
@@ -95,12 +94,10 @@ def _read_receipt(store: Any, ref_: str | None, incarnation: Incarnation) -> dic
     if not ref_:
         return None
     try:
-        receipt = receipt_of(store.get(ref_))
-    except (KeyError, ValueError):
+        found = stored_receipt(store, ref_, incarnation)
+    except ValueError:
         return None
-    if not isinstance(receipt, dict) or not of_incarnation(receipt, incarnation):
-        return None
-    return receipt
+    return found[1] if found is not None else None
 
 
 def _indexed(

@@ -20,7 +20,6 @@ from tooladapter.artifacts import ArtifactStore, ArtifactStoreError, CorruptArti
 from tooladapter.enums import Resource
 from tooladapter.gateway.context import deps_of
 from tooladapter.gateway.params import NAME_PATTERN, NAMESPACE_PATTERN
-from tooladapter.gateway.receipt_keys import receipt_keys
 from tooladapter.gateway.ui.web import Person
 from tooladapter.kube.callers import CallerApiError
 from tooladapter.pipeline.linear_regex import compile_internal
@@ -31,6 +30,7 @@ from tooladapter.receipts.core.signing import (
     parse_stored,
     stored_signature,
 )
+from tooladapter.receipts.service.keys import receipt_keys
 
 #: Namespaces one session may look at (each is a list and a watch).
 MAX_NAMESPACES: Final = 20

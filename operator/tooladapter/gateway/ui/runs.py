@@ -20,10 +20,10 @@ from aiohttp import web
 
 from tooladapter.gateway.context import deps_of
 from tooladapter.gateway.incarnations import incarnations
-from tooladapter.gateway.receipt_keys import receipt_keys
 from tooladapter.gateway.ui.data import invocations, is_namespace, with_receipts
 from tooladapter.gateway.ui.web import PREFIX, Person, Refused, page, render_view
 from tooladapter.receipts.core.chain import Head
+from tooladapter.receipts.service.keys import receipt_keys
 from tooladapter.review.page import run_calls, run_ids
 
 MAX_RUN_ID = 128

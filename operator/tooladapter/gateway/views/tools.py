@@ -522,7 +522,7 @@ def call_result(
 
     `text` is the sanitized result (inline in status, or read from the artifact store);
     only an `Observed` call without a tool error is a success. A tool error (Observed with
-    `result.isError`, or a `Failed` tool error stored before) is `isError` with the tool's
+    `result.isError`) is `isError` with the tool's
     own text. `delimiters` wraps the tool's text (never tooladapter's own words) with
     `delimit`."""
     status = obj.get("status") or {}

@@ -3,8 +3,7 @@
 Every signed receipt carries `chain` = {namespace, incarnation (the namespace's uid),
 sequence, previous, signedAt}: its place in the chain of its namespace incarnation, and
 the reference (sha256 of the stored bytes) of the receipt before it. Sequence 1 has
-`previous: null` and says where the chain begins: receipts of the namespace written before
-it (by a version that did not sign) are verifiable by their hash alone.
+`previous: null` and says where the chain begins.
 
 The store holds each link under a write-once key per sequence number
 (`artifacts/chain`), so two writers never both claim one number; `verify` walks the links

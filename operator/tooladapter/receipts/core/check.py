@@ -57,8 +57,8 @@ def _json_object(data: bytes) -> dict[str, Any] | None:
 
 
 def parse_receipt(data: bytes) -> dict[str, Any] | None:
-    """The receipt in stored bytes: a signed receipt's predicate (`signing`), or a plain
-    receipt written before receipts were signed."""
+    """The receipt in stored bytes: a signed receipt's predicate (`signing`), or the JSON of
+    a plain (unsigned, so invalid) one, to show what it claims."""
     return receipt_of(data)
 
 

@@ -61,11 +61,8 @@ class SignatureStatus(StrEnum):
     OUTSIDE_VALIDITY = "outside-validity"
     """Signed by a known key outside its validity period (after it was retired)."""
     UNSIGNED = "unsigned"
-    """A plain receipt, written before receipts were signed: verifiable by hash only."""
-    UNSIGNED_AFTER_SIGNING = "unsigned-after-signing"
-    """A plain receipt that says it was written once receipts were signed (it names a chain
-    link, or its `writtenAt` is within a known key's validity): whoever wrote it had no
-    key, so it is a rewrite."""
+    """A plain receipt, without an envelope: the operator signs every receipt, so whoever
+    wrote it had no key (a rewrite, or a forgery)."""
 
 
 class DuplicateKey(ValueError):
@@ -332,43 +329,11 @@ def signature_status(opened: Opened | None, keys: KeySet) -> tuple[SignatureStat
     return outcome, who
 
 
-def unsigned_status(receipt: Mapping[str, Any], keys: KeySet) -> SignatureStatus:
-    """What a plain (unsigned) receipt may be: one written before receipts were signed, or a
-    rewrite posing as one. A receipt that names a chain link, or whose `writtenAt` is not
-    before the earliest key's validity (less `SKEW`), was written by an operator that
-    signed everything: unsigned, it is `UNSIGNED_AFTER_SIGNING`. Without keys (none
-    published) the time cannot be judged; the chain still can."""
-    if "chain" in receipt:
-        # Receipts from before signing have no such key at all, not even an empty one.
-        return SignatureStatus.UNSIGNED_AFTER_SIGNING
-    starts = []
-    for key in keys.keys:
-        try:
-            starts.append(parse_time(key.not_before))
-        except ValueError:
-            # A key whose validity cannot be read: when signing began is unknown (fail closed).
-            return SignatureStatus.UNSIGNED_AFTER_SIGNING
-    if not starts:
-        return SignatureStatus.UNSIGNED
-    written = receipt.get("writtenAt")
-    if not isinstance(written, str):
-        return SignatureStatus.UNSIGNED_AFTER_SIGNING
-    try:
-        at = parse_time(written)
-    except ValueError:
-        return SignatureStatus.UNSIGNED_AFTER_SIGNING
-    if at >= min(starts) - SKEW:
-        return SignatureStatus.UNSIGNED_AFTER_SIGNING
-    return SignatureStatus.UNSIGNED
-
-
 def stored_signature(
     receipt: Mapping[str, Any], opened: Opened | None, keys: KeySet
 ) -> tuple[SignatureStatus, str | None]:
     """The signature verdict of one stored receipt (`parse_stored`'s pair): a signed one's
-    check against `keys`, an unsigned one's `unsigned_status`."""
-    if opened is None:
-        return unsigned_status(receipt, keys), None
+    check against `keys`; an unsigned one is `UNSIGNED` (never valid)."""
     return signature_status(opened, keys)
 
 
@@ -377,8 +342,7 @@ def signature_of_stored(
 ) -> tuple[SignatureStatus, str | None]:
     """The signature verdict of stored bytes as `parse_stored` read them: bytes that are
     neither a receipt nor a well-formed envelope (None: malformed, unsigned envelope,
-    duplicate keys, trailing bytes, oversized) are `INVALID`, never taken for a receipt
-    from before signing."""
+    duplicate keys, trailing bytes, oversized) are `INVALID`."""
     if parsed is None:
         return SignatureStatus.INVALID, None
     return stored_signature(parsed[0], parsed[1], keys)

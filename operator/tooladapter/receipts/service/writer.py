@@ -1,0 +1,210 @@
+"""Storing a call's receipt: signed, linked into its chain, indexed, in one trip.
+
+One input, `ReceiptInput`: what the receipt says of the call. `ReceiptWriter.write` stores
+it and its index entries (`artifacts.index`) and sets `auditRef`, `receiptRef` and the
+summary on the call's status. The chain link it writes is also the integration events'
+outbox (`outbox`): an event is derived from the link, so storing the receipt is sending it.
+Used by the flow (every call's end) and by an operator's confirmation of an Uncertain effect.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+from tooladapter import offload
+from tooladapter.artifacts import ArtifactStore, content_ref
+from tooladapter.artifacts.chain import ReceiptChains
+from tooladapter.artifacts.index import (
+    approved_call_key,
+    arguments_document,
+    call_entry,
+    entries_of,
+    entry_bytes,
+)
+from tooladapter.enums import ArtifactKind
+from tooladapter.kube.cluster import Cluster
+from tooladapter.model import (
+    AuditRequirements,
+    ReceiptSummary,
+    ToolInvocationSpec,
+    ToolInvocationStatus,
+)
+from tooladapter.pipeline.hashing import canonical_json
+from tooladapter.receipts.core.record import build_receipt
+from tooladapter.receipts.core.signing import seal
+from tooladapter.receipts.service.storing import OnFailure, store_all
+from tooladapter.timeutil import parse_time
+
+logger = logging.getLogger("tooladapter.invocations")
+
+
+@dataclass(frozen=True)
+class ReceiptInput:
+    """What a receipt records of one call. `status` is the call's own: the writer sets its
+    `auditRef`, `receiptRef` and `receipt` summary once the receipt is stored."""
+
+    namespace: str
+    name: str
+    uid: str
+    spec: ToolInvocationSpec
+    status: ToolInvocationStatus
+    tool_kind: str | None
+    sandbox_kind: str | None
+    sandbox_pool: str | None
+    command_line: Sequence[str]
+    written_at: str
+    audit: AuditRequirements | None
+    #: The namespace incarnation whose chain the receipt joins (None: signed, unchained).
+    namespace_uid: str | None = None
+
+    @property
+    def of(self) -> str:
+        """The call, as the store's warnings name it."""
+        return f"{self.namespace}/{self.name}"
+
+
+@dataclass(frozen=True)
+class ReceiptWriter:
+    """The artifact store, the chains (None: stored unsigned, only unit tests' runtimes)
+    and the cluster (to read a namespace's incarnation the watch has not delivered yet;
+    None: only what the watch knows)."""
+
+    store: ArtifactStore
+    chains: ReceiptChains | None
+    cluster: Cluster | None = None
+
+    async def incarnation(
+        self, namespace: str, call: Mapping[str, Any], *, known: str | None
+    ) -> str | None:
+        """The uid of `call`'s namespace incarnation, which names its receipt chain: the
+        namespaces' watch's (`known`), else the API server's (a call in a namespace created
+        a moment ago can end before the watch delivers it; without the uid its receipt
+        would be outside any chain, and no event would be sent for it). A namespace created
+        after the call, or one that cannot be read now, gives None: the receipt is signed,
+        outside the chains."""
+        if known or self.chains is None or self.cluster is None:
+            return known
+        try:
+            uid, created, _ = await self.cluster.namespace_incarnation(namespace)
+        except Exception:
+            logger.warning("namespace %s: its uid could not be read", namespace, exc_info=True)
+            return None
+        called = (call.get("metadata") or {}).get("creationTimestamp")
+        try:
+            later = bool(created and called) and parse_time(created) > parse_time(str(called))
+        except ValueError:
+            later = True
+        return None if not uid or later else uid
+
+    async def write(
+        self,
+        entry: ReceiptInput,
+        *,
+        results: Sequence[bytes] = (),
+        on_failure: OnFailure | None = None,
+    ) -> None:
+        """Store the receipt and its index entries, and set `auditRef`, `receiptRef` and
+        the summary on `entry.status`.
+
+        A duplicate keeps its winner's receipt as `receiptRef`; its own is its `auditRef`.
+        The entries are written before status names the receipt, so a persisted end is
+        always indexed, and retention never deletes a call that the index cannot find again.
+
+        `results` (artifacts status names already) are stored first. Everything goes in one
+        trip to the store's threads (it was up to five): a trip may wait for the GIL behind a
+        busy event loop, up to `sys.getswitchinterval()` each way. Every write is idempotent
+        (by content hash, or write-once with the same bytes), so a refused trip is made again.
+
+        With `chains` the stored receipt is signed, as the next link of its namespace
+        incarnation's chain (`artifacts.chain`); `status.receipt.sequence` names its link."""
+        store, chains, status = self.store, self.chains, entry.status
+        namespace, namespace_uid = entry.namespace, entry.namespace_uid
+
+        def canonical_receipt() -> tuple[dict[str, Any], bytes]:
+            receipt = build_receipt(
+                namespace=namespace,
+                name=entry.name,
+                uid=entry.uid,
+                spec=entry.spec,
+                status=status,
+                tool_kind=entry.tool_kind or "unknown",
+                sandbox_kind=entry.sandbox_kind,
+                sandbox_pool=entry.sandbox_pool,
+                command_line=list(entry.command_line) or None,
+                written_at=entry.written_at,
+                audit=entry.audit,
+                namespace_uid=namespace_uid,
+            )
+            return receipt, canonical_json(receipt)
+
+        # Hashing the arguments and canonicalising (pure Python, up to the argument bound):
+        # off the event loop, where every other call would wait, unless they are small.
+        arguments = getattr(entry.spec, "arguments", None) or {}
+        receipt, data = await offload.run(
+            namespace, offload.rough_size(arguments), canonical_receipt
+        )
+        # Signed and chained on the store's thread, in the same trip as the other writes:
+        # the link's number is only known once the store took it (`artifacts.chain`). Kept
+        # once made, so a trip made again after a refusal re-stores that link, never a
+        # second one.
+        sealed: list[tuple[bytes, str, int]] = []
+
+        def seal_and_store() -> None:
+            if sealed:
+                store.put(sealed[0][0])
+                return
+            if chains is not None and namespace_uid:
+                sealed.append(chains.append(receipt, namespace=namespace, uid=namespace_uid))
+                store.put(sealed[0][0])
+            elif chains is not None:
+                # No incarnation known: signed, but outside any chain (`chain: null`).
+                receipt["chain"] = None
+                signed = seal(receipt, chains.signer())
+                sealed.append((signed, content_ref(signed), 0))
+                store.put(signed)
+            else:
+                sealed.append((data, content_ref(data), 0))
+                store.put(data)
+
+        def index_writes() -> None:
+            own_ref = sealed[0][1]
+            approved = approved_call_key(receipt, own_ref)
+            for key in entries_of(receipt, own_ref):
+                value = entry_bytes(own_ref)
+                if key == approved:
+                    # The arguments a later reviewer compares with: an artifact of their own.
+                    document = arguments_document(receipt, arguments)
+                    store.put(document)
+                    bound_at = status.approval.bound_at if status.approval else None
+                    value = call_entry(
+                        receipt, own_ref, approved_at=bound_at, arguments_ref=content_ref(document)
+                    )
+                store.put_key(key, value)
+
+        writes: list[tuple[ArtifactKind, Callable[[], object]]] = [
+            *((ArtifactKind.RESULT, partial(store.put, result)) for result in results),
+            (ArtifactKind.RECEIPT, seal_and_store),
+            (ArtifactKind.INDEX, index_writes),
+        ]
+        if chains is not None and namespace_uid:
+            # One trip per chain on the store's threads at a time: the others of this chain
+            # wait here, on the loop, never on a thread another namespace's receipt needs.
+            async with chains.turn(namespace, namespace_uid):
+                await store_all(writes, of=entry.of, on_failure=on_failure)
+        else:
+            await store_all(writes, of=entry.of, on_failure=on_failure)
+        own_ref, sequence = sealed[0][1], sealed[0][2]
+        status.audit_ref = own_ref
+        if not (status.duplicate_of and status.receipt_ref):
+            status.receipt_ref = own_ref
+        confirmation = status.effect_confirmation
+        status.receipt = ReceiptSummary(
+            state=status.state,
+            effect_confirmed=confirmation.effect_happened if confirmation else None,
+            written_at=entry.written_at,
+            sequence=sequence or None,
+        )
