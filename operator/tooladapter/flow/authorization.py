@@ -27,7 +27,7 @@ from tooladapter.pipeline.permission import refusal
 from tooladapter.pipeline.policy import PolicyDecision, check_ceiling
 from tooladapter.pipeline.preview import classify_call as preview_classify
 from tooladapter.pipeline.preview import shell_check
-from tooladapter.pipeline.shell import ShellVerdict
+from tooladapter.pipeline.shell.verdict import ShellVerdict
 
 
 async def on_validated(ctx: FlowContext) -> None:

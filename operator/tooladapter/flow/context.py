@@ -45,7 +45,7 @@ from tooladapter.pipeline.conditions import invocation_conditions
 from tooladapter.pipeline.hashing import descriptor_digest
 from tooladapter.pipeline.policy import PolicyDecision, evaluate_policies
 from tooladapter.pipeline.sanitize import EVENT_MESSAGE_CHARS, bounded_message, redact_argv
-from tooladapter.pipeline.shell import check_command
+from tooladapter.pipeline.shell.check import check_command
 from tooladapter.pipeline.states import transition
 from tooladapter.pipeline.status_patch import merge_patch
 from tooladapter.runtime import Runtime

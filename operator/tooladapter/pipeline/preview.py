@@ -62,7 +62,9 @@ from tooladapter.pipeline.policy import (
     shell_action_source,
 )
 from tooladapter.pipeline.sanitize import bounded_message
-from tooladapter.pipeline.shell import ShellVerdict, allow_list_for, check_command
+from tooladapter.pipeline.shell.allow import allow_list_for
+from tooladapter.pipeline.shell.check import check_command
+from tooladapter.pipeline.shell.verdict import ShellVerdict
 from tooladapter.pipeline.validation import check_arguments
 from tooladapter.sandbox.job import runtime_class_for
 
