@@ -117,21 +117,38 @@ class _Many:
 _Runs = list[str] | _Line | _Many | _Problem | None
 
 
-def _after(argv: Sequence[str], spec: Getopt, operands: int = 0) -> _Runs:
-    """The command after a wrapper's options and `operands` fixed operands."""
-    parsed = getopt(argv, 1, spec)
-    if parsed.unknown is not None:
-        return _Problem(f"option {parsed.unknown!r} is not understood")
-    start = parsed.rest + operands
-    if start >= len(argv):
-        return None
-    return list(argv[start:])
+def _not_understood(option: str) -> _Problem:
+    return _Problem(f"option {option!r} is not understood")
+
+
+@dataclass(frozen=True)
+class _After:
+    """A wrapper that runs the command after its options and `operands` fixed operands,
+    unless it is given one of the options `unless`: then it runs `instead` instead (a
+    problem: what it does that cannot be judged), or nothing when `instead` is None (it
+    acts on a running process: `taskset -p`, `ionice -p`)."""
+
+    spec: Getopt
+    operands: int = 0
+    unless: tuple[str, ...] = ()
+    instead: str | None = None
+
+    def __call__(self, argv: Sequence[str]) -> _Runs:
+        parsed = getopt(argv, 1, self.spec)
+        if self.unless and parsed.has(*self.unless):
+            return None if self.instead is None else _Problem(self.instead)
+        if parsed.unknown is not None:
+            return _not_understood(parsed.unknown)
+        start = parsed.rest + self.operands
+        if start >= len(argv):
+            return None
+        return list(argv[start:])
 
 
 def _unwrap_env(argv: Sequence[str]) -> _Runs:
     parsed = getopt(argv, 1, ENV)
     if parsed.unknown is not None:
-        return _Problem(f"option {parsed.unknown!r} is not understood")
+        return _not_understood(parsed.unknown)
     split = parsed.values("S", "split-string")
     rest = list(argv[parsed.rest :])
     if rest and rest[0] == "-":
@@ -150,29 +167,10 @@ def _unwrap_env(argv: Sequence[str]) -> _Runs:
     return rest or None
 
 
-def _unwrap_sudo(argv: Sequence[str]) -> _Runs:
-    spec = Getopt(
-        short_flags="AbEeHiKklnPSsVvBN",
-        short_values="CDghprRTtUu",
-        short_optional="",
-        long_flags=names_of(
-            "askpass edit background bell preserve-env set-home login remove-timestamp"
-            " reset-timestamp list non-interactive preserve-groups stdin shell validate version"
-            " help"
-        ),
-        long_values=names_of(
-            "close-from chdir group host prompt chroot role type command-timeout other-user user"
-        ),
-    )
-    if getopt(argv, 1, spec).has("e", "edit"):
-        return _Problem("-e edits files")
-    return _after(argv, spec)
-
-
 def _unwrap_su(argv: Sequence[str]) -> _Runs:
     options, operands, unknown = permuted_options(argv, 1, SU)
     if unknown is not None:
-        return _Problem(f"option {unknown!r} is not understood")
+        return _not_understood(unknown)
     if any(name in ("s", "shell") for name, _ in options):
         return _Problem("runs the command with a shell of the caller's choosing (-s)")
     strings = [v for n, v in options if n in ("c", "command", "session-command") and v]
@@ -188,7 +186,7 @@ def _unwrap_su(argv: Sequence[str]) -> _Runs:
 def _unwrap_flock(argv: Sequence[str]) -> _Runs:
     parsed = getopt(argv, 1, FLOCK)
     if parsed.unknown is not None:
-        return _Problem(f"option {parsed.unknown!r} is not understood")
+        return _not_understood(parsed.unknown)
     strings = parsed.values("c", "command")
     rest = list(argv[parsed.rest + 1 :])
     if rest and rest[0] in ("-c", "--command") and len(rest) > 1:
@@ -199,8 +197,8 @@ def _unwrap_flock(argv: Sequence[str]) -> _Runs:
     return rest or None
 
 
-def _unwrap_xargs(argv: Sequence[str]) -> _Runs:
-    spec = Getopt(
+_XARGS = _After(
+    Getopt(
         short_flags="0oprtx",
         short_values="adEILnPs",
         short_optional="eil",
@@ -209,10 +207,14 @@ def _unwrap_xargs(argv: Sequence[str]) -> _Runs:
             " max-lines help version"
         ),
         long_values=names_of("arg-file delimiter max-args max-procs max-chars process-slot-var"),
-    )
-    if getopt(argv, 1, spec).has("a", "arg-file"):
-        return _Problem("reads its arguments from a file, which cannot be judged")
-    runs = _after(argv, spec)
+    ),
+    unless=("a", "arg-file"),
+    instead="reads its arguments from a file, which cannot be judged",
+)
+
+
+def _unwrap_xargs(argv: Sequence[str]) -> _Runs:
+    runs = _XARGS(argv)
     return ["echo"] if runs is None else runs
 
 
@@ -248,7 +250,7 @@ def _unwrap_busybox(argv: Sequence[str]) -> _Runs:
 def _unwrap_watch(argv: Sequence[str]) -> _Runs:
     parsed = getopt(argv, 1, WATCH)
     if parsed.unknown is not None:
-        return _Problem(f"option {parsed.unknown!r} is not understood")
+        return _not_understood(parsed.unknown)
     rest = argv[parsed.rest :]
     if not rest:
         return None
@@ -264,51 +266,34 @@ def _unwrap_eval(argv: Sequence[str]) -> _Runs:
 def _unwrap_command(argv: Sequence[str]) -> _Runs:
     parsed = getopt(argv, 1, Getopt(short_flags="pvV"))
     if parsed.unknown is not None:
-        return _Problem(f"option {parsed.unknown!r} is not understood")
+        return _not_understood(parsed.unknown)
     if parsed.has("v", "V") or parsed.rest >= len(argv):
         return None
     return list(argv[parsed.rest :])
 
 
-def _unwrap_ionice(argv: Sequence[str]) -> _Runs:
-    spec = Getopt(
-        short_flags="th",
-        short_values="cnpPu",
-        long_flags=("ignore", "help"),
-        long_values=("class", "classdata", "pid", "pgid", "uid"),
-    )
-    parsed = getopt(argv, 1, spec)
-    if parsed.has("p", "P", "u", "pid", "pgid", "uid"):
-        return None
-    return _after(argv, spec)
-
-
-def _unwrap_taskset(argv: Sequence[str]) -> _Runs:
-    spec = Getopt(short_flags="acphV", long_flags=("all-tasks", "cpu-list", "pid", "help"))
-    if getopt(argv, 1, spec).has("p", "pid"):
-        return None
-    return _after(argv, spec, operands=1)
-
-
-_TIME = Getopt(
-    short_flags="pvqa",
-    short_values="fo",
-    long_flags=("portability", "verbose", "quiet", "append", "help"),
-    long_values=("format", "output"),
-)
-
-
-def _unwrap_time(argv: Sequence[str]) -> _Runs:
-    if getopt(argv, 1, _TIME).has("o", "output"):
-        return _Problem("-o writes a file")
-    return _after(argv, _TIME)
-
-
 #: Wrappers: how to find the command each runs.
 _UNWRAPPERS: dict[str, Callable[[Sequence[str]], _Runs]] = {
     "env": _unwrap_env,
-    "sudo": _unwrap_sudo,
-    "doas": lambda argv: _after(argv, Getopt(short_flags="nsL", short_values="Cua")),
+    "sudo": _After(
+        Getopt(
+            short_flags="AbEeHiKklnPSsVvBN",
+            short_values="CDghprRTtUu",
+            short_optional="",
+            long_flags=names_of(
+                "askpass edit background bell preserve-env set-home login remove-timestamp"
+                " reset-timestamp list non-interactive preserve-groups stdin shell validate"
+                " version help"
+            ),
+            long_values=names_of(
+                "close-from chdir group host prompt chroot role type command-timeout"
+                " other-user user"
+            ),
+        ),
+        unless=("e", "edit"),
+        instead="-e edits files",
+    ),
+    "doas": _After(Getopt(short_flags="nsL", short_values="Cua")),
     "su": _unwrap_su,
     "runuser": _unwrap_su,
     "flock": _unwrap_flock,
@@ -319,10 +304,9 @@ _UNWRAPPERS: dict[str, Callable[[Sequence[str]], _Runs]] = {
     "eval": _unwrap_eval,
     "command": _unwrap_command,
     "builtin": lambda argv: list(argv[1:]) or None,
-    "exec": lambda argv: _after(argv, Getopt(short_flags="cl", short_values="a")),
-    "nohup": lambda argv: _after(argv, Getopt(long_flags=("help", "version"))),
-    "timeout": lambda argv: _after(
-        argv,
+    "exec": _After(Getopt(short_flags="cl", short_values="a")),
+    "nohup": _After(Getopt(long_flags=("help", "version"))),
+    "timeout": _After(
         Getopt(
             short_flags="v",
             short_values="sk",
@@ -331,20 +315,34 @@ _UNWRAPPERS: dict[str, Callable[[Sequence[str]], _Runs]] = {
         ),
         operands=1,
     ),
-    "nice": lambda argv: _after(
-        argv, Getopt(short_values="n", long_values=("adjustment",), numeric=True)
+    "nice": _After(Getopt(short_values="n", long_values=("adjustment",), numeric=True)),
+    "stdbuf": _After(Getopt(short_values="ioe", long_values=("input", "output", "error"))),
+    "time": _After(
+        Getopt(
+            short_flags="pvqa",
+            short_values="fo",
+            long_flags=("portability", "verbose", "quiet", "append", "help"),
+            long_values=("format", "output"),
+        ),
+        unless=("o", "output"),
+        instead="-o writes a file",
     ),
-    "stdbuf": lambda argv: _after(
-        argv, Getopt(short_values="ioe", long_values=("input", "output", "error"))
+    "ionice": _After(
+        Getopt(
+            short_flags="th",
+            short_values="cnpPu",
+            long_flags=("ignore", "help"),
+            long_values=("class", "classdata", "pid", "pgid", "uid"),
+        ),
+        unless=("p", "P", "u", "pid", "pgid", "uid"),
     ),
-    "time": _unwrap_time,
-    "ionice": _unwrap_ionice,
-    "setsid": lambda argv: _after(
-        argv, Getopt(short_flags="cfw", long_flags=("ctty", "fork", "wait", "help"))
+    "setsid": _After(Getopt(short_flags="cfw", long_flags=("ctty", "fork", "wait", "help"))),
+    "taskset": _After(
+        Getopt(short_flags="acphV", long_flags=("all-tasks", "cpu-list", "pid", "help")),
+        operands=1,
+        unless=("p", "pid"),
     ),
-    "taskset": _unwrap_taskset,
-    "chroot": lambda argv: _after(
-        argv,
+    "chroot": _After(
         Getopt(long_flags=("skip-chdir", "help"), long_values=("userspec", "groups")),
         operands=1,
     ),
