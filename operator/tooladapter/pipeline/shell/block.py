@@ -12,7 +12,8 @@ import re
 import shlex
 import unicodedata
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from enum import Enum, auto
 from fnmatch import fnmatchcase
 from functools import lru_cache
 
@@ -94,46 +95,68 @@ def _compile_pattern(pattern: str) -> tuple[_BlockPattern, ...]:
         if not tokens:
             continue
         program = _canonical_program(basename(tokens[0]))
-        short: set[str] = set()
-        long: set[str] = set()
-        words: list[str] = []
-        for token in tokens[1:]:
-            kind, value = _classify_token(program, token)
-            if kind == "word":
-                words.extend(value)
-            elif kind == "short":
-                short.update(value)
-            else:
-                long.update(value)
+        sorted_tokens = _sort_tokens(program, tokens[1:])
         compiled.append(
             _BlockPattern(
                 name=pattern,
                 program=program,
                 programs=frozenset({program} | PROGRAM_ALIASES.get(program, frozenset())),
-                short_flags=frozenset(short),
-                long_flags=frozenset(long),
-                words=tuple(words),
+                short_flags=frozenset(sorted_tokens.short),
+                long_flags=frozenset(sorted_tokens.long),
+                words=tuple(word for _, forms in sorted_tokens.words for word in forms),
             )
         )
     return tuple(compiled)
 
 
-def _classify_token(program: str, token: str) -> tuple[str, list[str]]:
-    """('word', forms) | ('short', letters) | ('long', names) for one token after `program`."""
+class _TokenKind(Enum):
+    """What a token after a program is to the matcher."""
+
+    WORD = auto()
+    SHORT = auto()  # short flag letters (long options that mean one map here too)
+    LONG = auto()
+
+
+def _classify_token(program: str, token: str) -> tuple[_TokenKind, list[str]]:
+    """(WORD, forms) | (SHORT, letters) | (LONG, names) for one token after `program`."""
     lower = token.lower()
     alias = TOKEN_ALIASES.get(program, {}).get(lower)
     if alias is not None:
-        return "word", [alias]
+        return _TokenKind.WORD, [alias]
     if lower.startswith("--") and len(lower) > 2:
         name = lower[2:].split("=", 1)[0]
         table = LONG_TO_SHORT.get(program, {})
         letters = [short for full, short in table.items() if name and full.startswith(name)]
         if letters:
-            return "short", letters
-        return "long", [name]
+            return _TokenKind.SHORT, letters
+        return _TokenKind.LONG, [name]
     if lower.startswith("-") and len(lower) > 1:
-        return "short", list(lower[1:])
-    return "word", [lower]
+        return _TokenKind.SHORT, list(lower[1:])
+    return _TokenKind.WORD, [lower]
+
+
+@dataclass
+class _SortedTokens:
+    """The tokens after a program by kind: flag letters, long option names, and each
+    word token with the forms `_classify_token` gives it."""
+
+    short: set[str] = field(default_factory=set)
+    long: set[str] = field(default_factory=set)
+    words: list[tuple[str, list[str]]] = field(default_factory=list)
+
+
+def _sort_tokens(program: str, tokens: Sequence[str]) -> _SortedTokens:
+    """Patterns and argv sort their tokens alike, so flags match as sets either way."""
+    found = _SortedTokens()
+    for token in tokens:
+        kind, values = _classify_token(program, token)
+        if kind is _TokenKind.SHORT:
+            found.short.update(values)
+        elif kind is _TokenKind.LONG:
+            found.long.update(values)
+        else:
+            found.words.append((token, values))
+    return found
 
 
 def _word_forms(program: str, token: str) -> frozenset[str]:
@@ -176,21 +199,12 @@ def _program_matches(token: str, programs: frozenset[str], *, first: bool = Fals
 
 
 def _rest_matches(pattern: _BlockPattern, program: str, rest: Sequence[str]) -> bool:
-    short: set[str] = set()
-    long: set[str] = set()
-    words: list[frozenset[str]] = []
-    for token in rest:
-        kind, values = _classify_token(program, token)
-        if kind == "short":
-            short.update(values)
-        elif kind == "long":
-            long.update(values)
-        else:
-            words.append(_word_forms(program, token))
-    if not pattern.short_flags <= short:
+    sorted_tokens = _sort_tokens(program, rest)
+    words = [_word_forms(program, token) for token, _ in sorted_tokens.words]
+    if not pattern.short_flags <= sorted_tokens.short:
         return False
     for flag in pattern.long_flags:
-        if not any(flag.startswith(name) for name in long if name):
+        if not any(flag.startswith(name) for name in sorted_tokens.long if name):
             return False
     position = 0
     for word in pattern.words:

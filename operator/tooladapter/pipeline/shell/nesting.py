@@ -11,7 +11,8 @@ from collections.abc import Iterable, Iterator, Sequence
 from tooladapter.pipeline.shell.options import Getopt, getopt, permuted_options
 from tooladapter.pipeline.shell.programs import SHELLS, basename, names_of
 
-ENV = Getopt(
+#: The options of the wrappers that take a command string (unwrapping reads them too).
+ENV_OPTIONS = Getopt(
     short_flags="i0v",
     short_values="uCSaP",
     long_flags=names_of(
@@ -20,19 +21,19 @@ ENV = Getopt(
     ),
     long_values=("unset", "chdir", "split-string", "argv0"),
 )
-SU = Getopt(
+SU_OPTIONS = Getopt(
     short_flags="lmpfPhV",
     short_values="cgGswu",
     long_flags=("login", "preserve-environment", "pty", "fast", "help", "version"),
     long_values=names_of("command session-command group supp-group shell whitelist-environment"),
 )
-FLOCK = Getopt(
+FLOCK_OPTIONS = Getopt(
     short_flags="sexunoFhV",
     short_values="wEc",
     long_flags=("shared", "exclusive", "unlock", "nonblock", "close", "no-fork", "verbose"),
     long_values=("timeout", "wait", "conflict-exit-code", "command"),
 )
-WATCH = Getopt(
+WATCH_OPTIONS = Getopt(
     short_flags="bcCegptwxrqh",
     short_values="n",
     short_optional="d",
@@ -42,7 +43,7 @@ WATCH = Getopt(
     ),
     long_values=("interval",),
 )
-_SCRIPT = Getopt(
+_SCRIPT_OPTIONS = Getopt(
     short_flags="aefqTh",
     short_values="cEIlLOmBt",
     long_flags=("append", "return", "flush", "force", "quiet", "timing", "help"),
@@ -65,16 +66,16 @@ def nested_commands(argv: Sequence[str]) -> Iterable[tuple[str, str]]:
             if inner is not None:
                 yield f"{program} -c", inner
         elif program == "env":
-            for value in getopt(argv, i + 1, ENV).values("S", "split-string"):
+            for value in getopt(argv, i + 1, ENV_OPTIONS).values("S", "split-string"):
                 yield "env -S", env_split_string(value)
         elif program in ("su", "runuser"):
-            yield from _permuted_values(argv, i + 1, SU, program, ("c", "command"))
-            yield from _permuted_values(argv, i + 1, SU, program, ("session-command",))
+            yield from _permuted_values(argv, i + 1, SU_OPTIONS, program, ("c", "command"))
+            yield from _permuted_values(argv, i + 1, SU_OPTIONS, program, ("session-command",))
         elif program in ("flock", "script"):
-            spec = FLOCK if program == "flock" else _SCRIPT
+            spec = FLOCK_OPTIONS if program == "flock" else _SCRIPT_OPTIONS
             yield from _permuted_values(argv, i + 1, spec, program, ("c", "command"))
         elif program == "watch":
-            parsed = getopt(argv, i + 1, WATCH)
+            parsed = getopt(argv, i + 1, WATCH_OPTIONS)
             if parsed.rest < len(argv):
                 yield "watch", " ".join(argv[parsed.rest :])
         elif program == "eval" and i + 1 < len(argv):

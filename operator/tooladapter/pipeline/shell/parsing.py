@@ -15,8 +15,8 @@ import unicodedata
 from tooladapter.pipeline.shell.verdict import Refusal, ShellRule
 
 MAX_COMMAND_CHARS = 65_536
+#: How deep command strings may nest (`sh -c "sh -c ..."`), and wrappers in wrappers.
 MAX_NESTING = 4
-
 
 _NO_SHELL = "tools run argv without a shell"
 

@@ -13,10 +13,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from tooladapter.pipeline.shell.nesting import (
-    ENV,
-    FLOCK,
-    SU,
-    WATCH,
+    ENV_OPTIONS,
+    FLOCK_OPTIONS,
+    SU_OPTIONS,
+    WATCH_OPTIONS,
     env_split_string,
     shell_c_argument,
 )
@@ -146,7 +146,7 @@ class _After:
 
 
 def _unwrap_env(argv: Sequence[str]) -> _Runs:
-    parsed = getopt(argv, 1, ENV)
+    parsed = getopt(argv, 1, ENV_OPTIONS)
     if parsed.unknown is not None:
         return _not_understood(parsed.unknown)
     split = parsed.values("S", "split-string")
@@ -168,7 +168,7 @@ def _unwrap_env(argv: Sequence[str]) -> _Runs:
 
 
 def _unwrap_su(argv: Sequence[str]) -> _Runs:
-    options, operands, unknown = permuted_options(argv, 1, SU)
+    options, operands, unknown = permuted_options(argv, 1, SU_OPTIONS)
     if unknown is not None:
         return _not_understood(unknown)
     if any(name in ("s", "shell") for name, _ in options):
@@ -184,7 +184,7 @@ def _unwrap_su(argv: Sequence[str]) -> _Runs:
 
 
 def _unwrap_flock(argv: Sequence[str]) -> _Runs:
-    parsed = getopt(argv, 1, FLOCK)
+    parsed = getopt(argv, 1, FLOCK_OPTIONS)
     if parsed.unknown is not None:
         return _not_understood(parsed.unknown)
     strings = parsed.values("c", "command")
@@ -248,7 +248,7 @@ def _unwrap_busybox(argv: Sequence[str]) -> _Runs:
 
 
 def _unwrap_watch(argv: Sequence[str]) -> _Runs:
-    parsed = getopt(argv, 1, WATCH)
+    parsed = getopt(argv, 1, WATCH_OPTIONS)
     if parsed.unknown is not None:
         return _not_understood(parsed.unknown)
     rest = argv[parsed.rest :]
