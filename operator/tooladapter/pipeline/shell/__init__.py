@@ -56,7 +56,8 @@ The allow list in force is the descriptor's `shell.allow`, or the reference's
 `DEFAULT_ALLOW_LIST` when the descriptor sets none (`allow_list_for`); tenant policies'
 `shell.allow` lists narrow it (`narrow`: a command must be on both).
 
-The parts, bottom to top (each imports only the ones above it in this list):
+The parts, bottom to top (each imports only ones above it; a layers contract in
+pyproject.toml keeps it so):
 
 - `verdict`: `ShellVerdict`, the `ShellRule`s that refuse a command, how reasons quote it.
 - `programs`: program names (basenames, standard bin paths, the shells).
