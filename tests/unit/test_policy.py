@@ -18,7 +18,7 @@ from tooladapter.pipeline.policy import (
     spend_gated,
     version_in_range,
 )
-from tooladapter.pipeline.shell import DEFAULT_BLOCK_LIST
+from tooladapter.pipeline.shell.block import DEFAULT_BLOCK_LIST
 
 HASH = "sha256:" + "a" * 64
 

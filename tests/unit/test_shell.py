@@ -11,13 +11,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tooladapter.pipeline.shell import (
-    DEFAULT_ALLOW_LIST,
-    DEFAULT_BLOCK_LIST,
-    ShellRule,
-    allow_list_for,
-    check_command,
-)
+from tooladapter.pipeline.shell.allow import DEFAULT_ALLOW_LIST, allow_list_for
+from tooladapter.pipeline.shell.block import DEFAULT_BLOCK_LIST
+from tooladapter.pipeline.shell.check import check_command
+from tooladapter.pipeline.shell.verdict import ShellRule
 
 ALLOW = (*DEFAULT_ALLOW_LIST, "ls", "echo")
 

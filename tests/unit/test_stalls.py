@@ -332,9 +332,9 @@ async def test_one_tenant_runs_one_large_job_at_a_time_and_others_are_not_queued
 
 
 def test_the_shell_checks_quadratic_rules_run_on_re2() -> None:
-    from tooladapter.pipeline import shell
+    from tooladapter.pipeline.shell import block, interpreters
 
-    for regex in (shell._SQL_BLOCK_COMMENT, shell._AWK_CODE):
+    for regex in (block._SQL_BLOCK_COMMENT, interpreters._AWK_CODE):
         assert type(regex).__module__.startswith("re2")
 
 
@@ -342,7 +342,8 @@ def test_the_shell_checks_quadratic_rules_run_on_re2() -> None:
 def test_a_command_made_of_comment_openers_is_checked(unit: str) -> None:
     """`echo '/* /* ...'` (64 KiB) took ~6 s in the SQL-comment rule on Python `re`,
     holding the GIL; the whole check now runs off the event loop too (`shell_verdict`)."""
-    from tooladapter.pipeline.shell import DEFAULT_BLOCK_LIST, check_command
+    from tooladapter.pipeline.shell.block import DEFAULT_BLOCK_LIST
+    from tooladapter.pipeline.shell.check import check_command
 
     command = "echo '" + (unit * 21_000)[:64_000] + "'"
     verdict = check_command(command, allow=["echo"], block=list(DEFAULT_BLOCK_LIST))

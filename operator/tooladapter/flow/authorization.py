@@ -20,7 +20,7 @@ from tooladapter.pipeline.classification import Classification, mcp_hint_class
 from tooladapter.pipeline.permission import Permission, questions
 from tooladapter.pipeline.policy import PolicyDecision
 from tooladapter.pipeline.refusals import Refusal
-from tooladapter.pipeline.shell import ShellVerdict
+from tooladapter.pipeline.shell.verdict import ShellVerdict
 
 
 async def on_validated(ctx: FlowContext) -> None:

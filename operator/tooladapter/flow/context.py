@@ -51,7 +51,7 @@ from tooladapter.pipeline.sanitize.redaction import (
     bounded_message,
     redact_argv,
 )
-from tooladapter.pipeline.shell import check_command
+from tooladapter.pipeline.shell.check import check_command
 from tooladapter.pipeline.states import transition
 from tooladapter.pipeline.status_patch import merge_patch
 from tooladapter.runtime import Runtime

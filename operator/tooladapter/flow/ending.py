@@ -48,9 +48,9 @@ from tooladapter.model import (
     ToolInvocationSpec,
 )
 from tooladapter.naming import LeaseNames
-from tooladapter.pipeline.sanitize.secret_forms import secret_forms
 from tooladapter.pipeline.sanitize.redaction import BROKERED_SECRET
 from tooladapter.pipeline.sanitize.results import sanitize, sanitize_structured
+from tooladapter.pipeline.sanitize.secret_forms import secret_forms
 from tooladapter.receipts.service.writer import ReceiptInput, ReceiptWriter
 from tooladapter.timeutil import now_iso, parse_time
 

@@ -32,7 +32,9 @@ from tooladapter.pipeline.policy import (
     shell_action_source,
 )
 from tooladapter.pipeline.refusals import Refusal
-from tooladapter.pipeline.shell import ShellVerdict, allow_list_for, check_command
+from tooladapter.pipeline.shell.allow import allow_list_for
+from tooladapter.pipeline.shell.check import check_command
+from tooladapter.pipeline.shell.verdict import ShellVerdict
 
 
 def shell_check(

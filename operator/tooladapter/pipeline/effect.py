@@ -25,7 +25,7 @@ from typing import Any
 from tooladapter.enums import ToolKind
 from tooladapter.model import ToolDescriptorSpec
 from tooladapter.pipeline.hashing import digest
-from tooladapter.pipeline.shell import check_command
+from tooladapter.pipeline.shell.check import check_command
 from tooladapter.pipeline.validation.http_templates import render_http_request
 
 

@@ -41,7 +41,7 @@ from tooladapter.enums import BlockAction, SideEffectClass, UnlistedAction
 from tooladapter.model import ArgumentCondition, SpendPolicy, ToolPolicySpec, ToolVersionRule
 from tooladapter.pipeline.hashing import CanonicalizationError, canonical_json, digest
 from tooladapter.pipeline.linear_regex import ENGINE, UnsafePattern, compile_linear
-from tooladapter.pipeline.shell import DEFAULT_BLOCK_LIST
+from tooladapter.pipeline.shell.block import DEFAULT_BLOCK_LIST
 from tooladapter.pipeline.validation.descriptor import check_shell_patterns
 
 DEFAULT_APPROVAL_TIMEOUT_SECONDS = 3600

@@ -56,7 +56,7 @@ from tooladapter.pipeline.policy import (
 )
 from tooladapter.pipeline.refusals import MAX_ERRORS, Refusal
 from tooladapter.pipeline.sanitize.redaction import bounded_message
-from tooladapter.pipeline.shell import ShellVerdict
+from tooladapter.pipeline.shell.verdict import ShellVerdict
 from tooladapter.pipeline.validation.arguments import check_arguments
 from tooladapter.sandbox.job import runtime_class_for
 

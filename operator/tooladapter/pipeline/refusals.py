@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from tooladapter.enums import FailureClass, SideEffectClass, Stage
 from tooladapter.pipeline.classification import Classification
 from tooladapter.pipeline.policy import PolicyDecision
-from tooladapter.pipeline.shell import ShellVerdict
+from tooladapter.pipeline.shell.verdict import ShellVerdict
 from tooladapter.pipeline.validation.arguments import SchemaProblem
 
 #: Schema errors a refusal lists (a dry run shows as many).
