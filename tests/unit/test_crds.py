@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tooladapter import crdgen, model
+from tooladapter import crdgen, enums, model
 
 ROOT = Path(__file__).resolve().parents[2]
 CRDS = ROOT / "crds"
@@ -202,8 +202,8 @@ def test_status_declares_every_model_field() -> None:
 def test_enums_ranges_and_free_form_fields() -> None:
     crds = _crds()
     descriptor = _schema(crds["ToolDescriptor"])["properties"]["spec"]["properties"]
-    assert descriptor["sideEffectClass"]["enum"] == [c.value for c in model.SideEffectClass]
-    assert descriptor["kind"]["enum"] == [k.value for k in model.ToolKind]
+    assert descriptor["sideEffectClass"]["enum"] == [c.value for c in enums.SideEffectClass]
+    assert descriptor["kind"]["enum"] == [k.value for k in enums.ToolKind]
     assert descriptor["timeoutSeconds"]["minimum"] == 1
     assert descriptor["timeoutSeconds"]["maximum"] == 86_400
     assert {k: v for k, v in descriptor["inputSchema"].items() if k != "description"} == {
@@ -215,7 +215,7 @@ def test_enums_ranges_and_free_form_fields() -> None:
     assert descriptor["riskClass"]["nullable"] is True
     invocation = _schema(crds["ToolInvocation"])["properties"]
     assert invocation["status"]["properties"]["state"]["enum"] == [
-        s.value for s in model.InvocationState
+        s.value for s in enums.InvocationState
     ]
     assert invocation["status"]["properties"]["result"]["properties"]["provenance"]["enum"] == [
         "tool-result"

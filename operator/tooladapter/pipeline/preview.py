@@ -227,9 +227,15 @@ def conclude(ev: Evaluation, permission: bool | Permission | None) -> Preview:
         permission = Permission(invoke=permission, use=permission)
     found = list(ev.refusals)
     call, tool, decision, classification = ev.call, ev.descriptor, ev.decision, ev.classification
-    shown = _Parts()
+    # Filled in as a real call would meet the stages; the verdict and message come last.
+    preview = Preview(
+        verdict=PreviewVerdict.WOULD_RUN,
+        tool_kind=tool.kind if tool else None,
+        validation=ev.validation,
+        not_evaluated=list(NOT_EVALUATED),
+    )
     if call is not None and tool is not None and decision is not None and classification:
-        shown.permission = PreviewPermission(
+        preview.permission = PreviewPermission(
             checked=permission is not None, asked=[str(q) for q in ev.questions]
         )
         authorized = authorize(
@@ -242,55 +248,30 @@ def conclude(ev: Evaluation, permission: bool | Permission | None) -> Preview:
         )
         if permission is not None:
             denied = next((r for r in authorized if r.stage is Stage.PERMISSION), None)
-            shown.permission.allowed = denied is None
-            shown.permission.reason = denied.reason if denied else "RBAC allows both"
+            preview.permission.allowed = denied is None
+            preview.permission.reason = denied.reason if denied else "RBAC allows both"
         else:
-            shown.permission.reason = "not checked: the verdict assumes RBAC allows the call"
+            preview.permission.reason = "not checked: the verdict assumes RBAC allows the call"
         found.extend(authorized)
-        shown.policy = _policy(decision)
-        shown.classification = _classification(classification, ev.shell)
-        shown.approval = _approval(call, decision, classification)
-        shown.sandbox, shown.egress = _reach(tool, ev.settings)
+        preview.policy = _policy(decision)
+        preview.classification = _classification(classification, ev.shell)
+        preview.approval = _approval(call, decision, classification)
+        preview.sandbox, preview.egress = _reach(tool, ev.settings)
     first = found[0] if found else None
     if first is not None:
-        verdict = PreviewVerdict.WOULD_BE_DENIED
-    elif shown.approval is not None and shown.approval.required:
-        verdict = PreviewVerdict.WOULD_AWAIT_APPROVAL
-    else:
-        verdict = PreviewVerdict.WOULD_RUN
-    return Preview(
-        verdict=verdict,
-        denied_stage=first.stage if first else None,
-        failure_class=first.failure if first else None,
-        message=bounded_message(first.reason if first else _summary(verdict, shown)),
-        tool_kind=tool.kind if tool else None,
-        validation=ev.validation,
-        policy=shown.policy,
-        classification=shown.classification,
-        permission=shown.permission,
-        approval=shown.approval,
-        sandbox=shown.sandbox,
-        egress=shown.egress,
-        not_evaluated=list(NOT_EVALUATED),
-    )
+        preview.verdict = PreviewVerdict.WOULD_BE_DENIED
+        preview.denied_stage = first.stage
+        preview.failure_class = first.failure
+    elif preview.approval is not None and preview.approval.required:
+        preview.verdict = PreviewVerdict.WOULD_AWAIT_APPROVAL
+    preview.message = bounded_message(first.reason if first else _summary(preview))
+    return preview
 
 
-@dataclass
-class _Parts:
-    """The parts of a preview that exist once the call got past validation's lookup."""
-
-    permission: PreviewPermission | None = None
-    policy: PreviewPolicy | None = None
-    classification: PreviewClassification | None = None
-    approval: PreviewApproval | None = None
-    sandbox: PreviewSandbox | None = None
-    egress: list[str] = field(default_factory=list)
-
-
-def _summary(verdict: PreviewVerdict, shown: _Parts) -> str:
-    if verdict is PreviewVerdict.WOULD_AWAIT_APPROVAL and shown.approval is not None:
-        return f"would wait for an approval by {shown.approval.reviewers}"
-    effective = shown.classification.effective if shown.classification else None
+def _summary(preview: Preview) -> str:
+    if preview.verdict is PreviewVerdict.WOULD_AWAIT_APPROVAL and preview.approval is not None:
+        return f"would wait for an approval by {preview.approval.reviewers}"
+    effective = preview.classification.effective if preview.classification else None
     return f"would run as {effective}" if effective else "would run"
 
 
