@@ -16,7 +16,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from tooladapter.kube.client import REFUSAL_CODES, AlreadyExists, Kube, NotFound, refusal, translate
 from tooladapter.naming import LABEL_INVOCATION_UID, LABEL_MANAGED_BY, MANAGED_BY
-from tooladapter.sandbox.job import CONTAINER_NAME
+from tooladapter.sandbox.podspec import CONTAINER_NAME
 from tooladapter.timeutil import parse_time
 
 MANAGED_SELECTOR = f"{LABEL_MANAGED_BY}={MANAGED_BY}"
