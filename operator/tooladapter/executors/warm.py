@@ -37,7 +37,7 @@ from tooladapter.executors import (
     unconfirmed,
     unconfirmed_for,
 )
-from tooladapter.executors.sandbox import json_object as _json_object
+from tooladapter.executors.answers import exited
 from tooladapter.kube.client import Conflict, NotFound, Refused
 from tooladapter.kube.sandbox import decode_b64
 from tooladapter.kube.warm import ExecResult, WarmKube
@@ -507,19 +507,7 @@ class WarmSandboxes:
             # Off the call's path: only the idle release reads it, and a call of the
             # attempt that runs or waits keeps the workspace anyway (`busy`).
             self.spawn(self.touch(call.namespace, name))
-        if result.exit_code != 0:
-            return replace(
-                Outcome.tool_error(
-                    f"the tool exited with code {result.exit_code}",
-                    output=result.stdout,
-                    exit_code=result.exit_code,
-                ),
-                sandbox_seconds=seconds,
-            )
-        return replace(
-            Outcome.observed(result.stdout, exit_code=0, structured=_json_object(result.stdout)),
-            sandbox_seconds=seconds,
-        )
+        return replace(exited(result.stdout, result.exit_code), sandbox_seconds=seconds)
 
     async def stop(self, namespace: str, name: str, workspace: WorkspaceLease | None) -> str:
         """Kill every process a call left in the pod; a pod where that cannot be shown is
