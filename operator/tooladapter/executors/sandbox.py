@@ -60,7 +60,7 @@ class SandboxExecutor:
             image=sandbox.image or self.settings.sandbox_image,
             argv=list(call.argv),
             arguments=call.arguments,
-            timeout_seconds=call.timeout_seconds,
+            timeout_seconds=call.limits.timeout_seconds,
             lease_id=call.lease_id or call.uid,
             image_pull_policy=self.settings.image_pull_policy,
             image_pull_secrets=list(self.settings.image_pull_secrets),
@@ -102,7 +102,9 @@ class SandboxExecutor:
         names = LeaseNames.for_uid(call.uid)
         waiter = asyncio.ensure_future(
             self.cluster.wait_for_job(
-                call.namespace, names.job, timeout=call.timeout_seconds + SCHEDULING_MARGIN_SECONDS
+                call.namespace,
+                names.job,
+                timeout=call.limits.timeout_seconds + SCHEDULING_MARGIN_SECONDS,
             )
         )
         interrupt = asyncio.ensure_future(call.interrupted.wait())
@@ -161,7 +163,7 @@ class SandboxExecutor:
 
     async def outcome_of(self, call: Call, job: dict[str, Any]) -> Outcome:
         result = await self.cluster.pod_outcome(
-            call.namespace, call.uid, max_bytes=read_limit(call.max_result_bytes)
+            call.namespace, call.uid, max_bytes=read_limit(call.limits.max_result_bytes)
         )
         # The tool container's run time rides on the outcome, whatever it is: the per-tenant
         # meter and the receipt's usage (`flow.ending`).
@@ -191,7 +193,7 @@ class SandboxExecutor:
             return _contained_failure(
                 call,
                 FailureClass.TIMEOUT,
-                f"the tool ran past its timeout of {call.timeout_seconds}s",
+                f"the tool ran past its timeout of {call.limits.timeout_seconds}s",
                 result if result.name else replace(result, started=True),
             )
         if result.name is None:

@@ -428,7 +428,7 @@ class WarmSandboxes:
                 name,
                 command,
                 stdin=stdin,
-                max_bytes=read_limit(call.max_result_bytes) + 1,
+                max_bytes=read_limit(call.limits.max_result_bytes) + 1,
             )
         )
         interrupt = asyncio.ensure_future(call.interrupted.wait())
@@ -436,7 +436,7 @@ class WarmSandboxes:
             async with call.outside():
                 done, _ = await asyncio.wait(
                     {execution, interrupt},
-                    timeout=call.timeout_seconds,
+                    timeout=call.limits.timeout_seconds,
                     return_when=asyncio.FIRST_COMPLETED,
                 )
         except BaseException:
@@ -461,7 +461,7 @@ class WarmSandboxes:
             return replace(
                 unconfirmed_for(
                     call.effective_class,
-                    f"the tool ran past its timeout of {call.timeout_seconds}s in warm "
+                    f"the tool ran past its timeout of {call.limits.timeout_seconds}s in warm "
                     f"sandbox {name} ({left}){lost}",
                     failure=FailureClass.TIMEOUT,
                 ),
