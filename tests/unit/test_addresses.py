@@ -22,6 +22,7 @@ from tooladapter.enums import FailureClass, InvocationState, SideEffectClass, To
 from tooladapter.events import namespace_ref
 from tooladapter.executors import Call
 from tooladapter.executors.http import GuardedResolver, HttpExecutor, allowances
+from tooladapter.executors.limits import CallLimits
 from tooladapter.executors.mcp import McpExecutor
 from tooladapter.handlers.routing import warn_unknown_environment
 from tooladapter.mcp.client import _GuardedBackend
@@ -131,8 +132,7 @@ def call_of(descriptor: ToolDescriptorSpec) -> Call:
         descriptor=descriptor,
         arguments={},
         effective_class=SideEffectClass.READ,
-        timeout_seconds=5,
-        max_result_bytes=1024,
+        limits=CallLimits(timeout_seconds=5, max_result_bytes=1024),
     )
 
 

@@ -13,6 +13,7 @@ import pytest
 
 from tooladapter.enums import FailureClass, InvocationState, ToolKind
 from tooladapter.executors import Call
+from tooladapter.executors.limits import CallLimits
 from tooladapter.executors.sandbox import SandboxExecutor
 from tooladapter.flow import capacity, run_invocation
 from tooladapter.kube.capacity import pod_of, quota_named
@@ -254,8 +255,7 @@ def sandbox_call(uid: str) -> Call:
         descriptor=spec,
         arguments={"command": "echo hi"},
         effective_class=spec.side_effect_class,
-        timeout_seconds=60,
-        max_result_bytes=1024,
+        limits=CallLimits(timeout_seconds=60, max_result_bytes=1024),
         argv=("echo", "hi"),
         interrupted=asyncio.Event(),
     )

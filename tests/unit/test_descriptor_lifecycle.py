@@ -87,7 +87,7 @@ async def test_a_call_of_a_descriptor_without_timeout_runs_with_the_setting() ->
     assert stored["status"]["state"] == "Observed"
     executor = h.executors[ToolKind.NATIVE]
     assert isinstance(executor, ScriptedExecutor)
-    assert executor.executed[0].timeout_seconds == 8
+    assert executor.executed[0].limits.timeout_seconds == 8
 
 
 # --------------------------------------------------------------------------- extended resources

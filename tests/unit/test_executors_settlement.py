@@ -10,6 +10,7 @@ import pytest
 
 from tooladapter.enums import FailureClass, InvocationState, SideEffectClass
 from tooladapter.executors import Call, InOperator, Outcome, unconfirmed, unconfirmed_for
+from tooladapter.executors.limits import CallLimits
 from tooladapter.executors.sandbox import SCHEDULING_MARGIN_SECONDS, SandboxExecutor
 from tooladapter.kube.client import Refused
 from tooladapter.model import ToolDescriptorSpec
@@ -53,8 +54,7 @@ def make_call(
         descriptor=ToolDescriptorSpec.model_validate(spec or shell_descriptor()["spec"]),
         arguments={"command": "echo hi"},
         effective_class=effective,
-        timeout_seconds=60,
-        max_result_bytes=4096,
+        limits=CallLimits(timeout_seconds=60, max_result_bytes=4096),
         argv=("echo", "hi"),
         interrupted=event,
     )
@@ -95,7 +95,7 @@ async def test_a_complete_job_is_observed_with_its_output_and_exit_code(
     (job,) = cluster.created
     assert job["kind"] == "Job" and job["metadata"]["name"] == job_name(call)
     wait = cluster.calls_of("wait_for_job")[0]
-    assert wait["timeout"] == call.timeout_seconds + SCHEDULING_MARGIN_SECONDS
+    assert wait["timeout"] == call.limits.timeout_seconds + SCHEDULING_MARGIN_SECONDS
 
 
 async def test_a_tool_printing_one_json_object_gets_structured_content(

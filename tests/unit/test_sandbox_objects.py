@@ -10,13 +10,13 @@ import pytest
 from tooladapter.model import ResourceQuantities, Resources, SandboxSpec, SecretDependency
 from tooladapter.naming import ANNOTATION_ARGUMENTS, LeaseNames
 from tooladapter.sandbox.job import (
-    GATE_CONTAINER_NAME,
     build_job,
     build_network_policy,
     build_secret,
     network_gate_for,
     split_egress,
 )
+from tooladapter.sandbox.podspec import GATE_CONTAINER_NAME
 from tooladapter.settings import Settings
 
 UID = "0b7c6a52-6a3e-4a3b-9f0e-1c2d3e4f5a6b"

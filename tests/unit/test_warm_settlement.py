@@ -9,6 +9,7 @@ from typing import Any
 
 from tooladapter.enums import FailureClass, InvocationState, SandboxStart, SideEffectClass
 from tooladapter.executors import Call
+from tooladapter.executors.limits import CallLimits
 from tooladapter.executors.warm import WarmSandboxes
 from tooladapter.kube.client import Conflict
 from tooladapter.kube.warm import ExecResult
@@ -144,8 +145,7 @@ def call(
         descriptor=descriptor,
         arguments={"command": "echo hi"},
         effective_class=effective,
-        timeout_seconds=timeout,
-        max_result_bytes=4096,
+        limits=CallLimits(timeout_seconds=timeout, max_result_bytes=4096),
         argv=("echo", "hi"),
         attempt_id=attempt,
     )

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from tooladapter.enums import FailureClass, InvocationState, SandboxStart, SideEffectClass
+from tooladapter.executors.limits import CallLimits
 from tooladapter.model import ToolDescriptorSpec, WorkspaceLease
 
 
@@ -37,9 +38,10 @@ class Call:
     descriptor: ToolDescriptorSpec | None
     arguments: dict[str, Any]
     effective_class: SideEffectClass
-    timeout_seconds: int
-    max_result_bytes: int
+    #: Its timeout and result bound, derived once at brokering (`CallLimits`).
+    limits: CallLimits
     idempotency_key: str | None = None
+    #: The argv a shell or container tool runs, parsed once by the flow (`command_line`).
     argv: tuple[str, ...] = ()
     lease_id: str | None = None
     #: The lease goes through the egress proxy: the pod gets HTTP(S)_PROXY, and these

@@ -140,7 +140,7 @@ class HttpExecutor(InOperator):
         body: str | None,
         rule: AddressRule,
     ) -> Outcome:
-        timeout = aiohttp.ClientTimeout(total=call.timeout_seconds)
+        timeout = aiohttp.ClientTimeout(total=call.limits.timeout_seconds)
         sent = False
         try:
             async with self.session_for(rule).request(
@@ -150,7 +150,7 @@ class HttpExecutor(InOperator):
                 chunks: list[bytes] = []
                 size = 0
                 # Read past the bound: the sanitizer must see any secret whole before the cut.
-                limit = read_limit(call.max_result_bytes)
+                limit = read_limit(call.limits.max_result_bytes)
                 while size < limit:
                     chunk = await resp.content.read(min(65536, limit - size))
                     if not chunk:

@@ -99,11 +99,11 @@ class McpExecutor(InOperator):
                 headers=headers,
                 tool=binding.tool,
                 arguments=call.arguments,
-                timeout=call.timeout_seconds,
+                timeout=call.limits.timeout_seconds,
                 idempotency_key=call.idempotency_key,
                 expected_digest=binding.pinned_digest,
                 addresses=rule,
-                max_response_bytes=max_response_bytes(call.max_result_bytes),
+                max_response_bytes=max_response_bytes(call.limits.max_result_bytes),
             )
         except mcp_types.McpAddressRefused as exc:
             return Outcome.failed(FailureClass.POLICY_DENIED, str(exc))

@@ -1,4 +1,4 @@
-"""Shell and container tools in a Job per invocation (see `pipeline.sandbox` for its spec).
+"""Shell and container tools in a Job per invocation (see `sandbox.job` for its spec).
 
 `execute` creates the Job (idempotently: a resumed operator finds the one it made) and
 follows it to its end; `resume` only follows, for an operator that restarted mid-execution
@@ -8,9 +8,8 @@ and must never create a second Job.
 from __future__ import annotations
 
 import asyncio
-import json
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from tooladapter import API_VERSION
 from tooladapter.egress.core.lease import proxy_env
@@ -23,15 +22,14 @@ from tooladapter.executors import (
     unconfirmed,
     unconfirmed_for,
 )
+from tooladapter.executors.answers import exited, json_object
+from tooladapter.executors.warm import WarmSandboxes
 from tooladapter.kube import sandbox as ksandbox
 from tooladapter.kube.client import Refused
 from tooladapter.kube.cluster import Cluster
 from tooladapter.naming import LeaseNames
 from tooladapter.sandbox.job import build_job, network_gate_for, owner_reference, runtime_class_for
 from tooladapter.settings import Settings
-
-if TYPE_CHECKING:
-    from tooladapter.executors.warm import WarmSandboxes
 
 #: Time the Job may take to be scheduled and report, beyond the tool's own timeout.
 SCHEDULING_MARGIN_SECONDS = 120
@@ -62,7 +60,7 @@ class SandboxExecutor:
             image=sandbox.image or self.settings.sandbox.image,
             argv=list(call.argv),
             arguments=call.arguments,
-            timeout_seconds=call.timeout_seconds,
+            timeout_seconds=call.limits.timeout_seconds,
             lease_id=call.lease_id or call.uid,
             image_pull_policy=self.settings.sandbox.image_pull_policy,
             image_pull_secrets=list(self.settings.sandbox.image_pull_secrets),
@@ -79,11 +77,8 @@ class SandboxExecutor:
         )
 
     async def execute(self, call: Call) -> Outcome:
-        if self.warm is not None:
-            warm = await self.warm.run(call)
-            if warm is not None:
-                return warm
-        return cold(call, await self.execute_cold(call))
+        warm = await self.warm.run(call) if self.warm is not None else None
+        return warm if warm is not None else cold(call, await self.execute_cold(call))
 
     async def execute_cold(self, call: Call) -> Outcome:
         try:
@@ -100,17 +95,16 @@ class SandboxExecutor:
         return await self.follow(call)
 
     async def resume(self, call: Call) -> Outcome:
-        if self.warm is not None:
-            warm = await self.warm.resume(call)
-            if warm is not None:
-                return warm
-        return cold(call, await self.follow(call))
+        warm = await self.warm.resume(call) if self.warm is not None else None
+        return warm if warm is not None else cold(call, await self.follow(call))
 
     async def follow(self, call: Call) -> Outcome:
         names = LeaseNames.for_uid(call.uid)
         waiter = asyncio.ensure_future(
             self.cluster.wait_for_job(
-                call.namespace, names.job, timeout=call.timeout_seconds + SCHEDULING_MARGIN_SECONDS
+                call.namespace,
+                names.job,
+                timeout=call.limits.timeout_seconds + SCHEDULING_MARGIN_SECONDS,
             )
         )
         interrupt = asyncio.ensure_future(call.interrupted.wait())
@@ -169,7 +163,7 @@ class SandboxExecutor:
 
     async def outcome_of(self, call: Call, job: dict[str, Any]) -> Outcome:
         result = await self.cluster.pod_outcome(
-            call.namespace, call.uid, max_bytes=read_limit(call.max_result_bytes)
+            call.namespace, call.uid, max_bytes=read_limit(call.limits.max_result_bytes)
         )
         # The tool container's run time rides on the outcome, whatever it is: the per-tenant
         # meter and the receipt's usage (`flow.ending`).
@@ -199,7 +193,7 @@ class SandboxExecutor:
             return _contained_failure(
                 call,
                 FailureClass.TIMEOUT,
-                f"the tool ran past its timeout of {call.timeout_seconds}s",
+                f"the tool ran past its timeout of {call.limits.timeout_seconds}s",
                 result if result.name else replace(result, started=True),
             )
         if result.name is None:
@@ -218,11 +212,7 @@ class SandboxExecutor:
             )
         if result.exit_code is not None and result.exit_code != 0:
             # The tool ran to its end and said so: its answer, not a failure to start.
-            return Outcome.tool_error(
-                f"the tool exited with code {result.exit_code}",
-                output=result.log,
-                exit_code=result.exit_code,
-            )
+            return exited(result.log, result.exit_code)
         return unconfirmed(
             call, f"sandbox failed ({reason or 'unknown reason'}) without an exit code"
         )
@@ -248,15 +238,3 @@ def _contained_failure(
         failure=failure,
         exit_code=result.exit_code,
     )
-
-
-def json_object(output: bytes) -> dict[str, Any] | None:
-    """A tool that prints one JSON object gets it as structured content too."""
-    text = output.strip()
-    if not text.startswith(b"{") or len(text) > 1_048_576:
-        return None
-    try:
-        value = json.loads(text)
-    except ValueError:
-        return None
-    return value if isinstance(value, dict) else None

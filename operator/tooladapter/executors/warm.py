@@ -37,7 +37,7 @@ from tooladapter.executors import (
     unconfirmed,
     unconfirmed_for,
 )
-from tooladapter.executors.sandbox import json_object as _json_object
+from tooladapter.executors.answers import exited
 from tooladapter.kube.client import Conflict, NotFound, Refused
 from tooladapter.kube.sandbox import decode_b64
 from tooladapter.kube.warm import ExecResult, WarmKube
@@ -428,7 +428,7 @@ class WarmSandboxes:
                 name,
                 command,
                 stdin=stdin,
-                max_bytes=read_limit(call.max_result_bytes) + 1,
+                max_bytes=read_limit(call.limits.max_result_bytes) + 1,
             )
         )
         interrupt = asyncio.ensure_future(call.interrupted.wait())
@@ -436,7 +436,7 @@ class WarmSandboxes:
             async with call.outside():
                 done, _ = await asyncio.wait(
                     {execution, interrupt},
-                    timeout=call.timeout_seconds,
+                    timeout=call.limits.timeout_seconds,
                     return_when=asyncio.FIRST_COMPLETED,
                 )
         except BaseException:
@@ -461,7 +461,7 @@ class WarmSandboxes:
             return replace(
                 unconfirmed_for(
                     call.effective_class,
-                    f"the tool ran past its timeout of {call.timeout_seconds}s in warm "
+                    f"the tool ran past its timeout of {call.limits.timeout_seconds}s in warm "
                     f"sandbox {name} ({left}){lost}",
                     failure=FailureClass.TIMEOUT,
                 ),
@@ -507,19 +507,7 @@ class WarmSandboxes:
             # Off the call's path: only the idle release reads it, and a call of the
             # attempt that runs or waits keeps the workspace anyway (`busy`).
             self.spawn(self.touch(call.namespace, name))
-        if result.exit_code != 0:
-            return replace(
-                Outcome.tool_error(
-                    f"the tool exited with code {result.exit_code}",
-                    output=result.stdout,
-                    exit_code=result.exit_code,
-                ),
-                sandbox_seconds=seconds,
-            )
-        return replace(
-            Outcome.observed(result.stdout, exit_code=0, structured=_json_object(result.stdout)),
-            sandbox_seconds=seconds,
-        )
+        return replace(exited(result.stdout, result.exit_code), sandbox_seconds=seconds)
 
     async def stop(self, namespace: str, name: str, workspace: WorkspaceLease | None) -> str:
         """Kill every process a call left in the pod; a pod where that cannot be shown is

@@ -20,6 +20,7 @@ from tooladapter.egress.core.lease import (
 )
 from tooladapter.egress.core.rules import effective_allow, split_entries
 from tooladapter.enums import FailureClass, InvocationState, Stage, StageOutcome
+from tooladapter.executors.limits import CallLimits
 from tooladapter.flow.context import SANDBOX_KINDS, Denial, Failure, FlowContext
 from tooladapter.flow.recheck import needs_recheck, recheck
 from tooladapter.kube.client import NotFound
@@ -29,7 +30,6 @@ from tooladapter.model import (
     SandboxLease,
     SandboxSpec,
     ToolDescriptorSpec,
-    effective_timeout,
 )
 from tooladapter.naming import LeaseNames
 from tooladapter.sandbox.job import (
@@ -49,6 +49,7 @@ async def broker(ctx: FlowContext) -> None:
         # the re-check denies, and the lease's egress allow-list is made from what it read.
         await recheck(ctx)
     descriptor = await ctx.load_descriptor()
+    ctx.limits = CallLimits.of(descriptor, ctx.rt.settings)
     data_b64 = await gather_credentials(ctx, descriptor)
     ctx.secret_values = [decode_b64(v) for v in data_b64.values()]
     # A ServiceAccount token is only ever handed to a sandbox, bound to its lease's Secret.
@@ -68,18 +69,13 @@ async def broker(ctx: FlowContext) -> None:
     await ctx.advance(InvocationState.BROKERED)
 
 
-def timeout_of(ctx: FlowContext, descriptor: ToolDescriptorSpec) -> int:
-    """The call's deadline: what credentials, the lease and its egress grant live for."""
-    return effective_timeout(descriptor, ctx.rt.settings.limits.default_timeout_seconds)
-
-
 def credential_seconds(ctx: FlowContext, descriptor: ToolDescriptorSpec) -> int:
     """How long brokered credentials live: the call's deadline, plus for a sandbox the wait
     for capacity that may come between brokering and the Job (`capacity`), so a call that
     waited for its quota still has its whole timeout. They die with the lease's Secret at
     the call's end either way."""
     waited = ctx.rt.settings.capacity.wait_seconds if descriptor.kind in SANDBOX_KINDS else 0
-    return timeout_of(ctx, descriptor) + waited
+    return ctx.call_limits().timeout_seconds + waited
 
 
 async def gather_credentials(ctx: FlowContext, descriptor: ToolDescriptorSpec) -> dict[str, str]:
@@ -176,7 +172,6 @@ async def lease_sandbox(
                 cluster=parse_cluster(ctx.rt.settings.egress.cluster_cidrs),
             )
         )
-    timeout = timeout_of(ctx, descriptor)
     lease = SandboxLease(
         lease_id=ctx.uid,
         kind=sandbox.kind,
@@ -185,7 +180,7 @@ async def lease_sandbox(
         limits=LeaseLimits(
             cpu=sandbox.resources.limits.cpu,
             memory=sandbox.resources.limits.memory,
-            timeout_seconds=timeout,
+            timeout_seconds=ctx.call_limits().timeout_seconds,
             extended=sandbox.resources.limits.extended,
             egress_allow=allow,
         ),

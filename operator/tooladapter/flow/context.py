@@ -28,6 +28,7 @@ from tooladapter.enums import (
     ToolKind,
 )
 from tooladapter.events import object_ref
+from tooladapter.executors.limits import CallLimits
 from tooladapter.kube.client import Conflict, NotFound
 from tooladapter.model import (
     Caller,
@@ -43,6 +44,7 @@ from tooladapter.pipeline import refusals
 from tooladapter.pipeline.availability import published_versions, unavailable
 from tooladapter.pipeline.classification import namespace_environment
 from tooladapter.pipeline.conditions import invocation_conditions
+from tooladapter.pipeline.effect import command_argv
 from tooladapter.pipeline.hashing import descriptor_digest
 from tooladapter.pipeline.policy import PolicyDecision, evaluate_policies
 from tooladapter.pipeline.refusals import Refusal
@@ -51,7 +53,6 @@ from tooladapter.pipeline.sanitize.redaction import (
     bounded_message,
     redact_argv,
 )
-from tooladapter.pipeline.shell.check import check_command
 from tooladapter.pipeline.states import transition
 from tooladapter.pipeline.status_patch import merge_patch
 from tooladapter.runtime import Runtime
@@ -129,6 +130,10 @@ class FlowContext:
     view: Catalog | None = None
     #: The re-check passed in this flow (`recheck`): it is not made twice.
     rechecked: bool = False
+    #: The call's timeout and result bound, derived once (`call_limits`).
+    limits: CallLimits | None = None
+    #: The argv of a shell or container call, parsed once (`command_line`).
+    argv: tuple[str, ...] | None = None
 
     @property
     def catalog(self) -> Catalog:
@@ -444,15 +449,22 @@ class FlowContext:
         return redact_argv(self.command_line(), self.secret_values)
 
     def command_line(self) -> list[str]:
-        """The argv a shell or container tool runs, from the spec and the descriptor."""
+        """The argv a shell or container tool runs, from the spec and the descriptor:
+        parsed on first use, then carried (the status record, the Job, the warm exec)."""
         descriptor, spec = self.descriptor, self.spec
         if descriptor is None or spec is None:
             return []
-        if descriptor.kind == ToolKind.CONTAINER:
-            return list(descriptor.sandbox.command) if descriptor.sandbox else []
-        if descriptor.kind != ToolKind.SHELL:
-            return []
-        command = str(spec.arguments.get("command", ""))
-        if descriptor.shell and descriptor.shell.use_shell:
-            return ["/bin/sh", "-c", command]
-        return list(check_command(command, allow=[], block=[]).argv)
+        if self.argv is None:
+            self.argv = tuple(command_argv(descriptor, spec.arguments))
+        return list(self.argv)
+
+    def call_limits(self) -> CallLimits:
+        """The call's timeout and result bound: derived once, from the descriptor the call
+        was checked against (its digest is pinned: a re-check denies a changed one), and
+        carried from brokering to the executor and the sanitizer."""
+        if self.limits is not None:
+            return self.limits
+        limits = CallLimits.of(self.descriptor, self.rt.settings)
+        if self.descriptor is not None:
+            self.limits = limits
+        return limits

@@ -67,9 +67,7 @@ _OUTCOME_STAGE = {
 async def finish(ctx: FlowContext, outcome: Outcome) -> None:
     """End an execution: sanitize its output, store it, and settle as the Outcome says."""
     returned = now_iso()  # the tool's answer: its span ends here, sanitizing's begins
-    max_bytes = ctx.rt.settings.limits.max_result_bytes
-    if ctx.descriptor is not None:
-        max_bytes = min(ctx.descriptor.max_result_bytes, max_bytes)
+    max_bytes = ctx.call_limits().max_result_bytes
     output = whole_secrets_only(outcome.output, max_bytes, ctx.secret_values)
     # Linear (RE2) but CPU-heavy for large outputs: off the event loop, in this tenant's
     # turn, so another tenant's call never waits for this one's sanitization.

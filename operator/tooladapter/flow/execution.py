@@ -37,7 +37,7 @@ from tooladapter.flow.ending import cancel, finish
 from tooladapter.flow.recheck import check_not_retired, needs_recheck, recheck
 from tooladapter.kube.client import Conflict, NotFound
 from tooladapter.kube.sandbox import decode_b64
-from tooladapter.model import ExecutionRecord, ToolDescriptorSpec, effective_timeout
+from tooladapter.model import ExecutionRecord, ToolDescriptorSpec
 from tooladapter.naming import LeaseNames
 from tooladapter.sandbox.warm import uses_attempt_workspace, workspace_key
 from tooladapter.timeutil import now_iso
@@ -225,7 +225,6 @@ def write_before_execute(ctx: FlowContext, descriptor: ToolDescriptorSpec) -> bo
 def build_call(ctx: FlowContext) -> Call:
     spec = ctx.load_spec()
     descriptor = ctx.descriptor
-    settings = ctx.rt.settings
     effective = ctx.status.effective_class
     assert effective is not None
     lease = ctx.status.sandbox_lease
@@ -237,8 +236,7 @@ def build_call(ctx: FlowContext) -> Call:
         descriptor=descriptor,
         arguments=spec.arguments,
         effective_class=effective,
-        timeout_seconds=effective_timeout(descriptor, settings.limits.default_timeout_seconds),
-        max_result_bytes=max_result_bytes(ctx),
+        limits=ctx.call_limits(),
         idempotency_key=spec.idempotency_key,
         argv=tuple(ctx.command_line()),
         lease_id=ctx.uid,
@@ -258,11 +256,6 @@ def proxy_bypass(ctx: FlowContext) -> tuple[str, ...] | None:
     if lease is None or lease.egress_proxy is None:
         return None
     return tuple(split_entries(lease.limits.egress_allow)[0])
-
-
-def max_result_bytes(ctx: FlowContext) -> int:
-    limit = ctx.rt.settings.limits.max_result_bytes
-    return min(ctx.descriptor.max_result_bytes, limit) if ctx.descriptor else limit
 
 
 async def on_executing(ctx: FlowContext) -> None:

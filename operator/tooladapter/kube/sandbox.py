@@ -16,7 +16,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from tooladapter.kube.client import REFUSAL_CODES, AlreadyExists, Kube, NotFound, refusal, translate
 from tooladapter.naming import LABEL_INVOCATION_UID, LABEL_MANAGED_BY, MANAGED_BY
-from tooladapter.sandbox.job import CONTAINER_NAME
+from tooladapter.sandbox.podspec import CONTAINER_NAME
 from tooladapter.timeutil import parse_time
 
 MANAGED_SELECTOR = f"{LABEL_MANAGED_BY}={MANAGED_BY}"
@@ -255,35 +255,28 @@ async def pod_outcome(kube: Kube, namespace: str, uid: str, *, max_bytes: int) -
 
 async def list_managed(kube: Kube, kind: str, namespace: str | None = None) -> list[dict[str, Any]]:
     """Every Job, Secret, NetworkPolicy or ConfigMap tooladapter made (label-selected,
-    cluster-wide unless `namespace` is given)."""
-    selector = MANAGED_SELECTOR
-    if kind == "Job":
-        res = await (
-            kube.batch.list_job_for_all_namespaces(label_selector=selector)
-            if namespace is None
-            else kube.batch.list_namespaced_job(namespace, label_selector=selector)
-        )
-    elif kind == "Secret":
-        res = await (
-            kube.core.list_secret_for_all_namespaces(label_selector=selector)
-            if namespace is None
-            else kube.core.list_namespaced_secret(namespace, label_selector=selector)
-        )
-    elif kind == "NetworkPolicy":
-        res = await (
-            kube.networking.list_network_policy_for_all_namespaces(label_selector=selector)
-            if namespace is None
-            else kube.networking.list_namespaced_network_policy(namespace, label_selector=selector)
-        )
-    elif kind == "ConfigMap":
-        # Only the egress proxy's records (in its namespace) are tooladapter's ConfigMaps.
-        res = await (
-            kube.core.list_config_map_for_all_namespaces(label_selector=selector)
-            if namespace is None
-            else kube.core.list_namespaced_config_map(namespace, label_selector=selector)
-        )
-    else:
+    cluster-wide unless `namespace` is given). Only the egress proxy's records (in its
+    namespace) are tooladapter's ConfigMaps."""
+    listers = {
+        "Job": (kube.batch.list_job_for_all_namespaces, kube.batch.list_namespaced_job),
+        "Secret": (kube.core.list_secret_for_all_namespaces, kube.core.list_namespaced_secret),
+        "NetworkPolicy": (
+            kube.networking.list_network_policy_for_all_namespaces,
+            kube.networking.list_namespaced_network_policy,
+        ),
+        "ConfigMap": (
+            kube.core.list_config_map_for_all_namespaces,
+            kube.core.list_namespaced_config_map,
+        ),
+    }
+    if kind not in listers:
         raise ValueError(kind)
+    everywhere, namespaced = listers[kind]
+    res = await (
+        everywhere(label_selector=MANAGED_SELECTOR)
+        if namespace is None
+        else namespaced(namespace, label_selector=MANAGED_SELECTOR)
+    )
     return [dict(kube.api.sanitize_for_serialization(i)) for i in res.items]
 
 

@@ -43,6 +43,20 @@ def effect_hash(
     )
 
 
+def command_argv(descriptor: ToolDescriptorSpec, arguments: Mapping[str, Any]) -> list[str]:
+    """The argv a shell or container tool runs for `arguments` (empty for other kinds): a
+    container's fixed command, or a shell tool's command parsed (`/bin/sh -c` with
+    `useShell`)."""
+    if descriptor.kind == ToolKind.CONTAINER:
+        return list(descriptor.sandbox.command) if descriptor.sandbox else []
+    if descriptor.kind != ToolKind.SHELL:
+        return []
+    command = str(arguments.get("command", ""))
+    if descriptor.shell and descriptor.shell.use_shell:
+        return ["/bin/sh", "-c", command]
+    return list(check_command(command, allow=[], block=[]).argv)
+
+
 def reaches_tool(descriptor: ToolDescriptorSpec, arguments: Mapping[str, Any]) -> Any:
     """What the tool receives for `arguments`, as plain JSON."""
     try:
@@ -51,10 +65,7 @@ def reaches_tool(descriptor: ToolDescriptorSpec, arguments: Mapping[str, Any]) -
             lowered = {k.lower(): v for k, v in headers.items()}
             return {"method": method.upper(), "url": url, "headers": lowered, "body": body}
         if descriptor.kind == ToolKind.SHELL:
-            command = str(arguments.get("command", ""))
-            if descriptor.shell and descriptor.shell.use_shell:
-                return {"argv": ["/bin/sh", "-c", command]}
-            argv = list(check_command(command, allow=[], block=[]).argv)
+            argv = command_argv(descriptor, arguments)
             if argv:
                 return {"argv": argv}
     except ValueError:

@@ -29,25 +29,19 @@ from tooladapter.naming import (
     MANAGED_BY,
     LeaseNames,
 )
+from tooladapter.sandbox.podspec import (
+    CONTAINER_NAME,
+    TOOLADAPTER_DIR,
+    TOOLADAPTER_VOLUME,
+    restricted_pod_spec,
+    tool_container,
+    volume_mounts,
+    workspace_env,
+    workspace_volume,
+)
 
-WORKSPACE = "/workspace"
-TOOLADAPTER_DIR = "/tooladapter"
 ARGUMENTS_FILE = f"{TOOLADAPTER_DIR}/arguments.json"
 SECRETS_DIR = f"{TOOLADAPTER_DIR}/secrets"
-SANDBOX_UID = 65532
-CONTAINER_NAME = "tool"
-GATE_CONTAINER_NAME = "network-gate"
-#: Waits until the canary (a listener of the operator, outside the egress allow-list) is
-#: unreachable, i.e. the lease's NetworkPolicy is enforced for this pod, then lets the tool
-#: start. NetworkPolicy is applied asynchronously; without this a fast tool could act in the
-#: window before its pod's rules exist. Host and port arrive as $1 and $2, never spliced in.
-GATE_SCRIPT = (
-    'i=0; while nc -w 1 "$1" "$2" </dev/null >/dev/null 2>&1; do '
-    'i=$((i+1)); if [ "$i" -ge "$3" ]; then '
-    'echo "egress policy not enforced for this pod; the tool did not run" >&2; exit 1; fi; '
-    "sleep 0.1; done"
-)
-GATE_ATTEMPTS = 300
 
 
 @dataclass(frozen=True)
@@ -243,28 +237,6 @@ def runtime_class_for(sandbox: SandboxSpec, by_kind: Mapping[str, str]) -> str |
     return sandbox.runtime_class_name or by_kind.get(sandbox.kind.value) or None
 
 
-def gate_container(
-    network_gate: tuple[str, int],
-    image: str,
-    image_pull_policy: str,
-    security: Mapping[str, Any],
-) -> dict[str, Any]:
-    """The init container that holds a sandbox pod until its egress rules are enforced (it
-    reaches the canary at `network_gate` only once the pod's NetworkPolicy applies)."""
-    host, port = network_gate
-    return {
-        "name": GATE_CONTAINER_NAME,
-        "image": image,
-        "imagePullPolicy": image_pull_policy,
-        "command": ["/bin/sh", "-c", GATE_SCRIPT, "gate", host, str(port), str(GATE_ATTEMPTS)],
-        "resources": {
-            "requests": {"cpu": "10m", "memory": "8Mi"},
-            "limits": {"cpu": "100m", "memory": "16Mi"},
-        },
-        "securityContext": dict(security),
-    }
-
-
 def build_job(
     *,
     namespace: str,
@@ -293,16 +265,13 @@ def build_job(
     of the call's namespace (never copied there by the operator)."""
     names = LeaseNames.for_uid(uid)
     labels = labels_for(uid)
-    mounts: list[dict[str, Any]] = [
-        {"name": "workspace", "mountPath": WORKSPACE},
-        {"name": "tooladapter", "mountPath": TOOLADAPTER_DIR, "readOnly": True},
-    ]
+    mounts = volume_mounts(tooladapter_read_only=True)
     volumes: list[dict[str, Any]] = [
-        {"name": "workspace", "emptyDir": {"sizeLimit": sandbox.workspace_size_limit}},
+        workspace_volume(sandbox.workspace_size_limit),
         {
             # The downward API carries the arguments: no extra object, and the file is
             # exactly the validated JSON, never a command line.
-            "name": "tooladapter",
+            "name": TOOLADAPTER_VOLUME,
             "downwardAPI": {
                 "items": [
                     {
@@ -330,56 +299,29 @@ def build_job(
                 "secret": {"secretName": names.secret, "items": items, "defaultMode": 0o440},
             }
         )
-    container: dict[str, Any] = {
-        "name": CONTAINER_NAME,
-        "image": image,
-        "imagePullPolicy": image_pull_policy,
-        "command": list(argv),
-        "workingDir": WORKSPACE,
-        "env": [
-            {"name": "HOME", "value": WORKSPACE},
-            {"name": "TMPDIR", "value": WORKSPACE},
+    container = tool_container(
+        image=image,
+        image_pull_policy=image_pull_policy,
+        command=argv,
+        env=[
+            *workspace_env(),
             {"name": "TOOLADAPTER_ARGUMENTS", "value": ARGUMENTS_FILE},
             *(extra_env or []),
         ],
-        "resources": _resources(sandbox),
-        "securityContext": {
-            "allowPrivilegeEscalation": False,
-            "readOnlyRootFilesystem": True,
-            "runAsNonRoot": True,
-            "runAsUser": SANDBOX_UID,
-            "runAsGroup": SANDBOX_UID,
-            "capabilities": {"drop": ["ALL"]},
-            "seccompProfile": {"type": "RuntimeDefault"},
-        },
-        "volumeMounts": mounts,
-        "terminationMessagePolicy": "File",
-    }
-    pod_spec: dict[str, Any] = {
-        "restartPolicy": "Never",
-        "automountServiceAccountToken": False,
-        "enableServiceLinks": False,
-        "securityContext": {
-            "runAsNonRoot": True,
-            "runAsUser": SANDBOX_UID,
-            "runAsGroup": SANDBOX_UID,
-            "fsGroup": SANDBOX_UID,
-            "seccompProfile": {"type": "RuntimeDefault"},
-        },
-        "terminationGracePeriodSeconds": 5,
-        "containers": [container],
-        "volumes": volumes,
-    }
-    if network_gate is not None:
-        pod_spec["initContainers"] = [
-            gate_container(
-                network_gate, gate_image or image, image_pull_policy, container["securityContext"]
-            )
-        ]
-    if runtime_class:
-        pod_spec["runtimeClassName"] = runtime_class
-    if image_pull_secrets:
-        pod_spec["imagePullSecrets"] = [{"name": name} for name in image_pull_secrets]
+        resources=_resources(sandbox),
+        mounts=mounts,
+    )
+    container["terminationMessagePolicy"] = "File"
+    pod_spec = restricted_pod_spec(
+        container=container,
+        volumes=volumes,
+        grace_seconds=5,
+        network_gate=network_gate,
+        gate_image=gate_image or image,
+        image_pull_policy=image_pull_policy,
+        runtime_class=runtime_class,
+        image_pull_secrets=image_pull_secrets or (),
+    )
     annotations = {
         ANNOTATION_INVOCATION: invocation_name,
         ANNOTATION_LEASE: lease_id,

@@ -42,14 +42,16 @@ from typing import Any
 from tooladapter.enums import ToolKind, WorkspaceMode
 from tooladapter.model import SandboxSpec, ToolDescriptorSpec
 from tooladapter.naming import LABEL_MANAGED_BY, MANAGED_BY
-from tooladapter.sandbox.job import (
-    CONTAINER_NAME,
-    SANDBOX_UID,
+from tooladapter.sandbox.job import ProxyPeer, split_egress
+from tooladapter.sandbox.podspec import (
     TOOLADAPTER_DIR,
+    TOOLADAPTER_VOLUME,
     WORKSPACE,
-    ProxyPeer,
-    gate_container,
-    split_egress,
+    restricted_pod_spec,
+    tool_container,
+    volume_mounts,
+    workspace_env,
+    workspace_volume,
 )
 
 #: Every warm pod; the namespace's warm NetworkPolicy selects it.
@@ -268,58 +270,28 @@ def build_warm_pod(
     annotations: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """A warm pod: the holder as PID 1 in the tool's image, the network gate first."""
-    security = {
-        "allowPrivilegeEscalation": False,
-        "readOnlyRootFilesystem": True,
-        "runAsNonRoot": True,
-        "runAsUser": SANDBOX_UID,
-        "runAsGroup": SANDBOX_UID,
-        "capabilities": {"drop": ["ALL"]},
-        "seccompProfile": {"type": "RuntimeDefault"},
-    }
-    container: dict[str, Any] = {
-        "name": CONTAINER_NAME,
-        "image": profile.image,
-        "imagePullPolicy": profile.image_pull_policy,
-        "command": HOLDER_COMMAND,
-        "workingDir": WORKSPACE,
-        "env": [
-            {"name": "HOME", "value": WORKSPACE},
-            {"name": "TMPDIR", "value": WORKSPACE},
+    container = tool_container(
+        image=profile.image,
+        image_pull_policy=profile.image_pull_policy,
+        command=HOLDER_COMMAND,
+        env=workspace_env(),
+        resources=profile.resource_dict(),
+        # Writable: each call's arguments are written there (`RUN_SCRIPT`), and the holder.
+        mounts=volume_mounts(tooladapter_read_only=False),
+    )
+    pod_spec = restricted_pod_spec(
+        container=container,
+        volumes=[
+            workspace_volume(profile.workspace_size),
+            {"name": TOOLADAPTER_VOLUME, "emptyDir": {"sizeLimit": "16Mi"}},
         ],
-        "resources": profile.resource_dict(),
-        "securityContext": security,
-        "volumeMounts": [
-            {"name": "workspace", "mountPath": WORKSPACE},
-            {"name": "tooladapter", "mountPath": TOOLADAPTER_DIR},
-        ],
-    }
-    pod_spec: dict[str, Any] = {
-        "restartPolicy": "Never",
-        "automountServiceAccountToken": False,
-        "enableServiceLinks": False,
-        "securityContext": {
-            "runAsNonRoot": True,
-            "runAsUser": SANDBOX_UID,
-            "runAsGroup": SANDBOX_UID,
-            "fsGroup": SANDBOX_UID,
-            "seccompProfile": {"type": "RuntimeDefault"},
-        },
-        "terminationGracePeriodSeconds": 1,
-        "containers": [container],
-        "volumes": [
-            {"name": "workspace", "emptyDir": {"sizeLimit": profile.workspace_size}},
-            {"name": "tooladapter", "emptyDir": {"sizeLimit": "16Mi"}},
-        ],
-    }
-    if network_gate is not None:
-        pod_spec["initContainers"] = [
-            gate_container(network_gate, gate_image, profile.image_pull_policy, security)
-        ]
-    if profile.runtime_class:
-        pod_spec["runtimeClassName"] = profile.runtime_class
-    if profile.image_pull_secrets:
-        pod_spec["imagePullSecrets"] = [{"name": n} for n in profile.image_pull_secrets]
+        grace_seconds=1,
+        network_gate=network_gate,
+        gate_image=gate_image,
+        image_pull_policy=profile.image_pull_policy,
+        runtime_class=profile.runtime_class,
+        image_pull_secrets=profile.image_pull_secrets,
+    )
     metadata: dict[str, Any] = {
         "namespace": namespace,
         "labels": {**_labels(profile, state), **(labels or {})},

@@ -1,0 +1,158 @@
+"""The restricted pod every sandbox runs in, built once for all three kinds of sandbox pod.
+
+A call's Job (`sandbox.job`), a pool pod and an attempt's workspace pod (`sandbox.warm`)
+must be equally locked down: non-root with a fixed uid, a read-only root filesystem, no
+privilege escalation, every capability dropped, seccomp RuntimeDefault, no
+ServiceAccount token mounted (a brokered one arrives only as a file of the lease's Secret),
+no service links, and the network gate before the tool. Building that here, once, keeps
+the kinds from drifting apart; they differ only in what they are for (the tool's command,
+how its arguments arrive, how long it may take to stop).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+WORKSPACE = "/workspace"
+TOOLADAPTER_DIR = "/tooladapter"
+SANDBOX_UID = 65532
+CONTAINER_NAME = "tool"
+GATE_CONTAINER_NAME = "network-gate"
+#: Waits until the canary (a listener of the operator, outside the egress allow-list) is
+#: unreachable, i.e. the lease's NetworkPolicy is enforced for this pod, then lets the tool
+#: start. NetworkPolicy is applied asynchronously; without this a fast tool could act in the
+#: window before its pod's rules exist. Host and port arrive as $1 and $2, never spliced in.
+GATE_SCRIPT = (
+    'i=0; while nc -w 1 "$1" "$2" </dev/null >/dev/null 2>&1; do '
+    'i=$((i+1)); if [ "$i" -ge "$3" ]; then '
+    'echo "egress policy not enforced for this pod; the tool did not run" >&2; exit 1; fi; '
+    "sleep 0.1; done"
+)
+GATE_ATTEMPTS = 300
+
+#: The volume every sandbox's tool works in (an emptyDir bounded by the profile's size).
+WORKSPACE_VOLUME = "workspace"
+#: The volume under `TOOLADAPTER_DIR`: the call's arguments (and, warm, the holder shell).
+TOOLADAPTER_VOLUME = "tooladapter"
+
+
+def container_security() -> dict[str, Any]:
+    """The securityContext of every container of a sandbox pod (the tool's, the gate's)."""
+    return {
+        "allowPrivilegeEscalation": False,
+        "readOnlyRootFilesystem": True,
+        "runAsNonRoot": True,
+        "runAsUser": SANDBOX_UID,
+        "runAsGroup": SANDBOX_UID,
+        "capabilities": {"drop": ["ALL"]},
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+
+
+def pod_security() -> dict[str, Any]:
+    """The pod-level securityContext of a sandbox pod."""
+    return {
+        "runAsNonRoot": True,
+        "runAsUser": SANDBOX_UID,
+        "runAsGroup": SANDBOX_UID,
+        "fsGroup": SANDBOX_UID,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+
+
+def workspace_env() -> list[dict[str, Any]]:
+    """The tool's home and temporary directory: the workspace (the root is read-only)."""
+    return [
+        {"name": "HOME", "value": WORKSPACE},
+        {"name": "TMPDIR", "value": WORKSPACE},
+    ]
+
+
+def workspace_volume(size_limit: str) -> dict[str, Any]:
+    return {"name": WORKSPACE_VOLUME, "emptyDir": {"sizeLimit": size_limit}}
+
+
+def volume_mounts(*, tooladapter_read_only: bool) -> list[dict[str, Any]]:
+    """The workspace and `TOOLADAPTER_DIR` (read-only where the operator writes it)."""
+    return [
+        {"name": WORKSPACE_VOLUME, "mountPath": WORKSPACE},
+        {
+            "name": TOOLADAPTER_VOLUME,
+            "mountPath": TOOLADAPTER_DIR,
+            **({"readOnly": True} if tooladapter_read_only else {}),
+        },
+    ]
+
+
+def tool_container(
+    *,
+    image: str,
+    image_pull_policy: str,
+    command: Sequence[str],
+    env: Sequence[dict[str, Any]],
+    resources: dict[str, Any],
+    mounts: Sequence[dict[str, Any]],
+) -> dict[str, Any]:
+    """The tool's container: `command` exec'd as is (never joined into a string)."""
+    return {
+        "name": CONTAINER_NAME,
+        "image": image,
+        "imagePullPolicy": image_pull_policy,
+        "command": list(command),
+        "workingDir": WORKSPACE,
+        "env": list(env),
+        "resources": resources,
+        "securityContext": container_security(),
+        "volumeMounts": list(mounts),
+    }
+
+
+def gate_container(
+    network_gate: tuple[str, int], image: str, image_pull_policy: str
+) -> dict[str, Any]:
+    """The init container that holds a sandbox pod until its egress rules are enforced (it
+    reaches the canary at `network_gate` only once the pod's NetworkPolicy applies)."""
+    host, port = network_gate
+    return {
+        "name": GATE_CONTAINER_NAME,
+        "image": image,
+        "imagePullPolicy": image_pull_policy,
+        "command": ["/bin/sh", "-c", GATE_SCRIPT, "gate", host, str(port), str(GATE_ATTEMPTS)],
+        "resources": {
+            "requests": {"cpu": "10m", "memory": "8Mi"},
+            "limits": {"cpu": "100m", "memory": "16Mi"},
+        },
+        "securityContext": container_security(),
+    }
+
+
+def restricted_pod_spec(
+    *,
+    container: dict[str, Any],
+    volumes: Sequence[dict[str, Any]],
+    grace_seconds: int,
+    network_gate: tuple[str, int] | None,
+    gate_image: str,
+    image_pull_policy: str,
+    runtime_class: str | None,
+    image_pull_secrets: Sequence[str],
+) -> dict[str, Any]:
+    """A sandbox pod's spec: never restarted, no ServiceAccount token, no service links,
+    the restricted pod security; the network gate first when there is a canary."""
+    spec: dict[str, Any] = {
+        "restartPolicy": "Never",
+        "automountServiceAccountToken": False,
+        "enableServiceLinks": False,
+        "securityContext": pod_security(),
+        "terminationGracePeriodSeconds": grace_seconds,
+        "containers": [container],
+        "volumes": list(volumes),
+    }
+    if network_gate is not None:
+        spec["initContainers"] = [gate_container(network_gate, gate_image, image_pull_policy)]
+    if runtime_class:
+        spec["runtimeClassName"] = runtime_class
+    if image_pull_secrets:
+        spec["imagePullSecrets"] = [{"name": name} for name in image_pull_secrets]
+    return spec

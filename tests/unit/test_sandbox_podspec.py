@@ -1,0 +1,161 @@
+"""One restricted pod spec (`sandbox.podspec`): a call's Job, a pool pod and an attempt's
+workspace pod each carry exactly it, so no kind of sandbox pod is less locked down."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tooladapter.model import ResourceQuantities, Resources, SandboxSpec, SecretDependency
+from tooladapter.sandbox.job import build_job
+from tooladapter.sandbox.podspec import (
+    GATE_CONTAINER_NAME,
+    SANDBOX_UID,
+    TOOLADAPTER_DIR,
+    WORKSPACE,
+)
+from tooladapter.sandbox.warm import STATE_ATTEMPT, STATE_POOL, build_warm_pod, profile_for
+
+SANDBOX = SandboxSpec(
+    resources=Resources(
+        requests=ResourceQuantities(cpu="50m", memory="32Mi"),
+        limits=ResourceQuantities(cpu="500m", memory="64Mi"),
+    )
+)
+GATE = ("192.0.2.2", 4000)
+
+#: The restricted spec, written out: what every sandbox pod must carry, word for word.
+CONTAINER_SECURITY = {
+    "allowPrivilegeEscalation": False,
+    "readOnlyRootFilesystem": True,
+    "runAsNonRoot": True,
+    "runAsUser": SANDBOX_UID,
+    "runAsGroup": SANDBOX_UID,
+    "capabilities": {"drop": ["ALL"]},
+    "seccompProfile": {"type": "RuntimeDefault"},
+}
+POD_SECURITY = {
+    "runAsNonRoot": True,
+    "runAsUser": SANDBOX_UID,
+    "runAsGroup": SANDBOX_UID,
+    "fsGroup": SANDBOX_UID,
+    "seccompProfile": {"type": "RuntimeDefault"},
+}
+
+
+def job_pod(**overrides: Any) -> dict[str, Any]:
+    args: dict[str, Any] = {
+        "namespace": "ns",
+        "uid": "u-1",
+        "invocation_name": "c",
+        "owner": {},
+        "sandbox": SANDBOX,
+        "image": "img",
+        "argv": ["echo", "x"],
+        "arguments": {},
+        "timeout_seconds": 42,
+        "lease_id": "u-1",
+        "network_gate": GATE,
+    }
+    args.update(overrides)
+    spec: dict[str, Any] = build_job(**args)["spec"]["template"]["spec"]
+    return spec
+
+
+def warm_pod(*, state: str) -> dict[str, Any]:
+    profile = profile_for(
+        SANDBOX,
+        image="img",
+        runtime_class=None,
+        workspace_size="1Gi",
+        image_pull_policy="IfNotPresent",
+    )
+    spec: dict[str, Any] = build_warm_pod(
+        namespace="ns", profile=profile, network_gate=GATE, gate_image="img", state=state
+    )["spec"]
+    return spec
+
+
+PODS = {
+    "job": lambda: job_pod(),
+    "job with credentials": lambda: job_pod(
+        secret_dependencies=[SecretDependency(secret_name="s", keys=["k"])], has_token=True
+    ),
+    "pool": lambda: warm_pod(state=STATE_POOL),
+    "workspace": lambda: warm_pod(state=STATE_ATTEMPT),
+}
+
+
+@pytest.fixture(params=sorted(PODS))
+def pod(request: pytest.FixtureRequest) -> dict[str, Any]:
+    built: dict[str, Any] = PODS[request.param]()
+    return built
+
+
+def test_every_sandbox_pod_is_restricted_at_pod_level(pod: dict[str, Any]) -> None:
+    assert pod["securityContext"] == POD_SECURITY
+    assert pod["automountServiceAccountToken"] is False
+    assert pod["enableServiceLinks"] is False
+    assert pod["restartPolicy"] == "Never"
+    assert "serviceAccountName" not in pod and "hostNetwork" not in pod
+
+
+def test_every_container_of_a_sandbox_pod_is_restricted(pod: dict[str, Any]) -> None:
+    containers = [*pod["initContainers"], *pod["containers"]]
+    assert [c["name"] for c in containers] == [GATE_CONTAINER_NAME, "tool"]
+    for container in containers:
+        assert container["securityContext"] == CONTAINER_SECURITY
+        assert container["securityContext"]["readOnlyRootFilesystem"] is True
+
+
+def test_every_sandbox_pod_writes_only_its_workspace_and_tooladapter_dir(
+    pod: dict[str, Any],
+) -> None:
+    (tool,) = pod["containers"]
+    assert tool["workingDir"] == WORKSPACE
+    assert tool["env"][:2] == [
+        {"name": "HOME", "value": WORKSPACE},
+        {"name": "TMPDIR", "value": WORKSPACE},
+    ]
+    mounts = {m["name"]: m for m in tool["volumeMounts"]}
+    assert mounts["workspace"] == {"name": "workspace", "mountPath": WORKSPACE}
+    assert mounts["tooladapter"]["mountPath"] == TOOLADAPTER_DIR
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert set(volumes) <= {"workspace", "tooladapter", "credentials"}
+    assert "emptyDir" in volumes["workspace"]
+    # Nothing of the node: no hostPath, no projected ServiceAccount token.
+    for volume in pod["volumes"]:
+        assert "hostPath" not in volume and "projected" not in volume
+
+
+def test_only_a_job_mounts_brokered_credentials_read_only() -> None:
+    pod = job_pod(
+        secret_dependencies=[SecretDependency(secret_name="s", keys=["k"])], has_token=True
+    )
+    (tool,) = pod["containers"]
+    credentials = next(m for m in tool["volumeMounts"] if m["name"] == "credentials")
+    assert credentials["readOnly"] is True
+    for state in (STATE_POOL, STATE_ATTEMPT):
+        assert not any("secret" in v for v in warm_pod(state=state)["volumes"])
+
+
+def test_the_kinds_differ_only_where_their_use_differs() -> None:
+    """What a Job and a warm pod do not share, said once: how the arguments arrive (a
+    read-only downward API file, or written per call into a writable emptyDir), the Job's
+    termination message, and how long a pod may take to stop."""
+    job, warm = job_pod(), warm_pod(state=STATE_POOL)
+    shared = ("restartPolicy", "automountServiceAccountToken", "enableServiceLinks")
+    assert {k: job[k] for k in shared} == {k: warm[k] for k in shared}
+    assert job["securityContext"] == warm["securityContext"]
+    assert job["initContainers"] == warm["initContainers"]
+    assert (job["terminationGracePeriodSeconds"], warm["terminationGracePeriodSeconds"]) == (5, 1)
+    job_tool, warm_tool = job["containers"][0], warm["containers"][0]
+    assert job_tool["terminationMessagePolicy"] == "File"
+    assert "terminationMessagePolicy" not in warm_tool
+    job_dir = next(v for v in job["volumes"] if v["name"] == "tooladapter")
+    warm_dir = next(v for v in warm["volumes"] if v["name"] == "tooladapter")
+    assert "downwardAPI" in job_dir and warm_dir == {
+        "name": "tooladapter",
+        "emptyDir": {"sizeLimit": "16Mi"},
+    }
