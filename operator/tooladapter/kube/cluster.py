@@ -12,13 +12,12 @@ import base64
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from kubernetes_asyncio.client.exceptions import ApiException
-
 from tooladapter import GROUP
 from tooladapter.enums import Resource
 from tooladapter.kube import auth, capacity, claims
 from tooladapter.kube import sandbox as ksandbox
-from tooladapter.kube.client import Kube, NotFound, json_body, translate
+from tooladapter.kube.client import Kube, json_body
+from tooladapter.kube.errors import NotFound, api_errors
 from tooladapter.pipeline.retention import ClaimRecord
 
 Body = dict[str, Any]
@@ -288,14 +287,12 @@ class KubeCluster:
     ) -> tuple[str, str]:
         bound = None
         if bound_secret is not None:
-            try:
+            with api_errors():
                 secret = await json_body(
                     await self.kube.core.read_namespaced_secret(
                         bound_secret, namespace, _preload_content=False
                     )
                 )
-            except ApiException as exc:
-                raise translate(exc) from exc
             bound = (bound_secret, str(secret["metadata"]["uid"]))
         token, expiry = await auth.request_token(
             self.kube,
@@ -306,11 +303,12 @@ class KubeCluster:
             bound_secret=bound,
         )
         if bound_secret is not None:
-            await self.kube.core.patch_namespaced_secret(
-                bound_secret,
-                namespace,
-                {"data": {"token": base64.b64encode(token.encode()).decode()}},
-            )
+            with api_errors():
+                await self.kube.core.patch_namespaced_secret(
+                    bound_secret,
+                    namespace,
+                    {"data": {"token": base64.b64encode(token.encode()).decode()}},
+                )
         return token, expiry
 
     async def read_secret(self, namespace: str, name: str) -> dict[str, str]:
@@ -318,26 +316,26 @@ class KubeCluster:
 
     async def read_config_map(self, namespace: str, name: str) -> dict[str, str] | None:
         try:
-            # Only the data is needed: the JSON answer, not the client's model objects.
-            cm = await json_body(
-                await self.kube.core.read_namespaced_config_map(
-                    name, namespace, _preload_content=False
+            with api_errors():
+                # Only the data is needed: the JSON answer, not the client's model objects.
+                cm = await json_body(
+                    await self.kube.core.read_namespaced_config_map(
+                        name, namespace, _preload_content=False
+                    )
                 )
-            )
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise
+        except NotFound:
+            return None
         return dict(cm.get("data") or {})
 
     async def runtime_class_exists(self, name: str) -> bool:
         try:
-            # json_body raises for a non-2xx answer (a raw answer does not by itself).
-            await json_body(await self.kube.node.read_runtime_class(name, _preload_content=False))
-        except ApiException as exc:
-            if exc.status == 404:
-                return False
-            raise
+            with api_errors():
+                # json_body raises for a non-2xx answer (a raw answer does not by itself).
+                await json_body(
+                    await self.kube.node.read_runtime_class(name, _preload_content=False)
+                )
+        except NotFound:
+            return False
         return True
 
     async def record_idempotency_end(

@@ -12,9 +12,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from kubernetes_asyncio import watch
-from kubernetes_asyncio.client.exceptions import ApiException
 
-from tooladapter.kube.client import REFUSAL_CODES, AlreadyExists, Kube, NotFound, refusal, translate
+from tooladapter.kube.client import Kube
+from tooladapter.kube.errors import (
+    AlreadyExists,
+    Invalid,
+    KubeError,
+    NotFound,
+    api_errors,
+    unless_absent,
+)
 from tooladapter.naming import LABEL_INVOCATION_UID, LABEL_MANAGED_BY, MANAGED_BY
 from tooladapter.sandbox.job import CONTAINER_NAME
 from tooladapter.timeutil import parse_time
@@ -27,52 +34,45 @@ async def create_idempotent(kube: Kube, obj: dict[str, Any]) -> bool:
     kind = obj["kind"]
     ns = obj["metadata"]["namespace"]
     try:
-        if kind == "Job":
-            await kube.batch.create_namespaced_job(ns, obj)
-        elif kind == "NetworkPolicy":
-            await kube.networking.create_namespaced_network_policy(ns, obj)
-        elif kind == "Secret":
-            await kube.core.create_namespaced_secret(ns, obj)
-        else:
-            raise ValueError(f"unsupported kind {kind}")
-    except ApiException as exc:
-        err = translate(exc)
-        if isinstance(err, AlreadyExists):
-            return False
-        if exc.status in REFUSAL_CODES:
-            raise refusal(exc) from exc
-        raise err from exc
+        with api_errors(creating=True):
+            if kind == "Job":
+                await kube.batch.create_namespaced_job(ns, obj)
+            elif kind == "NetworkPolicy":
+                await kube.networking.create_namespaced_network_policy(ns, obj)
+            elif kind == "Secret":
+                await kube.core.create_namespaced_secret(ns, obj)
+            else:
+                raise ValueError(f"unsupported kind {kind}")
+    except AlreadyExists:
+        return False
     return True
 
 
 async def delete_quietly(kube: Kube, kind: str, namespace: str, name: str) -> bool:
     """Delete; True when something was deleted. Pods of Jobs go with them (foreground)."""
     try:
-        if kind == "Job":
-            await kube.batch.delete_namespaced_job(
-                name, namespace, propagation_policy="Background", grace_period_seconds=0
-            )
-        elif kind == "NetworkPolicy":
-            await kube.networking.delete_namespaced_network_policy(name, namespace)
-        elif kind == "Secret":
-            await kube.core.delete_namespaced_secret(name, namespace)
-        elif kind == "ConfigMap":
-            await kube.core.delete_namespaced_config_map(name, namespace)
-        else:
-            raise ValueError(f"unsupported kind {kind}")
-    except ApiException as exc:
-        if exc.status == 404:
-            return False
-        raise translate(exc) from exc
+        with api_errors():
+            if kind == "Job":
+                await kube.batch.delete_namespaced_job(
+                    name, namespace, propagation_policy="Background", grace_period_seconds=0
+                )
+            elif kind == "NetworkPolicy":
+                await kube.networking.delete_namespaced_network_policy(name, namespace)
+            elif kind == "Secret":
+                await kube.core.delete_namespaced_secret(name, namespace)
+            elif kind == "ConfigMap":
+                await kube.core.delete_namespaced_config_map(name, namespace)
+            else:
+                raise ValueError(f"unsupported kind {kind}")
+    except NotFound:
+        return False
     return True
 
 
 async def read_secret_keys(kube: Kube, namespace: str, name: str) -> dict[str, str]:
     """The base64 data of a Secret; raises NotFound."""
-    try:
+    with api_errors():
         secret = await kube.core.read_namespaced_secret(name, namespace)
-    except ApiException as exc:
-        raise translate(exc) from exc
     return dict(secret.data or {})
 
 
@@ -81,12 +81,9 @@ def decode_b64(value: str) -> str:
 
 
 async def get_job(kube: Kube, namespace: str, name: str) -> dict[str, Any] | None:
-    try:
-        job = await kube.batch.read_namespaced_job(name, namespace)
-    except ApiException as exc:
-        if exc.status == 404:
-            return None
-        raise translate(exc) from exc
+    job = await unless_absent(kube.batch.read_namespaced_job(name, namespace))
+    if job is None:
+        return None
     result: dict[str, Any] = kube.api.sanitize_for_serialization(job)
     return result
 
@@ -134,19 +131,20 @@ async def wait_for_job(
         w = watch.Watch()
         try:
             async with asyncio.timeout(min(remaining, 60)):
-                async for event in w.stream(
-                    kube.batch.list_namespaced_job,
-                    namespace,
-                    field_selector=f"metadata.name={name}",
-                    resource_version=rv,
-                    timeout_seconds=int(min(remaining, 60)) + 1,
-                ):
-                    obj = kube.api.sanitize_for_serialization(event["object"])
-                    if event["type"] == "DELETED":
-                        return None
-                    if job_finished(obj):
-                        return dict(obj)
-        except (TimeoutError, ApiException):
+                with api_errors():
+                    async for event in w.stream(
+                        kube.batch.list_namespaced_job,
+                        namespace,
+                        field_selector=f"metadata.name={name}",
+                        resource_version=rv,
+                        timeout_seconds=int(min(remaining, 60)) + 1,
+                    ):
+                        obj = kube.api.sanitize_for_serialization(event["object"])
+                        if event["type"] == "DELETED":
+                            return None
+                        if job_finished(obj):
+                            return dict(obj)
+        except (TimeoutError, KubeError):
             pass  # re-read and re-watch: watches expire and resourceVersions go stale
         finally:
             w.stop()
@@ -178,9 +176,10 @@ class PodOutcome:
 
 
 async def job_pod(kube: Kube, namespace: str, uid: str) -> dict[str, Any] | None:
-    pods = await kube.core.list_namespaced_pod(
-        namespace, label_selector=f"{LABEL_INVOCATION_UID}={uid}"
-    )
+    with api_errors():
+        pods = await kube.core.list_namespaced_pod(
+            namespace, label_selector=f"{LABEL_INVOCATION_UID}={uid}"
+        )
     items = [kube.api.sanitize_for_serialization(p) for p in pods.items]
     if not items:
         return None
@@ -229,18 +228,18 @@ async def pod_outcome(kube: Kube, namespace: str, uid: str, *, max_bytes: int) -
     )
     log = b""
     try:
-        # One byte over the bound tells the sanitizer the output was cut.
-        text = await kube.core.read_namespaced_pod_log(
-            name,
-            namespace,
-            container=CONTAINER_NAME,
-            limit_bytes=max_bytes + 1,
-            _preload_content=False,
-        )
-        log = await text.read()
-    except ApiException as exc:
-        if exc.status not in (400, 404):
-            raise translate(exc) from exc
+        with api_errors():
+            # One byte over the bound tells the sanitizer the output was cut.
+            text = await kube.core.read_namespaced_pod_log(
+                name,
+                namespace,
+                container=CONTAINER_NAME,
+                limit_bytes=max_bytes + 1,
+                _preload_content=False,
+            )
+            log = await text.read()
+    except (Invalid, NotFound):
+        pass  # 400: the container never started; 404: the pod is gone
     return PodOutcome(
         name=name,
         started=pod_started(pod),
@@ -253,37 +252,32 @@ async def pod_outcome(kube: Kube, namespace: str, uid: str, *, max_bytes: int) -
     )
 
 
+#: kind -> (API group of `Kube`, its list in every namespace, its list in one namespace).
+_LISTS: dict[str, tuple[str, str, str]] = {
+    "Job": ("batch", "list_job_for_all_namespaces", "list_namespaced_job"),
+    "Secret": ("core", "list_secret_for_all_namespaces", "list_namespaced_secret"),
+    "NetworkPolicy": (
+        "networking",
+        "list_network_policy_for_all_namespaces",
+        "list_namespaced_network_policy",
+    ),
+    # Only the egress proxy's records (in its namespace) are tooladapter's ConfigMaps.
+    "ConfigMap": ("core", "list_config_map_for_all_namespaces", "list_namespaced_config_map"),
+}
+
+
 async def list_managed(kube: Kube, kind: str, namespace: str | None = None) -> list[dict[str, Any]]:
     """Every Job, Secret, NetworkPolicy or ConfigMap tooladapter made (label-selected,
     cluster-wide unless `namespace` is given)."""
-    selector = MANAGED_SELECTOR
-    if kind == "Job":
-        res = await (
-            kube.batch.list_job_for_all_namespaces(label_selector=selector)
-            if namespace is None
-            else kube.batch.list_namespaced_job(namespace, label_selector=selector)
-        )
-    elif kind == "Secret":
-        res = await (
-            kube.core.list_secret_for_all_namespaces(label_selector=selector)
-            if namespace is None
-            else kube.core.list_namespaced_secret(namespace, label_selector=selector)
-        )
-    elif kind == "NetworkPolicy":
-        res = await (
-            kube.networking.list_network_policy_for_all_namespaces(label_selector=selector)
-            if namespace is None
-            else kube.networking.list_namespaced_network_policy(namespace, label_selector=selector)
-        )
-    elif kind == "ConfigMap":
-        # Only the egress proxy's records (in its namespace) are tooladapter's ConfigMaps.
-        res = await (
-            kube.core.list_config_map_for_all_namespaces(label_selector=selector)
-            if namespace is None
-            else kube.core.list_namespaced_config_map(namespace, label_selector=selector)
-        )
-    else:
+    if kind not in _LISTS:
         raise ValueError(kind)
+    group, every, one = _LISTS[kind]
+    api = getattr(kube, group)
+    with api_errors():
+        if namespace is None:
+            res = await getattr(api, every)(label_selector=MANAGED_SELECTOR)
+        else:
+            res = await getattr(api, one)(namespace, label_selector=MANAGED_SELECTOR)
     return [dict(kube.api.sanitize_for_serialization(i)) for i in res.items]
 
 
