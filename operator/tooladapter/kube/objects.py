@@ -41,8 +41,11 @@ class CustomObjects:
             self._extra["_headers"] = headers
 
     async def _call(self, method: Any, *args: Any, **params: Any) -> dict[str, Any]:
+        """`method` on GROUP/VERSION objects: `args` follow the group and version."""
         try:
-            answer: dict[str, Any] = await json_body(await method(*args, **self._extra, **params))
+            answer: dict[str, Any] = await json_body(
+                await method(GROUP, VERSION, *args, **self._extra, **params)
+            )
         except ApiException as exc:
             raise self.error.of(exc) from exc
         except TimeoutError as exc:  # the client's total timeout (`callers.bound_time`)
@@ -50,14 +53,14 @@ class CustomObjects:
         return answer
 
     def _collection(self, namespace: str | None) -> tuple[Any, tuple[str, ...]]:
+        """The list call of a kind in `namespace` (None: every namespace), and its
+        arguments after the group and version."""
         if namespace is None:
-            return self.custom.list_cluster_custom_object, (GROUP, VERSION)
-        return self.custom.list_namespaced_custom_object, (GROUP, VERSION, namespace)
+            return self.custom.list_cluster_custom_object, ()
+        return self.custom.list_namespaced_custom_object, (namespace,)
 
     async def get(self, plural: str, namespace: str, name: str) -> dict[str, Any]:
-        return await self._call(
-            self.custom.get_namespaced_custom_object, GROUP, VERSION, namespace, plural, name
-        )
+        return await self._call(self.custom.get_namespaced_custom_object, namespace, plural, name)
 
     async def list(
         self,
@@ -89,13 +92,7 @@ class CustomObjects:
         self, plural: str, namespace: str, body: dict[str, Any], **params: Any
     ) -> dict[str, Any]:
         return await self._call(
-            self.custom.create_namespaced_custom_object,
-            GROUP,
-            VERSION,
-            namespace,
-            plural,
-            body,
-            **params,
+            self.custom.create_namespaced_custom_object, namespace, plural, body, **params
         )
 
     async def merge_patch_status(
@@ -103,8 +100,6 @@ class CustomObjects:
     ) -> dict[str, Any]:
         return await self._call(
             self.custom.patch_namespaced_custom_object_status,
-            GROUP,
-            VERSION,
             namespace,
             plural,
             name,
@@ -141,6 +136,8 @@ class CustomObjects:
         try:
             async for event in stream.stream(
                 list_call,
+                GROUP,
+                VERSION,
                 *where,
                 plural,
                 resource_version=resource_version,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,20 +30,31 @@ from tooladapter.timeutil import parse_time
 MANAGED_SELECTOR = f"{LABEL_MANAGED_BY}={MANAGED_BY}"
 
 
+#: kind -> (API group of `Kube`, the kind in its method names), for what tooladapter makes.
+_KINDS: dict[str, tuple[str, str]] = {
+    "Job": ("batch", "job"),
+    "NetworkPolicy": ("networking", "network_policy"),
+    "Secret": ("core", "secret"),
+    # Only the egress proxy's records (in its namespace) are tooladapter's ConfigMaps.
+    "ConfigMap": ("core", "config_map"),
+}
+#: The kinds made here (the proxy makes its ConfigMaps itself: `kube.egress`).
+_CREATED = frozenset({"Job", "NetworkPolicy", "Secret"})
+
+
+def _api(kube: Kube, kind: str, supported: Collection[str]) -> tuple[Any, str]:
+    if kind not in supported:
+        raise ValueError(f"unsupported kind {kind}")
+    group, noun = _KINDS[kind]
+    return getattr(kube, group), noun
+
+
 async def create_idempotent(kube: Kube, obj: dict[str, Any]) -> bool:
     """Create `obj`; False when it already existed (made by an earlier run)."""
-    kind = obj["kind"]
-    ns = obj["metadata"]["namespace"]
+    api, noun = _api(kube, obj["kind"], _CREATED)
     try:
         with api_errors(creating=True):
-            if kind == "Job":
-                await kube.batch.create_namespaced_job(ns, obj)
-            elif kind == "NetworkPolicy":
-                await kube.networking.create_namespaced_network_policy(ns, obj)
-            elif kind == "Secret":
-                await kube.core.create_namespaced_secret(ns, obj)
-            else:
-                raise ValueError(f"unsupported kind {kind}")
+            await getattr(api, f"create_namespaced_{noun}")(obj["metadata"]["namespace"], obj)
     except AlreadyExists:
         return False
     return True
@@ -50,20 +62,13 @@ async def create_idempotent(kube: Kube, obj: dict[str, Any]) -> bool:
 
 async def delete_quietly(kube: Kube, kind: str, namespace: str, name: str) -> bool:
     """Delete; True when something was deleted. Pods of Jobs go with them (foreground)."""
+    api, noun = _api(kube, kind, _KINDS)
+    options: dict[str, Any] = {}
+    if kind == "Job":
+        options = {"propagation_policy": "Background", "grace_period_seconds": 0}
     try:
         with api_errors():
-            if kind == "Job":
-                await kube.batch.delete_namespaced_job(
-                    name, namespace, propagation_policy="Background", grace_period_seconds=0
-                )
-            elif kind == "NetworkPolicy":
-                await kube.networking.delete_namespaced_network_policy(name, namespace)
-            elif kind == "Secret":
-                await kube.core.delete_namespaced_secret(name, namespace)
-            elif kind == "ConfigMap":
-                await kube.core.delete_namespaced_config_map(name, namespace)
-            else:
-                raise ValueError(f"unsupported kind {kind}")
+            await getattr(api, f"delete_namespaced_{noun}")(name, namespace, **options)
     except NotFound:
         return False
     return True
@@ -252,32 +257,21 @@ async def pod_outcome(kube: Kube, namespace: str, uid: str, *, max_bytes: int) -
     )
 
 
-#: kind -> (API group of `Kube`, its list in every namespace, its list in one namespace).
-_LISTS: dict[str, tuple[str, str, str]] = {
-    "Job": ("batch", "list_job_for_all_namespaces", "list_namespaced_job"),
-    "Secret": ("core", "list_secret_for_all_namespaces", "list_namespaced_secret"),
-    "NetworkPolicy": (
-        "networking",
-        "list_network_policy_for_all_namespaces",
-        "list_namespaced_network_policy",
-    ),
-    # Only the egress proxy's records (in its namespace) are tooladapter's ConfigMaps.
-    "ConfigMap": ("core", "list_config_map_for_all_namespaces", "list_namespaced_config_map"),
-}
-
-
 async def list_managed(kube: Kube, kind: str, namespace: str | None = None) -> list[dict[str, Any]]:
     """Every Job, Secret, NetworkPolicy or ConfigMap tooladapter made (label-selected,
     cluster-wide unless `namespace` is given)."""
-    if kind not in _LISTS:
+    if kind not in _KINDS:
         raise ValueError(kind)
-    group, every, one = _LISTS[kind]
-    api = getattr(kube, group)
+    api, noun = _api(kube, kind, _KINDS)
     with api_errors():
         if namespace is None:
-            res = await getattr(api, every)(label_selector=MANAGED_SELECTOR)
+            res = await getattr(api, f"list_{noun}_for_all_namespaces")(
+                label_selector=MANAGED_SELECTOR
+            )
         else:
-            res = await getattr(api, one)(namespace, label_selector=MANAGED_SELECTOR)
+            res = await getattr(api, f"list_namespaced_{noun}")(
+                namespace, label_selector=MANAGED_SELECTOR
+            )
     return [dict(kube.api.sanitize_for_serialization(i)) for i in res.items]
 
 
