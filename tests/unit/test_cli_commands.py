@@ -13,7 +13,7 @@ import pytest
 from tooladapter import cli
 from tooladapter.cli.context import Settings, common_options
 from tooladapter.cli.exitcodes import CliError, ExitCode
-from tooladapter.kube.user import ApiError
+from tooladapter.kube.errors import UserApiError
 
 
 def exit_of(argv: list[str]) -> int:
@@ -98,9 +98,9 @@ def test_completion_scripts_name_the_program(
 @pytest.mark.parametrize(
     ("error", "code"),
     [
-        (ApiError(403, "forbidden"), ExitCode.FORBIDDEN),
-        (ApiError(404, "not found"), ExitCode.NOT_FOUND),
-        (ApiError(0, "kubeconfig: none"), ExitCode.ERROR),
+        (UserApiError(403, "forbidden"), ExitCode.FORBIDDEN),
+        (UserApiError(404, "not found"), ExitCode.NOT_FOUND),
+        (UserApiError(0, "kubeconfig: none"), ExitCode.ERROR),
         (CliError("still waiting", ExitCode.PENDING), ExitCode.PENDING),
         (ConnectionRefusedError("refused"), ExitCode.ERROR),
     ],
@@ -130,7 +130,7 @@ async def test_an_empty_or_malformed_kubeconfig_is_one_clear_error(
 
     path = tmp_path / "config"
     path.write_text(text)
-    with pytest.raises(ApiError) as caught:
+    with pytest.raises(UserApiError) as caught:
         async with connect(kubeconfig=str(path)):
             pass
     assert str(path) in str(caught.value)

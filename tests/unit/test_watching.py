@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 
 from tooladapter.handlers.routing import invocations_listed
-from tooladapter.kube.watching import Gone, Watcher, watched_namespace
+from tooladapter.kube.errors import VersionExpired
+from tooladapter.kube.watching import Watcher, watched_namespace
 
 from .fake_cluster import NAMESPACE, make_runtime
 
@@ -47,7 +48,7 @@ def test_events_of_served_namespaces_are_handled_and_every_event_moves_the_versi
 
 def test_an_expired_version_lists_again_and_other_errors_raise() -> None:
     w = watcher([])
-    with pytest.raises(Gone):
+    with pytest.raises(VersionExpired):
         w.dispatch(line("ERROR", {"code": 410, "message": "too old"}), "1")
     with pytest.raises(RuntimeError, match="boom"):
         w.dispatch(line("ERROR", {"code": 500, "message": "boom"}), "1")

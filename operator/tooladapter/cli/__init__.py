@@ -29,7 +29,8 @@ from tooladapter.cli.receipts import receipt, receipts
 from tooladapter.cli.run import egress_proxy, run
 from tooladapter.cli.tools import describe, tools
 from tooladapter.cli.workspace import workspace
-from tooladapter.kube.user import ApiError, Gone
+from tooladapter.kube.errors import UserApiError
+from tooladapter.kube.user import FollowedObjectDeleted
 
 
 def _version() -> str:
@@ -100,14 +101,14 @@ def main(argv: list[str] | None = None) -> None:
     except CliError as err:
         click.echo(f"error: {err.message}", err=True)
         sys.exit(err.code)
-    except ApiError as err:
+    except UserApiError as err:
         what = "" if err.status == 0 else f"API server: {err.status}: "
         click.echo(f"error: {what}{err.message}", err=True)
         command = next((arg for arg in args if arg in roles.COMMAND_ROLES), None)
         if err.status == 403 and (role := roles.hint(err.message, command)) is not None:
             click.echo(f"hint: {role}", err=True)
         sys.exit(for_api_status(err.status))
-    except Gone as err:
+    except FollowedObjectDeleted as err:
         click.echo(f"error: {err} was deleted", err=True)
         sys.exit(ExitCode.NOT_FOUND)
     except OSError as err:  # connection refused, DNS, TLS: aiohttp's errors are OSErrors

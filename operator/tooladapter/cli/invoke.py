@@ -24,7 +24,8 @@ from tooladapter.cli.follow import PREVIEWED, StageDisplay, follow_until_finishe
 from tooladapter.cli.parsing import name_prefix, parse_arguments
 from tooladapter.cli.render import cell
 from tooladapter.enums import InvocationState, Resource
-from tooladapter.kube.user import ApiError, UserApi
+from tooladapter.kube.errors import UserApiError
+from tooladapter.kube.user import UserApi
 from tooladapter.review import readout
 from tooladapter.review.shown import visible
 
@@ -102,7 +103,7 @@ async def _call(
         )
         try:
             created = await api.create(Resource.INVOCATIONS, body)
-        except ApiError as err:
+        except UserApiError as err:
             if dry_run and err.status == 400 and "dryRun" in err.message:
                 raise CliError(
                     "this cluster's ToolInvocation CRD has no spec.dryRun: dry-run needs a newer "

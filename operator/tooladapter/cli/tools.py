@@ -13,7 +13,8 @@ from tooladapter.cli.context import Settings, common_options, run_async
 from tooladapter.cli.exitcodes import CliError, ExitCode
 from tooladapter.cli.render import fields, table
 from tooladapter.enums import Resource
-from tooladapter.kube.user import ApiError, UserApi
+from tooladapter.kube.errors import UserApiError
+from tooladapter.kube.user import UserApi
 
 
 async def _allowed(api: UserApi, verb: str, resource: str, names: set[str]) -> dict[str, bool]:
@@ -106,7 +107,7 @@ async def _describe(settings: Settings, tool_id: str) -> ExitCode:
         policies_note = ""
         try:
             policies = await api.list_all(Resource.POLICIES)
-        except ApiError as err:
+        except UserApiError as err:
             if err.status != 403:
                 raise
             policies_note = (

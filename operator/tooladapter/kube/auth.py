@@ -6,9 +6,8 @@ import asyncio
 import time
 from dataclasses import dataclass, field
 
-from kubernetes_asyncio.client.exceptions import ApiException
-
-from tooladapter.kube.client import Kube, json_body, translate
+from tooladapter.kube.client import Kube, json_body
+from tooladapter.kube.errors import api_errors
 
 
 @dataclass(frozen=True)
@@ -133,14 +132,12 @@ async def review(
             },
         },
     }
-    try:
+    with api_errors():
         # Two reviews per call: read the JSON answer directly instead of building the
         # client's model objects (their deserialisation was a hot spot under load).
         answer = await json_body(
             await kube.authorization.create_subject_access_review(body, _preload_content=False)
         )
-    except ApiException as exc:
-        raise translate(exc) from exc
     status = answer.get("status") or {}
     allowed = bool(status.get("allowed") and not status.get("denied"))
     return AccessVerdict(allowed=allowed, reason=str(status.get("reason") or ""))
@@ -159,10 +156,8 @@ async def authenticate(kube: Kube, token: str) -> Identity | None:
         "kind": "TokenReview",
         "spec": {"token": token},
     }
-    try:
+    with api_errors():
         review = await kube.authentication.create_token_review(body)
-    except ApiException as exc:
-        raise translate(exc) from exc
     status = review.status
     if not status or not status.authenticated or not status.user:
         return None
@@ -195,11 +190,9 @@ async def request_token(
             "uid": bound_secret[1],
         }
     body = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": spec}
-    try:
+    with api_errors():
         result = await kube.core.create_namespaced_service_account_token(
             service_account, namespace, body
         )
-    except ApiException as exc:
-        raise translate(exc) from exc
     expiry = result.status.expiration_timestamp
     return result.status.token, expiry.isoformat() if expiry else ""

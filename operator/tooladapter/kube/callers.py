@@ -28,7 +28,8 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from tooladapter import GROUP
 from tooladapter.kube.auth import AllowCache
 from tooladapter.kube.client import Kube, json_body
-from tooladapter.kube.objects import ApiError, CustomObjects, Objects
+from tooladapter.kube.errors import CallerApiError as CallerApiError
+from tooladapter.kube.objects import CustomObjects, Objects
 from tooladapter.metrics import GATEWAY_REVIEWS
 
 #: A watch request ends after this long without an event; the follower starts another.
@@ -52,14 +53,18 @@ def bound_time(api: client.ApiClient, seconds: float) -> None:
     rest.request = request
 
 
-class CallerApiError(ApiError):
-    """The API server refused or failed a caller's request; `status` is its HTTP status
-    (0 when it could not be reached) and `message` its own explanation."""
-
-    MESSAGE_LIMIT = 1024
-
-    def __str__(self) -> str:
-        return f"{self.status}: {self.message}"
+async def _review_status(kind: str, request: Awaitable[Any]) -> dict[str, Any]:
+    """The `status` of one review (`kind`: TokenReview, SubjectAccessReview, ...), counted;
+    `CallerApiError` when the API server refuses it or does not answer in time."""
+    GATEWAY_REVIEWS.labels(kind.lower()).inc()
+    try:
+        review = await json_body(await request)
+    except ApiException as exc:
+        raise CallerApiError.of(exc) from exc
+    except TimeoutError as exc:
+        raise CallerApiError(0, f"the {kind} timed out") from exc
+    status: dict[str, Any] = review.get("status") or {}
+    return status
 
 
 @dataclass(frozen=True)
@@ -95,18 +100,12 @@ class Reviews:
         if self.audiences:
             spec["audiences"] = list(self.audiences)
         body = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview", "spec": spec}
-        GATEWAY_REVIEWS.labels("tokenreview").inc()
-        try:
-            review = await json_body(
-                await self.kube.authentication.create_token_review(
-                    body, _preload_content=False, _request_timeout=self.timeout_seconds
-                )
-            )
-        except ApiException as exc:
-            raise CallerApiError.from_exception(exc) from exc
-        except TimeoutError as exc:
-            raise CallerApiError(0, "the TokenReview timed out") from exc
-        status = review.get("status") or {}
+        status = await _review_status(
+            "TokenReview",
+            self.kube.authentication.create_token_review(
+                body, _preload_content=False, _request_timeout=self.timeout_seconds
+            ),
+        )
         user = status.get("user") or {}
         if not status.get("authenticated") or not user.get("username"):
             return None
@@ -163,18 +162,12 @@ class Reviews:
             "kind": "SubjectAccessReview",
             "spec": spec,
         }
-        GATEWAY_REVIEWS.labels("subjectaccessreview").inc()
-        try:
-            review = await json_body(
-                await self.kube.authorization.create_subject_access_review(
-                    body, _preload_content=False, _request_timeout=self.timeout_seconds
-                )
-            )
-        except ApiException as exc:
-            raise CallerApiError.from_exception(exc) from exc
-        except TimeoutError as exc:
-            raise CallerApiError(0, "the SubjectAccessReview timed out") from exc
-        status = review.get("status") or {}
+        status = await _review_status(
+            "SubjectAccessReview",
+            self.kube.authorization.create_subject_access_review(
+                body, _preload_content=False, _request_timeout=self.timeout_seconds
+            ),
+        )
         allowed = bool(status.get("allowed") and not status.get("denied"))
         if allowed:
             self.cache.remember(key)
@@ -265,18 +258,12 @@ class AsCaller:
             "kind": "SelfSubjectRulesReview",
             "spec": {"namespace": namespace},
         }
-        GATEWAY_REVIEWS.labels("selfsubjectrulesreview").inc()
-        try:
-            review = await json_body(
-                await client.AuthorizationV1Api(self.api).create_self_subject_rules_review(
-                    body, _preload_content=False, _headers=self.headers
-                )
-            )
-        except ApiException as exc:
-            raise CallerApiError.from_exception(exc) from exc
-        except TimeoutError as exc:
-            raise CallerApiError(0, "the SelfSubjectRulesReview timed out") from exc
-        status = review.get("status") or {}
+        status = await _review_status(
+            "SelfSubjectRulesReview",
+            client.AuthorizationV1Api(self.api).create_self_subject_rules_review(
+                body, _preload_content=False, _headers=self.headers
+            ),
+        )
         rules = [r for r in status.get("resourceRules") or [] if isinstance(r, dict)]
         return rules, bool(status.get("incomplete"))
 

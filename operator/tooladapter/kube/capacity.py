@@ -23,13 +23,11 @@ executor settles it Failed (it never started).
 
 from __future__ import annotations
 
-import json
 import re
 from typing import Any
 
-from kubernetes_asyncio.client.exceptions import ApiException
-
 from tooladapter.kube.client import Kube, json_body
+from tooladapter.kube.errors import AlreadyExists, Conflict, Forbidden, Invalid, api_errors
 
 #: The quota admission plugin's refusal of a request over a ResourceQuota's hard limits.
 EXCEEDED = "exceeded quota"
@@ -60,37 +58,29 @@ def quota_named(message: str) -> str | None:
     return found.group(1) if found else None
 
 
-def _message(exc: ApiException) -> str:
-    try:
-        return str(json.loads(exc.body or "{}").get("message") or exc.reason or "")
-    except ValueError:
-        return str(exc.reason or "")
-
-
 async def quota_refusal(kube: Kube, job: dict[str, Any]) -> str | None:
     """The API server's message when a ResourceQuota refuses the Job or its pod now
     (nothing is created); None when both fit, or when the dry run cannot tell."""
     namespace = job["metadata"]["namespace"]
     for obj in (job, pod_of(job)):
         try:
-            if obj["kind"] == "Job":
-                answer = await kube.batch.create_namespaced_job(
-                    namespace, obj, dry_run="All", _preload_content=False
-                )
-            else:
-                answer = await kube.core.create_namespaced_pod(
-                    namespace, obj, dry_run="All", _preload_content=False
-                )
-            await json_body(answer)
-        except ApiException as exc:
-            message = _message(exc)
-            if exc.status == 403 and EXCEEDED in message:
-                return message[:1024]
-            if exc.status in (400, 403, 409, 422):
-                # Not a capacity answer (the Job exists already, the operator may not
-                # create pods, an admission policy): the real create decides.
-                continue
-            raise
+            with api_errors():
+                if obj["kind"] == "Job":
+                    answer = await kube.batch.create_namespaced_job(
+                        namespace, obj, dry_run="All", _preload_content=False
+                    )
+                else:
+                    answer = await kube.core.create_namespaced_pod(
+                        namespace, obj, dry_run="All", _preload_content=False
+                    )
+                await json_body(answer)
+        except Forbidden as err:
+            if EXCEEDED in err.message:
+                return err.message[:1024]
+        except (Invalid, Conflict, AlreadyExists):
+            # Not a capacity answer (the Job exists already, the operator may not
+            # create pods, an admission policy): the real create decides.
+            continue
     return None
 
 

@@ -12,9 +12,8 @@ import hashlib
 from dataclasses import dataclass
 from typing import Any
 
-from kubernetes_asyncio.client.exceptions import ApiException
-
-from tooladapter.kube.client import AlreadyExists, Conflict, Kube, translate
+from tooladapter.kube.client import Kube
+from tooladapter.kube.errors import AlreadyExists, Conflict, NotFound, api_errors
 from tooladapter.naming import LABEL_MANAGED_BY, MANAGED_BY
 from tooladapter.pipeline.retention import ClaimRecord
 from tooladapter.timeutil import to_iso
@@ -87,18 +86,18 @@ async def claim_idempotency_key(
         annotations[ANNOTATION_REQUEST_HASH] = request_hash
     body = _lease(name, namespace, invocation_uid, annotations)
     try:
-        await kube.coordination.create_namespaced_lease(namespace, body)
+        with api_errors():
+            await kube.coordination.create_namespaced_lease(namespace, body)
         return Claim(
             won=True,
             winner_name=invocation_name,
             winner_uid=invocation_uid,
             request_hash=request_hash,
         )
-    except ApiException as exc:
-        err = translate(exc)
-        if not isinstance(err, AlreadyExists):
-            raise err from exc
-    lease = await kube.coordination.read_namespaced_lease(name, namespace)
+    except AlreadyExists:
+        pass
+    with api_errors():
+        lease = await kube.coordination.read_namespaced_lease(name, namespace)
     winner_uid = lease.spec.holder_identity or ""
     annotations = lease.metadata.annotations or {}
     # The same invocation resuming after a restart finds its own claim: it still wins.
@@ -126,13 +125,8 @@ async def record_idempotency_end(
     """Write the winner's end onto its claim (only if `holder_uid` holds it); True if done."""
     name = idempotency_claim_name(namespace, caller, key)
     for _ in range(5):
-        try:
-            lease = await kube.coordination.read_namespaced_lease(name, namespace)
-        except ApiException as exc:
-            if exc.status == 404:
-                return False
-            raise translate(exc) from exc
-        if lease.spec.holder_identity != holder_uid:
+        lease = await _held(kube, namespace, name, holder_uid)
+        if lease is None:
             return False
         annotations = dict(lease.metadata.annotations or {})
         annotations.update(
@@ -144,22 +138,20 @@ async def record_idempotency_end(
         )
         lease.metadata.annotations = annotations
         try:
-            await kube.coordination.replace_namespaced_lease(name, namespace, lease)
+            with api_errors():
+                await kube.coordination.replace_namespaced_lease(name, namespace, lease)
             return True
-        except ApiException as exc:
-            if not isinstance(translate(exc), Conflict):
-                raise translate(exc) from exc
+        except Conflict:
+            pass
     return False
 
 
 async def list_idempotency_claims(kube: Kube) -> list[ClaimRecord]:
     """Every idempotency claim of the cluster (our managed Leases named ta-idem-*)."""
-    try:
+    with api_errors():
         leases = await kube.coordination.list_lease_for_all_namespaces(
             label_selector=f"{LABEL_MANAGED_BY}={MANAGED_BY}"
         )
-    except ApiException as exc:
-        raise translate(exc) from exc
     found = []
     for lease in leases.items:
         meta = lease.metadata
@@ -186,14 +178,23 @@ async def list_idempotency_claims(kube: Kube) -> list[ClaimRecord]:
 async def delete_claim(kube: Kube, namespace: str, name: str, resource_version: str) -> bool:
     """Delete a claim only as it was read (a claim changed meanwhile stays); True if gone."""
     try:
-        await kube.coordination.delete_namespaced_lease(
-            name, namespace, body={"preconditions": {"resourceVersion": resource_version}}
-        )
-    except ApiException as exc:
-        if exc.status in (404, 409):
-            return False
-        raise translate(exc) from exc
+        with api_errors():
+            await kube.coordination.delete_namespaced_lease(
+                name, namespace, body={"preconditions": {"resourceVersion": resource_version}}
+            )
+    except (NotFound, Conflict, AlreadyExists):
+        return False
     return True
+
+
+async def _held(kube: Kube, namespace: str, name: str, holder_uid: str) -> Any | None:
+    """The claim `name` if `holder_uid` holds it; None when it is gone or another's."""
+    try:
+        with api_errors():
+            lease = await kube.coordination.read_namespaced_lease(name, namespace)
+    except NotFound:
+        return None
+    return lease if lease.spec.holder_identity == holder_uid else None
 
 
 @dataclass(frozen=True)
@@ -209,17 +210,15 @@ async def check_fencing_token(
     name = fencing_claim_name(namespace, caller, attempt_id)
     for _ in range(10):
         try:
-            lease = await kube.coordination.read_namespaced_lease(name, namespace)
-        except ApiException as exc:
-            if exc.status != 404:
-                raise translate(exc) from exc
+            with api_errors():
+                lease = await kube.coordination.read_namespaced_lease(name, namespace)
+        except NotFound:
             body = _lease(name, namespace, holder_uid, {ANNOTATION_HIGHEST: str(token)})
             try:
-                await kube.coordination.create_namespaced_lease(namespace, body)
+                with api_errors():
+                    await kube.coordination.create_namespaced_lease(namespace, body)
                 return FencingVerdict(accepted=True, highest=token)
-            except ApiException as exc2:
-                if not isinstance(translate(exc2), AlreadyExists):
-                    raise translate(exc2) from exc2
+            except AlreadyExists:
                 continue
         annotations = dict(lease.metadata.annotations or {})
         highest = int(annotations.get(ANNOTATION_HIGHEST, "-1"))
@@ -231,11 +230,11 @@ async def check_fencing_token(
         lease.metadata.annotations = annotations
         try:
             # Replace carries the resourceVersion: a concurrent raise makes this a conflict.
-            await kube.coordination.replace_namespaced_lease(name, namespace, lease)
+            with api_errors():
+                await kube.coordination.replace_namespaced_lease(name, namespace, lease)
             return FencingVerdict(accepted=True, highest=token)
-        except ApiException as exc:
-            if not isinstance(translate(exc), Conflict):
-                raise translate(exc) from exc
+        except Conflict:
+            pass
     raise RuntimeError(f"fencing lease {namespace}/{name} kept changing; try again")
 
 
@@ -247,22 +246,7 @@ async def release_idempotency_key(
     The delete is conditional on the version read, so a claim taken meanwhile by another
     invocation is never released by this one."""
     name = idempotency_claim_name(namespace, caller, key)
-    try:
-        lease = await kube.coordination.read_namespaced_lease(name, namespace)
-    except ApiException as exc:
-        if exc.status == 404:
-            return False
-        raise translate(exc) from exc
-    if lease.spec.holder_identity != holder_uid:
+    lease = await _held(kube, namespace, name, holder_uid)
+    if lease is None:
         return False
-    try:
-        await kube.coordination.delete_namespaced_lease(
-            name,
-            namespace,
-            body={"preconditions": {"resourceVersion": lease.metadata.resource_version}},
-        )
-    except ApiException as exc:
-        if exc.status in (404, 409):
-            return False
-        raise translate(exc) from exc
-    return True
+    return await delete_claim(kube, namespace, name, lease.metadata.resource_version)

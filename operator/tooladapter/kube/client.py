@@ -1,4 +1,4 @@
-"""One shared asynchronous API client and the typed errors callers branch on."""
+"""One shared asynchronous API client; the errors callers branch on are `kube.errors`."""
 
 from __future__ import annotations
 
@@ -13,66 +13,19 @@ from kubernetes_asyncio import client, config
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from tooladapter import GROUP, VERSION
-
-
-class NotFound(LookupError):
-    pass
-
-
-class AlreadyExists(RuntimeError):
-    pass
-
-
-class Conflict(RuntimeError):
-    pass
-
-
-class Refused(RuntimeError):
-    """The API server refused a write for good: a ResourceQuota, a LimitRange, an admission
-    webhook or policy, an invalid object. Retrying the same write cannot help."""
-
-
-#: Status codes of a refusal that a retry of the same request cannot change.
-REFUSAL_CODES = frozenset({400, 403, 422})
-
-
-def is_transient(exc: BaseException) -> bool:
-    """Whether retrying the request that raised `exc` may succeed: the API server was
-    unreachable, overloaded (429) or failing (5xx), or a write conflicted."""
-    if isinstance(exc, Conflict | OSError | TimeoutError):
-        return True
-    if isinstance(exc, ApiException):
-        return exc.status in (0, 408, 409, 429) or (exc.status or 0) >= 500
-    # aiohttp's connection errors, without importing aiohttp here.
-    return type(exc).__module__.startswith("aiohttp")
-
-
-def refusal(exc: ApiException) -> Refused:
-    """A `Refused` carrying the API server's own message (it names the quota or policy)."""
-    message = exc.reason or ""
-    try:
-        message = json.loads(exc.body or "{}").get("message") or message
-    except ValueError:
-        pass
-    return Refused(f"{exc.status}: {message}"[:1024])
-
-
-def translate(exc: ApiException) -> Exception:
-    """Map API status codes to the few errors the operator distinguishes."""
-    if exc.status == 404:
-        return NotFound(exc.reason)
-    if exc.status == 409:
-        reason = ""
-        try:
-            reason = json.loads(exc.body or "{}").get("reason", "")
-        except ValueError:
-            pass
-        return AlreadyExists(exc.reason) if reason == "AlreadyExists" else Conflict(exc.reason)
-    return exc
+from tooladapter.kube.errors import (
+    AlreadyExists,
+    Conflict,
+    NotFound,
+    Refused,
+    api_errors,
+    is_transient,
+)
 
 
 async def json_body(resp: Any) -> Any:
-    """The parsed JSON of a `_preload_content=False` answer; ApiException unless 2xx.
+    """The parsed JSON of a `_preload_content=False` answer; ApiException unless 2xx
+    (inside `api_errors`, the `KubeError` it stands for).
 
     For hot paths that need a few fields: skips building the client's model objects."""
     raw = await resp.read()
@@ -153,25 +106,21 @@ class Kube:
 
     # ------------------------------------------------------------------ namespaces
 
+    async def _namespace_metadata(self, name: str) -> dict[str, Any]:
+        with api_errors():
+            body = await json_body(await self.core.read_namespace(name, _preload_content=False))
+        meta: dict[str, Any] = body.get("metadata") or {}
+        return meta
+
     async def namespace_labels(self, name: str) -> dict[str, str]:
         """The namespace's labels (environment class, freeze); `NotFound` when absent."""
-        try:
-            resp = await self.core.read_namespace(name, _preload_content=False)
-            body = await json_body(resp)
-        except ApiException as exc:
-            raise translate(exc) from exc
-        labels = (body.get("metadata") or {}).get("labels") or {}
+        labels = (await self._namespace_metadata(name)).get("labels") or {}
         return {str(k): str(v) for k, v in labels.items()}
 
     async def namespace_incarnation(self, name: str) -> tuple[str, str, bool]:
         """The namespace's uid, `creationTimestamp` and whether its deletion has begun;
         `NotFound` when absent."""
-        try:
-            resp = await self.core.read_namespace(name, _preload_content=False)
-            body = await json_body(resp)
-        except ApiException as exc:
-            raise translate(exc) from exc
-        meta = body.get("metadata") or {}
+        meta = await self._namespace_metadata(name)
         return (
             str(meta.get("uid") or ""),
             str(meta.get("creationTimestamp") or ""),
@@ -181,30 +130,33 @@ class Kube:
     # ------------------------------------------------------------------ custom resources
 
     async def get_custom(self, plural: str, namespace: str, name: str) -> dict[str, Any]:
-        try:
+        with api_errors():
             obj: dict[str, Any] = await self.custom.get_namespaced_custom_object(
                 GROUP, VERSION, namespace, plural, name
             )
-        except ApiException as exc:
-            raise translate(exc) from exc
         return obj
+
+    async def _list_page(
+        self, plural: str, namespace: str | None, params: dict[str, Any]
+    ) -> dict[str, Any]:
+        with api_errors():
+            if namespace is None:
+                page: dict[str, Any] = await self.custom.list_cluster_custom_object(
+                    GROUP, VERSION, plural, **params
+                )
+            else:
+                page = await self.custom.list_namespaced_custom_object(
+                    GROUP, VERSION, namespace, plural, **params
+                )
+        return page
 
     async def list_custom(
         self, plural: str, namespace: str | None = None, *, field_selector: str | None = None
     ) -> list[dict[str, Any]]:
         extra = {"field_selector": field_selector} if field_selector else {}
-        try:
-            if namespace is None:
-                result = await self.custom.list_cluster_custom_object(
-                    GROUP, VERSION, plural, **extra
-                )
-            else:
-                result = await self.custom.list_namespaced_custom_object(
-                    GROUP, VERSION, namespace, plural, **extra
-                )
-        except ApiException as exc:
-            raise translate(exc) from exc
-        items: list[dict[str, Any]] = result.get("items", [])
+        items: list[dict[str, Any]] = (await self._list_page(plural, namespace, extra)).get(
+            "items", []
+        )
         return items
 
     async def iter_custom(
@@ -218,22 +170,19 @@ class Kube:
             params: dict[str, Any] = {"limit": page_size}
             if token:
                 params["_continue"] = token
-            try:
-                if namespace is None:
-                    result = await self.custom.list_cluster_custom_object(
-                        GROUP, VERSION, plural, **params
-                    )
-                else:
-                    result = await self.custom.list_namespaced_custom_object(
-                        GROUP, VERSION, namespace, plural, **params
-                    )
-            except ApiException as exc:
-                raise translate(exc) from exc
+            result = await self._list_page(plural, namespace, params)
             for item in result.get("items", []):
                 yield item
             token = (result.get("metadata") or {}).get("continue") or ""
             if not token:
                 return
+
+    async def _merge_patch(self, method: Any, *args: Any) -> dict[str, Any]:
+        with api_errors():
+            obj: dict[str, Any] = await method(
+                GROUP, VERSION, *args, _content_type="application/merge-patch+json"
+            )
+        return obj
 
     async def patch_status(
         self,
@@ -251,19 +200,9 @@ class Kube:
         body: dict[str, Any] = {"status": status}
         if resource_version is not None:
             body["metadata"] = {"resourceVersion": resource_version}
-        try:
-            obj: dict[str, Any] = await self.custom.patch_namespaced_custom_object_status(
-                GROUP,
-                VERSION,
-                namespace,
-                plural,
-                name,
-                body,
-                _content_type="application/merge-patch+json",
-            )
-        except ApiException as exc:
-            raise translate(exc) from exc
-        return obj
+        return await self._merge_patch(
+            self.custom.patch_namespaced_custom_object_status, namespace, plural, name, body
+        )
 
     async def patch_metadata(
         self,
@@ -279,19 +218,13 @@ class Kube:
         patch = dict(metadata)
         if resource_version is not None:
             patch["resourceVersion"] = resource_version
-        try:
-            obj: dict[str, Any] = await self.custom.patch_namespaced_custom_object(
-                GROUP,
-                VERSION,
-                namespace,
-                plural,
-                name,
-                {"metadata": patch},
-                _content_type="application/merge-patch+json",
-            )
-        except ApiException as exc:
-            raise translate(exc) from exc
-        return obj
+        return await self._merge_patch(
+            self.custom.patch_namespaced_custom_object,
+            namespace,
+            plural,
+            name,
+            {"metadata": patch},
+        )
 
     async def delete_custom(
         self,
@@ -307,11 +240,25 @@ class Kube:
         if preconditions:
             extra["body"] = {"preconditions": preconditions}
         try:
-            await self.custom.delete_namespaced_custom_object(
-                GROUP, VERSION, namespace, plural, name, **extra
-            )
-        except ApiException as exc:
-            if exc.status == 404 or (preconditions and exc.status == 409):
+            with api_errors():
+                await self.custom.delete_namespaced_custom_object(
+                    GROUP, VERSION, namespace, plural, name, **extra
+                )
+        except NotFound:
+            return False
+        except (Conflict, AlreadyExists):
+            if preconditions:
                 return False
-            raise translate(exc) from exc
+            raise
         return True
+
+
+__all__ = [
+    "AlreadyExists",
+    "Conflict",
+    "Kube",
+    "NotFound",
+    "Refused",
+    "is_transient",
+    "json_body",
+]

@@ -12,13 +12,12 @@ import base64
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from kubernetes_asyncio.client.exceptions import ApiException
-
 from tooladapter import GROUP
 from tooladapter.enums import Resource
 from tooladapter.kube import auth, capacity, claims
 from tooladapter.kube import sandbox as ksandbox
-from tooladapter.kube.client import Kube, NotFound, json_body, translate
+from tooladapter.kube.client import Kube, json_body
+from tooladapter.kube.errors import NotFound, api_errors
 from tooladapter.pipeline.retention import ClaimRecord
 
 Body = dict[str, Any]
@@ -214,103 +213,52 @@ class KubeCluster:
             resource_version=resource_version,
         )
 
-    async def claim_idempotency_key(
-        self,
-        *,
-        namespace: str,
-        caller: str,
-        key: str,
-        invocation_name: str,
-        invocation_uid: str,
-        request_hash: str | None = None,
-    ) -> claims.Claim:
-        return await claims.claim_idempotency_key(
-            self.kube,
-            namespace=namespace,
-            caller=caller,
-            key=key,
-            invocation_name=invocation_name,
-            invocation_uid=invocation_uid,
-            request_hash=request_hash,
-        )
+    # The claims, keyword for keyword as `Cluster` names them.
 
-    async def release_idempotency_key(
-        self, *, namespace: str, caller: str, key: str, holder_uid: str
-    ) -> bool:
-        return await claims.release_idempotency_key(
-            self.kube, namespace=namespace, caller=caller, key=key, holder_uid=holder_uid
-        )
+    async def claim_idempotency_key(self, **claim: Any) -> claims.Claim:
+        return await claims.claim_idempotency_key(self.kube, **claim)
 
-    async def check_fencing_token(
-        self, *, namespace: str, caller: str, attempt_id: str, token: int, holder_uid: str
-    ) -> claims.FencingVerdict:
-        return await claims.check_fencing_token(
-            self.kube,
-            namespace=namespace,
-            caller=caller,
-            attempt_id=attempt_id,
-            token=token,
-            holder_uid=holder_uid,
-        )
+    async def release_idempotency_key(self, **claim: Any) -> bool:
+        return await claims.release_idempotency_key(self.kube, **claim)
+
+    async def check_fencing_token(self, **claim: Any) -> claims.FencingVerdict:
+        return await claims.check_fencing_token(self.kube, **claim)
+
+    async def record_idempotency_end(self, **claim: Any) -> bool:
+        return await claims.record_idempotency_end(self.kube, **claim)
 
     async def can(
-        self,
-        *,
-        user: str,
-        namespace: str,
-        verb: str,
-        resource: str,
-        name: str | None = None,
-        group: str = GROUP,
-        fresh: bool = False,
-        groups: list[str] | None = None,
+        self, *, fresh: bool = False, groups: list[str] | None = None, **review: Any
     ) -> auth.AccessVerdict:
         return await auth.can(
             self.kube,
-            user=user,
-            namespace=namespace,
-            verb=verb,
-            resource=resource,
-            name=name,
-            group=group,
-            groups=auth.groups_of(user, groups) if groups else None,
+            groups=auth.groups_of(review["user"], groups) if groups else None,
             cache=None if fresh else self.access,
+            **review,
         )
 
     async def request_token(
-        self,
-        *,
-        namespace: str,
-        service_account: str,
-        audiences: list[str],
-        expiration_seconds: int,
-        bound_secret: str | None = None,
+        self, *, namespace: str, bound_secret: str | None = None, **request: Any
     ) -> tuple[str, str]:
         bound = None
         if bound_secret is not None:
-            try:
+            with api_errors():
                 secret = await json_body(
                     await self.kube.core.read_namespaced_secret(
                         bound_secret, namespace, _preload_content=False
                     )
                 )
-            except ApiException as exc:
-                raise translate(exc) from exc
             bound = (bound_secret, str(secret["metadata"]["uid"]))
         token, expiry = await auth.request_token(
-            self.kube,
-            namespace=namespace,
-            service_account=service_account,
-            audiences=audiences,
-            expiration_seconds=expiration_seconds,
-            bound_secret=bound,
+            self.kube, namespace=namespace, bound_secret=bound, **request
         )
         if bound_secret is not None:
-            await self.kube.core.patch_namespaced_secret(
-                bound_secret,
-                namespace,
-                {"data": {"token": base64.b64encode(token.encode()).decode()}},
-            )
+            with api_errors():
+                await self.kube.core.patch_namespaced_secret(
+                    bound_secret,
+                    namespace,
+                    {"data": {"token": base64.b64encode(token.encode()).decode()}},
+                )
         return token, expiry
 
     async def read_secret(self, namespace: str, name: str) -> dict[str, str]:
@@ -318,49 +266,27 @@ class KubeCluster:
 
     async def read_config_map(self, namespace: str, name: str) -> dict[str, str] | None:
         try:
-            # Only the data is needed: the JSON answer, not the client's model objects.
-            cm = await json_body(
-                await self.kube.core.read_namespaced_config_map(
-                    name, namespace, _preload_content=False
+            with api_errors():
+                # Only the data is needed: the JSON answer, not the client's model objects.
+                cm = await json_body(
+                    await self.kube.core.read_namespaced_config_map(
+                        name, namespace, _preload_content=False
+                    )
                 )
-            )
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise
+        except NotFound:
+            return None
         return dict(cm.get("data") or {})
 
     async def runtime_class_exists(self, name: str) -> bool:
         try:
-            # json_body raises for a non-2xx answer (a raw answer does not by itself).
-            await json_body(await self.kube.node.read_runtime_class(name, _preload_content=False))
-        except ApiException as exc:
-            if exc.status == 404:
-                return False
-            raise
+            with api_errors():
+                # json_body raises for a non-2xx answer (a raw answer does not by itself).
+                await json_body(
+                    await self.kube.node.read_runtime_class(name, _preload_content=False)
+                )
+        except NotFound:
+            return False
         return True
-
-    async def record_idempotency_end(
-        self,
-        *,
-        namespace: str,
-        caller: str,
-        key: str,
-        holder_uid: str,
-        receipt_ref: str,
-        ended_at: str,
-        state: str,
-    ) -> bool:
-        return await claims.record_idempotency_end(
-            self.kube,
-            namespace=namespace,
-            caller=caller,
-            key=key,
-            holder_uid=holder_uid,
-            receipt_ref=receipt_ref,
-            ended_at=ended_at,
-            state=state,
-        )
 
     async def delete_invocation(
         self, namespace: str, name: str, *, uid: str, resource_version: str

@@ -12,10 +12,10 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from kubernetes_asyncio import watch
-from kubernetes_asyncio.client.exceptions import ApiException
 
 from tooladapter.egress.core.lease import LABEL_EGRESS
-from tooladapter.kube.client import Kube, translate
+from tooladapter.kube.client import Kube
+from tooladapter.kube.errors import AlreadyExists, Conflict, NotFound, api_errors, unless_absent
 from tooladapter.naming import (
     ANNOTATION_INVOCATION_REF,
     LABEL_INVOCATION_UID,
@@ -70,12 +70,9 @@ async def follow_grants(
 
 
 async def read_grant(kube: Kube, namespace: str, name: str) -> dict[str, Any] | None:
-    try:
-        secret = await kube.core.read_namespaced_secret(name, namespace)
-    except ApiException as exc:
-        if exc.status == 404:
-            return None
-        raise translate(exc) from exc
+    secret = await unless_absent(kube.core.read_namespaced_secret(name, namespace))
+    if secret is None:
+        return None
     obj: dict[str, Any] = kube.api.sanitize_for_serialization(secret)
     if (obj.get("metadata", {}).get("labels") or {}).get(LABEL_EGRESS) != "true":
         return None
@@ -95,11 +92,11 @@ async def write_records(
     """Set `data[key]` of the lease's records ConfigMap, creating it on first use."""
     patch = {"data": {key: text}}
     try:
-        await kube.core.patch_namespaced_config_map(name, namespace, patch)
+        with api_errors():
+            await kube.core.patch_namespaced_config_map(name, namespace, patch)
         return
-    except ApiException as exc:
-        if exc.status != 404:
-            raise translate(exc) from exc
+    except NotFound:
+        pass
     body = {
         "apiVersion": "v1",
         "kind": "ConfigMap",
@@ -112,9 +109,9 @@ async def write_records(
         "data": {key: text},
     }
     try:
-        await kube.core.create_namespaced_config_map(namespace, body)
-    except ApiException as exc:
-        if exc.status != 409:
-            raise translate(exc) from exc
+        with api_errors():
+            await kube.core.create_namespaced_config_map(namespace, body)
+    except (AlreadyExists, Conflict):
         # Another replica made it a moment ago.
-        await kube.core.patch_namespaced_config_map(name, namespace, patch)
+        with api_errors():
+            await kube.core.patch_namespaced_config_map(name, namespace, patch)

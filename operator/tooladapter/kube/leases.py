@@ -23,15 +23,16 @@ import os
 import secrets
 import socket
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
 from kubernetes_asyncio import client
-from kubernetes_asyncio.client.exceptions import ApiException
 
-from tooladapter.kube.client import AlreadyExists, Conflict, Kube, NotFound, json_body, translate
+from tooladapter.kube.client import Kube, json_body
+from tooladapter.kube.errors import AlreadyExists, Conflict, Forbidden, NotFound, api_errors
 from tooladapter.naming import LABEL_MANAGED_BY, MANAGED_BY
 from tooladapter.timeutil import parse_time, to_iso
 
@@ -138,20 +139,26 @@ class LeaseApi(Protocol):
     async def delete(self, namespace: str, name: str, resource_version: str) -> None: ...
 
 
-def _unavailable(exc: ApiException, verb: str, namespace: str, name: str) -> Exception:
+@contextmanager
+def _lease_errors(verb: str, namespace: str, name: str) -> Iterator[None]:
+    """The block's API errors; those waiting cannot cure as `LeaseUnavailable`."""
     where = f"Lease {name} in namespace {namespace}"
-    if exc.status == 403:
-        return LeaseUnavailable(
+    try:
+        with api_errors():
+            yield
+    except Forbidden as err:
+        raise LeaseUnavailable(
             f"cannot {verb} {where}: forbidden; the operator needs get, create, update and "
             f"delete on leases.coordination.k8s.io in {namespace} (manifests/rbac/operator.yaml)"
-        )
-    if exc.status == 404 and verb == "create":
-        return LeaseUnavailable(
+        ) from err
+    except NotFound as err:
+        if verb != "create":
+            raise
+        raise LeaseUnavailable(
             f"cannot create {where}: namespace {namespace} not found; create it "
             f"(`make install` applies manifests/namespace.yaml) or point "
             f"TOOLADAPTER_LEASE_NAMESPACE at an existing namespace"
-        )
-    return translate(exc)
+        ) from err
 
 
 @dataclass
@@ -161,57 +168,62 @@ class KubeLeases:
     kube: Kube
     timeout: float
 
+    async def _call(
+        self, verb: str, namespace: str, name: str, method: Any, *args: Any, **params: Any
+    ) -> dict[str, Any]:
+        with _lease_errors(verb, namespace, name):
+            obj: dict[str, Any] = await json_body(
+                await method(*args, _preload_content=False, _request_timeout=self.timeout, **params)
+            )
+        return obj
+
     async def get(self, namespace: str, name: str) -> dict[str, Any] | None:
         try:
-            obj: dict[str, Any] = await json_body(
-                await self.kube.coordination.read_namespaced_lease(
-                    name, namespace, _preload_content=False, _request_timeout=self.timeout
-                )
+            return await self._call(
+                "read",
+                namespace,
+                name,
+                self.kube.coordination.read_namespaced_lease,
+                name,
+                namespace,
             )
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise _unavailable(exc, "read", namespace, name) from exc
-        return obj
+        except NotFound:
+            return None
 
     async def create(self, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
-        try:
-            obj: dict[str, Any] = await json_body(
-                await self.kube.coordination.create_namespaced_lease(
-                    namespace, body, _preload_content=False, _request_timeout=self.timeout
-                )
-            )
-        except ApiException as exc:
-            raise _unavailable(exc, "create", namespace, body["metadata"]["name"]) from exc
-        return obj
+        return await self._call(
+            "create",
+            namespace,
+            body["metadata"]["name"],
+            self.kube.coordination.create_namespaced_lease,
+            namespace,
+            body,
+        )
 
     async def replace(self, namespace: str, name: str, body: dict[str, Any]) -> dict[str, Any]:
-        try:
-            obj: dict[str, Any] = await json_body(
-                await self.kube.coordination.replace_namespaced_lease(
-                    name, namespace, body, _preload_content=False, _request_timeout=self.timeout
-                )
-            )
-        except ApiException as exc:
-            raise _unavailable(exc, "update", namespace, name) from exc
-        return obj
+        return await self._call(
+            "update",
+            namespace,
+            name,
+            self.kube.coordination.replace_namespaced_lease,
+            name,
+            namespace,
+            body,
+        )
 
     async def delete(self, namespace: str, name: str, resource_version: str) -> None:
         options = client.V1DeleteOptions(
             preconditions=client.V1Preconditions(resource_version=resource_version)
         )
-        try:
-            await json_body(
-                await self.kube.coordination.delete_namespaced_lease(
-                    name,
-                    namespace,
-                    body=options,
-                    _preload_content=False,
-                    _request_timeout=self.timeout,
-                )
-            )
-        except ApiException as exc:
-            raise _unavailable(exc, "delete", namespace, name) from exc
+        await self._call(
+            "delete",
+            namespace,
+            name,
+            self.kube.coordination.delete_namespaced_lease,
+            name,
+            namespace,
+            body=options,
+        )
 
 
 @dataclass

@@ -3,45 +3,23 @@ requests speak for: the layer under the command line's kubeconfig user (`user.Us
 and the gateway's caller-token client (`callers.AsCaller`).
 
 Answers are parsed straight from JSON (custom objects are plain dicts anyway), and every
-refusal becomes the client's own `ApiError` class, so neither client repeats the paging,
-watching or error mapping.
+refusal becomes the client's own error class (`errors.UserApiError`, `errors.CallerApiError`),
+so neither client repeats the paging, watching or error mapping.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncGenerator
-from typing import Any, ClassVar, Self
+from typing import Any
 
 from kubernetes_asyncio import client, watch
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from tooladapter import GROUP, VERSION
 from tooladapter.kube.client import json_body
+from tooladapter.kube.errors import UserApiError
 
 Objects = list[dict[str, Any]]
-
-
-class ApiError(RuntimeError):
-    """The API server answered with an error status (0: it could not be reached)."""
-
-    #: How much of the API server's explanation is kept.
-    MESSAGE_LIMIT: ClassVar[int] = 2048
-
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
-
-    @classmethod
-    def from_exception(cls, exc: ApiException) -> Self:
-        """The status, and the API server's own message (its Status body) over the reason."""
-        message = exc.reason or ""
-        try:
-            message = json.loads(exc.body or "{}").get("message") or message
-        except (ValueError, AttributeError):
-            pass
-        return cls(int(exc.status or 0), str(message)[: cls.MESSAGE_LIMIT])
 
 
 class CustomObjects:
@@ -51,7 +29,7 @@ class CustomObjects:
         self,
         api: client.ApiClient,
         *,
-        error: type[ApiError],
+        error: type[UserApiError],
         page_size: int,
         headers: dict[str, str] | None = None,
     ) -> None:
@@ -62,24 +40,27 @@ class CustomObjects:
         if headers:
             self._extra["_headers"] = headers
 
-    async def _call(self, method: Any, *args: Any, **params: Any) -> Any:
+    async def _call(self, method: Any, *args: Any, **params: Any) -> dict[str, Any]:
+        """`method` on GROUP/VERSION objects: `args` follow the group and version."""
         try:
-            return await json_body(await method(*args, **self._extra, **params))
+            answer: dict[str, Any] = await json_body(
+                await method(GROUP, VERSION, *args, **self._extra, **params)
+            )
         except ApiException as exc:
-            raise self.error.from_exception(exc) from exc
+            raise self.error.of(exc) from exc
         except TimeoutError as exc:  # the client's total timeout (`callers.bound_time`)
             raise self.error(0, "the API server did not answer in time") from exc
+        return answer
 
     def _collection(self, namespace: str | None) -> tuple[Any, tuple[str, ...]]:
+        """The list call of a kind in `namespace` (None: every namespace), and its
+        arguments after the group and version."""
         if namespace is None:
-            return self.custom.list_cluster_custom_object, (GROUP, VERSION)
-        return self.custom.list_namespaced_custom_object, (GROUP, VERSION, namespace)
+            return self.custom.list_cluster_custom_object, ()
+        return self.custom.list_namespaced_custom_object, (namespace,)
 
     async def get(self, plural: str, namespace: str, name: str) -> dict[str, Any]:
-        obj: dict[str, Any] = await self._call(
-            self.custom.get_namespaced_custom_object, GROUP, VERSION, namespace, plural, name
-        )
-        return obj
+        return await self._call(self.custom.get_namespaced_custom_object, namespace, plural, name)
 
     async def list(
         self,
@@ -110,31 +91,21 @@ class CustomObjects:
     async def create(
         self, plural: str, namespace: str, body: dict[str, Any], **params: Any
     ) -> dict[str, Any]:
-        obj: dict[str, Any] = await self._call(
-            self.custom.create_namespaced_custom_object,
-            GROUP,
-            VERSION,
-            namespace,
-            plural,
-            body,
-            **params,
+        return await self._call(
+            self.custom.create_namespaced_custom_object, namespace, plural, body, **params
         )
-        return obj
 
     async def merge_patch_status(
         self, plural: str, namespace: str, name: str, status: dict[str, Any]
     ) -> dict[str, Any]:
-        obj: dict[str, Any] = await self._call(
+        return await self._call(
             self.custom.patch_namespaced_custom_object_status,
-            GROUP,
-            VERSION,
             namespace,
             plural,
             name,
             {"status": status},
             _content_type="application/merge-patch+json",
         )
-        return obj
 
     async def collection_version(self, plural: str, namespace: str | None) -> str:
         """The current resourceVersion of a kind's collection in `namespace` (None: every
@@ -165,6 +136,8 @@ class CustomObjects:
         try:
             async for event in stream.stream(
                 list_call,
+                GROUP,
+                VERSION,
                 *where,
                 plural,
                 resource_version=resource_version,
@@ -180,7 +153,7 @@ class CustomObjects:
                 if isinstance(obj, dict):
                     yield kind, obj
         except ApiException as exc:
-            raise self.error.from_exception(exc) from exc
+            raise self.error.of(exc) from exc
         except TimeoutError as exc:
             raise self.error(0, "the watch did not end in time") from exc
         finally:

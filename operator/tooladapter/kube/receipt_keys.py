@@ -22,11 +22,11 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any, Final
 
-from kubernetes_asyncio.client.exceptions import ApiException
-
 from tooladapter.artifacts import ArtifactStore
 from tooladapter.artifacts.chain import ReceiptChains
-from tooladapter.kube.client import AlreadyExists, Conflict, Kube, NotFound, translate
+from tooladapter.kube.client import Kube
+from tooladapter.kube.errors import NotFound, api_errors
+from tooladapter.kube.made_once import publish_config_map, read_or_create
 from tooladapter.receipts.core.chain import Head
 from tooladapter.receipts.core.keyring import (
     DATA_KEY,
@@ -55,10 +55,8 @@ def _metadata(namespace: str, name: str) -> dict[str, Any]:
 
 async def read_keyring(kube: Kube, namespace: str, name: str) -> tuple[dict[str, Any], str]:
     """The keyring and the Secret's resourceVersion; `NotFound` when absent."""
-    try:
+    with api_errors():
         secret = await kube.core.read_namespaced_secret(name, namespace)
-    except ApiException as exc:
-        raise translate(exc) from exc
     raw = (secret.data or {}).get(DATA_KEY)
     if not raw:
         raise ValueError(f"Secret {namespace}/{name} has no key {DATA_KEY!r}")
@@ -67,11 +65,11 @@ async def read_keyring(kube: Kube, namespace: str, name: str) -> tuple[dict[str,
 
 async def ensure_keyring(kube: Kube, namespace: str, name: str) -> dict[str, Any]:
     """The keyring in Secret namespace/name, made with one fresh key when absent."""
-    for _ in range(2):
-        try:
-            return (await read_keyring(kube, namespace, name))[0]
-        except NotFound:
-            pass
+
+    async def read() -> dict[str, Any]:
+        return (await read_keyring(kube, namespace, name))[0]
+
+    async def create() -> dict[str, Any]:
         keyring = new_keyring(datetime.now(UTC))
         body = {
             "apiVersion": "v1",
@@ -80,17 +78,14 @@ async def ensure_keyring(kube: Kube, namespace: str, name: str) -> dict[str, Any
             "type": "Opaque",
             "stringData": {DATA_KEY: dump_keyring(keyring)},
         }
-        try:
+        with api_errors():
             await kube.core.create_namespaced_secret(namespace, body)
-        except ApiException as exc:
-            if isinstance(translate(exc), AlreadyExists):
-                continue  # another replica made it first: read theirs
-            raise translate(exc) from exc
         logger.info(
             "receipt signing key %s made in Secret %s/%s", keyring["active"], namespace, name
         )
         return keyring
-    raise RuntimeError(f"Secret {namespace}/{name}: made and gone again")
+
+    return await read_or_create(read, create, where=f"Secret {namespace}/{name}")
 
 
 async def replace_keyring(
@@ -104,17 +99,13 @@ async def replace_keyring(
         "type": "Opaque",
         "stringData": {DATA_KEY: dump_keyring(keyring)},
     }
-    try:
+    with api_errors():
         await kube.core.replace_namespaced_secret(name, namespace, body)
-    except ApiException as exc:
-        raise translate(exc) from exc
 
 
 async def _read_config_map(kube: Kube, namespace: str, name: str) -> Any:
-    try:
+    with api_errors():
         return await kube.core.read_namespaced_config_map(name, namespace)
-    except ApiException as exc:
-        raise translate(exc) from exc
 
 
 async def read_public(kube: Kube, namespace: str, name: str) -> KeySet:
@@ -126,42 +117,13 @@ async def read_public(kube: Kube, namespace: str, name: str) -> KeySet:
 async def publish_public(kube: Kube, namespace: str, name: str, keys: KeySet) -> bool:
     """The ConfigMap namespace/name holding `keys` (written only when it differs)."""
     text = dump_public(keys)
-    for _ in range(3):
-        try:
-            found = await _read_config_map(kube, namespace, name)
-        except NotFound:
-            body = {
-                "apiVersion": "v1",
-                "kind": "ConfigMap",
-                "metadata": _metadata(namespace, name),
-                "data": {PUBLIC_DATA_KEY: text},
-            }
-            try:
-                await kube.core.create_namespaced_config_map(namespace, body)
-                return True
-            except ApiException as exc:
-                if isinstance(translate(exc), AlreadyExists):
-                    continue
-                raise translate(exc) from exc
-        if (found.data or {}).get(PUBLIC_DATA_KEY) == text:
-            return False
-        body = {
-            "apiVersion": "v1",
-            "kind": "ConfigMap",
-            "metadata": {
-                **_metadata(namespace, name),
-                "resourceVersion": found.metadata.resource_version,
-            },
-            "data": {PUBLIC_DATA_KEY: text},
-        }
-        try:
-            await kube.core.replace_namespaced_config_map(name, namespace, body)
-            return True
-        except ApiException as exc:
-            if isinstance(translate(exc), Conflict):
-                continue
-            raise translate(exc) from exc
-    raise Conflict(f"ConfigMap {namespace}/{name} kept changing")
+
+    def changed(data: dict[str, str]) -> dict[str, str] | None:
+        return None if data.get(PUBLIC_DATA_KEY) == text else {PUBLIC_DATA_KEY: text}
+
+    return await publish_config_map(
+        kube, namespace, name, _metadata(namespace, name), changed, tries=3
+    )
 
 
 def head_key(namespace: str, uid: str) -> str:
@@ -207,43 +169,14 @@ async def publish_heads(
     kube: Kube, namespace: str, name: str, heads: Mapping[tuple[str, str], Head]
 ) -> None:
     """Move the published heads forward to `heads` (a read and at most one write)."""
-    for _ in range(5):
-        try:
-            found = await _read_config_map(kube, namespace, name)
-        except NotFound:
-            body = {
-                "apiVersion": "v1",
-                "kind": "ConfigMap",
-                "metadata": _metadata(namespace, name),
-                "data": merged({}, heads) or {},
-            }
-            try:
-                await kube.core.create_namespaced_config_map(namespace, body)
-                return
-            except ApiException as exc:
-                if isinstance(translate(exc), AlreadyExists):
-                    continue
-                raise translate(exc) from exc
-        data = merged(found.data, heads)
-        if data is None:
-            return
-        body = {
-            "apiVersion": "v1",
-            "kind": "ConfigMap",
-            "metadata": {
-                **_metadata(namespace, name),
-                "resourceVersion": found.metadata.resource_version,
-            },
-            "data": data,
-        }
-        try:
-            await kube.core.replace_namespaced_config_map(name, namespace, body)
-            return
-        except ApiException as exc:
-            if isinstance(translate(exc), Conflict):
-                continue  # another writer published meanwhile: merge again
-            raise translate(exc) from exc
-    raise Conflict(f"ConfigMap {namespace}/{name} kept changing")
+    await publish_config_map(
+        kube,
+        namespace,
+        name,
+        _metadata(namespace, name),
+        lambda data: merged(data, heads),
+        tries=5,
+    )
 
 
 def _split(namespaced: str) -> tuple[str, str]:

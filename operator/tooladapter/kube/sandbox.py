@@ -8,13 +8,21 @@ from __future__ import annotations
 
 import asyncio
 import base64
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
 from kubernetes_asyncio import watch
-from kubernetes_asyncio.client.exceptions import ApiException
 
-from tooladapter.kube.client import REFUSAL_CODES, AlreadyExists, Kube, NotFound, refusal, translate
+from tooladapter.kube.client import Kube
+from tooladapter.kube.errors import (
+    AlreadyExists,
+    Invalid,
+    KubeError,
+    NotFound,
+    api_errors,
+    unless_absent,
+)
 from tooladapter.naming import LABEL_INVOCATION_UID, LABEL_MANAGED_BY, MANAGED_BY
 from tooladapter.sandbox.podspec import CONTAINER_NAME
 from tooladapter.timeutil import parse_time
@@ -22,57 +30,54 @@ from tooladapter.timeutil import parse_time
 MANAGED_SELECTOR = f"{LABEL_MANAGED_BY}={MANAGED_BY}"
 
 
+#: kind -> (API group of `Kube`, the kind in its method names), for what tooladapter makes.
+_KINDS: dict[str, tuple[str, str]] = {
+    "Job": ("batch", "job"),
+    "NetworkPolicy": ("networking", "network_policy"),
+    "Secret": ("core", "secret"),
+    # Only the egress proxy's records (in its namespace) are tooladapter's ConfigMaps.
+    "ConfigMap": ("core", "config_map"),
+}
+#: The kinds made here (the proxy makes its ConfigMaps itself: `kube.egress`).
+_CREATED = frozenset({"Job", "NetworkPolicy", "Secret"})
+
+
+def _api(kube: Kube, kind: str, supported: Collection[str]) -> tuple[Any, str]:
+    if kind not in supported:
+        raise ValueError(f"unsupported kind {kind}")
+    group, noun = _KINDS[kind]
+    return getattr(kube, group), noun
+
+
 async def create_idempotent(kube: Kube, obj: dict[str, Any]) -> bool:
     """Create `obj`; False when it already existed (made by an earlier run)."""
-    kind = obj["kind"]
-    ns = obj["metadata"]["namespace"]
+    api, noun = _api(kube, obj["kind"], _CREATED)
     try:
-        if kind == "Job":
-            await kube.batch.create_namespaced_job(ns, obj)
-        elif kind == "NetworkPolicy":
-            await kube.networking.create_namespaced_network_policy(ns, obj)
-        elif kind == "Secret":
-            await kube.core.create_namespaced_secret(ns, obj)
-        else:
-            raise ValueError(f"unsupported kind {kind}")
-    except ApiException as exc:
-        err = translate(exc)
-        if isinstance(err, AlreadyExists):
-            return False
-        if exc.status in REFUSAL_CODES:
-            raise refusal(exc) from exc
-        raise err from exc
+        with api_errors(creating=True):
+            await getattr(api, f"create_namespaced_{noun}")(obj["metadata"]["namespace"], obj)
+    except AlreadyExists:
+        return False
     return True
 
 
 async def delete_quietly(kube: Kube, kind: str, namespace: str, name: str) -> bool:
     """Delete; True when something was deleted. Pods of Jobs go with them (foreground)."""
+    api, noun = _api(kube, kind, _KINDS)
+    options: dict[str, Any] = {}
+    if kind == "Job":
+        options = {"propagation_policy": "Background", "grace_period_seconds": 0}
     try:
-        if kind == "Job":
-            await kube.batch.delete_namespaced_job(
-                name, namespace, propagation_policy="Background", grace_period_seconds=0
-            )
-        elif kind == "NetworkPolicy":
-            await kube.networking.delete_namespaced_network_policy(name, namespace)
-        elif kind == "Secret":
-            await kube.core.delete_namespaced_secret(name, namespace)
-        elif kind == "ConfigMap":
-            await kube.core.delete_namespaced_config_map(name, namespace)
-        else:
-            raise ValueError(f"unsupported kind {kind}")
-    except ApiException as exc:
-        if exc.status == 404:
-            return False
-        raise translate(exc) from exc
+        with api_errors():
+            await getattr(api, f"delete_namespaced_{noun}")(name, namespace, **options)
+    except NotFound:
+        return False
     return True
 
 
 async def read_secret_keys(kube: Kube, namespace: str, name: str) -> dict[str, str]:
     """The base64 data of a Secret; raises NotFound."""
-    try:
+    with api_errors():
         secret = await kube.core.read_namespaced_secret(name, namespace)
-    except ApiException as exc:
-        raise translate(exc) from exc
     return dict(secret.data or {})
 
 
@@ -81,12 +86,9 @@ def decode_b64(value: str) -> str:
 
 
 async def get_job(kube: Kube, namespace: str, name: str) -> dict[str, Any] | None:
-    try:
-        job = await kube.batch.read_namespaced_job(name, namespace)
-    except ApiException as exc:
-        if exc.status == 404:
-            return None
-        raise translate(exc) from exc
+    job = await unless_absent(kube.batch.read_namespaced_job(name, namespace))
+    if job is None:
+        return None
     result: dict[str, Any] = kube.api.sanitize_for_serialization(job)
     return result
 
@@ -134,19 +136,20 @@ async def wait_for_job(
         w = watch.Watch()
         try:
             async with asyncio.timeout(min(remaining, 60)):
-                async for event in w.stream(
-                    kube.batch.list_namespaced_job,
-                    namespace,
-                    field_selector=f"metadata.name={name}",
-                    resource_version=rv,
-                    timeout_seconds=int(min(remaining, 60)) + 1,
-                ):
-                    obj = kube.api.sanitize_for_serialization(event["object"])
-                    if event["type"] == "DELETED":
-                        return None
-                    if job_finished(obj):
-                        return dict(obj)
-        except (TimeoutError, ApiException):
+                with api_errors():
+                    async for event in w.stream(
+                        kube.batch.list_namespaced_job,
+                        namespace,
+                        field_selector=f"metadata.name={name}",
+                        resource_version=rv,
+                        timeout_seconds=int(min(remaining, 60)) + 1,
+                    ):
+                        obj = kube.api.sanitize_for_serialization(event["object"])
+                        if event["type"] == "DELETED":
+                            return None
+                        if job_finished(obj):
+                            return dict(obj)
+        except (TimeoutError, KubeError):
             pass  # re-read and re-watch: watches expire and resourceVersions go stale
         finally:
             w.stop()
@@ -178,9 +181,10 @@ class PodOutcome:
 
 
 async def job_pod(kube: Kube, namespace: str, uid: str) -> dict[str, Any] | None:
-    pods = await kube.core.list_namespaced_pod(
-        namespace, label_selector=f"{LABEL_INVOCATION_UID}={uid}"
-    )
+    with api_errors():
+        pods = await kube.core.list_namespaced_pod(
+            namespace, label_selector=f"{LABEL_INVOCATION_UID}={uid}"
+        )
     items = [kube.api.sanitize_for_serialization(p) for p in pods.items]
     if not items:
         return None
@@ -229,18 +233,18 @@ async def pod_outcome(kube: Kube, namespace: str, uid: str, *, max_bytes: int) -
     )
     log = b""
     try:
-        # One byte over the bound tells the sanitizer the output was cut.
-        text = await kube.core.read_namespaced_pod_log(
-            name,
-            namespace,
-            container=CONTAINER_NAME,
-            limit_bytes=max_bytes + 1,
-            _preload_content=False,
-        )
-        log = await text.read()
-    except ApiException as exc:
-        if exc.status not in (400, 404):
-            raise translate(exc) from exc
+        with api_errors():
+            # One byte over the bound tells the sanitizer the output was cut.
+            text = await kube.core.read_namespaced_pod_log(
+                name,
+                namespace,
+                container=CONTAINER_NAME,
+                limit_bytes=max_bytes + 1,
+                _preload_content=False,
+            )
+            log = await text.read()
+    except (Invalid, NotFound):
+        pass  # 400: the container never started; 404: the pod is gone
     return PodOutcome(
         name=name,
         started=pod_started(pod),
@@ -255,28 +259,19 @@ async def pod_outcome(kube: Kube, namespace: str, uid: str, *, max_bytes: int) -
 
 async def list_managed(kube: Kube, kind: str, namespace: str | None = None) -> list[dict[str, Any]]:
     """Every Job, Secret, NetworkPolicy or ConfigMap tooladapter made (label-selected,
-    cluster-wide unless `namespace` is given). Only the egress proxy's records (in its
-    namespace) are tooladapter's ConfigMaps."""
-    listers = {
-        "Job": (kube.batch.list_job_for_all_namespaces, kube.batch.list_namespaced_job),
-        "Secret": (kube.core.list_secret_for_all_namespaces, kube.core.list_namespaced_secret),
-        "NetworkPolicy": (
-            kube.networking.list_network_policy_for_all_namespaces,
-            kube.networking.list_namespaced_network_policy,
-        ),
-        "ConfigMap": (
-            kube.core.list_config_map_for_all_namespaces,
-            kube.core.list_namespaced_config_map,
-        ),
-    }
-    if kind not in listers:
+    cluster-wide unless `namespace` is given)."""
+    if kind not in _KINDS:
         raise ValueError(kind)
-    everywhere, namespaced = listers[kind]
-    res = await (
-        everywhere(label_selector=MANAGED_SELECTOR)
-        if namespace is None
-        else namespaced(namespace, label_selector=MANAGED_SELECTOR)
-    )
+    api, noun = _api(kube, kind, _KINDS)
+    with api_errors():
+        if namespace is None:
+            res = await getattr(api, f"list_{noun}_for_all_namespaces")(
+                label_selector=MANAGED_SELECTOR
+            )
+        else:
+            res = await getattr(api, f"list_namespaced_{noun}")(
+                namespace, label_selector=MANAGED_SELECTOR
+            )
     return [dict(kube.api.sanitize_for_serialization(i)) for i in res.items]
 
 

@@ -3,19 +3,16 @@
 
 from __future__ import annotations
 
-from kubernetes_asyncio.client.exceptions import ApiException
-
-from tooladapter.kube.client import Kube, translate
+from tooladapter.kube.client import Kube
+from tooladapter.kube.errors import api_errors
 
 
 async def cluster_ip(kube: Kube, namespace: str, name: str) -> str | None:
     """The Service's ClusterIP; None when it has none (headless, or ExternalName).
 
     Raises NotFound when the Service does not exist."""
-    try:
+    with api_errors():
         service = await kube.core.read_namespaced_service(name, namespace)
-    except ApiException as exc:
-        raise translate(exc) from exc
     address = service.spec.cluster_ip if service.spec else None
     if not address or address == "None":
         return None

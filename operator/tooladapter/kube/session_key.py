@@ -16,9 +16,9 @@ import base64
 import secrets
 from typing import Final
 
-from kubernetes_asyncio.client.exceptions import ApiException
-
-from tooladapter.kube.client import AlreadyExists, Kube, NotFound, translate
+from tooladapter.kube.client import Kube
+from tooladapter.kube.errors import api_errors
+from tooladapter.kube.made_once import read_or_create
 
 KEY: Final = "session-key"
 #: Hex of 32 random bytes: 64 characters, more than the 32 the page needs.
@@ -35,13 +35,13 @@ def _decoded(data: dict[str, str] | None, where: str) -> bytes:
 async def ensure_session_key(kube: Kube, namespace: str, name: str) -> bytes:
     """The key in Secret namespace/name (key `session-key`), created when absent."""
     where = f"{namespace}/{name}"
-    for _ in range(2):
-        try:
+
+    async def read() -> bytes:
+        with api_errors():
             secret = await kube.core.read_namespaced_secret(name, namespace)
-            return _decoded(secret.data, where)
-        except ApiException as exc:
-            if not isinstance(translate(exc), NotFound):
-                raise translate(exc) from exc
+        return _decoded(secret.data, where)
+
+    async def create() -> bytes:
         key = secrets.token_hex(_RANDOM_BYTES)
         body = {
             "apiVersion": "v1",
@@ -57,11 +57,8 @@ async def ensure_session_key(kube: Kube, namespace: str, name: str) -> bytes:
             "type": "Opaque",
             "stringData": {KEY: key},
         }
-        try:
+        with api_errors():
             await kube.core.create_namespaced_secret(namespace, body)
-        except ApiException as exc:
-            if isinstance(translate(exc), AlreadyExists):
-                continue  # another replica made it first: read theirs
-            raise translate(exc) from exc
         return key.encode()
-    raise RuntimeError(f"Secret {where}: made and gone again")
+
+    return await read_or_create(read, create, where=f"Secret {where}")

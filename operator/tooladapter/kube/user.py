@@ -3,7 +3,7 @@
 The operator's client (`client.Kube.connect`) speaks as the operator; this one loads the
 user's kubeconfig (context and all, as kubectl does), so every create, approval and
 confirmation is the user's own act and the admission policies see the real caller.
-Errors come back as `ApiError` with the HTTP status, which the command line turns into its
+Errors come back as `UserApiError` with the HTTP status, which the command line turns into its
 documented exit codes without importing the client.
 """
 
@@ -20,12 +20,12 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from tooladapter import GROUP
 from tooladapter.kube.client import Kube
-from tooladapter.kube.objects import ApiError as ApiError
+from tooladapter.kube.errors import UserApiError
 from tooladapter.kube.objects import CustomObjects
 
 
-class Gone(LookupError):
-    """The followed object was deleted."""
+class FollowedObjectDeleted(LookupError):
+    """The object `UserApi.follow` followed was deleted."""
 
 
 @dataclass(frozen=True)
@@ -60,10 +60,10 @@ class UserApi:
         try:
             review = await self.kube.authentication.create_self_subject_review(body)
         except ApiException as exc:
-            raise ApiError.from_exception(exc) from exc
+            raise UserApiError.of(exc) from exc
         info = review.status.user_info if review.status else None
         if info is None or not info.username:
-            raise ApiError(401, "the API server did not say who you are")
+            raise UserApiError(401, "the API server did not say who you are")
         return Identity(username=info.username, groups=tuple(info.groups or ()))
 
     async def can_i(
@@ -86,7 +86,7 @@ class UserApi:
         try:
             review = await self.kube.authorization.create_self_subject_access_review(body)
         except ApiException as exc:
-            raise ApiError.from_exception(exc) from exc
+            raise UserApiError.of(exc) from exc
         return bool(review.status and review.status.allowed and not review.status.denied)
 
     # ------------------------------------------------------------------ objects
@@ -94,7 +94,7 @@ class UserApi:
     objects: CustomObjects = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
-        self.objects = CustomObjects(self.kube.api, error=ApiError, page_size=500)
+        self.objects = CustomObjects(self.kube.api, error=UserApiError, page_size=500)
 
     async def get(self, plural: str, name: str) -> dict[str, Any]:
         return await self.objects.get(plural, self.namespace, name)
@@ -110,7 +110,7 @@ class UserApi:
         selector where the CRD declares the field selectable, else filtered here."""
         try:
             return await self.list_all(plural, field_selector=f"{path}={value}")
-        except ApiError as err:
+        except UserApiError as err:
             if err.status != 400:  # 400: "field label not supported"
                 raise
         return [obj for obj in await self.list_all(plural) if _dig(obj, path) == value]
@@ -128,7 +128,7 @@ class UserApi:
         self, plural: str, name: str, *, slice_seconds: int = 50
     ) -> AsyncIterator[dict[str, Any]]:
         """The object now, then every new version of it from a watch, for as long as the
-        caller iterates (bound it with a timeout). Raises `Gone` when it is deleted.
+        caller iterates (bound it with a timeout). `FollowedObjectDeleted` when it is deleted.
 
         Watches expire and resourceVersions go stale: on either, read again and re-watch,
         so no version that matters is missed."""
@@ -144,10 +144,10 @@ class UserApi:
                     field_selector=f"metadata.name={name}",
                 ):
                     if kind == "DELETED":
-                        raise Gone(name)
+                        raise FollowedObjectDeleted(name)
                     if kind in ("ADDED", "MODIFIED"):
                         yield new
-            except ApiError as err:
+            except UserApiError as err:
                 if err.status not in (410, 500, 503, 504):
                     raise
 
@@ -205,10 +205,10 @@ async def connect(
                 config_file=path, context=context, client_configuration=cfg, persist_config=False
             )
         except config.ConfigException as exc:
-            raise ApiError(0, f"kubeconfig {path}: {exc}") from exc
+            raise UserApiError(0, f"kubeconfig {path}: {exc}") from exc
         except (TypeError, AttributeError, ValueError) as exc:
             # An empty or malformed file reaches the loader's internals (e.g. /dev/null).
-            raise ApiError(0, f"kubeconfig {path}: empty or not a kubeconfig") from exc
+            raise UserApiError(0, f"kubeconfig {path}: empty or not a kubeconfig") from exc
         context_ns = _context_namespace(loader)
     api = client.ApiClient(configuration=cfg)
     kube = Kube(api=api)

@@ -16,10 +16,17 @@ from typing import Any
 
 import aiohttp
 from kubernetes_asyncio import client, watch
-from kubernetes_asyncio.client.exceptions import ApiException
 from kubernetes_asyncio.stream import WsApiClient
 
-from tooladapter.kube.client import REFUSAL_CODES, AlreadyExists, Conflict, Kube, refusal, translate
+from tooladapter.kube.client import Kube
+from tooladapter.kube.errors import (
+    AlreadyExists,
+    Conflict,
+    KubeError,
+    NotFound,
+    api_errors,
+    unless_absent,
+)
 from tooladapter.sandbox.warm import exit_code_of, pod_ended, pod_ready
 
 STDIN, STDOUT, STDERR, ERROR = 0, 1, 2, 3
@@ -61,14 +68,12 @@ class WarmKube:
         meta = policy["metadata"]
         api = self.kube.networking
         try:
-            await api.create_namespaced_network_policy(meta["namespace"], policy)
+            with api_errors(creating=True):
+                await api.create_namespaced_network_policy(meta["namespace"], policy)
             return
-        except ApiException as exc:
-            if exc.status != 409:
-                if exc.status in REFUSAL_CODES:
-                    raise refusal(exc) from exc
-                raise translate(exc) from exc
-        try:
+        except (AlreadyExists, Conflict):
+            pass
+        with api_errors():
             found = self._plain(
                 await api.read_namespaced_network_policy(meta["name"], meta["namespace"])
             )
@@ -76,37 +81,22 @@ class WarmKube:
                 await api.patch_namespaced_network_policy(
                     meta["name"], meta["namespace"], {"spec": policy["spec"]}
                 )
-        except ApiException as exc:
-            raise translate(exc) from exc
 
     async def create_pod(self, pod: dict[str, Any]) -> dict[str, Any]:
-        try:
+        with api_errors(creating=True):
             made = await self.kube.core.create_namespaced_pod(pod["metadata"]["namespace"], pod)
-        except ApiException as exc:
-            err = translate(exc)
-            if isinstance(err, AlreadyExists):
-                raise err from exc
-            if exc.status in REFUSAL_CODES:
-                raise refusal(exc) from exc
-            raise err from exc
         return self._plain(made)
 
     async def get_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
-        try:
-            return self._plain(await self.kube.core.read_namespaced_pod(name, namespace))
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise translate(exc) from exc
+        found = await unless_absent(self.kube.core.read_namespaced_pod(name, namespace))
+        return None if found is None else self._plain(found)
 
     async def list_pods(self, namespace: str | None, selector: str) -> list[dict[str, Any]]:
-        try:
+        with api_errors():
             if namespace is None:
                 res = await self.kube.core.list_pod_for_all_namespaces(label_selector=selector)
             else:
                 res = await self.kube.core.list_namespaced_pod(namespace, label_selector=selector)
-        except ApiException as exc:
-            raise translate(exc) from exc
         return [self._plain(p) for p in res.items]
 
     async def patch_pod(
@@ -117,19 +107,16 @@ class WarmKube:
         body = {"metadata": dict(patch.get("metadata") or {})}
         if exclusive:
             body["metadata"]["resourceVersion"] = meta["resourceVersion"]
-        try:
+        with api_errors():
             done = await self.kube.core.patch_namespaced_pod(meta["name"], meta["namespace"], body)
-        except ApiException as exc:
-            raise translate(exc) from exc
         return self._plain(done)
 
     async def delete_pod(self, namespace: str, name: str) -> bool:
         try:
-            await self.kube.core.delete_namespaced_pod(name, namespace, grace_period_seconds=0)
-        except ApiException as exc:
-            if exc.status == 404:
-                return False
-            raise translate(exc) from exc
+            with api_errors():
+                await self.kube.core.delete_namespaced_pod(name, namespace, grace_period_seconds=0)
+        except NotFound:
+            return False
         return True
 
     async def wait_ready(self, namespace: str, name: str, *, timeout: float) -> dict[str, Any]:
@@ -150,17 +137,18 @@ class WarmKube:
             w = watch.Watch()
             try:
                 async with asyncio.timeout(min(remaining, 30)):
-                    async for event in w.stream(
-                        self.kube.core.list_namespaced_pod,
-                        namespace,
-                        field_selector=f"metadata.name={name}",
-                        resource_version=pod["metadata"]["resourceVersion"],
-                        timeout_seconds=int(min(remaining, 30)) + 1,
-                    ):
-                        obj = self._plain(event["object"])
-                        if event["type"] == "DELETED" or pod_ended(obj) or pod_ready(obj):
-                            break
-            except (TimeoutError, ApiException):
+                    with api_errors():
+                        async for event in w.stream(
+                            self.kube.core.list_namespaced_pod,
+                            namespace,
+                            field_selector=f"metadata.name={name}",
+                            resource_version=pod["metadata"]["resourceVersion"],
+                            timeout_seconds=int(min(remaining, 30)) + 1,
+                        ):
+                            obj = self._plain(event["object"])
+                            if event["type"] == "DELETED" or pod_ended(obj) or pod_ready(obj):
+                                break
+            except (TimeoutError, KubeError):
                 pass
             finally:
                 w.stop()
@@ -179,7 +167,7 @@ class WarmKube:
         rest drained) until the process ends. Raises on a lost connection (the caller
         cannot know whether the command ran)."""
         api = client.CoreV1Api(api_client=self._ws_client())
-        try:
+        with api_errors():
             connect = await api.connect_get_namespaced_pod_exec(
                 name,
                 namespace,
@@ -191,8 +179,6 @@ class WarmKube:
                 tty=False,
                 _preload_content=False,
             )
-        except ApiException as exc:
-            raise translate(exc) from exc
         stdout = bytearray()
         stderr = bytearray()
         status: dict[str, Any] = {}

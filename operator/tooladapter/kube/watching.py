@@ -23,10 +23,10 @@ from typing import Any
 
 import aiohttp
 from kubernetes_asyncio import client
-from kubernetes_asyncio.client.exceptions import ApiException
 
 from tooladapter import GROUP, VERSION
 from tooladapter.kube.client import Kube, json_body
+from tooladapter.kube.errors import Conflict, KubeError, VersionExpired, api_errors
 
 logger = logging.getLogger("tooladapter.watch")
 
@@ -43,10 +43,6 @@ WATCH_SECONDS = 300
 MAX_LINE_BYTES = 16 * 2**20
 #: Seconds between attempts after a transient fault.
 RETRY_SECONDS = 1.0
-
-
-class Gone(Exception):
-    """The watch's resourceVersion is too old (410): list again."""
 
 
 class Watcher:
@@ -90,7 +86,7 @@ class Watcher:
                 await self.watch(self.version)
             except asyncio.CancelledError:
                 raise
-            except Gone:
+            except VersionExpired:
                 logger.info("watch of %s: version expired; listing again", self.plural)
                 self.version = None
             except Exception as exc:
@@ -114,14 +110,13 @@ class Watcher:
             if token:
                 params["_continue"] = token
             try:
-                page = await json_body(await method(*where, _preload_content=False, **params))
-            except ApiException as exc:
-                if exc.status == 410:
-                    # The continue token expired between pages: start the listing over.
-                    uids.clear()
-                    token = ""
-                    continue
-                raise
+                with api_errors():
+                    page = await json_body(await method(*where, _preload_content=False, **params))
+            except VersionExpired:
+                # The continue token expired between pages: start the listing over.
+                uids.clear()
+                token = ""
+                continue
             meta = page.get("metadata") or {}
             version = str(meta.get("resourceVersion") or version)
             for obj in page.get("items") or []:
@@ -149,10 +144,9 @@ class Watcher:
             ),
         )
         try:
-            if resp.status == 410:
-                raise Gone
             if resp.status != 200:
-                await json_body(resp)  # raises ApiException with the API server's answer
+                with api_errors():
+                    await json_body(resp)  # raises the API server's answer (410: expired)
             buffer = bytearray()
             async for chunk in resp.content.iter_any():
                 # Only the new bytes can end a line: a large event is scanned once.
@@ -175,8 +169,8 @@ class Watcher:
         kind = event.get("type")
         obj = event.get("object") or {}
         if kind == "ERROR":
-            if obj.get("code") == 410:
-                raise Gone
+            if obj.get("code") == VersionExpired.STATUS:
+                raise VersionExpired(str(obj.get("message") or "the watch's version is too old"))
             raise RuntimeError(f"watch error: {obj.get('message') or obj}")
         meta = obj.get("metadata") or {}
         version = str(meta.get("resourceVersion") or version)
@@ -197,8 +191,9 @@ class Watcher:
 
 
 def _transient(exc: BaseException) -> bool:
-    if isinstance(exc, ApiException):
-        return exc.status in (0, 408, 429) or (exc.status or 0) >= 500
+    if isinstance(exc, KubeError):
+        # A conflict cannot happen to a read; were it to, the watch starts over.
+        return exc.transient and not isinstance(exc, Conflict)
     return isinstance(exc, OSError | TimeoutError | aiohttp.ClientError | ValueError)
 
 

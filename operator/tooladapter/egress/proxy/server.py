@@ -79,7 +79,9 @@ async def system_resolve(host: str, port: int) -> list[str]:
     return [str(info[4][0]) for info in infos]
 
 
-class Refusal(Exception):
+class EgressRefused(Exception):
+    """The proxy refuses a connection: `verdict` is recorded, `status` answered (0: none)."""
+
     def __init__(self, verdict: Verdict, status: int = 403) -> None:
         super().__init__(verdict.reason)
         self.verdict = verdict
@@ -257,9 +259,9 @@ class EgressProxy:
             hello = await self._client_hello(reader)
             verdict = judge_hello(hello[0], host)
             if not verdict.allowed:
-                raise Refusal(verdict)
+                raise EgressRefused(verdict)
             upstream_reader, upstream_writer = await self._dial(addresses, port, None, host)
-        except Refusal as refusal:
+        except EgressRefused as refusal:
             self._record(lease, host, port, "CONNECT", refusal.verdict)
             if not writer.is_closing() and refusal.status != 0:
                 await _answer(writer, refusal.status)
@@ -276,19 +278,19 @@ class EgressProxy:
             try:
                 parsed = parse_client_hello(buffered)
             except NotClientHello as exc:
-                raise Refusal(
+                raise EgressRefused(
                     Verdict(EgressVerdict.SNI_MISMATCH, f"not a TLS ClientHello: {exc}"), 0
                 ) from None
             if parsed is not None:
                 return parsed, buffered
             if len(buffered) > MAX_CLIENT_HELLO + 5 * 8:
-                raise Refusal(Verdict(EgressVerdict.SNI_MISMATCH, "ClientHello too large"), 0)
+                raise EgressRefused(Verdict(EgressVerdict.SNI_MISMATCH, "ClientHello too large"), 0)
             try:
                 chunk = await asyncio.wait_for(reader.read(CHUNK), deadline - loop.time())
             except TimeoutError:
                 chunk = b""
             if not chunk:
-                raise Refusal(
+                raise EgressRefused(
                     Verdict(EgressVerdict.SNI_MISMATCH, "no ClientHello after CONNECT"), 0
                 )
             buffered += chunk
@@ -322,7 +324,7 @@ class EgressProxy:
             addresses = await self._admit(lease, target.host, port, default_port)
             tls = self.upstream_tls if credential is not None else None
             upstream_reader, upstream_writer = await self._dial(addresses, port, tls, target.host)
-        except Refusal as refusal:
+        except EgressRefused as refusal:
             self._record(lease, target.host, port, head.method, refusal.verdict)
             await _answer(writer, refusal.status)
             return
@@ -380,7 +382,7 @@ class EgressProxy:
     async def _admit(self, lease: Lease, host: str, port: int, default_port: int) -> list[str]:
         verdict = judge_target(lease.allow, host, port, default_port=default_port)
         if not verdict.allowed:
-            raise Refusal(verdict)
+            raise EgressRefused(verdict)
         literal = ip_literal(host)
         mapped = self.addresses.overrides.get(host)
         if literal is not None:
@@ -393,7 +395,9 @@ class EgressProxy:
             lease.allow, host, candidates, mapped=mapped is not None and literal is None
         )
         if not verdict.allowed:
-            raise Refusal(verdict, 502 if verdict.verdict == EgressVerdict.UPSTREAM_FAILED else 403)
+            raise EgressRefused(
+                verdict, 502 if verdict.verdict == EgressVerdict.UPSTREAM_FAILED else 403
+            )
         return permitted
 
     async def _dial(
@@ -413,7 +417,7 @@ class EgressProxy:
                 )
             except (OSError, TimeoutError, ssl.SSLError) as exc:
                 errors.append(f"{address}: {type(exc).__name__}: {exc}"[:200])
-        raise Refusal(
+        raise EgressRefused(
             Verdict(EgressVerdict.UPSTREAM_FAILED, "; ".join(errors) or "no address"), 502
         )
 

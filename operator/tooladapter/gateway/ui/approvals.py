@@ -20,8 +20,8 @@ from tooladapter.gateway.ui.data import allowed_in, invocations, namespaces_of
 from tooladapter.gateway.ui.earlier import earlier_for
 from tooladapter.gateway.ui.web import (
     PREFIX,
+    ActionRefused,
     Person,
-    Refused,
     checked_form,
     page,
     redirect,
@@ -102,17 +102,19 @@ async def decide(request: web.Request, person: Person) -> web.StreamResponse:
     try:
         decision = ApprovalDecision(form.get("decision", ""))
     except ValueError:
-        raise Refused("The decision must be Approved or Rejected.", 422) from None
+        raise ActionRefused("The decision must be Approved or Rejected.", 422) from None
     seconds = {str(s): s for s, _ in EXPIRIES}.get(form.get("expires", ""))
     if seconds is None:
-        raise Refused("Pick one of the offered expiries.", 422)
+        raise ActionRefused("Pick one of the offered expiries.", 422)
     comment = form.get("comment", "").strip()[:MAX_COMMENT]
     api = person.caller.api
     invocation = await api.get(Resource.INVOCATIONS, namespace, name)
     # The page showed this exact request: a call replaced meanwhile is not decided blindly.
     shown = form.get("requestHash", "")
     if shown != ((invocation.get("status") or {}).get("requestHash") or ""):
-        raise Refused(f"{name} changed since the page showed it; reload and review it again.", 409)
+        raise ActionRefused(
+            f"{name} changed since the page showed it; reload and review it again.", 409
+        )
     try:
         body = approval_body(
             invocation,

@@ -21,7 +21,7 @@ from aiohttp import web
 from tooladapter.gateway.context import deps_of
 from tooladapter.gateway.incarnations import incarnations
 from tooladapter.gateway.ui.data import invocations, is_namespace, with_receipts
-from tooladapter.gateway.ui.web import PREFIX, Person, Refused, page, render_view
+from tooladapter.gateway.ui.web import PREFIX, ActionRefused, Person, page, render_view
 from tooladapter.receipts.core.chain import Head
 from tooladapter.receipts.service.keys import receipt_keys
 from tooladapter.review.page import run_calls, run_ids
@@ -37,11 +37,11 @@ async def runs(request: web.Request, person: Person) -> web.StreamResponse:
     verify_ref = request.query.get("verify", "")
     caller = request.query.get("caller", "")
     if len(caller) > MAX_CALLER:
-        raise Refused(f"A caller has at most {MAX_CALLER} characters.", 422)
+        raise ActionRefused(f"A caller has at most {MAX_CALLER} characters.", 422)
     if namespace and not is_namespace(namespace):
-        raise Refused(f"{namespace[:64]!r} is not a namespace name.", 422)
+        raise ActionRefused(f"{namespace[:64]!r} is not a namespace name.", 422)
     if len(run_id) > MAX_RUN_ID:
-        raise Refused(f"A run id has at most {MAX_RUN_ID} characters.", 422)
+        raise ActionRefused(f"A run id has at most {MAX_RUN_ID} characters.", 422)
     listing = await invocations(person)
     by_namespace: dict[str, list[dict[str, Any]]] = {}
     for obj in listing.items:

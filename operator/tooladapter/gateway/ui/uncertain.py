@@ -16,8 +16,8 @@ from tooladapter.gateway import params
 from tooladapter.gateway.ui.data import allowed_in, invocations, namespaces_of, with_receipts
 from tooladapter.gateway.ui.web import (
     PREFIX,
+    ActionRefused,
     Person,
-    Refused,
     checked_form,
     page,
     redirect,
@@ -59,11 +59,11 @@ async def confirm(request: web.Request, person: Person) -> web.StreamResponse:
     form = await checked_form(request, person)
     happened = {"yes": True, "no": False}.get(form.get("happened", ""))
     if happened is None:
-        raise Refused("Say whether the effect happened.", 422)
+        raise ActionRefused("Say whether the effect happened.", 422)
     api = person.caller.api
     invocation = await api.get(Resource.INVOCATIONS, namespace, name)
     if (invocation.get("status") or {}).get("effectConfirmation"):
-        raise Refused(f"The effect of {name} was already confirmed.", 409)
+        raise ActionRefused(f"The effect of {name} was already confirmed.", 409)
     try:
         patch = confirmation_patch(
             invocation,

@@ -173,7 +173,7 @@ def same_origin(request: web.Request) -> bool:
     return urlsplit(origin).netloc == request.host
 
 
-class Refused(Exception):
+class ActionRefused(Exception):
     """An action refused before the API server was asked, shown as a page with `status`
     (403 by default: a failed CSRF check, a decision that cannot bind)."""
 
@@ -189,7 +189,7 @@ async def checked_form(request: web.Request, person: Person) -> dict[str, str]:
     if not same_origin(request) or not request.app[SEALER].csrf_ok(
         person.session, str(form.get("csrf") or "")
     ):
-        raise Refused(
+        raise ActionRefused(
             "This form was not sent from the reviewers' page (the CSRF check failed). "
             "Reload the page and try again."
         )
@@ -204,9 +204,9 @@ _REFUSAL_STATUS: Final = {
 }
 
 
-def undecidable(exc: Undecidable) -> Refused:
+def undecidable(exc: Undecidable) -> ActionRefused:
     """A decision the pure rules refuse (not waiting, own call, no evidence, ...)."""
-    return Refused(exc.message, _REFUSAL_STATUS.get(exc.refusal, 409))
+    return ActionRefused(exc.message, _REFUSAL_STATUS.get(exc.refusal, 409))
 
 
 Page = Callable[[web.Request, Person], Awaitable[web.StreamResponse]]
@@ -288,7 +288,7 @@ async def _answer(request: web.Request, person: Person, handler: Page) -> web.St
     """`handler`'s page, or its failure as an HTML page."""
     try:
         return await handler(request, person)
-    except Refused as exc:
+    except ActionRefused as exc:
         return render(
             request,
             "error.html",

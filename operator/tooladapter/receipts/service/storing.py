@@ -31,7 +31,7 @@ STORE_RETRY_DELAYS = (1, 2, 5, 10, 30)
 _STORE_IO = ThreadPoolExecutor(max_workers=4, thread_name_prefix="tooladapter-store")
 
 
-class _Refused(Exception):
+class _WriteFailed(Exception):
     """One write of a `store_all` trip failed: which kind, and why."""
 
     def __init__(self, kind: ArtifactKind, error: Exception) -> None:
@@ -54,7 +54,7 @@ async def store_all(
             try:
                 write()
             except Exception as exc:
-                raise _Refused(kind, exc) from exc
+                raise _WriteFailed(kind, exc) from exc
 
     if writes:
         await until_stored(run, ArtifactKind.RECEIPT, of=of, on_failure=on_failure)
@@ -76,7 +76,9 @@ async def until_stored(
         except asyncio.CancelledError:
             raise
         except Exception as error:
-            exc, kind = (error.error, error.kind) if isinstance(error, _Refused) else (error, kind)
+            exc, kind = (
+                (error.error, error.kind) if isinstance(error, _WriteFailed) else (error, kind)
+            )
             ARTIFACT_STORE_ERRORS.labels(str(kind)).inc()
             delay = STORE_RETRY_DELAYS[min(attempt, len(STORE_RETRY_DELAYS) - 1)]
             attempt += 1
