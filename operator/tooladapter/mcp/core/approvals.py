@@ -184,14 +184,18 @@ def _state(obj: Mapping[str, Any]) -> InvocationState | None:
         return None
 
 
-def _ended(obj: Mapping[str, Any]) -> datetime | None:
-    raw = (obj.get("status") or {}).get("endedAt")
+def _moment(raw: Any) -> datetime | None:
+    """A timestamp the object holds, if it is a readable one."""
     if not isinstance(raw, str):
         return None
     try:
         return datetime.fromisoformat(raw.replace("Z", "+00:00"))
     except ValueError:
         return None
+
+
+def _ended(obj: Mapping[str, Any]) -> datetime | None:
+    return _moment((obj.get("status") or {}).get("endedAt"))
 
 
 def past_approval(obj: Mapping[str, Any]) -> bool:
@@ -265,13 +269,7 @@ def approvals_to_read(items: Sequence[Mapping[str, Any]], username: str) -> list
 
 def expiry_of(approval: Mapping[str, Any]) -> datetime | None:
     """A ToolApproval's `spec.expiresAt`, if it has a readable one."""
-    raw = (approval.get("spec") or {}).get("expiresAt")
-    if not isinstance(raw, str):
-        return None
-    try:
-        return datetime.fromisoformat(raw.replace("Z", "+00:00"))
-    except ValueError:
-        return None
+    return _moment((approval.get("spec") or {}).get("expiresAt"))
 
 
 def newest_attachable(
