@@ -279,6 +279,27 @@ class CallOptions:
     fencing_token: int | None = None
 
 
+@dataclass(frozen=True)
+class ToolCall:
+    """One call as asked, from tools/call or the REST dry run: where, which tool, with what."""
+
+    namespace: str
+    tool_id: str
+    arguments: Mapping[str, Any]
+    options: CallOptions
+
+    def body(self, *, version: str, username: str, groups: Iterable[str]) -> dict[str, Any]:
+        """The ToolInvocation this call becomes (`invocation_body`)."""
+        return invocation_body(
+            tool_id=self.tool_id,
+            version=version,
+            arguments=self.arguments,
+            username=username,
+            groups=groups,
+            options=self.options,
+        )
+
+
 class BadCallOptions(ValueError):
     """A `_meta` value of tooladapter's that the invocation cannot take."""
 
