@@ -33,7 +33,6 @@ from tooladapter.gateway.views.tools import (
     call_result,
     pending_result,
     progress_of,
-    state_of,
 )
 from tooladapter.kube.callers import CallerApiError
 from tooladapter.mcp.core.approvals import (
@@ -46,6 +45,7 @@ from tooladapter.mcp.core.approvals import (
     request_label,
 )
 from tooladapter.pipeline.hashing import request_hash
+from tooladapter.review.readout import state_of
 
 logger = logging.getLogger("tooladapter.gateway")
 

@@ -43,6 +43,7 @@ from tooladapter.pipeline.hashing import descriptor_digest
 from tooladapter.pipeline.linear_regex import compile_internal
 from tooladapter.pipeline.validation.arguments import validate_arguments
 from tooladapter.review import readout
+from tooladapter.review.readout import state_of
 from tooladapter.review.shown import shown
 from tooladapter.review.texts import waiting_reasons
 
@@ -411,14 +412,6 @@ def invocation_body(
         "metadata": {"generateName": f"{tool_id[:40].rstrip('.-_')}-"},
         "spec": spec,
     }
-
-
-def state_of(obj: Mapping[str, Any]) -> InvocationState | None:
-    raw = (obj.get("status") or {}).get("state")
-    try:
-        return InvocationState(raw) if raw else None
-    except ValueError:
-        return None
 
 
 def progress_of(obj: Mapping[str, Any]) -> tuple[float, str] | None:
