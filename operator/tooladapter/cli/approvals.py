@@ -34,11 +34,7 @@ from tooladapter.review.texts import pending_approvals
 async def _approvals(settings: Settings) -> ExitCode:
     async with settings.connect() as api:
         pending = pending_approvals(await api.list_all(Resource.INVOCATIONS))
-    if settings.structured:
-        settings.emit(pending)
-        return ExitCode.OK
-    if not pending:
-        click.echo(f"No calls wait for an approval in namespace {api.namespace}.", err=True)
+    if settings.listed(pending, f"No calls wait for an approval in namespace {api.namespace}."):
         return ExitCode.OK
     for index, view in enumerate(pending):
         if index:

@@ -54,6 +54,17 @@ class Settings:
         """A JSON or YAML document on stdout (only with -o json|yaml)."""
         click.echo(document(data, self.output))
 
+    def listed(self, rows: Sequence[Any], none: str) -> bool:
+        """Whether a listing is printed already: as a document (-o json|yaml), or as `none`
+        on stderr when there is nothing to list; else the caller prints its table."""
+        if self.structured:
+            self.emit(rows)
+            return True
+        if not rows:
+            progress(none)
+            return True
+        return False
+
 
 def _store(field: str, convert: Callable[[str], Any] = str) -> Callable[..., None]:
     def callback(ctx: click.Context, _param: click.Parameter, value: str | None) -> None:
