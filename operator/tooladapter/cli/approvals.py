@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -11,7 +12,14 @@ import click
 
 from tooladapter.cli.bodies import approval_body
 from tooladapter.cli.complete import invocations_in
-from tooladapter.cli.context import Settings, common_options, run_async, stacked, wait_options
+from tooladapter.cli.context import (
+    Settings,
+    common_options,
+    gathered,
+    run_async,
+    stacked,
+    wait_options,
+)
 from tooladapter.cli.exitcodes import ExitCode
 from tooladapter.cli.parsing import parse_expiry
 from tooladapter.cli.render import fields
@@ -26,11 +34,7 @@ from tooladapter.review.texts import pending_approvals
 async def _approvals(settings: Settings) -> ExitCode:
     async with settings.connect() as api:
         pending = pending_approvals(await api.list_all(Resource.INVOCATIONS))
-    if settings.structured:
-        settings.emit(pending)
-        return ExitCode.OK
-    if not pending:
-        click.echo(f"No calls wait for an approval in namespace {api.namespace}.", err=True)
+    if settings.listed(pending, f"No calls wait for an approval in namespace {api.namespace}."):
         return ExitCode.OK
     for index, view in enumerate(pending):
         if index:
@@ -124,16 +128,21 @@ async def _bound_or_refused(
     return "pending", ""
 
 
+@dataclass(frozen=True)
+class Asked:
+    """What `approve` and `reject` both take (`decision_options`): the waiting call, the
+    reviewer's comment, and how long to wait for the operator."""
+
+    name: str
+    comment: str
+    wait: bool
+    timeout: float
+
+
 async def _decide(
-    settings: Settings,
-    *,
-    name: str,
-    decision: ApprovalDecision,
-    comment: str,
-    expires: str | None,
-    wait: bool,
-    timeout: float,
+    settings: Settings, asked: Asked, decision: ApprovalDecision, *, expires: str | None
 ) -> ExitCode:
+    name, comment, wait, timeout = asked.name, asked.comment, asked.wait, asked.timeout
     expires_at = parse_expiry(expires, now=datetime.now(UTC)) if expires else None
     async with settings.connect() as api:
         me = await api.whoami()
@@ -179,6 +188,7 @@ async def _decide(
 
 
 def decision_options(func: Any) -> Any:
+    """`Asked`'s options, handed to `func` as `asked`."""
     options = [
         click.argument(
             "name",
@@ -192,7 +202,7 @@ def decision_options(func: Any) -> Any:
             timeout_help="Seconds to wait for the operator (exit 7 after).",
         ),
     ]
-    return stacked(func, options)
+    return stacked(gathered(Asked, "asked")(func), options)
 
 
 @click.command("approve")
@@ -205,43 +215,21 @@ def decision_options(func: Any) -> Any:
     help="Unused after this long (15m, 2h, 1d) or this RFC 3339 time.",
 )
 @click.pass_obj
-def approve(
-    settings: Settings, name: str, comment: str, expires: str, wait: bool, timeout: float
-) -> ExitCode:
+def approve(settings: Settings, asked: Asked, expires: str) -> ExitCode:
     """Approve the waiting call NAME, bound to its exact request hash, tool version,
     descriptor digest and uid, as yourself (you may not approve your own calls).
 
     Exit 0 once bound; 3 when the operator refuses it (its reason is printed: e.g. you
     are not in the policy's reviewer groups); 7 when no answer within --timeout."""
-    return run_async(
-        _decide(
-            settings,
-            name=name,
-            decision=ApprovalDecision.APPROVED,
-            comment=comment,
-            expires=expires,
-            wait=wait,
-            timeout=timeout,
-        )
-    )
+    return run_async(_decide(settings, asked, ApprovalDecision.APPROVED, expires=expires))
 
 
 @click.command("reject")
 @common_options
 @decision_options
 @click.pass_obj
-def reject(settings: Settings, name: str, comment: str, wait: bool, timeout: float) -> ExitCode:
+def reject(settings: Settings, asked: Asked) -> ExitCode:
     """Reject the waiting call NAME: it ends Denied (policy-denied) and never runs.
 
     Exit 0 once the call is Denied; 3 when the operator does not accept the rejection."""
-    return run_async(
-        _decide(
-            settings,
-            name=name,
-            decision=ApprovalDecision.REJECTED,
-            comment=comment,
-            expires=None,
-            wait=wait,
-            timeout=timeout,
-        )
-    )
+    return run_async(_decide(settings, asked, ApprovalDecision.REJECTED, expires=None))

@@ -1,14 +1,10 @@
 """The objects the command line writes, as the admission policies and the flow expect them.
 
-- A ToolInvocation's `spec.caller.name` must be the creating user and each of
-  `spec.caller.groups` one of the creator's groups (manifests/admission/invocation-caller).
-- A ToolApproval's `spec.reviewer` must be the creating user, each `reviewerGroups` entry
-  one of its groups (manifests/admission/approval-reviewer); it binds only with the
-  invocation's name, uid, `status.requestHash`, `status.descriptorDigest` and tool version
-  (pipeline/approval.bind_approval), and never for the call's own caller.
-- An effect confirmation is a status patch of `effectConfirmation` alone, with
-  `confirmedBy` the patching user, on an Uncertain call (manifests/admission/
-  invocation-status; handlers/confirmations records it on a new receipt).
+A ToolInvocation's `spec.caller.name` must be the creating user and each of
+`spec.caller.groups` one of the creator's groups (manifests/admission/invocation-caller).
+The ToolApproval and the effect confirmation are built by `review.texts`, which the
+reviewers' page shares (what admission requires of them is said there); here their
+refusals become the command line's exit codes.
 """
 
 from __future__ import annotations

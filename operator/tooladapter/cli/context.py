@@ -8,19 +8,26 @@ command and after it (`tooladapter -n team-a approvals` and `kubectl tooladapter
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import functools
 import sys
 from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, cast
 
 import click
 
 from tooladapter.cli.render import Output, document
 from tooladapter.kube.user import UserApi, connect
 
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
 F = TypeVar("F", bound=Callable[..., Any])
 T = TypeVar("T")
+P = ParamSpec("P")
+D = TypeVar("D", bound="DataclassInstance")
 
 
 @dataclass
@@ -46,6 +53,17 @@ class Settings:
     def emit(self, data: Any) -> None:
         """A JSON or YAML document on stdout (only with -o json|yaml)."""
         click.echo(document(data, self.output))
+
+    def listed(self, rows: Sequence[Any], none: str) -> bool:
+        """Whether a listing is printed already: as a document (-o json|yaml), or as `none`
+        on stderr when there is nothing to list; else the caller prints its table."""
+        if self.structured:
+            self.emit(rows)
+            return True
+        if not rows:
+            progress(none)
+            return True
+        return False
 
 
 def _store(field: str, convert: Callable[[str], Any] = str) -> Callable[..., None]:
@@ -99,6 +117,22 @@ def stacked(func: F, options: Sequence[Callable[[F], F]]) -> F:
     return func
 
 
+def gathered(kind: type[D], keyword: str) -> Callable[[F], F]:
+    """`func` given the parameters named by `kind`'s fields as one `kind`, as `keyword`:
+    for options that several commands take and hand on together."""
+    names = [item.name for item in dataclasses.fields(kind)]
+
+    def decorate(func: F) -> F:
+        @functools.wraps(func)
+        def command(*args: Any, **kwargs: Any) -> Any:
+            value = kind(**{name: kwargs.pop(name) for name in names})
+            return func(*args, **kwargs, **{keyword: value})
+
+        return cast(F, command)
+
+    return decorate
+
+
 def wait_options(*, wait_help: str, timeout: int, timeout_help: str) -> list[Any]:
     """--wait/--no-wait and --timeout: how long a command waits for the operator."""
     return [
@@ -115,6 +149,16 @@ def wait_options(*, wait_help: str, timeout: int, timeout_help: str) -> list[Any
 
 def run_async(coro: Coroutine[Any, Any, T]) -> T:
     return asyncio.run(coro)
+
+
+def awaited(func: Callable[P, Coroutine[Any, Any, T]]) -> Callable[P, T]:
+    """An async command body as click calls it: run to its end (`run_async`)."""
+
+    @functools.wraps(func)
+    def command(*args: P.args, **kwargs: P.kwargs) -> T:
+        return run_async(func(*args, **kwargs))
+
+    return command
 
 
 def progress(text: str) -> None:

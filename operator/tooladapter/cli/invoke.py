@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import click
@@ -14,6 +15,7 @@ from tooladapter.cli.complete import tool_ids
 from tooladapter.cli.context import (
     Settings,
     common_options,
+    gathered,
     run_async,
     stacked,
     stderr_is_tty,
@@ -30,8 +32,23 @@ from tooladapter.review import readout
 from tooladapter.review.shown import visible
 
 
+@dataclass(frozen=True)
+class Call:
+    """The input both commands take (`call_options`): the tool, its arguments, the call's
+    identity, and how long to follow it."""
+
+    tool_id: str
+    pairs: tuple[str, ...]
+    args_json: str | None
+    tool_version: str | None
+    run_id: str | None
+    name: str | None
+    wait: bool
+    timeout: float
+
+
 def call_options(func: Callable[..., Any]) -> Callable[..., Any]:
-    """The input both commands take: the tool, its arguments, the call's identity."""
+    """`Call`'s options, handed to `func` as `call`."""
     options = [
         click.argument("tool_id", metavar="TOOL", shell_complete=tool_ids),
         click.option(
@@ -55,7 +72,7 @@ def call_options(func: Callable[..., Any]) -> Callable[..., Any]:
             timeout_help="Seconds to follow before giving up (exit 7; the call goes on).",
         ),
     ]
-    return stacked(func, options)
+    return stacked(gathered(Call, "call")(func), options)
 
 
 async def _resolve_version(api: UserApi, tool_id: str, version: str | None) -> str:
@@ -73,22 +90,16 @@ async def _resolve_version(api: UserApi, tool_id: str, version: str | None) -> s
 
 async def _call(
     settings: Settings,
+    call: Call,
     *,
-    tool_id: str,
-    pairs: tuple[str, ...],
-    args_json: str | None,
-    tool_version: str | None,
-    run_id: str | None,
-    name: str | None,
-    wait: bool,
-    timeout: float,
     idempotency_key: str | None = None,
     dry_run: bool = False,
 ) -> ExitCode:
-    arguments = parse_arguments(pairs, args_json)
+    tool_id, timeout = call.tool_id, call.timeout
+    arguments = parse_arguments(call.pairs, call.args_json)
     async with settings.connect() as api:
         me = await api.whoami()
-        version = await _resolve_version(api, tool_id, tool_version)
+        version = await _resolve_version(api, tool_id, call.tool_version)
         body = invocation_body(
             tool_id=tool_id,
             version=version,
@@ -96,8 +107,8 @@ async def _call(
             username=me.username,
             groups=claimable_groups(me.groups),
             generate_name=name_prefix(tool_id),
-            name=name,
-            run_id=run_id,
+            name=call.name,
+            run_id=call.run_id,
             idempotency_key=idempotency_key,
             dry_run=dry_run,
         )
@@ -117,7 +128,7 @@ async def _call(
             f"({tool_id} {version} as {me.username})",
             err=True,
         )
-        if not wait:
+        if not call.wait:
             return _report(settings, created, finished=False, dry_run=dry_run)
         display = StageDisplay(
             write=lambda text: click.echo(text, err=True, nl=False),
@@ -194,71 +205,24 @@ def _report(
     "--idempotency-key", help="spec.idempotencyKey: the same key (per caller) executes once."
 )
 @click.pass_obj
-def invoke(
-    settings: Settings,
-    tool_id: str,
-    pairs: tuple[str, ...],
-    args_json: str | None,
-    tool_version: str | None,
-    run_id: str | None,
-    name: str | None,
-    wait: bool,
-    timeout: float,
-    idempotency_key: str | None,
-) -> ExitCode:
+def invoke(settings: Settings, call: Call, idempotency_key: str | None) -> ExitCode:
     """Call TOOL as yourself: create the ToolInvocation, follow its stages, print the result.
 
     With -o json the outcome (state, result, receiptRef, ...) is printed as JSON; the stage
     lines always go to stderr. Exit code: the call's end (0 Observed, 11 Observed with a
     tool error, 3 Denied, 4 Failed, 5 Uncertain, 6 Cancelled, 7 still running after
     --timeout); a duplicate exits as its first call did."""
-    return run_async(
-        _call(
-            settings,
-            tool_id=tool_id,
-            pairs=pairs,
-            args_json=args_json,
-            tool_version=tool_version,
-            run_id=run_id,
-            name=name,
-            wait=wait,
-            timeout=timeout,
-            idempotency_key=idempotency_key,
-        )
-    )
+    return run_async(_call(settings, call, idempotency_key=idempotency_key))
 
 
 @click.command("dry-run")
 @common_options
 @call_options
 @click.pass_obj
-def dry_run(
-    settings: Settings,
-    tool_id: str,
-    pairs: tuple[str, ...],
-    args_json: str | None,
-    tool_version: str | None,
-    run_id: str | None,
-    name: str | None,
-    wait: bool,
-    timeout: float,
-) -> ExitCode:
+def dry_run(settings: Settings, call: Call) -> ExitCode:
     """What calling TOOL would do, without doing it: validation, policy, class,
     permission, whether an approval is needed and from whom, sandbox and egress.
 
     Creates the ToolInvocation with spec.dryRun: true and prints its status.preview once it
     is Previewed. Exit code 0, or 3 when the preview says the call would be denied."""
-    return run_async(
-        _call(
-            settings,
-            tool_id=tool_id,
-            pairs=pairs,
-            args_json=args_json,
-            tool_version=tool_version,
-            run_id=run_id,
-            name=name,
-            wait=wait,
-            timeout=timeout,
-            dry_run=True,
-        )
-    )
+    return run_async(_call(settings, call, dry_run=True))

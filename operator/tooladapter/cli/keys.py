@@ -9,7 +9,9 @@ would write them too). Needs get and update on the Secret, which only administra
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, datetime
+from typing import Any
 
 import click
 
@@ -29,6 +31,17 @@ def _split(value: str, option: str) -> tuple[str, str]:
     if not namespace or not name or "/" in name:
         raise CliError(f"{option} must be namespace/name, not {value!r}", ExitCode.USAGE)
     return namespace, name
+
+
+def _config_map_option(text: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """--config-map: the public keys' ConfigMap, which both commands name."""
+    return click.option(
+        "--config-map",
+        default=KEYS_CONFIG_MAP,
+        show_default=True,
+        metavar="NAMESPACE/NAME",
+        help=text,
+    )
 
 
 @click.group("keys")
@@ -71,13 +84,7 @@ async def _rotate(settings: Settings, secret: str, config_map: str) -> ExitCode:
     metavar="NAMESPACE/NAME",
     help="The signing Secret (the operator's TOOLADAPTER_RECEIPT_SIGNING_SECRET).",
 )
-@click.option(
-    "--config-map",
-    default=KEYS_CONFIG_MAP,
-    show_default=True,
-    metavar="NAMESPACE/NAME",
-    help="The public keys' ConfigMap (TOOLADAPTER_RECEIPT_KEYS_CONFIGMAP).",
-)
+@_config_map_option("The public keys' ConfigMap (TOOLADAPTER_RECEIPT_KEYS_CONFIGMAP).")
 @click.pass_obj
 def rotate(settings: Settings, secret: str, config_map: str) -> ExitCode:
     """Add a receipt signing key and sign with it from now on; earlier keys stay
@@ -102,13 +109,7 @@ async def _list(settings: Settings, config_map: str) -> ExitCode:
 
 @keys.command("list")
 @common_options
-@click.option(
-    "--config-map",
-    default=KEYS_CONFIG_MAP,
-    show_default=True,
-    metavar="NAMESPACE/NAME",
-    help="The public keys' ConfigMap.",
-)
+@_config_map_option("The public keys' ConfigMap.")
 @click.pass_obj
 def list_keys(settings: Settings, config_map: str) -> ExitCode:
     """The public receipt keys and their validity periods (what /receipt-keys serves)."""

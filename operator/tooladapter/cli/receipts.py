@@ -31,7 +31,7 @@ from tooladapter.cli.chainverify import (
     open_read_only,
     say,
 )
-from tooladapter.cli.context import Settings, common_options, run_async
+from tooladapter.cli.context import Settings, awaited, common_options, run_async
 from tooladapter.cli.exitcodes import CliError, ExitCode
 from tooladapter.cli.gateway import (
     fetch_chain_head,
@@ -206,59 +206,6 @@ async def _chain_inputs(
     return namespace, keys, uids, items, heads
 
 
-async def _verify_chain(
-    settings: Settings,
-    location: str,
-    *,
-    keys_file: str | None,
-    head_text: str | None,
-    since: int,
-    uid: str | None,
-    offline: bool,
-    gateway: str | None,
-) -> ExitCode:
-    try:
-        given = Head.parse(head_text) if head_text else None
-    except ValueError as exc:
-        raise CliError(f"--head: {exc}", ExitCode.USAGE) from None
-    store = open_read_only(location)
-    namespace, keys, uids, items, heads = await _chain_inputs(
-        settings, store, keys_file=keys_file, uid=uid, offline=offline, gateway=gateway
-    )
-    current = uids[0] if len(uids) == 1 else None
-    if not uids:
-        uids = incarnations_of(store, namespace)
-        current = None
-    if given is not None and len(uids) > 1:
-        raise CliError(
-            f"namespace {namespace} has chains of {len(uids)} incarnations in the store "
-            f"({', '.join(uids)}): name one with --uid",
-            ExitCode.USAGE,
-        )
-    reports = []
-    for incarnation in uids:
-        published = heads_for(heads, namespace, incarnation)
-        mine = items if incarnation == current else []
-        reports.append(
-            verify_chain(
-                store,
-                namespace=namespace,
-                uid=incarnation,
-                keys=keys,
-                head=furthest(given, published),
-                since=since,
-                expected=expected_of(mine, chain_began(store, namespace, incarnation)),
-            )
-        )
-    if settings.structured:
-        settings.emit([r.wire() for r in reports])
-    else:
-        for report in reports:
-            say(report)
-    firsts = [r.first_break for r in reports if r.first_break is not None]
-    return exit_code_of(firsts[0] if firsts else None)
-
-
 @receipts.command("verify")
 @common_options
 @click.option(
@@ -308,7 +255,8 @@ async def _verify_chain(
     "incarnation and published head come from it ($TOOLADAPTER_GATEWAY_URL).",
 )
 @click.pass_obj
-def verify_chain_command(
+@awaited
+async def verify_chain_command(
     settings: Settings,
     location: str,
     keys_file: str | None,
@@ -323,18 +271,46 @@ def verify_chain_command(
     and the sequence number each invocation's status names). Names the first break: exit
     12 a signature, 13 a receipt missing or out of place, 10 a receipt other than the one
     a status or head names; 0 when the whole chain verifies."""
-    return run_async(
-        _verify_chain(
-            settings,
-            location,
-            keys_file=keys_file,
-            head_text=head_text,
-            since=since,
-            uid=uid,
-            offline=offline,
-            gateway=gateway,
-        )
+    try:
+        given = Head.parse(head_text) if head_text else None
+    except ValueError as exc:
+        raise CliError(f"--head: {exc}", ExitCode.USAGE) from None
+    store = open_read_only(location)
+    namespace, keys, uids, items, heads = await _chain_inputs(
+        settings, store, keys_file=keys_file, uid=uid, offline=offline, gateway=gateway
     )
+    current = uids[0] if len(uids) == 1 else None
+    if not uids:
+        uids = incarnations_of(store, namespace)
+        current = None
+    if given is not None and len(uids) > 1:
+        raise CliError(
+            f"namespace {namespace} has chains of {len(uids)} incarnations in the store "
+            f"({', '.join(uids)}): name one with --uid",
+            ExitCode.USAGE,
+        )
+    reports = []
+    for incarnation in uids:
+        published = heads_for(heads, namespace, incarnation)
+        mine = items if incarnation == current else []
+        reports.append(
+            verify_chain(
+                store,
+                namespace=namespace,
+                uid=incarnation,
+                keys=keys,
+                head=furthest(given, published),
+                since=since,
+                expected=expected_of(mine, chain_began(store, namespace, incarnation)),
+            )
+        )
+    if settings.structured:
+        settings.emit([r.wire() for r in reports])
+    else:
+        for report in reports:
+            say(report)
+    firsts = [r.first_break for r in reports if r.first_break is not None]
+    return exit_code_of(firsts[0] if firsts else None)
 
 
 def source_options(func: Any) -> Any:

@@ -51,11 +51,7 @@ async def _tools(settings: Settings, show_all: bool) -> ExitCode:
     ]
     if not show_all:
         rows = [r for r in rows if r["mayInvoke"]]
-    if settings.structured:
-        settings.emit(rows)
-        return ExitCode.OK
-    if not rows:
-        click.echo(f"No tools you may invoke in namespace {api.namespace}.", err=True)
+    if settings.listed(rows, f"No tools you may invoke in namespace {api.namespace}."):
         return ExitCode.OK
     headers = ["tool", "version", "kind", "class", "class granted", "healthy"]
     if show_all:

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-from typing import Any, Final
+from collections.abc import Awaitable
+from typing import Any, Final, TypeVar
 
 from aiohttp import web
 from multidict import MultiDictProxy
@@ -18,29 +19,30 @@ from multidict import MultiDictProxy
 from tooladapter.gateway.errors import ProblemError
 from tooladapter.gateway.views.problems import ProblemKind
 
+T = TypeVar("T")
+
 #: A body must have arrived this long after its handler began reading it.
 BODY_SECONDS: Final = 30.0
 
 
-async def read_body(request: web.Request) -> bytes:
+async def _arrived(read: Awaitable[T], what: str) -> T:
+    """`read`'s value, or a 400 when it has not arrived within `BODY_SECONDS`."""
     try:
         async with asyncio.timeout(BODY_SECONDS):
-            return await request.read()
+            return await read
     except TimeoutError:
         raise ProblemError(
-            ProblemKind.BAD_REQUEST, f"the body did not arrive within {BODY_SECONDS:g} s"
+            ProblemKind.BAD_REQUEST, f"the {what} did not arrive within {BODY_SECONDS:g} s"
         ) from None
+
+
+async def read_body(request: web.Request) -> bytes:
+    return await _arrived(request.read(), "body")
 
 
 async def form_body(request: web.Request) -> MultiDictProxy[Any]:
     """A posted form (the page's), read within the same deadline as every other body."""
-    try:
-        async with asyncio.timeout(BODY_SECONDS):
-            return await request.post()
-    except TimeoutError:
-        raise ProblemError(
-            ProblemKind.BAD_REQUEST, f"the form did not arrive within {BODY_SECONDS:g} s"
-        ) from None
+    return await _arrived(request.post(), "form")
 
 
 async def json_body(request: web.Request) -> Any:

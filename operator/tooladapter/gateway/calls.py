@@ -28,13 +28,11 @@ from tooladapter.gateway.tools import invocable
 from tooladapter.gateway.views.tools import (
     META_PROVENANCE,
     PROVENANCE,
-    CallOptions,
+    ToolCall,
     ToolEntry,
     call_result,
-    invocation_body,
     pending_result,
     progress_of,
-    state_of,
 )
 from tooladapter.kube.callers import CallerApiError
 from tooladapter.mcp.core.approvals import (
@@ -47,6 +45,7 @@ from tooladapter.mcp.core.approvals import (
     request_label,
 )
 from tooladapter.pipeline.hashing import request_hash
+from tooladapter.review.readout import state_of
 
 logger = logging.getLogger("tooladapter.gateway")
 
@@ -113,16 +112,9 @@ def _refused(namespace: str, exc: CallerApiError) -> dict[str, Any]:
 
 
 async def _call_tool(
-    deps: Deps,
-    caller: Caller,
-    *,
-    namespace: str,
-    tool_id: str,
-    arguments: Mapping[str, Any],
-    options: CallOptions,
-    progress: Progress,
-    elicit: Elicit | None,
+    deps: Deps, caller: Caller, call: ToolCall, *, progress: Progress, elicit: Elicit | None
 ) -> dict[str, Any]:
+    namespace, tool_id, options = call.namespace, call.tool_id, call.options
     versions = (await invocable(deps, caller, namespace)).get(tool_id)
     if not versions:
         raise UnknownTool(f"unknown tool {tool_id!r} (none the caller may invoke in {namespace})")
@@ -140,14 +132,7 @@ async def _call_tool(
     username = caller.identity.username
     if elicit is not None and elicit.resume is not None:
         return await follower.follow(await _resumed(caller, namespace, elicit), hand_back=False)
-    body = invocation_body(
-        tool_id=tool_id,
-        version=version,
-        arguments=arguments,
-        username=username,
-        groups=caller.identity.groups,
-        options=options,
-    )
+    body = call.body(version=version, username=username, groups=caller.identity.groups)
     hashed = request_hash(
         namespace=namespace,
         tool_id=tool_id,
@@ -228,32 +213,20 @@ async def _resumed(caller: Caller, namespace: str, elicit: Elicit) -> dict[str, 
 async def call_tool(
     deps: Deps,
     caller: Caller,
+    call: ToolCall,
     *,
-    namespace: str,
-    tool_id: str,
-    arguments: Mapping[str, Any],
-    options: CallOptions,
     progress: Progress,
     elicit: Elicit | None = None,
 ) -> dict[str, Any]:
-    """The tools/call result (MCP wire form) of calling `tool_id` as `caller`: a follow,
+    """The tools/call result (MCP wire form) of `call` as `caller`: a follow,
     held against the caller's and the namespace's stream caps (`doors`) from before the
     invocation is created (beyond them: a 429 `ProblemError`, and nothing created)."""
     try:
-        held = deps.doors.take_stream(caller.identity.username, [namespace])
+        held = deps.doors.take_stream(caller.identity.username, [call.namespace])
     except Busy as exc:
         raise too_many(exc) from None
     try:
-        return await _call_tool(
-            deps,
-            caller,
-            namespace=namespace,
-            tool_id=tool_id,
-            arguments=arguments,
-            options=options,
-            progress=progress,
-            elicit=elicit,
-        )
+        return await _call_tool(deps, caller, call, progress=progress, elicit=elicit)
     finally:
         deps.doors.give(held)
 

@@ -68,6 +68,7 @@ from tooladapter.gateway.previews import preview_call
 from tooladapter.gateway.tools import invocable
 from tooladapter.gateway.views.tools import (
     BadCallOptions,
+    ToolCall,
     call_options,
     dry_run_requested,
     dry_run_result,
@@ -193,16 +194,10 @@ async def _call_tool(
         dry = dry_run_requested(meta)
     except BadCallOptions as exc:
         raise MCPError(types.INVALID_PARAMS, str(exc)) from exc
+    call = ToolCall(namespace, params.name, params.arguments or {}, options)
     if dry:
         try:
-            preview = await preview_call(
-                deps,
-                caller,
-                namespace=namespace,
-                tool_id=params.name,
-                arguments=params.arguments or {},
-                options=options,
-            )
+            preview = await preview_call(deps, caller, call)
         except ProblemError as exc:
             raise _mcp_error(exc) from exc
         wire = dry_run_result(preview.sparse_wire(), namespace=namespace, tool_id=params.name)
@@ -214,16 +209,7 @@ async def _call_tool(
         await ctx.session.report_progress(value, total, message)
 
     try:
-        wire = await call_tool(
-            deps,
-            caller,
-            namespace=namespace,
-            tool_id=params.name,
-            arguments=params.arguments or {},
-            options=options,
-            progress=progress,
-            elicit=elicit,
-        )
+        wire = await call_tool(deps, caller, call, progress=progress, elicit=elicit)
     except AwaitingReviewer as waiting:
         return _hand_back(ctx, deps, caller, waiting.obj)
     except StateMismatch as exc:

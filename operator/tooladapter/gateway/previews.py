@@ -22,12 +22,7 @@ from tooladapter.enums import Resource
 from tooladapter.gateway.context import Caller, Deps
 from tooladapter.gateway.errors import ProblemError, from_api
 from tooladapter.gateway.views.problems import ProblemKind
-from tooladapter.gateway.views.tools import (
-    CallOptions,
-    callable_versions,
-    invocation_body,
-    parse_descriptors,
-)
+from tooladapter.gateway.views.tools import ToolCall, callable_versions, parse_descriptors
 from tooladapter.kube.callers import CallerApiError
 from tooladapter.kube.client import NotFound
 from tooladapter.model import Caller as SpecCaller
@@ -144,16 +139,9 @@ def _version(items: list[Body], tool_id: str, wanted: str | None) -> str:
     return versions[0].spec.version
 
 
-async def preview_call(
-    deps: Deps,
-    caller: Caller,
-    *,
-    namespace: str,
-    tool_id: str,
-    arguments: Mapping[str, Any],
-    options: CallOptions,
-) -> Preview:
-    """The preview of `caller` calling `tool_id` with `arguments` and `options` now."""
+async def preview_call(deps: Deps, caller: Caller, call: ToolCall) -> Preview:
+    """The preview of `caller` making `call` now."""
+    namespace = call.namespace
     try:
         may_create = await deps.reviews.allowed(
             caller.identity, namespace=namespace, verb="create", resource=Resource.INVOCATIONS
@@ -169,15 +157,10 @@ async def preview_call(
         items = await caller.api.list(Resource.DESCRIPTORS, namespace)
     except CallerApiError as exc:
         raise from_api(exc, f"listing tool descriptors in {namespace}") from exc
-    version = _version(items, tool_id, options.version)
+    version = _version(items, call.tool_id, call.options.version)
     try:
-        body = invocation_body(
-            tool_id=tool_id,
-            version=version,
-            arguments=arguments,
-            username=caller.identity.username,
-            groups=caller.identity.groups,
-            options=options,
+        body = call.body(
+            version=version, username=caller.identity.username, groups=caller.identity.groups
         )
     except ValueError as exc:
         raise ProblemError(

@@ -162,13 +162,30 @@ async def retrying(what: str, attempt: Callable[[], Awaitable[None]]) -> None:
             await asyncio.sleep(delay)
 
 
-async def descriptor_event(rt: Runtime, event: RawEvent) -> None:
+async def _catalogued(
+    rt: Runtime,
+    event: RawEvent,
+    resource: Resource,
+    kind: str,
+    reconcile: Callable[[dict[str, Any]], Awaitable[None]],
+) -> dict[str, Any]:
+    """The event's object, in the catalog and reconciled (retried while transient)."""
     body = thaw(event["object"])
-    rt.catalog.update(Resource.DESCRIPTORS, event["type"], body)
+    rt.catalog.update(resource, event["type"], body)
     meta = body["metadata"]
     await retrying(
-        f"reconciling ToolDescriptor {meta['namespace']}/{meta['name']}",
-        lambda: descriptors.reconcile_descriptor(rt, event["type"], body),
+        f"reconciling {kind} {meta['namespace']}/{meta['name']}", lambda: reconcile(body)
+    )
+    return body
+
+
+async def descriptor_event(rt: Runtime, event: RawEvent) -> None:
+    body = await _catalogued(
+        rt,
+        event,
+        Resource.DESCRIPTORS,
+        "ToolDescriptor",
+        lambda body: descriptors.reconcile_descriptor(rt, event["type"], body),
     )
     server = ((body.get("spec") or {}).get("mcp") or {}).get("server")
     if server and rt.mcp is not None:
@@ -176,12 +193,12 @@ async def descriptor_event(rt: Runtime, event: RawEvent) -> None:
 
 
 async def policy_event(rt: Runtime, event: RawEvent) -> None:
-    body = thaw(event["object"])
-    rt.catalog.update(Resource.POLICIES, event["type"], body)
-    meta = body["metadata"]
-    await retrying(
-        f"reconciling ToolPolicy {meta['namespace']}/{meta['name']}",
-        lambda: policies.reconcile_policy(rt, event["type"], body),
+    await _catalogued(
+        rt,
+        event,
+        Resource.POLICIES,
+        "ToolPolicy",
+        lambda body: policies.reconcile_policy(rt, event["type"], body),
     )
 
 

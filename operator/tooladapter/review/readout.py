@@ -20,6 +20,16 @@ from tooladapter.enums import FailureClass, InvocationState
 TOOL_ERROR_CLASSES = frozenset({FailureClass.TOOL_ERROR, FailureClass.OUTPUT_INVALID})
 
 
+def state_of(obj: Mapping[str, Any]) -> InvocationState | None:
+    """The invocation's state, or None when it has none (yet) or one this version does not
+    know."""
+    raw = (obj.get("status") or {}).get("state")
+    try:
+        return InvocationState(raw) if raw else None
+    except ValueError:
+        return None
+
+
 def _result(status: Mapping[str, Any]) -> Mapping[str, Any]:
     result = status.get("result")
     return result if isinstance(result, Mapping) else {}

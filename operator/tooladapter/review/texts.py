@@ -161,6 +161,15 @@ def pending_view(invocation: dict[str, Any], previous: dict[str, Any] | None) ->
     return view
 
 
+def _require_state(
+    name: object, status: dict[str, Any], wanted: InvocationState, refusal: Refusal, why: str
+) -> None:
+    """`Undecidable` (`refusal`, saying `why`) unless the call is in the state `wanted`."""
+    state = status.get("state")
+    if state != wanted:
+        raise Undecidable(refusal, f"toolinvocation {name} is {state or 'not evaluated yet'}{why}")
+
+
 def approval_body(
     invocation: dict[str, Any],
     *,
@@ -175,13 +184,13 @@ def approval_body(
     spec = _spec(invocation)
     status = _status(invocation)
     name = str(meta.get("name"))
-    state = status.get("state")
-    if state != InvocationState.AWAITING_APPROVAL:
-        raise Undecidable(
-            Refusal.NOT_WAITING,
-            f"toolinvocation {name} is {state or 'not evaluated yet'}, not AwaitingApproval: "
-            "there is nothing to decide",
-        )
+    _require_state(
+        name,
+        status,
+        InvocationState.AWAITING_APPROVAL,
+        Refusal.NOT_WAITING,
+        ", not AwaitingApproval: there is nothing to decide",
+    )
     if not status.get("requestHash") or not status.get("descriptorDigest"):
         raise Undecidable(
             Refusal.NOT_HASHED,
@@ -242,13 +251,13 @@ def confirmation_patch(
     """The status patch recording an Uncertain effect; `Undecidable` when it cannot apply."""
     name = (invocation.get("metadata") or {}).get("name")
     status = _status(invocation)
-    state = status.get("state")
-    if state != InvocationState.UNCERTAIN:
-        raise Undecidable(
-            Refusal.NOT_UNCERTAIN,
-            f"toolinvocation {name} is {state or 'not evaluated yet'}: only an Uncertain "
-            "effect is confirmed",
-        )
+    _require_state(
+        name,
+        status,
+        InvocationState.UNCERTAIN,
+        Refusal.NOT_UNCERTAIN,
+        ": only an Uncertain effect is confirmed",
+    )
     first = status.get("duplicateOf")
     if first:
         raise Undecidable(

@@ -18,7 +18,7 @@ from tooladapter.gateway.errors import ProblemError
 from tooladapter.gateway.openapi import NAMESPACE, SECURITY, TOOL_ID, ok, problems, ref
 from tooladapter.gateway.previews import preview_call
 from tooladapter.gateway.views.problems import ProblemKind
-from tooladapter.gateway.views.tools import BadCallOptions, CallOptions, call_options
+from tooladapter.gateway.views.tools import BadCallOptions, CallOptions, ToolCall, call_options
 
 #: The body's keys: the arguments and the options of a tools/call.
 KEYS: Final = frozenset(
@@ -71,14 +71,8 @@ async def _request(request: web.Request) -> tuple[dict[str, Any], CallOptions]:
 async def dry_run(request: web.Request) -> web.Response:
     namespace, tool_id = params.namespace(request), params.tool_id(request)
     arguments, options = await _request(request)
-    shown = await preview_call(
-        deps_of(request),
-        caller_of(request),
-        namespace=namespace,
-        tool_id=tool_id,
-        arguments=arguments,
-        options=options,
-    )
+    call = ToolCall(namespace, tool_id, arguments, options)
+    shown = await preview_call(deps_of(request), caller_of(request), call)
     # The same shape the preview has in a dry-run invocation's status (empty defaults omitted).
     return web.json_response(shown.sparse_wire())
 

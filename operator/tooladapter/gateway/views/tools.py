@@ -43,6 +43,7 @@ from tooladapter.pipeline.hashing import descriptor_digest
 from tooladapter.pipeline.linear_regex import compile_internal
 from tooladapter.pipeline.validation.arguments import validate_arguments
 from tooladapter.review import readout
+from tooladapter.review.readout import state_of
 from tooladapter.review.shown import shown
 from tooladapter.review.texts import waiting_reasons
 
@@ -279,6 +280,27 @@ class CallOptions:
     fencing_token: int | None = None
 
 
+@dataclass(frozen=True)
+class ToolCall:
+    """One call as asked, from tools/call or the REST dry run: where, which tool, with what."""
+
+    namespace: str
+    tool_id: str
+    arguments: Mapping[str, Any]
+    options: CallOptions
+
+    def body(self, *, version: str, username: str, groups: Iterable[str]) -> dict[str, Any]:
+        """The ToolInvocation this call becomes (`invocation_body`)."""
+        return invocation_body(
+            tool_id=self.tool_id,
+            version=version,
+            arguments=self.arguments,
+            username=username,
+            groups=groups,
+            options=self.options,
+        )
+
+
 class BadCallOptions(ValueError):
     """A `_meta` value of tooladapter's that the invocation cannot take."""
 
@@ -390,14 +412,6 @@ def invocation_body(
         "metadata": {"generateName": f"{tool_id[:40].rstrip('.-_')}-"},
         "spec": spec,
     }
-
-
-def state_of(obj: Mapping[str, Any]) -> InvocationState | None:
-    raw = (obj.get("status") or {}).get("state")
-    try:
-        return InvocationState(raw) if raw else None
-    except ValueError:
-        return None
 
 
 def progress_of(obj: Mapping[str, Any]) -> tuple[float, str] | None:

@@ -31,6 +31,7 @@ from urllib.parse import quote, urlsplit
 
 from tooladapter.enums import InvocationState, Stage
 from tooladapter.pipeline.hashing import request_hash
+from tooladapter.review.readout import state_of
 from tooladapter.review.shown import shown
 
 #: The label the gateway puts on invocations it creates: a digest of (caller, request).
@@ -176,16 +177,8 @@ def spec_request_hash(obj: Mapping[str, Any]) -> str | None:
     )
 
 
-def _state(obj: Mapping[str, Any]) -> InvocationState | None:
-    raw = (obj.get("status") or {}).get("state")
-    try:
-        return InvocationState(raw) if raw else None
-    except ValueError:
-        return None
-
-
-def _ended(obj: Mapping[str, Any]) -> datetime | None:
-    raw = (obj.get("status") or {}).get("endedAt")
+def _moment(raw: Any) -> datetime | None:
+    """A timestamp the object holds, if it is a readable one."""
     if not isinstance(raw, str):
         return None
     try:
@@ -194,12 +187,16 @@ def _ended(obj: Mapping[str, Any]) -> datetime | None:
         return None
 
 
+def _ended(obj: Mapping[str, Any]) -> datetime | None:
+    return _moment((obj.get("status") or {}).get("endedAt"))
+
+
 def past_approval(obj: Mapping[str, Any]) -> bool:
     """Whether the call reached the approval stage: waiting there, approved (bound), or
     ended there (rejected, expired)."""
     status = obj.get("status") or {}
     return (
-        _state(obj) == InvocationState.AWAITING_APPROVAL
+        state_of(obj) == InvocationState.AWAITING_APPROVAL
         or bool(status.get("approval"))
         or status.get("deniedStage") == Stage.APPROVAL
     )
@@ -239,7 +236,7 @@ def attachable(
     wanted["idempotencyKey"] = idempotency_key
     if any(spec.get(field) != wanted[field] for field in CALL_OPTION_FIELDS):
         return False
-    state = _state(obj)
+    state = state_of(obj)
     if state is None or not state.terminal:
         return True
     binding = (obj.get("status") or {}).get("approval") or {}
@@ -256,7 +253,7 @@ def approvals_to_read(items: Sequence[Mapping[str, Any]], username: str) -> list
     names = []
     for obj in items:
         spec_caller = ((obj.get("spec") or {}).get("caller") or {}).get("name")
-        state = _state(obj)
+        state = state_of(obj)
         name = ((obj.get("status") or {}).get("approval") or {}).get("name")
         if spec_caller == username and state is not None and state.terminal and name:
             names.append(str(name))
@@ -265,13 +262,7 @@ def approvals_to_read(items: Sequence[Mapping[str, Any]], username: str) -> list
 
 def expiry_of(approval: Mapping[str, Any]) -> datetime | None:
     """A ToolApproval's `spec.expiresAt`, if it has a readable one."""
-    raw = (approval.get("spec") or {}).get("expiresAt")
-    if not isinstance(raw, str):
-        return None
-    try:
-        return datetime.fromisoformat(raw.replace("Z", "+00:00"))
-    except ValueError:
-        return None
+    return _moment((approval.get("spec") or {}).get("expiresAt"))
 
 
 def newest_attachable(
@@ -305,7 +296,7 @@ def newest_attachable(
     ]
 
     def rank(obj: Mapping[str, Any]) -> tuple[int, str]:
-        state = _state(obj)
+        state = state_of(obj)
         live = 1 if state is not None and not state.terminal else 0
         return live, str((obj.get("metadata") or {}).get("creationTimestamp") or "")
 
