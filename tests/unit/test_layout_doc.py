@@ -60,3 +60,23 @@ def test_every_test_folder_is_named() -> None:
     }
     missing = sorted(wanted - named)
     assert not missing, f"layout.md's test map does not name: {missing}"
+
+
+def test_every_module_of_the_core_packages_is_named_in_its_row() -> None:
+    """The row of a package names its modules (the doors' many small modules aside)."""
+    text = PAGE.read_text()
+    skipped = {"cli", "devtools", "routes", "ui"}
+    missing = []
+    for init in PACKAGE.rglob("__init__.py"):
+        package = init.parent
+        if package == PACKAGE or package.name in skipped or "__pycache__" in package.parts:
+            continue
+        rel = str(package.relative_to(ROOT))
+        rows = [line for line in text.splitlines() if f"`{rel}/`" in line]
+        for module in package.glob("*.py"):
+            name = module.stem
+            if name != "__init__" and not any(
+                f"`{name}`" in row or f"`{name}/`" in row for row in rows
+            ):
+                missing.append(f"{rel}/{module.name}")
+    assert not missing, f"layout.md does not name these modules in their package's row: {missing}"
