@@ -35,7 +35,7 @@ from tooladapter.enums import InvocationState, Resource, ToolKind
 from tooladapter.executors import Call, Executor, InOperator, Outcome
 from tooladapter.flow import run_invocation
 from tooladapter.kube.auth import AccessVerdict
-from tooladapter.kube.claims import Claim, FencingVerdict, idempotency_claim_name
+from tooladapter.kube.claims import Claim, ClaimEnd, FencingVerdict, idempotency_claim_name
 from tooladapter.kube.client import Conflict, NotFound
 from tooladapter.kube.sandbox import PodOutcome
 from tooladapter.naming import LeaseNames
@@ -367,22 +367,17 @@ class FakeCluster:
 
     @seam
     async def record_idempotency_end(
-        self,
-        *,
-        namespace: str,
-        caller: str,
-        key: str,
-        holder_uid: str,
-        receipt_ref: str,
-        ended_at: str,
-        state: str,
+        self, *, namespace: str, caller: str, key: str, end: ClaimEnd
     ) -> bool:
         claim_key = (namespace, caller, key)
         claim = self.claims.get(claim_key)
-        if claim is None or claim[1] != holder_uid:
+        if claim is None or claim[1] != end.holder_uid:
             return False
         self.claim_note(claim_key).update(
-            receipt=receipt_ref, ended=ended_at, state=state, version=str(next(self._versions))
+            receipt=end.receipt_ref,
+            ended=end.ended_at,
+            state=end.state,
+            version=str(next(self._versions)),
         )
         return True
 

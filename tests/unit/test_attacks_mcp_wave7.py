@@ -14,6 +14,7 @@ import pytest
 from tooladapter.gateway.doors import Busy, Caps, Doors
 from tooladapter.mcp.core.approvals import (
     CALL_OPTION_FIELDS,
+    RepeatedRequest,
     attachable,
     elicitation_message,
     newest_attachable,
@@ -60,19 +61,20 @@ def test_another_attempt_run_or_fencing_token_never_attaches(
     field: str, first: Any, again: Any
 ) -> None:
     waiting = call(**{field: first})
-    assert attachable(waiting, **SAME, options={field: first})
-    assert not attachable(waiting, **SAME, options={field: again})
-    assert not attachable(waiting, **SAME)  # the request has none, the call one
-    assert not attachable(call(), **SAME, options={field: first})  # and the other way
-    assert newest_attachable([waiting], **SAME, options={field: again}) is None
+    assert attachable(waiting, RepeatedRequest(**SAME, options={field: first}))
+    assert not attachable(waiting, RepeatedRequest(**SAME, options={field: again}))
+    assert not attachable(waiting, RepeatedRequest(**SAME))  # the request has none, the call one
+    # And the other way: the call has none, the request one.
+    assert not attachable(call(), RepeatedRequest(**SAME, options={field: first}))
+    assert newest_attachable([waiting], RepeatedRequest(**SAME, options={field: again})) is None
 
 
 def test_the_same_options_all_together_attach() -> None:
     options = {"runId": "r", "attemptId": "a", "fencingToken": 7}
     waiting = call(idempotencyKey="k", **options)
     assert set(CALL_OPTION_FIELDS) == {"idempotencyKey", *options}
-    assert attachable(waiting, **SAME, idempotency_key="k", options=options)
-    assert not attachable(waiting, **SAME, options=options)  # no key: another call
+    assert attachable(waiting, RepeatedRequest(**SAME, idempotency_key="k", options=options))
+    assert not attachable(waiting, RepeatedRequest(**SAME, options=options))  # no key: another call
 
 
 def test_the_message_shows_invisible_characters_even_past_the_cut() -> None:

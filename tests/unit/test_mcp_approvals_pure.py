@@ -13,6 +13,7 @@ from tooladapter.gateway.mcp_endpoint import SessionSeal, _initialize_declares_u
 from tooladapter.gateway.views.tools import BadCallOptions, dry_run_requested, dry_run_result
 from tooladapter.mcp.core.approvals import (
     BadPublicUrl,
+    RepeatedRequest,
     WaitState,
     approval_link,
     approvals_to_read,
@@ -62,7 +63,10 @@ HASH = request_hash(
 
 def attaches(obj: dict[str, Any], *, username: str = AGENT, window: float = 300) -> bool:
     return attachable(
-        obj, namespace="team-a", username=username, hash_=HASH, now=NOW, window_seconds=window
+        obj,
+        RepeatedRequest(
+            namespace="team-a", username=username, hash_=HASH, now=NOW, window_seconds=window
+        ),
     )
 
 
@@ -107,7 +111,10 @@ def test_a_waiting_call_wins_over_a_decided_one() -> None:
     waiting = call()
     waiting["metadata"]["creationTimestamp"] = "2026-12-03T11:00:00Z"
     found = newest_attachable(
-        [old, waiting], namespace="team-a", username=AGENT, hash_=HASH, now=NOW, window_seconds=300
+        [old, waiting],
+        RepeatedRequest(
+            namespace="team-a", username=AGENT, hash_=HASH, now=NOW, window_seconds=300
+        ),
     )
     assert found is waiting
 
@@ -234,22 +241,26 @@ def test_an_ended_call_attaches_while_the_approval_it_ran_with_lasts() -> None:
     lasting = {"approval-1": NOW + timedelta(seconds=600)}
     assert attachable(
         ran,
-        namespace="team-a",
-        username=AGENT,
-        hash_=HASH,
-        now=NOW,
-        window_seconds=300,
-        approval_expiries=lasting,
+        RepeatedRequest(
+            namespace="team-a",
+            username=AGENT,
+            hash_=HASH,
+            now=NOW,
+            window_seconds=300,
+            approval_expiries=lasting,
+        ),
     )
     expired = {"approval-1": NOW - timedelta(seconds=1)}
     assert not attachable(
         ran,
-        namespace="team-a",
-        username=AGENT,
-        hash_=HASH,
-        now=NOW,
-        window_seconds=300,
-        approval_expiries=expired,
+        RepeatedRequest(
+            namespace="team-a",
+            username=AGENT,
+            hash_=HASH,
+            now=NOW,
+            window_seconds=300,
+            approval_expiries=expired,
+        ),
     )
     # Only the caller's own ended calls have their approvals read.
     assert approvals_to_read([ran, call(caller=OTHER, state="Observed")], AGENT) == ["approval-1"]
@@ -270,7 +281,9 @@ def test_another_idempotency_key_is_another_call_the_agent_means_to_make() -> No
     keyed = call()
     keyed["spec"]["idempotencyKey"] = "k-1"
     same = {"namespace": "team-a", "username": AGENT, "hash_": HASH, "now": NOW}
-    assert attachable(keyed, **same, window_seconds=300, idempotency_key="k-1")
-    assert not attachable(keyed, **same, window_seconds=300, idempotency_key="k-2")
-    assert not attachable(keyed, **same, window_seconds=300)
-    assert not attachable(call(), **same, window_seconds=300, idempotency_key="k-1")
+    assert attachable(keyed, RepeatedRequest(**same, window_seconds=300, idempotency_key="k-1"))
+    assert not attachable(keyed, RepeatedRequest(**same, window_seconds=300, idempotency_key="k-2"))
+    assert not attachable(keyed, RepeatedRequest(**same, window_seconds=300))
+    assert not attachable(
+        call(), RepeatedRequest(**same, window_seconds=300, idempotency_key="k-1")
+    )

@@ -28,16 +28,7 @@ import boto3
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
-from tooladapter.artifacts.protocol import (
-    ArtifactStoreError,
-    CorruptArtifact,
-    content_ref,
-    digest_of,
-    index_key,
-    index_prefix,
-    relative_key,
-    verified,
-)
+from tooladapter.artifacts import protocol
 
 if TYPE_CHECKING:
     from types_boto3_s3 import S3Client
@@ -94,9 +85,9 @@ def _code(exc: ClientError) -> str:
     return str(exc.response.get("Error", {}).get("Code", ""))
 
 
-def _failed(what: str, exc: Exception) -> ArtifactStoreError:
+def _failed(what: str, exc: Exception) -> protocol.ArtifactStoreError:
     # botocore's messages name the operation, bucket and status, never the credentials.
-    return ArtifactStoreError(f"{what}: {type(exc).__name__}: {exc}")
+    return protocol.ArtifactStoreError(f"{what}: {type(exc).__name__}: {exc}")
 
 
 class S3ArtifactStore:
@@ -145,7 +136,7 @@ class S3ArtifactStore:
         return cls(client, bucket=location.bucket, prefix=location.prefix, name=str(location))
 
     def key_of(self, ref: str) -> str:
-        return self.prefix + relative_key(ref)
+        return self.prefix + protocol.relative_key(ref)
 
     def check(self) -> None:
         """Fail closed at start: a bucket that is absent, forbidden or unreachable is an
@@ -167,7 +158,7 @@ class S3ArtifactStore:
         empty = b""
         for _ in range(2):
             try:
-                self._put(self.key_of(content_ref(empty)), empty, conditional=True)
+                self._put(self.key_of(protocol.content_ref(empty)), empty, conditional=True)
             except ClientError as exc:
                 if _status(exc) in _EXISTS:
                     return True
@@ -179,7 +170,7 @@ class S3ArtifactStore:
         return False
 
     def put(self, data: bytes) -> str:
-        ref = content_ref(data)
+        ref = protocol.content_ref(data)
         key = self.key_of(ref)
         try:
             if self.conditional:
@@ -203,10 +194,10 @@ class S3ArtifactStore:
 
     def get(self, ref: str) -> bytes:
         key = self.key_of(ref)
-        return verified(ref, self._get(key, missing=ref))
+        return protocol.verified(ref, self._get(key, missing=ref))
 
     def put_key(self, key: str, data: bytes) -> None:
-        full = self.prefix + index_key(key)
+        full = self.prefix + protocol.index_key(key)
         try:
             if self.conditional:
                 try:
@@ -227,10 +218,10 @@ class S3ArtifactStore:
         except (ClientError, BotoCoreError) as exc:
             raise _failed(f"put {full}", exc) from exc
         if held != data:
-            raise CorruptArtifact(f"{full} already holds other bytes (never overwritten)")
+            raise protocol.CorruptArtifact(f"{full} already holds other bytes (never overwritten)")
 
     def get_key(self, key: str) -> bytes:
-        return self._get(self.prefix + index_key(key), missing=key)
+        return self._get(self.prefix + protocol.index_key(key), missing=key)
 
     def _get(self, full: str, *, missing: str) -> bytes:
         """The object's bytes; KeyError(`missing`) when there is none."""
@@ -244,7 +235,7 @@ class S3ArtifactStore:
             raise _failed(f"get {full}", exc) from exc
 
     def list(self, prefix: str) -> list[str]:
-        folder = self.prefix + index_prefix(prefix)
+        folder = self.prefix + protocol.index_prefix(prefix)
         keys: list[str] = []
         try:
             pages = self.client.get_paginator("list_objects_v2").paginate(
@@ -261,7 +252,7 @@ class S3ArtifactStore:
         return data
 
     def _put(self, key: str, data: bytes, *, conditional: bool) -> None:
-        digest = bytes.fromhex(digest_of(content_ref(data)))
+        digest = bytes.fromhex(protocol.digest_of(protocol.content_ref(data)))
         extra: dict[str, Any] = {"IfNoneMatch": "*"} if conditional else {}
         self.client.put_object(
             Bucket=self.bucket,
@@ -282,7 +273,7 @@ class S3ArtifactStore:
                 return False
             raise
         if head["ContentLength"] != size:
-            raise CorruptArtifact(
+            raise protocol.CorruptArtifact(
                 f"{key} holds {head['ContentLength']} bytes where its hash names {size}"
             )
         return True

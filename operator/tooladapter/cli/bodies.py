@@ -13,6 +13,7 @@ from typing import Any
 
 from tooladapter import API_VERSION
 from tooladapter.cli.exitcodes import CliError, ExitCode
+from tooladapter.dicts import put_given
 from tooladapter.enums import ApprovalDecision
 from tooladapter.review import texts as review
 from tooladapter.review.texts import MAX_GROUP_LENGTH, MAX_GROUPS, Refusal, Undecidable
@@ -53,12 +54,7 @@ def invocation_body(
         "arguments": arguments,
         "caller": caller,
     }
-    if run_id:
-        spec["runId"] = run_id
-    if idempotency_key:
-        spec["idempotencyKey"] = idempotency_key
-    if dry_run:
-        spec["dryRun"] = True
+    put_given(spec, runId=run_id, idempotencyKey=idempotency_key, dryRun=dry_run)
     metadata = {"name": name} if name else {"generateName": generate_name}
     return {"apiVersion": API_VERSION, "kind": "ToolInvocation", "metadata": metadata, "spec": spec}
 

@@ -32,7 +32,7 @@ from tooladapter.enums import (
 )
 from tooladapter.executors import Outcome, read_limit
 from tooladapter.flow.context import Denial, Failure, FlowContext
-from tooladapter.kube.claims import Claim
+from tooladapter.kube.claims import Claim, ClaimEnd
 from tooladapter.metrics import (
     DENIALS,
     DUPLICATES,
@@ -360,10 +360,12 @@ async def keep_receipt_on_claim(ctx: FlowContext, spec: ToolInvocationSpec) -> N
             namespace=ctx.namespace,
             caller=spec.caller.name,
             key=spec.idempotency_key,
-            holder_uid=ctx.uid,
-            receipt_ref=status.receipt_ref,
-            ended_at=status.ended_at or now_iso(),
-            state=str(status.state),
+            end=ClaimEnd(
+                holder_uid=ctx.uid,
+                receipt_ref=status.receipt_ref,
+                ended_at=status.ended_at or now_iso(),
+                state=str(status.state),
+            ),
         )
     except Exception:
         logger.warning("invocation %s: its end not kept on its claim", ctx.ref, exc_info=True)

@@ -29,6 +29,7 @@ from tooladapter.gateway.views.problems import ProblemKind
 from tooladapter.kube.callers import CallerApiError, CallerIdentity
 from tooladapter.metrics import GATEWAY_REFUSED
 from tooladapter.settings import Settings
+from tooladapter.timeutil import unexpired
 
 REVIEW_TTL_SECONDS: Final = 10.0
 REVIEW_ENTRIES: Final = 1024
@@ -61,14 +62,7 @@ class ReviewCache:
         self.pending: dict[str, asyncio.Future[CallerIdentity]] = {}
 
     def was_rejected(self, token: str) -> bool:
-        key = self.key(token)
-        expires = self.rejected.get(key)
-        if expires is None:
-            return False
-        if expires <= time.monotonic():
-            del self.rejected[key]
-            return False
-        return True
+        return unexpired(self.rejected, self.key(token))
 
     def reject(self, token: str) -> None:
         if self.rejected_seconds <= 0:

@@ -38,6 +38,7 @@ from tooladapter.kube.callers import CallerApiError
 from tooladapter.mcp.core.approvals import (
     CALL_OPTION_FIELDS,
     REQUEST_LABEL,
+    RepeatedRequest,
     WaitState,
     approvals_to_read,
     expiry_of,
@@ -155,8 +156,7 @@ async def _call_tool(
             if exc.status != 403:
                 return _refused(namespace, exc)
             items = []  # may create, not list: a call of its own (it needs its own approval)
-        found = newest_attachable(
-            items,
+        repeated = RepeatedRequest(
             namespace=namespace,
             username=username,
             hash_=hashed,
@@ -166,6 +166,7 @@ async def _call_tool(
             idempotency_key=options.idempotency_key,
             options={k: body["spec"].get(k) for k in CALL_OPTION_FIELDS},
         )
+        found = newest_attachable(items, repeated)
         if found is not None:
             await follower.report(f"attached to {_name(found)}, which waits for this request")
             return await follower.follow(dict(found), hand_back=False)

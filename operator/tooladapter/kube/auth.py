@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 from tooladapter.kube.client import Kube, json_body
 from tooladapter.kube.errors import api_errors
+from tooladapter.timeutil import unexpired
 
 
 @dataclass(frozen=True)
@@ -48,13 +49,7 @@ class AllowCache:
     asking: dict[tuple[object, ...], asyncio.Future[AccessVerdict]] = field(default_factory=dict)
 
     def allowed(self, key: tuple[object, ...]) -> bool:
-        expires = self.entries.get(key)
-        if expires is None:
-            return False
-        if expires <= time.monotonic():
-            del self.entries[key]
-            return False
-        return True
+        return unexpired(self.entries, key)
 
     def remember(self, key: tuple[object, ...]) -> None:
         if self.ttl_seconds <= 0:

@@ -26,6 +26,7 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from tooladapter import GROUP
+from tooladapter.dicts import put_given
 from tooladapter.kube.auth import AllowCache
 from tooladapter.kube.client import Kube, json_body
 from tooladapter.kube.errors import CallerApiError as CallerApiError
@@ -138,16 +139,11 @@ class Reviews:
         key = (who, namespace, verb, group, resource, subresource, name)
         if self.cache.allowed(key):
             return True
-        attributes: dict[str, Any] = {
-            "namespace": namespace,
-            "verb": verb,
-            "group": group,
-            "resource": resource,
-        }
-        if name:
-            attributes["name"] = name
-        if subresource:
-            attributes["subresource"] = subresource
+        attributes = put_given(
+            {"namespace": namespace, "verb": verb, "group": group, "resource": resource},
+            name=name,
+            subresource=subresource,
+        )
         spec: dict[str, Any] = {
             "user": who.username,
             "groups": list(who.groups),

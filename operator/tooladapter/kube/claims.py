@@ -111,29 +111,32 @@ async def claim_idempotency_key(
     )
 
 
+@dataclass(frozen=True)
+class ClaimEnd:
+    """A winner's end, as its idempotency claim keeps it."""
+
+    #: The winner's uid: only the claim's holder writes its end.
+    holder_uid: str
+    receipt_ref: str
+    ended_at: str
+    state: str
+
+
 async def record_idempotency_end(
-    kube: Kube,
-    *,
-    namespace: str,
-    caller: str,
-    key: str,
-    holder_uid: str,
-    receipt_ref: str,
-    ended_at: str,
-    state: str,
+    kube: Kube, *, namespace: str, caller: str, key: str, end: ClaimEnd
 ) -> bool:
-    """Write the winner's end onto its claim (only if `holder_uid` holds it); True if done."""
+    """Write the winner's end onto its claim (only if its holder holds it); True if done."""
     name = idempotency_claim_name(namespace, caller, key)
     for _ in range(5):
-        lease = await _held(kube, namespace, name, holder_uid)
+        lease = await _held(kube, namespace, name, end.holder_uid)
         if lease is None:
             return False
         annotations = dict(lease.metadata.annotations or {})
         annotations.update(
             {
-                ANNOTATION_RECEIPT: receipt_ref,
-                ANNOTATION_ENDED_AT: ended_at,
-                ANNOTATION_STATE: state,
+                ANNOTATION_RECEIPT: end.receipt_ref,
+                ANNOTATION_ENDED_AT: end.ended_at,
+                ANNOTATION_STATE: end.state,
             }
         )
         lease.metadata.annotations = annotations

@@ -83,15 +83,7 @@ class Cluster(Protocol):
     ) -> claims.FencingVerdict: ...
 
     async def record_idempotency_end(
-        self,
-        *,
-        namespace: str,
-        caller: str,
-        key: str,
-        holder_uid: str,
-        receipt_ref: str,
-        ended_at: str,
-        state: str,
+        self, *, namespace: str, caller: str, key: str, end: claims.ClaimEnd
     ) -> bool:
         """The winner's receipt and end onto its claim (kept past the winner's deletion)."""
 
@@ -183,37 +175,20 @@ class KubeCluster:
     async def namespace_incarnation(self, name: str) -> tuple[str, str, bool]:
         return await self.kube.namespace_incarnation(name)
 
+    # The keyword-only options (the resourceVersion to write onto, the claims' fields) are
+    # passed on as `Cluster` names them, not restated.
+
     async def patch_status(
-        self,
-        resource: Resource,
-        namespace: str,
-        name: str,
-        status: Body,
-        *,
-        resource_version: str | None = None,
+        self, resource: Resource, namespace: str, name: str, status: Body, **options: Any
     ) -> Body:
-        return await self.kube.patch_status(
-            resource, namespace, name, status, resource_version=resource_version
-        )
+        return await self.kube.patch_status(resource, namespace, name, status, **options)
 
     async def set_finalizers(
-        self,
-        resource: Resource,
-        namespace: str,
-        name: str,
-        finalizers: list[str],
-        *,
-        resource_version: str,
+        self, resource: Resource, namespace: str, name: str, finalizers: list[str], **options: Any
     ) -> Body:
         return await self.kube.patch_metadata(
-            resource,
-            namespace,
-            name,
-            {"finalizers": finalizers},
-            resource_version=resource_version,
+            resource, namespace, name, {"finalizers": finalizers}, **options
         )
-
-    # The claims, keyword for keyword as `Cluster` names them.
 
     async def claim_idempotency_key(self, **claim: Any) -> claims.Claim:
         return await claims.claim_idempotency_key(self.kube, **claim)

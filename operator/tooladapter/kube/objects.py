@@ -16,6 +16,7 @@ from kubernetes_asyncio import client, watch
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from tooladapter import GROUP, VERSION
+from tooladapter.dicts import put_given
 from tooladapter.kube.client import json_body
 from tooladapter.kube.errors import UserApiError
 
@@ -75,13 +76,12 @@ class CustomObjects:
         items: Objects = []
         token = ""
         while True:
-            params: dict[str, Any] = {"limit": self.page_size}
-            if token:
-                params["_continue"] = token
-            if field_selector:
-                params["field_selector"] = field_selector
-            if label_selector:
-                params["label_selector"] = label_selector
+            params = put_given(
+                {"limit": self.page_size},
+                _continue=token,
+                field_selector=field_selector,
+                label_selector=label_selector,
+            )
             page = await self._call(list_call, *where, plural, **params)
             items.extend(page.get("items") or [])
             token = (page.get("metadata") or {}).get("continue") or ""

@@ -20,15 +20,8 @@ from tooladapter.enums import (
     ToolKind,
     WorkspaceMode,
 )
+from tooladapter.model import common
 from tooladapter.model.base import FREE_FORM, Model, Resource
-from tooladapter.model.common import (
-    SHA256_REF_PATTERN,
-    TOOL_ID_MAX,
-    TOOL_ID_PATTERN,
-    VERSION_MAX,
-    VERSION_PATTERN,
-    Condition,
-)
 from tooladapter.model.sandbox import SandboxSpec
 
 DEFAULT_TIMEOUT_SECONDS = 300
@@ -141,7 +134,7 @@ class McpBinding(Model):
     server: str = Field(min_length=1, description="McpServer name in the same namespace.")
     tool: str = Field(min_length=1)
     """The tool's name as the server lists it."""
-    pinned_digest: str = Field(pattern=SHA256_REF_PATTERN)
+    pinned_digest: str = Field(pattern=common.SHA256_REF_PATTERN)
     """sha256 of the tool's wire object as reviewed; the descriptor is unhealthy while the server
     lists another."""
 
@@ -245,10 +238,10 @@ class ToolDescriptorSpec(Model):
         }
     )
 
-    tool_id: str = Field(pattern=TOOL_ID_PATTERN, max_length=TOOL_ID_MAX)
+    tool_id: str = Field(pattern=common.TOOL_ID_PATTERN, max_length=common.TOOL_ID_MAX)
     """The tool's id: what calls name and what RBAC grants (verb invoke on
     tooldescriptors/<toolId>). Immutable."""
-    version: str = Field(pattern=VERSION_PATTERN, max_length=VERSION_MAX)
+    version: str = Field(pattern=common.VERSION_PATTERN, max_length=common.VERSION_MAX)
     """The version calls name (semantic-version-like). Immutable: publish a new descriptor for a
     new version."""
     kind: ToolKind
@@ -365,7 +358,7 @@ class ToolDescriptorStatus(Model):
     """sha256 of the input and output schemas."""
     message: str | None = None
     """Why it is (in)active or (un)healthy."""
-    conditions: list[Condition] = Field(default_factory=list)
+    conditions: list[common.Condition] = Field(default_factory=list)
     """Ready (active and healthy, with a reason) and SchemaKeywords (every inputSchema keyword is
     known)."""
     observed_generation: int | None = None

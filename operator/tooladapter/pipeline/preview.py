@@ -29,19 +29,12 @@ from pydantic import ValidationError
 from tooladapter.egress.core.rules import effective_allow
 from tooladapter.enums import PreviewVerdict, SideEffectClass, Stage, ToolKind
 from tooladapter.model import (
-    ArgumentError,
-    InvocationPreview,
-    PreviewApproval,
-    PreviewClassification,
-    PreviewPermission,
-    PreviewPolicy,
-    PreviewSandbox,
-    PreviewValidation,
     ToolDescriptorSpec,
     ToolInvocationSpec,
     ToolPolicySpec,
     describe_errors,
 )
+from tooladapter.model import preview as dry_run
 from tooladapter.pipeline import refusals
 from tooladapter.pipeline.approval import needs_approval
 from tooladapter.pipeline.authorization import authorize, classify_call, shell_check
@@ -61,7 +54,7 @@ from tooladapter.pipeline.validation.arguments import check_arguments
 from tooladapter.sandbox.job import runtime_class_for
 
 #: The typed result of a dry run (also `status.preview` of a Previewed invocation).
-Preview = InvocationPreview
+Preview = dry_run.InvocationPreview
 
 #: Stages a dry run never evaluates: each would act on the world or count the call.
 NOT_EVALUATED = (Stage.IDEMPOTENCY, Stage.FENCING, Stage.RATE_LIMIT, Stage.CREDENTIALS)
@@ -86,7 +79,9 @@ class Evaluation:
 
     namespace: str
     settings: PreviewSettings
-    validation: PreviewValidation = field(default_factory=lambda: PreviewValidation(passed=True))
+    validation: dry_run.PreviewValidation = field(
+        default_factory=lambda: dry_run.PreviewValidation(passed=True)
+    )
     #: Refusals met before permission is asked (validation, an unreadable policy).
     refusals: list[Refusal] = field(default_factory=list)
     call: ToolInvocationSpec | None = None
@@ -106,31 +101,11 @@ class Evaluation:
         return questions(self.call.tool.id, self.classification.effective)
 
 
-def preview(
-    *,
-    namespace: str,
-    spec: Mapping[str, Any],
-    descriptor: Mapping[str, Any] | None,
-    policies: Sequence[tuple[str, ToolPolicySpec | str]],
-    permission: bool | Permission | None,
-    settings: PreviewSettings | None = None,
-    namespace_labels: Mapping[str, str] | None = None,
-    published: Sequence[str] = (),
-    mcp_annotations: Mapping[str, Any] | None = None,
-) -> Preview:
-    """The preview of one call; see `evaluate` for the inputs. `permission`: the caller's
-    answers (a bool answers both questions; None: not checked, the verdict ignores it)."""
-    evaluation = evaluate(
-        namespace=namespace,
-        spec=spec,
-        descriptor=descriptor,
-        policies=policies,
-        settings=settings,
-        namespace_labels=namespace_labels,
-        published=published,
-        mcp_annotations=mcp_annotations,
-    )
-    return conclude(evaluation, permission)
+def preview(*, permission: bool | Permission | None, **inputs: Any) -> Preview:
+    """The preview of one call; `inputs` are `evaluate`'s, passed on. `permission`: the
+    caller's answers (a bool answers both questions; None: not checked, the verdict
+    ignores it)."""
+    return conclude(evaluate(**inputs), permission)
 
 
 def evaluate(
@@ -190,7 +165,7 @@ def evaluate(
     if errors:
         ev.validation.passed = False
         ev.validation.errors = [
-            ArgumentError(path=e.path, message=bounded_message(e.message))
+            dry_run.ArgumentError(path=e.path, message=bounded_message(e.message))
             for e in errors[:MAX_ERRORS]
         ]
         ev.refuse(refusals.arguments_mismatch(errors))
@@ -235,7 +210,7 @@ def conclude(ev: Evaluation, permission: bool | Permission | None) -> Preview:
         not_evaluated=list(NOT_EVALUATED),
     )
     if call is not None and tool is not None and decision is not None and classification:
-        preview.permission = PreviewPermission(
+        preview.permission = dry_run.PreviewPermission(
             checked=permission is not None, asked=[str(q) for q in ev.questions]
         )
         authorized = authorize(
@@ -275,8 +250,8 @@ def _summary(preview: Preview) -> str:
     return f"would run as {effective}" if effective else "would run"
 
 
-def _policy(decision: PolicyDecision) -> PreviewPolicy:
-    return PreviewPolicy(
+def _policy(decision: PolicyDecision) -> dry_run.PreviewPolicy:
+    return dry_run.PreviewPolicy(
         decision_id=decision.decision_id,
         allowed=decision.allowed,
         policies=list(decision.policies),
@@ -289,8 +264,8 @@ def _policy(decision: PolicyDecision) -> PreviewPolicy:
 
 def _classification(
     classification: Classification, shell: ShellVerdict | None
-) -> PreviewClassification:
-    return PreviewClassification(
+) -> dry_run.PreviewClassification:
+    return dry_run.PreviewClassification(
         declared=classification.declared,
         effective=classification.effective,
         reason=bounded_message(classification.reason),
@@ -303,7 +278,7 @@ def _classification(
 
 def _approval(
     call: ToolInvocationSpec, decision: PolicyDecision, classification: Classification
-) -> PreviewApproval:
+) -> dry_run.PreviewApproval:
     effective = classification.effective
     required = needs_approval(
         effective=effective, decision=decision, forced=classification.approval_forced
@@ -322,7 +297,7 @@ def _approval(
             reasons.append("spend above the policies' threshold (or no readable amount)")
         reasons.extend(decision.approval_reasons)
     groups = list(decision.reviewer_groups_for(effective))
-    return PreviewApproval(
+    return dry_run.PreviewApproval(
         required=required,
         reasons=[bounded_message(r) for r in reasons],
         reviewer_groups=groups,
@@ -343,13 +318,13 @@ def reviewers_text(groups: Sequence[str], caller: str) -> str:
 
 def _reach(
     tool: ToolDescriptorSpec, settings: PreviewSettings
-) -> tuple[PreviewSandbox | None, list[str]]:
+) -> tuple[dry_run.PreviewSandbox | None, list[str]]:
     """The sandbox a call would run in and where it may connect."""
     sandbox = tool.sandbox_spec
     if sandbox is not None:
         allow = effective_allow(sandbox.egress.allow, settings.default_egress_allow)
         return (
-            PreviewSandbox(
+            dry_run.PreviewSandbox(
                 kind=sandbox.kind,
                 runtime_class=runtime_class_for(sandbox, dict(settings.runtime_classes)),
                 image=sandbox.image or settings.sandbox_image,

@@ -21,6 +21,7 @@ from enum import StrEnum
 from typing import Any, Final
 
 from tooladapter import API_VERSION
+from tooladapter.dicts import put_given
 from tooladapter.enums import ApprovalDecision, InvocationState, Stage, StageOutcome
 from tooladapter.pipeline.hashing import request_hash
 from tooladapter.pipeline.parts import name_of as _name
@@ -230,12 +231,7 @@ def approval_body(
         "reviewer": reviewer,
     }
     groups = [g for g in reviewer_groups if g and len(g) <= MAX_GROUP_LENGTH][:MAX_GROUPS]
-    if groups:
-        approval_spec["reviewerGroups"] = groups
-    if comment:
-        approval_spec["comment"] = comment
-    if expires_at:
-        approval_spec["expiresAt"] = expires_at
+    put_given(approval_spec, reviewerGroups=groups, comment=comment, expiresAt=expires_at)
     prefix = f"{name[:200]}-{'approve' if decision is ApprovalDecision.APPROVED else 'reject'}-"
     return {
         "apiVersion": API_VERSION,

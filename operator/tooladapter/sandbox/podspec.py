@@ -37,14 +37,17 @@ WORKSPACE_VOLUME = "workspace"
 TOOLADAPTER_VOLUME = "tooladapter"
 
 
+def _as_sandbox_user() -> dict[str, Any]:
+    """Who a sandbox runs as, pod and containers alike: the sandbox user, never root."""
+    return {"runAsNonRoot": True, "runAsUser": SANDBOX_UID, "runAsGroup": SANDBOX_UID}
+
+
 def container_security() -> dict[str, Any]:
     """The securityContext of every container of a sandbox pod (the tool's, the gate's)."""
     return {
         "allowPrivilegeEscalation": False,
         "readOnlyRootFilesystem": True,
-        "runAsNonRoot": True,
-        "runAsUser": SANDBOX_UID,
-        "runAsGroup": SANDBOX_UID,
+        **_as_sandbox_user(),
         "capabilities": {"drop": ["ALL"]},
         "seccompProfile": {"type": "RuntimeDefault"},
     }
@@ -53,9 +56,7 @@ def container_security() -> dict[str, Any]:
 def pod_security() -> dict[str, Any]:
     """The pod-level securityContext of a sandbox pod."""
     return {
-        "runAsNonRoot": True,
-        "runAsUser": SANDBOX_UID,
-        "runAsGroup": SANDBOX_UID,
+        **_as_sandbox_user(),
         "fsGroup": SANDBOX_UID,
         "seccompProfile": {"type": "RuntimeDefault"},
     }

@@ -66,6 +66,9 @@ MAX_PENDING_PER_PEER = 32
 #: Open connections of one lease; one more is refused (and recorded).
 MAX_LEASE_CONNECTIONS = 64
 
+#: One connection's reading and writing ends (the client's, or the upstream's).
+Streams = tuple[asyncio.StreamReader, asyncio.StreamWriter]
+
 #: Resolves a name to addresses (getaddrinfo in production; a table in unit tests).
 Resolve = Callable[[str, int], Awaitable[list[str]]]
 
@@ -204,9 +207,9 @@ class EgressProxy:
         lease.connections.add(task)
         try:
             if head.method == "CONNECT":
-                await self._connect(lease, head, reader, writer)
+                await self._connect(lease, head, (reader, writer))
             else:
-                await self._forward(lease, head, reader, writer)
+                await self._forward(lease, head, (reader, writer))
         except asyncio.CancelledError:
             if not lease.ended.is_set():
                 raise
@@ -237,13 +240,8 @@ class EgressProxy:
 
     # ------------------------------------------------------------------ CONNECT
 
-    async def _connect(
-        self,
-        lease: Lease,
-        head: RequestHead,
-        reader: asyncio.StreamReader,
-        writer: asyncio.StreamWriter,
-    ) -> None:
+    async def _connect(self, lease: Lease, head: RequestHead, client: Streams) -> None:
+        reader, writer = client
         try:
             host, port = split_authority(head.target, HTTPS_PORT)
         except BadRequest as exc:
@@ -260,14 +258,13 @@ class EgressProxy:
             verdict = judge_hello(hello[0], host)
             if not verdict.allowed:
                 raise EgressRefused(verdict)
-            upstream_reader, upstream_writer = await self._dial(addresses, port, None, host)
+            upstream = await self._dial(addresses, port, None, host)
         except EgressRefused as refusal:
             self._record(lease, host, port, "CONNECT", refusal.verdict)
             if not writer.is_closing() and refusal.status != 0:
                 await _answer(writer, refusal.status)
             return
-        upstream = (upstream_reader, upstream_writer)
-        await self._splice(lease, host, port, "CONNECT", hello[1], (reader, writer), upstream)
+        await self._splice(lease, host, port, "CONNECT", hello[1], client, upstream)
 
     async def _client_hello(self, reader: asyncio.StreamReader) -> tuple[ClientHello, bytes]:
         """Read until a whole ClientHello is buffered; (parsed, the bytes read)."""
@@ -297,13 +294,8 @@ class EgressProxy:
 
     # ------------------------------------------------------------------ forwarding
 
-    async def _forward(
-        self,
-        lease: Lease,
-        head: RequestHead,
-        reader: asyncio.StreamReader,
-        writer: asyncio.StreamWriter,
-    ) -> None:
+    async def _forward(self, lease: Lease, head: RequestHead, client: Streams) -> None:
+        writer = client[1]
         try:
             target = forward_target(head)
             framing = body_framing(head)
@@ -323,7 +315,7 @@ class EgressProxy:
         try:
             addresses = await self._admit(lease, target.host, port, default_port)
             tls = self.upstream_tls if credential is not None else None
-            upstream_reader, upstream_writer = await self._dial(addresses, port, tls, target.host)
+            upstream = await self._dial(addresses, port, tls, target.host)
         except EgressRefused as refusal:
             self._record(lease, target.host, port, head.method, refusal.verdict)
             await _answer(writer, refusal.status)
@@ -339,14 +331,13 @@ class EgressProxy:
             else None
         )
         first = upstream_head(head, target, inject=inject)
-        upstream = (upstream_reader, upstream_writer)
         await self._splice(
             lease,
             target.host,
             port,
             head.method,
             first,
-            (reader, writer),
+            client,
             upstream,
             request=framing,
             masker=masker,
@@ -361,8 +352,8 @@ class EgressProxy:
         port: int,
         method: str,
         first: bytes,
-        client: tuple[asyncio.StreamReader, asyncio.StreamWriter],
-        upstream: tuple[asyncio.StreamReader, asyncio.StreamWriter],
+        client: Streams,
+        upstream: Streams,
         *,
         request: Framing | None = None,
         masker: ResponseFilter | None = None,
@@ -402,7 +393,7 @@ class EgressProxy:
 
     async def _dial(
         self, addresses: list[str], port: int, tls: ssl.SSLContext | None, host: str
-    ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    ) -> Streams:
         errors: list[str] = []
         for address in addresses:
             try:

@@ -202,49 +202,56 @@ def past_approval(obj: Mapping[str, Any]) -> bool:
     )
 
 
-def attachable(
-    obj: Mapping[str, Any],
-    *,
-    namespace: str,
-    username: str,
-    hash_: str,
-    now: datetime,
-    window_seconds: float,
-    approval_expiries: Mapping[str, datetime] | None = None,
-    idempotency_key: str | None = None,
-    options: Mapping[str, Any] | None = None,
-) -> bool:
-    """Whether a repeated request (caller `username`, request hash `hash_`) attaches to
-    `obj` instead of creating a new invocation: the same namespace, caller and request
-    (from the object's own spec), a real call (not a dry run) that reached the approval
-    stage, and, once ended, while the approval it ran with lasts (`approval_expiries`:
-    the ToolApprovals' `expiresAt` by name) or less than `window_seconds` after it ended.
-    A call made with another idempotency key (or with one, where the other had none) is
-    another call the agent means to make: it never attaches. So is one made with another
-    run, attempt or fencing token (`options`: the request's spec values of
-    `CALL_OPTION_FIELDS`; an attempt's call runs in that attempt's workspace, a newer
-    fencing token's holder is not answered with a stale holder's call)."""
+@dataclass(frozen=True)
+class RepeatedRequest:
+    """A request that may repeat a call already made: what a stored call is compared with.
+
+    The caller `username` and request hash `hash_` in `namespace`, at `now`; an ended call
+    still counts while the approval it ran with lasts (`approval_expiries`: the
+    ToolApprovals' `expiresAt` by name) or less than `window_seconds` after it ended. A call
+    made with another idempotency key (or with one, where the other had none) is another
+    call the agent means to make. So is one made with another run, attempt or fencing token
+    (`options`: the request's spec values of `CALL_OPTION_FIELDS`; an attempt's call runs
+    in that attempt's workspace, a newer fencing token's holder is not answered with a
+    stale holder's call).
+    """
+
+    namespace: str
+    username: str
+    hash_: str
+    now: datetime
+    window_seconds: float
+    approval_expiries: Mapping[str, datetime] | None = None
+    idempotency_key: str | None = None
+    options: Mapping[str, Any] | None = None
+
+
+def attachable(obj: Mapping[str, Any], request: RepeatedRequest) -> bool:
+    """Whether `request` attaches to `obj` instead of creating a new invocation: the same
+    namespace, caller, request and call options (from the object's own spec), a real call
+    (not a dry run) that reached the approval stage, and, once ended, within the time
+    `request` gives it (see `RepeatedRequest`)."""
     meta = obj.get("metadata") or {}
     spec = obj.get("spec") or {}
-    if meta.get("namespace") != namespace or meta.get("deletionTimestamp"):
+    if meta.get("namespace") != request.namespace or meta.get("deletionTimestamp"):
         return False
-    if (spec.get("caller") or {}).get("name") != username or spec.get("dryRun"):
+    if (spec.get("caller") or {}).get("name") != request.username or spec.get("dryRun"):
         return False
-    if spec_request_hash(obj) != hash_ or not past_approval(obj):
+    if spec_request_hash(obj) != request.hash_ or not past_approval(obj):
         return False
-    wanted = {**dict.fromkeys(CALL_OPTION_FIELDS), **(options or {})}
-    wanted["idempotencyKey"] = idempotency_key
+    wanted = {**dict.fromkeys(CALL_OPTION_FIELDS), **(request.options or {})}
+    wanted["idempotencyKey"] = request.idempotency_key
     if any(spec.get(field) != wanted[field] for field in CALL_OPTION_FIELDS):
         return False
     state = state_of(obj)
     if state is None or not state.terminal:
         return True
     binding = (obj.get("status") or {}).get("approval") or {}
-    expires = (approval_expiries or {}).get(str(binding.get("name") or ""))
-    if expires is not None and now < expires:
+    expires = (request.approval_expiries or {}).get(str(binding.get("name") or ""))
+    if expires is not None and request.now < expires:
         return True
     ended = _ended(obj)
-    return ended is not None and 0 <= (now - ended).total_seconds() < window_seconds
+    return ended is not None and 0 <= (request.now - ended).total_seconds() < request.window_seconds
 
 
 def approvals_to_read(items: Sequence[Mapping[str, Any]], username: str) -> list[str]:
@@ -266,34 +273,10 @@ def expiry_of(approval: Mapping[str, Any]) -> datetime | None:
 
 
 def newest_attachable(
-    items: Sequence[Mapping[str, Any]],
-    *,
-    namespace: str,
-    username: str,
-    hash_: str,
-    now: datetime,
-    window_seconds: float,
-    approval_expiries: Mapping[str, datetime] | None = None,
-    idempotency_key: str | None = None,
-    options: Mapping[str, Any] | None = None,
+    items: Sequence[Mapping[str, Any]], request: RepeatedRequest
 ) -> Mapping[str, Any] | None:
-    """The call a repeated request attaches to: a waiting one before an ended one, then
-    the newest."""
-    found = [
-        obj
-        for obj in items
-        if attachable(
-            obj,
-            namespace=namespace,
-            username=username,
-            hash_=hash_,
-            now=now,
-            window_seconds=window_seconds,
-            approval_expiries=approval_expiries,
-            idempotency_key=idempotency_key,
-            options=options,
-        )
-    ]
+    """The call `request` attaches to: a waiting one before an ended one, then the newest."""
+    found = [obj for obj in items if attachable(obj, request)]
 
     def rank(obj: Mapping[str, Any]) -> tuple[int, str]:
         state = state_of(obj)
