@@ -286,42 +286,6 @@ def rest_page() -> str:
 # --- settings ---------------------------------------------------------------------------
 
 
-def _env_names(node: ast.AST, assigned: Mapping[str, ast.AST]) -> list[str]:
-    names: list[str] = []
-    for sub in ast.walk(node):
-        if isinstance(sub, ast.Constant) and isinstance(sub.value, str):
-            if sub.value.startswith(("TOOLADAPTER_", "OTEL_")) and sub.value not in names:
-                names.append(sub.value)
-        elif isinstance(sub, ast.Name) and sub.id in assigned and sub.id not in ("cls",):
-            for name in _env_names(assigned[sub.id], {}):
-                if name not in names:
-                    names.append(name)
-    return names
-
-
-def _from_env_map(cls_node: ast.ClassDef) -> dict[str, list[str]]:
-    for item in cls_node.body:
-        if isinstance(item, ast.FunctionDef) and item.name == "from_env":
-            assigned: dict[str, ast.AST] = {}
-            for stmt in ast.walk(item):
-                if isinstance(stmt, ast.Assign):
-                    for target in stmt.targets:
-                        if isinstance(target, ast.Name):
-                            assigned[target.id] = stmt.value
-            # `base = cls()` reads the defaults; the call with keywords builds the result.
-            calls = [
-                stmt
-                for stmt in ast.walk(item)
-                if isinstance(stmt, ast.Call)
-                and isinstance(stmt.func, ast.Name)
-                and stmt.func.id == "cls"
-            ]
-            if calls:
-                built = max(calls, key=lambda call: len(call.keywords))
-                return {kw.arg: _env_names(kw.value, assigned) for kw in built.keywords if kw.arg}
-    return {}
-
-
 def _show_default(value: Any) -> str:
     if isinstance(value, enum.Enum):
         return code(value.value)
@@ -367,9 +331,11 @@ def settings_page() -> str:
         "[Helm values](helm-values.md)); [Configuration](../operations/configuration.md) "
         "explains the ones that matter most.\n"
     )
+    from tooladapter.settings.variables import variable_of
+
     for cls_node, lines, cls, reached in _settings_classes():
         instance = cls()
-        env = _from_env_map(cls_node)
+        env = {item.name: variable_of(item) for item in dataclasses.fields(cls)}
         out.append(f"\n## `{cls_node.name}`\n\n")
         if ast.get_docstring(cls_node):
             out.append(" ".join((ast.get_docstring(cls_node) or "").split()) + "\n\n")
@@ -401,10 +367,10 @@ def settings_page() -> str:
                 default = code(ast.unparse(body))
             else:
                 default = _show_default(getattr(instance, name))
-            names = env.get(name, [])
+            variable = env.get(name)
             rows.append(
                 [
-                    "<br>".join(code(n) for n in names) or "(not from the environment)",
+                    code(variable.name) if variable else "(not from the environment)",
                     code(name),
                     default,
                     cell(" ".join(comment)),

@@ -25,6 +25,7 @@ from tooladapter.settings.page import PageSettings
 from tooladapter.settings.receipts import ReceiptSettings
 from tooladapter.settings.retention import RetentionSettings
 from tooladapter.settings.sandbox import SandboxSettings
+from tooladapter.settings.variables import FromEnv, setting
 from tooladapter.settings.warm import WarmSettings
 
 __all__ = [
@@ -45,29 +46,35 @@ __all__ = [
 
 
 @dataclass(frozen=True)
-class Settings:
+class Settings(FromEnv):
     """The operator's settings: a few process-wide knobs, and one group per concern."""
 
     #: Namespace globs this operator serves (empty: all); kopf watches only these.
-    namespaces: tuple[str, ...] = ()
+    namespaces: tuple[str, ...] = setting("TOOLADAPTER_NAMESPACES", env.listed, ())
     #: Port of the Prometheus /metrics endpoint; 0 disables it.
-    metrics_port: int = 9464
+    metrics_port: int = setting("TOOLADAPTER_METRICS_PORT", env.integer, 9464)
     #: Port of `/healthz` and `/readyz`, served from start-up in every role (a standby
     #: too, unlike kopf's own liveness endpoint); 0 disables it (host processes).
-    health_port: int = 0
+    health_port: int = setting("TOOLADAPTER_HEALTH_PORT", env.port, 0)
     #: Events posted per call: `actionable` (denials, approvals, uncertain effects, failures:
     #: someone acts on them) or `all` (also a ToolInvoked event per finished call; the
     #: per-call record is the receipt, `status.receiptRef`, either way).
-    events: EventLevel = EventLevel.ACTIONABLE
+    events: EventLevel = setting("TOOLADAPTER_EVENTS", env.choice, EventLevel.ACTIONABLE)
     #: Write status at every state change, not only before waits, effects and the end.
-    write_every_state: bool = False
+    write_every_state: bool = setting("TOOLADAPTER_WRITE_EVERY_STATE", env.boolean, False)
     #: Seconds an allowed SubjectAccessReview answer is reused (0: review every call).
-    authz_cache_seconds: int = 2
+    authz_cache_seconds: int = setting("TOOLADAPTER_AUTHZ_CACHE_SECONDS", env.integer, 2)
     #: Period of the uncertain-effect reconciler and the sandbox reaper.
-    reconcile_interval_seconds: int = 30
+    reconcile_interval_seconds: int = setting(
+        "TOOLADAPTER_RECONCILE_INTERVAL_SECONDS", env.integer, 30
+    )
     #: Hosts (names, addresses or CIDRs) http tools may never reach, even when a
     #: descriptor allow-lists them: cloud metadata services hand out node credentials.
-    blocked_http_hosts: tuple[str, ...] = ("169.254.169.254", "metadata.google.internal")
+    blocked_http_hosts: tuple[str, ...] = setting(
+        "TOOLADAPTER_BLOCKED_HTTP_HOSTS",
+        env.listed,
+        ("169.254.169.254", "metadata.google.internal"),
+    )
 
     #: The artifact store: receipts and results.
     artifacts: ArtifactSettings = field(default_factory=ArtifactSettings)
@@ -97,36 +104,4 @@ class Settings:
     def serves(self, namespace: str) -> bool:
         return not self.namespaces or any(
             fnmatch.fnmatchcase(namespace, p) for p in self.namespaces
-        )
-
-    @classmethod
-    def from_env(cls) -> Settings:
-        base = cls()
-        return cls(
-            namespaces=env.listed("TOOLADAPTER_NAMESPACES", ()),
-            metrics_port=env.integer("TOOLADAPTER_METRICS_PORT", base.metrics_port),
-            health_port=env.port("TOOLADAPTER_HEALTH_PORT", base.health_port),
-            events=env.choice("TOOLADAPTER_EVENTS", base.events),
-            write_every_state=env.boolean("TOOLADAPTER_WRITE_EVERY_STATE", base.write_every_state),
-            authz_cache_seconds=env.integer(
-                "TOOLADAPTER_AUTHZ_CACHE_SECONDS", base.authz_cache_seconds
-            ),
-            reconcile_interval_seconds=env.integer(
-                "TOOLADAPTER_RECONCILE_INTERVAL_SECONDS", base.reconcile_interval_seconds
-            ),
-            blocked_http_hosts=env.listed(
-                "TOOLADAPTER_BLOCKED_HTTP_HOSTS", base.blocked_http_hosts
-            ),
-            artifacts=ArtifactSettings.from_env(),
-            limits=LimitSettings.from_env(),
-            capacity=CapacitySettings.from_env(),
-            retention=RetentionSettings.from_env(),
-            leadership=LeadershipSettings.from_env(),
-            sandbox=SandboxSettings.from_env(),
-            warm=WarmSettings.from_env(),
-            egress=EgressSettings.from_env(),
-            gateway=GatewaySettings.from_env(),
-            page=PageSettings.from_env(),
-            receipts=ReceiptSettings.from_env(),
-            event_sink=EventSinkSettings.from_env(),
         )

@@ -4,63 +4,73 @@ process (which enforces them): both read the same variables.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from typing import Literal
 
 from tooladapter.egress.core.cidr_bounds import CidrBounds
 from tooladapter.egress.core.rules import REFERENCE_DEFAULT_ALLOW
 from tooladapter.settings import environ as env
+from tooladapter.settings.variables import FromEnv, setting
 
 
 @dataclass(frozen=True)
-class EgressSettings:
+class EgressSettings(FromEnv):
     """The egress proxy (`python -m tooladapter egress-proxy`) and how leases reach it."""
 
     #: Port the proxy listens on, and the port pods are pointed at.
-    proxy_port: int = 3128
+    proxy_port: int = setting("TOOLADAPTER_EGRESS_PROXY_PORT", env.at_least(1), 3128)
     #: Address the proxy binds (default: every address; the lease's NetworkPolicy decides
     #: which pods reach it, and the token which lease they act for).
-    listen: str = "0.0.0.0"  # noqa: S104
+    listen: str = setting("TOOLADAPTER_EGRESS_PROXY_LISTEN", env.text, "0.0.0.0")  # noqa: S104
     #: False when no proxy runs (the chart's `egressProxy.enabled: false`): leases then get
     #: no proxy, and host names stay unreachable (fail closed).
-    proxy_enabled: bool = True
+    proxy_enabled: bool = setting("TOOLADAPTER_EGRESS_PROXY_ENABLED", env.boolean, True)
     #: Address pods are given in HTTP(S)_PROXY (host mode: the node's default-route address;
     #: in the cluster: the proxy Service's ClusterIP, since sandboxes have no DNS).
-    proxy_address: str | None = None
+    proxy_address: str | None = setting("TOOLADAPTER_EGRESS_PROXY_ADDRESS", env.text, None)
     #: In the cluster, when `proxy_address` is unset: the proxy Service's name in
     #: `namespace`, whose ClusterIP the operator reads at start-up (the chart sets it).
-    proxy_service: str | None = None
+    proxy_service: str | None = setting("TOOLADAPTER_EGRESS_PROXY_SERVICE", env.text, None)
     #: In the cluster: the proxy pods' labels ("k=v,..."); the lease's NetworkPolicy selects
     #: them in `namespace` instead of allowing `proxy_address`.
-    proxy_pod_labels: tuple[tuple[str, str], ...] = ()
+    proxy_pod_labels: tuple[tuple[str, str], ...] = setting(
+        "TOOLADAPTER_EGRESS_PROXY_POD_LABELS", env.pairs, ()
+    )
     #: Where lease grants and connection records live: a namespace of their own, where the
     #: proxy's Role lets it read Secrets, and nothing else is kept (the page's session key,
     #: S3 credentials and TLS keys stay in the operator's namespace, out of its reach).
-    namespace: str = "tooladapter-egress"
+    namespace: str = setting("TOOLADAPTER_EGRESS_NAMESPACE", env.text, "tooladapter-egress")
     #: Where the proxy's pods and Service run (the lease NetworkPolicy selects the pods
     #: there; the Service's ClusterIP is read there); None: `namespace`.
-    proxy_namespace: str | None = None
+    proxy_namespace: str | None = setting("TOOLADAPTER_EGRESS_PROXY_NAMESPACE", env.text, None)
     #: A sandbox's allow-list when its descriptor sets none (reference: DefaultEgressAllowList).
-    default_allow: tuple[str, ...] = REFERENCE_DEFAULT_ALLOW
+    default_allow: tuple[str, ...] = setting(
+        "TOOLADAPTER_DEFAULT_EGRESS_ALLOW", env.listed, REFERENCE_DEFAULT_ALLOW
+    )
     #: Names the proxy resolves to fixed addresses ("name=address,..."), for tests; those
     #: addresses skip the non-public check, and such names never go to DNS.
-    hosts: str = ""
+    hosts: str = setting("TOOLADAPTER_EGRESS_HOSTS", env.verbatim, "")
     #: Cluster ranges (pod and service CIDRs) the proxy treats as non-public, and every
     #: lease's NetworkPolicy excepts from the ipBlocks that contain them.
-    cluster_cidrs: tuple[str, ...] = ()
+    cluster_cidrs: tuple[str, ...] = setting("TOOLADAPTER_EGRESS_CLUSTER_CIDRS", env.listed, ())
     #: Descriptor CIDRs (`sandbox.egress.allow`, IP literals of `http.allowedHosts`):
     #: `allow` up to the prefixes below, or `forbid` cluster-wide.
-    descriptor_cidrs: Literal["allow", "forbid"] = "allow"
+    descriptor_cidrs: Literal["allow", "forbid"] = setting(
+        "TOOLADAPTER_DESCRIPTOR_CIDRS", env.cidr_mode, "allow"
+    )
     #: The widest CIDR a descriptor may allow, per family (a shorter prefix is refused).
-    descriptor_cidr_min_prefix_v4: int = 24
-    descriptor_cidr_min_prefix_v6: int = 64
+    descriptor_cidr_min_prefix_v4: int = setting(
+        "TOOLADAPTER_DESCRIPTOR_CIDR_MIN_PREFIX_IPV4", env.prefix(32), 24
+    )
+    descriptor_cidr_min_prefix_v6: int = setting(
+        "TOOLADAPTER_DESCRIPTOR_CIDR_MIN_PREFIX_IPV6", env.prefix(128), 64
+    )
     #: Extra CA bundle the proxy trusts for TLS upstreams of credentialed hosts.
-    ca_file: str | None = None
+    ca_file: str | None = setting("TOOLADAPTER_EGRESS_CA_FILE", env.text, None)
     #: Port of the proxy's /metrics; 0 disables it.
-    metrics_port: int = 9465
+    metrics_port: int = setting("TOOLADAPTER_EGRESS_METRICS_PORT", env.integer, 9465)
     #: Seconds a connection may stay idle (no byte either way) before the proxy closes it.
-    idle_seconds: int = 300
+    idle_seconds: int = setting("TOOLADAPTER_EGRESS_IDLE_SECONDS", env.at_least(1), 300)
 
     @property
     def pods_namespace(self) -> str:
@@ -73,32 +83,4 @@ class EgressSettings:
             self.descriptor_cidrs,
             self.descriptor_cidr_min_prefix_v4,
             self.descriptor_cidr_min_prefix_v6,
-        )
-
-    @classmethod
-    def from_env(cls) -> EgressSettings:
-        base = cls()
-        labels = env.pairs("TOOLADAPTER_EGRESS_PROXY_POD_LABELS", ())
-        return cls(
-            proxy_port=env.at_least("TOOLADAPTER_EGRESS_PROXY_PORT", base.proxy_port, 1),
-            listen=os.environ.get("TOOLADAPTER_EGRESS_PROXY_LISTEN") or base.listen,
-            proxy_enabled=env.boolean("TOOLADAPTER_EGRESS_PROXY_ENABLED", base.proxy_enabled),
-            proxy_address=os.environ.get("TOOLADAPTER_EGRESS_PROXY_ADDRESS") or None,
-            proxy_service=os.environ.get("TOOLADAPTER_EGRESS_PROXY_SERVICE") or None,
-            proxy_pod_labels=labels,
-            namespace=os.environ.get("TOOLADAPTER_EGRESS_NAMESPACE") or base.namespace,
-            proxy_namespace=os.environ.get("TOOLADAPTER_EGRESS_PROXY_NAMESPACE") or None,
-            default_allow=env.listed("TOOLADAPTER_DEFAULT_EGRESS_ALLOW", base.default_allow),
-            hosts=os.environ.get("TOOLADAPTER_EGRESS_HOSTS", ""),
-            cluster_cidrs=env.listed("TOOLADAPTER_EGRESS_CLUSTER_CIDRS", ()),
-            descriptor_cidrs=env.cidr_mode("TOOLADAPTER_DESCRIPTOR_CIDRS", base.descriptor_cidrs),
-            descriptor_cidr_min_prefix_v4=env.prefix(
-                "TOOLADAPTER_DESCRIPTOR_CIDR_MIN_PREFIX_IPV4", 24, 32
-            ),
-            descriptor_cidr_min_prefix_v6=env.prefix(
-                "TOOLADAPTER_DESCRIPTOR_CIDR_MIN_PREFIX_IPV6", 64, 128
-            ),
-            ca_file=os.environ.get("TOOLADAPTER_EGRESS_CA_FILE") or None,
-            metrics_port=env.integer("TOOLADAPTER_EGRESS_METRICS_PORT", base.metrics_port),
-            idle_seconds=env.at_least("TOOLADAPTER_EGRESS_IDLE_SECONDS", base.idle_seconds, 1),
         )

@@ -1,19 +1,31 @@
-"""Readers of one environment variable each, for the settings groups' `from_env`.
+"""Readers of one environment variable each, for the settings' declarations (`setting`).
 
-Each names its variable in the error, so a value the operator cannot parse stops it at
-start-up with a message saying which knob is wrong; an unset or empty variable is the
-default.
+Every reader has one shape, `read(name, default)`, so a field names its variable and its
+reader once and one `from_env` reads them all. Each names its variable in the error, so a
+value the operator cannot parse stops it at start-up with a message saying which knob is
+wrong; an unset or empty variable is the default (`listed`, `pairs` and `verbatim` keep a
+set but empty one).
 """
 
 from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable
 from pathlib import Path
-from typing import Literal, TypeVar
+from typing import Literal, TypeAlias, TypeVar, cast
 
 from tooladapter.enums import ArtifactBackend, EventLevel
 from tooladapter.mcp.core.approvals import BadPublicUrl, checked_public_url
+
+T = TypeVar("T")
+
+#: Reads the variable `name`; `default` when it is unset (or empty, as the reader says).
+Reader: TypeAlias = Callable[[str, T], T]
+
+#: A text setting, with or without a value by default (a bound, not constraints: a
+#: generic reader passed to `setting` is then solved from the field's default).
+_S = TypeVar("_S", bound=str | None)
 
 
 def integer(name: str, default: int) -> int:
@@ -26,10 +38,34 @@ def integer(name: str, default: int) -> int:
         raise ValueError(f"environment variable {name}={raw!r} is not an integer") from exc
 
 
-def at_least(name: str, default: int, minimum: int) -> int:
+def at_least(minimum: int) -> Reader[int]:
+    """An integer no lower than `minimum`."""
+
+    def read(name: str, default: int) -> int:
+        value = integer(name, default)
+        if value < minimum:
+            raise ValueError(f"environment variable {name}={value} is below its minimum {minimum}")
+        return value
+
+    return read
+
+
+def prefix(bits: int) -> Reader[int]:
+    """A CIDR prefix length of an address family of `bits` bits."""
+
+    def read(name: str, default: int) -> int:
+        value = integer(name, default)
+        if not 1 <= value <= bits:
+            raise ValueError(f"{name} must be a prefix length from 1 to {bits}, not {value}")
+        return value
+
+    return read
+
+
+def port(name: str, default: int) -> int:
     value = integer(name, default)
-    if value < minimum:
-        raise ValueError(f"environment variable {name}={value} is below its minimum {minimum}")
+    if not 0 <= value <= 65535:
+        raise ValueError(f"environment variable {name}={value} is not a port (0-65535)")
     return value
 
 
@@ -44,57 +80,37 @@ def boolean(name: str, default: bool) -> bool:
     raise ValueError(f"environment variable {name}={raw!r} is not a boolean (true/false)")
 
 
+def text(name: str, default: _S) -> _S:
+    """The value as set."""
+    raw = os.environ.get(name)
+    return cast(_S, raw) if raw else default
+
+
+def stripped(name: str, default: str) -> str:
+    """The value without surrounding blanks."""
+    return os.environ.get(name, "").strip() or default
+
+
+def verbatim(name: str, default: str) -> str:
+    """The value as set; set but empty is empty (not the default)."""
+    return os.environ.get(name, default)
+
+
+def or_variable(other: str) -> Reader[str | None]:
+    """The value, else the variable `other`'s (as set, even empty)."""
+
+    def read(name: str, default: str | None) -> str | None:
+        return os.environ.get(name) or os.environ.get(other, default)
+
+    return read
+
+
 def listed(name: str, default: tuple[str, ...]) -> tuple[str, ...]:
     """Comma-separated items; set but empty is no items (not the default)."""
     raw = os.environ.get(name)
     if raw is None:
         return default
     return tuple(part.strip() for part in raw.split(",") if part.strip())
-
-
-_QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|k|M|G|T)?$")
-
-
-def quantity(name: str, default: str) -> str:
-    raw = os.environ.get(name, "").strip()
-    if not raw:
-        return default
-    if not _QUANTITY.match(raw):
-        raise ValueError(f"environment variable {name}={raw!r} is not a storage quantity (1Gi)")
-    return raw
-
-
-def port(name: str, default: int) -> int:
-    value = integer(name, default)
-    if not 0 <= value <= 65535:
-        raise ValueError(f"environment variable {name}={value} is not a port (0-65535)")
-    return value
-
-
-def namespaced(name: str) -> str | None:
-    """`namespace/name`, or None when unset."""
-    raw = os.environ.get(name, "").strip()
-    if not raw:
-        return None
-    namespace, _, obj = raw.partition("/")
-    if not namespace or not obj or "/" in obj:
-        raise ValueError(f"{name} must be namespace/name, not {raw!r}")
-    return raw
-
-
-def path(name: str) -> Path | None:
-    raw = os.environ.get(name, "").strip()
-    return Path(raw) if raw else None
-
-
-def public_url(name: str) -> str | None:
-    raw = os.environ.get(name, "").strip()
-    if not raw:
-        return None
-    try:
-        return checked_public_url(raw)
-    except BadPublicUrl as exc:
-        raise ValueError(f"environment variable {name}: {exc}") from None
 
 
 def pairs(name: str, default: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str], ...]:
@@ -111,10 +127,62 @@ def pairs(name: str, default: tuple[tuple[str, str], ...]) -> tuple[tuple[str, s
     return tuple(found)
 
 
+_QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|k|M|G|T)?$")
+
+
+def quantity(name: str, default: str) -> str:
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    if not _QUANTITY.match(raw):
+        raise ValueError(f"environment variable {name}={raw!r} is not a storage quantity (1Gi)")
+    return raw
+
+
+def namespaced(name: str, default: _S) -> _S:
+    """`namespace/name`."""
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    namespace, _, obj = raw.partition("/")
+    if not namespace or not obj or "/" in obj:
+        raise ValueError(f"{name} must be namespace/name, not {raw!r}")
+    return cast(_S, raw)
+
+
+def path(name: str, default: Path | None) -> Path | None:
+    raw = os.environ.get(name, "").strip()
+    return Path(raw) if raw else default
+
+
+def directory(name: str, default: Path) -> Path:
+    """A path as set; set but empty is the working directory (not the default)."""
+    return Path(os.environ.get(name, str(default)))
+
+
+def public_url(name: str, default: str | None) -> str | None:
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        return checked_public_url(raw)
+    except BadPublicUrl as exc:
+        raise ValueError(f"environment variable {name}: {exc}") from None
+
+
+def endpoint(name: str, default: str | None) -> str | None:
+    """An http(s) URL."""
+    raw = os.environ.get(name, "").strip()
+    if raw and not raw.startswith(("https://", "http://")):
+        raise ValueError(f"environment variable {name}={raw!r} is not an http(s) URL")
+    return raw or default
+
+
 _E = TypeVar("_E", ArtifactBackend, EventLevel)
 
 
 def choice(name: str, default: _E) -> _E:
+    """A member of the default's enum, by value (any case)."""
     raw = os.environ.get(name, "").strip().lower()
     if raw == "":
         return default
@@ -126,22 +194,8 @@ def choice(name: str, default: _E) -> _E:
         raise ValueError(f"environment variable {name}={raw!r} is not one of {allowed}") from None
 
 
-def endpoint(name: str) -> str | None:
-    raw = os.environ.get(name, "").strip()
-    if raw and not raw.startswith(("https://", "http://")):
-        raise ValueError(f"environment variable {name}={raw!r} is not an http(s) URL")
-    return raw or None
-
-
 def cidr_mode(name: str, default: Literal["allow", "forbid"]) -> Literal["allow", "forbid"]:
     value = (os.environ.get(name) or default).strip().lower()
     if value not in ("allow", "forbid"):
         raise ValueError(f"{name} must be allow or forbid, not {value!r}")
     return "forbid" if value == "forbid" else "allow"
-
-
-def prefix(name: str, default: int, bits: int) -> int:
-    value = integer(name, default)
-    if not 1 <= value <= bits:
-        raise ValueError(f"{name} must be a prefix length from 1 to {bits}, not {value}")
-    return value

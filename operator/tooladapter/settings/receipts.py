@@ -5,36 +5,36 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tooladapter.settings import environ as env
+from tooladapter.settings.variables import FromEnv, setting
 
 
 @dataclass(frozen=True)
-class ReceiptSettings:
+class ReceiptSettings(FromEnv):
     """Receipt signing and chaining (`tooladapter.receipts`)."""
 
     #: `namespace/name` of the Secret holding the receipt signing keys (Ed25519), made by
     #: the operator with one fresh key when absent; only the operator may read it.
-    signing_secret: str = "tooladapter-system/tooladapter-receipt-signing"  # noqa: S105
+    signing_secret: str = setting(
+        "TOOLADAPTER_RECEIPT_SIGNING_SECRET",
+        env.namespaced,
+        "tooladapter-system/tooladapter-receipt-signing",
+    )
     #: `namespace/name` of the ConfigMap where the operator publishes the public receipt
     #: keys and their validity periods (also served at the gateway's `GET /receipt-keys`).
-    keys_config_map: str = "tooladapter-system/tooladapter-receipt-keys"
+    keys_config_map: str = setting(
+        "TOOLADAPTER_RECEIPT_KEYS_CONFIGMAP",
+        env.namespaced,
+        "tooladapter-system/tooladapter-receipt-keys",
+    )
     #: `namespace/name` of the ConfigMap where the operator publishes each namespace
     #: incarnation's receipt chain head (`<namespace>.<uid>` = `SEQ:sha256:<hex>`).
-    heads_config_map: str = "tooladapter-system/tooladapter-receipt-heads"
+    heads_config_map: str = setting(
+        "TOOLADAPTER_RECEIPT_HEADS_CONFIGMAP",
+        env.namespaced,
+        "tooladapter-system/tooladapter-receipt-heads",
+    )
     #: How often moved chain heads are published (one read and one write of that
     #: ConfigMap per period at most, never one per call).
-    heads_publish_seconds: int = 10
-
-    @classmethod
-    def from_env(cls) -> ReceiptSettings:
-        base = cls()
-        return cls(
-            signing_secret=env.namespaced("TOOLADAPTER_RECEIPT_SIGNING_SECRET")
-            or base.signing_secret,
-            keys_config_map=env.namespaced("TOOLADAPTER_RECEIPT_KEYS_CONFIGMAP")
-            or base.keys_config_map,
-            heads_config_map=env.namespaced("TOOLADAPTER_RECEIPT_HEADS_CONFIGMAP")
-            or base.heads_config_map,
-            heads_publish_seconds=env.at_least(
-                "TOOLADAPTER_RECEIPT_HEADS_PUBLISH_SECONDS", base.heads_publish_seconds, 1
-            ),
-        )
+    heads_publish_seconds: int = setting(
+        "TOOLADAPTER_RECEIPT_HEADS_PUBLISH_SECONDS", env.at_least(1), 10
+    )
