@@ -59,18 +59,19 @@ class OperatorProcess:
         """Start the process and wait until its log says `until` (by default that it is
         ready; a standby says "standby: ..." and is ready only once it leads)."""
         self.starts += 1
-        log = self.log_path.open("ab")
-        log.write(f"\n===== start {self.starts} =====\n".encode())
-        log.flush()
-        self.offset = self.log_path.stat().st_size
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "tooladapter", *self.COMMAND],
-            cwd=ROOT,
-            env=self.env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+        # The child keeps its own descriptor of the log; ours closes once it started.
+        with self.log_path.open("ab") as log:
+            log.write(f"\n===== start {self.starts} =====\n".encode())
+            log.flush()
+            self.offset = self.log_path.stat().st_size
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "tooladapter", *self.COMMAND],
+                cwd=ROOT,
+                env=self.env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
         self.wait_log(until, timeout=timeout)
 
     def wait_log(self, text: str, *, timeout: float) -> None:
