@@ -58,7 +58,7 @@ lint: venv
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet
 
 # docs/reference/ from the code (models, settings, CLI, OpenAPI, metrics, exit codes, chart
-# values); tests/unit/test_docs_reference.py fails when the committed pages are stale.
+# values); tests/unit/packaging/test_docs_reference.py fails when the committed pages are stale.
 docs-reference: venv
 	$(PY) hack/docs_gen.py docs/reference
 

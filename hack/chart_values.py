@@ -6,12 +6,12 @@
 - values.schema.json is inferred from the defaults (types; objects refuse keys that are not
   in values.yaml, at every level), refined by `REFINE` (enums, ranges) and `OPEN` (values
   that are Kubernetes objects or string maps, passed through as they are: Kubernetes checks
-  them, and tests/unit/test_chart.py validates the rendered objects against its OpenAPI).
+  them, and tests/unit/packaging/test_chart.py validates the rendered objects against its OpenAPI).
 
     python hack/chart_values.py           # write README table and schema
     python hack/chart_values.py --check   # exit 1 when either is stale or a value has no comment
 
-`make crds` runs it; tests/unit/test_chart.py fails when the committed files are stale.
+`make crds` runs it; tests/unit/packaging/test_chart.py fails when the committed files are stale.
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ Each page is built from one place, so the reference cannot say something the cod
 - `exit-codes.md`: `cli/exitcodes.py`.
 
 Usage: `python hack/docs_gen.py [--check] DIR` writes (or, with --check, compares) the pages.
-`tests/unit/test_docs_reference.py` runs the check.
+`tests/unit/packaging/test_docs_reference.py` runs the check.
 It imports `tooladapter` as installed (the venv holds it editable), never through `sys.path`.
 """
 

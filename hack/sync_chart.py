@@ -18,7 +18,7 @@ chart carries the same objects as templates generated from it here:
 - manifests/namespace.yaml is not carried: `helm install -n X --create-namespace` makes the
   namespace, and a Namespace object in the chart would collide with it.
 
-`make crds` runs this; `tests/unit/test_chart.py` fails when the chart drifts from its
+`make crds` runs this; `tests/unit/packaging/test_chart.py` fails when the chart drifts from its
 sources and renders the chart to compare it with manifests/ object by object.
 """
 

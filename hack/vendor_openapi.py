@@ -1,5 +1,5 @@
 """Vendor the Kubernetes OpenAPI (v3) schemas of the kinds the chart renders, for the unit
-suite's validation of every rendered object (tests/unit/test_chart.py) without a cluster.
+suite's validation of every rendered object (tests/unit/packaging/test_chart.py) without a cluster.
 
 Reads `kubectl get --raw /openapi/v3/<group-version>` from the cluster of KUBECONFIG (the
 local one is 1.34) and keeps only the schemas reachable from `KINDS`, one JSON file per

@@ -11,11 +11,10 @@ from typing import Any
 
 from kubernetes import client
 
+from tests.deploy.release import Release
 from tests.integration.objects import TERMINAL, Agent, descriptor, get
 from tests.integration.servers import Recorder
 from tooladapter.devtools import wait_for
-
-from .release import Release
 
 #: The effect tool: POST /effect/<id> to the recording server. Class `sandbox` (effects
 #: contained, no approval): it takes the execution claim before it sends, so a call is sent

@@ -17,11 +17,10 @@ from typing import Any
 import pytest
 from kubernetes import client
 
+from tests.deploy import registry as node_registry
+from tests.deploy.release import Release, make
 from tests.integration.servers import Recorder, recording_server
 from tooladapter.devtools import Namespace, admin_client, kubeconfig, node_ip
-
-from . import registry as node_registry
-from .release import Release, make
 
 pytestmark = pytest.mark.cluster
 

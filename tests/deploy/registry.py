@@ -15,9 +15,8 @@ import re
 import urllib.request
 from pathlib import Path
 
+from tests.deploy.release import CHART
 from tooladapter.devtools import ROOT, kubeconfig, node_ip
-
-from .release import CHART
 
 #: The node registry's access log (local cluster): every manifest GET is a line.
 REGISTRY_LOG = ROOT / ".cluster" / "logs" / "docker-registry.log"

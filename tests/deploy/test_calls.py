@@ -7,12 +7,11 @@ import json
 import pytest
 from kubernetes import client
 
+from tests.deploy.calls import EFFECT, agent_for, effect_tool
+from tests.deploy.release import Release
 from tests.integration.objects import Agent, jobs_of, shell_tool
 from tests.integration.servers import Recorder
 from tooladapter.devtools import Namespace
-
-from .calls import EFFECT, agent_for, effect_tool
-from .release import Release
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(600)]
 

@@ -18,12 +18,11 @@ from typing import Any
 import pytest
 from kubernetes import client
 
+from tests.deploy.release import CHART, Release, helm, run
 from tests.integration.objects import Agent, descriptor, get, pretty, status_of
 from tests.integration.servers import Recorder
 from tooladapter.devtools import Namespace, node_ip, wait_for
 from tooladapter.receipts.core.check import parse_receipt
-
-from .release import CHART, Release, helm, run
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(600)]
 

@@ -9,11 +9,10 @@ from typing import Any
 import pytest
 from kubernetes import client
 
+from tests.deploy.calls import Load, agent_for, check_once_each, effect_tool, wait_all_terminal
+from tests.deploy.release import Release, kill, token
 from tests.integration.servers import Recorder
 from tooladapter.devtools import Namespace, wait_for
-
-from .calls import Load, agent_for, check_once_each, effect_tool, wait_all_terminal
-from .release import Release, kill, token
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(900)]
 

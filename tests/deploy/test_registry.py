@@ -9,11 +9,10 @@ from typing import Any
 import pytest
 from kubernetes import client
 
+from tests.deploy import registry as node_registry
+from tests.deploy.release import Release
 from tests.integration.objects import Agent, jobs_of, shell_tool
 from tooladapter.devtools import Namespace, wait_for
-
-from . import registry as node_registry
-from .release import Release
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(600)]
 

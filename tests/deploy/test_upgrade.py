@@ -5,11 +5,10 @@ from __future__ import annotations
 import pytest
 from kubernetes import client
 
+from tests.deploy.calls import Load, agent_for, check_once_each, effect_tool, wait_all_terminal
+from tests.deploy.release import CHART, Release, helm, run, token
 from tests.integration.servers import Recorder
 from tooladapter.devtools import Namespace, wait_for
-
-from .calls import Load, agent_for, check_once_each, effect_tool, wait_all_terminal
-from .release import CHART, Release, helm, run, token
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(900)]
 

@@ -8,9 +8,8 @@ from typing import Any
 import pytest
 from kubernetes import client
 
+from tests.deploy.release import Release, make
 from tooladapter.devtools import wait_for
-
-from .release import Release, make
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(600)]
 

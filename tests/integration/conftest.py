@@ -12,14 +12,13 @@ from typing import Any
 import pytest
 from kubernetes import client
 
+from tests.integration.objects import Agent
 from tooladapter.devtools import (
     Namespace,
     OperatorProcess,
     admin_client,
     kubeconfig,
 )
-
-from .objects import Agent
 
 
 @pytest.fixture(scope="session")

@@ -15,9 +15,8 @@ from kubernetes import client
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
+from tests.integration.objects import Agent
 from tooladapter.devtools import token_for
-
-from .objects import Agent
 
 
 def token_of(agent: Agent) -> str:

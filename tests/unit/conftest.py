@@ -6,8 +6,7 @@ import pytest
 
 import tooladapter.flow
 import tooladapter.receipts.service.storing
-
-from .fake_cluster import Harness, make_runtime
+from tests.unit.fake_cluster import Harness, make_runtime
 
 
 @pytest.fixture

@@ -1,7 +1,7 @@
 """Which of the people's ClusterRoles (manifests/rbac/roles.yaml) grants what a 403 says is
 missing, so a refusal names the role to bind instead of leaving the reader to find it.
 
-Pure: the API server's message in, a hint out. `tests/unit/test_cli_roles.py` checks the
+Pure: the API server's message in, a hint out. `tests/unit/cli/test_roles.py` checks the
 table against roles.yaml, so a role that changes cannot leave a wrong hint behind.
 """
 

@@ -1,0 +1,1 @@
+"""Integration tests of egress rules and the egress proxy."""

@@ -1,0 +1,1 @@
+"""Integration tests of one call's walk through the flow."""

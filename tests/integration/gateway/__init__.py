@@ -1,0 +1,1 @@
+"""Integration tests of the gateway: REST, views, the reviewers' page server."""

@@ -1,0 +1,1 @@
+"""Integration tests of what ships: chart, CRDs, manifests, images, docs."""

@@ -1,0 +1,1 @@
+"""Integration tests of the operator process: settings, census, tracing, memory, leadership."""

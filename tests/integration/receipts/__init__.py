@@ -1,0 +1,1 @@
+"""Integration tests of receipts: record, signing, chain, index, events."""

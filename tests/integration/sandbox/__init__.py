@@ -1,0 +1,1 @@
+"""Integration tests of sandbox pods: Jobs, warm pools, attempt workspaces."""

@@ -1,0 +1,1 @@
+"""Unit tests of egress rules and the egress proxy."""

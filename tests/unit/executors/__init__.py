@@ -1,0 +1,1 @@
+"""Unit tests of executors: settlement and call limits."""

@@ -1,0 +1,1 @@
+"""Unit tests of one call's walk through the flow."""

@@ -1,0 +1,1 @@
+"""Unit tests of the gateway: REST, views, the reviewers' page server."""

@@ -1,0 +1,1 @@
+"""Unit tests of kopf wiring: start-up, health, reconcilers."""

@@ -1,0 +1,1 @@
+"""Unit tests of MCP: rules, approvals in the client, servers, the endpoint."""

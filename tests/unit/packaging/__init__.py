@@ -1,0 +1,1 @@
+"""Unit tests of what ships: chart, CRDs, manifests, images, docs."""

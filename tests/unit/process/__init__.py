@@ -1,0 +1,1 @@
+"""Unit tests of the operator process: settings, census, tracing, memory, leadership."""

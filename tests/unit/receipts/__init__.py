@@ -1,0 +1,1 @@
+"""Unit tests of receipts: record, signing, chain, index, events."""

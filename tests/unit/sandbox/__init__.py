@@ -1,0 +1,1 @@
+"""Unit tests of sandbox pods: Jobs, warm pools, attempt workspaces."""
