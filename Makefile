@@ -164,13 +164,29 @@ otel-collector:
 mcp-ts-client:
 	hack/mcp-ts/install.sh
 
+# Two workers, a test file each at a time (`--dist loadfile`: a module's operator stays in one
+# worker); every worker has its own session prefix, operator and namespaces. Tests that read
+# or change what the whole cluster shares (marker `cluster_wide`) run after, alone.
+INTEGRATION_WORKERS ?= 2
 integration: venv s3-server browser otel-collector mcp-ts-client
-	TOOLADAPTER_REQUIRE_CLUSTER=1 $(VENV)/bin/pytest -q -m "not cluster_down" tests/cluster tests/integration
+	TOOLADAPTER_REQUIRE_CLUSTER=1 $(VENV)/bin/pytest -q -m "not cluster_down" tests/cluster
+	TOOLADAPTER_REQUIRE_CLUSTER=1 $(VENV)/bin/pytest -q -m "not cluster_down and not cluster_wide" \
+	  -n $(INTEGRATION_WORKERS) --dist loadfile tests/integration
+	TOOLADAPTER_REQUIRE_CLUSTER=1 $(VENV)/bin/pytest -q -m "cluster_wide" tests/integration
 
 # The host-process suite first (it reads the operator's log and artifacts and kills its
 # process), then what `make install` applied is removed and the Helm-installed operator is
 # tested (tests/deploy); kubectl-applied and Helm-owned objects never coexist.
-test: lint unit
+# The Go builds (cluster binaries, SeaweedFS, the collector; no-ops when cached) start first,
+# in the background: lint and most unit tests need none of them, and a cold build spends much
+# of its time downloading modules. `unit` waits for them through helm's build lock.
+BUILD_LOG := $(ROOT)/.cluster/prebuild.log
+test: venv
+	@mkdir -p $(ROOT)/.cluster
+	@( $(CLUSTER_SCRIPTS)/build.sh && hack/s3/build.sh && hack/otel/build.sh ) >$(BUILD_LOG) 2>&1 & \
+	  echo "builds in the background (log: $(BUILD_LOG))"
+	$(MAKE) --no-print-directory lint
+	$(MAKE) --no-print-directory unit
 	@if [ "$(KUBECONFIG)" = "$(LOCAL_KUBECONFIG)" ]; then $(MAKE) --no-print-directory cluster-up; fi
 	$(MAKE) --no-print-directory install
 	$(MAKE) --no-print-directory integration

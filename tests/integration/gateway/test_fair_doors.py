@@ -21,6 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import aiohttp
+import pytest
 from kubernetes import client
 
 from tests.integration.gateway_client import http_json, token_of
@@ -141,6 +142,8 @@ async def _hold_streams_and_list(
     return len(responses), refused, retry_after, status, tools
 
 
+# It counts the API server's TokenReviews, which every gateway of a parallel run adds to.
+@pytest.mark.cluster_wide
 def test_1000_random_tokens_cost_a_bounded_number_of_token_reviews(
     api: client.ApiClient, operator: OperatorProcess, ns: Namespace
 ) -> None:
