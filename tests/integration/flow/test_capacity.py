@@ -7,38 +7,27 @@ The second test's operator (a short TOOLADAPTER_CAPACITY_WAIT_SECONDS) serves
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import pytest
 from kubernetes import client
 
+from tests.integration.conftest import Configured
 from tests.integration.objects import Agent, get, jobs_of, pretty, shell_tool, status_of
-from tooladapter.devtools import SESSION, Namespace, OperatorProcess, wait_for
+from tooladapter.devtools import Namespace, wait_for
 from tooladapter.naming import LABEL_INVOCATION_UID
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(300)]
 
-SCOPE = f"cap-{SESSION}"
 QUOTA = "pod-budget"
 #: The budget of the short-wait operator: long enough to see the wait, short for the suite.
 SHORT_WAIT_SECONDS = 4
 
 
 @pytest.fixture(scope="module")
-def short_wait(
-    api: client.ApiClient, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[OperatorProcess]:
-    op = OperatorProcess(
-        tmp_path_factory.mktemp("capacity-operator"),
-        {
-            "TOOLADAPTER_NAMESPACES": f"{SCOPE}-*",
-            "TOOLADAPTER_CAPACITY_WAIT_SECONDS": str(SHORT_WAIT_SECONDS),
-        },
-    )
-    op.start()
-    yield op
-    op.stop()
+def short_wait(configured: Callable[[Mapping[str, str]], Configured]) -> Configured:
+    return configured({"TOOLADAPTER_CAPACITY_WAIT_SECONDS": str(SHORT_WAIT_SECONDS)})
 
 
 def use_up_pods(api: client.ApiClient, namespace: str) -> str:
@@ -126,9 +115,9 @@ def test_a_call_waits_for_its_quota_and_runs_once_when_it_frees_up(
 
 
 def test_a_call_that_never_gets_its_quota_fails_transient_without_a_job(
-    api: client.ApiClient, short_wait: OperatorProcess
+    api: client.ApiClient, short_wait: Configured
 ) -> None:
-    ns = Namespace(api, prefix=SCOPE)
+    ns = short_wait.namespace(api)
     try:
         agent = Agent.create(api, ns.name, "agent-1")
         shell_tool(api, ns.name, "sh")

@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import re
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import pytest
 from kubernetes import client
 
+from tests.integration.conftest import Configured
 from tests.integration.objects import (
     SHELL_SCHEMA,
     TERMINAL,
@@ -28,7 +29,7 @@ from tests.integration.objects import (
     status_of,
 )
 from tooladapter import GROUP, VERSION
-from tooladapter.devtools import SESSION, Namespace, OperatorProcess, wait_for
+from tooladapter.devtools import Namespace, OperatorProcess, wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(300)]
 
@@ -36,30 +37,19 @@ pytestmark = [pytest.mark.cluster, pytest.mark.timeout(300)]
 DEFAULT_TIMEOUT = 20
 
 
-#: This module's operator serves namespaces of its own: the session's operator (started by
-#: earlier modules) holds the leadership of `SESSION-*`, and a second one there would wait.
-SCOPE = f"life-{SESSION}"
+@pytest.fixture(scope="module")
+def lifecycle(configured: Callable[[Mapping[str, str]], Configured]) -> Configured:
+    return configured({"TOOLADAPTER_DEFAULT_TIMEOUT_SECONDS": str(DEFAULT_TIMEOUT)})
 
 
 @pytest.fixture(scope="module")
-def operator(
-    api: client.ApiClient, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[OperatorProcess]:
-    op = OperatorProcess(
-        tmp_path_factory.mktemp("operator-lifecycle"),
-        env={
-            "TOOLADAPTER_DEFAULT_TIMEOUT_SECONDS": str(DEFAULT_TIMEOUT),
-            "TOOLADAPTER_NAMESPACES": f"{SCOPE}-*",
-        },
-    )
-    op.start()
-    yield op
-    op.stop()
+def operator(lifecycle: Configured) -> OperatorProcess:
+    return lifecycle.operator
 
 
 @pytest.fixture
-def ns(api: client.ApiClient, operator: OperatorProcess) -> Iterator[Namespace]:
-    namespace = Namespace(api, prefix=SCOPE)
+def ns(api: client.ApiClient, lifecycle: Configured) -> Iterator[Namespace]:
+    namespace = lifecycle.namespace(api)
     yield namespace
     namespace.delete()
 

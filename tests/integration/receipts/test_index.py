@@ -11,38 +11,28 @@ import http.cookiejar
 import re
 import urllib.parse
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import pytest
 from kubernetes import client
 
 from tests.integration.cli.test_cli import Cli
+from tests.integration.conftest import Configured
 from tests.integration.gateway_client import http_json, token_of, unbound_sa
 from tests.integration.objects import Agent, approve, descriptor, get, pretty, status_of
-from tooladapter.devtools import SESSION, Namespace, OperatorProcess, wait_for
+from tooladapter.devtools import wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(300)]
 
-SCOPE = f"rix-{SESSION}"
 RUN = "run.index:1"
 
 
 @pytest.fixture(scope="module")
-def short_retention(
-    api: client.ApiClient, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[OperatorProcess]:
-    op = OperatorProcess(
-        tmp_path_factory.mktemp("index-operator"),
-        {
-            "TOOLADAPTER_NAMESPACES": f"{SCOPE}-*",
-            "TOOLADAPTER_RETENTION_SECONDS": "2",
-            "TOOLADAPTER_RECONCILE_INTERVAL_SECONDS": "2",
-        },
+def short_retention(configured: Callable[[Mapping[str, str]], Configured]) -> Configured:
+    return configured(
+        {"TOOLADAPTER_RETENTION_SECONDS": "2", "TOOLADAPTER_RECONCILE_INTERVAL_SECONDS": "2"}
     )
-    op.start()
-    yield op
-    op.stop()
 
 
 def gone(api: client.ApiClient, namespace: str, name: str) -> bool:
@@ -54,9 +44,9 @@ def gone(api: client.ApiClient, namespace: str, name: str) -> bool:
 
 
 def test_run_receipts_are_complete_after_retention_deleted_the_invocations(
-    api: client.ApiClient, short_retention: OperatorProcess, tmp_path: Path
+    api: client.ApiClient, short_retention: Configured, tmp_path: Path
 ) -> None:
-    ns = Namespace(api, prefix=SCOPE)
+    ns = short_retention.namespace(api)
     try:
         agent = Agent.create(api, ns.name, "agent-1")
         descriptor(api, ns.name, "list-tools", kind="native", native={"name": "list-tools"})
@@ -69,7 +59,9 @@ def test_run_receipts_are_complete_after_retention_deleted_the_invocations(
         for name in [*calls, other]:
             wait_for(lambda n=name: gone(api, ns.name, n), timeout=90, what=f"{name} deleted")
 
-        url = f"{short_retention.gateway_url}/namespaces/{ns.name}/runs/{RUN}/tool-receipts"
+        url = (
+            f"{short_retention.operator.gateway_url}/namespaces/{ns.name}/runs/{RUN}/tool-receipts"
+        )
         status, _, run = http_json("GET", url, token_of(agent))
         assert status == 200, run
         rows = {row["invocation"]: row for row in run["items"]}
@@ -83,7 +75,7 @@ def test_run_receipts_are_complete_after_retention_deleted_the_invocations(
 
         # The command line, through the gateway, shows them too; alone, it finds none.
         cli = Cli(tmp_path, api, agent)
-        gateway = short_retention.gateway_url
+        gateway = short_retention.operator.gateway_url
         listed = cli.json("receipts", "--run", RUN, "--gateway", gateway)
         assert sorted(r["name"] for r in listed) == sorted(calls), listed
         assert {r["receiptRef"] for r in listed} == {statuses[n]["receiptRef"] for n in calls}
@@ -113,9 +105,9 @@ def signed_in(gateway: str, token: str) -> urllib.request.OpenerDirector:
 
 
 def test_the_reviewers_page_compares_with_an_approved_call_retention_deleted(
-    api: client.ApiClient, short_retention: OperatorProcess
+    api: client.ApiClient, short_retention: Configured
 ) -> None:
-    ns = Namespace(api, prefix=SCOPE)
+    ns = short_retention.namespace(api)
     try:
         agent = Agent.create(api, ns.name, "agent-1")
         reviewer = Agent.create(api, ns.name, "reviewer-1", role="tooladapter-reviewer")
@@ -130,8 +122,10 @@ def test_the_reviewers_page_compares_with_an_approved_call_retention_deleted(
 
         waiting = agent.invoke("propose", {"branch": "release-42"})
         agent.wait(waiting, states={"AwaitingApproval"})
-        browser = signed_in(short_retention.gateway_url, token_of(reviewer))
-        html = browser.open(f"{short_retention.gateway_url}/ui/approvals", timeout=60).read()
+        browser = signed_in(short_retention.operator.gateway_url, token_of(reviewer))
+        html = browser.open(
+            f"{short_retention.operator.gateway_url}/ui/approvals", timeout=60
+        ).read()
         text = html.decode()
         assert f"Since {first}, approved by {reviewer.user}" in text, text
         assert "release-42" in text and "The first call of this tool" not in text, text
