@@ -88,7 +88,7 @@ __all__ = ["hits"]
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(600)]
 
-NATIVE = {"kind": "native", "native": {"name": "list-tools"}}
+NATIVE: dict[str, Any] = {"kind": "native", "native": {"name": "list-tools"}}
 
 
 def meta_of(result: Any) -> dict[str, Any]:

@@ -10,6 +10,7 @@ import contextlib
 import json
 import urllib.parse
 from pathlib import Path
+from typing import Any
 
 import pytest
 from kubernetes import client
@@ -24,7 +25,7 @@ from tooladapter.receipts.core.check import parse_receipt
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(420)]
 
 RUN = "run.records:1"
-NATIVE = {"kind": "native", "native": {"name": "list-tools"}}
+NATIVE: dict[str, Any] = {"kind": "native", "native": {"name": "list-tools"}}
 
 
 def run_url(gateway: str, namespace: str, caller: str | None = None) -> str:
