@@ -5,10 +5,11 @@ printed when a test fails."""
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from pathlib import Path
 from typing import Any
 
+import pluggy
 import pytest
 from kubernetes import client
 
@@ -40,7 +41,9 @@ def operator(
 
 
 @pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_makereport(item: pytest.Item, call: Any) -> Iterator[None]:
+def pytest_runtest_makereport(
+    item: pytest.Item, call: Any
+) -> Generator[None, pluggy.Result[pytest.TestReport], None]:
     outcome = yield
     report = outcome.get_result()
     if report.when == "call" and report.failed:

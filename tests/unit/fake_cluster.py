@@ -92,7 +92,7 @@ def seam(method: Method[P, R]) -> Method[P, R]:
     name = method.__name__
     signature = inspect.signature(method)
 
-    async def wrapper(self: FakeCluster, *args: P.args, **kwargs: P.kwargs) -> R:
+    async def wrapper(self: FakeCluster, /, *args: P.args, **kwargs: P.kwargs) -> R:
         bound = signature.bind(self, *args, **kwargs)
         bound.apply_defaults()
         arguments = {k: v for k, v in bound.arguments.items() if k != "self"}
