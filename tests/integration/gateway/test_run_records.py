@@ -92,7 +92,7 @@ def created_again(api: client.ApiClient, ns: Namespace) -> str:
     core.delete_namespace(ns.name)
     wait_for(lambda: namespace_gone(api, ns.name), timeout=240, what=f"{ns.name} gone")
     core.create_namespace(
-        {"metadata": {"name": ns.name, "labels": {"tooladapter.dev/test": "true"}}}
+        {"metadata": {"name": ns.name, "labels": {"tooladapter.dev/test": "true"}}}  # type: ignore[arg-type]  # the client sends a dict body as is
     )
     wait_for(
         lambda: any(
