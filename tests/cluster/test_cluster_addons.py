@@ -124,11 +124,11 @@ def test_pod_resolves_cluster_names_and_reaches_a_service_by_name(
     assert f"full={token}" in log, log
 
     # From the host too (kube-proxy's OUTPUT rules).
-    def fetch() -> str:
+    def from_host() -> str:
         with urllib.request.urlopen(f"http://{cluster_ip}/token", timeout=5) as resp:
             return str(resp.read().decode().strip())
 
-    assert wait_until("the Service from the host", fetch, timeout=30) == token
+    assert wait_until("the Service from the host", from_host, timeout=30) == token
 
 
 def test_external_name_gets_an_answer_not_a_forward(core: Any, namespace: str) -> None:

@@ -136,7 +136,7 @@ def test_validating_admission_policy_rejects_violating_create(
     api_client: Any, core: Any, namespace: str
 ) -> None:
     from kubernetes import client
-    from kubernetes.client.rest import ApiException
+    from kubernetes.client.exceptions import ApiException
 
     adm = client.AdmissionregistrationV1Api(api_client)
     name = f"{namespace}-no-forbidden-key"
@@ -174,9 +174,9 @@ def test_validating_admission_policy_rejects_violating_create(
             "matchResources": {"namespaceSelector": {"matchLabels": {NS_LABEL: namespace}}},
         },
     }
-    adm.create_validating_admission_policy(policy)
+    adm.create_validating_admission_policy(policy)  # type: ignore[arg-type]  # the client sends a dict body as is
     try:
-        adm.create_validating_admission_policy_binding(binding)
+        adm.create_validating_admission_policy_binding(binding)  # type: ignore[arg-type]  # the client sends a dict body as is
         try:
             attempt = 0
 

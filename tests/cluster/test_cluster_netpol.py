@@ -126,7 +126,7 @@ def test_default_deny_egress_blocks_node_server_until_allowed(
     # Default-deny egress: every connection attempt fails...
     net.create_namespaced_network_policy(
         namespace,
-        _netpol("default-deny-egress", {"podSelector": {}, "policyTypes": ["Egress"]}),
+        _netpol("default-deny-egress", {"podSelector": {}, "policyTypes": ["Egress"]}),  # type: ignore[arg-type]  # the client sends a dict body as is
     )
     wait_until("default-deny egress to take effect", lambda: not connects(), timeout=60)
     seen = len(node_server.peers)
@@ -139,7 +139,7 @@ def test_default_deny_egress_blocks_node_server_until_allowed(
     # ...until a policy allows exactly the node address and the server port.
     net.create_namespaced_network_policy(
         namespace,
-        _netpol(
+        _netpol(  # type: ignore[arg-type]  # the client sends a dict body as is
             "allow-node-server",
             {
                 "podSelector": {"matchLabels": {"app": "probe"}},

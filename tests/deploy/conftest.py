@@ -10,10 +10,11 @@ release's. `make test` runs `make uninstall` before this suite.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from pathlib import Path
 from typing import Any
 
+import pluggy
 import pytest
 from kubernetes import client
 
@@ -74,7 +75,9 @@ def server() -> Iterator[Recorder]:
 
 
 @pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_makereport(item: pytest.Item, call: Any) -> Iterator[None]:
+def pytest_runtest_makereport(
+    item: pytest.Item, call: Any
+) -> Generator[None, pluggy.Result[pytest.TestReport], None]:
     outcome = yield
     report = outcome.get_result()
     if report.when == "call" and report.failed:

@@ -185,7 +185,7 @@ class Agent:
     def bind(self, cluster_role: str) -> None:
         client.RbacAuthorizationV1Api(self.admin).create_namespaced_role_binding(
             self.namespace,
-            {
+            {  # type: ignore[arg-type]  # the client sends a dict body as is
                 "metadata": {"name": f"{self.name}-{cluster_role}"},
                 "roleRef": {
                     "apiGroup": "rbac.authorization.k8s.io",
@@ -221,10 +221,10 @@ class Agent:
                     "resourceNames": classes,
                 }
             )
-        rbac.create_namespaced_role(self.namespace, {"metadata": {"name": role}, "rules": rules})
+        rbac.create_namespaced_role(self.namespace, {"metadata": {"name": role}, "rules": rules})  # type: ignore[arg-type]  # the client sends a dict body as is
         rbac.create_namespaced_role_binding(
             self.namespace,
-            {
+            {  # type: ignore[arg-type]  # the client sends a dict body as is
                 "metadata": {"name": role},
                 "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": role},
                 "subjects": [
@@ -299,7 +299,7 @@ def _allowed(
         f"system:serviceaccounts:{user.split(':')[2]}",
     ]
     review = authz.create_subject_access_review(
-        {
+        {  # type: ignore[arg-type]  # the client sends a dict body as is
             "spec": {
                 "user": user,
                 "groups": groups,

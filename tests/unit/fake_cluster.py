@@ -19,11 +19,11 @@ import dataclasses
 import functools
 import inspect
 import itertools
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
@@ -82,13 +82,17 @@ def merge_patch(target: Any, patch: Any) -> Any:
     return result
 
 
-def seam(method: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+P = ParamSpec("P")
+R = TypeVar("R")
+Method = Callable[Concatenate["FakeCluster", P], Coroutine[Any, Any, R]]
+
+
+def seam(method: Method[P, R]) -> Method[P, R]:
     """A `Cluster` method of the fake: recorded, fault-injectable, observable after."""
     name = method.__name__
     signature = inspect.signature(method)
 
-    @functools.wraps(method)
-    async def wrapper(self: FakeCluster, *args: Any, **kwargs: Any) -> Any:
+    async def wrapper(self: FakeCluster, /, *args: P.args, **kwargs: P.kwargs) -> R:
         bound = signature.bind(self, *args, **kwargs)
         bound.apply_defaults()
         arguments = {k: v for k, v in bound.arguments.items() if k != "self"}
@@ -97,6 +101,8 @@ def seam(method: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]
         await self._leave(name, result, arguments)
         return result
 
+    # As functools.wraps, whose typed result mypy cannot match to the method's signature.
+    functools.update_wrapper(wrapper, method)
     return wrapper
 
 

@@ -217,7 +217,8 @@ def test_a_chunk_split_reflection_of_the_injected_credential_never_reaches_the_s
 ) -> None:
     server = echo[0]
     client.CoreV1Api(api).create_namespaced_secret(
-        ens.name, {"metadata": {"name": "api-key"}, "stringData": {"token": SECRET_VALUE}}
+        ens.name,
+        {"metadata": {"name": "api-key"}, "stringData": {"token": SECRET_VALUE}},  # type: ignore[arg-type]  # the client sends a dict body as is
     )
     target = f"{ECHO}:{server.port}"
     shell(

@@ -303,7 +303,7 @@ def test_an_injected_credential_reaches_the_server_but_never_the_sandbox(
     core = client.CoreV1Api(api)
     core.create_namespaced_secret(
         ens.name,
-        {"metadata": {"name": "api-key"}, "stringData": {"token": SECRET_VALUE}},
+        {"metadata": {"name": "api-key"}, "stringData": {"token": SECRET_VALUE}},  # type: ignore[arg-type]  # the client sends a dict body as is
     )
     tls = f"{TLS}:{servers.tls_port}"
     descriptor(

@@ -106,7 +106,7 @@ def secret_tool(
 ) -> None:
     client.CoreV1Api(api).create_namespaced_secret(
         namespace,
-        {
+        {  # type: ignore[arg-type]  # the client sends a dict body as is
             "metadata": {"name": "db"},
             "data": {"password": base64.b64encode(value.encode()).decode()},
         },
@@ -162,7 +162,7 @@ def test_a_brokered_secret_that_is_json_is_kept_out_of_the_structured_result_too
     value = json.dumps({"auths": {"registry.example.com": {"auth": auth}}})
     client.CoreV1Api(api).create_namespaced_secret(
         ns.name,
-        {
+        {  # type: ignore[arg-type]  # the client sends a dict body as is
             "metadata": {"name": "regcred"},
             "data": {"config.json": base64.b64encode(value.encode()).decode()},
         },

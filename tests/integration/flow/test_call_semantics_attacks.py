@@ -192,7 +192,7 @@ def blind_agent(api: client.ApiClient, namespace: str, name: str) -> Agent:
     rbac = client.RbacAuthorizationV1Api(api)
     rbac.create_namespaced_role(
         namespace,
-        {
+        {  # type: ignore[arg-type]  # the client sends a dict body as is
             "metadata": {"name": f"{name}-create-only"},
             "rules": [
                 {"apiGroups": [GROUP], "resources": ["toolinvocations"], "verbs": ["create"]}
@@ -201,7 +201,7 @@ def blind_agent(api: client.ApiClient, namespace: str, name: str) -> Agent:
     )
     rbac.create_namespaced_role_binding(
         namespace,
-        {
+        {  # type: ignore[arg-type]  # the client sends a dict body as is
             "metadata": {"name": f"{name}-create-only"},
             "roleRef": {
                 "apiGroup": "rbac.authorization.k8s.io",
@@ -479,7 +479,7 @@ def test_a_duplicate_cannot_be_confirmed_and_carries_its_first_calls_confirmatio
 
 def _may_patch_status(agent: Agent, namespace: str) -> bool:
     review = client.AuthorizationV1Api(agent.admin).create_subject_access_review(
-        {
+        {  # type: ignore[arg-type]  # the client sends a dict body as is
             "spec": {
                 "user": agent.user,
                 "resourceAttributes": {

@@ -34,7 +34,8 @@ def use_up_pods(api: client.ApiClient, namespace: str) -> str:
     """A quota of one pod in `namespace`, taken by a sleeping pod; the pod's name."""
     core = client.CoreV1Api(api)
     core.create_namespaced_resource_quota(
-        namespace, {"metadata": {"name": QUOTA}, "spec": {"hard": {"pods": "1"}}}
+        namespace,
+        {"metadata": {"name": QUOTA}, "spec": {"hard": {"pods": "1"}}},  # type: ignore[arg-type]  # the client sends a dict body as is
     )
     # The quota admits pods only once its controller has computed its usage.
     wait_for(
@@ -44,7 +45,7 @@ def use_up_pods(api: client.ApiClient, namespace: str) -> str:
     )
     blocker = core.create_namespaced_pod(
         namespace,
-        {
+        {  # type: ignore[arg-type]  # the client sends a dict body as is
             "metadata": {"name": "blocker"},
             "spec": {
                 "restartPolicy": "Never",

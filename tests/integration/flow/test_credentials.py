@@ -14,7 +14,7 @@ pytestmark = [pytest.mark.cluster, pytest.mark.timeout(300)]
 
 
 def authenticated(api: client.ApiClient, token: str) -> bool:
-    review = client.AuthenticationV1Api(api).create_token_review({"spec": {"token": token}})
+    review = client.AuthenticationV1Api(api).create_token_review({"spec": {"token": token}})  # type: ignore[arg-type]  # the client sends a dict body as is
     return bool(review.status.authenticated)
 
 
@@ -22,7 +22,7 @@ def test_a_minted_token_stops_working_when_its_call_ends(
     api: client.ApiClient, ns: Namespace, agent: Agent
 ) -> None:
     core = client.CoreV1Api(api)
-    core.create_namespaced_service_account(ns.name, {"metadata": {"name": "deployer"}})
+    core.create_namespaced_service_account(ns.name, {"metadata": {"name": "deployer"}})  # type: ignore[arg-type]  # the client sends a dict body as is
     descriptor(
         api,
         ns.name,

@@ -39,11 +39,11 @@ def role_client(
 ) -> client.ApiClient:
     """A ServiceAccount bound to a namespaced Role of exactly `rules`, as a client."""
     rbac = client.RbacAuthorizationV1Api(api)
-    rbac.create_namespaced_role(namespace, {"metadata": {"name": name}, "rules": rules})
+    rbac.create_namespaced_role(namespace, {"metadata": {"name": name}, "rules": rules})  # type: ignore[arg-type]  # the client sends a dict body as is
     token = token_for(api, namespace, name)
     rbac.create_namespaced_role_binding(
         namespace,
-        {
+        {  # type: ignore[arg-type]  # the client sends a dict body as is
             "metadata": {"name": name},
             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
             "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": namespace}],
@@ -112,10 +112,11 @@ def test_a_workspace_admin_without_get_on_a_secret_cannot_name_it(
     core = client.CoreV1Api(api)
     for secret in ("db", "mine"):
         core.create_namespaced_secret(
-            ns.name, {"metadata": {"name": secret}, "stringData": {"password": "hunter2"}}
+            ns.name,
+            {"metadata": {"name": secret}, "stringData": {"password": "hunter2"}},  # type: ignore[arg-type]  # the client sends a dict body as is
         )
     for sa in ("robot", "mine-sa"):
-        core.create_namespaced_service_account(ns.name, {"metadata": {"name": sa}})
+        core.create_namespaced_service_account(ns.name, {"metadata": {"name": sa}})  # type: ignore[arg-type]  # the client sends a dict body as is
     # May publish tools and register servers; may read only its own Secret and mint tokens
     # only for its own ServiceAccount.
     ws = role_client(
@@ -327,7 +328,8 @@ def test_a_server_nobody_activated_never_receives_its_credentials(
 ) -> None:
     server, token = token_server
     client.CoreV1Api(api).create_namespaced_secret(
-        ns.name, {"metadata": {"name": "mcp-token"}, "stringData": {"token": token}}
+        ns.name,
+        {"metadata": {"name": "mcp-token"}, "stringData": {"token": token}},  # type: ignore[arg-type]  # the client sends a dict body as is
     )
     credentials = {"secretKeyRef": {"name": "mcp-token", "key": "token"}}
     create(

@@ -138,7 +138,8 @@ def test_a_job_a_resource_quota_refuses_waits_in_brokered_naming_the_quota_and_n
     Brokered, its message naming the quota, with no Job; interrupted, it ends Cancelled.
     (Running out of the wait is tests/integration/flow/test_capacity.py's.)"""
     client.CoreV1Api(api).create_namespaced_resource_quota(
-        ns.name, {"metadata": {"name": "no-jobs"}, "spec": {"hard": {"count/jobs.batch": "0"}}}
+        ns.name,
+        {"metadata": {"name": "no-jobs"}, "spec": {"hard": {"count/jobs.batch": "0"}}},  # type: ignore[arg-type]  # the client sends a dict body as is
     )
     shell_tool(api, ns.name, "sh")
     agent.grant(["sh"], ["sandbox"])

@@ -16,7 +16,7 @@ def grant_group(api: client.ApiClient, namespace: str, group: str, tool: str) ->
     rbac = client.RbacAuthorizationV1Api(api)
     rbac.create_namespaced_role(
         namespace,
-        {
+        {  # type: ignore[arg-type]  # the client sends a dict body as is
             "metadata": {"name": "group-grant"},
             "rules": [
                 {
@@ -36,7 +36,7 @@ def grant_group(api: client.ApiClient, namespace: str, group: str, tool: str) ->
     )
     rbac.create_namespaced_role_binding(
         namespace,
-        {
+        {  # type: ignore[arg-type]  # the client sends a dict body as is
             "metadata": {"name": "group-grant"},
             "roleRef": {
                 "apiGroup": "rbac.authorization.k8s.io",
@@ -80,7 +80,7 @@ def test_a_grant_to_a_group_applies_only_when_the_caller_lists_it_and_is_in_it(
     grant_group(api, ns.name, "team-leads", "list-tools")
     client.RbacAuthorizationV1Api(api).create_namespaced_role_binding(
         ns.name,
-        {
+        {  # type: ignore[arg-type]  # the client sends a dict body as is
             "metadata": {"name": "team-leads-request"},
             "roleRef": {
                 "apiGroup": "rbac.authorization.k8s.io",

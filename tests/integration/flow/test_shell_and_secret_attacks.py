@@ -195,7 +195,7 @@ def test_a_shell_tool_with_secrets_is_refused_and_a_container_tool_receives_them
     value = "pa55-Word-" + "z" * 20
     client.CoreV1Api(api).create_namespaced_secret(
         ns.name,
-        {
+        {  # type: ignore[arg-type]  # the client sends a dict body as is
             "metadata": {"name": "db"},
             "data": {"password": base64.b64encode(value.encode()).decode()},
         },
@@ -408,7 +408,7 @@ def test_a_brokered_secret_split_wrapped_and_encoded_by_the_tool_is_redacted(
     value = "Brk-7Qz4vT9xLm2pRw8kHy6sBn4dJc5fGt7a-Pq1Wz3Ex5Rt7Yu9Io0Pa2Sd4Fg6Hj8Kl1Zx3Cv5Bn7M"
     client.CoreV1Api(api).create_namespaced_secret(
         ns.name,
-        {
+        {  # type: ignore[arg-type]  # the client sends a dict body as is
             "metadata": {"name": "db"},
             "data": {"password": base64.b64encode(value.encode()).decode()},
         },

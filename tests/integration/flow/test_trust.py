@@ -313,7 +313,7 @@ def test_credentials_fail_closed_are_redacted_and_die_with_the_call(
     value = "s3cr3t-Value-" + "q" * 16
     client.CoreV1Api(api).create_namespaced_secret(
         ns.name,
-        {
+        {  # type: ignore[arg-type]  # the client sends a dict body as is
             "metadata": {"name": "db"},
             "data": {
                 "password": base64.b64encode(value.encode()).decode(),
@@ -390,7 +390,8 @@ def test_the_reaper_leaves_nothing_of_ended_invocations(
     agent: Agent,
 ) -> None:
     client.CoreV1Api(api).create_namespaced_secret(
-        ns.name, {"metadata": {"name": "k"}, "data": {"v": base64.b64encode(b"x" * 20).decode()}}
+        ns.name,
+        {"metadata": {"name": "k"}, "data": {"v": base64.b64encode(b"x" * 20).decode()}},  # type: ignore[arg-type]  # the client sends a dict body as is
     )
     container_tool(
         api,

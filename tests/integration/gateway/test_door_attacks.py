@@ -88,7 +88,7 @@ __all__ = ["hits"]
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(600)]
 
-NATIVE = {"kind": "native", "native": {"name": "list-tools"}}
+NATIVE: dict[str, Any] = {"kind": "native", "native": {"name": "list-tools"}}
 
 
 def meta_of(result: Any) -> dict[str, Any]:
@@ -242,10 +242,12 @@ def test_an_agent_reads_no_proxy_secret_and_a_preview_names_no_secret_value(
     value = "preview-must-not-show-" + "Zq8" * 6
     core = client.CoreV1Api(api)
     core.create_namespaced_secret(
-        ns.name, {"metadata": {"name": "ta-proxy-someone-else"}, "stringData": {"url": value}}
+        ns.name,
+        {"metadata": {"name": "ta-proxy-someone-else"}, "stringData": {"url": value}},  # type: ignore[arg-type]  # the client sends a dict body as is
     )
     core.create_namespaced_secret(
-        ns.name, {"metadata": {"name": "api-key"}, "stringData": {"token": value}}
+        ns.name,
+        {"metadata": {"name": "api-key"}, "stringData": {"token": value}},  # type: ignore[arg-type]  # the client sends a dict body as is
     )
     descriptor(
         api,
@@ -388,7 +390,8 @@ def test_a_credential_reflected_by_the_upstream_never_reaches_the_sandbox(
     ens = Namespace(api, prefix=PREFIX)
     try:
         client.CoreV1Api(api).create_namespaced_secret(
-            ens.name, {"metadata": {"name": "api-key"}, "stringData": {"token": CREDENTIAL}}
+            ens.name,
+            {"metadata": {"name": "api-key"}, "stringData": {"token": CREDENTIAL}},  # type: ignore[arg-type]  # the client sends a dict body as is
         )
         echo = f"{ECHO}:{port}"
         descriptor(

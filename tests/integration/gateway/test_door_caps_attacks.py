@@ -12,6 +12,7 @@ import asyncio
 import re
 import secrets
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import pytest
@@ -25,7 +26,7 @@ from tooladapter.settings import Settings
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(420)]
 
-NATIVE = {"kind": "native", "native": {"name": "list-tools"}}
+NATIVE: dict[str, Any] = {"kind": "native", "native": {"name": "list-tools"}}
 ESC = "\x1b"
 DEFAULTS = Settings()
 

@@ -29,7 +29,7 @@ from tests.integration.objects import Agent, descriptor
 from tooladapter.devtools import Namespace, OperatorProcess, kubeconfig
 from tooladapter.settings import Settings
 
-NATIVE = {"kind": "native", "native": {"name": "list-tools"}}
+NATIVE: dict[str, Any] = {"kind": "native", "native": {"name": "list-tools"}}
 DEFAULTS = Settings()
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+from typing import Any
 
 import pytest
 from kubernetes import client
@@ -23,7 +24,7 @@ from tooladapter.devtools import Namespace, OperatorProcess
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(300)]
 
-NATIVE = {"kind": "native", "native": {"name": "list-tools"}}
+NATIVE: dict[str, Any] = {"kind": "native", "native": {"name": "list-tools"}}
 PROVENANCE = "dev.tooladapter/provenance"
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from kubernetes import client
@@ -35,7 +36,7 @@ CHROMIUM_ARGS = [
     "--disable-component-update",
     "--disable-sync",
 ]
-NATIVE = {"kind": "native", "native": {"name": "list-tools"}}
+NATIVE: dict[str, Any] = {"kind": "native", "native": {"name": "list-tools"}}
 #: How long the page may take to show what the cluster did (ms, Playwright's unit).
 SHOWN_MS = 90_000
 

@@ -8,6 +8,7 @@ import json
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import pytest
 import schemathesis
@@ -29,7 +30,7 @@ from tooladapter.receipts.core.check import parse_receipt
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(600)]
 
-NATIVE = {"kind": "native", "native": {"name": "list-tools"}}
+NATIVE: dict[str, Any] = {"kind": "native", "native": {"name": "list-tools"}}
 
 
 @dataclass

@@ -10,6 +10,7 @@ import contextlib
 import json
 import urllib.parse
 from pathlib import Path
+from typing import Any
 
 import pytest
 from kubernetes import client
@@ -24,7 +25,7 @@ from tooladapter.receipts.core.check import parse_receipt
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(420)]
 
 RUN = "run.records:1"
-NATIVE = {"kind": "native", "native": {"name": "list-tools"}}
+NATIVE: dict[str, Any] = {"kind": "native", "native": {"name": "list-tools"}}
 
 
 def run_url(gateway: str, namespace: str, caller: str | None = None) -> str:
@@ -91,7 +92,7 @@ def created_again(api: client.ApiClient, ns: Namespace) -> str:
     core.delete_namespace(ns.name)
     wait_for(lambda: namespace_gone(api, ns.name), timeout=240, what=f"{ns.name} gone")
     core.create_namespace(
-        {"metadata": {"name": ns.name, "labels": {"tooladapter.dev/test": "true"}}}
+        {"metadata": {"name": ns.name, "labels": {"tooladapter.dev/test": "true"}}}  # type: ignore[arg-type]  # the client sends a dict body as is
     )
     wait_for(
         lambda: any(

@@ -32,7 +32,7 @@ from tooladapter.devtools import Namespace, OperatorProcess
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(300)]
 
-NATIVE = {"kind": "native", "native": {"name": "list-tools"}}
+NATIVE: dict[str, Any] = {"kind": "native", "native": {"name": "list-tools"}}
 MODERN = "2026-07-28"
 URL_ELICITATION_REQUIRED = -32042
 

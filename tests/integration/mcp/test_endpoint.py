@@ -19,7 +19,7 @@ from tooladapter.devtools import Namespace, OperatorProcess, wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(300)]
 
-NATIVE = {"kind": "native", "native": {"name": "list-tools"}}
+NATIVE: dict[str, Any] = {"kind": "native", "native": {"name": "list-tools"}}
 
 
 def meta_of(result: Any) -> dict[str, Any]:

@@ -33,7 +33,7 @@ from tooladapter.devtools import Namespace, OperatorProcess
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(300)]
 
-NATIVE = {"kind": "native", "native": {"name": "list-tools"}}
+NATIVE: dict[str, Any] = {"kind": "native", "native": {"name": "list-tools"}}
 INSTALL = Path(__file__).resolve().parents[3] / "hack" / "mcp-ts" / "install.sh"
 
 

@@ -457,7 +457,8 @@ def test_server_credentials_from_a_secret_reach_only_the_server_that_references_
     token = f"mcp-{uuid.uuid4().hex}"
     server = servers("--mode", "current", "--token", token)
     client.CoreV1Api(api).create_namespaced_secret(
-        ns.name, {"metadata": {"name": "mcp-token"}, "stringData": {"token": token}}
+        ns.name,
+        {"metadata": {"name": "mcp-token"}, "stringData": {"token": token}},  # type: ignore[arg-type]  # the client sends a dict body as is
     )
     register(
         api,
@@ -500,7 +501,8 @@ def test_a_redaction_that_breaks_structured_content_is_sent_once_and_settles(
     token = '{"echo": "'
     server = servers("--mode", "current", "--token", token)
     client.CoreV1Api(api).create_namespaced_secret(
-        ns.name, {"metadata": {"name": "odd-token"}, "stringData": {"token": token}}
+        ns.name,
+        {"metadata": {"name": "odd-token"}, "stringData": {"token": token}},  # type: ignore[arg-type]  # the client sends a dict body as is
     )
     register(
         api,

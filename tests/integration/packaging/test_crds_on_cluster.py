@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 
 import pytest
 from kubernetes import client, config
-from kubernetes.client.rest import ApiException
+from kubernetes.client.exceptions import ApiException
 
 pytestmark = [
     pytest.mark.cluster,
@@ -91,7 +91,7 @@ def installed(admin: client.ApiClient) -> None:
 @pytest.fixture(scope="module")
 def admin_user(admin: client.ApiClient) -> str:
     review = client.AuthenticationV1Api(admin).create_self_subject_review(
-        {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"}
+        {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"}  # type: ignore[arg-type]  # the client sends a dict body as is
     )
     username: str = review.status.user_info.username
     return username
@@ -101,7 +101,7 @@ def admin_user(admin: client.ApiClient) -> str:
 def namespace(admin: client.ApiClient, installed: None) -> Iterator[str]:
     core = client.CoreV1Api(admin)
     name = f"ta-crd-{uuid.uuid4().hex[:8]}"
-    core.create_namespace({"metadata": {"name": name, "labels": {"tooladapter.dev/test": "crds"}}})
+    core.create_namespace({"metadata": {"name": name, "labels": {"tooladapter.dev/test": "crds"}}})  # type: ignore[arg-type]  # the client sends a dict body as is
     try:
         yield name
     finally:
@@ -112,11 +112,11 @@ def user_client(admin: client.ApiClient, namespace: str, sa: str, *roles: str) -
     """A client authenticated as a fresh ServiceAccount bound to `roles` in `namespace`."""
     core = client.CoreV1Api(admin)
     rbac = client.RbacAuthorizationV1Api(admin)
-    core.create_namespaced_service_account(namespace, {"metadata": {"name": sa}})
+    core.create_namespaced_service_account(namespace, {"metadata": {"name": sa}})  # type: ignore[arg-type]  # the client sends a dict body as is
     for role in roles:
         rbac.create_namespaced_role_binding(
             namespace,
-            {
+            {  # type: ignore[arg-type]  # the client sends a dict body as is
                 "metadata": {"name": f"{sa}-{role}"},
                 "roleRef": {
                     "apiGroup": "rbac.authorization.k8s.io",

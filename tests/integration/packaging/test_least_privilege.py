@@ -50,7 +50,7 @@ def allowed(
     if name is not None:
         attributes["name"] = name
     review = client.AuthorizationV1Api(api).create_subject_access_review(
-        {
+        {  # type: ignore[arg-type]  # the client sends a dict body as is
             "apiVersion": "authorization.k8s.io/v1",
             "kind": "SubjectAccessReview",
             "spec": {

@@ -36,7 +36,8 @@ REF = f"sha256:{DIGEST}"
 
 def client_error(status: int, code: str, operation: str) -> ClientError:
     return ClientError(
-        {"Error": {"Code": code, "Message": code}, "ResponseMetadata": {"HTTPStatusCode": status}},
+        # The fields the code reads; the stubs' TypedDict wants every field a response has.
+        {"Error": {"Code": code, "Message": code}, "ResponseMetadata": {"HTTPStatusCode": status}},  # type: ignore[typeddict-item]
         operation,
     )
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+from typing import Any
 
 import pytest
 from pydantic import ValidationError
@@ -26,6 +27,7 @@ from tooladapter.enums import (
     EnvironmentClass,
     FailureClass,
     InFlightPolicy,
+    InvocationState,
     Resource,
     SideEffectClass,
     ToolKind,
@@ -54,7 +56,7 @@ UID = "0b7c6a52-6a3e-4a3b-9f0e-1c2d3e4f5a6b"
 WRITER_SCHEMA = {"type": "object", "properties": {"path": {"type": "string"}}}
 
 
-def spec_of(**fields: object) -> ToolDescriptorSpec:
+def spec_of(**fields: Any) -> ToolDescriptorSpec:
     return ToolDescriptorSpec.model_validate(descriptor("t", **fields)["spec"])
 
 
@@ -171,7 +173,7 @@ async def test_a_new_call_of_a_retired_version_is_denied_retired(h: Harness) -> 
     assert stored["status"]["failureClass"] == "retired"
 
 
-def writer(h: Harness, **spec: object) -> None:
+def writer(h: Harness, **spec: Any) -> None:
     h.publish(
         descriptor("writer", side_effect_class="shared-write", inputSchema=WRITER_SCHEMA, **spec)
     )
@@ -181,7 +183,7 @@ def writer(h: Harness, **spec: object) -> None:
 async def test_retiring_denies_a_call_waiting_for_approval_at_once(h: Harness) -> None:
     writer(h)
     task = h.start(h.submit(invocation("w-1", tool="writer", arguments={"path": "/x"})))
-    await h.cluster.wait_for_state("w-1", "AwaitingApproval")
+    await h.cluster.wait_for_state("w-1", InvocationState.AWAITING_APPROVAL)
 
     writer(h, retired=True)  # the catalog's update wakes the wait: no approval needed
     await asyncio.wait_for(task, 5)
@@ -197,7 +199,7 @@ async def test_retiring_denies_a_call_waiting_for_approval_at_once(h: Harness) -
 async def test_an_approved_call_of_a_version_retired_meanwhile_never_runs(h: Harness) -> None:
     writer(h)
     task = h.start(h.submit(invocation("w-1", tool="writer", arguments={"path": "/x"})))
-    await h.cluster.wait_for_state("w-1", "AwaitingApproval")
+    await h.cluster.wait_for_state("w-1", InvocationState.AWAITING_APPROVAL)
     h.approve_waiting("w-1")
     # Retired on the API server only (the watch has not delivered it): the re-check reads it.
     stored = h.cluster.stored(Resource.DESCRIPTORS, "team-a", "writer-1-0-0")

@@ -39,7 +39,7 @@ from tests.unit.fake_cluster import (
     shell_descriptor,
 )
 from tests.unit.flow.test_states import native, writer_call, writer_tool
-from tooladapter.enums import Resource, ToolKind
+from tooladapter.enums import InvocationState, Resource, ToolKind
 from tooladapter.executors.sandbox import SandboxExecutor
 from tooladapter.kube.client import NotFound
 from tooladapter.settings import Settings
@@ -65,7 +65,7 @@ async def test_egress_narrowed_a_moment_before_the_approval_applies_to_the_lease
     body = h.submit(invocation("sh-1", tool="sh", arguments={"command": "rm -r /workspace"}))
     h.cluster.script_job(body["metadata"]["uid"], finished_job(), outcome=pod_result(log=b"ok\n"))
     task = h.start(body)
-    await h.cluster.wait_for_state("sh-1", "AwaitingApproval")
+    await h.cluster.wait_for_state("sh-1", InvocationState.AWAITING_APPROVAL)
 
     # Stored on the API server, not yet delivered by the watch: no egress at all but one host.
     h.cluster.put(Resource.POLICIES, policy("lockdown", egress={"allow": ["192.0.2.1/32"]}))
@@ -81,7 +81,7 @@ async def test_egress_narrowed_a_moment_before_the_approval_applies_to_the_lease
 async def test_a_call_the_recheck_denies_has_nothing_brokered(h: Harness) -> None:
     writer_tool(h)
     task = h.start(h.submit(writer_call()))
-    await h.cluster.wait_for_state("write-1", "AwaitingApproval")
+    await h.cluster.wait_for_state("write-1", InvocationState.AWAITING_APPROVAL)
 
     h.cluster.namespaces[NAMESPACE] = {"tooladapter.dev/frozen": "true"}
     h.approve_waiting("write-1")
@@ -103,7 +103,7 @@ async def test_reviewer_groups_narrowed_while_the_call_waited_hold_for_its_appro
 ) -> None:
     writer_tool(h)
     task = h.start(h.submit(writer_call()))
-    await h.cluster.wait_for_state("write-1", "AwaitingApproval")
+    await h.cluster.wait_for_state("write-1", InvocationState.AWAITING_APPROVAL)
 
     h.add_policy(policy("reviewers", approval={"reviewerGroups": ["sre-leads"]}))
     h.approve_waiting("write-1", reviewerGroups=groups)
@@ -129,7 +129,7 @@ async def test_a_failing_fresh_read_ends_the_call_with_nothing_run(
     monkeypatch.setattr(tooladapter.flow, "RETRY_DELAYS", (0, 0, 0, 0, 0))
     writer_tool(h)
     task = h.start(h.submit(writer_call()))
-    await h.cluster.wait_for_state("write-1", "AwaitingApproval")
+    await h.cluster.wait_for_state("write-1", InvocationState.AWAITING_APPROVAL)
 
     async def fail(**_: object) -> None:
         raise error

@@ -224,7 +224,7 @@ async def test_a_failed_write_of_awaiting_approval_is_retried_so_reviewers_see_t
 
     task = h.start(body)
     try:
-        waiting = await h.cluster.wait_for_state("write-1", "AwaitingApproval")
+        waiting = await h.cluster.wait_for_state("write-1", InvocationState.AWAITING_APPROVAL)
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
@@ -374,7 +374,7 @@ async def test_an_interrupt_during_a_sandbox_job_deletes_it_and_settles_by_start
     cluster.pods[uid] = pod(started=started)  # the Job's wait never ends: it is running
 
     task = h.start(body)
-    await cluster.wait_for_state("sh-1", "Executing")
+    await cluster.wait_for_state("sh-1", InvocationState.EXECUTING)
     for _ in range(50):
         if cluster.calls_of("wait_for_job"):
             break
@@ -532,7 +532,7 @@ async def test_a_result_the_store_refuses_is_kept_until_stored_and_the_call_runs
     executor = ScriptedExecutor()
     h = with_executor(executor)
     body = approved_write(h)
-    refusals = []
+    refusals: list[bytes] = []
 
     def store_down_three_times(data: bytes) -> None:
         if len(refusals) < 3:
@@ -554,7 +554,7 @@ async def test_a_result_the_store_refuses_is_kept_until_stored_and_the_call_runs
 
 
 async def test_a_receipt_the_store_refuses_delays_the_end_and_warns_once(h: Harness) -> None:
-    refused = []
+    refused: list[bytes] = []
 
     def receipts_refused_twice(data: bytes) -> None:
         if is_receipt(data) and len(refused) < 2:

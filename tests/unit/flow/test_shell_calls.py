@@ -18,7 +18,7 @@ from tests.unit.fake_cluster import (
     policy,
     shell_descriptor,
 )
-from tooladapter.enums import ToolKind
+from tooladapter.enums import InvocationState, ToolKind
 from tooladapter.executors.sandbox import SandboxExecutor
 from tooladapter.settings import Settings
 
@@ -63,7 +63,9 @@ async def test_an_unlisted_command_waits_for_an_approval_as_shared_write_without
     body = call(h, "rm -r /workspace", classes=("sandbox", "shared-write"))
     task = h.start(body)
     try:
-        waiting = (await h.cluster.wait_for_state("sh-1", "AwaitingApproval"))["status"]
+        waiting = (await h.cluster.wait_for_state("sh-1", InvocationState.AWAITING_APPROVAL))[
+            "status"
+        ]
         assert waiting["effectiveClass"] == "shared-write"
         assert waiting["approvalForced"] is True
         detail = classification_detail(waiting)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 from prometheus_client import REGISTRY
@@ -184,7 +185,7 @@ async def test_a_shared_write_call_waits_in_awaiting_approval_with_its_request_t
     body = h.submit(writer_call())
     task = h.start(body)
     try:
-        stored = await h.cluster.wait_for_state("write-1", "AwaitingApproval")
+        stored = await h.cluster.wait_for_state("write-1", InvocationState.AWAITING_APPROVAL)
         status = stored["status"]
         assert status["approvalRequestedAt"]
         assert status["requestHash"] == hash_of(body)
@@ -203,7 +204,7 @@ async def test_an_approval_of_the_exact_request_binds_and_the_call_proceeds_to_o
 ) -> None:
     writer_tool(h)
     task = h.start(h.submit(writer_call()))
-    waiting = await h.cluster.wait_for_state("write-1", "AwaitingApproval")
+    waiting = await h.cluster.wait_for_state("write-1", InvocationState.AWAITING_APPROVAL)
     requested_at = waiting["status"]["approvalRequestedAt"]
 
     h.approve_waiting("write-1", comment="ok", name="yes")
@@ -256,7 +257,7 @@ async def test_an_approval_of_other_arguments_never_binds_and_says_why(h: Harnes
     )
     task = h.start(body)
     try:
-        await h.cluster.wait_for_state("write-1", "AwaitingApproval")
+        await h.cluster.wait_for_state("write-1", InvocationState.AWAITING_APPROVAL)
         for _ in range(20):
             await asyncio.sleep(0)
         reason = h.cluster.stored(Resource.APPROVALS, NAMESPACE, stale["metadata"]["name"])
@@ -278,7 +279,7 @@ async def test_a_callers_own_approval_does_not_bind(h: Harness) -> None:
     h.pre_approve(body, reviewer=CALLER, name="self")
     task = h.start(body)
     try:
-        await h.cluster.wait_for_state("write-1", "AwaitingApproval")
+        await h.cluster.wait_for_state("write-1", InvocationState.AWAITING_APPROVAL)
         for _ in range(20):
             await asyncio.sleep(0)
         status = h.cluster.stored(Resource.APPROVALS, NAMESPACE, "self")["status"]
@@ -294,7 +295,7 @@ async def test_an_interrupt_while_waiting_for_approval_cancels_the_call(h: Harne
     writer_tool(h)
     body = h.submit(writer_call())
     task = h.start(body)
-    await h.cluster.wait_for_state("write-1", "AwaitingApproval")
+    await h.cluster.wait_for_state("write-1", InvocationState.AWAITING_APPROVAL)
 
     h.rt.interrupt_event(body["metadata"]["uid"]).set()
     await asyncio.wait_for(task, 5)
@@ -574,7 +575,11 @@ async def test_a_call_while_an_identical_one_is_uncertain_is_denied_unconfirmed_
     native(h).outcome = Outcome.observed(b"{}")
 
     # Another key, no key, another caller: none runs while the effect is unconfirmed.
-    for name, extra in (("new-key", {"idempotencyKey": "k-2"}), ("no-key", {})):
+    others: list[tuple[str, dict[str, Any]]] = [
+        ("new-key", {"idempotencyKey": "k-2"}),
+        ("no-key", {}),
+    ]
+    for name, extra in others:
         stored = await h.run(h.submit(invocation(name, **extra)))
         status = stored["status"]
         assert (status["state"], status["failureClass"]) == ("Denied", "unconfirmed-effect")
@@ -710,7 +715,7 @@ async def test_what_changed_while_a_call_waited_is_rechecked_before_it_executes(
 ) -> None:
     writer_tool(h)
     task = h.start(h.submit(writer_call()))
-    await h.cluster.wait_for_state("write-1", "AwaitingApproval")
+    await h.cluster.wait_for_state("write-1", InvocationState.AWAITING_APPROVAL)
     reviews = len(h.cluster.calls_of("can"))
 
     change(h)
@@ -756,7 +761,7 @@ async def test_a_change_the_watch_has_not_delivered_yet_still_denies_after_the_w
     approval, the watch behind on a busy API server): the re-check reads it afresh."""
     writer_tool(h)
     task = h.start(h.submit(writer_call()))
-    await h.cluster.wait_for_state("write-1", "AwaitingApproval")
+    await h.cluster.wait_for_state("write-1", InvocationState.AWAITING_APPROVAL)
 
     change(h)
     h.approve_waiting("write-1")
@@ -771,7 +776,7 @@ async def test_a_change_the_watch_has_not_delivered_yet_still_denies_after_the_w
 async def test_an_unchanged_call_passes_the_recheck_after_its_wait(h: Harness) -> None:
     writer_tool(h)
     task = h.start(h.submit(writer_call()))
-    await h.cluster.wait_for_state("write-1", "AwaitingApproval")
+    await h.cluster.wait_for_state("write-1", InvocationState.AWAITING_APPROVAL)
 
     h.approve_waiting("write-1")
     await asyncio.wait_for(task, 5)
@@ -785,7 +790,7 @@ async def test_a_gated_call_leaves_no_approval_signal_behind(h: Harness) -> None
     """One change signal per gated call would pile up in a long-running operator."""
     writer_tool(h)
     task = h.start(h.submit(writer_call()))
-    await h.cluster.wait_for_state("write-1", "AwaitingApproval")
+    await h.cluster.wait_for_state("write-1", InvocationState.AWAITING_APPROVAL)
     assert (NAMESPACE, approval_key("write-1")) in h.rt.catalog._changed
     h.approve_waiting("write-1", name="yes")
     await asyncio.wait_for(task, 5)

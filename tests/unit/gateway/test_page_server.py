@@ -28,7 +28,7 @@ REQUEST_HASH = request_hash(
     tool_version="1.0.0",
     arguments={"tag": "v42", "password": "hunter2"},
 )
-WAITING = {
+WAITING: dict[str, Any] = {
     "metadata": {"name": "deploy-1", "namespace": "team-a", "uid": "u1"},
     "spec": {
         "tool": {"id": "deploy", "version": "1.0.0"},

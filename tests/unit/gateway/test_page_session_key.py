@@ -19,7 +19,7 @@ from tooladapter.settings import Settings
 
 def _error(status: int, reason: str = "") -> ApiException:
     exc = ApiException(status=status, reason=reason)
-    exc.body = json.dumps({"reason": reason})
+    exc.body = json.dumps({"reason": reason})  # type: ignore[assignment]  # str, as kube.client sets it
     return exc
 
 

@@ -37,7 +37,7 @@ def _deps(settings: Settings) -> Deps:
     return Deps(
         reviews=_Unused(),  # type: ignore[arg-type]
         pool=_Unused(),  # type: ignore[arg-type]
-        store=_Unused(),  # type: ignore[arg-type]
+        store=_Unused(),
         settings=settings,
         kube=_Unused(),  # type: ignore[arg-type]
     )
@@ -228,7 +228,7 @@ async def test_concurrent_requests_with_one_token_share_one_review() -> None:
     app[DEPS] = Deps(
         reviews=reviews,  # type: ignore[arg-type]
         pool=_Unused(),  # type: ignore[arg-type]
-        store=_Unused(),  # type: ignore[arg-type]
+        store=_Unused(),
         settings=settings,
         kube=_Unused(),  # type: ignore[arg-type]
     )

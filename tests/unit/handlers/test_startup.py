@@ -19,6 +19,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from tooladapter import metrics
 from tooladapter.handlers import lifecycle
 from tooladapter.kube.client import NotFound
+from tooladapter.settings import EgressSettings
 
 pytestmark = pytest.mark.timeout(10)
 
@@ -122,7 +123,7 @@ class Services:
         return V1Service(spec=V1ServiceSpec(cluster_ip=self.ips[name]))
 
 
-EGRESS = lifecycle.EgressSettings(namespace="ta-system", proxy_pod_labels=(("app", "proxy"),))
+EGRESS = EgressSettings(namespace="ta-system", proxy_pod_labels=(("app", "proxy"),))
 
 
 async def test_in_the_cluster_sandboxes_get_the_proxy_services_cluster_ip(
@@ -170,5 +171,5 @@ async def test_a_configured_address_or_a_disabled_proxy_asks_no_service(
     assert await lifecycle.egress_proxy_address(off, kube) is None  # type: ignore[arg-type]
     assert kube.asked == []
     # Host mode (`make run`): the proxy listens on this host's default-route address.
-    host = lifecycle.EgressSettings()
+    host = EgressSettings()
     assert await lifecycle.egress_proxy_address(host, kube) == "192.0.2.5"  # type: ignore[arg-type]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+from typing import Any
 
 import pytest
 
@@ -122,7 +123,7 @@ async def test_fencing_refuses_only_a_token_below_the_highest() -> None:
 async def test_can_answers_from_the_grants() -> None:
     cluster = FakeCluster()
     cluster.grant(tools=["t"], classes=["read"])
-    ask = {"user": CALLER, "namespace": NAMESPACE}
+    ask: dict[str, Any] = {"user": CALLER, "namespace": NAMESPACE}
 
     tool = await cluster.can(**ask, verb="invoke", resource="tooldescriptors", name="t")
     other = await cluster.can(**ask, verb="invoke", resource="tooldescriptors", name="u")

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
+import os
 from datetime import UTC, datetime, timedelta
 from typing import Any, cast
 
@@ -344,7 +345,7 @@ def exits(monkeypatch: pytest.MonkeyPatch) -> None:
     def fake_exit(code: int) -> None:
         raise Exited(code)
 
-    monkeypatch.setattr(leadership.os, "_exit", fake_exit)
+    monkeypatch.setattr(os, "_exit", fake_exit)
 
 
 async def test_a_leader_that_finds_another_holder_exits_at_its_next_renewal(exits: None) -> None:

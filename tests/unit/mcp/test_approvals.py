@@ -220,6 +220,7 @@ def test_only_an_initialize_declaring_url_elicitation_is_read_as_capable() -> No
 def test_dry_run_is_a_boolean_option_and_its_answer_names_no_invocation() -> None:
     assert dry_run_requested({"dev.tooladapter/dryRun": True}) is True
     assert dry_run_requested({}) is False
+    bad: object
     for bad in ("true", 1, {}):
         with pytest.raises(BadCallOptions):
             dry_run_requested({"dev.tooladapter/dryRun": bad})
@@ -280,7 +281,7 @@ def test_large_arguments_are_cut_in_the_message_and_say_the_page_shows_them_all(
 def test_another_idempotency_key_is_another_call_the_agent_means_to_make() -> None:
     keyed = call()
     keyed["spec"]["idempotencyKey"] = "k-1"
-    same = {"namespace": "team-a", "username": AGENT, "hash_": HASH, "now": NOW}
+    same: dict[str, Any] = {"namespace": "team-a", "username": AGENT, "hash_": HASH, "now": NOW}
     assert attachable(keyed, RepeatedRequest(**same, window_seconds=300, idempotency_key="k-1"))
     assert not attachable(keyed, RepeatedRequest(**same, window_seconds=300, idempotency_key="k-2"))
     assert not attachable(keyed, RepeatedRequest(**same, window_seconds=300))

@@ -60,10 +60,16 @@ def _archive(tmp: Path, tree: Path, tag: str = "localhost/t:dev") -> tuple[str, 
     return digest, out.read_bytes()
 
 
+def _read(tar: tarfile.TarFile, name: str) -> bytes:
+    member = tar.extractfile(name)
+    assert member is not None, name
+    return member.read()
+
+
 def _layer(archive: bytes) -> tarfile.TarFile:
     outer = tarfile.open(fileobj=io.BytesIO(archive))
-    blob = lambda d: outer.extractfile("blobs/sha256/" + d.split(":")[1]).read()  # noqa: E731
-    index = json.loads(outer.extractfile("index.json").read())
+    blob = lambda d: _read(outer, "blobs/sha256/" + d.split(":")[1])  # noqa: E731
+    index = json.loads(_read(outer, "index.json"))
     manifest = json.loads(blob(index["manifests"][0]["digest"]))
     return tarfile.open(fileobj=io.BytesIO(blob(manifest["layers"][0]["digest"])))
 
@@ -107,13 +113,13 @@ def test_archive_is_an_oci_layout_named_for_containerd(tmp_path: Path) -> None:
     tree = _tree(tmp_path / "a", ["usr/bin/tool", "etc/passwd", "usr/lib/libx.so.1"], 0)
     digest, archive = _archive(tmp_path, tree, "localhost/tooladapter-sandbox:next")
     outer = tarfile.open(fileobj=io.BytesIO(archive))
-    assert json.loads(outer.extractfile("oci-layout").read()) == {"imageLayoutVersion": "1.0.0"}
-    entry = json.loads(outer.extractfile("index.json").read())["manifests"][0]
+    assert json.loads(_read(outer, "oci-layout")) == {"imageLayoutVersion": "1.0.0"}
+    entry = json.loads(_read(outer, "index.json"))["manifests"][0]
     assert entry["digest"] == digest
     assert entry["annotations"]["io.containerd.image.name"] == (
         "localhost/tooladapter-sandbox:next"
     )
-    manifest = outer.extractfile("blobs/sha256/" + digest.split(":")[1]).read()
+    manifest = _read(outer, "blobs/sha256/" + digest.split(":")[1])
     assert "sha256:" + hashlib.sha256(manifest).hexdigest() == digest
 
 

@@ -7,10 +7,9 @@ from typing import Any
 
 import pytest
 
-from tooladapter.enums import SideEffectClass
+from tooladapter.enums import BindCode, SideEffectClass
 from tooladapter.model import ToolApprovalSpec, ToolPolicySpec
 from tooladapter.pipeline.approval import (
-    BindCode,
     approval_timed_out,
     bind_approval,
     needs_approval,

@@ -14,7 +14,7 @@ def spec(tool: str = "t", version: str = "1.0.0", **extra: Any) -> ToolDescripto
     return ToolDescriptorSpec.model_validate(body["spec"])
 
 
-PAY = {
+PAY: dict[str, Any] = {
     "kind": "http",
     "side_effect_class": "spend",
     "http": {

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from tooladapter.pipeline.hashing import (
     CanonicalizationError,
     canonical_json,
+    descriptor_digest,
     digest,
     request_hash,
     sha256_ref,
@@ -244,7 +245,7 @@ async def test_a_descriptor_version_is_digested_once_and_a_changed_one_again(
     from tooladapter.flow import context
 
     digested: list[str] = []
-    real = context.descriptor_digest
+    real = descriptor_digest
 
     def counted(wire: dict[str, Any]) -> str:
         digested.append(real(wire))

@@ -73,7 +73,7 @@ async def test_what_a_sandbox_prints_is_sanitized_off_the_event_loop(
     log = json.dumps(clashing_object(1500), separators=(",", ":")).encode()
     cluster.script_job(body["metadata"]["uid"], finished_job(), outcome=pod_result(log=log))
     threads: list[str] = []
-    real = ending.sanitize_structured
+    real = sanitize_structured
 
     def spy(*args: Any, **kwargs: Any) -> Any:
         threads.append(threading.current_thread().name)

@@ -186,7 +186,8 @@ def test_the_receipt_of_a_call_with_unbounded_arguments_does_not_walk_them() -> 
     for _ in range(5000):
         deep = [deep]
     for arguments in ({"d": deep}, {"n": 2**60}):
-        spec = ToolInvocationSpec.model_construct(arguments=arguments)
+        # Only the arguments matter to the receipt here; model_construct validates nothing.
+        spec = ToolInvocationSpec.model_construct(arguments=arguments)  # type: ignore[call-arg]
         status = ToolInvocationStatus.model_validate({"state": "Denied"})
         receipt = build_receipt(
             namespace="n",
@@ -325,7 +326,7 @@ async def test_one_tenant_runs_one_large_job_at_a_time_and_others_are_not_queued
         await asyncio.sleep(0.01)
     assert sorted(started) == ["a1", "b1"]  # a2 waits for a1; b1 does not wait for a
     release.set()
-    assert await asyncio.gather(a1, a2, b1) == ["a1", "a2", "b1"]
+    assert list(await asyncio.gather(a1, a2, b1)) == ["a1", "a2", "b1"]
 
 
 # --------------------------------------------------------------------------- shell check
@@ -356,10 +357,11 @@ def test_an_in_condition_canonicalises_the_agents_value_once(
     """200 KB of arguments against a 100-item `in` list was 100 canonicalisations (~3 s
     on the event loop); the agent's value is canonicalised once."""
     from tooladapter.pipeline import policy as policy_module
+    from tooladapter.pipeline.hashing import canonical_json
 
     big = [{"k": i} for i in range(2000)]
     seen: list[Any] = []
-    real = policy_module.canonical_json
+    real = canonical_json
 
     def counting(value: Any) -> bytes:
         seen.append(value)

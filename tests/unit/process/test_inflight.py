@@ -40,6 +40,10 @@ WRITER_SCHEMA = {
 # --------------------------------------------------------------------------- the gate alone
 
 
+async def _forever() -> None:
+    await asyncio.Event().wait()
+
+
 def recorder(started: list[str], key: str) -> functools.partial[None]:
     return functools.partial(started.append, key)
 
@@ -287,7 +291,7 @@ async def test_a_queued_call_keeps_only_its_name_and_is_read_when_its_turn_comes
     held = asyncio.Event()
     executor = ScriptedExecutor(gate=held)
     h = two_tenants(1, executor)
-    h.rt.workers.append(asyncio.ensure_future(asyncio.Event().wait()))  # no periodic workers
+    h.rt.workers.append(asyncio.ensure_future(_forever()))  # no periodic workers
     bodies = [h.submit(invocation(f"call-{i}")) for i in range(3)]
     for body in bodies:
         routing.invocation_event(h.rt, {"type": "ADDED", "object": body})
@@ -295,7 +299,7 @@ async def test_a_queued_call_keeps_only_its_name_and_is_read_when_its_turn_comes
     assert h.rt.gate.queued() == 2
     for queue in h.rt.gate.queues.values():
         for start in queue.values():
-            closure = [c.cell_contents for c in (start.__closure__ or ())]  # type: ignore[attr-defined]
+            closure = [c.cell_contents for c in (start.__closure__ or ())]
             assert not any(isinstance(c, dict) for c in closure), closure
 
     # call-1 goes while queued; call-2 is run from the stored object at its turn.
@@ -318,7 +322,7 @@ async def test_a_short_queue_keeps_the_bodies_and_reads_nothing_again() -> None:
     held = asyncio.Event()
     executor = ScriptedExecutor(gate=held)
     h = two_tenants(1, executor)
-    h.rt.workers.append(asyncio.ensure_future(asyncio.Event().wait()))  # no periodic workers
+    h.rt.workers.append(asyncio.ensure_future(_forever()))  # no periodic workers
     for i in range(3):
         body = h.submit(invocation(f"call-{i}"))
         routing.invocation_event(h.rt, {"type": "ADDED", "object": body})

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
 
 import pytest
 from opentelemetry.sdk.trace import ReadableSpan
@@ -26,8 +27,13 @@ pytestmark = [pytest.mark.timeout(10), pytest.mark.usefixtures("fast_retries")]
 SECRET_ARGUMENT = "do-not-trace-this-value"
 
 
+def attributes(span: ReadableSpan) -> Mapping[str, Any]:
+    assert span.attributes is not None, span.name
+    return span.attributes
+
+
 @pytest.fixture
-async def spans() -> Iterator[InMemorySpanExporter]:
+async def spans() -> AsyncIterator[InMemorySpanExporter]:
     exporter = InMemorySpanExporter()
     stop = tracing.start(SimpleSpanProcessor(exporter), "test")
     yield exporter
@@ -112,7 +118,7 @@ async def test_a_call_is_one_trace_with_a_span_per_stage_under_its_root(
     assert root.parent is None
     assert root.context.span_id == tracing.root_span_id(uid)
     stage_spans = [s for s in exported if s is not root]
-    assert [(s.name, s.attributes["tooladapter.stage.outcome"]) for s in stage_spans] == [
+    assert [(s.name, attributes(s)["tooladapter.stage.outcome"]) for s in stage_spans] == [
         (e["stage"], e["outcome"]) for e in status["stages"]
     ]
     assert all(s.parent is not None for s in stage_spans)
@@ -120,13 +126,13 @@ async def test_a_call_is_one_trace_with_a_span_per_stage_under_its_root(
     (execution,) = [
         s
         for s in by_name(exported, "execute")
-        if s.attributes["tooladapter.stage.outcome"] == "observed"
+        if attributes(s)["tooladapter.stage.outcome"] == "observed"
     ]
     assert execution.context.span_id == tracing.execution_span_id(uid)
-    assert root.attributes["tooladapter.tool.id"] == "lister"
-    assert root.attributes["tooladapter.state"] == "Observed"
-    assert root.attributes["tooladapter.class.effective"] == "read"
-    assert root.attributes["k8s.namespace.name"] == stored["metadata"]["namespace"]
+    assert attributes(root)["tooladapter.tool.id"] == "lister"
+    assert attributes(root)["tooladapter.state"] == "Observed"
+    assert attributes(root)["tooladapter.class.effective"] == "read"
+    assert attributes(root)["k8s.namespace.name"] == stored["metadata"]["namespace"]
     assert root.resource.attributes["service.name"] == "tooladapter"
     assert root.start_time is not None and root.end_time is not None
     assert root.start_time <= root.end_time
@@ -165,7 +171,7 @@ async def test_a_failed_call_marks_its_root_and_execution_as_errors(
     exported = spans.get_finished_spans()
     (root,) = by_name(exported, "invocation")
     assert root.status.status_code == StatusCode.ERROR
-    assert root.attributes["tooladapter.failure_class"] == "tool-error"
+    assert attributes(root)["tooladapter.failure_class"] == "tool-error"
     assert by_name(exported, "execute")[-1].status.status_code == StatusCode.ERROR
 
 
@@ -178,10 +184,10 @@ async def test_a_denied_call_has_its_trace_and_the_denying_stage(
 
     assert stored["status"]["state"] == "Denied"
     exported = spans.get_finished_spans()
-    denied = [s for s in exported if s.attributes.get("tooladapter.stage.outcome") == "denied"]
+    denied = [s for s in exported if attributes(s).get("tooladapter.stage.outcome") == "denied"]
     assert [s.name for s in denied] == ["permission"]
     (root,) = by_name(exported, "invocation")
-    assert root.attributes["tooladapter.state"] == str(InvocationState.DENIED)
+    assert attributes(root)["tooladapter.state"] == str(InvocationState.DENIED)
     assert stored["status"]["traceId"] == f"{root.context.trace_id:032x}"
 
 
@@ -210,7 +216,7 @@ async def test_a_call_resumed_after_a_restart_continues_the_same_trace(
     assert stored["status"]["traceId"] == trace_id
     later = spans.get_finished_spans()[before:]
     assert later and {f"{s.context.trace_id:032x}" for s in later} == {trace_id}
-    bound = [s for s in later if s.attributes.get("tooladapter.stage.outcome") == "bound"]
+    bound = [s for s in later if attributes(s).get("tooladapter.stage.outcome") == "bound"]
     assert [s.name for s in bound] == ["approval"]
     # The approval span covers the wait: from the stored `waiting` entry to the binding.
     waited = next(e for e in waiting["status"]["stages"] if e["outcome"] == "waiting")
@@ -225,7 +231,7 @@ async def test_a_dry_run_has_a_root_span_and_a_trace_id(
 
     assert stored["status"]["state"] == "Previewed"
     (root,) = by_name(spans.get_finished_spans(), "invocation")
-    assert root.attributes["tooladapter.dry_run"] is True
+    assert attributes(root)["tooladapter.dry_run"] is True
     assert stored["status"]["traceId"] == f"{root.context.trace_id:032x}"
 
 

@@ -245,7 +245,7 @@ async def test_a_burst_at_receipt_keys_makes_one_read_of_the_api_server(
     monkeypatch.setattr(gateway_keys, "read_public", slow_read)
     monkeypatch.setattr(gateway_keys, "read_heads", slow_heads)
     held = gateway_keys.ReceiptKeys(object(), Settings())  # type: ignore[arg-type]
-    burst = [asyncio.create_task(held.keys()) for _ in range(50)]
+    burst: list[asyncio.Task[Any]] = [asyncio.create_task(held.keys()) for _ in range(50)]
     burst += [asyncio.create_task(held.head(QUIET, UIDS[QUIET])) for _ in range(50)]
     await asyncio.sleep(0)  # every request of the burst is waiting now
     gate.set()
@@ -258,7 +258,7 @@ class ListingStore(MemoryStore):
         super().__init__()
         self.listed: list[str] = []
 
-    def list(self, prefix: str) -> list[str]:  # type: ignore[override]
+    def list(self, prefix: str) -> list[str]:
         self.listed.append(prefix)
         return list(super().list(prefix))
 

@@ -35,6 +35,7 @@ from tooladapter.artifacts.index import (
     run_prefix,
     stamp,
 )
+from tooladapter.enums import InvocationState
 from tooladapter.gateway.ui.earlier import earlier_calls
 from tooladapter.receipts.core.index import (
     Incarnation,
@@ -210,7 +211,7 @@ async def test_an_ended_call_is_indexed_by_run_and_an_approved_one_by_caller_and
     read = (await h.run(h.submit(invocation("read-1", runId="run-7"))))["status"]
     body = invocation("write-1", tool="writer", runId="run-7", arguments={"path": "/data/x"})
     task = h.start(h.submit(body))
-    await h.cluster.wait_for_state("write-1", "AwaitingApproval")
+    await h.cluster.wait_for_state("write-1", InvocationState.AWAITING_APPROVAL)
     h.approve_waiting("write-1", name="yes")
     await asyncio.wait_for(task, 5)
     write = h.cluster.invocation("write-1")["status"]

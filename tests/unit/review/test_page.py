@@ -227,7 +227,8 @@ def test_a_tool_error_is_not_shown_as_a_success_and_duplicates_are_not_uncertain
 def test_the_runs_page_renders_the_tool_error() -> None:
     import jinja2
 
-    from tooladapter.gateway.ui import web
+    # The submodule (the package also imports aiohttp.web under that name).
+    import tooladapter.gateway.ui.web as web
 
     templates = Path(web.__file__).parent / "templates"
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(templates), autoescape=True)

@@ -4,6 +4,7 @@ lease is checked here without a cluster."""
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 
@@ -30,8 +31,8 @@ OWNER = {
 }
 
 
-def job(**overrides: object) -> dict[str, object]:
-    args: dict[str, object] = {
+def job(**overrides: object) -> dict[str, Any]:
+    args: dict[str, Any] = {
         "namespace": "team-a",
         "uid": UID,
         "invocation_name": "c",
@@ -49,7 +50,7 @@ def job(**overrides: object) -> dict[str, object]:
         "lease_id": UID,
     }
     args.update(overrides)
-    return build_job(**args)  # type: ignore[arg-type]
+    return build_job(**args)
 
 
 def test_the_job_never_retries_and_fails_whole_on_any_error_or_disruption() -> None:
@@ -167,11 +168,11 @@ def test_registry_images_are_pulled_with_the_named_pull_secrets_and_policy() -> 
         image_pull_policy="Always",
         image_pull_secrets=["regcred", "mirror"],
         network_gate=("10.0.0.5", 8181),
-    )["spec"]["template"]["spec"]  # type: ignore[index]
+    )["spec"]["template"]["spec"]
     assert pod["imagePullSecrets"] == [{"name": "regcred"}, {"name": "mirror"}]
     for c in [*pod["initContainers"], *pod["containers"]]:
         assert c["imagePullPolicy"] == "Always"
-    assert "imagePullSecrets" not in job()["spec"]["template"]["spec"]  # type: ignore[index]
+    assert "imagePullSecrets" not in job()["spec"]["template"]["spec"]
 
 
 def test_pull_secret_names_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
