@@ -69,10 +69,13 @@ _ECHO_INPUT = {
     "required": ["text"],
     "additionalProperties": False,
 }
+#: Closed (`additionalProperties: false`): a descriptor whose class can have effects binds
+#: only to a tool whose every input object is closed (`slow-write`, `counter`).
 _SLEEP_INPUT = {
     "type": "object",
     "properties": {"seconds": {"type": "number", "minimum": 0, "maximum": 600}},
     "required": ["seconds"],
+    "additionalProperties": False,
 }
 
 #: The tools as wire objects (exactly what tools/list returns).
@@ -137,7 +140,7 @@ TOOLS: list[dict[str, Any]] = [
     {
         "name": "counter",
         "description": "Increment a counter and return its new value.",
-        "inputSchema": {"type": "object", "properties": {}},
+        "inputSchema": {"type": "object", "properties": {}, "additionalProperties": False},
         "outputSchema": {
             "type": "object",
             "properties": {"count": {"type": "integer"}},

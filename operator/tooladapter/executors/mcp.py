@@ -1,9 +1,11 @@
 """MCP tool calls, sent by the operator to the server the descriptor is bound to.
 
 Every call re-lists the server's tools and refuses to send when the pinned digest no longer
-matches (a rug pull between discovery and call). The server's own credential comes from
-its Secret, goes only to that server and only once a platform admin activated it, and
-never reaches a result or message. The server's addresses must be public or in its
+matches (a rug pull between discovery and call). A server's error answer is the tool's
+output, never our words: its text becomes the result (sanitized and delimited like any
+result's text), the message names only the code. The server's own credential comes from its
+Secret, goes only to that server and only once a platform admin activated it, and never
+reaches a result or message. The server's addresses must be public or in its
 `spec.allowedCidrs` (`pipeline.addresses`), never one the operator blocks for every tool.
 """
 
@@ -113,8 +115,14 @@ class McpExecutor(InOperator):
             return Outcome.failed(FailureClass.TRANSIENT, str(exc))
         except mcp_types.McpProtocolError as exc:
             if exc.answered:
-                # The server answered the call with an error: Observed, like isError.
-                return Outcome.tool_error(str(exc), http_status=exc.http_status)
+                # The server answered the call with an error: Observed, like isError. Its
+                # error text is the tool's output (sanitized, delimited, tagged like a
+                # result's text); the message is ours and names only the code.
+                return Outcome.tool_error(
+                    _answered_error(exc),
+                    output=exc.server_text.encode(),
+                    http_status=exc.http_status,
+                )
             if exc.effect_possible:
                 return unconfirmed(call, f"MCP call broke: {exc}")
             return Outcome.failed(FailureClass.TRANSIENT, str(exc))
@@ -135,6 +143,13 @@ class McpExecutor(InOperator):
                 failure=FailureClass.OUTPUT_INVALID,
             )
         return Outcome.observed(output, structured=result.structured_content)
+
+
+def _answered_error(exc: mcp_types.McpProtocolError) -> str:
+    """Our words for a server's error answer to tools/call: its code, never its text."""
+    code = f"JSON-RPC error {exc.code}" if exc.code is not None else "an error"
+    over = f" over HTTP {exc.http_status}" if exc.http_status is not None else ""
+    return f"the MCP server answered tools/call with {code}{over}; its text is the result"
 
 
 def max_response_bytes(max_result_bytes: int) -> int:

@@ -285,9 +285,12 @@ async def reconcile_descriptor(rt: Runtime, event_type: str | None, body: dict[s
 
 def held_back(reason: str) -> bool:
     """Whether a Ready reason holds a valid descriptor back for something outside its spec:
-    a RuntimeClass the cluster lacks, or its MCP server not being Active (each posts a
-    Warning event `ToolDescriptor<reason>` when it appears or its message changes)."""
-    return reason == "RuntimeClassMissing" or (reason.startswith("Server") and reason != "Server")
+    a RuntimeClass the cluster lacks, its MCP server not being Active, or the server's tool
+    admitting keys it does not declare (each posts a Warning event `ToolDescriptor<reason>`
+    when it appears or its message changes)."""
+    return reason in ("RuntimeClassMissing", "OpenSchema") or (
+        reason.startswith("Server") and reason != "Server"
+    )
 
 
 async def missing_runtime_class(rt: Runtime, body: dict[str, Any]) -> str | None:

@@ -21,8 +21,9 @@ import logging
 from typing import Any
 
 from prometheus_client import Counter, Gauge
+from pydantic import ValidationError
 
-from tooladapter.enums import McpServerPhase, Resource
+from tooladapter.enums import McpServerPhase, Resource, SideEffectClass
 from tooladapter.events import object_ref
 from tooladapter.executors.mcp import address_rule, credentials_for
 from tooladapter.handlers import descriptors
@@ -30,7 +31,9 @@ from tooladapter.kube.client import NotFound
 from tooladapter.mcp.core import types as mcp_types
 from tooladapter.mcp.core.rules import (
     HELD_BACK,
+    BindingCheck,
     check_binding,
+    check_closed_schema,
     detect_shadowing,
     next_phase,
     probe_plan,
@@ -38,6 +41,7 @@ from tooladapter.mcp.core.rules import (
     server_digest,
     standing,
     tool_digest,
+    tool_open_objects,
 )
 from tooladapter.model import (
     Condition,
@@ -48,6 +52,7 @@ from tooladapter.model import (
     McpServerStatus,
     McpToolBinding,
     McpToolInfo,
+    ToolDescriptorSpec,
 )
 from tooladapter.runtime import Runtime
 from tooladapter.timeutil import now_iso
@@ -90,15 +95,10 @@ class McpServers:
         if phase != McpServerPhase.ACTIVE:
             why = f": {status['message']}" if status.get("message") else ""
             return False, f"Server{phase}", f"McpServer {binding.get('server')} is {phase}{why}"
-        discovered = {t["name"]: t["digest"] for t in status.get("tools") or []}
-        check = check_binding(
-            pinned_digest=str(binding.get("pinnedDigest")),
-            discovered=discovered,
-            tool=str(binding.get("tool")),
-        )
+        tools = [McpToolInfo.model_validate(t) for t in status.get("tools") or []]
+        check = descriptor_binding(spec, tools)
         if not check.bound:
-            reason = "SchemaChanged" if check.code == "schema-changed" else "ToolMissing"
-            return False, reason, check.reason
+            return False, _BINDING_REASONS[check.code], check.reason
         return True, "Bound", f"bound to {binding.get('server')}/{binding.get('tool')}"
 
     # ------------------------------------------------------------------ servers
@@ -276,6 +276,7 @@ class McpServers:
                 description=str(t.get("description") or "")[:4096],
                 digest=tool_digest(t),
                 annotations=t.get("annotations"),
+                open_objects=tool_open_objects(t),
             )
             for t in discovery.tools
         ]
@@ -301,18 +302,13 @@ class McpServers:
         status.shadowing = detect_shadowing(name, list(discovery.tools), others)
 
     def bindings(self, namespace: str, name: str, status: McpServerStatus) -> list[McpToolBinding]:
-        discovered = {t.name: t.digest for t in status.tools}
         out = []
         for body in self.rt.catalog.list_descriptors(namespace):
             spec = body.get("spec") or {}
             binding = spec.get("mcp") or {}
             if spec.get("kind") != "mcp" or binding.get("server") != name:
                 continue
-            check = check_binding(
-                pinned_digest=str(binding.get("pinnedDigest")),
-                discovered=discovered,
-                tool=str(binding.get("tool")),
-            )
+            check = descriptor_binding(spec, status.tools)
             out.append(
                 McpToolBinding(
                     descriptor=body["metadata"]["name"],
@@ -384,3 +380,36 @@ def _spec_changed(body: dict[str, Any]) -> bool:
 
 
 __all__ = ["McpServers"]
+
+
+#: The Ready reason of a descriptor whose binding does not hold, by `BindingCheck.code`.
+_BINDING_REASONS = {
+    "missing": "ToolMissing",
+    "schema-changed": "SchemaChanged",
+    "open-schema": "OpenSchema",
+}
+
+
+def descriptor_binding(spec: dict[str, Any], tools: list[McpToolInfo]) -> BindingCheck:
+    """Whether an mcp descriptor (`spec`, wire form) binds to the discovered `tools`: the
+    pinned digest is listed, and a class that can have effects finds every object of the
+    tool's inputSchema closed (`check_closed_schema`)."""
+    binding = spec.get("mcp") or {}
+    tool = str(binding.get("tool"))
+    check = check_binding(
+        pinned_digest=str(binding.get("pinnedDigest")),
+        discovered={t.name: t.digest for t in tools},
+        tool=tool,
+    )
+    if not check.bound:
+        return check
+    info = next(t for t in tools if t.name == tool)
+    try:
+        declared = ToolDescriptorSpec.model_validate(spec).declared_class
+    except ValidationError:
+        # An invalid descriptor is inactive anyway; judged as the highest class meanwhile.
+        declared = SideEffectClass.PRODUCTION
+    closed = check_closed_schema(
+        tool=tool, declared=declared, annotations=info.annotations, open_paths=info.open_objects
+    )
+    return closed if not closed.bound else check

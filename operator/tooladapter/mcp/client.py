@@ -294,6 +294,22 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}"[:500]
 
 
+def _unquoted(exc: BaseException) -> str:
+    """`_describe` for a call's message, quoting nothing the server wrote: a JSON-RPC error
+    by its code, a malformed answer by where it breaks the protocol (never its values)."""
+    mcp_error = _find(exc, MCPError)
+    if isinstance(mcp_error, MCPError):
+        return f"JSON-RPC error {mcp_error.error.code}"
+    invalid = _find(exc, ValidationError)
+    if isinstance(invalid, ValidationError):
+        places = sorted(
+            {".".join(map(str, e["loc"])) or "$" for e in invalid.errors(include_input=False)}
+        )
+        shown = ", ".join(places[:5]) + (" ..." if len(places) > 5 else "")
+        return f"ValidationError: {invalid.error_count()} problems at {shown}"[:500]
+    return _describe(exc)
+
+
 def _find(exc: BaseException, kind: type[BaseException]) -> BaseException | None:
     if isinstance(exc, kind):
         return exc
@@ -312,7 +328,11 @@ def _address_refused(url: str, exc: BaseException) -> McpAddressRefused | None:
     return McpAddressRefused(f"MCP server {url} was not contacted: {refused}")
 
 
-def _unavailable(url: str, exc: BaseException, tracker: _CallTracker) -> McpUnavailable:
+def _unavailable(
+    url: str, exc: BaseException, tracker: _CallTracker, *, quote: bool = True
+) -> McpUnavailable:
+    """`quote`: whether the message may quote the server's error text (a probe's, for the
+    McpServer's status); a call's message never does (`_unquoted`)."""
     if isinstance(exc, McpError):
         return McpUnavailable(exc.message)
     refused = _address_refused(url, exc)
@@ -322,14 +342,15 @@ def _unavailable(url: str, exc: BaseException, tracker: _CallTracker) -> McpUnav
     if isinstance(mcp_error, MCPError):
         status = tracker.last_error_status
         http = f", HTTP {status}" if status is not None else ""
+        said = f"{mcp_error.error.message} " if quote else ""
         return McpUnavailable(
-            f"MCP server {url} refused the handshake: {mcp_error.error.message} "
-            f"(code {mcp_error.error.code}{http})",
+            f"MCP server {url} refused the handshake: {said}(code {mcp_error.error.code}{http})",
             http_status=status,
         )
     if _find(exc, TimeoutError) is not None:
         return McpUnavailable(f"MCP server {url} did not answer in time")
-    return McpUnavailable(f"MCP server {url} is unavailable: {_describe(exc)}")
+    described = _describe(exc) if quote else _unquoted(exc)
+    return McpUnavailable(f"MCP server {url} is unavailable: {described}")
 
 
 # --------------------------------------------------------------------------- listing
@@ -493,44 +514,49 @@ def _classify_call_failure(
     where = f"tools/call {tool!r} on {url}"
     if state in ("none", "unsent"):
         return _address_refused(url, exc) or McpUnavailable(
-            f"{where} was not sent: {_describe(exc)}"
+            f"{where} was not sent: {_unquoted(exc)}"
         )
     timed_out = _find(exc, TimeoutError) is not None
     mcp_error = _find(exc, MCPError)
     if isinstance(mcp_error, MCPError):
+        # The error's text may be the server's (its JSON-RPC error): it is never quoted in
+        # our words. An answer's text travels as `server_text`, the tool's output.
         code = mcp_error.error.code
         if status is not None and status >= 400:
-            # 4xx: refused before acting; 5xx: the server may have failed while acting.
+            # 4xx: refused before acting; 5xx: the server may have failed while acting. A
+            # gateway's 502/504 is not the server's answer: its text is dropped.
+            answered = status not in _GATEWAY_ERRORS
             return McpProtocolError(
-                f"{where}: server answered HTTP {status}: {mcp_error.error.message}",
+                f"{where}: server answered HTTP {status} (JSON-RPC error {code})",
                 effect_possible=status >= 500,
                 code=code,
                 http_status=status,
-                answered=status not in _GATEWAY_ERRORS,
+                answered=answered,
+                server_text=mcp_error.error.message if answered else "",
             )
         if code == types.CONNECTION_CLOSED:
-            return McpBrokenMidCall(
-                f"{where}: stream broke after the request was sent: {mcp_error.error.message}"
-            )
+            # -32000 is also the code servers use for their own errors: no text quoted.
+            return McpBrokenMidCall(f"{where}: stream broke after the request was sent")
         if code == types.REQUEST_TIMEOUT:
             return McpCallTimeout(f"{where}: no answer before the deadline")
         return McpProtocolError(
-            f"{where}: server answered JSON-RPC error {code}: {mcp_error.error.message}",
+            f"{where}: server answered JSON-RPC error {code}",
             effect_possible=code not in _REFUSED_CODES,
             code=code,
             http_status=status,
             answered=True,
+            server_text=mcp_error.error.message,
         )
     if timed_out:
         return McpCallTimeout(f"{where}: no answer before the deadline")
     if isinstance(_find(exc, ValidationError), ValidationError):
         return McpProtocolError(
-            f"{where}: server sent a result that is not a valid CallToolResult: {_describe(exc)}",
+            f"{where}: server sent a result that is not a valid CallToolResult: {_unquoted(exc)}",
             effect_possible=True,
             http_status=status,
         )
     return McpBrokenMidCall(
-        f"{where}: connection broke after the request was sent: {_describe(exc)}"
+        f"{where}: connection broke after the request was sent: {_unquoted(exc)}"
     )
 
 
@@ -601,14 +627,14 @@ async def call_tool(
             # The answer is in; only closing the connection failed. Keep the answer.
             logger.debug("closing the connection to %s failed after the result: %s", url, exc)
         elif not connected and tracker.call_state == "none":
-            raise _unavailable(url, exc, tracker) from exc
+            raise _unavailable(url, exc, tracker, quote=False) from exc
         elif tracker.call_state == "none":
             # Connected, but failed while listing (before the call): nothing was sent.
             refused = _address_refused(url, exc)
             if refused is not None:
                 raise refused from exc
             raise McpUnavailable(
-                f"tools/call {tool!r} on {url} was not sent: listing tools failed: {_describe(exc)}"
+                f"tools/call {tool!r} on {url} was not sent: listing tools failed: {_unquoted(exc)}"
             ) from exc
         else:
             raise _classify_call_failure(url, tool, exc, tracker) from exc
@@ -620,7 +646,7 @@ async def call_tool(
         why = (
             "the server asked for input (elicitation/sampling), which tooladapter cannot give"
             if kind not in (None, "complete")
-            else f"not a valid CallToolResult: {_describe(exc)}"
+            else f"not a valid CallToolResult: {_unquoted(exc)}"
         )
         raise McpProtocolError(
             f"tools/call {tool!r} on {url}: {why}", effect_possible=True

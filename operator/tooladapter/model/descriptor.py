@@ -14,6 +14,7 @@ from pydantic import ConfigDict, Field, model_validator
 from pydantic.config import JsonDict
 
 from tooladapter.enums import (
+    RISK_TO_CLASS,
     InFlightPolicy,
     RiskClass,
     SideEffectClass,
@@ -301,6 +302,15 @@ class ToolDescriptorSpec(Model):
     retirement.inFlight."""
     retirement: Retirement = Field(default_factory=Retirement)
     """What retiring does to calls already Executing."""
+
+    @property
+    def declared_class(self) -> SideEffectClass:
+        """The class a call starts from: the declared one, raised by the risk class (the
+        namespace's environment, MCP annotations or a shell command may raise it further at
+        call time)."""
+        if self.risk_class is None:
+            return self.side_effect_class
+        return SideEffectClass.highest(self.side_effect_class, RISK_TO_CLASS[self.risk_class])
 
     @property
     def interrupts_in_flight(self) -> bool:

@@ -105,6 +105,10 @@ class McpToolInfo(Model):
     """sha256 of the RFC 8785 JSON of the tool's whole wire object."""
     annotations: dict[str, Any] | None = Field(default=None, json_schema_extra=FREE_FORM)
     """The tool's annotations (untrusted hints: they may raise a class, never lower it)."""
+    open_objects: list[str] | None = None
+    """JSON paths of the objects of the tool's inputSchema that admit keys it does not declare
+    (no `additionalProperties: false`; at most 20, `$` is the root). Descriptors of a class
+    that can have effects do not bind to a tool with any. Unset: not checked yet."""
 
 
 class McpResourceInfo(Model):

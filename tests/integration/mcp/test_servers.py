@@ -40,6 +40,14 @@ from tooladapter.mcp.core.rules import tool_digest
 
 pytestmark = [pytest.mark.cluster]
 
+#: The arguments of `slow-write`, closed: a descriptor of a class that can have effects
+#: declares `additionalProperties: false` on every object of its input schema.
+SLEEP_SCHEMA = {
+    "type": "object",
+    "properties": {"seconds": {"type": "number"}},
+    "required": ["seconds"],
+    "additionalProperties": False,
+}
 MODERN = "2026-07-28"
 LEGACY = "2025-06-18"
 Servers = Callable[..., ServerProcess]
@@ -386,7 +394,15 @@ def test_a_server_dying_mid_call_leaves_a_write_uncertain_and_a_read_failed(
     register(api, ns.name, "reader", reader.url, interval=30)
     wait_phase(api, ns.name, "writer", "Active")
     wait_phase(api, ns.name, "reader", "Active")
-    bind(api, ns.name, "write", "writer", "slow-write", side_effect_class="shared-write")
+    bind(
+        api,
+        ns.name,
+        "write",
+        "writer",
+        "slow-write",
+        side_effect_class="shared-write",
+        inputSchema=SLEEP_SCHEMA,
+    )
     bind(api, ns.name, "read", "reader", "slow-read", side_effect_class="read")
     # slow-write says destructiveHint: the untrusted hint raises shared-write to production.
     agent.grant(["write", "read"], ["shared-write", "production", "read"])

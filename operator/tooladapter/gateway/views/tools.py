@@ -24,7 +24,6 @@ from packaging.version import InvalidVersion, Version
 from pydantic import ValidationError
 
 from tooladapter.enums import (
-    RISK_TO_CLASS,
     FailureClass,
     InvocationState,
     SideEffectClass,
@@ -132,10 +131,7 @@ class ToolEntry:
     def declared_class(self) -> SideEffectClass:
         """The class a call starts from: the declared one, raised by the risk class (the
         namespace's environment or a shell command may raise it further at call time)."""
-        risk = self.spec.risk_class
-        if risk is None:
-            return self.spec.side_effect_class
-        return SideEffectClass.highest(self.spec.side_effect_class, RISK_TO_CLASS[risk])
+        return self.spec.declared_class
 
 
 def parse_descriptors(items: Iterable[Mapping[str, Any]]) -> list[ToolEntry]:

@@ -9,13 +9,19 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from tooladapter.enums import McpServerPhase
+from tooladapter.enums import McpServerPhase, SideEffectClass, ToolKind
+from tooladapter.pipeline.classification import mcp_hint_class
 from tooladapter.pipeline.hashing import CanonicalizationError, digest
 from tooladapter.pipeline.validation.arguments import validate_arguments
+from tooladapter.pipeline.validation.closed_objects import (
+    needs_closed_schema,
+    open_objects,
+    open_schema_message,
+)
 
 #: The fields of a tool's wire object the digest covers at least (every field it carries
 #: is hashed: a server adding `icons` or `execution` changes the digest too).
@@ -94,7 +100,18 @@ def tool_digests(tools: Iterable[Mapping[str, Any]]) -> dict[str, str]:
 # --------------------------------------------------------------------------- bindings
 
 
-BindingCode = Literal["ok", "missing", "schema-changed"]
+BindingCode = Literal["ok", "missing", "schema-changed", "open-schema"]
+
+#: At most this many open objects of a discovered tool are kept on the server's status.
+MAX_OPEN_OBJECTS = 20
+
+
+def tool_open_objects(wire_tool: Mapping[str, Any]) -> list[str]:
+    """The open objects of a discovered tool's inputSchema (`closed_objects.open_objects`),
+    at most `MAX_OPEN_OBJECTS`; a tool without an object schema is open at its root."""
+    schema = wire_tool.get("inputSchema")
+    found = open_objects(schema if isinstance(schema, Mapping) else {})
+    return found[:MAX_OPEN_OBJECTS]
 
 
 @dataclass(frozen=True)
@@ -124,6 +141,39 @@ def check_binding(*, pinned_digest: str, discovered: Mapping[str, str], tool: st
             "schema-changed",
         )
     return BindingCheck(True, f"tool {tool!r} matches pinned digest {pinned_digest}", "ok")
+
+
+def check_closed_schema(
+    *,
+    tool: str,
+    declared: SideEffectClass,
+    annotations: Mapping[str, Any] | None,
+    open_paths: Sequence[str] | None,
+) -> BindingCheck:
+    """Whether a descriptor of class `declared` may bind to a server tool whose inputSchema
+    has the open objects `open_paths` (`None`: not checked yet, so not bound).
+
+    The server's schema is what the tool takes: a class that can have effects needs every
+    object of it closed (`closed_objects`), or a key the tool ignores would make the same
+    effect look new to the unconfirmed-effect block. The class is the descriptor's, raised
+    by the tool's annotations as calls are (`mcp_hint_class`)."""
+    cls = SideEffectClass.highest(declared, mcp_hint_class(annotations) or declared)
+    if not needs_closed_schema(ToolKind.MCP, cls):
+        return BindingCheck(
+            True, f"tool {tool!r}: class {cls.value} has no effect to confirm", "ok"
+        )
+    if open_paths is None:
+        return BindingCheck(
+            False,
+            f"tool {tool!r}: its inputSchema is not checked yet (the next discovery does)",
+            "open-schema",
+        )
+    if open_paths:
+        message = open_schema_message(
+            list(open_paths), what=f"tool {tool!r} of the server: inputSchema", cls=cls
+        )
+        return BindingCheck(False, message, "open-schema")
+    return BindingCheck(True, f"tool {tool!r}: every object of its inputSchema is closed", "ok")
 
 
 # --------------------------------------------------------------------------- shadowing

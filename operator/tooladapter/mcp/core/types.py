@@ -54,7 +54,11 @@ class McpCallTimeout(McpBrokenMidCall):
 
 
 class McpProtocolError(McpError):
-    """The server answered with an error or something that is not a valid result."""
+    """The server answered with an error or something that is not a valid result.
+
+    `message` is in tooladapter's words and never quotes the server: the server's own error
+    text is `server_text`, which is tool output (sanitized and delimited like a result's
+    text, never part of a message an agent reads as ours)."""
 
     def __init__(
         self,
@@ -64,10 +68,13 @@ class McpProtocolError(McpError):
         code: int | None = None,
         http_status: int | None = None,
         answered: bool = False,
+        server_text: str = "",
     ) -> None:
         super().__init__(message, effect_possible=effect_possible)
         self.code = code
         self.http_status = http_status
+        #: The server's own error text (the JSON-RPC error's `message`), unsanitised.
+        self.server_text = server_text
         #: The server itself answered the tools/call with an error (JSON-RPC or HTTP, a
         #: gateway's 502/504 excluded): the call is Observed with isError, like a result
         #: whose isError is set. False for listings and for answers that could not be read.

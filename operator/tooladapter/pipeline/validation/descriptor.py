@@ -1,7 +1,8 @@
 """A tool descriptor, checked for internal consistency once, when it is applied.
 
 A descriptor with problems stays inactive with them as its reason, so calls never discover
-a broken descriptor halfway through the pipeline: its schemas (`schemas`), the block of its
+a broken descriptor halfway through the pipeline: its schemas (`schemas`; closed objects
+for effectful tools that receive their arguments whole, `closed_objects`), the block of its
 kind and no other, its HTTP templates (`http_templates`), egress entries and secret names.
 """
 
@@ -14,6 +15,7 @@ from collections.abc import Sequence
 from tooladapter.egress.core.hosts import parse_egress_entry
 from tooladapter.enums import ToolKind
 from tooladapter.model import ToolDescriptorSpec
+from tooladapter.pipeline.validation.closed_objects import closed_schema_problems
 from tooladapter.pipeline.validation.http_templates import HEADER_NAME, check_http
 from tooladapter.pipeline.validation.schemas import check_schema, misspelt_keywords
 
@@ -33,7 +35,9 @@ _KIND_BLOCKS: dict[str, frozenset[ToolKind]] = {
 def check_descriptor(spec: ToolDescriptorSpec) -> list[str]:
     """Every inconsistency that makes a descriptor unusable; empty when it is fine.
 
-    Checked: both schemas compile; the input schema describes an object; the block for
+    Checked: both schemas compile; the input schema describes an object (every object of it
+    closed with `additionalProperties: false` for an effectful container or mcp tool,
+    `closed_objects`); the block for
     the tool's kind is present and no block of another kind is; kind-specific rules
     (container needs `sandbox.command`; shell takes `arguments.command` and carries no
     secrets or Kubernetes identity; http templates only use declared arguments and reach
@@ -51,6 +55,7 @@ def check_descriptor(spec: ToolDescriptorSpec) -> list[str]:
             f"inputSchema: type is {declared_type!r}, but arguments are always a JSON "
             'object: use "type": "object"'
         )
+    problems.extend(closed_schema_problems(spec))
 
     for block, kinds in _KIND_BLOCKS.items():
         if getattr(spec, block) is not None and spec.kind not in kinds:
