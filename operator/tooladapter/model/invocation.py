@@ -321,8 +321,11 @@ class ExecutionRecord(Model):
     attempts: int = 1
     """Attempts made under the descriptor's retryPolicy (1: no retry so far)."""
     sandbox_seconds: float | None = None
-    """How long the sandbox's tool container ran (started to finished), as metered in
-    tooladapter_sandbox_seconds_total and the receipt's usage."""
+    """How long the sandbox's tool ran, on the operator's own clock to the millisecond: from
+    when it may start (its pod Ready past the network gate, or the exec in a warm pod) to
+    when its end was seen; a call killed at its deadline counts its whole run, and a tool
+    that started counts at least 0.001. The one value tooladapter_sandbox_seconds_total and
+    the receipt's usage meter."""
 
 
 class ToolInvocationStatus(Model):
