@@ -43,8 +43,10 @@ LATENCY = Histogram(
 )
 SANDBOX_SECONDS = Counter(
     "tooladapter_sandbox_seconds",
-    "Seconds sandbox pods ran their tool (container started to finished), per tenant: the "
-    "reference's SandboxMinutes usage meter, counted when the call ends.",
+    "Seconds sandboxes ran their tool, per tenant, on the operator's own clock to the "
+    "millisecond (from the pod Ready past its network gate, or the exec in a warm pod, to "
+    "the end seen; a call killed at its deadline counts its whole run): the reference's "
+    "SandboxMinutes usage meter, counted when the call ends, the receipt's usage too.",
     ["tenant"],
 )
 DENIALS = Counter(

@@ -145,6 +145,9 @@ class FakeCluster:
         self.job_results: dict[str, Any] = {}
         #: Scripted `job_pod` answers by invocation uid.
         self.pods: dict[str, Body | None] = {}
+        #: Scripted states of a Job by name that `wait_for_job`'s follower sees (`seen`)
+        #: before its answer, in order (the answer's Job body is seen last).
+        self.job_sightings: dict[str, list[Body]] = {}
         #: Scripted `pod_outcome` answers by invocation uid (default: the pod is gone).
         self.pod_outcomes: dict[str, PodOutcome] = {}
         #: Scripted `quota_refusal` answers, one per question; the last one repeats (empty:
@@ -535,7 +538,17 @@ class FakeCluster:
         return self.owned.pop((kind, namespace, name), None) is not None
 
     @seam
-    async def wait_for_job(self, namespace: str, name: str, *, timeout: float) -> Body | None:
+    async def wait_for_job(
+        self,
+        namespace: str,
+        name: str,
+        *,
+        timeout: float,
+        seen: Callable[[Body], None] | None = None,
+    ) -> Body | None:
+        for sighting in self.job_sightings.get(name, []):
+            if seen is not None:
+                seen(copy.deepcopy(sighting))
         if name in self.job_results:
             result = self.job_results[name]
         elif ("Job", namespace, name) in self.owned:
@@ -546,6 +559,8 @@ class FakeCluster:
             await asyncio.Future()  # until cancelled
         if isinstance(result, BaseException):
             raise result
+        if isinstance(result, dict) and seen is not None:
+            seen(copy.deepcopy(result))
         return copy.deepcopy(result)
 
     @seam

@@ -97,8 +97,8 @@ class Outcome:
     is_error: bool = False
     #: The HTTP status an http tool's server answered.
     http_status: int | None = None
-    #: How long the sandbox's tool container ran (started -> finished), for the usage meter
-    #: and the receipt; None: no sandbox, or no recorded end.
+    #: How long the sandbox's tool may have run, on the operator's clock (`executors.meter`),
+    #: for the usage meter and the receipt; None: no sandbox, or its tool never started.
     sandbox_seconds: float | None = None
     #: The sandbox that ran the call (sandboxed kinds).
     sandbox_run: SandboxRun | None = None

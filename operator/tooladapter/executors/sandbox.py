@@ -8,6 +8,7 @@ and must never create a second Job.
 from __future__ import annotations
 
 import asyncio
+import time
 from dataclasses import replace
 from typing import Any
 
@@ -23,6 +24,7 @@ from tooladapter.executors import (
     unconfirmed_for,
 )
 from tooladapter.executors.answers import exited, json_object
+from tooladapter.executors.meter import Clock, JobRunClock, metered
 from tooladapter.executors.warm import WarmSandboxes
 from tooladapter.kube import sandbox as ksandbox
 from tooladapter.kube.client import Refused
@@ -43,6 +45,8 @@ class SandboxExecutor:
         self.canary: tuple[str, int] | None = None
         #: Warm pods (attempt workspaces, pools), asked first; None: every call is cold.
         self.warm: WarmSandboxes | None = None
+        #: The run meter's clock (monotonic seconds; tests step it).
+        self.clock: Clock = time.monotonic
 
     def job_for(self, call: Call) -> dict[str, Any]:
         descriptor = call.descriptor
@@ -100,11 +104,14 @@ class SandboxExecutor:
 
     async def follow(self, call: Call) -> Outcome:
         names = LeaseNames.for_uid(call.uid)
+        # The operator's own clock around the run, from the Job's states as they arrive.
+        run = JobRunClock(self.clock)
         waiter = asyncio.ensure_future(
             self.cluster.wait_for_job(
                 call.namespace,
                 names.job,
                 timeout=call.limits.timeout_seconds + SCHEDULING_MARGIN_SECONDS,
+                seen=run.saw,
             )
         )
         interrupt = asyncio.ensure_future(call.interrupted.wait())
@@ -117,12 +124,13 @@ class SandboxExecutor:
             interrupt.cancel()
         if waiter not in done:
             waiter.cancel()
-            return await self.interrupt(call)
+            return await self.interrupt(call, run)
         try:
             job = waiter.result()
         except TimeoutError as exc:
             await self.cluster.delete("Job", call.namespace, names.job)
-            return unconfirmed(call, str(exc))
+            seconds = run.seconds() if run.running is not None else None
+            return replace(unconfirmed(call, str(exc)), sandbox_seconds=seconds)
         if job is None:
             # Gone without a trace: either never created (the operator stopped between
             # writing Executing and creating it) or deleted with its pod. The two cannot be
@@ -132,9 +140,9 @@ class SandboxExecutor:
                 f"sandbox job {names.job} does not exist: it was never created (the operator "
                 "stopped first) or was deleted before it finished",
             )
-        return await self.outcome_of(call, job)
+        return await self.outcome_of(call, job, run)
 
-    async def interrupt(self, call: Call) -> Outcome:
+    async def interrupt(self, call: Call, run: JobRunClock | None = None) -> Outcome:
         names = LeaseNames.for_uid(call.uid)
         pod = await self.cluster.job_pod(call.namespace, call.uid)
         # The pod's status lags the kubelet by up to a second or more: a pod bound to a node
@@ -142,6 +150,8 @@ class SandboxExecutor:
         # not yet scheduled (or none at all) proves the tool never started.
         started = ksandbox.pod_started(pod) or ksandbox.pod_scheduled(pod)
         await self.cluster.delete("Job", call.namespace, names.job)
+        # Metered up to the interrupt when its tool's container had started.
+        seconds = run.seconds() if run is not None and ksandbox.pod_started(pod) else None
         contained = call.effective_class.effects_contained
         if not started or contained:
             why = (
@@ -153,21 +163,27 @@ class SandboxExecutor:
                 InvocationState.CANCELLED,
                 failure_class=FailureClass.CANCELLED,
                 message=f"interrupted {why}; job {names.job} deleted",
+                sandbox_seconds=seconds,
             )
         return Outcome(
             InvocationState.UNCERTAIN,
             failure_class=FailureClass.EFFECT_UNCONFIRMED,
             message=f"interrupted after its pod was scheduled (the tool may have run); "
             f"job {names.job} deleted",
+            sandbox_seconds=seconds,
         )
 
-    async def outcome_of(self, call: Call, job: dict[str, Any]) -> Outcome:
+    async def outcome_of(
+        self, call: Call, job: dict[str, Any], run: JobRunClock | None = None
+    ) -> Outcome:
         result = await self.cluster.pod_outcome(
             call.namespace, call.uid, max_bytes=read_limit(call.limits.max_result_bytes)
         )
-        # The tool container's run time rides on the outcome, whatever it is: the per-tenant
-        # meter and the receipt's usage (`flow.ending`).
-        return replace(self.settle(call, job, result), sandbox_seconds=result.run_seconds)
+        # The tool's run time rides on the outcome, whatever it is: the per-tenant meter and
+        # the receipt's usage (`flow.ending`), one value.
+        return replace(
+            self.settle(call, job, result), sandbox_seconds=_run_seconds(job, result, run)
+        )
 
     def settle(self, call: Call, job: dict[str, Any], result: ksandbox.PodOutcome) -> Outcome:
         """The outcome of a finished Job, from its pod's end."""
@@ -216,6 +232,25 @@ class SandboxExecutor:
         return unconfirmed(
             call, f"sandbox failed ({reason or 'unknown reason'}) without an exit code"
         )
+
+
+def _run_seconds(
+    job: dict[str, Any], result: ksandbox.PodOutcome, run: JobRunClock | None
+) -> float | None:
+    """The metered run of a finished Job (`executors.meter`); None when its tool never
+    started: the gate failed, or the Job never had a pod. A Job killed at its deadline
+    lost its pod with the container's times: it counts as started, and the operator's clock
+    holds its whole run."""
+    if result.gate_failed:
+        return None
+    killed = ksandbox.job_failure_reason(job) == "DeadlineExceeded"
+    if killed and ksandbox.job_never_had_pod(job):
+        return None
+    if not (result.started or killed):
+        return None
+    if run is None:
+        return metered(result.run_seconds or 0.0)
+    return run.seconds(fallback=result.run_seconds)
 
 
 def cold(call: Call, outcome: Outcome) -> Outcome:

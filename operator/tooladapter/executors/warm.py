@@ -38,6 +38,7 @@ from tooladapter.executors import (
     unconfirmed_for,
 )
 from tooladapter.executors.answers import exited
+from tooladapter.executors.meter import Clock, metered
 from tooladapter.kube.client import Conflict, NotFound, Refused
 from tooladapter.kube.sandbox import decode_b64
 from tooladapter.kube.warm import ExecResult, WarmKube
@@ -117,6 +118,8 @@ class WarmSandboxes:
         self.background: set[asyncio.Task[None]] = set()
         #: Workspace keys with a call running or waiting (`AttemptQueues.busy`).
         self.busy: Callable[[str], bool] = lambda key: False
+        #: The run meter's clock (monotonic seconds; tests step it).
+        self.clock: Clock = time.monotonic
 
     # ------------------------------------------------------------------ choosing
 
@@ -421,7 +424,9 @@ class WarmSandboxes:
             return Outcome.failed(
                 FailureClass.INTERNAL, f"the warm sandbox call could not be set up: {exc}"
             )
-        started = time.monotonic()
+        # The tool may start once the exec begins: the run meter counts from here, on the
+        # operator's own clock (`executors.meter`).
+        started = self.clock()
         execution = asyncio.ensure_future(
             self.kube.exec(
                 call.namespace,
@@ -444,7 +449,7 @@ class WarmSandboxes:
             raise
         finally:
             interrupt.cancel()
-        seconds = time.monotonic() - started
+        seconds = metered(self.clock() - started)
         if execution not in done:
             execution.cancel()
             left = await self.stop(call.namespace, name, workspace)

@@ -14,6 +14,7 @@ restarted operator follows it as after any crash).
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -21,6 +22,7 @@ from typing import Any
 from tooladapter import offload
 from tooladapter.artifacts import content_ref
 from tooladapter.egress.core.lease import records_from
+from tooladapter.egress.core.tally import uses
 from tooladapter.enums import (
     ArtifactKind,
     EventLevel,
@@ -147,7 +149,8 @@ async def release(ctx: FlowContext, reason: str) -> None:
     """Credentials die with the call: the ephemeral Secret goes now, the rest is reaped.
 
     A proxied lease ends for the egress proxy in the same step (its grant and the pod's
-    proxy URL are deleted), and the connections the proxy recorded join the status."""
+    proxy URL are deleted), and the connections the proxy recorded join the status: counted
+    per host there, the whole list in the artifact store (`egressRecordsRef`)."""
     lease = ctx.status.sandbox_lease
     if lease is None or lease.released_at is not None:
         return
@@ -159,20 +162,25 @@ async def release(ctx: FlowContext, reason: str) -> None:
         await ctx.rt.cluster.delete("Secret", egress_namespace, names.egress)
         await ctx.rt.cluster.delete("Secret", ctx.namespace, names.proxy_secret)
         data = await ctx.rt.cluster.read_config_map(egress_namespace, names.egress)
-        ctx.status.egress = [EgressRecord.model_validate(r) for r in valid_records(data)]
+        records = valid_records(data)
+        # The whole list goes to the artifact store with the receipt (which names it);
+        # status and receipt carry it counted per host, every connection and byte in it.
+        whole = json.dumps([r.wire() for r in records], separators=(",", ":")).encode()
+        ctx.status.egress_records_ref = content_ref(whole)
+        ctx.unstored.append(whole)
+        ctx.status.egress = uses(records)
     lease.released_at = now_iso()
     ctx.post(reason="SandboxReleased", message=f"lease {lease.lease_id}: {reason}")
 
 
-def valid_records(data: dict[str, str] | None) -> list[dict[str, object]]:
+def valid_records(data: dict[str, str] | None) -> list[EgressRecord]:
     """The proxy's records that parse as EgressRecord (one that does not is skipped)."""
-    out: list[dict[str, object]] = []
+    out: list[EgressRecord] = []
     for record in records_from(data):
         try:
-            EgressRecord.model_validate(record)
+            out.append(EgressRecord.model_validate(record))
         except ValueError:
             continue
-        out.append(record)
     return out
 
 

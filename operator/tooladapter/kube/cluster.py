@@ -142,8 +142,16 @@ class Cluster(Protocol):
 
     async def delete(self, kind: str, namespace: str, name: str) -> bool: ...
 
-    async def wait_for_job(self, namespace: str, name: str, *, timeout: float) -> Body | None:
-        """The finished Job; None when it vanished; `TimeoutError` past `timeout`."""
+    async def wait_for_job(
+        self,
+        namespace: str,
+        name: str,
+        *,
+        timeout: float,
+        seen: ksandbox.JobSighting | None = None,
+    ) -> Body | None:
+        """The finished Job; None when it vanished; `TimeoutError` past `timeout`. `seen`
+        gets every state of the Job the follower sees, as it arrives (the run meter)."""
 
     async def job_pod(self, namespace: str, uid: str) -> Body | None: ...
 
@@ -287,8 +295,15 @@ class KubeCluster:
     async def delete(self, kind: str, namespace: str, name: str) -> bool:
         return await ksandbox.delete_quietly(self.kube, kind, namespace, name)
 
-    async def wait_for_job(self, namespace: str, name: str, *, timeout: float) -> Body | None:
-        return await ksandbox.wait_for_job(self.kube, namespace, name, timeout=timeout)
+    async def wait_for_job(
+        self,
+        namespace: str,
+        name: str,
+        *,
+        timeout: float,
+        seen: ksandbox.JobSighting | None = None,
+    ) -> Body | None:
+        return await ksandbox.wait_for_job(self.kube, namespace, name, timeout=timeout, seen=seen)
 
     async def job_pod(self, namespace: str, uid: str) -> Body | None:
         return await ksandbox.job_pod(self.kube, namespace, uid)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Any
 
@@ -119,14 +119,32 @@ def job_failure_reason(job: dict[str, Any]) -> str:
     return ""
 
 
+#: Called with every state of a Job the follower sees, as it sees it (the run meter).
+JobSighting = Callable[[dict[str, Any]], None]
+
+
+def job_running(job: dict[str, Any]) -> bool:
+    """Whether the Job's pod is Ready: its init containers (the network gate) have passed and
+    the tool's container runs. The Job controller counts such pods in `status.ready`."""
+    return bool((job.get("status") or {}).get("ready"))
+
+
 async def wait_for_job(
-    kube: Kube, namespace: str, name: str, *, timeout: float
+    kube: Kube,
+    namespace: str,
+    name: str,
+    *,
+    timeout: float,
+    seen: JobSighting | None = None,
 ) -> dict[str, Any] | None:
-    """Follow a Job by watch until it is Complete or Failed; None when it disappears."""
+    """Follow a Job by watch until it is Complete or Failed; None when it disappears.
+    `seen` gets every state of the Job read or watched, the moment it arrives."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
     while True:
         job = await get_job(kube, namespace, name)
+        if job is not None and seen is not None:
+            seen(job)
         if job is None or job_finished(job):
             return job
         remaining = deadline - loop.time()
@@ -147,6 +165,8 @@ async def wait_for_job(
                         obj = kube.api.sanitize_for_serialization(event["object"])
                         if event["type"] == "DELETED":
                             return None
+                        if seen is not None:
+                            seen(obj)
                         if job_finished(obj):
                             return dict(obj)
         except (TimeoutError, KubeError):
@@ -277,6 +297,7 @@ async def list_managed(kube: Kube, kind: str, namespace: str | None = None) -> l
 
 __all__ = [
     "AlreadyExists",
+    "JobSighting",
     "NotFound",
     "PodOutcome",
     "create_idempotent",
@@ -287,6 +308,7 @@ __all__ = [
     "job_finished",
     "job_never_had_pod",
     "job_pod",
+    "job_running",
     "list_managed",
     "pod_outcome",
     "pod_started",

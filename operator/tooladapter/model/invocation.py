@@ -210,7 +210,36 @@ class EgressRecord(Model):
     bytes_down: int = 0
     """Bytes sent back to the sandbox."""
     at: str | None = None
-    """When the connection ended (RFC 3339)."""
+    """When the connection ended (RFC 3339); the last one's, for a folded record."""
+    count: int = Field(default=1, ge=1)
+    """How many connections the record stands for: more than 1 when the proxy folded
+    connections beyond its per-lease caps into one record per verdict, host and port (their
+    bytes summed), so no connection goes uncounted."""
+    others: bool = False
+    """The record counts connections to hosts beyond the proxy's fold cap (its host is
+    empty): counted whole, never dropped."""
+
+
+class EgressUse(Model):
+    """The connections of one verdict, host and port, as counted over every record of the
+    lease (status and receipt; the whole list is at egressRecordsRef)."""
+
+    host: str = ""
+    """The host; empty on an `others` row."""
+    port: int | None = None
+    """Its port (none on an `others` row)."""
+    verdict: EgressVerdict
+    """What the proxy decided: `allowed` rows count connections that went out."""
+    reason: str = ""
+    """The first refusal's reason, for a refused row."""
+    connections: int = 0
+    """How many connections (or refused requests) the row counts."""
+    bytes_up: int = 0
+    """Bytes sent upstream, summed."""
+    bytes_down: int = 0
+    """Bytes sent back to the sandbox, summed."""
+    others: bool = False
+    """The row counts every host of its verdict beyond the listed ones, whole."""
 
 
 class InvocationResult(Model):
@@ -292,8 +321,11 @@ class ExecutionRecord(Model):
     attempts: int = 1
     """Attempts made under the descriptor's retryPolicy (1: no retry so far)."""
     sandbox_seconds: float | None = None
-    """How long the sandbox's tool container ran (started to finished), as metered in
-    tooladapter_sandbox_seconds_total and the receipt's usage."""
+    """How long the sandbox's tool ran, on the operator's own clock to the millisecond: from
+    when it may start (its pod Ready past the network gate, or the exec in a warm pod) to
+    when its end was seen; a call killed at its deadline counts its whole run, and a tool
+    that started counts at least 0.001. The one value tooladapter_sandbox_seconds_total and
+    the receipt's usage meter."""
 
 
 class ToolInvocationStatus(Model):
@@ -372,8 +404,14 @@ class ToolInvocationStatus(Model):
     """The uid of the call named by duplicateOf."""
     effect_confirmation: EffectConfirmation | None = None
     """An operator's statement on an Uncertain effect."""
-    egress: list[EgressRecord] = Field(default_factory=list)
-    """Connections through the egress proxy (bounded; the receipt's `egress` list)."""
+    egress: list[EgressUse] = Field(default_factory=list)
+    """Connections through the egress proxy counted per verdict, host and port: allowed
+    hosts and refused ones listed separately and capped, each beyond its cap in one
+    `others` row, so every connection and byte is counted and refusals never push an
+    allowed connection out (the receipt's `egress`)."""
+    egress_records_ref: str | None = None
+    """The proxy's whole list of the lease's connection records in the artifact store
+    (sha256:...), which the receipt references."""
     preview: InvocationPreview | None = None
     """A dry run's result (spec.dryRun)."""
     conditions: list[Condition] = Field(default_factory=list)

@@ -12,7 +12,8 @@ ends (which ends the lease for the proxy at once):
   secretKeyRef (so it is not in the Job's spec either).
 
 The proxy records connections in the ConfigMap `ta-egress-<uid>` beside the grant, one key
-per proxy replica (`records.<replica>`), which the operator copies into the receipt.
+per proxy replica (`records.<replica>`): the operator stores the whole list in the artifact
+store and counts it per host into the status and the receipt (`egress.core.tally`).
 """
 
 from __future__ import annotations
@@ -38,8 +39,6 @@ GRANT_KEY = "lease.json"
 TOKEN_HASH_KEY = "token-sha256"  # noqa: S105 (a key name)
 PROXY_URL_KEY = "url"
 RECORDS_PREFIX = "records."
-#: At most this many connection records per lease reach the receipt (the rest are counted).
-MAX_RECORDS = 200
 
 
 def token_digest(token: str) -> str:
@@ -173,9 +172,10 @@ def proxy_env(uid: str, no_proxy: list[str]) -> list[dict[str, Any]]:
     return env
 
 
-def records_from(data: Mapping[str, str] | None, limit: int = MAX_RECORDS) -> list[dict[str, Any]]:
-    """Every replica's records of a lease (`records.*` keys), oldest first, at most `limit`;
-    a key that does not parse is skipped."""
+def records_from(data: Mapping[str, str] | None) -> list[dict[str, Any]]:
+    """Every replica's records of a lease (`records.*` keys), oldest first, all of them (each
+    proxy bounds its own by folding: `egress.core.tally`); a key that does not parse is
+    skipped."""
     found: list[dict[str, Any]] = []
     for key, text in (data or {}).items():
         if not key.startswith(RECORDS_PREFIX):
@@ -187,13 +187,12 @@ def records_from(data: Mapping[str, str] | None, limit: int = MAX_RECORDS) -> li
         if isinstance(items, list):
             found.extend(item for item in items if isinstance(item, dict))
     found.sort(key=lambda r: str(r.get("at") or ""))
-    return found[:limit]
+    return found
 
 
 __all__ = [
     "GRANT_KEY",
     "LABEL_EGRESS",
-    "MAX_RECORDS",
     "PROXY_URL_KEY",
     "RECORDS_PREFIX",
     "TOKEN_HASH_KEY",

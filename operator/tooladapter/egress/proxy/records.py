@@ -3,7 +3,9 @@
 Each lease's records are written as one JSON list under this replica's key, right after a
 connection ends (coalesced: at most one write in flight per lease, the next one carries
 everything since), so they are there when the operator ends the call and builds the
-receipt: the pod's connections have closed before its Job can complete.
+receipt: the pod's connections have closed before its Job can complete. Beyond its caps a
+book folds connections into counted records rather than dropping them (`LeaseRecords`), so
+no number of requests a sandbox makes hides another connection.
 """
 
 from __future__ import annotations
@@ -15,9 +17,9 @@ import re
 import socket
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
 
-from tooladapter.egress.core.lease import MAX_RECORDS, RECORDS_PREFIX
+from tooladapter.egress.core.lease import RECORDS_PREFIX
+from tooladapter.egress.core.tally import LeaseRecords
 from tooladapter.enums import EgressVerdict
 from tooladapter.metrics import EGRESS_CONNECTIONS
 from tooladapter.model import EgressRecord
@@ -38,8 +40,7 @@ def replica_key(name: str | None = None) -> str:
 @dataclass
 class _Book:
     invocation: str
-    records: list[dict[str, Any]] = field(default_factory=list)
-    dropped: int = 0
+    records: LeaseRecords = field(default_factory=LeaseRecords)
     dirty: bool = False
     writing: asyncio.Task[None] | None = None
 
@@ -89,10 +90,7 @@ class Recorder:
         )
         if lease and invocation and self.write is not None:
             book = self.books.setdefault(lease, _Book(invocation))
-            if len(book.records) < MAX_RECORDS:
-                book.records.append(entry.wire())
-            else:
-                book.dropped += 1
+            book.records.add(entry)
             book.dirty = True
             if book.writing is None or book.writing.done():
                 book.writing = asyncio.ensure_future(self._flush(lease, book))
@@ -102,7 +100,7 @@ class Recorder:
         assert self.write is not None
         while book.dirty:
             book.dirty = False
-            text = json.dumps(book.records, separators=(",", ":"))
+            text = json.dumps(book.records.wire(), separators=(",", ":"))
             try:
                 await self.write(lease, book.invocation, self.key, text)
             except Exception:
@@ -115,10 +113,6 @@ class Recorder:
             if lease in open_leases or (book.writing is not None and not book.writing.done()):
                 continue
             del self.books[lease]
-            if book.dropped:
-                logger.warning(
-                    "lease %s: %d records beyond %d not kept", lease, book.dropped, MAX_RECORDS
-                )
 
     async def drain(self) -> None:
         pending = [b.writing for b in self.books.values() if b.writing is not None]

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from tooladapter.egress.core.tally import bytes_moved
 from tooladapter.enums import SandboxKind, ToolKind
 from tooladapter.model import AuditRequirements, ToolInvocationSpec, ToolInvocationStatus
 from tooladapter.pipeline.hashing import CanonicalizationError, digest
@@ -50,12 +51,14 @@ def usage(status: ToolInvocationStatus) -> dict[str, Any]:
             if value
         }
         limits.update(lease.limits.extended)
+    # Every connection is in exactly one row (`others` rows included): all bytes count.
+    up, down = bytes_moved(status.egress)
     return {
         "sandboxSeconds": execution.sandbox_seconds if execution is not None else None,
         "resourceLimits": limits,
         "timeoutSeconds": lease.limits.timeout_seconds if lease is not None else None,
-        "egressBytesUp": sum(record.bytes_up for record in status.egress),
-        "egressBytesDown": sum(record.bytes_down for record in status.egress),
+        "egressBytesUp": up,
+        "egressBytesDown": down,
     }
 
 
@@ -161,7 +164,8 @@ def build_receipt(
         ),
         "audit": audit.wire(),
         "redactions": list(result.redactions) if result is not None else [],
-        "egress": [record.wire() for record in status.egress],
+        "egress": [use.sparse_wire() for use in status.egress],
+        "egressRecordsRef": status.egress_records_ref,
         "usage": usage(status),
         "stages": [stage.wire() for stage in status.stages],
         "startedAt": status.started_at,
