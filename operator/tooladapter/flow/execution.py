@@ -364,7 +364,7 @@ async def retry(
         Stage.EXECUTE,
         StageOutcome.RETRY,
         f"attempt {record.attempts} of {descriptor.retry_policy.max_attempts} in {backoff}s "
-        f"(nothing was sent: {failed.message})",
+        f"(not sent: {failed.message})",
     )
     try:
         if backoff:
