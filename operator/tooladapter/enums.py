@@ -43,6 +43,27 @@ class SideEffectClass(StrEnum):
         return self in _CONTAINED_CLASSES
 
 
+class Transmission(StrEnum):
+    """How far a request (or a sandbox's run) got before something broke: what decides
+    whether it was sent (`executors.sending`).
+
+    For a request: nothing written (not connected, or connected with not a byte of it
+    written), part of it written, its last byte written, its answer begun. For a sandbox:
+    no Job or no pod (nothing written), the pod scheduled or its tool running (written: the
+    tool may have started), its end recorded (answered)."""
+
+    NOT_WRITTEN = "not-written"
+    PARTLY_WRITTEN = "partly-written"
+    WRITTEN = "written"
+    ANSWERED = "answered"
+
+    @property
+    def sent(self) -> bool:
+        """Its last byte was written: whoever received it may have acted on it. A request
+        cut short cannot be acted on (a server does not process an incomplete message)."""
+        return self in (Transmission.WRITTEN, Transmission.ANSWERED)
+
+
 # spend is financial: ranked beside production so nothing "raises" spend to a lower class.
 _CLASS_RANK = {
     SideEffectClass.READ: 0,

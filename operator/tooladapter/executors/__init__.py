@@ -7,13 +7,16 @@ docs and `kubectl explain toolinvocation.status.state`):
   tool's own error (a non-zero exit code, an HTTP status of 400 or more other than a
   gateway's 502/504, an MCP `isError` or JSON-RPC error, a native not-found) is Observed
   with `is_error` (`Outcome.tool_error`): it may have acted, so it is never "safe to retry".
-- Failed: the tool provably never started acting (nothing was sent, the Job was refused or
-  never had a pod), or its effects are contained (read, sandbox) and its answer was lost.
-- Uncertain: it may have started acting and the answer was lost.
+- Failed: the tool provably never started acting (the request was not sent, the Job was
+  refused or never had a pod), or its effects are contained (read, sandbox) and its answer
+  was lost.
+- Uncertain: it may have started acting (its request was sent) and the answer was lost.
 - Cancelled: interrupted before anything started.
 
-The one rule behind Failed vs Uncertain is `SideEffectClass.effects_contained`: every
-executor settles an unconfirmed end through `unconfirmed`, never on its own.
+The one rule behind Failed vs Uncertain is `sending.settle`: what was sent (the last byte of
+the request written, a sandbox's tool possibly started) and whether the class can have
+effects (`SideEffectClass.effects_contained`). Every executor settles an unconfirmed end
+through `lost` (or `unconfirmed`, for "it may have started"), never on its own.
 """
 
 from __future__ import annotations
@@ -24,8 +27,15 @@ from contextlib import AbstractAsyncContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from tooladapter.enums import FailureClass, InvocationState, SandboxStart, SideEffectClass
+from tooladapter.enums import (
+    FailureClass,
+    InvocationState,
+    SandboxStart,
+    SideEffectClass,
+    Transmission,
+)
 from tooladapter.executors.limits import CallLimits
+from tooladapter.executors.sending import settle
 from tooladapter.model import ToolDescriptorSpec, WorkspaceLease
 
 
@@ -87,8 +97,9 @@ class Outcome:
     exit_code: int | None = None
     failure_class: FailureClass | None = None
     message: str = ""
-    #: Nothing left the operator (connection refused, the Job refused): the descriptor's
-    #: `retryPolicy` may run the call again. Never set once anything may have been sent.
+    #: The request was never sent (`sending.settle`: no connection, a request cut short,
+    #: the Job refused): the descriptor's `retryPolicy` may send the call again. Never set
+    #: once its last byte may have been written.
     retryable: bool = False
     #: Bytes of the JSON `structured` was parsed from (its sanitizing cost is linear in
     #: them); None when unknown, and its sanitizing then runs off the event loop.
@@ -102,6 +113,11 @@ class Outcome:
     sandbox_seconds: float | None = None
     #: The sandbox that ran the call (sandboxed kinds).
     sandbox_run: SandboxRun | None = None
+
+    @property
+    def resendable(self) -> bool:
+        """`retryPolicy` may run the call again: Failed, and never sent."""
+        return self.state == InvocationState.FAILED and self.retryable
 
     @classmethod
     def observed(
@@ -171,16 +187,41 @@ def unconfirmed_for(
     failure: FailureClass = FailureClass.TRANSIENT,
     exit_code: int | None = None,
 ) -> Outcome:
-    """Failed with `failure` when the class keeps effects contained, else Uncertain."""
-    if effective.effects_contained:
-        return Outcome(InvocationState.FAILED, output, None, exit_code, failure, message)
+    """Failed with `failure` when the class keeps effects contained, else Uncertain: a
+    call that may have started is settled as one that was sent."""
+    return lost(
+        effective,
+        Transmission.WRITTEN,
+        message,
+        output=output,
+        failure=failure,
+        exit_code=exit_code,
+    )
+
+
+def lost(
+    effective: SideEffectClass,
+    transmission: Transmission,
+    message: str,
+    *,
+    output: bytes = b"",
+    failure: FailureClass = FailureClass.TRANSIENT,
+    exit_code: int | None = None,
+) -> Outcome:
+    """The outcome of a call whose answer did not come, after getting as far as
+    `transmission`: the one rule (`sending.settle`) decides Failed or Uncertain and whether
+    `retryPolicy` may send it again."""
+    settled = settle(transmission, effective, failure)
+    if settled.state == InvocationState.UNCERTAIN and failure != FailureClass.TRANSIENT:
+        message = f"{message}; its effect is unconfirmed"
     return Outcome(
-        InvocationState.UNCERTAIN,
+        settled.state,
         output,
         None,
         exit_code,
-        FailureClass.EFFECT_UNCONFIRMED,
-        message if failure == FailureClass.TRANSIENT else f"{message}; its effect is unconfirmed",
+        settled.failure,
+        message,
+        retryable=settled.resend,
     )
 
 

@@ -3,15 +3,17 @@
 Arguments only fill `{name}` placeholders (URL-encoded); the host must be allow-listed, and
 every address connected to must be public or explicitly allowed (`pipeline.addresses`): the
 check runs on the address the connector resolved and is about to connect to, never on a
-separate lookup. Whether the request was sent decides Failed versus Uncertain when
-something breaks.
+separate lookup. How far the request got when something broke (`Wire`, from aiohttp's
+request tracing) decides Failed versus Uncertain through the one rule (`sending`): once its
+last byte was written it was sent, whatever breaks after.
 """
 
 from __future__ import annotations
 
 import ipaddress
 import socket
-from dataclasses import replace
+from dataclasses import dataclass, replace
+from types import SimpleNamespace
 from urllib.parse import urlsplit
 
 import aiohttp
@@ -20,8 +22,8 @@ from aiohttp.resolver import DefaultResolver
 
 from tooladapter.egress.core.addresses import AddressRefused, AddressRule, parse_networks
 from tooladapter.egress.core.hosts import is_ip
-from tooladapter.enums import FailureClass
-from tooladapter.executors import Call, InOperator, Outcome, read_limit, unconfirmed
+from tooladapter.enums import FailureClass, Transmission
+from tooladapter.executors import Call, InOperator, Outcome, lost, read_limit, unconfirmed
 from tooladapter.model import ToolDescriptorSpec
 from tooladapter.pipeline.validation.http_templates import render_http_request
 
@@ -78,6 +80,96 @@ class GuardedResolver(AbstractResolver):
         await self.inner.close()
 
 
+@dataclass
+class Wire:
+    """How far one request got. aiohttp announces the headers and each body chunk right
+    before it writes them (`TraceConfig.on_request_headers_sent`, `on_request_chunk_sent`),
+    so the state may run a moment ahead of the socket, never behind it: a request counts as
+    written at the latest when its last byte is, and a failure in between settles as sent
+    (the safe side). It only moves forward."""
+
+    #: Bytes of the body (the announced Content-Length replaces it when there is one).
+    body_size: int
+    state: Transmission = Transmission.NOT_WRITTEN
+    announced: int = 0
+
+    def reach(self, state: Transmission) -> None:
+        order = list(Transmission)
+        if order.index(state) > order.index(self.state):
+            self.state = state
+
+    def headers_sent(self, content_length: str | None) -> None:
+        if content_length is not None and content_length.isdigit():
+            self.body_size = int(content_length)
+        self.reach(
+            Transmission.WRITTEN
+            if self.announced >= self.body_size
+            else Transmission.PARTLY_WRITTEN
+        )
+
+    def chunk_sent(self, size: int) -> None:
+        self.announced += size
+        if self.announced >= self.body_size:
+            self.reach(Transmission.WRITTEN)
+
+
+async def _on_headers_sent(
+    _session: aiohttp.ClientSession,
+    context: SimpleNamespace,
+    params: aiohttp.TraceRequestHeadersSentParams,
+) -> None:
+    if isinstance(wire := context.trace_request_ctx, Wire):
+        wire.headers_sent(params.headers.get("Content-Length"))
+
+
+async def _on_chunk_sent(
+    _session: aiohttp.ClientSession,
+    context: SimpleNamespace,
+    params: aiohttp.TraceRequestChunkSentParams,
+) -> None:
+    if isinstance(wire := context.trace_request_ctx, Wire):
+        wire.chunk_sent(len(params.chunk))
+
+
+async def _on_request_end(
+    _session: aiohttp.ClientSession,
+    context: SimpleNamespace,
+    _params: aiohttp.TraceRequestEndParams,
+) -> None:
+    if isinstance(wire := context.trace_request_ctx, Wire):
+        wire.reach(Transmission.ANSWERED)
+
+
+def wire_tracing() -> aiohttp.TraceConfig:
+    """The request tracing that keeps each request's `Wire` (its `trace_request_ctx`)."""
+    config = aiohttp.TraceConfig()
+    config.on_request_headers_sent.append(_on_headers_sent)
+    config.on_request_chunk_sent.append(_on_chunk_sent)
+    config.on_request_end.append(_on_request_end)
+    return config
+
+
+class ConnectionLost(aiohttp.ClientConnectionError):
+    """The connection broke after it was made (a reset, a close): raised in place of
+    aiohttp's own error so that aiohttp does not send the request again by itself."""
+
+
+async def no_silent_resend(
+    request: aiohttp.ClientRequest, handler: aiohttp.ClientHandlerType
+) -> aiohttp.ClientResponse:
+    """aiohttp sends an idempotent method (GET, PUT, DELETE...) a second time, unasked, when
+    the connection breaks (`ClientOSError`, `ServerDisconnectedError`), even after its last
+    byte was written: a PUT the server acted on would act twice. Only the one rule
+    (`sending`) and the descriptor's `retryPolicy` decide a resend, so those errors are
+    turned into `ConnectionLost`, which aiohttp does not retry."""
+    try:
+        return await handler(request)
+    except aiohttp.ClientConnectorError:
+        raise  # never connected: aiohttp does not retry these either
+    except (aiohttp.ClientOSError, aiohttp.ServerDisconnectedError) as exc:
+        raise ConnectionLost(f"{type(exc).__name__}: {exc}") from exc
+
+
 class HttpExecutor(InOperator):
     """One client session per address rule: a connection (and a DNS cache entry) made under
     one descriptor's allowances is never reused under another's."""
@@ -90,7 +182,11 @@ class HttpExecutor(InOperator):
         held = self.sessions.get(rule)
         if held is None or held[0].closed:
             resolver = GuardedResolver(rule)
-            session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(resolver=resolver))
+            session = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(resolver=resolver),
+                trace_configs=[wire_tracing()],
+                middlewares=(no_silent_resend,),
+            )
             held = self.sessions[rule] = (session, resolver)
         return held[0]
 
@@ -141,12 +237,18 @@ class HttpExecutor(InOperator):
         rule: AddressRule,
     ) -> Outcome:
         timeout = aiohttp.ClientTimeout(total=call.limits.timeout_seconds)
-        sent = False
+        wire = Wire(body_size=len(body.encode()) if body else 0)
         try:
             async with self.session_for(rule).request(
-                method, url, headers=headers, data=body, timeout=timeout, allow_redirects=False
+                method,
+                url,
+                headers=headers,
+                data=body,
+                timeout=timeout,
+                allow_redirects=False,
+                trace_request_ctx=wire,
             ) as resp:
-                sent = True
+                wire.reach(Transmission.ANSWERED)
                 chunks: list[bytes] = []
                 size = 0
                 # Read past the bound: the sanitizer must see any secret whole before the cut.
@@ -180,20 +282,25 @@ class HttpExecutor(InOperator):
         except aiohttp.ClientConnectorError as exc:
             if isinstance(exc.os_error, AddressRefused):
                 return _refused(method, url, exc.os_error)
-            # Nothing was sent: no effect possible.
-            return Outcome.failed(
-                FailureClass.TRANSIENT, f"could not connect: {exc.os_error}", retryable=True
+            return lost(
+                call.effective_class,
+                wire.state,
+                f"{method} {url}: could not connect: {exc.os_error}",
             )
         except (TimeoutError, aiohttp.ClientError) as exc:
-            if (
-                not sent
-                and isinstance(exc, aiohttp.ClientConnectionError)
-                and not isinstance(exc, aiohttp.ServerDisconnectedError)
-            ):
-                return Outcome.failed(
-                    FailureClass.TRANSIENT, f"connection failed: {exc}", retryable=True
-                )
-            return unconfirmed(call, f"{method} {url}: no complete answer ({type(exc).__name__})")
+            return lost(call.effective_class, wire.state, _broken(method, url, wire.state, exc))
+
+
+def _broken(method: str, url: str, reached: Transmission, exc: BaseException) -> str:
+    """What broke, and how far the request had got (the reason for Failed or Uncertain)."""
+    what = type(exc).__name__
+    if reached == Transmission.NOT_WRITTEN:
+        return f"{method} {url}: not sent, the connection failed first ({what})"
+    if reached == Transmission.PARTLY_WRITTEN:
+        return f"{method} {url}: not sent, the connection failed while writing it ({what})"
+    if reached == Transmission.WRITTEN:
+        return f"{method} {url}: sent, then the connection failed before an answer ({what})"
+    return f"{method} {url}: sent, then the answer broke off ({what})"
 
 
 def _refused(method: str, url: str, exc: AddressRefused) -> Outcome:

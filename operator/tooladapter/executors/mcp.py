@@ -16,8 +16,8 @@ import dataclasses
 from tooladapter import offload
 from tooladapter.catalog import Catalog
 from tooladapter.egress.core.addresses import AddressRule
-from tooladapter.enums import FailureClass
-from tooladapter.executors import Call, InOperator, Outcome, unconfirmed
+from tooladapter.enums import FailureClass, Transmission
+from tooladapter.executors import Call, InOperator, Outcome, lost
 from tooladapter.kube.client import NotFound
 from tooladapter.kube.cluster import Cluster
 from tooladapter.kube.sandbox import decode_b64
@@ -110,7 +110,9 @@ class McpExecutor(InOperator):
         except mcp_types.McpAddressRefused as exc:
             return Outcome.failed(FailureClass.POLICY_DENIED, str(exc))
         except mcp_types.McpUnavailable as exc:
-            return Outcome.failed(FailureClass.TRANSIENT, str(exc), retryable=True)
+            # The tools/call request was not sent (no connection, a failed handshake or
+            # listing, or cut short before its last byte): the one rule makes it Failed.
+            return lost(call.effective_class, Transmission.NOT_WRITTEN, str(exc))
         except (mcp_types.McpToolNotListed, mcp_types.McpToolChanged) as exc:
             return Outcome.failed(FailureClass.TRANSIENT, str(exc))
         except mcp_types.McpProtocolError as exc:
@@ -124,11 +126,15 @@ class McpExecutor(InOperator):
                     http_status=exc.http_status,
                 )
             if exc.effect_possible:
-                return unconfirmed(call, f"MCP call broke: {exc}")
+                # Its answer began but is not a usable result (a gateway's 502/504, a
+                # malformed result): sent.
+                return lost(call.effective_class, Transmission.ANSWERED, f"MCP call broke: {exc}")
             return Outcome.failed(FailureClass.TRANSIENT, str(exc))
         except mcp_types.McpError as exc:
             if exc.effect_possible:
-                return unconfirmed(call, f"MCP call broke: {exc}")
+                # The tools/call request was written (or not known to have been cut short)
+                # and the connection broke or the deadline passed: sent.
+                return lost(call.effective_class, Transmission.WRITTEN, f"MCP call broke: {exc}")
             return Outcome.failed(FailureClass.TRANSIENT, str(exc))
         output = result.content_text.encode()
         if result.is_error:

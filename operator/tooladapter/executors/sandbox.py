@@ -14,11 +14,12 @@ from typing import Any
 
 from tooladapter import API_VERSION
 from tooladapter.egress.core.lease import proxy_env
-from tooladapter.enums import FailureClass, InvocationState, SandboxStart
+from tooladapter.enums import FailureClass, InvocationState, SandboxStart, Transmission
 from tooladapter.executors import (
     Call,
     Outcome,
     SandboxRun,
+    lost,
     read_limit,
     unconfirmed,
     unconfirmed_for,
@@ -87,15 +88,25 @@ class SandboxExecutor:
     async def execute_cold(self, call: Call) -> Outcome:
         try:
             job = self.job_for(call)
-            await self.cluster.create(job)
-        except (Refused, ValueError) as exc:
-            # No Job exists, so no effect could have started: Failed, never retried as is.
-            refused = isinstance(exc, Refused)
+        except ValueError as exc:
+            # Nothing to create: Failed, and the same call would fail the same way again.
             return Outcome.failed(
-                FailureClass.TRANSIENT if refused else FailureClass.INTERNAL,
-                f"the sandbox Job could not be created: {exc}",
-                retryable=refused,
+                FailureClass.INTERNAL, f"the sandbox Job could not be created: {exc}"
             )
+        try:
+            await self.cluster.create(job)
+        except Refused as exc:
+            # No Job exists: nothing of the call reached the cluster (`sending`), so the
+            # one rule makes it Failed and retryPolicy may create it again.
+            return lost(
+                call.effective_class,
+                Transmission.NOT_WRITTEN,
+                f"the sandbox Job could not be created: {exc}",
+            )
+        # From here the Job exists: once its pod is scheduled the tool may have started, and
+        # every unconfirmed end below settles as sent (`unconfirmed`). Ends that prove the
+        # tool never started are Failed but not resent: the Job that never ran keeps the
+        # call's name, so a retry would only find it again.
         return await self.follow(call)
 
     async def resume(self, call: Call) -> Outcome:

@@ -28,11 +28,12 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from tooladapter.egress.core.lease import PROXY_URL_KEY
-from tooladapter.enums import FailureClass, InvocationState, SandboxStart
+from tooladapter.enums import FailureClass, InvocationState, SandboxStart, Transmission
 from tooladapter.executors import (
     Call,
     Outcome,
     SandboxRun,
+    lost,
     read_limit,
     unconfirmed,
     unconfirmed_for,
@@ -155,13 +156,20 @@ class WarmSandboxes:
         if attempt:
             try:
                 pod, workspace, made = await self.workspace_pod(call, profile)
-            except (Refused, RuntimeError, TimeoutError) as exc:
-                # No process of this call was started in any pod: Failed, as a Job
-                # the API server refused.
+            except Refused as exc:
+                # No process of this call was started in any pod: not sent (`sending`), as
+                # a Job the API server refused.
+                return lost(
+                    call.effective_class,
+                    Transmission.NOT_WRITTEN,
+                    f"the attempt's workspace could not be made ready: {exc}",
+                )
+            except (RuntimeError, TimeoutError) as exc:
+                # Nothing of this call started either, but the workspace is not ready and a
+                # retry at once would most likely meet the same: Failed, not resent.
                 return Outcome.failed(
                     FailureClass.TRANSIENT,
                     f"the attempt's workspace could not be made ready: {exc}",
-                    retryable=isinstance(exc, Refused),
                 )
             return await self.run_in(call, pod, workspace, made=made)
         if self.settings.warm.pool_size <= 0:

@@ -338,12 +338,13 @@ async def interrupt_on_retirement(ctx: FlowContext) -> None:
 
 
 def retry_allowed(ctx: FlowContext, outcome: Outcome) -> bool:
-    """The descriptor's retryPolicy, only for an outcome that provably had no effect."""
+    """The descriptor's retryPolicy, only for an outcome the one rule (`executors.sending`)
+    says was never sent: once a request's last byte was written, or a sandbox's tool may have
+    started, it is never run again, whatever its class."""
     record = ctx.status.execution
     policy = ctx.descriptor.retry_policy if ctx.descriptor else None
     return (
-        outcome.retryable
-        and outcome.state == InvocationState.FAILED
+        outcome.resendable
         and record is not None
         and policy is not None
         and record.attempts < policy.max_attempts
@@ -363,7 +364,7 @@ async def retry(
         Stage.EXECUTE,
         StageOutcome.RETRY,
         f"attempt {record.attempts} of {descriptor.retry_policy.max_attempts} in {backoff}s "
-        f"(nothing was sent: {failed.message})",
+        f"(not sent: {failed.message})",
     )
     try:
         if backoff:

@@ -182,10 +182,14 @@ class _CallTracker(httpx2.AsyncBaseTransport):
     """Knows whether the tools/call request left, and how the server answered it.
 
     `call_state`: "none" (not attempted), "unsent" (the connection could not be opened:
-    nothing left), "maybe-sent" (failed after connecting, before a response), "answered"
-    (a response status arrived; `call_status` holds it). Every response body is bounded by
-    `max_response_bytes` and asked for uncompressed (a compressed one is refused: its size
-    on the wire would not bound what it decodes to).
+    nothing left), "cut-short" (the transport reported that writing the request failed
+    before its last byte: not sent), "maybe-sent" (failed after connecting, before a
+    response, with no such report: counted as sent), "answered" (a response status arrived;
+    `call_status` holds it). Only a failed write that httpcore itself reports (its `trace`
+    extension) makes a request "cut-short": without that report the request counts as sent.
+
+    Every response body is bounded by `max_response_bytes` and asked for uncompressed (a
+    compressed one is refused: its size on the wire would not bound what it decodes to).
     """
 
     def __init__(
@@ -212,8 +216,21 @@ class _CallTracker(httpx2.AsyncBaseTransport):
 
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
         is_call = self._is_call(request)
+        write_failed = False
         if is_call:
             self.call_state = "unsent"
+            inner_trace = request.extensions.get("trace")
+
+            async def trace(name: str, info: dict[str, Any]) -> None:
+                # httpcore reports "<http11|http2>.send_request_<headers|body>.failed" when
+                # a write of the request raised: its last byte was not written.
+                nonlocal write_failed
+                if name.endswith((".send_request_headers.failed", ".send_request_body.failed")):
+                    write_failed = True
+                if inner_trace is not None:
+                    await inner_trace(name, info)
+
+            request.extensions["trace"] = trace
         request.headers["Accept-Encoding"] = "identity"
         try:
             response = await self.inner.handle_async_request(request)
@@ -221,7 +238,7 @@ class _CallTracker(httpx2.AsyncBaseTransport):
             raise  # nothing left: the call (if this was it) stays "unsent"
         except BaseException:
             if is_call:
-                self.call_state = "maybe-sent"
+                self.call_state = "cut-short" if write_failed else "maybe-sent"
             raise
         if is_call:
             self.call_state = "answered"
@@ -515,6 +532,11 @@ def _classify_call_failure(
     if state in ("none", "unsent"):
         return _address_refused(url, exc) or McpUnavailable(
             f"{where} was not sent: {_unquoted(exc)}"
+        )
+    if state == "cut-short":
+        # Its last byte never left: the server cannot act on a request it did not get whole.
+        return McpUnavailable(
+            f"{where} was not sent: the connection broke while it was written: {_describe(exc)}"
         )
     timed_out = _find(exc, TimeoutError) is not None
     mcp_error = _find(exc, MCPError)

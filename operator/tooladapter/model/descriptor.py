@@ -60,9 +60,10 @@ class Authorization(Model):
 
 
 class RetryPolicy(Model):
-    """Tool-level retries apply only to calls that provably had no effect: nothing left the
-    operator (connection refused, the sandbox Job refused by the API server). Never for an
-    Uncertain call, never after a request was sent."""
+    """Tool-level retries apply only to calls that were never sent: no connection, a request
+    cut short before its last byte, the sandbox Job refused by the API server. Never for an
+    Uncertain call, never once a request's last byte was written (a reset, a timeout or a
+    502/504 after that is not retried, whatever the class)."""
 
     max_attempts: int = Field(default=1, ge=1, le=10)
     """Attempts in all (1: no retry)."""

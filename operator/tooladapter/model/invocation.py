@@ -335,9 +335,11 @@ class ToolInvocationStatus(Model):
     """Received, Validated, Authorized, AwaitingApproval, Brokered, Executing, then one terminal
     state. Observed: the tool ran to its end and answered, whatever it said (result.isError
     marks its own error: a non-zero exit, an HTTP status >= 400, an MCP isError; its effect may
-    have happened, never retry blindly). Failed: the tool provably never started acting (or its
-    effects are contained and the answer was lost): the only outcome safe to call again.
-    Uncertain: it may have acted and the answer was lost; an operator confirms it, and no new
+    have happened, never retry blindly). Failed: the tool provably never started acting (its
+    request was not sent: not connected, or cut short before its last byte), or its effects
+    are contained and the answer was lost: the only outcome safe to call again. Uncertain: it
+    may have acted (its request's last byte was written) and the answer was lost, by a reset,
+    a close, a timeout or a 502/504; an operator confirms it, and no new
     call of the same request runs until then. Cancelled: interrupted before any effect.
     Denied: refused before executing. Previewed: a dry run. A duplicate (duplicateOf) ends in
     its first call's state."""

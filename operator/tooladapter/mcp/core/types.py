@@ -26,7 +26,8 @@ class McpError(Exception):
 
 
 class McpUnavailable(McpError):
-    """Not reachable, or the handshake failed, before any tools/call left: no effect.
+    """Not reachable, or the handshake failed, before any tools/call left, or the tools/call
+    request was cut short before its last byte was written: not sent, no effect.
 
     `http_status`: the HTTP status that refused the handshake, if one did (401: the server
     wants credentials)."""
@@ -44,7 +45,8 @@ class McpAddressRefused(McpUnavailable):
 
 
 class McpBrokenMidCall(McpError):
-    """The connection or stream broke after the tools/call request was sent: effect unknown."""
+    """The connection or stream broke after the tools/call request was sent (its last byte
+    written, or a failure with no report that it was not): effect unknown."""
 
     effect_possible = True
 
