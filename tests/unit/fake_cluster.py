@@ -28,7 +28,7 @@ from typing import Any
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from tooladapter import API_VERSION, GROUP
-from tooladapter.artifacts import CorruptArtifact, content_ref, index_key, index_prefix
+from tooladapter.artifacts import CorruptArtifact, Space, content_ref, index_key, index_prefix
 from tooladapter.artifacts.chain import ReceiptChains
 from tooladapter.catalog import Catalog, invocation_key
 from tooladapter.enums import InvocationState, Resource, ToolKind
@@ -641,7 +641,9 @@ class MemoryStore:
     may raise, as a full disk would)."""
 
     def __init__(self) -> None:
+        #: The receipts' space (`Space.RECEIPTS`) and the results' (`Space.RESULTS`).
         self.blobs: dict[str, bytes] = {}
+        self.results: dict[str, bytes] = {}
         #: Named index entries (`put_key`), write-once like the real stores.
         self.keys: dict[str, bytes] = {}
         self.hook: Callable[[bytes], None] | None = None
@@ -670,15 +672,15 @@ class MemoryStore:
             if receipt_of(blob) is not None and b'"payloadType"' in blob
         ]
 
-    def put(self, data: bytes) -> str:
+    def put(self, data: bytes, space: Space = Space.RECEIPTS) -> str:
         if self.hook is not None:
             self.hook(data)
         ref = content_ref(data)
-        self.blobs[ref] = bytes(data)
+        (self.blobs if space is Space.RECEIPTS else self.results)[ref] = bytes(data)
         return ref
 
-    def get(self, ref: str) -> bytes:
-        return self.blobs[ref]
+    def get(self, ref: str, space: Space = Space.RECEIPTS) -> bytes:
+        return (self.blobs if space is Space.RECEIPTS else self.results)[ref]
 
     def put_key(self, key: str, data: bytes) -> None:
         held = self.keys.setdefault(index_key(key), bytes(data))
