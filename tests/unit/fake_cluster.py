@@ -829,12 +829,14 @@ def make_runtime(
     settings: Settings | None = None,
     executors: dict[ToolKind, Executor] | None = None,
     namespaces: dict[str, dict[str, str]] | None = None,
+    store: Any = None,
 ) -> Harness:
     """A Runtime with `Settings()` defaults (or `settings`), a ready catalog holding the
-    namespaces (default: `NAMESPACE`, unlabelled), and a scripted native executor unless
-    `executors` says otherwise."""
+    namespaces (default: `NAMESPACE`, unlabelled), a scripted native executor unless
+    `executors` says otherwise, and a `MemoryStore` unless `store` is another (a
+    `LocalArtifactStore`, to test the file layout)."""
     cluster = cluster if cluster is not None else FakeCluster()
-    store, events = MemoryStore(), RecordingEvents()
+    store, events = (store if store is not None else MemoryStore()), RecordingEvents()
     catalog = Catalog()
     for name, labels in (namespaces if namespaces is not None else {NAMESPACE: {}}).items():
         cluster.namespaces.setdefault(name, dict(labels))
