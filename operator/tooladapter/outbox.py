@@ -41,8 +41,8 @@ from typing import Any, Final
 
 import aiohttp
 
-from tooladapter.artifacts import ArtifactStore, content_ref
-from tooladapter.artifacts.chain import DIGITS, ReceiptChains, chain_key, sequence_of
+from tooladapter.artifacts import ArtifactStore
+from tooladapter.artifacts.chain import DIGITS, ReceiptChains, chain_key, named_ref, sequence_of
 from tooladapter.artifacts.index import incarnation_prefix
 from tooladapter.metrics import EVENT_DELIVERIES, EVENT_OUTBOX_DEPTH
 from tooladapter.receipts.core.chain import Head
@@ -152,7 +152,7 @@ class Outbox:
             return
         self._followed = now
         for (namespace, uid), head in list(self._ends.items()):
-            self._ends[(namespace, uid)] = self.chains.forward(namespace, uid, head, repair=False)
+            self._ends[(namespace, uid)] = self.chains.forward(namespace, uid, head)
 
     def pending(self) -> list[tuple[tuple[str, str], int, Head]]:
         """(chain, cursor, end) of every chain with undelivered links (blocking)."""
@@ -187,9 +187,11 @@ class Outbox:
         return list(self._described.values())
 
     def link_events(self, namespace: str, uid: str, sequence: int) -> list[dict[str, Any]]:
-        data = self.store.get_key(chain_key(namespace, uid, sequence))
-        receipt = receipt_of(data)
-        return receipt_events(receipt or {}, content_ref(data), source=self.source)
+        ref = named_ref(self.store.get_key(chain_key(namespace, uid, sequence)))
+        if ref is None:
+            raise KeyError(f"the link at sequence {sequence} names no receipt")
+        receipt = receipt_of(self.store.get(ref))
+        return receipt_events(receipt or {}, ref, source=self.source)
 
     def mark(self, namespace: str, uid: str, sequence: int) -> None:
         self.store.put_key(delivered_key(namespace, uid, sequence), b"delivered")

@@ -57,10 +57,9 @@ class Runtime:
     store: ArtifactStore
     catalog: Catalog
     executors: Mapping[ToolKind, Executor]
+    #: Receipt signing and the chains per namespace incarnation: every receipt is signed.
+    chains: ReceiptChains
     events: EventSink = field(default_factory=NoEvents)
-    #: Receipt signing and the chains per namespace incarnation (None: receipts are stored
-    #: unsigned, as before issue 30: only unit tests that build a Runtime themselves).
-    chains: ReceiptChains | None = None
     #: The signing key's refresh and the chain heads' publication (None in unit tests).
     keeper: ReceiptKeeper | None = None
     #: Integration events to `TOOLADAPTER_EVENT_SINK` (None: unit tests; disabled inside

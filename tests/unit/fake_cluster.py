@@ -28,7 +28,7 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from tooladapter import API_VERSION, GROUP
-from tooladapter.artifacts import CorruptArtifact, content_ref, index_key, index_prefix
+from tooladapter.artifacts import CorruptArtifact, Space, content_ref, index_key, index_prefix
 from tooladapter.artifacts.chain import ReceiptChains
 from tooladapter.catalog import Catalog, invocation_key
 from tooladapter.enums import InvocationState, Resource, ToolKind
@@ -662,7 +662,9 @@ class MemoryStore:
     may raise, as a full disk would)."""
 
     def __init__(self) -> None:
+        #: The receipts' space (`Space.RECEIPTS`) and the results' (`Space.RESULTS`).
         self.blobs: dict[str, bytes] = {}
+        self.results: dict[str, bytes] = {}
         #: Named index entries (`put_key`), write-once like the real stores.
         self.keys: dict[str, bytes] = {}
         self.hook: Callable[[bytes], None] | None = None
@@ -691,15 +693,15 @@ class MemoryStore:
             if receipt_of(blob) is not None and b'"payloadType"' in blob
         ]
 
-    def put(self, data: bytes) -> str:
+    def put(self, data: bytes, space: Space = Space.RECEIPTS) -> str:
         if self.hook is not None:
             self.hook(data)
         ref = content_ref(data)
-        self.blobs[ref] = bytes(data)
+        (self.blobs if space is Space.RECEIPTS else self.results)[ref] = bytes(data)
         return ref
 
-    def get(self, ref: str) -> bytes:
-        return self.blobs[ref]
+    def get(self, ref: str, space: Space = Space.RECEIPTS) -> bytes:
+        return (self.blobs if space is Space.RECEIPTS else self.results)[ref]
 
     def put_key(self, key: str, data: bytes) -> None:
         held = self.keys.setdefault(index_key(key), bytes(data))
@@ -848,12 +850,14 @@ def make_runtime(
     settings: Settings | None = None,
     executors: dict[ToolKind, Executor] | None = None,
     namespaces: dict[str, dict[str, str]] | None = None,
+    store: Any = None,
 ) -> Harness:
     """A Runtime with `Settings()` defaults (or `settings`), a ready catalog holding the
-    namespaces (default: `NAMESPACE`, unlabelled), and a scripted native executor unless
-    `executors` says otherwise."""
+    namespaces (default: `NAMESPACE`, unlabelled), a scripted native executor unless
+    `executors` says otherwise, and a `MemoryStore` unless `store` is another (a
+    `LocalArtifactStore`, to test the file layout)."""
     cluster = cluster if cluster is not None else FakeCluster()
-    store, events = MemoryStore(), RecordingEvents()
+    store, events = (store if store is not None else MemoryStore()), RecordingEvents()
     catalog = Catalog()
     for name, labels in (namespaces if namespaces is not None else {NAMESPACE: {}}).items():
         cluster.namespaces.setdefault(name, dict(labels))

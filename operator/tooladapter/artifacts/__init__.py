@@ -1,4 +1,5 @@
-"""The artifact store: receipts and results, addressed by the sha256 of their bytes.
+"""The artifact store: receipts and results, addressed by the sha256 of their bytes, each in
+a key space of its own (`Space`).
 
 One `ArtifactStore` protocol (`protocol`), two backends: files on a volume (`file`) and
 objects in an S3-compatible bucket (`s3`), chosen by the settings (`factory`).
@@ -12,6 +13,7 @@ from tooladapter.artifacts.protocol import (
     ArtifactStore,
     ArtifactStoreError,
     CorruptArtifact,
+    Space,
     content_ref,
     digest_of,
     index_key,
@@ -25,6 +27,7 @@ __all__ = [
     "ArtifactStoreError",
     "CorruptArtifact",
     "LocalArtifactStore",
+    "Space",
     "content_ref",
     "digest_of",
     "index_key",

@@ -1,17 +1,20 @@
 """Appending signed receipts to their namespace incarnation's chain in the artifact store.
 
-Layout: `index/ns/<namespace>/<uid>/chain/<sequence, 12 digits>` holds the whole signed
-receipt (the envelope's bytes), written once: the first writer of a number wins it (the
-file store's link(2), the bucket's `If-None-Match: *`), and a writer that loses reads the
-winner's link and tries the next number. So two operators writing receipts for one
-namespace (leader election off, or a takeover) leave one unbroken chain, and steady state
-costs no request to the API server: the head is kept in memory and only published, lazily,
-by `kube.receipt_keys.publish_heads`.
+Layout: `index/ns/<namespace>/<uid>/chain/<sequence, 12 digits>` holds the reference
+(`sha256:<hex>`) of the signed receipt at that place, written once: the first writer of a
+number wins it (the file store's link(2), the bucket's `If-None-Match: *`), and a writer
+that loses reads the winner's link and tries the next number. So two operators writing
+receipts for one namespace (leader election off, or a takeover) leave one unbroken chain,
+and steady state costs no request to the API server: the head is kept in memory and only
+published, lazily, by `kube.receipt_keys.publish_heads`.
 
-Each receipt is also stored by its content hash (`sha256/...`, what `receiptRef` names),
-after its link: a crash between the two writes leaves a link without its copy, which the
-next writer of the chain (`discover`, at its first append after a start) writes again from
-the link's bytes. The store never deletes anything, so retention never removes a link.
+One stored receipt, one truth: the receipt's bytes are stored once, by their content hash
+(`sha256/...`), which `receiptRef`, the receipts route and `receipt get` read; the link
+only names it. (A link holding a copy of its own made two receipts of one call, and an
+auditor who checked the links checked something other than what every reader fetched.)
+The receipt is stored before its link claims a number, so a link never names a receipt
+that was not written; a writer that loses the number leaves its receipt in the store,
+named by no link and so never served (`receipts.service.reader.stored_receipt`).
 
 Blocking (store I/O): called on the store's threads, serialised per chain by a lock.
 """
@@ -25,8 +28,13 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Final
 
 from tooladapter.artifacts.index import incarnation_prefix
-from tooladapter.artifacts.protocol import ArtifactStore, CorruptArtifact, content_ref
-from tooladapter.receipts.core.chain import Head, link
+from tooladapter.artifacts.protocol import (
+    ArtifactStore,
+    ArtifactStoreError,
+    CorruptArtifact,
+    digest_of,
+)
+from tooladapter.receipts.core.chain import Head, Linked, link
 from tooladapter.receipts.core.signing import Signer, seal
 from tooladapter.timeutil import now_iso
 
@@ -50,20 +58,59 @@ def sequence_of(key: str) -> int | None:
     return int(tail) if len(tail) == DIGITS and tail.isdigit() else None
 
 
-def read_chain(store: ArtifactStore, namespace: str, uid: str, since: int = 1) -> dict[int, bytes]:
-    """Every link of a chain from `since` on, by sequence number (bytes as stored)."""
-    links: dict[int, bytes] = {}
+def link_bytes(ref: str) -> bytes:
+    """What a link stores: the reference of its receipt."""
+    digest_of(ref)  # KeyError for anything that is not a reference
+    return ref.encode()
+
+
+def named_ref(data: bytes) -> str | None:
+    """The receipt reference a link's bytes name (None: the bytes are no reference)."""
+    try:
+        ref = data.decode("ascii")
+        digest_of(ref)
+    except (UnicodeDecodeError, KeyError):
+        return None
+    return ref
+
+
+def linked_ref(store: ArtifactStore, namespace: str, uid: str, sequence: int) -> str | None:
+    """The reference the link at `sequence` names (None: no link there, or not a
+    reference). Blocking."""
+    try:
+        return named_ref(store.get_key(chain_key(namespace, uid, sequence)))
+    except KeyError:
+        return None
+
+
+def read_link(store: ArtifactStore, namespace: str, uid: str, sequence: int) -> Linked:
+    """The link at `sequence` and the receipt it names (KeyError: no link there)."""
+    ref = named_ref(store.get_key(chain_key(namespace, uid, sequence)))
+    if ref is None:
+        return Linked(None, None)
+    try:
+        return Linked(ref, store.get(ref))
+    except CorruptArtifact:
+        return Linked(ref, None, corrupt=True)
+    except KeyError:
+        return Linked(ref, None)
+
+
+def read_chain(store: ArtifactStore, namespace: str, uid: str, since: int = 1) -> dict[int, Linked]:
+    """Every link of a chain from `since` on, by sequence number, with its receipt."""
+    links: dict[int, Linked] = {}
     for key in store.list(chain_prefix(namespace, uid)):
         seq = sequence_of(key)
         if seq is not None and seq >= since:
-            links[seq] = store.get_key(key)
+            links[seq] = read_link(store, namespace, uid, seq)
     return links
 
 
-class StoredLinks(Mapping[int, bytes]):
-    """A chain's links from `since` on, by sequence number, each read from the store when
-    asked for: what `receipts verify` walks, one link in memory at a time (a namespace's
-    calls make its chain as long as they like; `read_chain` would hold it all)."""
+class StoredLinks(Mapping[int, Linked]):
+    """A chain's links from `since` on, by sequence number, each read from the store (with
+    the receipt it names) when asked for: what `receipts verify` walks, one receipt in
+    memory at a time (a namespace's calls make its chain as long as they like; `read_chain`
+    would hold it all)."""
 
     def __init__(self, store: ArtifactStore, namespace: str, uid: str, since: int = 1) -> None:
         self.store, self.namespace, self.uid = store, namespace, uid
@@ -71,10 +118,10 @@ class StoredLinks(Mapping[int, bytes]):
         self.sequences = sorted({seq for seq in found if seq is not None and seq >= since})
         self._known = frozenset(self.sequences)
 
-    def __getitem__(self, sequence: int) -> bytes:
+    def __getitem__(self, sequence: int) -> Linked:
         if sequence not in self._known:
             raise KeyError(sequence)
-        return self.store.get_key(chain_key(self.namespace, self.uid, sequence))
+        return read_link(self.store, self.namespace, self.uid, sequence)
 
     def __iter__(self) -> Iterator[int]:
         return iter(self.sequences)
@@ -168,9 +215,10 @@ class ReceiptChains:
     def append(
         self, receipt: Mapping[str, Any], *, namespace: str, uid: str
     ) -> tuple[bytes, str, int]:
-        """Sign `receipt` as the next link of the chain of (namespace, uid) and claim its
-        number: its bytes, reference and sequence number. The caller stores the content
-        copy next (`store.put(bytes)`), again until the store takes it."""
+        """Sign `receipt` as the next link of the chain of (namespace, uid), store it and
+        claim its number: its bytes, reference and sequence number. The receipt is stored
+        first, so a claimed link always names stored bytes; storing them again (a trip made
+        again) is idempotent."""
         key = (namespace, uid)
         with self._lock(key):
             head = self._heads.get(key)
@@ -187,11 +235,13 @@ class ReceiptChains:
                     signed_at=now_iso(),
                 )
                 data = seal(body, self.signer())
+                ref = self.store.put(data)
                 try:
-                    self.store.put_key(chain_key(namespace, uid, seq), data)
+                    self.store.put_key(chain_key(namespace, uid, seq), link_bytes(ref))
                 except CorruptArtifact:
                     # Another writer claimed this number first: follow the chain to its
-                    # end and sign again after it. Never a fork.
+                    # end and sign again after it. Never a fork; the receipt just stored
+                    # is named by no link, so no reader serves it.
                     self.conflicts += 1
                     logger.info(
                         "receipt chain %s/%s: sequence %d was claimed by another writer; "
@@ -200,60 +250,61 @@ class ReceiptChains:
                         uid,
                         seq,
                     )
-                    head = self.forward(namespace, uid, head, repair=False)
+                    head = self.forward(namespace, uid, head)
                     continue
                 break
-            ref = content_ref(data)
             new = Head(seq, ref)
             with self._guard:
                 self._heads[key] = new
                 self.changed.add(key)
             return data, ref, seq
 
-    def forward(self, namespace: str, uid: str, head: Head, *, repair: bool) -> Head:
+    def forward(self, namespace: str, uid: str, head: Head) -> Head:
         """The chain's end, read on from `head` (a link at a time, up to `PROBE_LIMIT`, then
-        by listing); `repair` stores each link's content copy again (idempotent)."""
+        by listing)."""
         for _ in range(PROBE_LIMIT):
             try:
                 data = self.store.get_key(chain_key(namespace, uid, head.sequence + 1))
             except KeyError:
                 return head
-            if repair:
-                self.store.put(data)
-            head = Head(head.sequence + 1, content_ref(data))
-        return self._listed(namespace, uid, repair=repair) or head
+            head = Head(head.sequence + 1, self._named(data, namespace, uid, head.sequence + 1))
+        return self._listed(namespace, uid) or head
 
-    def _listed(self, namespace: str, uid: str, *, repair: bool) -> Head | None:
+    @staticmethod
+    def _named(data: bytes, namespace: str, uid: str, sequence: int) -> str:
+        ref = named_ref(data)
+        if ref is None:
+            # Never chain on after a link that names nothing: the next receipt's `previous`
+            # would be made up. The write waits (retried) until a person looks.
+            raise ArtifactStoreError(
+                f"receipt chain {namespace}/{uid}: the link at sequence {sequence} names no receipt"
+            )
+        return ref
+
+    def _listed(self, namespace: str, uid: str) -> Head | None:
         keys = [k for k in self.store.list(chain_prefix(namespace, uid)) if sequence_of(k)]
         if not keys:
             return None
         last = keys[-1]
-        data = self.store.get_key(last)
-        if repair:
-            self.store.put(data)
         seq = sequence_of(last)
         assert seq is not None
-        return Head(seq, content_ref(data))
+        return Head(seq, self._named(self.store.get_key(last), namespace, uid, seq))
 
     def discover(self, namespace: str, uid: str) -> Head:
-        """The end of a chain this process has not appended to yet, its newest links'
-        content copies written again (the repair of a crash between a link and its copy):
-        from the published head when there is one, else from the folder's listing."""
+        """The end of a chain this process has not appended to yet: from the published head
+        when there is one, else from the folder's listing."""
         with self._guard:
             hint = self._hints.get((namespace, uid))
         start: Head | None = None
         if hint is not None and hint.sequence > 0:
-            # The hint is only where to start reading: the link's own bytes say its digest
+            # The hint is only where to start reading: the link itself says its receipt
             # (a published head is an object others may write).
-            try:
-                data = self.store.get_key(chain_key(namespace, uid, hint.sequence))
-                start = Head(hint.sequence, content_ref(data))
-            except KeyError:
-                start = None
+            ref = linked_ref(self.store, namespace, uid, hint.sequence)
+            start = Head(hint.sequence, ref) if ref is not None else None
         if start is not None:
-            head = self.forward(namespace, uid, start, repair=True)
+            head = self.forward(namespace, uid, start)
         else:
-            head = self._listed(namespace, uid, repair=True) or Head()
+            head = self._listed(namespace, uid) or Head()
         if head.sequence:
             logger.info("receipt chain %s/%s continues after %d", namespace, uid, head.sequence)
         return head

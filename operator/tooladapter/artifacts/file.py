@@ -8,6 +8,7 @@ from pathlib import Path
 
 from tooladapter.artifacts.protocol import (
     CorruptArtifact,
+    Space,
     content_ref,
     index_key,
     index_prefix,
@@ -32,9 +33,9 @@ def _synced_temp(folder: Path, data: bytes) -> str:
 
 
 class LocalArtifactStore:
-    """Files under `root/sha256/<2 hex>/<64 hex>`, written atomically (rename) and fsynced;
-    named index entries under `root/index/...`, created by a hard link that fails when the
-    name exists, so two writers never overwrite one another."""
+    """Files under `root/[results/]sha256/<2 hex>/<64 hex>`, written atomically (rename)
+    and fsynced; named index entries under `root/index/...`, created by a hard link that
+    fails when the name exists, so two writers never overwrite one another."""
 
     def __init__(self, root: Path) -> None:
         self.root = root
@@ -42,12 +43,12 @@ class LocalArtifactStore:
     def __str__(self) -> str:
         return f"file:{self.root}"
 
-    def path_of(self, ref: str) -> Path:
-        return self.root / relative_key(ref)
+    def path_of(self, ref: str, space: Space = Space.RECEIPTS) -> Path:
+        return self.root / relative_key(ref, space)
 
-    def put(self, data: bytes) -> str:
+    def put(self, data: bytes, space: Space = Space.RECEIPTS) -> str:
         ref = content_ref(data)
-        path = self.path_of(ref)
+        path = self.path_of(ref, space)
         if path.exists():
             # Its name is its hash: another size is damage, which a write-once store never
             # repairs by overwriting.
@@ -63,8 +64,8 @@ class LocalArtifactStore:
             raise
         return ref
 
-    def get(self, ref: str) -> bytes:
-        path = self.path_of(ref)
+    def get(self, ref: str, space: Space = Space.RECEIPTS) -> bytes:
+        path = self.path_of(ref, space)
         try:
             return verified(ref, path.read_bytes())
         except FileNotFoundError:

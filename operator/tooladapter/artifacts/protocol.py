@@ -3,12 +3,19 @@
 A reference is the content hash itself (`sha256:<64 hex>`), so anyone holding one can check
 what they read: `sha256(get(ref)) == ref`. Stores check it too: `get` refuses bytes that do
 not hash to their reference, whoever wrote them.
+
+Content lives in one of two key spaces (`Space`): signed receipts under `sha256/...`, and
+everything a call's data makes (results, the arguments a reviewer compares with) under
+`results/sha256/...`. A tool's output is bytes an agent can shape at will, a receipt
+among them: kept apart, a result is never read back, served or verified as a receipt,
+whatever it looks like.
 """
 
 from __future__ import annotations
 
 import hashlib
 import re
+from enum import StrEnum
 from typing import Protocol
 
 _HEX = frozenset("0123456789abcdef")
@@ -18,14 +25,26 @@ _SEGMENT = re.compile(r"^[A-Za-z0-9_:-][A-Za-z0-9._:-]{0,127}$")
 INDEX_ROOT = "index/"
 
 
-class ArtifactStore(Protocol):
-    def put(self, data: bytes) -> str:
-        """Store `data` once; return its reference `sha256:<hex>`. Idempotent, never
-        overwrites. Blocking: call it off the event loop."""
+class Space(StrEnum):
+    """The key space of content-addressed bytes: a reference names bytes in one space, and
+    reading it from another finds nothing."""
 
-    def get(self, ref: str) -> bytes:
-        """The bytes of `ref`, checked against it; raises KeyError when absent and
-        `CorruptArtifact` when the stored bytes are not the ones `ref` names."""
+    RECEIPTS = ""
+    """Signed receipts only (`sha256/...`): what `receiptRef`, the receipts route and
+    `receipt get` read."""
+    RESULTS = "results/"
+    """Results and every other artifact of a call's data (`results/sha256/...`): never a
+    receipt, whatever the bytes say."""
+
+
+class ArtifactStore(Protocol):
+    def put(self, data: bytes, space: Space = Space.RECEIPTS) -> str:
+        """Store `data` once in `space`; return its reference `sha256:<hex>`. Idempotent,
+        never overwrites. Blocking: call it off the event loop."""
+
+    def get(self, ref: str, space: Space = Space.RECEIPTS) -> bytes:
+        """The bytes of `ref` in `space`, checked against it; raises KeyError when absent
+        and `CorruptArtifact` when the stored bytes are not the ones `ref` names."""
 
     def put_key(self, key: str, data: bytes) -> None:
         """Store `data` under the named `key` (`index/...`, see `index_key`) once: a key
@@ -60,10 +79,11 @@ def digest_of(ref: str) -> str:
     return digest
 
 
-def relative_key(ref: str) -> str:
-    """`sha256/<2 hex>/<64 hex>`: the layout of every backend (a file path, an object key)."""
+def relative_key(ref: str, space: Space = Space.RECEIPTS) -> str:
+    """`[results/]sha256/<2 hex>/<64 hex>`: the layout of every backend (a file path, an
+    object key)."""
     digest = digest_of(ref)
-    return f"sha256/{digest[:2]}/{digest}"
+    return f"{space.value}sha256/{digest[:2]}/{digest}"
 
 
 def verified(ref: str, data: bytes) -> bytes:

@@ -1,7 +1,7 @@
 """Artifacts as objects in an S3-compatible bucket: shared by every replica, as durable as
 the bucket (versioning, replication and object lock are the bucket's business).
 
-Keys are `<prefix>sha256/<2 hex>/<64 hex>`, the file layout under a prefix. Objects are
+Keys are `<prefix>[results/]sha256/<2 hex>/<64 hex>`, the file layout under a prefix. Objects are
 written once and never overwritten: a put is conditional (`If-None-Match: *`) where the
 server honours it, which `connect` finds out by writing the empty artifact (a legitimate
 content-addressed object) twice; elsewhere a HEAD comes first, and two writers racing past
@@ -135,8 +135,8 @@ class S3ArtifactStore:
         )
         return cls(client, bucket=location.bucket, prefix=location.prefix, name=str(location))
 
-    def key_of(self, ref: str) -> str:
-        return self.prefix + protocol.relative_key(ref)
+    def key_of(self, ref: str, space: protocol.Space = protocol.Space.RECEIPTS) -> str:
+        return self.prefix + protocol.relative_key(ref, space)
 
     def check(self) -> None:
         """Fail closed at start: a bucket that is absent, forbidden or unreachable is an
@@ -169,9 +169,9 @@ class S3ArtifactStore:
                 raise _failed("a conditional put failed", exc) from exc
         return False
 
-    def put(self, data: bytes) -> str:
+    def put(self, data: bytes, space: protocol.Space = protocol.Space.RECEIPTS) -> str:
         ref = protocol.content_ref(data)
-        key = self.key_of(ref)
+        key = self.key_of(ref, space)
         try:
             if self.conditional:
                 self._put_new(key, data)
@@ -192,8 +192,8 @@ class S3ArtifactStore:
             if not self._stored(key, len(data)):
                 raise
 
-    def get(self, ref: str) -> bytes:
-        key = self.key_of(ref)
+    def get(self, ref: str, space: protocol.Space = protocol.Space.RECEIPTS) -> bytes:
+        key = self.key_of(ref, space)
         return protocol.verified(ref, self._get(key, missing=ref))
 
     def put_key(self, key: str, data: bytes) -> None:

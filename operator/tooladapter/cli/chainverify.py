@@ -14,9 +14,12 @@ Where each input comes from, in order:
   and, unless `--offline`, the published head (ConfigMap `tooladapter-receipt-heads`,
   when readable) and the sequence number every invocation's status names.
 
-The first break decides the exit code (docs/reference/exit-codes.md): 12 a signature, 13 a
-missing, misplaced or mislinked receipt, 10 a status or head naming a receipt the chain does
-not hold at that place.
+Each receipt is read as every reader fetches it (the link names it; the store serves it by
+that name), and each invocation's `receiptRef`/`auditRef` must be the receipt its chain
+holds at the sequence its status records. The first break decides the exit code
+(docs/reference/exit-codes.md): 12 a signature, 13 a missing (link or served receipt),
+misplaced or mislinked receipt, 10 a status or head naming a receipt the chain does not
+hold at that place, or other bytes served under a receipt's name.
 """
 
 from __future__ import annotations
@@ -47,6 +50,7 @@ HEADS_CONFIG_MAP = "tooladapter-system/tooladapter-receipt-heads"
 _CODES = {
     BreakKind.SIGNATURE: ExitCode.BAD_SIGNATURE,
     BreakKind.MISSING: ExitCode.CHAIN_BROKEN,
+    BreakKind.REWRITTEN: ExitCode.MISMATCH,
     BreakKind.SEQUENCE: ExitCode.CHAIN_BROKEN,
     BreakKind.LINK: ExitCode.CHAIN_BROKEN,
     BreakKind.UNREADABLE: ExitCode.CHAIN_BROKEN,
@@ -94,30 +98,42 @@ def keys_from_file(path: str) -> KeySet:
 
 
 def expected_of(items: Iterable[dict[str, Any]], chain_began: str | None) -> list[Expected]:
-    """The receipts the namespace's invocations name in their status, each with the
-    sequence number its summary records. One whose summary names none must still be in the
-    chain when the invocation was created after the chain began (`chain_began`, the first
-    link's signing time; None: the chain's beginning is not checked): only calls older than
-    the chain have unsigned receipts. A duplicate's receiptRef is its first call's, so its
-    own auditRef counts."""
+    """The receipts the namespace's invocations name in their status. A call's own receipt
+    (`auditRef`, and `receiptRef` unless it is a duplicate) must be the one its chain holds
+    at the sequence number its summary records: what `receiptRef` names is what every
+    reader fetches, so a receiptRef moved to other bytes is a break, even when the chain is
+    whole. A duplicate's receiptRef is its first call's receipt: the chain must hold it
+    somewhere. One whose summary names no sequence must still be in the chain when the
+    invocation was created after the chain began (`chain_began`, the first link's signing
+    time; None: the chain's beginning is not checked): only calls older than the chain
+    have receipts outside it."""
     found = []
     began = _time(chain_began)
     for item in items:
         status = item.get("status") or {}
         meta = item.get("metadata") or {}
-        name = meta.get("name") or "?"
+        name = str(meta.get("name") or "?")
         summary = status.get("receipt") or {}
         sequence = summary.get("sequence")
-        ref = status.get("auditRef") or status.get("receiptRef")
-        if not (isinstance(ref, str) and ref.startswith("sha256:")):
-            continue
-        if isinstance(sequence, int) and sequence > 0:
-            found.append(Expected(str(name), ref, sequence))
-            continue
-        created = _time(meta.get("creationTimestamp"))
-        if began is not None and created is not None and created >= began:
-            found.append(Expected(str(name), ref, None))
+        audit, served = _ref(status.get("auditRef")), _ref(status.get("receiptRef"))
+        duplicate = bool(status.get("duplicateOf"))
+        own = [r for r in dict.fromkeys([audit, None if duplicate else served]) if r]
+        if not own and served:
+            own = [served]  # a duplicate without an auditRef: its receiptRef is all it has
+        others = [served] if duplicate and served and served not in own else []
+        if isinstance(sequence, int) and not isinstance(sequence, bool) and sequence > 0:
+            found += [Expected(name, ref, sequence) for ref in own]
+        else:
+            created = _time(meta.get("creationTimestamp"))
+            if began is None or created is None or created < began:
+                continue
+            found += [Expected(name, ref, None) for ref in own]
+        found += [Expected(name, ref, None, own=False) for ref in others]
     return found
+
+
+def _ref(value: Any) -> str | None:
+    return value if isinstance(value, str) and value.startswith("sha256:") else None
 
 
 def _time(text: Any) -> datetime | None:

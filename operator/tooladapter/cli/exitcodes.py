@@ -36,8 +36,10 @@ class ExitCode(IntEnum):
     authenticated."""
     MISMATCH = 10
     """`receipt verify`: the bytes do not hash to the reference. `receipts verify`: an
-    invocation's status names a receipt the chain does not hold, or the chain's head is
-    not the receipt the published head names."""
+    invocation's status (`receiptRef`, `auditRef`) names a receipt other than the one its
+    chain holds at the sequence the status records (re-pointed), the store serves other
+    bytes under a receipt's name (rewritten), or the chain's head is not the receipt the
+    published head names."""
     TOOL_ERROR = 11
     """The tool ran to its end and answered with an error (Observed with result.isError: a
     non-zero exit code, an HTTP error status): its effect may have happened, so unlike
@@ -47,8 +49,8 @@ class ExitCode(IntEnum):
     key set (rewritten, forged, unsigned, or signed by a retired key after its period)."""
     CHAIN_BROKEN = 13
     """`receipts verify`: a sequence number of the chain is missing (a receipt removed, from
-    the middle or the end), holds a receipt of another place, or links to another previous
-    receipt."""
+    the middle or the end), the store no longer serves the receipt a link names (removed),
+    a link holds a receipt of another place, or links to another previous receipt."""
 
 
 _STATE_CODES = {

@@ -17,7 +17,7 @@ from typing import Any
 
 import click
 
-from tooladapter.artifacts import ArtifactStore, LocalArtifactStore
+from tooladapter.artifacts import ArtifactStore, CorruptArtifact, LocalArtifactStore
 from tooladapter.cli import views
 from tooladapter.cli.chainverify import (
     HEADS_CONFIG_MAP,
@@ -54,7 +54,7 @@ from tooladapter.receipts.core.signing import (
     signature_of_stored,
 )
 from tooladapter.receipts.service.keys import read_chain_heads, read_keys
-from tooladapter.receipts.service.reader import chain_began, verify_chain
+from tooladapter.receipts.service.reader import chain_began, chained, verify_chain
 
 
 async def _receipts(
@@ -266,11 +266,13 @@ async def verify_chain_command(
     offline: bool,
     gateway: str | None,
 ) -> ExitCode:
-    """Verify a namespace's receipt chain: every receipt's signature, hash and sequence
-    step, and its end against the head (--head; unless --offline also the published head
-    and the sequence number each invocation's status names). Names the first break: exit
-    12 a signature, 13 a receipt missing or out of place, 10 a receipt other than the one
-    a status or head names; 0 when the whole chain verifies."""
+    """Verify a namespace's receipt chain: every receipt as the store serves it (the one
+    copy receiptRef, the gateway and `receipt get` read), its signature, hash and sequence
+    step, and its end against the head (--head; unless --offline also the published head,
+    and that each invocation's receiptRef is the receipt its chain holds at the sequence
+    its status names). Names the first break: exit 12 a signature, 13 a receipt missing
+    or out of place, 10 a receipt other than the one a status or head names, or rewritten
+    bytes; 0 when the whole chain verifies."""
     try:
         given = Head.parse(head_text) if head_text else None
     except ValueError as exc:
@@ -336,10 +338,19 @@ async def _bytes_of(
     if gateway:
         return await fetch_receipt(gateway, api.namespace, ref, await api.bearer_token()), gateway
     if artifact_dir:
+        store = LocalArtifactStore(Path(artifact_dir))
         try:
-            return LocalArtifactStore(Path(artifact_dir)).get(ref), artifact_dir
+            data = store.get(ref)
         except KeyError:
             raise CliError(f"no receipt {ref} in {artifact_dir}", ExitCode.NOT_FOUND) from None
+        except CorruptArtifact:
+            # Other bytes under the name: shown, and the hash check says MISMATCH.
+            return store.path_of(ref).read_bytes(), artifact_dir
+        if chained(store, ref, data) is None:
+            # Only a signed receipt its chain holds is a receipt: not a result, not a
+            # rewrite under a new name, not one a losing writer left unlinked.
+            raise CliError(f"{ref} in {artifact_dir} is no receipt of a chain", ExitCode.NOT_FOUND)
+        return data, artifact_dir
     return None
 
 

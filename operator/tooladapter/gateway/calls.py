@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final
 
+from tooladapter.artifacts import Space
 from tooladapter.enums import InvocationState, Resource
 from tooladapter.gateway.auth import too_many
 from tooladapter.gateway.context import Caller, Deps
@@ -371,7 +372,7 @@ class _Follower:
 
     async def _stored_text(self, ref: str) -> str:
         try:
-            data = await asyncio.to_thread(self.deps.store.get, ref)
+            data = await asyncio.to_thread(self.deps.store.get, ref, Space.RESULTS)
         except KeyError:
             return f"(the result is stored as {ref}; this replica cannot read it)"
         return data.decode("utf-8", errors="replace")

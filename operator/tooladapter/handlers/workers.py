@@ -303,7 +303,7 @@ def start_workers(rt: Runtime) -> None:
         ),
     ]
     if rt.keeper is not None:
-        # The chains' crash repair once, then the key's refresh and the heads' publication.
+        # The chains' ends read once (`repair`), then the key's refresh and the heads' publication.
         rt.workers += [
             asyncio.create_task(rt.keeper.repair()),
             asyncio.create_task(rt.keeper.run()),

@@ -219,7 +219,7 @@ class ReceiptKeeper:
 
     async def open(self) -> None:
         """Fail closed: no start without a signing key. Then the public keys published
-        and the chains' published heads read (where each chain's repair starts)."""
+        and the chains' published heads read (where each chain's end is looked for)."""
         keyring = await ensure_keyring(self.kube, *self.secret)
         self._signer = signer_of(keyring)
         await publish_public(self.kube, *self.keys_map, public_keys(keyring))
@@ -228,8 +228,8 @@ class ReceiptKeeper:
         logger.info("receipts signed with key %s", self._signer.keyid)
 
     async def repair(self) -> None:
-        """The crash repair of every chain with a published head: the links written after
-        it get their content copies again (`ReceiptChains.discover`). Store I/O on a thread."""
+        """Every chain with a published head read to its end (`ReceiptChains.discover`), so
+        the first receipt after a start waits for no store reads. Store I/O on a thread."""
         for namespace, uid in list(self.chains.hinted()):
             try:
                 await asyncio.to_thread(self.chains.ensure_head, namespace, uid)

@@ -19,7 +19,7 @@ from botocore.exceptions import ClientError
 from kubernetes import client
 
 from tests.integration.objects import Agent, descriptor, events_of, get, pretty, status_of
-from tooladapter.artifacts import CorruptArtifact, content_ref, relative_key
+from tooladapter.artifacts import CorruptArtifact, Space, content_ref, relative_key
 from tooladapter.artifacts.s3 import S3ArtifactStore
 from tooladapter.devtools import ROOT, SESSION, Namespace, OperatorProcess, wait_for
 from tooladapter.devtools.s3 import S3Server
@@ -75,9 +75,11 @@ def s3_operator(workdir: Path, server: S3Server, **extra: str) -> OperatorProces
     )
 
 
-def fetched(server: S3Server, ref: str) -> bytes:
-    """The object `ref` names, read with a client of its own, checked against `ref`."""
-    body = server.client().get_object(Bucket=BUCKET, Key=PREFIX + relative_key(ref))["Body"]
+def fetched(server: S3Server, ref: str, space: Space = Space.RECEIPTS) -> bytes:
+    """The object `ref` names in `space`, read with a client of its own, checked against
+    `ref`."""
+    key = PREFIX + relative_key(ref, space)
+    body = server.client().get_object(Bucket=BUCKET, Key=key)["Body"]
     data = body.read()
     assert content_ref(data) == ref
     return bytes(data)
@@ -145,7 +147,8 @@ def test_a_call_ends_observed_with_its_receipt_in_the_bucket_and_another_replica
     assert receipt["invocationName"] == name
     assert receipt["requestHash"] == status["requestHash"]
     assert receipt["resultHash"] == status["resultRef"]
-    assert fetched(s3, status["resultRef"]).decode() == status["result"]["content"]
+    result = fetched(s3, status["resultRef"], Space.RESULTS)  # a key space of its own
+    assert result.decode() == status["result"]["content"]
     assert not (first.workdir / "artifacts").exists()  # nothing went to a local directory
 
     # Another replica: the first stops, a second process with the same settings leads.
@@ -163,10 +166,11 @@ def test_a_call_ends_observed_with_its_receipt_in_the_bucket_and_another_replica
     # And a process with its settings (the operator's store, from the environment) reads
     # and checks every receipt the first wrote.
     reader = (
-        "import sys; from tooladapter.artifacts import open_store;"
+        "import sys; from tooladapter.artifacts import Space, open_store;"
         "from tooladapter.settings import Settings;"
         "store = open_store(Settings.from_env());"
-        "[sys.stdout.buffer.write(store.get(ref) + b'\\n') for ref in sys.argv[1:]]"
+        "sys.stdout.buffer.write(store.get(sys.argv[1]) + b'\\n');"
+        "sys.stdout.buffer.write(store.get(sys.argv[2], Space.RESULTS) + b'\\n')"
     )
     out = subprocess.run(
         [sys.executable, "-c", reader, status["receiptRef"], status["resultRef"]],

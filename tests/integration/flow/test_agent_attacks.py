@@ -149,7 +149,7 @@ def test_a_result_cut_at_its_bound_shows_no_part_of_a_brokered_secret(
         # Redaction comes before the bound: not even a prefix of the value may show.
         assert value[:8] not in json.dumps(status), (before_cut, content[-120:])
         digest = status["resultRef"].split(":", 1)[1]
-        stored = (operator.artifacts / "sha256" / digest[:2] / digest).read_text()
+        stored = (operator.artifacts / "results" / "sha256" / digest[:2] / digest).read_text()
         assert value[:8] not in stored, (before_cut, stored[-120:])
 
 

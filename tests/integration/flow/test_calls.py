@@ -337,7 +337,7 @@ def test_a_secret_in_a_result_is_redacted_in_status_artifacts_and_logs(
     assert secret not in json.dumps(status)
     assert "REDACTED" in status["result"]["content"]
     digest = status["resultRef"].split(":")[1]
-    stored = (operator.artifacts / "sha256" / digest[:2] / digest).read_text()
+    stored = (operator.artifacts / "results" / "sha256" / digest[:2] / digest).read_text()
     assert secret not in stored and "REDACTED" in stored
     assert secret not in operator.log_text()
 

@@ -437,7 +437,7 @@ echo "done"
     assert content.count("[REDACTED:brokered-secret]") == 5, content
     assert content.rstrip().endswith("done"), content
     digest = status["resultRef"].split(":")[1]
-    stored = (operator.artifacts / "sha256" / digest[:2] / digest).read_text()
+    stored = (operator.artifacts / "results" / "sha256" / digest[:2] / digest).read_text()
     spellings = [
         value,
         value[:16],

@@ -118,6 +118,12 @@ class AdminCli(Cli):
         self.path = Path(kubeconfig())
 
 
+def content_path(store: Path, ref: str) -> Path:
+    """Where a file artifact store keeps the receipt `ref` (its one copy)."""
+    digest = ref.removeprefix("sha256:")
+    return store / "sha256" / digest[:2] / digest
+
+
 def put_content(store: Path, data: bytes) -> str:
     """`data` written into a file artifact store under its own sha256, as a store writer
     can; its digest."""
@@ -202,20 +208,22 @@ def test_five_calls_verify_offline_and_each_tampering_is_named_by_its_sequence(
         )
         assert code == 13 and report["firstBreak"]["sequence"] == 5, (err, report)
 
-        # A receipt rewritten under its own (new) hash, and the status pointed at it.
+        # A receipt rewritten under its own (new) hash, its link and the status pointed at
+        # it (a link names its receipt; the receipt is stored once, under its hash).
         rewritten = tmp_path / "rewritten"
         shutil.copytree(chain_operator.artifacts, rewritten)
         victim = by_seq[2]
         link = link_path(rewritten, ns.name, uid, 2)
-        envelope = json.loads(link.read_bytes())
+        assert link.read_text() == victim["receiptRef"]
+        envelope = json.loads(content_path(rewritten, victim["receiptRef"]).read_bytes())
         statement = json.loads(base64.b64decode(envelope["payload"]))
         statement["predicate"]["state"] = "Failed"
         envelope["payload"] = base64.b64encode(
             json.dumps(statement, sort_keys=True, separators=(",", ":")).encode()
         ).decode()
         forged = json.dumps(envelope, sort_keys=True, separators=(",", ":")).encode()
-        link.write_bytes(forged)
         digest = put_content(rewritten, forged)
+        link.write_text(f"sha256:{digest}")
         name = next(
             n
             for n in (

@@ -28,7 +28,7 @@ from tests.unit.fake_cluster import (
     pod,
     shell_descriptor,
 )
-from tooladapter.artifacts import ArtifactStoreError
+from tooladapter.artifacts import ArtifactStoreError, Space
 from tooladapter.enums import (
     EventLevel,
     FailureClass,
@@ -546,7 +546,9 @@ async def test_a_result_the_store_refuses_is_kept_until_stored_and_the_call_runs
     status = stored["status"]
     assert status["state"] == "Observed", status
     assert len(executor.executed) == 1
-    assert h.store.get(status["resultRef"]) == refusals[0]  # the very output, kept meanwhile
+    assert (
+        h.store.get(status["resultRef"], Space.RESULTS) == refusals[0]
+    )  # the very output, kept meanwhile
     assert h.store.receipt(status["receiptRef"])["resultHash"] == status["resultRef"]
     warnings = h.events.of("ArtifactStoreUnavailable")
     assert len(warnings) == 1 and warnings[0].warning

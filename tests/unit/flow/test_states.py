@@ -24,6 +24,7 @@ from tests.unit.fake_cluster import (
     namespace_uid,
     policy,
 )
+from tooladapter.artifacts import Space
 from tooladapter.catalog import approval_key
 from tooladapter.enums import EventLevel, FailureClass, InvocationState, Resource, ToolKind
 from tooladapter.executors import Outcome
@@ -103,7 +104,7 @@ async def test_a_read_call_walks_from_received_to_observed_writing_status_once(h
     assert status["declaredClass"] == "read"
     assert status["requestHash"] == hash_of(body)
     assert status["result"]["structuredContent"] == {"ok": True}
-    assert h.store.get(status["resultRef"]) == b'{"ok": true}'
+    assert h.store.get(status["resultRef"], Space.RESULTS) == b'{"ok": true}'
     # The stages in between are safe to repeat: a read call is written only at its end.
     assert [w["state"] for w in h.cluster.writes_of("call-1")] == ["Observed"]
     (call,) = native(h).executed

@@ -195,6 +195,14 @@ def appended(store: MemoryStore, signer: Signer, count: int) -> list[str]:
     return refs
 
 
+def place(store: MemoryStore, sequence: int, data: bytes) -> str:
+    """What an attacker with write access to the store does: `data` stored under its hash,
+    and the link at `sequence` pointed at it."""
+    ref = store.put(data)
+    store.keys[chain_key(NS, UID, sequence)] = ref.encode()
+    return ref
+
+
 def verify(store: MemoryStore, signer: Signer, **kw: Any) -> chainlib.Report:
     return chainlib.verify(
         read_chain(store, NS, UID), namespace=NS, incarnation=UID, keys=keyset_of(signer), **kw
@@ -206,11 +214,14 @@ def test_links_carry_their_sequence_and_the_previous_receipts_digest(signer: Sig
     refs = appended(store, signer, 3)
     links = read_chain(store, NS, UID)
     assert sorted(links) == [1, 2, 3]
-    chains = [receipt_of(links[n])["chain"] for n in (1, 2, 3)]  # type: ignore[index]
+    chains = [receipt_of(links[n].data or b"")["chain"] for n in (1, 2, 3)]  # type: ignore[index]
     assert [c["sequence"] for c in chains] == [1, 2, 3]
     assert [c["previous"] for c in chains] == [None, refs[0], refs[1]]
-    assert all(content_ref(links[n + 1]) == refs[n] for n in range(3))
-    assert all(store.get(ref) == links[n + 1] for n, ref in enumerate(refs))
+    assert all(content_ref(links[n + 1].data or b"") == refs[n] for n in range(3))
+    # One stored receipt: the link names it; its bytes are the ones every reader fetches.
+    assert [store.keys[chain_key(NS, UID, n + 1)] for n in range(3)] == [r.encode() for r in refs]
+    assert all(store.get(ref) == links[n + 1].data for n, ref in enumerate(refs))
+    assert sorted(store.blobs) == sorted(refs)
     report = verify(store, signer, head=Head(3, refs[2]))
     assert report.ok and report.checked == 3 and report.first == 1
     assert report.last == Head(3, refs[2])
@@ -242,12 +253,10 @@ def test_a_receipt_rewritten_and_resigned_by_another_key_is_named(signer: Signer
     refs = appended(store, signer, 4)
     forger = Signer.of(Ed25519PrivateKey.generate())
     links = read_chain(store, NS, UID)
-    body = receipt_of(links[2])
+    body = receipt_of(links[2].data or b"")
     assert body is not None
     body["state"] = "Failed"
-    forged = seal(body, forger)
-    store.keys[chain_key(NS, UID, 2)] = forged  # an attacker with write access
-    forged_ref = store.put(forged)
+    forged_ref = place(store, 2, seal(body, forger))  # an attacker with write access
     report = verify(store, signer, expected=[Expected("call-1", forged_ref, 2)])
     first = report.first_break
     assert first is not None and (first.sequence, first.kind) == (2, BreakKind.SIGNATURE)
@@ -268,7 +277,7 @@ def test_a_link_moved_to_another_number_or_namespace_is_named(signer: Signer) ->
     store = MemoryStore()
     appended(store, signer, 3)
     links = read_chain(store, NS, UID)
-    store.keys[chain_key(NS, UID, 3)] = links[2]  # a replay of 2 under 3
+    place(store, 3, links[2].data or b"")  # a replay of 2 under 3
     first = verify(store, signer).first_break
     assert first is not None and (first.sequence, first.kind) == (3, BreakKind.SEQUENCE)
     report = chainlib.verify(
@@ -339,13 +348,29 @@ def test_a_writer_that_lost_a_number_follows_the_winner(signer: Signer) -> None:
     assert verify(store, signer).ok
 
 
-def test_a_start_repairs_a_link_whose_content_copy_a_crash_lost(signer: Signer) -> None:
+def test_a_receipt_is_stored_before_its_link_names_it(signer: Signer) -> None:
+    store = MemoryStore()
+    order: list[str] = []
+    put, put_key = store.put, store.put_key
+
+    def recorded_put(data: bytes, *args: Any) -> str:
+        order.append("receipt")
+        return put(data, *args)
+
+    def recorded_put_key(key: str, data: bytes) -> None:
+        order.append("link")
+        put_key(key, data)
+
+    store.put, store.put_key = recorded_put, recorded_put_key  # type: ignore[method-assign]
+    ReceiptChains(store, lambda: signer).append(receipt(1), namespace=NS, uid=UID)
+    assert order == ["receipt", "link"]  # a crash between them leaves no link to nothing
+
+
+def test_a_start_finds_the_end_from_a_published_head(signer: Signer) -> None:
     store = MemoryStore()
     refs = appended(store, signer, 3)
-    del store.blobs[refs[2]]  # crashed between the link and its copy
     fresh = ReceiptChains(store, lambda: signer, hints={(NS, UID): Head(1, refs[0])})
     assert fresh.ensure_head(NS, UID) == Head(3, refs[2])
-    assert refs[2] in store.blobs
     # A published head that lies about its digest is only where reading starts.
     liar = ReceiptChains(store, lambda: signer, hints={(NS, UID): Head(2, "sha256:" + "f" * 64)})
     assert liar.ensure_head(NS, UID) == Head(3, refs[2])
@@ -358,7 +383,7 @@ def test_a_link_nested_thousands_deep_is_unreadable_not_a_crash(signer: Signer) 
     store = MemoryStore()
     appended(store, signer, 2)
     bomb = b"[" * 100_000 + b"]" * 100_000
-    store.keys[chain_key(NS, UID, 2)] = bomb
+    place(store, 2, bomb)
     first = verify(store, signer).first_break
     assert first is not None and (first.sequence, first.kind) == (2, BreakKind.UNREADABLE)
     envelope = {
@@ -366,7 +391,7 @@ def test_a_link_nested_thousands_deep_is_unreadable_not_a_crash(signer: Signer) 
         "payload": base64.b64encode(bomb).decode(),
         "signatures": [{"keyid": signer.keyid, "sig": ""}],
     }
-    store.keys[chain_key(NS, UID, 2)] = canonical_json(envelope)
+    place(store, 2, canonical_json(envelope))
     first = verify(store, signer).first_break
     assert first is not None and first.sequence == 2
     assert receipt_of(bomb) is None
@@ -378,7 +403,7 @@ def test_a_link_replayed_from_another_namespaces_chain_is_named(signer: Signer) 
     other = ReceiptChains(store, lambda: signer)
     body = receipt(7, tenantId="team-b", tenantUid="uid-b")
     theirs, _, _ = other.append(body, namespace="team-b", uid="uid-b")
-    store.keys[chain_key(NS, UID, 3)] = theirs  # validly signed, and in its own chain at 1
+    place(store, 3, theirs)  # validly signed, and in its own chain at 1
     first = verify(store, signer).first_break
     assert first is not None and (first.sequence, first.kind) == (3, BreakKind.SEQUENCE)
 
@@ -386,7 +411,7 @@ def test_a_link_replayed_from_another_namespaces_chain_is_named(signer: Signer) 
 def test_an_unsigned_receipt_put_into_the_chain_is_named(signer: Signer) -> None:
     store = MemoryStore()
     appended(store, signer, 3)
-    store.keys[chain_key(NS, UID, 2)] = canonical_json(receipt(1, chain={"sequence": 2}))
+    place(store, 2, canonical_json(receipt(1, chain={"sequence": 2})))
     first = verify(store, signer).first_break
     assert first is not None and (first.sequence, first.kind) == (2, BreakKind.SIGNATURE)
     assert "unsigned" in first.detail

@@ -21,7 +21,7 @@ from tests.unit.fake_cluster import (
     is_receipt,
     namespace_uid,
 )
-from tooladapter.artifacts import CorruptArtifact, LocalArtifactStore, content_ref
+from tooladapter.artifacts import CorruptArtifact, LocalArtifactStore, Space, content_ref
 from tooladapter.artifacts.index import (
     approved_call_key,
     arguments_document,
@@ -230,7 +230,7 @@ async def test_an_ended_call_is_indexed_by_run_and_an_approved_one_by_caller_and
     assert (entry["invocation"], entry["approval"]) == ("write-1", "yes")
     assert entry["approvedAt"] == write["approval"]["boundAt"]
     assert entry["approvedBy"] == write["approval"]["reviewer"]
-    arguments = json.loads(h.store.get(entry["argumentsRef"]))
+    arguments = json.loads(h.store.get(entry["argumentsRef"], Space.RESULTS))
     assert arguments["tenantId"] == NAMESPACE
     assert arguments["arguments"] == {"path": "/data/x"}
 
@@ -278,7 +278,7 @@ def index_approved_call(
     if tenant_uid is None:
         approved_receipt.pop("tenantUid")
     ref = store.put(json.dumps(approved_receipt).encode())
-    arguments_ref = store.put(arguments_document(approved_receipt, {"path": path}))
+    arguments_ref = store.put(arguments_document(approved_receipt, {"path": path}), Space.RESULTS)
     key = approved_call_key(approved_receipt, ref)
     assert key is not None
     store.put_key(
@@ -347,7 +347,7 @@ async def test_an_end_stores_result_receipt_and_entries_in_one_trip_before_statu
     monkeypatch.setattr(storing._STORE_IO, "submit", counted)
     written: list[dict[str, Any]] = []
     h.cluster.hooks["patch_status"] = lambda *a, **kw: written.append(
-        {"blobs": set(h.store.blobs), "keys": set(h.store.keys)}
+        {"blobs": set(h.store.blobs), "results": set(h.store.results), "keys": set(h.store.keys)}
     )
     h.publish(descriptor("lister"))
     h.cluster.grant(tools=["lister"], classes=["read"])
@@ -355,7 +355,8 @@ async def test_an_end_stores_result_receipt_and_entries_in_one_trip_before_statu
     status = (await h.run(h.submit(invocation("read-1", runId="run-9"))))["status"]
 
     assert len(trips) == 1
-    assert {status["resultRef"], status["receiptRef"]} <= written[-1]["blobs"]
+    assert status["receiptRef"] in written[-1]["blobs"]
+    assert status["resultRef"] in written[-1]["results"]  # a key space of its own
     (entry,) = h.store.list(run_prefix(NAMESPACE, "run-9", namespace_uid(NAMESPACE)))
     assert entry in written[-1]["keys"]
 
@@ -381,7 +382,7 @@ async def test_a_refused_trip_is_made_again_whole_and_names_the_refused_kind(
     status = (await h.run(h.submit(invocation("read-2"))))["status"]
 
     assert status["state"] == "Observed"
-    assert status["receiptRef"] in h.store.blobs and status["resultRef"] in h.store.blobs
+    assert status["receiptRef"] in h.store.blobs and status["resultRef"] in h.store.results
     (warning,) = [e for e in h.events.posted if e.reason == "ArtifactStoreUnavailable"]
     assert "receipt" in warning.message and "disk full" in warning.message
 

@@ -18,7 +18,7 @@ from typing import Any
 
 from aiohttp import web
 
-from tooladapter.artifacts import ArtifactStore, ArtifactStoreError
+from tooladapter.artifacts import ArtifactStore, ArtifactStoreError, Space
 from tooladapter.artifacts.index import calls_prefix
 from tooladapter.enums import InvocationState
 from tooladapter.gateway.context import deps_of
@@ -65,7 +65,7 @@ def _latest(store: ArtifactStore, at: Incarnation, caller: str, tool: str) -> di
     for key, is_legacy in candidates:
         try:
             entry = json.loads(store.get_key(key))
-            arguments = json.loads(store.get(str(entry["argumentsRef"])))
+            arguments = json.loads(store.get(str(entry["argumentsRef"]), Space.RESULTS))
         except (KeyError, ValueError, TypeError):
             continue
         if not isinstance(entry, dict) or not isinstance(arguments, dict):

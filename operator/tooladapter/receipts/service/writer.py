@@ -16,7 +16,7 @@ from functools import partial
 from typing import Any
 
 from tooladapter import offload
-from tooladapter.artifacts import ArtifactStore, content_ref
+from tooladapter.artifacts import ArtifactStore, Space, content_ref
 from tooladapter.artifacts.chain import ReceiptChains
 from tooladapter.artifacts.index import (
     approved_call_key,
@@ -33,7 +33,6 @@ from tooladapter.model import (
     ToolInvocationSpec,
     ToolInvocationStatus,
 )
-from tooladapter.pipeline.hashing import canonical_json
 from tooladapter.receipts.core.record import build_receipt
 from tooladapter.receipts.core.signing import seal
 from tooladapter.receipts.service.storing import OnFailure, store_all
@@ -69,12 +68,12 @@ class ReceiptInput:
 
 @dataclass(frozen=True)
 class ReceiptWriter:
-    """The artifact store, the chains (None: stored unsigned, only unit tests' runtimes)
-    and the cluster (to read a namespace's incarnation the watch has not delivered yet;
-    None: only what the watch knows)."""
+    """The artifact store, the chains (every receipt is signed: there is no unsigned
+    receipt) and the cluster (to read a namespace's incarnation the watch has not delivered
+    yet; None: only what the watch knows)."""
 
     store: ArtifactStore
-    chains: ReceiptChains | None
+    chains: ReceiptChains
     cluster: Cluster | None = None
 
     async def incarnation(
@@ -86,7 +85,7 @@ class ReceiptWriter:
         would be outside any chain, and no event would be sent for it). A namespace created
         after the call, or one that cannot be read now, gives None: the receipt is signed,
         outside the chains."""
-        if known or self.chains is None or self.cluster is None:
+        if known or self.cluster is None:
             return known
         try:
             uid, created, _ = await self.cluster.namespace_incarnation(namespace)
@@ -114,17 +113,18 @@ class ReceiptWriter:
         The entries are written before status names the receipt, so a persisted end is
         always indexed, and retention never deletes a call that the index cannot find again.
 
-        `results` (artifacts status names already) are stored first. Everything goes in one
+        `results` (artifacts status names already) are stored first, in the results' key
+        space (`Space.RESULTS`): never read, served or verified as a receipt. Everything goes in one
         trip to the store's threads (it was up to five): a trip may wait for the GIL behind a
         busy event loop, up to `sys.getswitchinterval()` each way. Every write is idempotent
         (by content hash, or write-once with the same bytes), so a refused trip is made again.
 
-        With `chains` the stored receipt is signed, as the next link of its namespace
-        incarnation's chain (`artifacts.chain`); `status.receipt.sequence` names its link."""
+        The stored receipt is signed, as the next link of its namespace incarnation's chain
+        (`artifacts.chain`, which stores it once); `status.receipt.sequence` names its link."""
         store, chains, status = self.store, self.chains, entry.status
         namespace, namespace_uid = entry.namespace, entry.namespace_uid
 
-        def canonical_receipt() -> tuple[dict[str, Any], bytes]:
+        def canonical_receipt() -> dict[str, Any]:
             receipt = build_receipt(
                 namespace=namespace,
                 name=entry.name,
@@ -139,14 +139,12 @@ class ReceiptWriter:
                 audit=entry.audit,
                 namespace_uid=namespace_uid,
             )
-            return receipt, canonical_json(receipt)
+            return receipt
 
-        # Hashing the arguments and canonicalising (pure Python, up to the argument bound):
-        # off the event loop, where every other call would wait, unless they are small.
+        # Hashing the arguments (pure Python, up to the argument bound): off the event loop,
+        # where every other call would wait, unless they are small.
         arguments = getattr(entry.spec, "arguments", None) or {}
-        receipt, data = await offload.run(
-            namespace, offload.rough_size(arguments), canonical_receipt
-        )
+        receipt = await offload.run(namespace, offload.rough_size(arguments), canonical_receipt)
         # Signed and chained on the store's thread, in the same trip as the other writes:
         # the link's number is only known once the store took it (`artifacts.chain`). Kept
         # once made, so a trip made again after a refusal re-stores that link, never a
@@ -157,18 +155,15 @@ class ReceiptWriter:
             if sealed:
                 store.put(sealed[0][0])
                 return
-            if chains is not None and namespace_uid:
+            if namespace_uid:
+                # Stored once, by its hash, before its link names it (`artifacts.chain`).
                 sealed.append(chains.append(receipt, namespace=namespace, uid=namespace_uid))
-                store.put(sealed[0][0])
-            elif chains is not None:
+            else:
                 # No incarnation known: signed, but outside any chain (`chain: null`).
                 receipt["chain"] = None
                 signed = seal(receipt, chains.signer())
                 sealed.append((signed, content_ref(signed), 0))
                 store.put(signed)
-            else:
-                sealed.append((data, content_ref(data), 0))
-                store.put(data)
 
         def index_writes() -> None:
             own_ref = sealed[0][1]
@@ -178,7 +173,7 @@ class ReceiptWriter:
                 if key == approved:
                     # The arguments a later reviewer compares with: an artifact of their own.
                     document = arguments_document(receipt, arguments)
-                    store.put(document)
+                    store.put(document, Space.RESULTS)
                     bound_at = status.approval.bound_at if status.approval else None
                     value = call_entry(
                         receipt, own_ref, approved_at=bound_at, arguments_ref=content_ref(document)
@@ -186,11 +181,14 @@ class ReceiptWriter:
                 store.put_key(key, value)
 
         writes: list[tuple[ArtifactKind, Callable[[], object]]] = [
-            *((ArtifactKind.RESULT, partial(store.put, result)) for result in results),
+            *(
+                (ArtifactKind.RESULT, partial(store.put, result, Space.RESULTS))
+                for result in results
+            ),
             (ArtifactKind.RECEIPT, seal_and_store),
             (ArtifactKind.INDEX, index_writes),
         ]
-        if chains is not None and namespace_uid:
+        if namespace_uid:
             # One trip per chain on the store's threads at a time: the others of this chain
             # wait here, on the loop, never on a thread another namespace's receipt needs.
             async with chains.turn(namespace, namespace_uid):
