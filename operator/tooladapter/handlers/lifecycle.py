@@ -173,6 +173,8 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo) -> None:
         executors=executors,
         events=KopfEvents(),
         kube=kube,
+        # Shared with the gateway: the page says when identity is broken.
+        admission=memo["gateway"].deps.admission,
         chains=keeper.chains,
         keeper=keeper,
         outbox=Outbox(
