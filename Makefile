@@ -84,6 +84,7 @@ unit: venv promtool helm
 
 crds: venv
 	$(PY) -m tooladapter.crdgen crds/
+	$(PY) hack/admission_digests.py
 	$(PY) hack/sync_chart.py
 	$(PY) hack/chart_values.py
 

@@ -222,6 +222,10 @@ class FailureClass(StrEnum):
     UNCONFIRMED_EFFECT = "unconfirmed-effect"
     #: The tool version is retired (`spec.retired`): new calls and calls not yet Executing.
     RETIRED = "retired"
+    #: An admission policy or binding the operator ships is missing or changed (or the
+    #: call was created while one was): who created the call was not verified, so it runs
+    #: nothing. An operational fault recorded as a refusal, on purpose (fail closed).
+    ADMISSION_MISSING = "admission-missing"
 
     RATE_LIMITED = "rate-limited"
     INTERNAL = "internal"
@@ -380,3 +384,19 @@ class ArtifactKind(StrEnum):
     RECEIPT = "receipt"
     #: A named entry of the receipt index (artifacts/protocol `put_key`).
     INDEX = "index"
+
+
+class AdmissionKind(StrEnum):
+    """The kinds of the admission objects the operator ships and verifies."""
+
+    POLICY = "ValidatingAdmissionPolicy"
+    BINDING = "ValidatingAdmissionPolicyBinding"
+
+
+class AdmissionFault(StrEnum):
+    """What is wrong with one shipped admission object as the operator sees it."""
+
+    MISSING = "missing"
+    CHANGED = "changed"
+    #: The operator could not read it (its listing failed): unknown counts as broken.
+    UNREADABLE = "unreadable"

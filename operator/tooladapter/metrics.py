@@ -122,6 +122,17 @@ def serve(port: int, *collectors: Collector) -> None:
     listen(port)
 
 
+#: Not one of the reference's: whether each admission policy and binding this release ships
+#: is in the cluster as shipped (`identity`); while one is 0 no call passes validation.
+#: One series per shipped object (18), named by the release's own names.
+ADMISSION_INTACT = Gauge(
+    "tooladapter_admission_intact",
+    "1 while the admission policy or binding is in the cluster as shipped; 0 while it is "
+    "missing, changed or cannot be read (no call passes validation meanwhile).",
+    ["kind", "name"],
+)
+
+
 #: Counted by the egress proxy's own process (`tooladapter.egress`), on its /metrics port.
 EGRESS_CONNECTIONS = Counter(
     "tooladapter_egress_connections",

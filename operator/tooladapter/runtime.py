@@ -31,6 +31,7 @@ from tooladapter.kube.cluster import Cluster
 from tooladapter.kube.receipt_keys import ReceiptKeeper
 from tooladapter.outbox import Outbox
 from tooladapter.pipeline.ratelimit import RateBook
+from tooladapter.pipeline.validation.shipped import AdmissionGuard
 from tooladapter.sandbox.job import ProxyPeer
 from tooladapter.settings import Settings
 
@@ -79,6 +80,9 @@ class Runtime:
     closers: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
     #: One row per invocation from the watch: the gauges are counted from it.
     census: Census = field(default_factory=Census)
+    #: Whether the admission policies that vouch for `spec.caller` are as shipped, and the
+    #: gaps when they were not (`identity`): until verified, no call passes validation.
+    admission: AdmissionGuard = field(default_factory=AdmissionGuard)
     #: Executions by tool and tenant in the last minute, and running now (rate limits).
     rates: RateBook = field(default_factory=RateBook)
     #: (namespace, label value) pairs of unknown environment classes already warned about.

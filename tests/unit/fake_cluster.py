@@ -19,19 +19,21 @@ import dataclasses
 import functools
 import inspect
 import itertools
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Coroutine, Iterable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
+import yaml
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from tooladapter import API_VERSION, GROUP
 from tooladapter.artifacts import CorruptArtifact, Space, content_ref, index_key, index_prefix
 from tooladapter.artifacts.chain import ReceiptChains
 from tooladapter.catalog import Catalog, invocation_key
-from tooladapter.enums import InvocationState, Resource, ToolKind
+from tooladapter.enums import AdmissionKind, InvocationState, Resource, ToolKind
 from tooladapter.executors import Call, Executor, InOperator, Outcome
 from tooladapter.flow import run_invocation
 from tooladapter.kube.auth import AccessVerdict
@@ -41,12 +43,14 @@ from tooladapter.kube.sandbox import PodOutcome
 from tooladapter.naming import LeaseNames
 from tooladapter.pipeline.hashing import canonical_json, descriptor_digest, request_hash
 from tooladapter.pipeline.retention import ClaimRecord
+from tooladapter.pipeline.validation.shipped import Key, Observed, compare
 from tooladapter.receipts.core.signing import Signer, receipt_of
 from tooladapter.runtime import Runtime
 from tooladapter.settings import Settings
-from tooladapter.timeutil import to_iso
+from tooladapter.timeutil import parse_time, to_iso
 
 Body = dict[str, Any]
+REPO = Path(__file__).resolve().parents[2]
 Hook = Callable[..., Any]
 
 NAMESPACE = "team-a"
@@ -163,6 +167,9 @@ class FakeCluster:
         self.calls: list[tuple[str, dict[str, Any]]] = []
         #: Every status write that reached the store: (resource, namespace, name, patch).
         self.status_writes: list[tuple[str, str, str, Body]] = []
+        #: The admission policies and bindings as the API server holds them, by (kind,
+        #: name): the shipped ones (manifests/admission/), created long ago.
+        self.admission: dict[Key, Body] = shipped_admission()
         self._versions = itertools.count(1)
         self._wrote: asyncio.Event | None = None
 
@@ -581,6 +588,39 @@ class FakeCluster:
             return self.quota_answers.pop(0)
         return self.quota_answers[0] if self.quota_answers else None
 
+    @seam
+    async def admission_objects(self, names: Collection[Key]) -> dict[Key, Observed]:
+        return {
+            key: Observed(
+                spec=copy.deepcopy(obj["spec"]),
+                created=parse_time(obj["metadata"]["creationTimestamp"]),
+            )
+            for key, obj in self.admission.items()
+            if key in names
+        }
+
+    def recreate_admission(self, key: Key, obj: Body, *, created: datetime | None = None) -> None:
+        """Put an admission object back as new (its creationTimestamp now, or `created`)."""
+        obj = copy.deepcopy(obj)
+        moment = created if created is not None else datetime.now(UTC)
+        obj.setdefault("metadata", {})["creationTimestamp"] = to_iso(moment)
+        self.admission[key] = obj
+
+
+#: When the shipped admission objects were created in the fake (before any call).
+ADMISSION_CREATED = "2020-01-01T00:00:00Z"
+
+
+def shipped_admission() -> dict[Key, Body]:
+    """Every policy and binding of manifests/admission/, as `make install` leaves them."""
+    found: dict[Key, Body] = {}
+    for path in sorted((REPO / "manifests" / "admission").glob("*.yaml")):
+        for doc in yaml.safe_load_all(path.read_text()):
+            if isinstance(doc, dict) and doc.get("kind") in {k.value for k in AdmissionKind}:
+                doc["metadata"]["creationTimestamp"] = ADMISSION_CREATED
+                found[(AdmissionKind(doc["kind"]), doc["metadata"]["name"])] = doc
+    return found
+
 
 # --------------------------------------------------------------------------- Job and pod bodies
 
@@ -879,6 +919,12 @@ def make_runtime(
         chains=ReceiptChains(store, lambda: signer),
     )
     rt.census.synced.set()  # as after the operator's first listing
+    # As after the operator's first comparison at start (`identity.verify`).
+    observed = {
+        key: Observed(spec=obj["spec"], created=parse_time(obj["metadata"]["creationTimestamp"]))
+        for key, obj in cluster.admission.items()
+    }
+    rt.admission.observe(compare(observed), at=datetime.now(UTC), observed=observed)
     return Harness(rt=rt, cluster=cluster, store=store, events=events, executors=chosen)
 
 

@@ -24,13 +24,24 @@ from tooladapter.pipeline.effect import effect_hash
 from tooladapter.pipeline.hashing import request_hash
 from tooladapter.pipeline.states import BEFORE_EXECUTING
 from tooladapter.pipeline.validation.arguments import check_arguments
-from tooladapter.timeutil import now_iso
+from tooladapter.timeutil import now_iso, parse_time
 
 #: Longest wait between re-reads of an idempotency winner (the watch usually wakes us).
 WINNER_POLL_SECONDS = 30
 
 
+def check_identity_verified(ctx: FlowContext) -> None:
+    """Fail closed: `spec.caller` is believed only while the admission policies that made
+    the API server check it are as shipped, and only for a call created while they were
+    (`identity`). First of all, before the idempotency claim: a claim is keyed by the
+    caller, and an unverified caller must not take a real one's key."""
+    why = ctx.rt.admission.refusal(parse_time(ctx.created))
+    if why is not None:
+        raise Denial.of(refusals.admission_missing(why))
+
+
 async def on_received(ctx: FlowContext) -> None:
+    check_identity_verified(ctx)
     if is_dry_run(ctx.body):
         return await on_dry_run(ctx)
     spec = ctx.load_spec()

@@ -19,7 +19,7 @@ from functools import partial
 
 from tooladapter.catalog import Catalog
 from tooladapter.enums import FailureClass, Resource, SideEffectClass, Stage, StageOutcome
-from tooladapter.flow.admission import check_fencing
+from tooladapter.flow.admission import check_fencing, check_identity_verified
 from tooladapter.flow.authorization import (
     ask_permission,
     classify_call,
@@ -94,6 +94,8 @@ async def fresh_view(ctx: FlowContext) -> Catalog:
 
 
 async def recheck(ctx: FlowContext) -> None:
+    # A gap seen only after the call passed validation (the watch's delay) still holds it.
+    check_identity_verified(ctx)
     spec = ctx.load_spec()
     before = ctx.status.descriptor_digest
     ctx.view = await fresh_view(ctx)

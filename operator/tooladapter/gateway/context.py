@@ -11,6 +11,7 @@ from tooladapter.artifacts import ArtifactStore
 from tooladapter.gateway.doors import Doors
 from tooladapter.kube.callers import AsCaller, CallerIdentity, CallerPool, Reviews
 from tooladapter.kube.client import Kube
+from tooladapter.pipeline.validation.shipped import AdmissionGuard
 from tooladapter.settings import Settings
 
 
@@ -31,6 +32,10 @@ class Deps:
     #: The reviewers' page session key read (or made) from `settings.page.session_secret`;
     #: None: `settings.page.session_key_file`, else a key of this process.
     ui_session_key: bytes | None = None
+    #: The operator's verdict on the admission policies (`identity`): the runtime of this
+    #: process shares it (never compared on a standby); the page says when calls are
+    #: refused `admission-missing`.
+    admission: AdmissionGuard = field(default_factory=AdmissionGuard)
 
 
 @dataclass(frozen=True)

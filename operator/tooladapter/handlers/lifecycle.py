@@ -17,7 +17,7 @@ from typing import Any
 
 import kopf
 
-from tooladapter import GROUP, tracing
+from tooladapter import GROUP, identity, tracing
 from tooladapter.artifacts import open_store
 from tooladapter.catalog import Catalog
 from tooladapter.enums import OperatorRole, ToolKind
@@ -173,6 +173,8 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo) -> None:
         executors=executors,
         events=KopfEvents(),
         kube=kube,
+        # Shared with the gateway: the page says when identity is broken.
+        admission=memo["gateway"].deps.admission,
         chains=keeper.chains,
         keeper=keeper,
         outbox=Outbox(
@@ -213,6 +215,8 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo) -> None:
     sandbox.warm.busy = rt.attempts.busy
     rt.closers.append(warm_kube.close)
     rt.mcp = McpServers(rt)
+    # Before any call is taken up: until verified, no call passes validation anyway.
+    await identity.verify(cluster, rt.admission, config.admission)
     serve(config.metrics_port, rt.census, rt.gate)
     memo["runtime"] = rt
     LEADING.set(1)

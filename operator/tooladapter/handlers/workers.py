@@ -19,6 +19,7 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
+from tooladapter import identity
 from tooladapter.census import Candidate
 from tooladapter.enums import InvocationState, Resource, ToolKind
 from tooladapter.executors.sandbox import SandboxExecutor
@@ -302,6 +303,13 @@ def start_workers(rt: Runtime) -> None:
             every(max(interval, 60), expire_idempotency_claims, rt, "claim-retention")
         ),
     ]
+    if rt.kube is not None:
+        # The admission policies, on every change and every `relist_seconds` (`identity`).
+        rt.workers.append(
+            asyncio.create_task(
+                identity.keep_verified(rt.cluster, rt.kube, rt.admission, rt.settings.admission)
+            )
+        )
     if rt.keeper is not None:
         # The chains' ends read once (`repair`), then the key's refresh and the heads' publication.
         rt.workers += [

@@ -9,16 +9,19 @@ the way httpx puts all I/O behind one transport.
 from __future__ import annotations
 
 import base64
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from tooladapter import GROUP
 from tooladapter.enums import Resource
+from tooladapter.kube import admission as kadmission
 from tooladapter.kube import auth, capacity, claims
 from tooladapter.kube import sandbox as ksandbox
 from tooladapter.kube.client import Kube, json_body
 from tooladapter.kube.errors import NotFound, api_errors
 from tooladapter.pipeline.retention import ClaimRecord
+from tooladapter.pipeline.validation.shipped import Key, Observed
 
 Body = dict[str, Any]
 
@@ -163,6 +166,10 @@ class Cluster(Protocol):
         """The API server's message when a ResourceQuota would refuse the Job or its pod
         now (a dry run: nothing is created); None when both fit (`kube.capacity`)."""
 
+    # -- identity
+    async def admission_objects(self, names: Collection[Key]) -> dict[Key, Observed]:
+        """The admission policies and bindings among `names` the cluster holds now."""
+
 
 @dataclass
 class KubeCluster:
@@ -176,6 +183,9 @@ class KubeCluster:
 
     async def list_all(self, resource: Resource, namespace: str) -> list[Body]:
         return await self.kube.list_custom(resource, namespace)
+
+    async def admission_objects(self, names: Collection[Key]) -> dict[Key, Observed]:
+        return await kadmission.admission_objects(self.kube, names)
 
     async def namespace_labels(self, name: str) -> dict[str, str]:
         return await self.kube.namespace_labels(name)

@@ -53,6 +53,12 @@ def arguments_mismatch(errors: Sequence[SchemaProblem]) -> Refusal:
     )
 
 
+def admission_missing(why: str) -> Refusal:
+    """Identity fails closed: an admission policy that vouches for spec.caller is missing or
+    changed, or was when the call was created (`validation.shipped.AdmissionGuard`)."""
+    return Refusal(Stage.VALIDATION, why, FailureClass.ADMISSION_MISSING)
+
+
 # ------------------------------------------------------------------ authorization
 
 

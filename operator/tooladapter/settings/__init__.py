@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from tooladapter.enums import EventLevel
 from tooladapter.settings import environ as env
+from tooladapter.settings.admission import AdmissionSettings
 from tooladapter.settings.artifacts import ArtifactSettings
 from tooladapter.settings.capacity import CapacitySettings
 from tooladapter.settings.egress import EgressSettings
@@ -29,6 +30,7 @@ from tooladapter.settings.variables import FromEnv, setting
 from tooladapter.settings.warm import WarmSettings
 
 __all__ = [
+    "AdmissionSettings",
     "ArtifactSettings",
     "CapacitySettings",
     "EgressSettings",
@@ -100,6 +102,8 @@ class Settings(FromEnv):
     receipts: ReceiptSettings = field(default_factory=ReceiptSettings)
     #: The integration events' sink.
     event_sink: EventSinkSettings = field(default_factory=EventSinkSettings)
+    #: The admission policies verified before any call passes validation.
+    admission: AdmissionSettings = field(default_factory=AdmissionSettings)
 
     def serves(self, namespace: str) -> bool:
         return not self.namespaces or any(

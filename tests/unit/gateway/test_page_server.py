@@ -237,3 +237,34 @@ async def test_the_event_stream_says_when_the_api_server_refuses_the_watch(
                 assert line, seen
                 seen += line
     assert b"event: change" in seen and b'"namespace":"team-a"' in seen
+
+
+async def test_the_page_says_when_calls_are_refused_for_a_missing_admission_binding() -> None:
+    """Identity fails closed; the reviewers learn why every call is refused from the page."""
+    from datetime import UTC, datetime
+
+    from tooladapter.enums import AdmissionFault, AdmissionKind
+    from tooladapter.pipeline.validation.shipped import Problem
+
+    world = World()
+    settings = Settings(gateway=GatewaySettings(host="127.0.0.1", port=_free_port()))
+    deps = Deps(reviews=world, pool=world, store=MemoryStore(), settings=settings, kube=None)  # type: ignore[arg-type]
+    missing = Problem(
+        AdmissionKind.BINDING, "tooladapter-invocation-caller", AdmissionFault.MISSING
+    )
+    deps.admission.observe((missing,), at=datetime.now(UTC), observed={})
+    gateway = Gateway(deps, None)
+    await gateway.serve()
+    base = f"http://127.0.0.1:{gateway.port}"
+    try:
+        async with aiohttp.ClientSession(cookie_jar=aiohttp.CookieJar(unsafe=True)) as http:
+            html = await _signed_in(http, base)
+            assert 'data-testid="admission-alert"' in html
+            assert (
+                "ValidatingAdmissionPolicyBinding tooladapter-invocation-caller is missing" in html
+            )
+            deps.admission.observe((), at=datetime.now(UTC), observed={})
+            async with http.get(f"{base}/ui/approvals") as response:
+                assert "admission-alert" not in await response.text()
+    finally:
+        await gateway.stop()

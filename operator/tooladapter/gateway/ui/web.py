@@ -15,7 +15,7 @@ from aiohttp import web
 
 from tooladapter.gateway.auth import authenticate, identify, too_many
 from tooladapter.gateway.bodies import form_body
-from tooladapter.gateway.context import Caller, deps_of
+from tooladapter.gateway.context import DEPS, Caller, deps_of
 from tooladapter.gateway.doors import Busy
 from tooladapter.gateway.errors import ProblemError
 from tooladapter.gateway.ui.session import Sealer, Session
@@ -64,11 +64,31 @@ def secure_headers(response: web.StreamResponse) -> web.StreamResponse:
 def render(
     request: web.Request, template: str, *, status: int = 200, **context: Any
 ) -> web.Response:
-    values = {"notice": None, "view": "", "refused": [], **context}
+    values = {
+        "notice": None,
+        "view": "",
+        "refused": [],
+        "admission_alert": admission_alert(request),
+        **context,
+    }
     html = request.app[TEMPLATES].get_template(template).render(prefix=PREFIX, **values)
     response = web.Response(text=html, status=status, content_type="text/html")
     secure_headers(response)
     return response
+
+
+def admission_alert(request: web.Request) -> str | None:
+    """What the page says while calls are refused because identity is not verified."""
+    deps = request.app.get(DEPS)
+    # Not compared yet (a standby, or start-up): nothing known to say.
+    if deps is None or not deps.admission.problems:
+        return None
+    broken = "; ".join(p.text() for p in deps.admission.problems)
+    return (
+        f"Identity is not verified ({broken}): every tool call is refused "
+        "(admission-missing) until the admission policies are restored as shipped, "
+        "and calls made meanwhile stay refused."
+    )
 
 
 def render_view(request: web.Request, view: str, **context: Any) -> web.Response:
