@@ -14,6 +14,7 @@ from tests.unit.fake_cluster import (
     pod_result,
     shell_descriptor,
 )
+from tooladapter.artifacts import Space
 from tooladapter.egress.core.tally import LeaseRecords
 from tooladapter.enums import EgressVerdict, ToolKind
 from tooladapter.executors.sandbox import SandboxExecutor
@@ -92,7 +93,7 @@ async def test_210_refusals_then_one_allowed_connection_stay_in_status_receipt_a
     # The whole list, as the proxies wrote it, is in the store under the ref both name.
     ref = status["egressRecordsRef"]
     assert receipt["egressRecordsRef"] == ref
-    whole = json.loads(h.store.get(ref))
+    whole = json.loads(h.store.get(ref, Space.RESULTS))
     assert sum(r.get("count", 1) for r in whole) == 217
     assert sum(1 for r in whole if r["verdict"] == "allowed") == 2
 

@@ -26,7 +26,7 @@ SHIPPED: dict[tuple[AdmissionKind, str], str] = {
         "sha256:6f3a74df494a14909ec20ef46fd0fb07561ccc4e6b3aa41045bddc1a0e6dd653"
     ),
     (AdmissionKind.POLICY, "tooladapter-invocation-status"): (
-        "sha256:bfe690d768e0f0667adad8e97c1b90f0b2b8abbbfc3a473c39b264fda66bdf20"
+        "sha256:16f380dbfb0e92271c15d07358faf217d75cb31e609fd55a0bca4050b54be246"
     ),
     (AdmissionKind.POLICY, "tooladapter-mcpserver-activation"): (
         "sha256:22055c63bc70f4614f06f859ce673560176cafdb6367bffd67c7176c34e5fa15"
