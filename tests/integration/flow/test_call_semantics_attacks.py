@@ -19,9 +19,7 @@ import pytest
 from kubernetes import client
 
 from tests.integration.objects import (
-    GROUP,
     SHELL_SCHEMA,
-    VERSION,
     Agent,
     approve,
     confirm_effect,
@@ -34,6 +32,7 @@ from tests.integration.objects import (
     status_of,
 )
 from tests.integration.servers import Recorder, recording_server
+from tooladapter import GROUP, VERSION
 from tooladapter.devtools import Namespace, wait_for
 
 LOOPBACK = "127.0.0.1"

@@ -16,7 +16,7 @@ import shutil
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from kubernetes import client
@@ -220,8 +220,11 @@ def test_five_calls_verify_offline_and_each_tampering_is_named_by_its_sequence(
             n
             for n in (
                 i["metadata"]["name"]
-                for i in client.CustomObjectsApi(api).list_namespaced_custom_object(
-                    "tooladapter.dev", "v1alpha1", ns.name, "toolinvocations"
+                for i in cast(
+                    dict[str, Any],
+                    client.CustomObjectsApi(api).list_namespaced_custom_object(
+                        "tooladapter.dev", "v1alpha1", ns.name, "toolinvocations"
+                    ),
                 )["items"]
             )
             if status_of(get(api, ns.name, "toolinvocations", n)).get("receiptRef")
