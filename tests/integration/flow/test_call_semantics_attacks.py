@@ -248,7 +248,8 @@ def test_spellings_of_the_same_request_and_other_callers_are_blocked_but_other_t
                 {"to": "bob", "amount": 5.000000000000000001},
             ]
             for i, arguments in enumerate(spellings):
-                for extra in ({"idempotencyKey": f"fresh-key-{i}"}, {}):
+                extras: tuple[dict[str, Any], ...] = ({"idempotencyKey": f"fresh-key-{i}"}, {})
+                for extra in extras:
                     status = status_of(agent.wait(agent.invoke("pay", arguments, **extra)))
                     assert (status["state"], status["failureClass"]) == (
                         "Denied",

@@ -49,7 +49,7 @@ def _invocations(api: client.ApiClient, namespace: str) -> list[str]:
     return [item["metadata"]["name"] for item in items]
 
 
-def _claims(api: client.ApiClient, namespace: str) -> list[str]:
+def _claims(api: client.ApiClient, namespace: str) -> list[str | None]:
     leases = client.CoordinationV1Api(api).list_namespaced_lease(namespace).items
     return [
         lease.metadata.name

@@ -122,7 +122,7 @@ async def test_a_denied_call_is_an_error_result_naming_the_stage_and_reason(
 
 
 async def _call_and_approve(
-    url: str, token: str, approver: Callable[[str], None], *, approve_on_progress: bool
+    url: str, token: str, approver: Callable[[str], object], *, approve_on_progress: bool
 ) -> tuple[Any, list[str]]:
     """Call the tool `gated` over MCP; with `approve_on_progress`, `approver(NAME)` approves
     it once a progress message says it awaits approval, and the call's result is returned

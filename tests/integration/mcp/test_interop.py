@@ -102,7 +102,10 @@ async def test_the_typescript_client_lists_only_granted_tools_and_calls_one(
     descriptor(api, ns.name, "list-tools", **NATIVE)
     descriptor(api, ns.name, "not-granted", **NATIVE)
     agent.grant(["list-tools"], ["read"])
-    steps = [{"op": "list"}, {"op": "call", "name": "list-tools", "arguments": {}}]
+    steps: list[dict[str, Any]] = [
+        {"op": "list"},
+        {"op": "call", "name": "list-tools", "arguments": {}},
+    ]
     url = mcp_url(operator.gateway_url, ns.name)
     async with ts_run(ts_client, url, token_of(agent), steps) as run:
         listed = await run.next()

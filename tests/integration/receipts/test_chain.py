@@ -406,6 +406,7 @@ def test_no_private_key_reaches_the_log_the_keys_or_the_receipts(
     try:
         calls(api, ns, 1)
         secret = client.CoreV1Api(api).read_namespaced_secret(SIGNING, SYSTEM)
+        assert secret.data is not None
         keyring = json.loads(base64.b64decode(secret.data["keyring.json"]))
         privates = [k["privateKey"] for k in keyring["keys"]]
         assert privates
