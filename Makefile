@@ -57,7 +57,7 @@ lint: venv
 	$(VENV)/bin/ruff check operator tests hack
 	$(VENV)/bin/ruff format --check operator tests hack
 	$(VENV)/bin/mypy
-	$(VENV)/bin/mypy tests/__init__.py tests/conftest.py tests/mcp_servers.py tests/unit tests/cluster
+	$(VENV)/bin/mypy tests
 	$(VENV)/bin/lint-imports
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet
 

@@ -118,12 +118,12 @@ def wait_all_terminal(agent: Agent, names: list[str], timeout: float = 180) -> d
 
 def check_once_each(
     objs: dict[str, Any], server: Recorder, ident_of: dict[str, str]
-) -> Counter[str]:
+) -> Counter[str | None]:
     """No call lost (terminal with a receipt), none executed twice, every Observed call's
     effect seen exactly once, and a call not Observed only because an operator died while
     it was executing (settled `Failed`: its class keeps effects contained). Returns the
     terminal states."""
-    states: Counter[str] = Counter()
+    states: Counter[str | None] = Counter()
     problems = []
     for name, obj in objs.items():
         status = obj.get("status") or {}

@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from kubernetes import client
@@ -107,7 +107,7 @@ def explain(release: Release, status: dict[str, Any]) -> str:
     ).items
     logs = [
         f"--- {p.metadata.name} ---\n"
-        + core.read_namespaced_pod_log(p.metadata.name, release.namespace, tail_lines=30)
+        + core.read_namespaced_pod_log(cast(str, p.metadata.name), release.namespace, tail_lines=30)
         for p in pods
     ]
     return pretty(status) + "\n" + "\n".join(logs)

@@ -79,8 +79,10 @@ def test_uninstall_leaves_only_the_crds_and_the_kept_receipts_claim(
         raise AssertionError(f"left behind: {left()}") from None
     core = client.CoreV1Api(api)
     kept = core.read_namespaced_persistent_volume_claim(claim, release.namespace)
+    assert kept.metadata.annotations is not None
     assert kept.metadata.annotations["helm.sh/resource-policy"] == "keep"
     kept_tls = core.read_namespaced_secret(tls, release.namespace)
+    assert kept_tls.metadata.annotations is not None
     assert kept_tls.metadata.annotations["helm.sh/resource-policy"] == "keep"
     core.delete_namespaced_secret(tls, release.namespace)
     extensions = client.ApiextensionsV1Api(api)

@@ -8,15 +8,22 @@ import urllib.error
 import urllib.request
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, cast
 
 import httpx2
 from kubernetes import client
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
+from mcp_types import RequestParamsMeta
 
 from tests.integration.objects import Agent
 from tooladapter.devtools import token_for
+
+
+def request_meta(fields: dict[str, Any]) -> RequestParamsMeta:
+    """A call's `_meta` as the SDK types it: an open TypedDict (PEP 728 `extra_items`), whose
+    extra keys mypy does not yet accept in a literal; the dict is passed on as it is."""
+    return cast(RequestParamsMeta, fields)
 
 
 def token_of(agent: Agent) -> str:

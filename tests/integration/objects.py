@@ -7,7 +7,7 @@ import json
 import socket
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, cast
 
 from kubernetes import client
 
@@ -37,17 +37,17 @@ def create(
     api: client.ApiClient, namespace: str, plural: str, body: dict[str, Any]
 ) -> dict[str, Any]:
     body = {"apiVersion": f"{GROUP}/{VERSION}", **body}
-    result: dict[str, Any] = custom(api).create_namespaced_custom_object(
-        GROUP, VERSION, namespace, plural, body
+    return cast(
+        dict[str, Any],
+        custom(api).create_namespaced_custom_object(GROUP, VERSION, namespace, plural, body),
     )
-    return result
 
 
 def get(api: client.ApiClient, namespace: str, plural: str, name: str) -> dict[str, Any]:
-    result: dict[str, Any] = custom(api).get_namespaced_custom_object(
-        GROUP, VERSION, namespace, plural, name
+    return cast(
+        dict[str, Any],
+        custom(api).get_namespaced_custom_object(GROUP, VERSION, namespace, plural, name),
     )
-    return result
 
 
 def descriptor(
@@ -324,7 +324,7 @@ def jobs_of(api: client.ApiClient, namespace: str) -> list[Any]:
     )
 
 
-def events_of(api: client.ApiClient, namespace: str, name: str) -> list[str]:
+def events_of(api: client.ApiClient, namespace: str, name: str) -> list[str | None]:
     events = client.CoreV1Api(api).list_namespaced_event(
         namespace, field_selector=f"involvedObject.name={name}"
     )

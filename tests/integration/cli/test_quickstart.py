@@ -14,6 +14,7 @@ import re
 import subprocess
 import textwrap
 from pathlib import Path
+from typing import Any, cast
 
 import pytest
 from kubernetes import client
@@ -60,9 +61,12 @@ def test_the_page_has_the_steps_it_promises() -> None:
     assert not any("delete namespace" in block for block in blocks)
 
 
-def _invocation(api: client.ApiClient, namespace: str, name: str) -> dict:
-    return client.CustomObjectsApi(api).get_namespaced_custom_object(
-        "tooladapter.dev", "v1alpha1", namespace, "toolinvocations", name
+def _invocation(api: client.ApiClient, namespace: str, name: str) -> dict[str, Any]:
+    return cast(
+        dict[str, Any],
+        client.CustomObjectsApi(api).get_namespaced_custom_object(
+            "tooladapter.dev", "v1alpha1", namespace, "toolinvocations", name
+        ),
     )
 
 

@@ -21,7 +21,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from kubernetes import client
@@ -423,7 +423,7 @@ def proxy_url_of(api: client.ApiClient, namespace: str, name: str) -> str:
     def read() -> str | None:
         with contextlib.suppress(client.ApiException):
             secret = core.read_namespaced_secret(f"ta-proxy-{uid}", namespace)
-            return base64.b64decode(secret.data["url"]).decode()
+            return base64.b64decode(cast(dict[str, str], secret.data)["url"]).decode()
         return None
 
     return wait_for(read, timeout=60, what=f"the proxy URL of {name}")

@@ -86,7 +86,9 @@ def reviewer_of(api: client.ApiClient, namespace: str) -> Agent:
     return Agent.create(api, namespace, "reviewer", role="tooladapter-reviewer")
 
 
-def patch_invocation(api: client.ApiClient, namespace: str, name: str, body: object) -> None:
+def patch_invocation(
+    api: client.ApiClient, namespace: str, name: str, body: dict[str, Any]
+) -> None:
     custom(api).patch_namespaced_custom_object(
         GROUP, VERSION, namespace, "toolinvocations", name, body
     )
@@ -308,11 +310,13 @@ def test_an_interrupt_after_the_tool_reached_the_network_never_ends_cancelled(
         name = agent.invoke("deploy", {"command": f"wget -q -O - http://{host}:{port}{path}"})
         agent.wait(name, states={"AwaitingApproval"})
         approve(reviewer, name)
+
         # The agent interrupts its own approved call the moment the effect has happened
         # (here: the moment the server saw the request).
-        wait_for(
-            lambda p=path: Hits.counts[p] > 0, timeout=120, what=f"{path} reached", interval=0.01
-        )
+        def reached(p: str = path) -> bool:
+            return Hits.counts[p] > 0
+
+        wait_for(reached, timeout=120, what=f"{path} reached", interval=0.01)
         patch_invocation(agent.api, ns.name, name, {"spec": {"interrupt": True}})
         finals[path] = status_of(agent.wait(name, timeout=120))
     for path, status in finals.items():

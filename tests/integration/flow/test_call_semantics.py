@@ -161,7 +161,8 @@ def test_no_identical_call_runs_while_one_is_uncertain_and_after_did_not_happen_
             assert server.total == 1
 
             # A new key, no key: refused before anything (no approval is even asked).
-            for extra in ({"idempotencyKey": "k-2"}, {}):
+            extras: tuple[dict[str, Any], ...] = ({"idempotencyKey": "k-2"}, {})
+            for extra in extras:
                 retry = status_of(agent.wait(agent.invoke("deploy", {"id": "x"}, **extra)))
                 assert retry["state"] == "Denied", pretty(retry)
                 assert retry["failureClass"] == "unconfirmed-effect"

@@ -19,9 +19,7 @@ import pytest
 from kubernetes import client
 
 from tests.integration.objects import (
-    GROUP,
     SHELL_SCHEMA,
-    VERSION,
     Agent,
     approve,
     confirm_effect,
@@ -34,6 +32,7 @@ from tests.integration.objects import (
     status_of,
 )
 from tests.integration.servers import Recorder, recording_server
+from tooladapter import GROUP, VERSION
 from tooladapter.devtools import Namespace, wait_for
 
 LOOPBACK = "127.0.0.1"
@@ -249,7 +248,8 @@ def test_spellings_of_the_same_request_and_other_callers_are_blocked_but_other_t
                 {"to": "bob", "amount": 5.000000000000000001},
             ]
             for i, arguments in enumerate(spellings):
-                for extra in ({"idempotencyKey": f"fresh-key-{i}"}, {}):
+                extras: tuple[dict[str, Any], ...] = ({"idempotencyKey": f"fresh-key-{i}"}, {})
+                for extra in extras:
                     status = status_of(agent.wait(agent.invoke("pay", arguments, **extra)))
                     assert (status["state"], status["failureClass"]) == (
                         "Denied",

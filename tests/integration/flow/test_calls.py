@@ -298,7 +298,7 @@ def test_sandbox_limits_timeouts_security_context_and_network_policy(
     assert sc.seccomp_profile.type == "RuntimeDefault"
     assert container.command == ["tail", "-c", "200000000", "/dev/zero"]
     policy = client.NetworkingV1Api(api).read_namespaced_network_policy(f"ta-{uid}", ns.name)
-    assert sorted(policy.spec.policy_types) == ["Egress", "Ingress"]
+    assert sorted(policy.spec.policy_types or []) == ["Egress", "Ingress"]
     assert not policy.spec.egress and not policy.spec.ingress
 
 

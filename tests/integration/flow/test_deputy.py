@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Iterator
+from functools import partial
 from typing import Any
 
 import pytest
@@ -224,9 +225,7 @@ def test_a_workspace_admin_without_get_on_a_secret_cannot_name_it(
         {"allowedCidrs": ["10.0.0.0/8"]},
         {"credentials": {"header": "X-Leak"}},
     ):
-        body = refused(
-            lambda c=change: patch(ws, ns.name, "mcpservers", "admin-server", {"spec": c})
-        )
+        body = refused(partial(patch, ws, ns.name, "mcpservers", "admin-server", {"spec": change}))
         assert "Secret(s) db" in body, (change, body)
     # ... but metadata-only changes (labels) do not move a credential.
     patch(ws, ns.name, "tooldescriptors", "admin-tool", {"metadata": {"labels": {"team": "a"}}})
@@ -317,7 +316,9 @@ def wait_server(
     api: client.ApiClient, namespace: str, name: str, done: Callable[[dict[str, Any]], bool]
 ) -> dict[str, Any]:
     return wait_for(
-        lambda: (s := status_of(get(api, namespace, "mcpservers", name))) and done(s) and s,
+        lambda: (
+            s if (s := status_of(get(api, namespace, "mcpservers", name))) and done(s) else None
+        ),
         timeout=60,
         what=f"McpServer {name}",
     )

@@ -80,7 +80,7 @@ def preview_agrees(
 
 
 #: (case, tool, arguments, where the real call stops, the preview's verdict, denied stage)
-CASES = [
+CASES: list[tuple[str, str, dict[str, Any], str, str, str | None]] = [
     ("allowed", "lister", {"path": "/data"}, "Observed", "would-run", None),
     ("schema-invalid", "lister", {"path": 7}, "Denied", "would-be-denied", "validation"),
     ("policy-denied", "banned", {"path": "/x"}, "Denied", "would-be-denied", "policy"),

@@ -6,7 +6,7 @@ from collections import Counter
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from kubernetes import client
@@ -194,9 +194,12 @@ def test_an_approval_of_a_deleted_invocation_does_not_bind_a_new_one_of_the_same
     custom(api).delete_namespaced_custom_object(GROUP, VERSION, ns.name, "toolinvocations", first)
     wait_for(
         lambda: (
-            not custom(api)
-            .list_namespaced_custom_object(GROUP, VERSION, ns.name, "toolinvocations")
-            .get("items")
+            not cast(
+                dict[str, Any],
+                custom(api).list_namespaced_custom_object(
+                    GROUP, VERSION, ns.name, "toolinvocations"
+                ),
+            ).get("items")
         ),
         timeout=30,
         what="first invocation gone",
@@ -328,7 +331,7 @@ def test_what_changed_while_a_call_waited_denies_it_after_approval(
     revoked = waiting_call(agent, "effect", "revoked", just_lifted=True)
     for binding in rbac.list_namespaced_role_binding(ns.name).items:
         if binding.role_ref.kind == "Role" and binding.metadata.name.startswith("agent-1-tools"):
-            rbac.delete_namespaced_role_binding(binding.metadata.name, ns.name)
+            rbac.delete_namespaced_role_binding(cast(str, binding.metadata.name), ns.name)
     approve(reviewer, revoked)
     status = status_of(agent.wait(revoked))
     assert status["state"] == "Denied" and status["deniedStage"] == "permission", pretty(status)

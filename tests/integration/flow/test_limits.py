@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import pytest
 from kubernetes import client
@@ -54,7 +55,7 @@ def test_a_sandbox_kind_whose_runtime_class_is_missing_keeps_its_descriptor_inac
 
     def reason() -> str | None:
         status = status_of(get(api, ns.name, "tooldescriptors", obj["metadata"]["name"]))
-        ready = next((c for c in status.get("conditions") or []), {})
+        ready: dict[str, Any] = next((c for c in status.get("conditions") or []), {})
         return status.get("message") if ready.get("reason") == "RuntimeClassMissing" else None
 
     message = wait_for(reason, timeout=30, what="descriptor inactive for its RuntimeClass")

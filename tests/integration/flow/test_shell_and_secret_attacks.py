@@ -213,7 +213,7 @@ def test_a_shell_tool_with_secrets_is_refused_and_a_container_tool_receives_them
         with pytest.raises(client.ApiException) as refused:
             shell_tool(api, ns.name, f"shell-{field.split('.')[0].lower()}", **extra)
         assert refused.value.status == 422, refused.value.body
-        assert f"spec.{field} is not allowed when kind is shell" in refused.value.body
+        assert f"spec.{field} is not allowed when kind is shell" in str(refused.value.body)
 
     container_tool(
         api,
@@ -471,7 +471,7 @@ def test_arguments_nested_too_deep_or_too_wide_are_refused_at_admission(
         with pytest.raises(client.ApiException) as refused:
             agent.invoke("list-tools", arguments)
         assert refused.value.status == 422, refused.value.body
-        assert "tooladapter-invocation-arguments" in refused.value.body
+        assert "tooladapter-invocation-arguments" in str(refused.value.body)
     status = status_of(agent.wait(agent.invoke("list-tools", nested(32))))
     assert status["state"] == "Observed", pretty(status)
     status = status_of(agent.wait(agent.invoke("list-tools", {"x": list(range(1024))})))

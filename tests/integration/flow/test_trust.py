@@ -7,6 +7,7 @@ import base64
 import json
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import pytest
 from kubernetes import client
@@ -59,11 +60,11 @@ def test_a_shared_write_call_waits_for_an_approval_bound_to_its_exact_request(
     wrong_hash = approve(reviewer, call, request_hash="sha256:" + "0" * 64)
     wrong_version = approve(reviewer, call, version="2.0.0")
     for name, words in ((wrong_hash, "request hash"), (wrong_version, "version")):
-        reason = wait_for(
-            lambda n=name: approval_status(api, ns.name, n).get("reason"),
-            timeout=30,
-            what=f"approval {name} refused",
-        )
+
+        def refusal(n: str = name) -> object:
+            return approval_status(api, ns.name, n).get("reason")
+
+        reason = wait_for(refusal, timeout=30, what=f"approval {name} refused")
         assert approval_status(api, ns.name, name).get("bound") is False
         assert words in str(reason).lower(), reason
     assert status_of(get(api, ns.name, "toolinvocations", call))["state"] == "AwaitingApproval"
@@ -230,6 +231,7 @@ def test_a_restarted_operator_follows_its_job_or_settles_uncertain_never_running
     try:
         lost_pod = running_pod(api, ns.name, lost)
         assert lost_pod is not None
+        assert lost_pod.metadata.name is not None
         client.CoreV1Api(api).delete_namespaced_pod(
             lost_pod.metadata.name, ns.name, grace_period_seconds=0
         )
@@ -291,7 +293,7 @@ def test_a_restarted_operator_follows_its_job_or_settles_uncertain_never_running
         what="operations role effective",
     )
 
-    def recorded() -> dict[str, object] | None:
+    def recorded() -> dict[str, Any] | None:
         s = status_of(get(api, ns.name, "toolinvocations", lost))
         return s if (s.get("effectConfirmation") or {}).get("recorded") else None
 

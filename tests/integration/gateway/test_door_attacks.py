@@ -64,14 +64,20 @@ import json
 import socket
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from kubernetes import client
 from mcp.shared.exceptions import MCPError
 
 from tests.integration.flow.test_agent_attacks import Hits, hits
-from tests.integration.gateway_client import http_json, mcp_client, mcp_url, token_of
+from tests.integration.gateway_client import (
+    http_json,
+    mcp_client,
+    mcp_url,
+    request_meta,
+    token_of,
+)
 from tests.integration.objects import SHELL_SCHEMA, Agent, descriptor, get, pretty, status_of
 from tests.integration.servers import tls_server
 from tooladapter.devtools import (
@@ -120,7 +126,9 @@ def test_concurrent_mcp_calls_with_one_idempotency_key_run_the_effect_once(
     async def one() -> dict[str, Any]:
         async with mcp_client(mcp_url(operator.gateway_url, ns.name), token) as mcp:
             result = await mcp.call_tool(
-                "lookup", {"id": "x"}, meta={"dev.tooladapter/idempotencyKey": "the-key"}
+                "lookup",
+                {"id": "x"},
+                meta=request_meta({"dev.tooladapter/idempotencyKey": "the-key"}),
             )
             return meta_of(result)
 
@@ -157,12 +165,14 @@ def test_an_ungranted_tool_is_unknown_and_meta_cannot_name_another_caller(
             spoofed = await mcp.call_tool(
                 "list-tools",
                 {},
-                meta={
-                    "dev.tooladapter/caller": "system:admin",
-                    "dev.tooladapter/groups": ["system:masters", "reviewers"],
-                    "dev.tooladapter/state": "Observed",
-                    "caller": {"name": "system:admin"},
-                },
+                meta=request_meta(
+                    {
+                        "dev.tooladapter/caller": "system:admin",
+                        "dev.tooladapter/groups": ["system:masters", "reviewers"],
+                        "dev.tooladapter/state": "Observed",
+                        "caller": {"name": "system:admin"},
+                    }
+                ),
             )
             return str(refused.value), meta_of(spoofed)
 
@@ -209,8 +219,11 @@ def test_another_tenants_dry_runs_receipts_and_confirmations_are_closed(
         # The agent's own call, Observed: the gateway refuses before patching anything.
         (name,) = [
             i["metadata"]["name"]
-            for i in client.CustomObjectsApi(agent.api).list_namespaced_custom_object(
-                "tooladapter.dev", "v1alpha1", ns.name, "toolinvocations"
+            for i in cast(
+                dict[str, Any],
+                client.CustomObjectsApi(agent.api).list_namespaced_custom_object(
+                    "tooladapter.dev", "v1alpha1", ns.name, "toolinvocations"
+                ),
             )["items"]
         ]
         confirm = {"effectHappened": False, "evidence": "trust me"}

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from kubernetes import client
@@ -40,13 +40,16 @@ SAME = (
 
 
 def _invocations(api: client.ApiClient, namespace: str) -> list[str]:
-    items = client.CustomObjectsApi(api).list_namespaced_custom_object(
-        GROUP, VERSION, namespace, "toolinvocations"
+    items = cast(
+        dict[str, Any],
+        client.CustomObjectsApi(api).list_namespaced_custom_object(
+            GROUP, VERSION, namespace, "toolinvocations"
+        ),
     )["items"]
     return [item["metadata"]["name"] for item in items]
 
 
-def _claims(api: client.ApiClient, namespace: str) -> list[str]:
+def _claims(api: client.ApiClient, namespace: str) -> list[str | None]:
     leases = client.CoordinationV1Api(api).list_namespaced_lease(namespace).items
     return [
         lease.metadata.name

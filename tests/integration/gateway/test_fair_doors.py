@@ -18,7 +18,7 @@ import time
 import urllib.error
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, cast
 
 import aiohttp
 import pytest
@@ -259,8 +259,11 @@ def test_1500_calls_naming_random_tools_leave_the_metrics_page_bounded(
     custom = client.CustomObjectsApi(api)
 
     def ended() -> int:
-        items = custom.list_namespaced_custom_object(
-            "tooladapter.dev", "v1alpha1", ns.name, "toolinvocations"
+        items = cast(
+            dict[str, Any],
+            custom.list_namespaced_custom_object(
+                "tooladapter.dev", "v1alpha1", ns.name, "toolinvocations"
+            ),
         )["items"]
         return sum(1 for i in items if (i.get("status") or {}).get("state") == "Denied")
 

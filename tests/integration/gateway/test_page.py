@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from kubernetes import client
@@ -76,8 +76,11 @@ def sign_in(page: Page, operator: OperatorProcess, person: Agent) -> None:
 
 
 def approvals_in(api: client.ApiClient, namespace: str) -> list[dict[str, object]]:
-    found = client.CustomObjectsApi(api).list_namespaced_custom_object(
-        GROUP, VERSION, namespace, "toolapprovals"
+    found = cast(
+        dict[str, Any],
+        client.CustomObjectsApi(api).list_namespaced_custom_object(
+            GROUP, VERSION, namespace, "toolapprovals"
+        ),
     )
     return list(found["items"])
 

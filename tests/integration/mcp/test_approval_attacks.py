@@ -31,7 +31,7 @@ import pytest
 from kubernetes import client
 from mcp.shared.exceptions import MCPError
 
-from tests.integration.gateway_client import mcp_url, token_of, unbound_sa
+from tests.integration.gateway_client import mcp_url, request_meta, token_of, unbound_sa
 from tests.integration.mcp.test_approvals import (
     NATIVE,
     URL_ELICITATION_REQUIRED,
@@ -327,7 +327,9 @@ async def test_a_request_of_another_run_is_another_call_not_the_waiting_one(
     async with sdk(url, token_of(gated), mode="legacy", on_url=never) as mcp:
         for run in ("run-1", "run-2"):
             with pytest.raises(MCPError) as needed:
-                await mcp.call_tool("gated", {"limit": 4}, meta={"dev.tooladapter/runId": run})
+                await mcp.call_tool(
+                    "gated", {"limit": 4}, meta=request_meta({"dev.tooladapter/runId": run})
+                )
             assert needed.value.code == URL_ELICITATION_REQUIRED
             links.append(needed.value.data["elicitations"][0]["url"])
     assert links[0] != links[1], links

@@ -16,7 +16,7 @@ import os
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, cast
 from urllib.parse import urlsplit
 
 import httpx2
@@ -26,8 +26,9 @@ from mcp import Client, types
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
-from tests.integration.gateway_client import http_json, mcp_url, token_of
-from tests.integration.objects import GROUP, VERSION, Agent, custom, descriptor, get
+from tests.integration.gateway_client import http_json, mcp_url, request_meta, token_of
+from tests.integration.objects import Agent, custom, descriptor, get
+from tooladapter import GROUP, VERSION
 from tooladapter.devtools import Namespace, OperatorProcess
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(300)]
@@ -40,7 +41,10 @@ Elicited = Callable[[str, str], Awaitable[types.ElicitResult]]
 
 
 def invocations(api: client.ApiClient, namespace: str) -> list[dict[str, Any]]:
-    listed = custom(api).list_namespaced_custom_object(GROUP, VERSION, namespace, "toolinvocations")
+    listed = cast(
+        dict[str, Any],
+        custom(api).list_namespaced_custom_object(GROUP, VERSION, namespace, "toolinvocations"),
+    )
     return list(listed["items"])
 
 
@@ -157,7 +161,9 @@ async def test_an_mcp_dry_run_answers_what_the_rest_dry_run_answers_and_creates_
     assert status == 200, rest
     assert rest["verdict"] == "would-await-approval", rest
     async with sdk_client(mcp_url(operator.gateway_url, ns.name), token, mode=mode) as mcp:
-        result = await mcp.call_tool("gated", {"limit": 3}, meta={"dev.tooladapter/dryRun": True})
+        result = await mcp.call_tool(
+            "gated", {"limit": 3}, meta=request_meta({"dev.tooladapter/dryRun": True})
+        )
         assert result.is_error is False, text_of(result)
         meta = dict(result.meta or {})
         assert meta["dev.tooladapter/preview"] == rest
@@ -165,7 +171,7 @@ async def test_an_mcp_dry_run_answers_what_the_rest_dry_run_answers_and_creates_
         assert "dev.tooladapter/invocation" not in meta
         # Not a boolean: refused, not taken as a real call.
         with pytest.raises(MCPError, match="dryRun"):
-            await mcp.call_tool("gated", {}, meta={"dev.tooladapter/dryRun": "yes"})
+            await mcp.call_tool("gated", {}, meta=request_meta({"dev.tooladapter/dryRun": "yes"}))
     assert invocations(api, ns.name) == []
 
 
@@ -412,7 +418,7 @@ async def test_a_sealed_request_state_does_not_open_for_another_caller_or_namesp
         state = first.request_state
         assert state is not None and state.startswith("v1.")
         assert "gated" not in state and agent.user not in state  # sealed, not readable
-        accepted = {"approval": types.ElicitResult(action="accept")}
+        accepted: types.InputResponses = {"approval": types.ElicitResult(action="accept")}
         for where, who in ((url, other), (mcp_url(operator.gateway_url, other_ns.name), elsewhere)):
             async with sdk_client(where, token_of(who), mode=MODERN, on_url=never) as mcp:
                 with pytest.raises(MCPError, match="Invalid or expired requestState"):
@@ -497,8 +503,8 @@ async def test_any_replica_sharing_the_key_completes_a_call_another_replica_hand
             first = await mcp.session.call_tool("gated", {}, allow_input_required=True)
         assert isinstance(first, types.InputRequiredResult), first
         request = first.input_requests["approval"]  # type: ignore[index]
-        link = request.params.url  # type: ignore[union-attr]
-        accepted = {"approval": types.ElicitResult(action="accept")}
+        link = request.params.url
+        accepted: types.InputResponses = {"approval": types.ElicitResult(action="accept")}
         async with sdk_client(
             mcp_url(alone.gateway_url, ns.name), token_of(agent), mode=MODERN, on_url=never
         ) as mcp:

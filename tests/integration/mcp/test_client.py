@@ -21,8 +21,14 @@ import pytest
 
 from tooladapter.egress.core.addresses import AddressRule
 from tooladapter.mcp import client as mcp_client
-from tooladapter.mcp.client import (
-    IDEMPOTENCY_META_KEY,
+from tooladapter.mcp.client import IDEMPOTENCY_META_KEY
+from tooladapter.mcp.core.rules import (
+    detect_shadowing,
+    tool_digest,
+    tool_digests,
+    validate_structured_output,
+)
+from tooladapter.mcp.core.types import (
     McpAddressRefused,
     McpBrokenMidCall,
     McpCallTimeout,
@@ -30,12 +36,6 @@ from tooladapter.mcp.client import (
     McpToolChanged,
     McpToolNotListed,
     McpUnavailable,
-)
-from tooladapter.mcp.core.rules import (
-    detect_shadowing,
-    tool_digest,
-    tool_digests,
-    validate_structured_output,
 )
 
 

@@ -13,7 +13,13 @@ from kubernetes import client
 from mcp.shared.exceptions import MCPError
 
 from tests.integration.cli.test_cli import Cli, explain
-from tests.integration.gateway_client import http_json, mcp_client, mcp_url, token_of
+from tests.integration.gateway_client import (
+    http_json,
+    mcp_client,
+    mcp_url,
+    request_meta,
+    token_of,
+)
 from tests.integration.objects import Agent, approve, descriptor, get, pretty
 from tooladapter.devtools import Namespace, OperatorProcess, wait_for
 
@@ -50,7 +56,7 @@ async def test_an_agent_lists_only_its_granted_tools_and_calls_one_to_observed(
         assert tool.annotations.destructive_hint is False
 
         result = await mcp.call_tool(
-            "list-tools", {}, meta={"dev.tooladapter/idempotencyKey": "key-1"}
+            "list-tools", {}, meta=request_meta({"dev.tooladapter/idempotencyKey": "key-1"})
         )
         assert result.is_error is False, text_of(result)
         meta = meta_of(result)
@@ -67,7 +73,7 @@ async def test_an_agent_lists_only_its_granted_tools_and_calls_one_to_observed(
         # The same key again: a duplicate, answered with the first call's outcome and
         # receipt, naming that call (issue 27; an old Denied duplicate reads the same).
         again = await mcp.call_tool(
-            "list-tools", {}, meta={"dev.tooladapter/idempotencyKey": "key-1"}
+            "list-tools", {}, meta=request_meta({"dev.tooladapter/idempotencyKey": "key-1"})
         )
         assert again.is_error is False, text_of(again)
         repeated = meta_of(again)
@@ -116,7 +122,7 @@ async def test_a_denied_call_is_an_error_result_naming_the_stage_and_reason(
 
 
 async def _call_and_approve(
-    url: str, token: str, approver: Callable[[str], None], *, approve_on_progress: bool
+    url: str, token: str, approver: Callable[[str], object], *, approve_on_progress: bool
 ) -> tuple[Any, list[str]]:
     """Call the tool `gated` over MCP; with `approve_on_progress`, `approver(NAME)` approves
     it once a progress message says it awaits approval, and the call's result is returned

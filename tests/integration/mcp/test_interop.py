@@ -15,7 +15,7 @@ import subprocess
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from kubernetes import client
@@ -28,7 +28,8 @@ from tests.integration.mcp.test_approvals import (
     sdk_client,
     text_of,
 )
-from tests.integration.objects import GROUP, VERSION, Agent, custom, descriptor
+from tests.integration.objects import Agent, custom, descriptor
+from tooladapter import GROUP, VERSION
 from tooladapter.devtools import Namespace, OperatorProcess
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(300)]
@@ -101,7 +102,10 @@ async def test_the_typescript_client_lists_only_granted_tools_and_calls_one(
     descriptor(api, ns.name, "list-tools", **NATIVE)
     descriptor(api, ns.name, "not-granted", **NATIVE)
     agent.grant(["list-tools"], ["read"])
-    steps = [{"op": "list"}, {"op": "call", "name": "list-tools", "arguments": {}}]
+    steps: list[dict[str, Any]] = [
+        {"op": "list"},
+        {"op": "call", "name": "list-tools", "arguments": {}},
+    ]
     url = mcp_url(operator.gateway_url, ns.name)
     async with ts_run(ts_client, url, token_of(agent), steps) as run:
         listed = await run.next()
@@ -231,7 +235,10 @@ async def test_a_listening_modern_client_is_told_when_its_tool_list_or_a_digest_
 
 
 def _descriptor_name(api: client.ApiClient, namespace: str, tool_id: str) -> str:
-    items = custom(api).list_namespaced_custom_object(GROUP, VERSION, namespace, "tooldescriptors")
+    items = cast(
+        dict[str, Any],
+        custom(api).list_namespaced_custom_object(GROUP, VERSION, namespace, "tooldescriptors"),
+    )
     return str(
         next(i for i in items["items"] if i["spec"]["toolId"] == tool_id)["metadata"]["name"]
     )

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from kubernetes import client
@@ -143,7 +143,9 @@ def wait_descriptor(
 ) -> dict[str, Any]:
     def matches() -> dict[str, Any] | None:
         status = descriptor_status(api, namespace, tool_id)
-        ready = next((c for c in status.get("conditions") or [] if c["type"] == "Ready"), {})
+        ready: dict[str, Any] = next(
+            (c for c in status.get("conditions") or [] if c["type"] == "Ready"), {}
+        )
         if status.get("healthy") is healthy and reason in (None, ready.get("reason")):
             return status
         return None
@@ -193,7 +195,8 @@ def wait_events(
         events = client.CoreV1Api(api).list_namespaced_event(
             namespace, field_selector=f"involvedObject.kind=McpServer,involvedObject.name={name}"
         )
-        found = {e.reason: e.message for e in events.items}
+        # The operator's Events all carry a reason and a message.
+        found = cast(dict[str, str], {e.reason: e.message for e in events.items})
         return found if reasons <= set(found) else None
 
     return wait_for(posted, timeout=60, what=f"events {sorted(reasons)} of McpServer {name}")

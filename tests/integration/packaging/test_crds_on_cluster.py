@@ -15,7 +15,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import pytest
 from kubernetes import client, config
@@ -93,8 +93,7 @@ def admin_user(admin: client.ApiClient) -> str:
     review = client.AuthenticationV1Api(admin).create_self_subject_review(
         {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"}  # type: ignore[arg-type]  # the client sends a dict body as is
     )
-    username: str = review.status.user_info.username
-    return username
+    return cast(str, review.status.user_info.username)
 
 
 @pytest.fixture
@@ -139,7 +138,7 @@ def user_client(admin: client.ApiClient, namespace: str, sa: str, *roles: str) -
     configuration.ssl_ca_cert = base.ssl_ca_cert
     configuration.verify_ssl = base.verify_ssl
     configuration.tls_server_name = getattr(base, "tls_server_name", None)
-    configuration.api_key = {"authorization": token}
+    configuration.api_key = {"authorization": cast(str, token)}
     configuration.api_key_prefix = {"authorization": "Bearer"}
     return client.ApiClient(configuration)
 
@@ -347,18 +346,24 @@ def test_invocation_spec_is_immutable_except_interrupt(
     )
     # A null in the spec is pruned: flipping an optional field between null and absent
     # writes nothing (before, anyone who may patch could bump another's call at will).
-    stored = custom(admin).get_namespaced_custom_object(
-        GROUP, VERSION, namespace, "toolinvocations", "call"
+    stored = cast(
+        dict[str, Any],
+        custom(admin).get_namespaced_custom_object(
+            GROUP, VERSION, namespace, "toolinvocations", "call"
+        ),
     )
     before = stored["metadata"]["resourceVersion"]
-    after = custom(admin).patch_namespaced_custom_object(
-        GROUP,
-        VERSION,
-        namespace,
-        "toolinvocations",
-        "call",
-        [{"op": "add", "path": "/spec/runId", "value": None}],
-        _content_type="application/json-patch+json",
+    after = cast(
+        dict[str, Any],
+        custom(admin).patch_namespaced_custom_object(
+            GROUP,
+            VERSION,
+            namespace,
+            "toolinvocations",
+            "call",
+            [{"op": "add", "path": "/spec/runId", "value": None}],
+            _content_type="application/json-patch+json",
+        ),
     )
     assert after["metadata"]["resourceVersion"] == before
     assert "runId" not in after["spec"]

@@ -124,6 +124,7 @@ def test_one_leader_per_scope_a_standby_takes_over_and_other_scopes_never_wait(
     lease = lease_of(api, SCOPE)
     assert lease is not None and lease.spec.holder_identity == leader_id
     assert lease.spec.lease_duration_seconds == LEASE_SECONDS
+    assert lease.metadata.annotations is not None
     assert lease.metadata.annotations["tooladapter.dev/namespaces"] == f"{SCOPE}-*"
 
     # A second operator for the same scope waits, and says so once.

@@ -16,7 +16,7 @@ import shutil
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from kubernetes import client
@@ -228,8 +228,11 @@ def test_five_calls_verify_offline_and_each_tampering_is_named_by_its_sequence(
             n
             for n in (
                 i["metadata"]["name"]
-                for i in client.CustomObjectsApi(api).list_namespaced_custom_object(
-                    "tooladapter.dev", "v1alpha1", ns.name, "toolinvocations"
+                for i in cast(
+                    dict[str, Any],
+                    client.CustomObjectsApi(api).list_namespaced_custom_object(
+                        "tooladapter.dev", "v1alpha1", ns.name, "toolinvocations"
+                    ),
                 )["items"]
             )
             if status_of(get(api, ns.name, "toolinvocations", n)).get("receiptRef")
@@ -411,6 +414,7 @@ def test_no_private_key_reaches_the_log_the_keys_or_the_receipts(
     try:
         calls(api, ns, 1)
         secret = client.CoreV1Api(api).read_namespaced_secret(SIGNING, SYSTEM)
+        assert secret.data is not None
         keyring = json.loads(base64.b64decode(secret.data["keyring.json"]))
         privates = [k["privateKey"] for k in keyring["keys"]]
         assert privates

@@ -12,7 +12,9 @@ import re
 import urllib.parse
 import urllib.request
 from collections.abc import Callable, Mapping
+from functools import partial
 from pathlib import Path
+from typing import Any
 
 import pytest
 from kubernetes import client
@@ -54,10 +56,10 @@ def test_run_receipts_are_complete_after_retention_deleted_the_invocations(
         calls = [agent.invoke("list-tools", {}, runId=RUN) for _ in range(2)]
         other = agent.invoke("list-tools", {}, runId="another-run")
         statuses = {name: status_of(agent.wait(name)) for name in [*calls, other]}
-        for status in statuses.values():
-            assert status["state"] == "Observed", pretty(status)
+        for observed in statuses.values():
+            assert observed["state"] == "Observed", pretty(observed)
         for name in [*calls, other]:
-            wait_for(lambda n=name: gone(api, ns.name, n), timeout=90, what=f"{name} deleted")
+            wait_for(partial(gone, api, ns.name, name), timeout=90, what=f"{name} deleted")
 
         url = (
             f"{short_retention.operator.gateway_url}/namespaces/{ns.name}/runs/{RUN}/tool-receipts"
@@ -111,7 +113,7 @@ def test_the_reviewers_page_compares_with_an_approved_call_retention_deleted(
     try:
         agent = Agent.create(api, ns.name, "agent-1")
         reviewer = Agent.create(api, ns.name, "reviewer-1", role="tooladapter-reviewer")
-        native = {"kind": "native", "native": {"name": "list-tools"}}
+        native: dict[str, Any] = {"kind": "native", "native": {"name": "list-tools"}}
         descriptor(api, ns.name, "propose", side_effect_class="shared-write", **native)
         agent.grant(["propose"], ["shared-write"])
         first = agent.invoke("propose", {"branch": "main"})
