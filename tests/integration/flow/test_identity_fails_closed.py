@@ -15,7 +15,8 @@ from kubernetes import client
 from tests.integration.objects import Agent, create, descriptor, get, pretty, status_of
 from tooladapter.devtools import Namespace, OperatorProcess, wait_for
 
-pytestmark = [pytest.mark.cluster, pytest.mark.timeout(300)]
+# It deletes an admission binding every call in the cluster depends on: alone, after the rest.
+pytestmark = [pytest.mark.cluster, pytest.mark.cluster_wide, pytest.mark.timeout(300)]
 
 ROOT = Path(__file__).resolve().parents[3]
 BINDING = "tooladapter-invocation-caller"
