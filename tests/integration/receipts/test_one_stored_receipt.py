@@ -14,6 +14,7 @@ import base64
 import json
 import shutil
 from pathlib import Path
+from typing import Any, cast
 
 import pytest
 from kubernetes import client
@@ -38,8 +39,11 @@ pytestmark = [pytest.mark.cluster, pytest.mark.timeout(420)]
 
 
 def invocation_named(api: client.ApiClient, namespace: str, receipt_ref: str) -> str:
-    items = client.CustomObjectsApi(api).list_namespaced_custom_object(
-        "tooladapter.dev", "v1alpha1", namespace, "toolinvocations"
+    items = cast(
+        dict[str, Any],
+        client.CustomObjectsApi(api).list_namespaced_custom_object(
+            "tooladapter.dev", "v1alpha1", namespace, "toolinvocations"
+        ),
     )["items"]
     return next(
         i["metadata"]["name"]
@@ -115,8 +119,8 @@ def test_a_rewritten_re_pointed_receipt_and_a_removed_newest_receipt_fail_verify
         assert forged in json.dumps(report["breaks"]), report
 
         # The forgery is no receipt: neither the gateway nor `receipt get` serves it.
-        for args in (("--gateway", gateway), ("--artifact-dir", str(live))):
-            done = cli("receipt", "get", forged, *args)
+        for source in (("--gateway", gateway), ("--artifact-dir", str(live))):
+            done = cli("receipt", "get", forged, *source)
             assert done.returncode == 8, explain(done)
         # The untouched receipts still are.
         done = cli("receipt", "get", by_seq[1]["receiptRef"], "--gateway", gateway)

@@ -41,7 +41,10 @@ from tooladapter.settings import Settings
 pytestmark = pytest.mark.timeout(10)
 
 #: The kubelet's record of a quick run: start and finish in the same second.
-SAME_SECOND = {"started_at": "2026-01-01T00:00:07Z", "finished_at": "2026-01-01T00:00:07Z"}
+SAME_SECOND: dict[str, Any] = {
+    "started_at": "2026-01-01T00:00:07Z",
+    "finished_at": "2026-01-01T00:00:07Z",
+}
 
 
 def stepping(*times: float) -> Any:

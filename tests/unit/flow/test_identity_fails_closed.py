@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 from datetime import UTC, datetime
+from typing import Any
 
 import pytest
 from prometheus_client import REGISTRY
@@ -25,7 +26,7 @@ BINDING: Key = (AdmissionKind.BINDING, "tooladapter-invocation-caller")
 POLICY: Key = (AdmissionKind.POLICY, "tooladapter-invocation-caller")
 
 
-def masters_call(name: str, **extra: object) -> dict:
+def masters_call(name: str, **extra: Any) -> dict:
     """An agent claiming to be a cluster admin (the caller binding would have refused it)."""
     body = invocation(name, caller="system:admin", **extra)
     body["spec"]["caller"]["groups"] = ["system:masters"]

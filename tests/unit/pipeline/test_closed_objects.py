@@ -227,6 +227,7 @@ def test_an_open_effectful_descriptor_never_becomes_active_and_its_status_says_w
     status = desired_status(body)
     assert status.active is False
     assert status.conditions[0].reason == "Invalid"
+    assert status.message is not None
     assert "inputSchema at $: an object without additionalProperties: false" in status.message
     body["spec"] = container(CLOSED).wire()
     assert desired_status(body).active is True

@@ -14,7 +14,7 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from tests.unit.fake_cluster import MemoryStore
-from tooladapter.artifacts import content_ref
+from tooladapter.artifacts import Space, content_ref
 from tooladapter.artifacts.chain import ReceiptChains, chain_key, read_chain
 from tooladapter.pipeline.hashing import canonical_json
 from tooladapter.receipts.core import chain as chainlib
@@ -353,9 +353,9 @@ def test_a_receipt_is_stored_before_its_link_names_it(signer: Signer) -> None:
     order: list[str] = []
     put, put_key = store.put, store.put_key
 
-    def recorded_put(data: bytes, *args: Any) -> str:
+    def recorded_put(data: bytes, space: Space = Space.RECEIPTS) -> str:
         order.append("receipt")
-        return put(data, *args)
+        return put(data, space)
 
     def recorded_put_key(key: str, data: bytes) -> None:
         order.append("link")
