@@ -13,11 +13,10 @@ import logging
 from collections.abc import Callable, Collection
 from typing import Any
 
-import aiohttp
 from kubernetes_asyncio import client
 
 from tooladapter.enums import AdmissionKind
-from tooladapter.kube.client import Kube, json_body
+from tooladapter.kube.client import Kube, json_body, watch_options
 from tooladapter.kube.errors import api_errors
 from tooladapter.pipeline.validation.shipped import Key, Observed
 from tooladapter.timeutil import parse_time
@@ -70,14 +69,7 @@ async def _watch(
 ) -> None:
     while True:
         try:
-            resp = await _methods(api, kind)(
-                watch=True,
-                timeout_seconds=WATCH_SECONDS,
-                _preload_content=False,
-                _request_timeout=aiohttp.ClientTimeout(
-                    total=None, sock_connect=30, sock_read=WATCH_SECONDS + 30
-                ),
-            )
+            resp = await _methods(api, kind)(**watch_options(WATCH_SECONDS))
             try:
                 with api_errors():
                     if resp.status != 200:

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 from kubernetes_asyncio import client, config
 from kubernetes_asyncio.client.exceptions import ApiException
 
@@ -21,6 +22,19 @@ from tooladapter.kube.errors import (
     api_errors,
     is_transient,
 )
+
+
+def watch_options(seconds: int) -> dict[str, Any]:
+    """A streamed watch request of `seconds` (server side): the raw answer, read no longer
+    than the server may hold it open, plus a margin."""
+    return {
+        "watch": True,
+        "timeout_seconds": seconds,
+        "_preload_content": False,
+        "_request_timeout": aiohttp.ClientTimeout(
+            total=None, sock_connect=30, sock_read=seconds + 30
+        ),
+    }
 
 
 async def json_body(resp: Any) -> Any:

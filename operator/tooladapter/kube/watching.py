@@ -25,7 +25,7 @@ import aiohttp
 from kubernetes_asyncio import client
 
 from tooladapter import GROUP, VERSION
-from tooladapter.kube.client import Kube, json_body
+from tooladapter.kube.client import Kube, json_body, watch_options
 from tooladapter.kube.errors import Conflict, KubeError, VersionExpired, api_errors
 
 logger = logging.getLogger("tooladapter.watch")
@@ -134,14 +134,9 @@ class Watcher:
         method, where = self._list_call()
         resp = await method(
             *where,
-            watch=True,
             resource_version=version,
             allow_watch_bookmarks=True,
-            timeout_seconds=WATCH_SECONDS,
-            _preload_content=False,
-            _request_timeout=aiohttp.ClientTimeout(
-                total=None, sock_connect=30, sock_read=WATCH_SECONDS + 30
-            ),
+            **watch_options(WATCH_SECONDS),
         )
         try:
             if resp.status != 200:

@@ -13,23 +13,14 @@ from aiohttp import web
 
 from tooladapter.enums import Resource
 from tooladapter.gateway import params
+from tooladapter.gateway.ui import web as ui
 from tooladapter.gateway.ui.data import allowed_in, invocations, namespaces_of, with_receipts
-from tooladapter.gateway.ui.web import (
-    PREFIX,
-    ActionRefused,
-    Person,
-    checked_form,
-    page,
-    redirect,
-    render_view,
-    undecidable,
-)
 from tooladapter.review.page import uncertain_calls
 from tooladapter.review.texts import Undecidable, confirmation_patch
 
 
-@page
-async def uncertain(request: web.Request, person: Person) -> web.StreamResponse:
+@ui.page
+async def uncertain(request: web.Request, person: ui.Person) -> web.StreamResponse:
     listing = await invocations(person)
     calls = uncertain_calls(listing.items)
     confirmable = await allowed_in(
@@ -40,7 +31,7 @@ async def uncertain(request: web.Request, person: Person) -> web.StreamResponse:
         resource=Resource.INVOCATIONS,
         subresource="status",
     )
-    return render_view(
+    return ui.render_view(
         request,
         "uncertain",
         person=person,
@@ -53,17 +44,17 @@ async def uncertain(request: web.Request, person: Person) -> web.StreamResponse:
     )
 
 
-@page
-async def confirm(request: web.Request, person: Person) -> web.StreamResponse:
+@ui.page
+async def confirm(request: web.Request, person: ui.Person) -> web.StreamResponse:
     namespace, name = params.namespace(request), params.object_name(request)
-    form = await checked_form(request, person)
+    form = await ui.checked_form(request, person)
     happened = {"yes": True, "no": False}.get(form.get("happened", ""))
     if happened is None:
-        raise ActionRefused("Say whether the effect happened.", 422)
+        raise ui.ActionRefused("Say whether the effect happened.", 422)
     api = person.caller.api
     invocation = await api.get(Resource.INVOCATIONS, namespace, name)
     if (invocation.get("status") or {}).get("effectConfirmation"):
-        raise ActionRefused(f"The effect of {name} was already confirmed.", 409)
+        raise ui.ActionRefused(f"The effect of {name} was already confirmed.", 409)
     try:
         patch = confirmation_patch(
             invocation,
@@ -72,11 +63,11 @@ async def confirm(request: web.Request, person: Person) -> web.StreamResponse:
             evidence=form.get("evidence", ""),
         )
     except Undecidable as exc:
-        raise undecidable(exc) from None
+        raise ui.undecidable(exc) from None
     await api.merge_patch_status(Resource.INVOCATIONS, namespace, name, patch)
-    return redirect(f"{PREFIX}/uncertain?confirmed={name}")
+    return ui.redirect(f"{ui.PREFIX}/uncertain?confirmed={name}")
 
 
 def add_routes(app: web.Application) -> None:
-    app.router.add_get(f"{PREFIX}/uncertain", uncertain, allow_head=False)
-    app.router.add_post(f"{PREFIX}/uncertain/{{namespace}}/{{name}}", confirm)
+    app.router.add_get(f"{ui.PREFIX}/uncertain", uncertain, allow_head=False)
+    app.router.add_post(f"{ui.PREFIX}/uncertain/{{namespace}}/{{name}}", confirm)
