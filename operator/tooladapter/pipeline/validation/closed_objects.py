@@ -37,7 +37,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
-
 from urllib.parse import urljoin
 
 from referencing.exceptions import Unresolvable
@@ -95,8 +94,8 @@ MAX_NAMED = 10
 
 def open_objects(schema: Any) -> list[str]:
     """JSON paths (into the schema) of every object subschema without
-    `additionalProperties: false`, and of every reference that leaves the schema, in a stable order; the root is always an
-    object."""
+    `additionalProperties: false`, and of every reference that leaves the schema, in a
+    stable order; the root is always an object."""
     if schema is True:
         # `true` as the whole schema admits any object, keys and all.
         return [json_path(())]
