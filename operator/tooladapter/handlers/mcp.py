@@ -31,6 +31,7 @@ from tooladapter.kube.client import NotFound
 from tooladapter.mcp.core import types as mcp_types
 from tooladapter.mcp.core.rules import (
     HELD_BACK,
+    REACHABLE,
     BindingCheck,
     check_binding,
     check_closed_schema,
@@ -39,6 +40,7 @@ from tooladapter.mcp.core.rules import (
     probe_plan,
     reachable_without_credentials,
     server_digest,
+    server_reason_for_descriptor,
     standing,
     tool_digest,
     tool_open_objects,
@@ -62,10 +64,6 @@ logger = logging.getLogger("tooladapter.mcp")
 SERVER_UP = Gauge(
     "tooladapter_mcp_server_up", "1 when the last probe passed.", ["tenant", "server"]
 )
-#: The condition that says whether the operator may and did reach the server; False names
-#: why (AddressRefused, ProbeFailed) in its reason and message, like status.message.
-REACHABLE = "Reachable"
-
 PROBE_FAILURES = Counter(
     "tooladapter_mcp_probe_failures", "Failed MCP probes.", ["tenant", "server"]
 )
@@ -93,7 +91,8 @@ class McpServers:
         status = body.get("status") or {}
         phase = status.get("phase", McpServerPhase.REGISTERED)
         if phase != McpServerPhase.ACTIVE:
-            why = f": {status['message']}" if status.get("message") else ""
+            said = server_reason_for_descriptor(status)
+            why = f": {said}" if said else ""
             return False, f"Server{phase}", f"McpServer {binding.get('server')} is {phase}{why}"
         tools = [McpToolInfo.model_validate(t) for t in status.get("tools") or []]
         check = descriptor_binding(spec, tools)

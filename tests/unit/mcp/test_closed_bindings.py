@@ -99,3 +99,14 @@ def test_the_descriptor_binding_joins_the_pinned_digest_and_the_closed_schema() 
     # A changed digest is still reported as such, before the schema is looked at.
     check = descriptor_binding(descriptor("external", closed_tool), [info(open_tool)])
     assert check.code == "schema-changed"
+
+
+def test_a_servers_schema_that_refers_to_the_metaschema_is_open() -> None:
+    """Once broke: an agent-controlled server could list a closed-looking schema whose
+    property is `{"$ref": <the bundled 2020-12 metaschema>}`, which admits any keys."""
+    schema = {
+        "type": "object",
+        "additionalProperties": False,
+        "properties": {"to": {"$ref": "https://json-schema.org/draft/2020-12/schema"}},
+    }
+    assert tool_open_objects(wire_tool(schema)) == ['$.properties.to["$ref"]']

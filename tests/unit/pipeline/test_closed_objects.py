@@ -135,6 +135,62 @@ def test_values_that_are_not_objects_need_nothing() -> None:
     assert open_objects(schema) == []
 
 
+def test_a_ref_to_an_object_hidden_under_an_unknown_keyword_is_followed() -> None:
+    """Once broke: the walk only looked under schema keywords, and a `$ref` may point
+    anywhere in the document: `"x-hidden": {"type": "object"}` referenced from a property
+    admitted `{"a": {"memo": 1}}` while the schema looked closed (and OpenAPI-derived schemas
+    keep their objects under `components`, which the walk did not know)."""
+    schema = {
+        "type": "object",
+        "additionalProperties": False,
+        "properties": {"a": {"$ref": "#/x-hidden"}, "b": {"$ref": "#/hidden"}},
+        "x-hidden": {"type": "object"},
+        "hidden": {"type": "object", "additionalProperties": False},
+    }
+    assert open_objects(schema) == ['$.properties.a["$ref"]']
+    openapi = {
+        "type": "object",
+        "additionalProperties": False,
+        "properties": {"body": {"$ref": "#/components/schemas/Body"}},
+        "components": {"schemas": {"Body": {"properties": {"to": {"type": "string"}}}}},
+    }
+    assert open_objects(openapi) == ['$.properties.body["$ref"]']
+
+
+def test_a_ref_that_leaves_the_schema_is_open() -> None:
+    """Once broke: a `$ref` to the bundled 2020-12 metaschema resolves (it is bundled, never
+    fetched) and admits an object with any keys, yet nothing in the schema was open. A
+    reference that leaves the schema, or does not resolve, is open at the reference."""
+    for ref in (
+        "https://json-schema.org/draft/2020-12/schema",
+        "https://json-schema.org/draft/2020-12/meta/core",
+        "https://example.com/remote.json",
+        "#/nowhere",
+    ):
+        schema = {
+            "type": "object",
+            "additionalProperties": False,
+            "properties": {"a": {"$ref": ref}},
+        }
+        assert open_objects(schema) == ['$.properties.a["$ref"]'], ref
+
+
+def test_recursive_refs_are_walked_once() -> None:
+    schema = {
+        "type": "object",
+        "additionalProperties": False,
+        "properties": {"node": {"$ref": "#/$defs/node"}},
+        "$defs": {
+            "node": {
+                "type": "object",
+                "additionalProperties": False,
+                "properties": {"children": {"type": "array", "items": {"$ref": "#/$defs/node"}}},
+            }
+        },
+    }
+    assert open_objects(schema) == []
+
+
 # --------------------------------------------------------------------------- at apply
 
 

@@ -116,6 +116,7 @@ def test_a_call_created_before_a_spec_was_changed_and_changed_back_runs() -> Non
     stored = as_stored()
     t0 = datetime(2030, 1, 1, tzinfo=UTC)
     guard.observe((), at=t0, observed=stored)
+    guard.observe((), at=t0 + timedelta(seconds=50), observed=stored)  # a re-list
     changed = dict(stored)
     changed[CALLER_BINDING] = Observed({"policyName": "tooladapter-invocation-caller"}, LONG_AGO)
     guard.observe(compare(changed), at=t0 + timedelta(minutes=1), observed=changed)
@@ -123,6 +124,44 @@ def test_a_call_created_before_a_spec_was_changed_and_changed_back_runs() -> Non
     assert guard.refusal(t0 + timedelta(seconds=30)) is None
     refusal = guard.refusal(t0 + timedelta(seconds=90))
     assert refusal is not None and "tooladapter-invocation-caller is changed" in refusal
+
+
+def test_a_gap_begins_at_the_last_sighting_of_everything_intact_not_at_its_own() -> None:
+    """Once broke: a gap began when the operator saw the break (less `CLOCK_SLACK`), so with
+    the watch slow or stalled until the next re-list, a call created after the caller
+    binding was set to Warn (an edit: no new creationTimestamp) and before the operator saw
+    it was taken up after the edit was undone, and ran as whoever it claimed to be."""
+    guard = AdmissionGuard()
+    stored = as_stored()
+    t0 = datetime(2030, 1, 1, tzinfo=UTC)
+    guard.observe((), at=t0, observed=stored)
+    warned = dict(stored)
+    binding = copy.deepcopy(dict(stored[CALLER_BINDING].spec))
+    binding["validationActions"] = ["Warn"]
+    warned[CALLER_BINDING] = Observed(binding, LONG_AGO)
+    # Edited at t0+5s; the watch stalled, the re-list saw it at t0+60s; undone at t0+90s.
+    guard.observe(compare(warned), at=t0 + timedelta(seconds=60), observed=warned)
+    guard.observe((), at=t0 + timedelta(seconds=90), observed=stored)
+    forged = t0 + timedelta(seconds=10)
+    refusal = guard.refusal(forged)
+    assert refusal is not None and "tooladapter-invocation-caller is changed" in refusal
+    assert guard.refusal(t0 + timedelta(seconds=90) + 2 * CLOCK_SLACK) is None
+
+
+def test_a_first_comparison_that_finds_a_break_covers_everything_before_it() -> None:
+    """Never having seen everything intact, the operator knows no beginning of the gap: a
+    call created before it started (while an edited binding vouched for nothing) stays
+    refused once the binding is as shipped again."""
+    guard = AdmissionGuard()
+    stored = as_stored()
+    t0 = datetime(2030, 1, 1, tzinfo=UTC)
+    warned = dict(stored)
+    warned[CALLER_BINDING] = Observed({"policyName": "tooladapter-invocation-caller"}, LONG_AGO)
+    guard.observe(compare(warned), at=t0, observed=warned)
+    guard.observe((), at=t0 + timedelta(minutes=1), observed=stored)
+    refusal = guard.refusal(t0 - timedelta(days=3))
+    assert refusal is not None and "since before the operator first verified them" in refusal
+    assert guard.refusal(t0 + timedelta(minutes=2)) is None
 
 
 def test_a_restarted_operator_still_refuses_calls_older_than_a_recreated_binding() -> None:

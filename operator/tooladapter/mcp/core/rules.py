@@ -348,6 +348,9 @@ def next_phase(
 
 #: Reasons of an McpServer held back by something a person must change (each posts a
 #: Warning event `McpServer<reason>` when it first appears or its message changes).
+#: The McpServer condition that says whether the operator may and did reach the server;
+#: False names why (AddressRefused, ProbeFailed) in its reason and message.
+REACHABLE = "Reachable"
 ADDRESS_REFUSED = "AddressRefused"
 PROBE_FAILED = "ProbeFailed"
 AWAITING_ACTIVATION = "AwaitingActivation"
@@ -395,6 +398,30 @@ def standing(
             True,
         )
     return Standing(str(phase), f"{phase}: {probe_message}; {tools} tools discovered", True)
+
+
+def server_reason_for_descriptor(server_status: Mapping[str, Any]) -> str:
+    """What a descriptor (and a call refused because of it) repeats of its server's
+    standing: the server's `status.message`, except after a failed probe.
+
+    A failed probe's message quotes the server's own error text for the platform admins who
+    read the McpServer; a descriptor's message is read by agents (and copied into a call's
+    refusal) as tooladapter's words, so a server could speak there as us. After a failed
+    probe the descriptor names only the reason and where the text is."""
+    reachable = next(
+        (
+            c
+            for c in server_status.get("conditions") or []
+            if isinstance(c, Mapping) and c.get("type") == REACHABLE
+        ),
+        {},
+    )
+    if reachable.get("reason") == PROBE_FAILED:
+        return (
+            f"{PROBE_FAILED}: its probe failed (the server's own words are in the McpServer's "
+            "status.lastProbe)"
+        )
+    return str(server_status.get("message") or "")
 
 
 # --------------------------------------------------------------------------- credentials

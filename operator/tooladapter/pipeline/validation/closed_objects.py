@@ -21,16 +21,31 @@ puts them: `properties`, `patternProperties`, `additionalProperties`, `items`,
 `dependentSchemas` and the rest of `_SUBSCHEMA_*`. Only `additionalProperties: false`
 counts: it is the one keyword that closes an object on its own, wherever it is referenced
 from (`unevaluatedProperties` depends on the schema around it).
+
+`patternProperties` beside `additionalProperties: false` is the author's way to write a
+map with free keys (labels, headers): its keys are the tool's input by declaration.
+
+Two ways around the walk are closed too (each once let an open object through):
+- A `$ref` (or `$dynamicRef`) may point anywhere in the document, including under a keyword
+  the walk does not know (`"x-hidden": {"type": "object"}`), so every reference is followed
+  to its target and the target walked.
+- A reference that resolves outside the schema (the bundled metaschemas, which admit any
+  keys) or not at all is open at the reference: nothing here says what it admits.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
+from urllib.parse import urljoin
+
+from referencing.exceptions import Unresolvable
+from referencing.jsonschema import DRAFT202012
 
 from tooladapter.enums import SideEffectClass, ToolKind
 from tooladapter.model import ToolDescriptorSpec
 from tooladapter.pipeline.validation.paths import json_path
+from tooladapter.pipeline.validation.refs import LOCAL_ONLY_REGISTRY
 
 #: Keywords whose value is one subschema.
 _SUBSCHEMA_ONE = (
@@ -79,38 +94,87 @@ MAX_NAMED = 10
 
 def open_objects(schema: Any) -> list[str]:
     """JSON paths (into the schema) of every object subschema without
-    `additionalProperties: false`, in a stable order; the root is always an object."""
+    `additionalProperties: false`, and of every reference that leaves the schema, in a
+    stable order; the root is always an object."""
+    if schema is True:
+        # `true` as the whole schema admits any object, keys and all.
+        return [json_path(())]
+    if not isinstance(schema, Mapping):
+        return []
+    resolver = LOCAL_ONLY_REGISTRY.resolver_with_root(DRAFT202012.create_resource(schema))
+    inside = _nodes(schema)
     found: list[str] = []
-    stack: list[tuple[Any, tuple[str | int, ...], bool]] = [(schema, (), True)]
-    while stack:
-        node, path, is_root = stack.pop()
-        if node is True and is_root:
-            # `true` as the whole schema admits any object, keys and all.
-            found.append(json_path(path))
+    #: Subschemas already walked (by identity): a reference cycle is walked once.
+    seen: set[int] = set()
+    stack: list[tuple[Any, tuple[str | int, ...], bool, str]] = [(schema, (), True, "")]
+    #: Reference targets, walked after the document so that a target the walk reaches by
+    #: itself is named by its own path; only a hidden one is named by its reference.
+    deferred: list[tuple[Any, tuple[str | int, ...], bool, str]] = []
+    while stack or deferred:
+        if not stack:
+            stack, deferred = list(reversed(deferred)), []
+        node, path, is_root, base = stack.pop()
+        if not isinstance(node, Mapping) or id(node) in seen:
             continue
-        if not isinstance(node, Mapping):
-            continue
+        seen.add(id(node))
+        if isinstance(node.get("$id"), str):
+            base = urljoin(base, node["$id"])
         if (is_root or _describes_objects(node)) and node.get("additionalProperties") is not False:
             found.append(json_path(path))
-        children: list[tuple[Any, tuple[str | int, ...], bool]] = []
+        children: list[tuple[Any, tuple[str | int, ...], bool, str]] = []
+        for keyword in ("$ref", "$dynamicRef"):
+            ref = node.get(keyword)
+            if not isinstance(ref, str):
+                continue
+            target = _resolve(resolver, urljoin(base, ref))
+            if target is None or id(target) not in inside:
+                found.append(json_path((*path, keyword)))
+            else:
+                deferred.append((target, (*path, keyword), False, base))
         for keyword in _SUBSCHEMA_ONE:
             if keyword in node:
-                children.append((node[keyword], (*path, keyword), False))
+                children.append((node[keyword], (*path, keyword), False, base))
         for keyword in _SUBSCHEMA_LIST:
             value = node.get(keyword)
             if isinstance(value, list):
                 children.extend(
-                    (child, (*path, keyword, index), False) for index, child in enumerate(value)
+                    (child, (*path, keyword, index), False, base)
+                    for index, child in enumerate(value)
                 )
         for keyword in _SUBSCHEMA_MAP:
             value = node.get(keyword)
             if isinstance(value, Mapping):
                 children.extend(
-                    (child, (*path, keyword, str(name)), False) for name, child in value.items()
+                    (child, (*path, keyword, str(name)), False, base)
+                    for name, child in value.items()
                 )
         # Below the root, `true` or `{}` is any value, not necessarily an object: only a
         # subschema that says it describes objects must close them.
         stack.extend(reversed(children))
+    return found
+
+
+def _resolve(resolver: Any, uri: str) -> Any:
+    """The subschema `uri` names, or None when it does not resolve (a remote ref is never
+    fetched: `refs.LOCAL_ONLY_REGISTRY`)."""
+    try:
+        return resolver.lookup(uri).contents
+    except (Unresolvable, LookupError):
+        return None
+
+
+def _nodes(schema: Any) -> set[int]:
+    """The identity of every mapping in the document: a reference resolving to one of them
+    stays inside the schema; anything else (a bundled metaschema) does not."""
+    found: set[int] = set()
+    stack: list[Any] = [schema]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, Mapping):
+            found.add(id(node))
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
     return found
 
 

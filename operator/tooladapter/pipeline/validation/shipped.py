@@ -23,7 +23,7 @@ import copy
 import hashlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from tooladapter.enums import AdmissionFault, AdmissionKind
@@ -40,6 +40,9 @@ SHIPPED_OPERATOR = "system:serviceaccount:tooladapter-system:tooladapter-operato
 CLOCK_SLACK = timedelta(seconds=2)
 #: Gaps remembered; beyond, the oldest two merge into one span (wider, never dropped).
 MAX_GAPS = 64
+#: The beginning of a gap whose beginning is unknown (no comparison found everything intact
+#: before it).
+EARLIEST = datetime.min.replace(tzinfo=UTC)
 
 Key = tuple[AdmissionKind, str]
 
@@ -184,7 +187,14 @@ class AdmissionGuard:
     everything is intact now and the call was created neither inside a gap this process saw
     (widened by `CLOCK_SLACK`) nor before the newest creationTimestamp of a shipped object
     (a recreated binding was absent before it: this holds across operator restarts, when
-    the gaps in memory are gone)."""
+    the gaps in memory are gone).
+
+    A gap begins at the last comparison that found everything intact, not when the break
+    was seen: the break happened at some moment between the two, and a watch may be slow
+    or stalled until the next re-list (`relist_seconds`). Begun at the sighting, a gap let a
+    call created after an edit (validationActions set to Warn: no new creationTimestamp)
+    but before the sighting run once the edit was undone. A process that never saw
+    everything intact knows no beginning: its first gap covers everything before."""
 
     #: None: not compared yet.
     problems: tuple[Problem, ...] | None = None
@@ -192,6 +202,9 @@ class AdmissionGuard:
     #: The newest creationTimestamp among the shipped objects, and which one it is.
     newest: tuple[datetime, Key] | None = None
     slack: timedelta = CLOCK_SLACK
+    #: When a comparison last found everything intact (this process's clock): a gap that
+    #: opens after it may have begun any time since.
+    intact_at: datetime | None = None
 
     @property
     def intact(self) -> bool:
@@ -204,9 +217,12 @@ class AdmissionGuard:
         problems = tuple(problems)
         was_intact = self.intact
         if problems and (was_intact or self.problems is None):
-            # A gap opens (at start too: what happened before is unknown, and the
-            # creationTimestamp rule below covers what a restart forgot).
-            self.gaps.append(Gap(at - self.slack, None, problems))
+            # A gap opens, from the last sighting of everything intact: the break came at
+            # some moment since. At start, or never seen intact, from the beginning of
+            # time (what happened before is unknown; the creationTimestamp rule below
+            # covers what a restart forgot of a recreated object).
+            since = self.intact_at - self.slack if self.intact_at is not None else EARLIEST
+            self.gaps.append(Gap(since, None, problems))
         elif problems and self.gaps and self.gaps[-1].end is None:
             last = self.gaps[-1]
             merged = tuple(dict.fromkeys(last.problems + problems))
@@ -218,6 +234,8 @@ class AdmissionGuard:
             first, second = self.gaps[0], self.gaps[1]
             self.gaps[:2] = [Gap(first.start, second.end, first.problems + second.problems)]
         self.problems = problems
+        if not problems:
+            self.intact_at = at
         newest = [(seen.created, key) for key, seen in observed.items() if seen.created is not None]
         self.newest = max(newest, key=lambda pair: pair[0]) if newest else self.newest
 
@@ -239,10 +257,15 @@ class AdmissionGuard:
             if gap.start <= created and (gap.end is None or created < gap.end):
                 named = "; ".join(p.text() for p in gap.problems)
                 until = to_iso(gap.end) if gap.end else "now"
+                since = (
+                    f"from {to_iso(gap.start)}"
+                    if gap.start > EARLIEST
+                    else "since before the operator first verified them"
+                )
                 return (
-                    f"this call was created at {to_iso(created)}, while {named} (from "
-                    f"{to_iso(gap.start)} to {until}), so who created it was not verified; "
-                    "it runs nothing: make the call again"
+                    f"this call was created at {to_iso(created)}, while {named} ({since} "
+                    f"to {until}), so who created it was not verified; it runs nothing: make "
+                    "the call again"
                 )
         if self.newest is not None and created <= self.newest[0]:
             _, (kind, name) = self.newest
