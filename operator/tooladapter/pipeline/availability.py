@@ -15,6 +15,9 @@ from tooladapter.enums import FailureClass, ToolKind
 
 #: At most this many published versions are listed in a refusal.
 MAX_LISTED_VERSIONS = 20
+#: Ready reasons of an unhealthy mcp descriptor that only a person's change ends (re-pinning
+#: the digest, closing the server's schema): a call refused for one is not transient.
+_NEEDS_A_PERSON = frozenset({"SchemaChanged", "OpenSchema"})
 
 
 def published_versions(descriptors: Iterable[Mapping[str, Any]], tool_id: str) -> list[str]:
@@ -70,14 +73,15 @@ def unavailable(
         )
     if not status.get("healthy"):
         # An MCP server that is down or not active may come back (transient); a changed
-        # tool schema needs a person to re-pin the digest, so retrying cannot help.
+        # tool schema needs a person to re-pin the digest, and a server schema that admits
+        # unknown keys a person to close it, so retrying cannot help.
         ready: Mapping[str, Any] = next(
             (c for c in status.get("conditions") or [] if c.get("type") == "Ready"), {}
         )
         failure = (
             FailureClass.TRANSIENT
             if (body.get("spec") or {}).get("kind") == ToolKind.MCP
-            and ready.get("reason") != "SchemaChanged"
+            and ready.get("reason") not in _NEEDS_A_PERSON
             else FailureClass.VALIDATION
         )
         return f"tool {tool_id}@{version} is unhealthy: {status.get('message') or ''}", failure

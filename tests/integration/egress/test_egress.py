@@ -45,6 +45,7 @@ from tooladapter.devtools import (
     wait_for,
 )
 from tooladapter.devtools.tls import make_certificates
+from tooladapter.egress.core.tally import MAX_LISTED_HOSTS
 from tooladapter.receipts.core.check import parse_receipt
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(600)]
@@ -247,6 +248,71 @@ def test_a_connection_ignoring_the_proxy_and_dns_get_no_answer(
         assert 53 not in ports and ports == [
             int(status["sandboxLease"]["egressProxy"].split(":")[1])
         ]
+
+
+def test_210_refused_requests_before_one_allowed_connection_leave_it_in_status_and_receipt(
+    api: client.ApiClient,
+    ens: Namespace,
+    eagent: Agent,
+    servers: Servers,
+    egress: tuple[OperatorProcess, EgressProxyProcess],
+) -> None:
+    """Issue 37: a record kept "first N" let a sandbox push its one allowed connection out
+    with refusals. Here 210 requests to hosts not on the list (each its own host: 32 rows by
+    host, the rest in one `others` row) come first, then one allowed request; status and the
+    receipt still show the allowed connection, every refusal is counted, and the whole list
+    is in the store under `egressRecordsRef`."""
+    port = servers.plain.port
+    refused = 210
+    shell_tool(
+        api, ens.name, "flood", egress=[f"{API}:{port}"], timeout=120, shell={"allow": ["curl"]}
+    )
+    eagent.grant(["flood"], ["sandbox"])
+    # One curl, its URL glob ([1-210]) sequential requests through the proxy (each refused
+    # with a 403 curl ignores without -f), then the allowed URL, its body on stdout.
+    command = (
+        f"curl -s -S --max-time 60 -o /dev/null "
+        f"http://r[1-{refused}].refused.example.test:{port}/refused "
+        f"http://{API}:{port}/after-refusals"
+    )
+    status = run(eagent, "flood", command, timeout=300)
+    assert status["state"] == "Observed", explain(status, egress)
+    assert "hello from the node" in status["result"]["content"], explain(status, egress)
+    assert servers.plain.hits["/after-refusals"] == 1
+    assert servers.plain.hits["/refused"] == 0
+
+    rows = status["egress"]
+    allowed = [r for r in rows if r["verdict"] == "allowed"]
+    assert [(r["host"], r["port"]) for r in allowed] == [(API, port)], explain(status, egress)
+    assert allowed[0]["connections"] >= 1
+    assert allowed[0]["bytesUp"] > 0 and allowed[0]["bytesDown"] > 0
+    denied = [r for r in rows if r["verdict"] != "allowed"]
+    assert {r["verdict"] for r in denied} == {"not-allowed"}, pretty(denied)
+    assert sum(r["connections"] for r in denied) == refused, pretty(denied)
+    named = [r for r in denied if not r.get("others")]
+    assert len(named) == MAX_LISTED_HOSTS
+    assert all(r["host"].endswith(".refused.example.test") for r in named)
+    (others,) = [r for r in denied if r.get("others")]
+    assert others["connections"] == refused - MAX_LISTED_HOSTS
+
+    signed = receipt(egress[0], status)
+    # The receipt carries the rows sparse (an empty reason left out), the status whole.
+    assert signed["egress"] == [{k: v for k, v in r.items() if v != ""} for r in rows]
+    assert signed["usage"]["egressBytesUp"] >= allowed[0]["bytesUp"]
+    assert signed["usage"]["egressBytesDown"] >= allowed[0]["bytesDown"]
+    ref = status["egressRecordsRef"]
+    assert signed["egressRecordsRef"] == ref
+    # The whole list, as the proxy wrote it, in the results space of the store.
+    digest = ref.split(":")[1]
+    data = (egress[0].artifacts / "results" / "sha256" / digest[:2] / digest).read_bytes()
+    assert hashlib.sha256(data).hexdigest() == digest
+    whole = json.loads(data)
+    counted = {
+        verdict: sum(r.get("count", 1) for r in whole if r["verdict"] == verdict)
+        for verdict in ("allowed", "not-allowed")
+    }
+    assert counted == {"allowed": allowed[0]["connections"], "not-allowed": refused}
+    assert any(r["host"] == API and r["verdict"] == "allowed" for r in whole)
 
 
 # --------------------------------------------------------------------------- tokens

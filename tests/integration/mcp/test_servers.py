@@ -202,6 +202,14 @@ def wait_events(
     return wait_for(posted, timeout=60, what=f"events {sorted(reasons)} of McpServer {name}")
 
 
+def descriptor_events(api: client.ApiClient, namespace: str, name: str) -> dict[str, str]:
+    """reason -> message of a ToolDescriptor's Events."""
+    events = client.CoreV1Api(api).list_namespaced_event(
+        namespace, field_selector=f"involvedObject.kind=ToolDescriptor,involvedObject.name={name}"
+    )
+    return cast(dict[str, str], {e.reason: e.message for e in events.items})
+
+
 def secret_values() -> list[str]:
     return [FAKE_AWS_ACCESS_KEY, FAKE_AWS_SECRET_KEY, FAKE_GITHUB_TOKEN]
 
@@ -305,6 +313,101 @@ def test_a_server_speaking_an_earlier_protocol_revision_is_activated_and_called(
     assert status["state"] == "Observed", pretty(status)
     assert status["result"]["content"] == "42"
     assert status["result"]["structuredContent"] == {"sum": 42}
+
+
+#: `add`'s arguments closed as the descriptor declares them: only the server's schema is open.
+ADD_SCHEMA = {
+    "type": "object",
+    "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+    "required": ["a", "b"],
+    "additionalProperties": False,
+}
+
+
+@pytest.mark.timeout(180)
+def test_effectful_tools_whose_schema_admits_unknown_keys_are_refused_at_apply_naming_the_path(
+    api: client.ApiClient, ns: Namespace, agent: Agent, servers: Servers
+) -> None:
+    """Issue 37: the unconfirmed-effect block compares a container or mcp tool's arguments
+    whole, so a key the tool ignores must be one it refuses. An external `mcp` descriptor
+    bound to a server tool whose inputSchema admits unknown keys (`add`: no
+    additionalProperties) is held back naming the tool and the path, and runs nothing; a
+    `container` tool of class external whose own inputSchema has an open object is refused
+    at apply naming its path."""
+    server = servers("--mode", "current")
+    register(api, ns.name, "tools", server.url, interval=30)
+    active = wait_phase(api, ns.name, "tools", "Active")
+    listed = {t["name"]: t.get("openObjects") for t in active["tools"]}
+    assert listed["add"] == ["$"] and not listed["echo"], listed
+
+    # The descriptor's own schema is closed: the server's is what the tool takes.
+    bind(
+        api,
+        ns.name,
+        "add",
+        "tools",
+        "add",
+        side_effect_class="external",
+        inputSchema=ADD_SCHEMA,
+        healthy=False,
+    )
+    held = wait_descriptor(api, ns.name, "add", healthy=False, reason="OpenSchema")
+    assert "tool 'add' of the server: inputSchema at $:" in held["message"], pretty(held)
+    assert "additionalProperties: false" in held["message"]
+    ready = next(c for c in held["conditions"] if c["type"] == "Ready")
+    assert ready["status"] == "False" and "'add'" in ready["message"], pretty(held)
+    # The server's bindings are written with its next probe.
+    binding = wait_for(
+        lambda: next(iter(server_status(api, ns.name, "tools").get("bindings") or []), None),
+        timeout=60,
+        what="the binding of add on McpServer tools",
+    )
+    assert (binding["descriptor"], binding["bound"]) == ("add-1-0-0", False), binding
+    events = wait_for(
+        lambda: (
+            e
+            if (e := descriptor_events(api, ns.name, "add-1-0-0")).get("ToolDescriptorOpenSchema")
+            else None
+        ),
+        timeout=60,
+        what="the Warning event ToolDescriptorOpenSchema",
+    )
+    assert "inputSchema at $" in events["ToolDescriptorOpenSchema"]
+
+    # A call names it: refused at validation, the server never sees it.
+    agent.grant(["add"], ["external"])
+    mark = server.mark()
+    denied = status_of(agent.wait(agent.invoke("add", {"a": 2, "b": 40})))
+    assert denied["state"] == "Denied" and denied["deniedStage"] == "validation", pretty(denied)
+    assert "inputSchema at $" in denied["message"], pretty(denied)
+    # Not transient: only a person closing the server's schema ends it.
+    assert denied["failureClass"] == "validation", pretty(denied)
+    server.mark()
+    assert not [line for line in server.seen[mark:] if line.startswith("CALLED add")]
+
+    # A container tool of class external, an object in its own inputSchema left open.
+    descriptor(
+        api,
+        ns.name,
+        "deploy",
+        kind="container",
+        side_effect_class="external",
+        wait_active=False,
+        inputSchema={
+            "type": "object",
+            "properties": {"target": {"type": "string"}, "options": {"type": "object"}},
+            "additionalProperties": False,
+        },
+        timeoutSeconds=30,
+        sandbox={
+            "command": ["/bin/sh", "-c", "cat /tooladapter/arguments.json"],
+            "resources": {"limits": {"cpu": "100m", "memory": "32Mi"}},
+        },
+    )
+    invalid = wait_descriptor(api, ns.name, "deploy", healthy=False, reason="Invalid")
+    assert invalid["active"] is False, pretty(invalid)
+    assert "inputSchema at $.properties.options:" in invalid["message"], pretty(invalid)
+    assert "class external" in invalid["message"]
 
 
 @pytest.mark.timeout(180)

@@ -149,6 +149,22 @@ def test_an_extended_request_must_equal_its_limit() -> None:
     assert ResourceQuantities(cpu="1").extended == {}
 
 
+def test_an_mcp_tool_held_back_until_a_person_acts_is_refused_as_validation_not_transient() -> None:
+    """A changed schema (re-pin) or a server schema admitting unknown keys (close it) does
+    not pass by retrying; a server that is not active may come back."""
+    body = descriptor("t", kind="mcp")
+    expected = {
+        "SchemaChanged": FailureClass.VALIDATION,
+        "OpenSchema": FailureClass.VALIDATION,
+        "ServerDegraded": FailureClass.TRANSIENT,
+    }
+    for reason, failure in expected.items():
+        ready = {"type": "Ready", "status": "False", "reason": reason}
+        body["status"] = {"active": True, "healthy": False, "conditions": [ready]}
+        refused = unavailable(namespace="n", tool_id="t", version="1.0.0", body=body)
+        assert refused is not None and refused[1] == failure, reason
+
+
 # --------------------------------------------------------------------------- retirement
 
 
