@@ -224,13 +224,13 @@ class EgressUse(Model):
     """The connections of one verdict, host and port, as counted over every record of the
     lease (status and receipt; the whole list is at egressRecordsRef)."""
 
-    host: str = ""
+    host: str = Field(default="", json_schema_extra=no_crd_default)
     """The host; empty on an `others` row."""
     port: int | None = None
     """Its port (none on an `others` row)."""
     verdict: EgressVerdict
     """What the proxy decided: `allowed` rows count connections that went out."""
-    reason: str = ""
+    reason: str = Field(default="", json_schema_extra=no_crd_default)
     """The first refusal's reason, for a refused row."""
     connections: int = 0
     """How many connections (or refused requests) the row counts."""
