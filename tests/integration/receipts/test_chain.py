@@ -260,15 +260,17 @@ def test_five_calls_verify_offline_and_each_tampering_is_named_by_its_sequence(
             )  # fmt: skip
 
         assert verify_one(digest).returncode == 12
-        # The same rewrite without an envelope: unsigned, so no receipt (every one is signed).
+        # The same rewrite without an envelope: unsigned, so no receipt (every one is signed),
+        # and no chain holds it: the store's bytes are never taken for a receipt.
         plain = json.dumps(statement["predicate"], sort_keys=True).encode()
         unsigned = verify_one(put_content(rewritten, plain))
-        assert unsigned.returncode == 12, (unsigned.stdout, unsigned.stderr)
-        assert "a rewrite" in unsigned.stderr
-        # ... and as an envelope without a signature (not a receipt at all: invalid).
+        assert unsigned.returncode == 8, (unsigned.stdout, unsigned.stderr)
+        assert "is no receipt of a chain" in unsigned.stderr
+        # ... and as an envelope without a signature: no receipt either.
         bare = json.dumps({**envelope, "signatures": []}, sort_keys=True).encode()
         unsigned = verify_one(put_content(rewritten, bare))
-        assert unsigned.returncode == 12, (unsigned.stdout, unsigned.stderr)
+        assert unsigned.returncode == 8, (unsigned.stdout, unsigned.stderr)
+        assert "is no receipt of a chain" in unsigned.stderr
     finally:
         ns.delete()
 
