@@ -14,8 +14,14 @@ from tests.unit.fake_cluster import NAMESPACE, Harness, descriptor, shell_descri
 from tooladapter import API_VERSION
 from tooladapter.enums import McpServerPhase, Resource
 from tooladapter.handlers import descriptors
-from tooladapter.handlers.mcp import REACHABLE, McpServers
-from tooladapter.mcp.core.rules import ADDRESS_REFUSED, AWAITING_ACTIVATION, PROBE_FAILED, standing
+from tooladapter.handlers.mcp import McpServers
+from tooladapter.mcp.core.rules import (
+    ADDRESS_REFUSED,
+    AWAITING_ACTIVATION,
+    PROBE_FAILED,
+    REACHABLE,
+    standing,
+)
 from tooladapter.pipeline.conditions import invocation_conditions
 
 # ------------------------------------------------------------------ pure: standing
