@@ -31,7 +31,7 @@ from tooladapter.devtools import (
     node_ip,
     wait_for,
 )
-from tooladapter.sandbox.warm import LABEL_WORKSPACE, workspace_key
+from tooladapter.sandbox.warm import LABEL_CALL, LABEL_WORKSPACE, workspace_key
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(900)]
 
@@ -460,7 +460,17 @@ def test_a_call_whose_operator_was_killed_ends_once_and_its_processes_are_stoppe
     name = start(
         alice, "rs", "echo begun > /workspace/begun; sleep 240; echo x > /workspace/x", "z1"
     )
-    alice.wait(name, states={"Executing"})
+    uid = alice.wait(name, states={"Executing"})["metadata"]["uid"]
+    # Executing is written before the workspace is taken; the kill is meant for a tool that
+    # runs, so wait until the workspace pod names this call (its exec follows at once).
+    core = client.CoreV1Api(api)
+    wait_for(
+        lambda: (
+            core.list_namespaced_pod(wns.name, label_selector=f"{LABEL_CALL}={uid}").items or None
+        ),
+        timeout=60,
+        what="the workspace pod taken by the call",
+    )
     operator = warm[0]
     operator.kill()  # no graceful end: the exec stream dies with the process
     operator.start()
