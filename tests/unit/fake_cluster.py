@@ -13,6 +13,8 @@ result after it ran (to stop the "operator" right after a write, say).
 
 from __future__ import annotations
 
+import base64
+
 import asyncio
 import copy
 import dataclasses
@@ -496,6 +498,7 @@ class FakeCluster:
         audiences: list[str],
         expiration_seconds: int,
         bound_secret: str | None = None,
+        store_key: str | None = None,
     ) -> tuple[str, str]:
         if (namespace, service_account) not in self.service_accounts:
             raise NotFound(f"serviceaccount {namespace}/{service_account}")
@@ -504,6 +507,9 @@ class FakeCluster:
         if bound_secret is not None:
             # Bound to the lease's Secret, and written into it (as the real seam does).
             self.token_bindings[token] = bound_secret
+            if store_key is not None and (namespace, bound_secret) in self.secrets:
+                encoded = base64.b64encode(token.encode()).decode()
+                self.secrets[(namespace, bound_secret)][store_key] = encoded
         return token, expiry
 
     @seam

@@ -27,6 +27,7 @@ from contextlib import AbstractAsyncContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from tooladapter.credentials.carried import Carried
 from tooladapter.enums import (
     FailureClass,
     InvocationState,
@@ -64,6 +65,9 @@ class Call:
     attempt_id: str | None = None
     #: The lease's egress allow-list (CIDR entries keep a call out of warm sandboxes).
     egress_allow: tuple[str, ...] = ()
+    #: The credentials an operator-run call (http) carries, with their values; each goes
+    #: only into the requests its `inject` matches (`credentials.requests`).
+    credentials: tuple[Carried, ...] = field(default=(), repr=False)
     interrupted: asyncio.Event = field(default_factory=asyncio.Event, compare=False)
     #: Waits on something outside the operator (a sandbox Job) without holding one of the
     #: calls-in-flight slots (`inflight`): long Jobs must not crowd out other calls.

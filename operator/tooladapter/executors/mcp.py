@@ -15,6 +15,8 @@ import dataclasses
 
 from tooladapter import offload
 from tooladapter.catalog import Catalog
+from tooladapter.credentials.carried import header_of, header_problem
+from tooladapter.credentials.requests import carries_url
 from tooladapter.egress.core.addresses import AddressRule
 from tooladapter.enums import FailureClass, Transmission
 from tooladapter.executors import Call, InOperator, Outcome, lost
@@ -31,16 +33,41 @@ from tooladapter.pipeline.sanitize.results import sanitize_structured
 async def credentials_for(
     cluster: Cluster, namespace: str, spec: McpServerSpec
 ) -> tuple[dict[str, str], list[str]]:
-    """The headers carrying the server's credential, and the secret value itself."""
-    if spec.credentials is None:
-        return {}, []
-    ref = spec.credentials.secret_key_ref
-    data = await cluster.read_secret(namespace, ref.name)
-    if ref.key not in data:
-        raise NotFound(f"secret {ref.name} has no key {ref.key}")
-    value = decode_b64(data[ref.key])
-    header = {spec.credentials.header: f"{spec.credentials.scheme} {value}".strip()}
-    return header, [value]
+    """The headers carrying the server's credentials (each whose `inject.hosts` names the
+    url's host), and every form of their values (for redaction). `NotFound` when a Secret,
+    its key or a ServiceAccount is missing: nothing is sent."""
+    headers: dict[str, str] = {}
+    secrets: list[str] = []
+    for credential in spec.credentials:
+        inject = credential.inject
+        if inject.hosts is None or not carries_url(inject, "POST", spec.url):
+            continue
+        source = credential.source
+        if source.secret_key_ref is not None:
+            ref = source.secret_key_ref
+            data = await cluster.read_secret(namespace, ref.name)
+            if ref.key not in data:
+                raise NotFound(f"secret {ref.name} has no key {ref.key}")
+            value = decode_b64(data[ref.key]).strip()
+        else:
+            assert source.service_account_token is not None
+            token = source.service_account_token
+            value, _expiry = await cluster.request_token(
+                namespace=namespace,
+                service_account=token.service_account_name,
+                audiences=list(token.audiences),
+                expiration_seconds=SERVER_TOKEN_SECONDS,
+            )
+        if header_problem(value) is not None:
+            raise NotFound(f"credential {credential.name}: the value is not a one-line header")
+        name, text = header_of(inject, value)
+        headers[name] = text
+        secrets.extend((value, text))
+    return headers, secrets
+
+
+#: A server's token lives for the API server's minimum (it is minted per exchange).
+SERVER_TOKEN_SECONDS = 600
 
 
 def address_rule(spec: McpServerSpec, blocked: tuple[str, ...] = ()) -> AddressRule:

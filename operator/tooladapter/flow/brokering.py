@@ -2,14 +2,22 @@
 
 Every object made here has a name derived from the invocation's uid, so repeating the step
 after a restart finds what an earlier run made instead of making a second one. A missing
-Secret or ServiceAccount denies the call (fail closed) before anything runs.
+Secret, key or ServiceAccount denies the call (fail closed) before anything runs.
+
+Where each credential goes (`spec.credentials[].inject`): an http tool's values stay in the
+operator's memory (`ctx.carried`) and go only into the requests they match; a sandboxed
+tool's HTTP values go into the lease's egress grant, where only the proxy reads them; its
+files into the lease's Secret, mounted read-only for a container tool's fixed command.
+Tokens of a sandboxed call are bound to the lease's Secret: they die with the call.
 """
 
 from __future__ import annotations
 
+import base64
 import secrets
 
 from tooladapter import API_VERSION
+from tooladapter.credentials.carried import Carried, header_of, header_problem, record, secret_forms
 from tooladapter.egress.core.cidr_bounds import descriptor_cidr_problems, parse_cluster
 from tooladapter.egress.core.lease import (
     CredentialGrant,
@@ -26,6 +34,8 @@ from tooladapter.flow.recheck import needs_recheck, recheck
 from tooladapter.kube.client import NotFound
 from tooladapter.kube.sandbox import decode_b64
 from tooladapter.model import (
+    Credential,
+    CredentialUse,
     LeaseLimits,
     SandboxLease,
     SandboxSpec,
@@ -37,7 +47,6 @@ from tooladapter.sandbox.job import (
     build_secret,
     owner_reference,
     runtime_class_for,
-    secret_item_key,
 )
 from tooladapter.sandbox.warm import uses_attempt_workspace
 from tooladapter.timeutil import in_seconds, now_iso
@@ -50,23 +59,30 @@ async def broker(ctx: FlowContext) -> None:
         await recheck(ctx)
     descriptor = await ctx.load_descriptor()
     ctx.limits = CallLimits.of(descriptor, ctx.rt.settings)
-    data_b64 = await gather_credentials(ctx, descriptor)
-    ctx.secret_values = [decode_b64(v) for v in data_b64.values()]
-    # A ServiceAccount token is only ever handed to a sandbox, bound to its lease's Secret.
-    identity = (
-        descriptor.authorization.kubernetes_identity if descriptor.kind in SANDBOX_KINDS else None
-    )
-    count = len(data_b64) + (1 if identity else 0)
-    ctx.record(
-        Stage.CREDENTIALS,
-        StageOutcome.BROKERED if count else StageOutcome.NONE,
-        f"{count} value(s), expiring with the call" if count else "",
-    )
+    values = await read_secret_values(ctx, descriptor)
     if descriptor.kind in SANDBOX_KINDS:
-        await lease_sandbox(ctx, descriptor, data_b64)
+        await lease_sandbox(ctx, descriptor, values)
     else:
+        carried = await with_tokens(ctx, descriptor, values, bound_secret=None)
+        note_credentials(ctx, carried)
         ctx.record(Stage.SANDBOX, StageOutcome.NONE)  # status.execution.kind runs in the operator
     await ctx.advance(InvocationState.BROKERED)
+
+
+async def ensure_carried(ctx: FlowContext, descriptor: ToolDescriptorSpec) -> list[Carried]:
+    """The credentials an operator-run call carries: brokered by this process, or (after
+    a restart between brokering and execution) brokered again, right before acting. A
+    Secret gone by then ends the call Failed at credentials: nothing was sent."""
+    if ctx.carried is not None or not descriptor.credentials:
+        return ctx.carried or []
+    try:
+        values = await read_secret_values(ctx, descriptor)
+        carried = await with_tokens(ctx, descriptor, values, bound_secret=None)
+    except Denial as denial:
+        raise Failure(Stage.CREDENTIALS, denial.reason, denial.failure) from None
+    ctx.carried = carried
+    ctx.secret_values.extend(form for item in carried for form in secret_forms(item))
+    return carried
 
 
 def credential_seconds(ctx: FlowContext, descriptor: ToolDescriptorSpec) -> int:
@@ -78,57 +94,120 @@ def credential_seconds(ctx: FlowContext, descriptor: ToolDescriptorSpec) -> int:
     return ctx.call_limits().timeout_seconds + waited
 
 
-async def gather_credentials(ctx: FlowContext, descriptor: ToolDescriptorSpec) -> dict[str, str]:
-    """The secret values the tool depends on, base64 as Secrets hold them."""
-    data_b64: dict[str, str] = {}
-    for dep in descriptor.secret_dependencies:
-        try:
-            source = await ctx.rt.cluster.read_secret(ctx.namespace, dep.secret_name)
-        except NotFound:
-            raise Denial(
-                Stage.CREDENTIALS,
-                f"secret {dep.secret_name} not found in {ctx.namespace}: failing closed",
-                FailureClass.CREDENTIALS,
-            ) from None
-        for key in dep.keys:
-            if key not in source:
-                raise Denial(
-                    Stage.CREDENTIALS,
-                    f"secret {dep.secret_name} has no key {key!r}: failing closed",
-                    FailureClass.CREDENTIALS,
+def _denied(message: str) -> Denial:
+    return Denial(Stage.CREDENTIALS, message, FailureClass.CREDENTIALS)
+
+
+async def read_secret_values(
+    ctx: FlowContext, descriptor: ToolDescriptorSpec
+) -> dict[str, tuple[str, str]]:
+    """The Secret values the declared credentials name, by credential name: (text, base64
+    as the Secret holds it). Each Secret is read once per call."""
+    read: dict[str, dict[str, str]] = {}
+    values: dict[str, tuple[str, str]] = {}
+    for credential in descriptor.credentials:
+        ref = credential.source.secret_key_ref
+        if ref is None:
+            continue
+        if ref.name not in read:
+            try:
+                read[ref.name] = await ctx.rt.cluster.read_secret(ctx.namespace, ref.name)
+            except NotFound:
+                raise _denied(
+                    f"credential {credential.name}: secret {ref.name} not found in "
+                    f"{ctx.namespace}: failing closed"
+                ) from None
+        if ref.key not in read[ref.name]:
+            raise _denied(
+                f"credential {credential.name}: secret {ref.name} has no key {ref.key!r}: "
+                "failing closed"
+            )
+        data = read[ref.name][ref.key]
+        text = decode_b64(data)
+        if credential.inject.hosts is not None:
+            text = text.strip()
+            problem = header_problem(text)
+            if problem:
+                raise _denied(
+                    f"credential {credential.name}: secret {ref.name} key {ref.key!r} {problem}"
                 )
-            data_b64[secret_item_key(dep.secret_name, key)] = source[key]
-    return data_b64
+        values[credential.name] = (text, data)
+    return values
 
 
-async def mint_token(ctx: FlowContext, descriptor: ToolDescriptorSpec, secret: str) -> str | None:
-    """The tool's ServiceAccount token, bound to the lease's Secret (it stops working when
-    the Secret is deleted at the call's end) and written into it; its expiry."""
-    identity = descriptor.authorization.kubernetes_identity
-    if identity is None:
-        return None
+async def with_tokens(
+    ctx: FlowContext,
+    descriptor: ToolDescriptorSpec,
+    values: dict[str, tuple[str, str]],
+    *,
+    bound_secret: str | None,
+) -> list[Carried]:
+    """Every declared credential with its value: Secret values as read, tokens minted now
+    (bound to `bound_secret`, and stored in it under the file's key when they go to a
+    file)."""
+    carried: list[Carried] = []
+    for credential in descriptor.credentials:
+        if credential.name in values:
+            text, data = values[credential.name]
+            carried.append(Carried(credential, text, data))
+            continue
+        carried.append(await mint(ctx, descriptor, credential, bound_secret))
+    return carried
+
+
+async def mint(
+    ctx: FlowContext,
+    descriptor: ToolDescriptorSpec,
+    credential: Credential,
+    bound_secret: str | None,
+) -> Carried:
+    """A ServiceAccount token for one credential, expiring with the call."""
+    source = credential.source.service_account_token
+    assert source is not None  # exactly one source (the CRD and the model both say so)
+    file_key = f"file-{credential.name}" if credential.inject.file is not None else None
     try:
         token, expiry = await ctx.rt.cluster.request_token(
             namespace=ctx.namespace,
-            service_account=identity.service_account_name,
-            audiences=identity.audiences,
+            service_account=source.service_account_name,
+            audiences=list(source.audiences),
             expiration_seconds=credential_seconds(ctx, descriptor),
-            bound_secret=secret,
+            bound_secret=bound_secret,
+            store_key=file_key if bound_secret is not None else None,
         )
     except NotFound:
-        raise Denial(
-            Stage.CREDENTIALS,
-            f"serviceaccount {identity.service_account_name} not found: failing closed",
-            FailureClass.CREDENTIALS,
+        raise _denied(
+            f"credential {credential.name}: serviceaccount {source.service_account_name} "
+            f"not found in {ctx.namespace}: failing closed"
         ) from None
-    ctx.secret_values.append(token)
-    return expiry
+    data = _b64(token)
+    return Carried(credential, token, data, expires_at=expiry or None)
+
+
+def _b64(text: str) -> str:
+    return base64.b64encode(text.encode()).decode()
+
+
+def note_credentials(ctx: FlowContext, carried: list[Carried]) -> None:
+    """The carried credentials into memory (for the executor and redaction), status (what
+    went where, never a value) and the credentials stage."""
+    ctx.carried = carried
+    ctx.secret_values.extend(form for item in carried for form in secret_forms(item))
+    ctx.status.credentials = [CredentialUse.model_validate(record(item)) for item in carried]
+    ctx.record(
+        Stage.CREDENTIALS,
+        StageOutcome.BROKERED if carried else StageOutcome.NONE,
+        f"{len(carried)} credential(s) ({', '.join(item.name for item in carried)}), "
+        "expiring with the call"
+        if carried
+        else "",
+    )
 
 
 async def lease_sandbox(
-    ctx: FlowContext, descriptor: ToolDescriptorSpec, data_b64: dict[str, str]
+    ctx: FlowContext, descriptor: ToolDescriptorSpec, values: dict[str, tuple[str, str]]
 ) -> None:
-    """The lease's Secret and default-deny NetworkPolicy, owned by the invocation."""
+    """The lease's Secret (credential files, and the binding of its tokens), its egress
+    grant and default-deny NetworkPolicy, owned by the invocation."""
     sandbox = descriptor.sandbox_spec
     if sandbox is None:
         # The CRD requires a sandbox block of container tools; one that slipped by can
@@ -147,15 +226,23 @@ async def lease_sandbox(
     owner = owner_reference(
         api_version=API_VERSION, kind="ToolInvocation", name=ctx.name, uid=ctx.uid
     )
-    has_secret = bool(data_b64) or descriptor.authorization.kubernetes_identity is not None
-    expiry = None
+    files = {
+        f"file-{c.name}": values[c.name][1]
+        for c in descriptor.credentials
+        if c.inject.file is not None and c.name in values
+    }
+    tokens = any(c.source.service_account_token for c in descriptor.credentials)
+    has_secret = bool(files) or tokens
     if has_secret:
         await ctx.rt.cluster.create(
-            build_secret(namespace=ctx.namespace, uid=ctx.uid, owner=owner, data_b64=data_b64)
+            build_secret(namespace=ctx.namespace, uid=ctx.uid, owner=owner, data_b64=files)
         )
-        expiry = await mint_token(ctx, descriptor, names.secret)
+    carried = await with_tokens(
+        ctx, descriptor, values, bound_secret=names.secret if has_secret else None
+    )
+    note_credentials(ctx, carried)
     allow = lease_allow_list(ctx, sandbox)
-    proxied = await grant_egress(ctx, descriptor, sandbox, allow, owner)
+    proxied = await grant_egress(ctx, descriptor, carried, allow)
     # An attempt's call runs in its workspace pod, which the namespace's warm policy
     # (`pipeline.warm`) confines to the proxy: a policy of the call's own would select
     # no pod. Its egress is its grant at the proxy, made above.
@@ -172,6 +259,7 @@ async def lease_sandbox(
                 cluster=parse_cluster(ctx.rt.settings.egress.cluster_cidrs),
             )
         )
+    expiries = sorted(item.expires_at for item in carried if item.expires_at)
     lease = SandboxLease(
         lease_id=ctx.uid,
         kind=sandbox.kind,
@@ -184,8 +272,8 @@ async def lease_sandbox(
             extended=sandbox.resources.limits.extended,
             egress_allow=allow,
         ),
-        credential_expiry=expiry
-        or (in_seconds(credential_seconds(ctx, descriptor)) if data_b64 else None),
+        credential_expiry=(expiries[0] if expiries else None)
+        or (in_seconds(credential_seconds(ctx, descriptor)) if carried else None),
         leased_at=now_iso(),
         job_name=None if in_workspace else names.job,
         network_policy_name=None if in_workspace else names.network_policy,
@@ -218,52 +306,49 @@ def lease_allow_list(ctx: FlowContext, sandbox: SandboxSpec) -> list[str]:
     return effective_allow(sandbox.egress.allow, ctx.rt.settings.egress.default_allow, narrowing)
 
 
+def credential_grants(carried: list[Carried]) -> tuple[list[CredentialGrant], dict[str, str]]:
+    """The grant's view of the HTTP credentials (which requests carry which header) and the
+    values it holds: each header value under `credential-<i>`, the raw value (what an
+    answer must never hand back) under `credential-<i>-raw`."""
+    grants: list[CredentialGrant] = []
+    values: dict[str, str] = {}
+    for index, item in enumerate(c for c in carried if c.declaration.inject.hosts is not None):
+        inject = item.declaration.inject
+        key = f"credential-{index}"
+        header, value = header_of(inject, item.value)
+        values[key] = value
+        values[f"{key}-raw"] = item.value
+        grants.append(
+            CredentialGrant(
+                name=item.name,
+                hosts=tuple(inject.hosts or ()),
+                header=header,
+                key=key,
+                methods=tuple(inject.methods) if inject.methods is not None else None,
+                paths=tuple(inject.paths) if inject.paths is not None else None,
+            )
+        )
+    return grants, values
+
+
 async def grant_egress(
     ctx: FlowContext,
     descriptor: ToolDescriptorSpec,
-    sandbox: SandboxSpec,
+    carried: list[Carried],
     allow: list[str],
-    owner: dict[str, object],
 ) -> bool:
-    """Hand the lease to the egress proxy when it names hosts (or credentials): the grant
-    in the proxy's namespace, the proxy URL with a fresh token for the pod. False when the
-    lease needs no proxy, or none is configured (host names then stay unreachable: fail
-    closed)."""
+    """Hand the lease to the egress proxy when it names hosts (or carries HTTP
+    credentials): the grant in the proxy's namespace, the proxy URL with a fresh token for
+    the pod. False when the lease needs no proxy, or none is configured (host names then
+    stay unreachable: fail closed)."""
     _cidrs, hosts = split_entries(allow)
-    credentials = sandbox.egress.credentials
+    grants, values = credential_grants(carried)
     peer = ctx.rt.egress_peer
-    if not (hosts or credentials) or peer is None:
+    if not (hosts or grants) or peer is None:
         return False
-    values: dict[str, str] = {}
-    grants: list[CredentialGrant] = []
-    for index, credential in enumerate(credentials):
-        ref = credential.secret_key_ref
-        try:
-            source = await ctx.rt.cluster.read_secret(ctx.namespace, ref.name)
-        except NotFound:
-            raise Denial(
-                Stage.CREDENTIALS,
-                f"secret {ref.name} (egress credential for {credential.host}) not found in "
-                f"{ctx.namespace}: failing closed",
-                FailureClass.CREDENTIALS,
-            ) from None
-        if ref.key not in source:
-            raise Denial(
-                Stage.CREDENTIALS,
-                f"secret {ref.name} has no key {ref.key!r}: failing closed",
-                FailureClass.CREDENTIALS,
-            )
-        value = decode_b64(source[ref.key]).strip()
-        if not value or any(c in value for c in "\r\n\0"):
-            raise Denial(
-                Stage.CREDENTIALS,
-                f"secret {ref.name} key {ref.key!r} is not a one-line header value",
-                FailureClass.CREDENTIALS,
-            )
-        key = f"credential-{index}"
-        values[key] = value
-        grants.append(CredentialGrant(credential.host, credential.header, credential.scheme, key))
-        ctx.secret_values.append(value)
+    owner = owner_reference(
+        api_version=API_VERSION, kind="ToolInvocation", name=ctx.name, uid=ctx.uid
+    )
     token = secrets.token_urlsafe(32)
     # The token opens the lease's hosts while it lasts: redacted like a brokered value.
     ctx.secret_values.append(token)
@@ -292,12 +377,6 @@ async def grant_egress(
     await ctx.rt.cluster.create(
         build_proxy_secret(namespace=ctx.namespace, uid=ctx.uid, owner=owner, url=url)
     )
-    if values:
-        ctx.record(
-            Stage.CREDENTIALS,
-            StageOutcome.BROKERED,
-            f"{len(values)} egress credential(s), injected by the egress proxy",
-        )
     return True
 
 

@@ -18,6 +18,7 @@ from pydantic import ValidationError
 
 from tooladapter import tracing
 from tooladapter.catalog import Catalog, Entry
+from tooladapter.credentials.carried import Carried
 from tooladapter.enums import (
     EnvironmentClass,
     FailureClass,
@@ -118,6 +119,9 @@ class FlowContext:
     decision: PolicyDecision | None = None
     #: Brokered secret values: redacted from every output, never persisted.
     secret_values: list[str] = field(default_factory=list)
+    #: The credentials the call carries, with their values (`flow.brokering`); None: not
+    #: brokered by this process.
+    carried: list[Carried] | None = None
     #: Artifacts status already names (the sanitized result), stored with the receipt in
     #: one trip to the store's threads before status is written (`ending.conclude`).
     unstored: list[bytes] = field(default_factory=list)

@@ -31,6 +31,7 @@ from tooladapter.enums import (
 from tooladapter.executors import Call, Outcome, unconfirmed_for
 from tooladapter.executors.sandbox import SandboxExecutor
 from tooladapter.flow.admission import check_unconfirmed
+from tooladapter.flow.brokering import ensure_carried
 from tooladapter.flow.capacity import wait_for_capacity
 from tooladapter.flow.context import SANDBOX_KINDS, Denial, FlowContext, Restart, Superseded
 from tooladapter.flow.ending import cancel, finish
@@ -245,6 +246,7 @@ def build_call(ctx: FlowContext) -> Call:
         traceparent=tracing.traceparent(ctx.uid),
         attempt_id=spec.attempt_id,
         egress_allow=tuple(lease.limits.egress_allow) if lease is not None else (),
+        credentials=tuple(ctx.carried or ()) if lease is None else (),
         outside=ctx.without_slot,
         remote=ctx.awaiting_remote,
     )
@@ -265,6 +267,9 @@ async def on_executing(ctx: FlowContext) -> None:
         entry = ctx.catalog.find_descriptor(ctx.namespace, spec.tool.id, spec.tool.version)
         ctx.descriptor = entry.spec if entry else None
     await recover_secret_values(ctx)
+    if ctx.started_here and ctx.descriptor is not None and ctx.descriptor.kind not in SANDBOX_KINDS:
+        # An operator-run call's values are in memory only: brokered again after a restart.
+        await ensure_carried(ctx, ctx.descriptor)
     call = build_call(ctx)
     record = ctx.status.execution
     kind = record.kind if record else (ctx.descriptor.kind if ctx.descriptor else None)

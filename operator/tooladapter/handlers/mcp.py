@@ -215,7 +215,7 @@ class McpServers:
         from tooladapter.mcp import client as mcp_client  # the SDK loads on the first exchange
 
         rule = address_rule(spec, self.rt.settings.blocked_http_hosts)
-        has_credentials = spec.credentials is not None
+        has_credentials = bool(spec.credentials)
         plan = probe_plan(
             url=spec.url,
             verified_url=status.verified_url,

@@ -127,9 +127,10 @@ class Cluster(Protocol):
         audiences: list[str],
         expiration_seconds: int,
         bound_secret: str | None = None,
+        store_key: str | None = None,
     ) -> tuple[str, str]:
         """(token, expiry); bound to the Secret `bound_secret` when given (valid only while
-        it exists), which then also receives the token under the key `token`.
+        it exists), which then also receives the token under `store_key` when given.
         `NotFound` when the ServiceAccount does not exist."""
 
     async def read_secret(self, namespace: str, name: str) -> dict[str, str]:
@@ -231,7 +232,12 @@ class KubeCluster:
         )
 
     async def request_token(
-        self, *, namespace: str, bound_secret: str | None = None, **request: Any
+        self,
+        *,
+        namespace: str,
+        bound_secret: str | None = None,
+        store_key: str | None = None,
+        **request: Any,
     ) -> tuple[str, str]:
         bound = None
         if bound_secret is not None:
@@ -245,12 +251,12 @@ class KubeCluster:
         token, expiry = await auth.request_token(
             self.kube, namespace=namespace, bound_secret=bound, **request
         )
-        if bound_secret is not None:
+        if bound_secret is not None and store_key is not None:
             with api_errors():
                 await self.kube.core.patch_namespaced_secret(
                     bound_secret,
                     namespace,
-                    {"data": {"token": base64.b64encode(token.encode()).decode()}},
+                    {"data": {store_key: base64.b64encode(token.encode()).decode()}},
                 )
         return token, expiry
 

@@ -8,7 +8,7 @@ deadline.
 from __future__ import annotations
 
 import ipaddress
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import ConfigDict, Field, model_validator
 from pydantic.config import JsonDict
@@ -23,40 +23,11 @@ from tooladapter.enums import (
 )
 from tooladapter.model import common
 from tooladapter.model.base import FREE_FORM, Model, Resource
+from tooladapter.model.credentials import MAX_CREDENTIALS, Credential, credentials_field_schema
 from tooladapter.model.sandbox import SandboxSpec
 
 DEFAULT_TIMEOUT_SECONDS = 300
 DEFAULT_MAX_RESULT_BYTES = 1_048_576
-
-
-class SecretDependency(Model):
-    """A Secret the tool needs, and the only keys of it that are brokered."""
-
-    secret_name: str = Field(min_length=1, max_length=253)
-    """A Secret in the descriptor's namespace (its writer must be allowed to get it)."""
-    keys: list[str] = Field(min_length=1, description="Only these keys are brokered.")
-
-
-class ServiceAccountIdentity(Model):
-    """Ask for a TokenRequest-bound token of this ServiceAccount, expiring with the call."""
-
-    service_account_name: str = Field(min_length=1, max_length=253)
-    """A ServiceAccount in the descriptor's namespace (its writer must be allowed to create its
-    tokens)."""
-    audiences: list[str] = Field(default_factory=list)
-    """Audiences of the token (default: the API server's)."""
-
-
-class Authorization(Model):
-    """Which Kubernetes identity the tool's sandbox runs with (who may call the tool is RBAC:
-    verb invoke on tooldescriptors/<toolId>)."""
-
-    # The reference's `scopes`/`roles` are not here: nothing could enforce them yet, and a
-    # field that looks enforced but is not is worse than none. Who may call a tool is RBAC
-    # (`invoke` on tooldescriptors/<toolId>).
-    kubernetes_identity: ServiceAccountIdentity | None = None
-    """A TokenRequest token of this ServiceAccount for the sandbox, bound to the lease's Secret;
-    not allowed for shell tools."""
 
 
 class RetryPolicy(Model):
@@ -122,8 +93,9 @@ class HttpSpec(Model):
     body: str | None = None
     """The request body template; placeholders are encoded by the Content-Type header (JSON-
     escaped, form-encoded, or plain)."""
-    allowed_hosts: list[str] = Field(
+    allowed_hosts: list[Annotated[str, Field(max_length=260)]] = Field(
         default_factory=list,
+        max_length=64,
         description="Hosts (host or host:port) the URL may name. An IP literal here also "
         "allows connecting to that address when it is loopback, private or link-local; a "
         "host name never does.",
@@ -148,32 +120,70 @@ class NativeSpec(Model):
     """list-tools (the namespace's callable tools) or read-configmap."""
 
 
-def _no_secrets_for_shell(field: str, present: str) -> JsonDict:
-    """A CEL rule: a shell tool's argv comes from the agent, so it may not carry brokered
-    credentials (`field`); a container tool (a fixed `sandbox.command`) may."""
-    return {
-        "rule": f"self.kind != 'shell' || !({present})",
-        "message": f"spec.{field} is not allowed when kind is shell: the agent chooses a shell "
-        "tool's command, so it must never run beside brokered credentials; use a container "
-        "tool (a fixed sandbox.command) instead",
-        "fieldPath": f".{field}",
-        "reason": "FieldValueForbidden",
-    }
-
-
-def _no_secrets_for_attempt(field: str, present: str) -> JsonDict:
-    """A CEL rule: an attempt's workspace pod outlives each call, so no brokered credential
-    (`field`) is ever mounted into it: a later call would inherit it."""
+def _credential_rules() -> list[JsonDict]:
+    """CEL rules across `credentials` and the tool's kind, sandbox and egress: refused at
+    apply, naming the field (`pipeline.validation.credentials` says the same, with the
+    entry's index, for objects stored before)."""
+    has_files = "has(self.credentials) && self.credentials.exists(c, has(c.inject.file))"
+    declared = "has(self.credentials) && size(self.credentials) > 0"
     attempt = (
         "has(self.sandbox) && has(self.sandbox.workspace) && self.sandbox.workspace == 'attempt'"
     )
-    return {
-        "rule": f"!({attempt}) || !({present})",
-        "message": f"spec.{field} is not allowed with sandbox.workspace attempt: a workspace "
-        "outlives its calls, and a later call must never inherit an earlier one's credential",
-        "fieldPath": f".{field}",
-        "reason": "FieldValueForbidden",
-    }
+    http_allow = "(has(self.http) && has(self.http.allowedHosts) ? self.http.allowedHosts : [])"
+    sandbox_allow = (
+        "(has(self.sandbox) && has(self.sandbox.egress) && has(self.sandbox.egress.allow)"
+        " ? self.sandbox.egress.allow : [])"
+    )
+    explicit = (
+        "(self.kind == 'http' ? (has(self.http) && has(self.http.allowedHosts) && "
+        "size(self.http.allowedHosts) > 0) : (has(self.sandbox) && has(self.sandbox.egress) "
+        "&& has(self.sandbox.egress.allow)))"
+    )
+    allow = f"(self.kind == 'http' ? {http_allow} : {sandbox_allow})"
+    # `endsWith` compares the port too: `*.example.com` allows `api.example.com`, not
+    # `api.example.com:8443`, as the proxy and the http executor judge it.
+    covered = f"{allow}.exists(e, e == h || (e.startsWith('*.') && h.endsWith(e.substring(1))))"
+    return [
+        {
+            "rule": f"!(self.kind in ['native', 'mcp']) || !({declared})",
+            "message": "spec.credentials: native tools take none, and an mcp tool's "
+            "credentials are declared on its McpServer",
+            "fieldPath": ".credentials",
+            "reason": "FieldValueForbidden",
+        },
+        {
+            "rule": f"self.kind != 'shell' || !({has_files})",
+            "message": "spec.credentials[].inject.file is not allowed when kind is shell: the "
+            "agent chooses a shell tool's command, so it must never run beside a credential "
+            "file; inject it into HTTP requests (hosts), or use a container tool",
+            "fieldPath": ".credentials",
+            "reason": "FieldValueForbidden",
+        },
+        {
+            "rule": f"!({attempt}) || !({has_files})",
+            "message": "spec.credentials[].inject.file is not allowed with sandbox.workspace "
+            "attempt: a workspace outlives its calls, and agents' commands run in it",
+            "fieldPath": ".credentials",
+            "reason": "FieldValueForbidden",
+        },
+        {
+            "rule": f"!({declared}) || {explicit}",
+            "message": "spec.credentials: a tool that declares credentials must set its egress "
+            "explicitly (http.allowedHosts for an http tool, sandbox.egress.allow otherwise), "
+            "so no default can widen where a credential goes",
+            "fieldPath": ".credentials",
+            "reason": "FieldValueRequired",
+        },
+        {
+            "rule": "!has(self.credentials) || self.credentials.all(c, !has(c.inject.hosts) "
+            f"|| c.inject.hosts.all(h, {covered}))",
+            "message": "spec.credentials[].inject.hosts: every entry must be allowed by the "
+            "tool's egress (http.allowedHosts or sandbox.egress.allow; `*.suffix` only where "
+            "the egress allows names below it, with the same port)",
+            "fieldPath": ".credentials",
+            "reason": "FieldValueForbidden",
+        },
+    ]
 
 
 def _requires_block(kind: ToolKind, field: str, extra: str = "") -> JsonDict:
@@ -210,22 +220,7 @@ class ToolDescriptorSpec(Model):
                     "sandbox",
                     " && has(self.sandbox.command) && size(self.sandbox.command) > 0",
                 ),
-                _no_secrets_for_shell(
-                    "secretDependencies",
-                    "has(self.secretDependencies) && size(self.secretDependencies) > 0",
-                ),
-                _no_secrets_for_shell(
-                    "authorization.kubernetesIdentity",
-                    "has(self.authorization) && has(self.authorization.kubernetesIdentity)",
-                ),
-                _no_secrets_for_attempt(
-                    "secretDependencies",
-                    "has(self.secretDependencies) && size(self.secretDependencies) > 0",
-                ),
-                _no_secrets_for_attempt(
-                    "authorization.kubernetesIdentity",
-                    "has(self.authorization) && has(self.authorization.kubernetesIdentity)",
-                ),
+                *_credential_rules(),
                 {
                     "rule": "self.toolId == oldSelf.toolId",
                     "message": "spec.toolId is immutable: publish a new ToolDescriptor",
@@ -264,11 +259,14 @@ class ToolDescriptorSpec(Model):
     never classified lower; shared-write and above wait for an approval."""
     risk_class: RiskClass | None = None
     """The reference's risk class (READ_ONLY ... FINANCIAL); may raise the class, never lower it."""
-    authorization: Authorization = Field(default_factory=Authorization)
-    """The Kubernetes identity the sandbox runs with."""
-    secret_dependencies: list[SecretDependency] = Field(default_factory=list)
-    """Secrets brokered into the sandbox, mounted under /tooladapter/secrets/<secret>/<key>; not
-    allowed for shell tools."""
+    credentials: list[Credential] = Field(
+        default_factory=list,
+        max_length=MAX_CREDENTIALS,
+        json_schema_extra=credentials_field_schema,
+        description="What a call carries: each credential's source (a Secret's key or a "
+        "ServiceAccount token) and where it goes (HTTP requests to listed hosts, or a "
+        "read-only file for a container tool). See the Credentials guide.",
+    )
     timeout_seconds: int | None = Field(default=None, ge=1, le=86_400)
     """The call's deadline in seconds. Unset: the operator's TOOLADAPTER_DEFAULT_TIMEOUT_SECONDS
     (300 unless set), shown in status.effectiveTimeoutSeconds. Descriptors stored before this

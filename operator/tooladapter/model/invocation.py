@@ -220,6 +220,21 @@ class EgressRecord(Model):
     empty): counted whole, never dropped."""
 
 
+class CredentialUse(Model):
+    """One credential a call carried (never its value): status and the receipt."""
+
+    name: str
+    """The entry of the descriptor's (or server's) `credentials`."""
+    source: Literal["secretKeyRef", "serviceAccountToken"]
+    """Where the value came from."""
+    hosts: list[str] = Field(default_factory=list)
+    """Where it went: the hosts whose requests carry it (HTTP injection)."""
+    file: str | None = None
+    """Where it went: the read-only file a container tool's command reads."""
+    expires_at: str | None = None
+    """A token's expiry (RFC 3339)."""
+
+
 class EgressUse(Model):
     """The connections of one verdict, host and port, as counted over every record of the
     lease (status and receipt; the whole list is at egressRecordsRef)."""
@@ -411,6 +426,9 @@ class ToolInvocationStatus(Model):
     hosts and refused ones listed separately and capped, each beyond its cap in one
     `others` row, so every connection and byte is counted and refusals never push an
     allowed connection out (the receipt's `egress`)."""
+    credentials: list[CredentialUse] = Field(default_factory=list)
+    """The credentials the call carried (`spec.credentials` of its descriptor): name, source
+    kind, where each went, a token's expiry; never a value."""
     egress_records_ref: str | None = None
     """The proxy's whole list of the lease's connection records in the artifact store
     (sha256:...), which the receipt references."""

@@ -8,24 +8,15 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import Field
+from pydantic import ConfigDict, Field
 from pydantic.config import JsonDict
 
 from tooladapter.enums import (
     McpServerPhase,
 )
 from tooladapter.model.base import FREE_FORM, Model, Resource
-from tooladapter.model.common import Condition, SecretKeyRef
-
-
-class McpCredentials(Model):
-    """The header the operator sends to an activated server, from a Secret."""
-
-    secret_key_ref: SecretKeyRef
-    """The Secret key holding the credential."""
-    header: str = "Authorization"
-    """The header that carries it."""
-    scheme: str = Field(default="Bearer", description="Prefix of the header value; may be empty.")
+from tooladapter.model.common import Condition
+from tooladapter.model.credentials import MAX_CREDENTIALS, Credential, credentials_field_schema
 
 
 class McpProbe(Model):
@@ -55,6 +46,22 @@ _CIDR: JsonDict = {
 class McpServerSpec(Model):
     """A registered MCP server: where it is and whether a platform admin activated it."""
 
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    "rule": "!has(self.credentials) || self.credentials.all(c, "
+                    "!has(c.inject.file) && !has(c.inject.methods) && !has(c.inject.paths))",
+                    "message": "spec.credentials[].inject: a server's credentials go into its "
+                    "requests (hosts, header, scheme, basicUsername); file, methods and paths "
+                    "are for tools",
+                    "fieldPath": ".credentials",
+                    "reason": "FieldValueForbidden",
+                },
+            ]
+        }
+    )
+
     url: str = Field(
         min_length=1,
         max_length=2048,
@@ -72,8 +79,15 @@ class McpServerSpec(Model):
     """The server's streamable-HTTP endpoint (absolute http(s) URL)."""
     transport: Literal["streamable-http"] = "streamable-http"
     """The MCP transport; only streamable-http."""
-    credentials: McpCredentials | None = None
-    """A credential sent only to an activated server at its verified url."""
+    credentials: list[Credential] = Field(
+        default_factory=list,
+        max_length=MAX_CREDENTIALS,
+        json_schema_extra=credentials_field_schema,
+        description="Credentials sent only to an activated server at its verified url: "
+        "HTTP injection only, each `inject.hosts` entry naming the url's host (with its port "
+        "when the url gives one); an entry naming another host carries nothing, and the "
+        "server's status says so.",
+    )
     activated: bool = Field(
         default=False,
         description="Set by a platform admin to activate; the credentials are sent only to "

@@ -1,13 +1,13 @@
 """The sandbox block of a ToolDescriptor: the pod a shell or container tool runs in.
 
-Its resources (cpu, memory, extended resources such as GPUs), its egress allow-list and the
-credentials the egress proxy injects, and whose workspace a call sees.
+Its resources (cpu, memory, extended resources such as GPUs), its egress allow-list, and
+whose workspace a call sees (the credentials a call carries are `model.credentials`).
 """
 
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import ConfigDict, Field, model_validator
 from pydantic.config import JsonDict
@@ -17,7 +17,6 @@ from tooladapter.enums import (
     WorkspaceMode,
 )
 from tooladapter.model.base import Model
-from tooladapter.model.common import SecretKeyRef
 
 EXTENDED_RESOURCE_PATTERN = (
     # `[.]`, not an escaped dot: the pattern is also a CEL string literal in the CRD.
@@ -125,38 +124,16 @@ class Resources(Model):
         return self
 
 
-class EgressCredential(Model):
-    """A header the egress proxy adds to requests for `host`: the sandbox never holds it."""
-
-    host: str = Field(
-        min_length=1,
-        max_length=260,
-        description="Host name (exact or `*.suffix`), optionally `:port`, as in `allow`; the "
-        "sandbox sends plain `http://host/...` to the proxy, which speaks verified TLS upstream.",
-    )
-    header: str = Field(default="Authorization", min_length=1, max_length=128)
-    """The header's name."""
-    scheme: str = Field(
-        default="Bearer", max_length=64, description="Prefix of the header value; may be empty."
-    )
-    secret_key_ref: SecretKeyRef
-    """The Secret key holding the value (whoever names it must be able to read it)."""
-
-
 class Egress(Model):
     """Where the sandbox may connect (default: the operator's default list)."""
 
-    allow: list[str] | None = Field(
+    allow: list[Annotated[str, Field(max_length=260)]] | None = Field(
         default=None,
+        max_length=64,
         description="Host names (exact or `*.suffix`, optionally `:port`; through the egress "
         "proxy, port 443 for CONNECT and 80 for plain HTTP unless given) and CIDRs (in the "
         "lease's NetworkPolicy). Unset: the operator's default list "
         "(TOOLADAPTER_DEFAULT_EGRESS_ALLOW); `[]`: no egress.",
-    )
-    credentials: list[EgressCredential] = Field(
-        default_factory=list,
-        description="Headers the egress proxy injects for a host; the value never enters the "
-        "sandbox.",
     )
 
 
@@ -187,8 +164,9 @@ class SandboxSpec(Model):
     workspace: WorkspaceMode = WorkspaceMode.CALL
     """Whose /workspace a call sees: `call` (a fresh one per call) or `attempt` (calls with the
     same spec.attemptId from the same caller in the same namespace share it, one at a time,
-    until it is idle for TOOLADAPTER_WORKSPACE_IDLE_SECONDS or released). Not with brokered
-    credentials (secretDependencies, kubernetesIdentity) or CIDR egress entries."""
+    until it is idle for TOOLADAPTER_WORKSPACE_IDLE_SECONDS or released). Not with credential
+    files (`credentials[].inject.file`) or CIDR egress entries; HTTP credentials are injected
+    by the egress proxy, outside the pod."""
     pool_id: str = "default"
     """The sandbox pool (recorded on the lease and the receipt)."""
     egress: Egress = Field(default_factory=Egress)

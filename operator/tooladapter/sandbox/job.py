@@ -19,7 +19,7 @@ from typing import Any
 
 from tooladapter.egress.core.addresses import IPNetwork
 from tooladapter.egress.core.cidr_bounds import ip_block
-from tooladapter.model import SandboxSpec, SecretDependency
+from tooladapter.model import CREDENTIAL_MOUNT_ROOT, Credential, SandboxSpec
 from tooladapter.naming import (
     ANNOTATION_ARGUMENTS,
     ANNOTATION_INVOCATION,
@@ -41,7 +41,6 @@ from tooladapter.sandbox.podspec import (
 )
 
 ARGUMENTS_FILE = f"{TOOLADAPTER_DIR}/arguments.json"
-SECRETS_DIR = f"{TOOLADAPTER_DIR}/secrets"
 
 
 @dataclass(frozen=True)
@@ -193,12 +192,6 @@ def build_network_policy(
     }
 
 
-def secret_item_key(dependency: str, key: str) -> str:
-    # Secret data keys allow [-._a-zA-Z0-9]; a dot joins source secret and key unambiguously
-    # enough for a mount layout of <secret>/<key>.
-    return f"{dependency}.{key}"
-
-
 def build_secret(
     *, namespace: str, uid: str, owner: dict[str, Any], data_b64: dict[str, str]
 ) -> dict[str, Any]:
@@ -251,8 +244,7 @@ def build_job(
     lease_id: str,
     image_pull_policy: str = "IfNotPresent",
     image_pull_secrets: list[str] | None = None,
-    secret_dependencies: list[SecretDependency] | None = None,
-    has_token: bool = False,
+    credential_files: list[Credential] | None = None,
     network_gate: tuple[str, int] | None = None,
     gate_image: str | None = None,
     runtime_class: str | None = None,
@@ -284,15 +276,15 @@ def build_job(
             },
         },
     ]
+    # Each credential file is a key of the lease's Secret, at the path `inject.file`
+    # names below the read-only mount root (`model.credentials`).
     items = [
-        {"key": secret_item_key(dep.secret_name, key), "path": f"{dep.secret_name}/{key}"}
-        for dep in (secret_dependencies or [])
-        for key in dep.keys
+        {"key": f"file-{c.name}", "path": (c.inject.file or "")[len(CREDENTIAL_MOUNT_ROOT) + 1 :]}
+        for c in (credential_files or [])
+        if c.inject.file is not None
     ]
-    if has_token:
-        items.append({"key": "token", "path": "kubernetes/token"})
     if items:
-        mounts.append({"name": "credentials", "mountPath": SECRETS_DIR, "readOnly": True})
+        mounts.append({"name": "credentials", "mountPath": CREDENTIAL_MOUNT_ROOT, "readOnly": True})
         volumes.append(
             {
                 "name": "credentials",

@@ -241,8 +241,8 @@ def warm_refusal(descriptor: ToolDescriptorSpec | None, egress_allow: Sequence[s
         return "not a sandboxed kind"
     if descriptor.sandbox_spec is None:
         return "no sandbox"
-    if descriptor.secret_dependencies or descriptor.authorization.kubernetes_identity:
-        return "brokered credentials are mounted only into a Job of the call's own"
+    if any(c.inject.file is not None for c in descriptor.credentials):
+        return "credential files are mounted only into a Job of the call's own"
     cidrs, _hosts = split_egress(list(egress_allow))
     if cidrs:
         return "CIDR egress entries need a NetworkPolicy of the call's own"

@@ -47,11 +47,40 @@ def token_digest(token: str) -> str:
 
 @dataclass(frozen=True)
 class CredentialGrant:
-    host: str
+    """One HTTP credential as the proxy injects it: which requests carry which header."""
+
+    name: str
+    #: `inject.hosts`: `host`, `host:port` or `*.suffix[:port]` (no port: 443, as the
+    #: proxy speaks TLS upstream for a plain-http request that carries a credential).
+    hosts: tuple[str, ...]
     header: str
-    scheme: str
-    #: The grant Secret's key that holds the value.
+    #: The grant Secret's key that holds the header's value (`<key>-raw`: the bare value,
+    #: which an answer must never hand back).
     key: str
+    methods: tuple[str, ...] | None = None
+    paths: tuple[str, ...] | None = None
+
+    def document(self) -> dict[str, object]:
+        return {
+            "name": self.name,
+            "hosts": list(self.hosts),
+            "header": self.header,
+            "key": self.key,
+            "methods": list(self.methods) if self.methods is not None else None,
+            "paths": list(self.paths) if self.paths is not None else None,
+        }
+
+    @classmethod
+    def from_document(cls, doc: Mapping[str, Any]) -> CredentialGrant:
+        methods, paths = doc.get("methods"), doc.get("paths")
+        return cls(
+            name=str(doc["name"]),
+            hosts=tuple(str(h) for h in doc["hosts"]),
+            header=str(doc["header"]),
+            key=str(doc["key"]),
+            methods=tuple(str(m) for m in methods) if methods is not None else None,
+            paths=tuple(str(p) for p in paths) if paths is not None else None,
+        )
 
 
 @dataclass(frozen=True)
@@ -70,10 +99,7 @@ class LeaseGrant:
                 "namespace": self.namespace,
                 "invocation": self.invocation,
                 "allow": list(self.allow),
-                "credentials": [
-                    {"host": c.host, "header": c.header, "scheme": c.scheme, "key": c.key}
-                    for c in self.credentials
-                ],
+                "credentials": [c.document() for c in self.credentials],
                 "expiresAt": self.expires_at,
             },
             separators=(",", ":"),
@@ -88,10 +114,7 @@ class LeaseGrant:
             namespace=str(doc["namespace"]),
             invocation=str(doc["invocation"]),
             allow=tuple(str(a) for a in doc["allow"]),
-            credentials=tuple(
-                CredentialGrant(str(c["host"]), str(c["header"]), str(c["scheme"]), str(c["key"]))
-                for c in doc["credentials"]
-            ),
+            credentials=tuple(CredentialGrant.from_document(c) for c in doc["credentials"]),
             expires_at=str(doc["expiresAt"]),
         )
 

@@ -571,10 +571,6 @@ def proxy_credentials(head: RequestHead) -> tuple[str, str] | None:
     return (user, token) if sep else None
 
 
-def credential_header(header: str, scheme: str, value: str) -> tuple[str, str]:
-    return header, f"{scheme} {value}" if scheme else value
-
-
 __all__ = [
     "ALLOWED",
     "HTTPS_PORT",
@@ -589,7 +585,6 @@ __all__ = [
     "NotClientHello",
     "RequestHead",
     "Verdict",
-    "credential_header",
     "effective_allow",
     "forward_target",
     "judge_hello",

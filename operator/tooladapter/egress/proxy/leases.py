@@ -20,9 +20,10 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from tooladapter.egress.core.hosts import parse_egress_entry
+from tooladapter.credentials.requests import carries
 from tooladapter.egress.core.lease import GRANT_KEY, TOKEN_HASH_KEY, LeaseGrant, token_digest
-from tooladapter.egress.core.rules import AllowList, HostEntry, credential_header, normalize_host
+from tooladapter.egress.core.rules import HTTPS_PORT, AllowList, normalize_host
+from tooladapter.model import CredentialInjection
 from tooladapter.naming import LABEL_INVOCATION_UID
 from tooladapter.timeutil import parse_time
 
@@ -37,15 +38,14 @@ LOOKUPS_PER_SECOND = 10
 
 @dataclass(frozen=True)
 class Credential:
-    entry: HostEntry
-    header: str
-    value: str
-    #: The Secret's value itself (`value` may carry a scheme before it): what a response
-    #: must never hand back.
-    secret: str = ""
+    """One HTTP credential of a lease: which requests carry it (`credentials.requests`)."""
 
-    def matches(self, host: str, port: int, default_port: int) -> bool:
-        return self.entry.matches(host, port, default_port)
+    inject: CredentialInjection
+    header: str
+    #: The header's value (the scheme or `Basic ...` included).
+    value: str
+    #: The Secret's value itself: what a response must never hand back.
+    secret: str = ""
 
 
 @dataclass
@@ -70,14 +70,21 @@ class Lease:
     def open(self, now: datetime | None = None) -> bool:
         return not self.ended.is_set() and (now or datetime.now(UTC)) < self.expires
 
-    def credential_for(self, host: str, port: int | None) -> Credential | None:
-        """The credential of a plain-http request's host: its entry's port (443 when it
-        names none) must match the request's explicit port, or the request names none."""
+    def credential_for(
+        self, host: str, port: int | None, method: str, path: str
+    ) -> Credential | None:
+        """The credential a plain-http request carries (the proxy sends it upstream over
+        TLS): the request's port (443 when it names none) must be exactly its entry's
+        (443 when the entry names none), and its method and path must match."""
         for credential in self.credentials:
-            wanted = credential.entry.port
-            if port is not None and port != (wanted or 443):
-                continue
-            if credential.entry.matches(host, wanted or 443, 443):
+            if carries(
+                credential.inject,
+                host=host,
+                port=port if port is not None else HTTPS_PORT,
+                default_port=HTTPS_PORT,
+                method=method,
+                path=path,
+            ):
                 return credential
         return None
 
@@ -92,12 +99,16 @@ def lease_of(secret: dict[str, Any]) -> Lease:
     grant = LeaseGrant.from_document(_decode(data, GRANT_KEY))
     credentials = []
     for item in grant.credentials:
-        parsed = parse_egress_entry(item.host)
-        if parsed.kind != "host":
-            raise ValueError(f"credential host {item.host!r} is not a host name")
-        raw = _decode(data, item.key)
-        header, value = credential_header(item.header, item.scheme, raw)
-        credentials.append(Credential(HostEntry(parsed.value, parsed.port), header, value, raw))
+        inject = CredentialInjection(
+            hosts=list(item.hosts),
+            methods=list(item.methods) if item.methods is not None else None,
+            paths=list(item.paths) if item.paths is not None else None,
+        )
+        credentials.append(
+            Credential(
+                inject, item.header, _decode(data, item.key), _decode(data, f"{item.key}-raw")
+            )
+        )
     return Lease(
         grant=grant,
         token_sha256=_decode(data, TOKEN_HASH_KEY),

@@ -309,7 +309,7 @@ class EgressProxy:
             )
             await _answer(writer, 400)
             return
-        credential = lease.credential_for(target.host, target.port)
+        credential = lease.credential_for(target.host, target.port, head.method, target.path)
         default_port = HTTPS_PORT if credential is not None else HTTP_PORT
         port = target.port or default_port
         try:

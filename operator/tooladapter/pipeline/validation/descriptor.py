@@ -8,7 +8,6 @@ kind and no other, its HTTP templates (`http_templates`), egress entries and sec
 
 from __future__ import annotations
 
-import re
 import shlex
 from collections.abc import Sequence
 
@@ -16,11 +15,9 @@ from tooladapter.egress.core.hosts import parse_egress_entry
 from tooladapter.enums import ToolKind
 from tooladapter.model import ToolDescriptorSpec
 from tooladapter.pipeline.validation.closed_objects import closed_schema_problems
-from tooladapter.pipeline.validation.http_templates import HEADER_NAME, check_http
+from tooladapter.pipeline.validation.credentials import check_credentials
+from tooladapter.pipeline.validation.http_templates import check_http
 from tooladapter.pipeline.validation.schemas import check_schema, misspelt_keywords
-
-_SECRET_KEY = re.compile(r"^[-._a-zA-Z0-9]+$")
-_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 
 #: Which optional spec block belongs to which tool kind.
 _KIND_BLOCKS: dict[str, frozenset[ToolKind]] = {
@@ -91,19 +88,6 @@ def check_descriptor(spec: ToolDescriptorSpec) -> list[str]:
         if spec.shell is not None:
             problems.extend(check_shell_patterns(spec.shell.allow or [], where="shell.allow"))
             problems.extend(check_shell_patterns(spec.shell.block, where="shell.block"))
-        # The agent chooses a shell tool's command: it never runs beside brokered
-        # credentials (the API server refuses this too; this keeps older objects inactive).
-        if spec.secret_dependencies:
-            problems.append(
-                "secretDependencies: a shell tool's command comes from the agent, so it may "
-                "not carry brokered secrets; use a container tool (a fixed sandbox.command)"
-            )
-        if spec.authorization.kubernetes_identity is not None:
-            problems.append(
-                "authorization.kubernetesIdentity: a shell tool's command comes from the "
-                "agent, so it may not carry a brokered token; use a container tool (a fixed "
-                "sandbox.command)"
-            )
     elif spec.kind is ToolKind.HTTP:
         if spec.http is None:
             problems.append("http: an http tool needs an http block (method, url, ...)")
@@ -121,47 +105,9 @@ def check_descriptor(spec: ToolDescriptorSpec) -> list[str]:
                 parse_egress_entry(entry)
             except ValueError as err:
                 problems.append(f"sandbox.egress.allow[{index}]: {err}")
-        for index, credential in enumerate(spec.sandbox.egress.credentials):
-            where = f"sandbox.egress.credentials[{index}]"
-            try:
-                if parse_egress_entry(credential.host).kind != "host":
-                    problems.append(f"{where}.host: {credential.host!r} is not a host name")
-            except ValueError as err:
-                problems.append(f"{where}.host: {err}")
-            if not HEADER_NAME.match(credential.header):
-                problems.append(f"{where}.header: {credential.header!r} is not a header name")
-            if any(c in credential.scheme for c in "\r\n"):
-                problems.append(f"{where}.scheme: must be one line")
-            if not _DNS_SUBDOMAIN.match(credential.secret_key_ref.name):
-                problems.append(f"{where}.secretKeyRef.name: not a valid Secret name")
 
-    for index, dependency in enumerate(spec.secret_dependencies):
-        where = f"secretDependencies[{index}]"
-        if not _DNS_SUBDOMAIN.match(dependency.secret_name):
-            problems.append(
-                f"{where}.secretName: {dependency.secret_name!r} is not a valid Secret name "
-                "(lower-case DNS subdomain)"
-            )
-        seen: set[str] = set()
-        for key_index, key in enumerate(dependency.keys):
-            problem = _secret_key_problem(key)
-            if problem:
-                problems.append(f"{where}.keys[{key_index}]: {problem}")
-            if key in seen:
-                problems.append(f"{where}.keys[{key_index}]: key {key!r} is listed twice")
-            seen.add(key)
+    problems.extend(check_credentials(spec))
     return problems
-
-
-def _secret_key_problem(key: str) -> str | None:
-    if not key:
-        return "a secret key must not be empty"
-    if len(key) > 253 or not _SECRET_KEY.match(key) or key in (".", "..") or key.startswith(".."):
-        return (
-            f"{key!r} is not a valid Secret key (letters, digits, '-', '_', '.'; "
-            "at most 253 characters; not '.' or '..')"
-        )
-    return None
 
 
 def check_shell_patterns(patterns: Sequence[str], *, where: str) -> list[str]:

@@ -60,8 +60,8 @@ def check_http(http: HttpSpec, declared_names: set[str] | None) -> list[str]:
         problems.append(f"http.url: scheme must be http or https (got {http.url!r})")
     if "@" in parts.netloc:
         problems.append(
-            "http.url: credentials in the URL are not allowed; broker them through "
-            "secretDependencies and a header"
+            "http.url: credentials in the URL are not allowed; declare them in "
+            "spec.credentials (inject.hosts), which the operator adds as a header"
         )
     netloc_template = http.url.split("://", 1)[-1].split("/", 1)[0].split("?", 1)[0]
     host_has_placeholder = PLACEHOLDER.search(netloc_template) is not None

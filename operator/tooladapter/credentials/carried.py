@@ -1,0 +1,77 @@
+"""A brokered credential: its declaration and its value, for the one call that carries it.
+
+The value lives in memory, in the lease's Secret (files) or in the egress grant (sandboxed
+HTTP injection) and nowhere else; `record` is what status and receipts say about it (never
+the value).
+"""
+
+from __future__ import annotations
+
+import base64
+from dataclasses import dataclass
+
+from tooladapter.model import Credential, CredentialInjection
+
+
+@dataclass(frozen=True)
+class Carried:
+    """One credential a call carries."""
+
+    declaration: Credential
+    #: The value as text (for headers and redaction).
+    value: str
+    #: The value as the Secret holds it (base64): a file gets the bytes unchanged.
+    data_b64: str
+    #: A token's expiry (RFC 3339); None for a Secret's value.
+    expires_at: str | None = None
+
+    @property
+    def name(self) -> str:
+        return self.declaration.name
+
+    @property
+    def file_key(self) -> str:
+        """The lease Secret's key of a file credential."""
+        return f"file-{self.name}"
+
+
+def header_of(inject: CredentialInjection, value: str) -> tuple[str, str]:
+    """(header name, header value) of an HTTP injection: `Basic base64(user:value)` with
+    `basicUsername`, else `scheme value` (the value alone when the scheme is empty)."""
+    if inject.basic_username is not None:
+        pair = f"{inject.basic_username}:{value}".encode()
+        return inject.effective_header, "Basic " + base64.b64encode(pair).decode()
+    scheme = inject.effective_scheme
+    return inject.effective_header, f"{scheme} {value}" if scheme else value
+
+
+def header_problem(value: str) -> str | None:
+    """Why `value` cannot go into a header (None when it can)."""
+    if not value:
+        return "is empty"
+    if any(c in value for c in "\r\n\0"):
+        return "is not a one-line header value"
+    return None
+
+
+def secret_forms(carried: Carried) -> list[str]:
+    """Every text a value may be seen as, for redaction: the value, and the header value
+    built from it (base64 of `user:value` hides the value from a plain search)."""
+    forms = [carried.value]
+    inject = carried.declaration.inject
+    if inject.hosts is not None and header_problem(carried.value) is None:
+        forms.append(header_of(inject, carried.value)[1])
+    return forms
+
+
+def record(carried: Carried) -> dict[str, object]:
+    """What status and receipts say about a carried credential: never its value."""
+    declaration = carried.declaration
+    out: dict[str, object] = {"name": declaration.name, "source": declaration.source.kind}
+    if declaration.inject.file is not None:
+        out["file"] = declaration.inject.file
+    else:
+        out["hosts"] = list(declaration.inject.hosts or [])
+    if carried.expires_at:
+        out["expiresAt"] = carried.expires_at
+    return out

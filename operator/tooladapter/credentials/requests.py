@@ -1,0 +1,133 @@
+"""Which request carries which credential: scheme, host and port against `inject.hosts`,
+then `methods` and `paths`.
+
+An entry without a port means the scheme's default port (443 for https, 80 for http), as
+in egress allow entries; an entry's port is honoured exactly. Paths are compared after
+percent-decoding unreserved characters and removing dot segments (RFC 3986 6.2.2.2 and
+5.2.4), so `/v1/%2e%2e/admin` is `/admin` and does not match a `/v1/` prefix.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from urllib.parse import urlsplit
+
+from tooladapter.egress.core.hosts import parse_egress_entry
+from tooladapter.egress.core.rules import HostEntry, normalize_host
+from tooladapter.model import CredentialInjection
+
+DEFAULT_PORTS = {"http": 80, "https": 443}
+_PERCENT = re.compile(r"%([0-9A-Fa-f]{2})")
+_UNRESERVED = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
+
+
+def host_entries(inject: CredentialInjection) -> list[HostEntry]:
+    """The parsed `inject.hosts` (entries that do not parse carry nothing)."""
+    entries = []
+    for text in inject.hosts or []:
+        try:
+            parsed = parse_egress_entry(text)
+        except ValueError:
+            continue
+        if parsed.kind == "host":
+            entries.append(HostEntry(parsed.value, parsed.port))
+    return entries
+
+
+def normalize_path(path: str) -> str:
+    """The path with unreserved characters percent-decoded (other escapes upper-cased) and
+    dot segments removed; the query, if any, dropped."""
+    path = path.split("?", 1)[0].split("#", 1)[0] or "/"
+
+    def decode(match: re.Match[str]) -> str:
+        char = chr(int(match.group(1), 16))
+        return char if char in _UNRESERVED else "%" + match.group(1).upper()
+
+    return remove_dot_segments(_PERCENT.sub(decode, path))
+
+
+def remove_dot_segments(path: str) -> str:
+    """RFC 3986 5.2.4, on an absolute path."""
+    output: list[str] = []
+    segments = path.split("/")
+    for index, segment in enumerate(segments[1:], start=1):
+        last = index == len(segments) - 1
+        if segment == ".":
+            if last:
+                output.append("")
+            continue
+        if segment == "..":
+            if output:
+                output.pop()
+            if last:
+                output.append("")
+            continue
+        output.append(segment)
+    return "/" + "/".join(output)
+
+
+def carries(
+    inject: CredentialInjection,
+    *,
+    host: str,
+    port: int,
+    default_port: int,
+    method: str,
+    path: str,
+) -> bool:
+    """Whether a request to `host:port` (its scheme's default port `default_port`) with
+    `method` and `path` carries the credential."""
+    if inject.hosts is None:
+        return False
+    host = normalize_host(host)
+    if not any(entry.matches(host, port, default_port) for entry in host_entries(inject)):
+        return False
+    if inject.methods is not None and method.upper() not in inject.methods:
+        return False
+    if inject.paths is not None:
+        normal = normalize_path(path or "/")
+        if not any(normal.startswith(normalize_path(prefix)) for prefix in inject.paths):
+            return False
+    return True
+
+
+def carries_url(inject: CredentialInjection, method: str, url: str) -> bool:
+    """`carries` for an absolute http(s) URL."""
+    parts = urlsplit(url)
+    scheme = parts.scheme.lower()
+    if scheme not in DEFAULT_PORTS or not parts.hostname:
+        return False
+    default = DEFAULT_PORTS[scheme]
+    return carries(
+        inject,
+        host=parts.hostname,
+        port=parts.port or default,
+        default_port=default,
+        method=method,
+        path=parts.path or "/",
+    )
+
+
+def hosts_allowed(hosts: Iterable[str], allow: Iterable[str]) -> list[str]:
+    """The `hosts` entries no entry of `allow` covers (same port; `*.suffix` only below a
+    wildcard of the egress): empty when every one is allowed."""
+    allowed = []
+    for text in allow:
+        try:
+            parsed = parse_egress_entry(text)
+        except ValueError:
+            continue
+        if parsed.kind == "host":
+            allowed.append(HostEntry(parsed.value, parsed.port))
+    missing = []
+    for text in hosts:
+        try:
+            parsed = parse_egress_entry(text)
+        except ValueError:
+            missing.append(text)
+            continue
+        entry = HostEntry(parsed.value, parsed.port)
+        if parsed.kind != "host" or not any(a.covers(entry) for a in allowed):
+            missing.append(text)
+    return missing

@@ -1,0 +1,116 @@
+"""`spec.credentials` checked against the tool's kind, sandbox and egress.
+
+The CRD refuses the same at apply (`model.descriptor._credential_rules`, CEL); this says it
+with the entry's index and keeps objects stored before a rule existed inactive.
+"""
+
+from __future__ import annotations
+
+import re
+from urllib.parse import urlsplit
+
+from tooladapter.credentials.requests import hosts_allowed
+from tooladapter.enums import ToolKind, WorkspaceMode
+from tooladapter.model import CredentialSource, McpServerSpec, ToolDescriptorSpec
+
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_SECRET_KEY = re.compile(r"^[-._a-zA-Z0-9]+$")
+
+
+def egress_of(spec: ToolDescriptorSpec) -> list[str] | None:
+    """The tool's explicit egress (None: it sets none, so a default would apply)."""
+    if spec.kind is ToolKind.HTTP:
+        hosts = spec.http.allowed_hosts if spec.http is not None else []
+        return list(hosts) or None
+    if spec.sandbox is None or spec.sandbox.egress.allow is None:
+        return None
+    return list(spec.sandbox.egress.allow)
+
+
+def check_credentials(spec: ToolDescriptorSpec) -> list[str]:
+    """Every problem of a descriptor's `credentials` (empty: none)."""
+    if not spec.credentials:
+        return []
+    problems: list[str] = []
+    if spec.kind in (ToolKind.NATIVE, ToolKind.MCP):
+        return [
+            "credentials: native tools take none, and an mcp tool's credentials are "
+            "declared on its McpServer"
+        ]
+    allow = egress_of(spec)
+    if allow is None:
+        problems.append(
+            "credentials: a tool that declares credentials must set its egress explicitly "
+            "(http.allowedHosts for an http tool, sandbox.egress.allow otherwise)"
+        )
+    attempt = spec.sandbox is not None and spec.sandbox.workspace == WorkspaceMode.ATTEMPT
+    names: set[str] = set()
+    files: set[str] = set()
+    for index, credential in enumerate(spec.credentials):
+        where = f"credentials[{index}]"
+        if credential.name in names:
+            problems.append(f"{where}.name: {credential.name!r} is declared twice")
+        names.add(credential.name)
+        problems.extend(_source_problems(credential.source, where))
+        inject = credential.inject
+        if inject.file is not None:
+            if spec.kind is not ToolKind.CONTAINER:
+                problems.append(
+                    f"{where}.inject.file: only a container tool (a fixed sandbox.command) "
+                    f"takes a credential file, not a {spec.kind.value} tool"
+                )
+            if attempt:
+                problems.append(
+                    f"{where}.inject.file: not with sandbox.workspace attempt: a workspace "
+                    "outlives its calls"
+                )
+            if inject.file in files:
+                problems.append(f"{where}.inject.file: {inject.file} is used twice")
+            files.add(inject.file)
+        elif allow is not None:
+            for host in hosts_allowed(inject.hosts or [], allow):
+                problems.append(
+                    f"{where}.inject.hosts: {host!r} is not allowed by the tool's egress "
+                    f"({', '.join(allow)})"
+                )
+    return problems
+
+
+def check_server_credentials(spec: McpServerSpec) -> list[str]:
+    """Every problem of an McpServer's `credentials` (empty: none)."""
+    problems: list[str] = []
+    url = urlsplit(spec.url)
+    host = (url.hostname or "").lower()
+    targets = {host} | ({f"{host}:{url.port}"} if url.port else set())
+    for index, credential in enumerate(spec.credentials):
+        where = f"credentials[{index}]"
+        problems.extend(_source_problems(credential.source, where))
+        inject = credential.inject
+        if inject.file is not None or inject.methods is not None or inject.paths is not None:
+            problems.append(
+                f"{where}.inject: a server's credential takes no file, methods or paths"
+            )
+        for entry in inject.hosts or []:
+            if entry not in targets:
+                problems.append(
+                    f"{where}.inject.hosts: {entry!r} is not the server's host ({host})"
+                )
+    return problems
+
+
+def _source_problems(source: CredentialSource, where: str) -> list[str]:
+    problems = []
+    if source.secret_key_ref is not None:
+        ref = source.secret_key_ref
+        if not _DNS_SUBDOMAIN.match(ref.name) or len(ref.name) > 253:
+            problems.append(f"{where}.source.secretKeyRef.name: {ref.name!r} is not a Secret name")
+        if not _SECRET_KEY.match(ref.key) or len(ref.key) > 253:
+            problems.append(f"{where}.source.secretKeyRef.key: {ref.key!r} is not a Secret key")
+    if source.service_account_token is not None:
+        name = source.service_account_token.service_account_name
+        if not _DNS_SUBDOMAIN.match(name):
+            problems.append(
+                f"{where}.source.serviceAccountToken.serviceAccountName: {name!r} is not a "
+                "ServiceAccount name"
+            )
+    return problems
