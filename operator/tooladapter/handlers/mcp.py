@@ -56,6 +56,7 @@ from tooladapter.model import (
     McpToolInfo,
     ToolDescriptorSpec,
 )
+from tooladapter.pipeline.validation.credentials import check_server_credentials
 from tooladapter.runtime import Runtime
 from tooladapter.timeutil import now_iso
 
@@ -184,7 +185,10 @@ class McpServers:
             address_refused=refused,
             tools=len(status.tools),
         )
-        status.message = why.message[:1024]
+        # The CRD cannot afford to compare each entry with the url's host; a credential that
+        # names another host is never sent (`credentials_for`), and the status says so.
+        problems = check_server_credentials(spec)
+        status.message = "; ".join([why.message, *problems])[:1024]
         status.conditions = [
             Condition(
                 type="Ready",
