@@ -155,8 +155,20 @@ SCHEMAS: Final[dict[str, Any]] = {
             **_TOOL_PROPERTIES,
             "inputSchema": {"type": "object"},
             "outputSchema": {"type": ["object", "null"]},
-            "authorization": {"type": ["object", "null"]},
-            "secretDependencies": {"type": ["array", "null"], "items": {"type": "object"}},
+            "credentials": {
+                "type": "array",
+                "description": "What a call carries: name, source kind, and hosts or file.",
+                "items": {
+                    "type": "object",
+                    "required": ["name", "source"],
+                    "properties": {
+                        "name": {"type": "string"},
+                        "source": {"enum": ["secretKeyRef", "serviceAccountToken"]},
+                        "hosts": {"type": "array", "items": {"type": "string"}},
+                        "file": {"type": "string"},
+                    },
+                },
+            },
             "timeoutSeconds": {"type": ["integer", "null"]},
             "maxResultBytes": {"type": ["integer", "null"]},
             "retryPolicy": {"type": ["object", "null"]},

@@ -238,15 +238,13 @@ def tool_summary(entry: ToolEntry, versions: Iterable[ToolEntry]) -> dict[str, A
 
 
 def tool_detail(entry: ToolEntry, versions: Iterable[ToolEntry]) -> dict[str, Any]:
-    """One tool version with schemas, authorization, secret dependencies, limits and audit
-    requirements (what the caller could read from the descriptor itself)."""
+    """One tool version with schemas, the credentials its calls carry (name, source kind and
+    where each goes; not which Secret or ServiceAccount), limits and audit requirements."""
     spec = entry.spec.wire()
     detail = tool_summary(entry, versions)
     for key in (
         "inputSchema",
         "outputSchema",
-        "authorization",
-        "secretDependencies",
         "timeoutSeconds",
         "maxResultBytes",
         "retryPolicy",
@@ -258,6 +256,14 @@ def tool_detail(entry: ToolEntry, versions: Iterable[ToolEntry]) -> dict[str, An
     if detail["timeoutSeconds"] is None:
         # Unset: the operator's default applies, as the status says (issue 27).
         detail["timeoutSeconds"] = entry.status.effective_timeout_seconds
+    detail["credentials"] = [
+        {
+            "name": c.name,
+            "source": c.source.kind,
+            **({"file": c.inject.file} if c.inject.file else {"hosts": list(c.inject.hosts or [])}),
+        }
+        for c in entry.spec.credentials
+    ]
     detail["message"] = entry.status.message
     return detail
 

@@ -81,7 +81,11 @@ def check_server_credentials(spec: McpServerSpec) -> list[str]:
     problems: list[str] = []
     url = urlsplit(spec.url)
     host = (url.hostname or "").lower()
-    targets = {host} | ({f"{host}:{url.port}"} if url.port else set())
+    # As the executor judges it (`carries_url`): an entry without a port means the scheme's
+    # default, so a url on another port needs the entry to name it.
+    default = 443 if url.scheme == "https" else 80
+    port = url.port or default
+    targets = {f"{host}:{port}"} | ({host} if port == default else set())
     for index, credential in enumerate(spec.credentials):
         where = f"credentials[{index}]"
         problems.extend(_source_problems(credential.source, where))
