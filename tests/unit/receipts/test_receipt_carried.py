@@ -13,6 +13,7 @@ import pytest
 from tests.unit.fake_cluster import (
     NAMESPACE,
     ScriptedExecutor,
+    descriptor,
     http_descriptor,
     invocation,
     make_runtime,
@@ -23,12 +24,15 @@ from tooladapter.cli.chainverify import exit_code_of, expected_of
 from tooladapter.cli.exitcodes import ExitCode
 from tooladapter.enums import InvocationState, ToolKind
 from tooladapter.executors import Outcome
+from tooladapter.handlers.confirmations import validated_http as confirmation_http
 from tooladapter.model import (
     CredentialUse,
     HttpSpec,
+    ToolDescriptorSpec,
     ToolInvocationSpec,
     ToolInvocationStatus,
 )
+from tooladapter.pipeline.hashing import descriptor_digest
 from tooladapter.receipts.core.record import build_receipt, http_target
 from tooladapter.receipts.core.signing import KeySet, PublicKey
 from tooladapter.receipts.core.signing import receipt_of as receipt_of_bytes
@@ -232,3 +236,20 @@ async def test_a_call_that_carried_a_credential_has_a_receipt_that_says_so_and_v
     )
     assert report.ok and report.checked == 1
     assert exit_code_of(report.first_break) is ExitCode.OK
+
+
+def test_a_confirmations_receipt_takes_the_target_only_from_the_validated_descriptor() -> None:
+    body = http_descriptor("fetch", "https://api.example.com/v1/items")
+    spec = ToolDescriptorSpec.model_validate(body["spec"])
+    validated = ToolInvocationStatus(
+        state=InvocationState.UNCERTAIN, descriptor_digest=descriptor_digest(spec.wire())
+    )
+    assert confirmation_http(spec, validated) == spec.http
+    changed = spec.model_copy(update={"http": HttpSpec(url="https://api.example.com/v2/{id}")})
+    assert confirmation_http(changed, validated) is None  # not what the call sent
+    assert confirmation_http(None, validated) is None
+    native = ToolDescriptorSpec.model_validate(descriptor("lister")["spec"])
+    same = ToolInvocationStatus(
+        state=InvocationState.UNCERTAIN, descriptor_digest=descriptor_digest(native.wire())
+    )
+    assert confirmation_http(native, same) is None
