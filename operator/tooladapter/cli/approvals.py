@@ -24,6 +24,7 @@ from tooladapter.cli.exitcodes import ExitCode
 from tooladapter.cli.parsing import parse_expiry
 from tooladapter.cli.render import fields
 from tooladapter.enums import ApprovalDecision, InvocationState, Resource
+from tooladapter.kube.errors import UserApiError
 from tooladapter.kube.user import UserApi
 from tooladapter.review.argdiff import Change, ChangeKind
 from tooladapter.review.argdiff import render as render_changes
@@ -33,7 +34,11 @@ from tooladapter.review.texts import pending_approvals
 
 async def _approvals(settings: Settings) -> ExitCode:
     async with settings.connect() as api:
-        pending = pending_approvals(await api.list_all(Resource.INVOCATIONS))
+        invocations = await api.list_all(Resource.INVOCATIONS)
+        descriptors = await _descriptors(api) if _waiting(invocations) else None
+        pending = pending_approvals(
+            invocations, descriptors={api.namespace: descriptors} if descriptors is not None else {}
+        )
     if settings.listed(pending, f"No calls wait for an approval in namespace {api.namespace}."):
         return ExitCode.OK
     for index, view in enumerate(pending):
@@ -64,6 +69,8 @@ async def _approvals(settings: Settings) -> ExitCode:
             )
         for reason in view["reasons"]:
             click.echo(f"  reason: {reason}")
+        for line in carried_lines(view["carries"]):
+            click.echo(line)
         previous = view["lastApproved"]
         if previous is None:
             click.echo("  changed: first approval of this tool for this caller")
@@ -81,6 +88,36 @@ async def _approvals(settings: Settings) -> ExitCode:
     return ExitCode.OK
 
 
+def _waiting(invocations: list[dict[str, Any]]) -> bool:
+    return any(
+        (i.get("status") or {}).get("state") == InvocationState.AWAITING_APPROVAL
+        for i in invocations
+    )
+
+
+async def _descriptors(api: UserApi) -> list[dict[str, Any]] | None:
+    """The namespace's ToolDescriptors (the credentials a waiting call will carry); None
+    when RBAC refuses them: the calls then say their credentials are unknown."""
+    try:
+        return await api.list_all(Resource.DESCRIPTORS)
+    except UserApiError as exc:
+        if exc.status in (401, 403):
+            return None
+        raise
+
+
+def carried_lines(carries: dict[str, Any]) -> list[str]:
+    """The credentials a waiting call will carry, labelled as the descriptor's (never
+    the agent's: `review.carried`)."""
+    lines = ["  credentials (declared by the descriptor, not the agent):"]
+    if carries.get("note"):
+        lines.append(f"    {carries['note']}")
+    lines.extend(f"    {c['text']}" for c in carries["credentials"])
+    if carries["known"] and not carries["credentials"] and not carries.get("mcpServer"):
+        lines.append("    none")
+    return lines
+
+
 def _changes(wire: list[dict[str, Any]]) -> list[Change]:
     return [
         Change(ChangeKind(c["kind"]), c["path"], before=c.get("before"), after=c.get("after"))
@@ -95,8 +132,10 @@ def approvals(settings: Settings) -> ExitCode:
     """Calls waiting for an approval: all arguments as they will run (canonical JSON;
     invisible and bidirectional characters shown as ⟨U+XXXX⟩ with a warning; credential-like
     tokens flagged, never hidden), class, reasons, the
-    request hash and descriptor digest an approval binds to, and what changed since the
-    same caller's last approved call of that tool."""
+    request hash and descriptor digest an approval binds to, the credentials the call will
+    carry and where (its descriptor's: Secret or ServiceAccount names, hosts with methods
+    and paths, or a file; never a value), and what changed since the same caller's last
+    approved call of that tool."""
     return run_async(_approvals(settings))
 
 

@@ -31,6 +31,7 @@ from tooladapter.enums import (
     SideEffectClass,
     Stage,
     StageOutcome,
+    ToolKind,
 )
 from tooladapter.executors import Outcome, read_limit
 from tooladapter.flow.context import Denial, Failure, FlowContext
@@ -46,7 +47,9 @@ from tooladapter.metrics import (
 from tooladapter.model import (
     EffectConfirmation,
     EgressRecord,
+    HttpSpec,
     InvocationResult,
+    ToolDescriptorSpec,
     ToolInvocationSpec,
 )
 from tooladapter.naming import LeaseNames
@@ -273,6 +276,18 @@ def tool_label(ctx: FlowContext, tool_id: str) -> str:
     return UNKNOWN_TOOL
 
 
+def validated_http(ctx: FlowContext, descriptor: ToolDescriptorSpec | None) -> HttpSpec | None:
+    """The http block of an http tool for its receipt's `target`: only from the
+    descriptor the call was validated against (its digest is `status.descriptorDigest`;
+    a call denied because its descriptor changed while it waited holds the new one)."""
+    if descriptor is None or descriptor.kind != ToolKind.HTTP or descriptor.http is None:
+        return None
+    validated = ctx.status.descriptor_digest
+    if validated is None or ctx.descriptor_digest(descriptor) != validated:
+        return None
+    return descriptor.http
+
+
 async def end(ctx: FlowContext, state: InvocationState, *, post_event: bool = True) -> None:
     ctx.status.ended_at = now_iso()
     ctx.enter(state)
@@ -306,6 +321,7 @@ async def conclude(ctx: FlowContext, *, post_event: bool = True) -> None:
             written_at=ended_at,
             audit=descriptor.audit_requirements if descriptor else None,
             namespace_uid=await writer.incarnation(ctx.namespace, ctx.body, known=known),
+            http=validated_http(ctx, descriptor),
         )
         await writer.write(entry, results=ctx.unstored, on_failure=store_warning(ctx))
         ctx.unstored = []

@@ -320,6 +320,63 @@ SCHEMAS: Final[dict[str, Any]] = {
             },
             "toolId": _NULLABLE_STRING,
             "state": {"type": "string"},
+            "descriptorDigest": {
+                **_NULLABLE_STRING,
+                "description": "The digest of the descriptor spec the call was validated "
+                "against (null when it never was, and in receipts written before it was "
+                "recorded).",
+            },
+            "credentials": {
+                "type": "array",
+                "description": "Every credential the call carried (never a value); absent "
+                "in receipts written before it was recorded.",
+                "items": {
+                    "type": "object",
+                    "required": ["name", "source", "hosts", "file", "expiresAt"],
+                    "properties": {
+                        "name": {"type": "string"},
+                        "source": {"enum": ["secretKeyRef", "serviceAccountToken"]},
+                        "hosts": {
+                            "oneOf": [
+                                {"type": "array", "items": {"type": "string"}},
+                                {"type": "null"},
+                            ],
+                            "description": "The hosts whose requests carried it (HTTP).",
+                        },
+                        "file": {
+                            **_NULLABLE_STRING,
+                            "description": "The read-only file a container tool read.",
+                        },
+                        "expiresAt": {
+                            **_NULLABLE_STRING,
+                            "description": "A token's expiry (RFC 3339).",
+                        },
+                    },
+                },
+            },
+            "target": {
+                "oneOf": [
+                    {
+                        "type": "object",
+                        "required": ["method", "urlTemplate", "host"],
+                        "properties": {
+                            "method": {"type": "string"},
+                            "urlTemplate": {
+                                "type": "string",
+                                "description": "The descriptor's URL template as declared.",
+                            },
+                            "host": {
+                                **_NULLABLE_STRING,
+                                "description": "The template's host, or, when a placeholder "
+                                "names it, the allowed host the rendered URL named (null: "
+                                "it did not render).",
+                            },
+                        },
+                    },
+                    {"type": "null"},
+                ],
+                "description": "An http tool's request target (null for other kinds).",
+            },
         },
     },
 }

@@ -10,11 +10,18 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from tooladapter.enums import FailureClass, InvocationState, Resource
+from tooladapter.enums import FailureClass, InvocationState, Resource, ToolKind
 from tooladapter.events import object_ref
 from tooladapter.kube.client import NotFound
-from tooladapter.model import EffectConfirmation, ToolInvocationSpec, ToolInvocationStatus
+from tooladapter.model import (
+    EffectConfirmation,
+    HttpSpec,
+    ToolDescriptorSpec,
+    ToolInvocationSpec,
+    ToolInvocationStatus,
+)
 from tooladapter.pipeline.conditions import invocation_conditions
+from tooladapter.pipeline.hashing import descriptor_digest
 from tooladapter.pipeline.sanitize.redaction import bounded_message
 from tooladapter.receipts.service.writer import ReceiptInput, ReceiptWriter
 from tooladapter.runtime import Runtime
@@ -31,6 +38,19 @@ def needs_recording(body: Mapping[str, Any]) -> bool:
         # A duplicate's confirmation is its first call's, copied (`copy_to_duplicates`).
         and not status.get("duplicateOf")
     )
+
+
+def validated_http(
+    descriptor: ToolDescriptorSpec | None, status: ToolInvocationStatus
+) -> HttpSpec | None:
+    """An http tool's http block for the receipt's `target`, as the first receipt had it:
+    only while the catalog's descriptor is still the one the call was validated against
+    (a changed descriptor's template is not what the call sent)."""
+    if descriptor is None or descriptor.kind != ToolKind.HTTP or descriptor.http is None:
+        return None
+    if status.descriptor_digest != descriptor_digest(descriptor.wire()):
+        return None
+    return descriptor.http
 
 
 async def record_confirmation(rt: Runtime, body: dict[str, Any]) -> None:
@@ -65,6 +85,7 @@ async def record_confirmation(rt: Runtime, body: dict[str, Any]) -> None:
             written_at=stamp,
             audit=entry.spec.audit_requirements if entry and entry.spec else None,
             namespace_uid=await writer.incarnation(namespace, fresh, known=known),
+            http=validated_http(entry.spec if entry else None, status),
         )
     )
     assert status.receipt is not None

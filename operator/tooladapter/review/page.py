@@ -13,7 +13,7 @@ raw values; only its display is marked.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final
@@ -70,12 +70,15 @@ def shown_changes(before: Any, after: Any) -> list[dict[str, Any]]:
 
 
 def pending_for_page(
-    invocations: Sequence[dict[str, Any]], earlier: Sequence[dict[str, Any]] = ()
+    invocations: Sequence[dict[str, Any]],
+    earlier: Sequence[dict[str, Any]] = (),
+    descriptors: Mapping[str, Sequence[dict[str, Any]]] | None = None,
 ) -> list[dict[str, Any]]:
-    """The CLI's pending approvals (same reasons, hashes and previous call), namespace by
-    namespace, with the arguments and the change since the last approved call shown whole
-    (pipeline/shown).
-    `earlier`: approved calls from the receipt index (see `review.pending_approvals`)."""
+    """The CLI's pending approvals (same reasons, hashes, credentials and previous call),
+    namespace by namespace, with the arguments and the change since the last approved
+    call shown whole (pipeline/shown).
+    `earlier`: approved calls from the receipt index, `descriptors` the ToolDescriptor
+    bodies by namespace (see `review.pending_approvals`)."""
     namespaces: dict[str, list[dict[str, Any]]] = {}
     for obj in invocations:
         namespaces.setdefault(str(_meta(obj).get("namespace") or ""), []).append(obj)
@@ -85,7 +88,7 @@ def pending_for_page(
         by_name = {str(_meta(o).get("name")): o for o in objects}
         # By uid: a deleted call's name may since have been given to another.
         by_uid = {str(_meta(o).get("uid")): o for o in [*older, *objects]}
-        for view in pending_approvals(objects, older):
+        for view in pending_approvals(objects, older, descriptors):
             obj = by_name[view["name"]]
             view["namespace"] = namespace
             view["uid"] = _meta(obj).get("uid")

@@ -16,7 +16,7 @@ ToolApproval and effect confirmation, which the admission policies and the flow 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from enum import StrEnum
 from typing import Any, Final
 
@@ -28,6 +28,7 @@ from tooladapter.pipeline.parts import name_of as _name
 from tooladapter.pipeline.parts import spec_of as _spec
 from tooladapter.pipeline.parts import status_of as _status
 from tooladapter.review.argdiff import canonical, diff
+from tooladapter.review.carried import carried_view
 from tooladapter.review.shown import shown, visible
 
 #: The CRD's bound on groups in spec.reviewerGroups (and spec.caller.groups).
@@ -62,14 +63,19 @@ class Undecidable(ValueError):
 
 
 def pending_approvals(
-    invocations: Sequence[dict[str, Any]], earlier: Sequence[dict[str, Any]] = ()
+    invocations: Sequence[dict[str, Any]],
+    earlier: Sequence[dict[str, Any]] = (),
+    descriptors: Mapping[str, Sequence[dict[str, Any]]] | None = None,
 ) -> list[dict[str, Any]]:
     """Invocations waiting in AwaitingApproval, oldest first, each with what a reviewer
-    needs: canonical arguments, classes, reasons, the hashes an approval binds to, and
-    the difference from the same caller's last approved call of the same tool.
+    needs: canonical arguments, classes, reasons, the hashes an approval binds to, the
+    credentials it will carry (`review.carried`), and the difference from the same
+    caller's last approved call of the same tool.
 
     `earlier`: approved calls from the receipt index (`receipt_index.previous_call`), in
-    the same shape, which count where retention deleted their invocations."""
+    the same shape, which count where retention deleted their invocations.
+    `descriptors`: the ToolDescriptor bodies by namespace; a namespace left out (or
+    None) could not be read, and its calls say so."""
     waiting = [
         i for i in invocations if _status(i).get("state") == InvocationState.AWAITING_APPROVAL
     ]
@@ -79,7 +85,14 @@ def pending_approvals(
         *invocations,
         *(e for e in earlier if (e.get("metadata") or {}).get("uid") not in known),
     ]
-    return [pending_view(i, last_approved(i, candidates)) for i in waiting]
+    return [
+        pending_view(
+            i,
+            last_approved(i, candidates),
+            (descriptors or {}).get(str((i.get("metadata") or {}).get("namespace") or "")),
+        )
+        for i in waiting
+    ]
 
 
 def last_approved(
@@ -121,7 +134,13 @@ def waiting_reasons(status: dict[str, Any]) -> list[str]:
     return [visible(r) for r in reasons]
 
 
-def pending_view(invocation: dict[str, Any], previous: dict[str, Any] | None) -> dict[str, Any]:
+def pending_view(
+    invocation: dict[str, Any],
+    previous: dict[str, Any] | None,
+    descriptors: Sequence[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """What a reviewer reads of one waiting call; `descriptors`: its namespace's
+    ToolDescriptor bodies (None: not read), for the credentials it will carry."""
     spec, status = _spec(invocation), _status(invocation)
     tool = spec.get("tool") or {}
     arguments = spec.get("arguments") or {}
@@ -145,6 +164,9 @@ def pending_view(invocation: dict[str, Any], previous: dict[str, Any] | None) ->
         "shownArguments": display.canonical,
         "warnings": list(display.warnings),
         "flags": [f.wire() for f in display.flags],
+        # The descriptor's, never the agent's: labelled so (`declaredBy`), apart from the
+        # arguments.
+        "carries": carried_view(invocation, descriptors),
         "lastApproved": None,
         "changes": None,
     }

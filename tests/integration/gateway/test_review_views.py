@@ -87,6 +87,10 @@ def test_a_gated_call_shows_its_destination_and_its_bidi_override_on_the_page_an
     arguments = re.sub(r"<[^>]+>", "", other[: other.index("</pre>")])
     assert SHOWN_NOTE in arguments and "\u202e" not in other, arguments
     assert "/note: U+202E RIGHT-TO-LEFT OVERRIDE" in other  # the warning
+    # The credentials it will carry come from its descriptor, which the reviewer's own
+    # token may read (tooladapter-reviewer): known, labelled, none declared.
+    assert 'data-declared-by="descriptor" data-descriptor="validated"' in article, article
+    assert "the descriptor declares no credentials" in article
 
     # The command line, as the reviewer runs it.
     cli = Cli(tmp_path, api, reviewer)
@@ -104,3 +108,6 @@ def test_a_gated_call_shows_its_destination_and_its_bidi_override_on_the_page_an
     assert views[name]["arguments"] == {"command": COMMAND}  # structured: the raw value
     assert views[noted]["arguments"] == {"note": NOTE}
     assert views[noted]["shownArguments"] == f'{{"note":"{SHOWN_NOTE}"}}'
+    assert views[name]["carries"]["descriptor"] == "validated", views[name]["carries"]
+    assert views[name]["carries"]["credentials"] == []
+    assert "credentials (declared by the descriptor, not the agent):" in out, out

@@ -2,10 +2,11 @@
 
 Each waiting call shows what the command line's `approvals` shows (tool and version,
 caller, classes, the reasons it is gated, the request hash and descriptor digest an
-approval binds to, the change since the same caller's last approved call, found in the
-receipt index when retention deleted it), its arguments redacted. Approve and Reject
-create the ToolApproval with the person's own token, built as `tooladapter approve`
-builds it, so admission checks that the reviewer is the person.
+approval binds to, the credentials it will carry and where, declared by its descriptor
+and read with the person's token, the change since the same caller's last approved
+call, found in the receipt index when retention deleted it), its arguments shown whole.
+Approve and Reject create the ToolApproval with the person's own token, built as
+`tooladapter approve` builds it, so admission checks that the reviewer is the person.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from aiohttp import web
 
 from tooladapter.enums import ApprovalDecision, InvocationState, Resource
 from tooladapter.gateway import params
-from tooladapter.gateway.ui.data import allowed_in, invocations, namespaces_of
+from tooladapter.gateway.ui.data import allowed_in, descriptors_in, invocations, namespaces_of
 from tooladapter.gateway.ui.earlier import earlier_for
 from tooladapter.gateway.ui.web import (
     PREFIX,
@@ -42,7 +43,14 @@ MAX_COMMENT: Final = 1024
 async def approvals(request: web.Request, person: Person) -> web.StreamResponse:
     listing = await invocations(person)
     earlier = await earlier_for(request, listing.items)
-    pending = pending_for_page(listing.items, earlier)
+    waiting = [
+        i
+        for i in listing.items
+        if (i.get("status") or {}).get("state") == InvocationState.AWAITING_APPROVAL
+    ]
+    # Only where a call waits: the credentials it will carry, from its descriptor.
+    descriptors = await descriptors_in(person, namespaces_of(waiting)) if waiting else {}
+    pending = pending_for_page(listing.items, earlier, descriptors)
     reviewable = await allowed_in(
         request,
         person,

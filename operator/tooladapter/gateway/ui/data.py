@@ -92,6 +92,24 @@ async def invocations(person: Person) -> Listing:
     return listing
 
 
+async def descriptors_in(person: Person, namespaces: list[str]) -> dict[str, list[dict[str, Any]]]:
+    """The ToolDescriptors of each namespace, read with the person's own token (what the
+    page shows of a waiting call's credentials: `review.carried`); a namespace the API
+    server refuses is left out, and its calls say their credentials are unknown."""
+    api = person.caller.api
+
+    async def one(namespace: str) -> list[dict[str, Any]] | None:
+        try:
+            return await api.list(Resource.DESCRIPTORS, namespace)
+        except CallerApiError as exc:
+            if exc.status not in (401, 403):
+                raise
+            return None
+
+    found = await asyncio.gather(*(one(n) for n in namespaces))
+    return {n: items for n, items in zip(namespaces, found, strict=True) if items is not None}
+
+
 def namespaces_of(items: list[dict[str, Any]]) -> list[str]:
     return sorted({str((i.get("metadata") or {}).get("namespace") or "") for i in items})
 

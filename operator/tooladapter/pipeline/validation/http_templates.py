@@ -63,8 +63,7 @@ def check_http(http: HttpSpec, declared_names: set[str] | None) -> list[str]:
             "http.url: credentials in the URL are not allowed; declare them in "
             "spec.credentials (inject.hosts), which the operator adds as a header"
         )
-    netloc_template = http.url.split("://", 1)[-1].split("/", 1)[0].split("?", 1)[0]
-    host_has_placeholder = PLACEHOLDER.search(netloc_template) is not None
+    host_has_placeholder = template_host_has_placeholder(http.url)
     allowed: list[tuple[str, int | None]] = []
     for index, entry in enumerate(http.allowed_hosts):
         try:
@@ -170,39 +169,32 @@ def _argument_text(arguments: Mapping[str, Any], name: str, where: str) -> tuple
     return text, value
 
 
-def render_http_request(spec: HttpSpec, arguments: Mapping[str, Any]) -> RenderedHttpRequest:
-    """The concrete request for a declared HTTP tool; raises `HttpTemplateError`.
+def _fill(
+    template: str,
+    where: str,
+    encode: Callable[[str, str, Any], str],
+    arguments: Mapping[str, Any],
+) -> str:
+    def replace(match: re.Match[str]) -> str:
+        text, value = _argument_text(arguments, match.group(1), where)
+        return encode(match.group(1), text, value)
 
-    - URL: each `{name}` is replaced by the argument, percent-encoded with no safe
-      characters (`/`, `?`, `#`, `@` and `:` are encoded too), so an argument can never
-      change the host, path structure or query layout; `.` and `..` are refused.
-    - Headers: plain text; a value that would contain CR, LF or NUL is refused.
-    - Body, by the descriptor's literal Content-Type: JSON-escaped (without quotes) for
-      JSON, and the rendered body must parse as JSON; for a form
-      (`application/x-www-form-urlencoded`) each value is form-encoded (`quote_plus`: `&`,
-      `=` and `+` cannot add or split fields); otherwise plain text. Non-string arguments
-      are written as compact JSON.
-    - The host of the rendered URL must be in `allowedHosts` (or, when that is empty,
-      be the literal host of the URL template).
-    Placeholders are filled in one pass: a value containing `{x}` is not expanded again.
-    """
+    return PLACEHOLDER.sub(replace, template)
 
-    def fill(template: str, where: str, encode: Callable[[str, str, Any], str]) -> str:
-        def replace(match: re.Match[str]) -> str:
-            text, value = _argument_text(arguments, match.group(1), where)
-            return encode(match.group(1), text, value)
 
-        return PLACEHOLDER.sub(replace, template)
+def _url_value(name: str, text: str, _value: Any) -> str:
+    if text in ("", ".", ".."):
+        raise HttpTemplateError(
+            f"placeholder {{{name}}} in the URL: argument {name!r} is {text!r}, "
+            "which would change the URL's structure"
+        )
+    return quote(text, safe="")
 
-    def url_value(name: str, text: str, _value: Any) -> str:
-        if text in ("", ".", ".."):
-            raise HttpTemplateError(
-                f"placeholder {{{name}}} in the URL: argument {name!r} is {text!r}, "
-                "which would change the URL's structure"
-            )
-        return quote(text, safe="")
 
-    url = fill(spec.url, "the URL", url_value)
+def render_url(spec: HttpSpec, arguments: Mapping[str, Any]) -> str:
+    """The URL of a declared HTTP tool's request, its host checked against `allowedHosts`
+    (see `render_http_request`); raises `HttpTemplateError`."""
+    url = _fill(spec.url, "the URL", _url_value, arguments)
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https"):
         raise HttpTemplateError(f"the rendered URL must be http or https, got {parts.scheme!r}")
@@ -227,6 +219,36 @@ def render_http_request(spec: HttpSpec, arguments: Mapping[str, Any]) -> Rendere
             f"the rendered URL's host {parts.netloc!r} is not an allowed host "
             f"(http.allowedHosts: {shown})"
         )
+    return url
+
+
+def template_host_has_placeholder(url: str) -> bool:
+    """Whether the host (or port) of a URL template comes from an argument."""
+    netloc = url.split("://", 1)[-1].split("/", 1)[0].split("?", 1)[0]
+    return PLACEHOLDER.search(netloc) is not None
+
+
+def render_http_request(spec: HttpSpec, arguments: Mapping[str, Any]) -> RenderedHttpRequest:
+    """The concrete request for a declared HTTP tool; raises `HttpTemplateError`.
+
+    - URL: each `{name}` is replaced by the argument, percent-encoded with no safe
+      characters (`/`, `?`, `#`, `@` and `:` are encoded too), so an argument can never
+      change the host, path structure or query layout; `.` and `..` are refused.
+    - Headers: plain text; a value that would contain CR, LF or NUL is refused.
+    - Body, by the descriptor's literal Content-Type: JSON-escaped (without quotes) for
+      JSON, and the rendered body must parse as JSON; for a form
+      (`application/x-www-form-urlencoded`) each value is form-encoded (`quote_plus`: `&`,
+      `=` and `+` cannot add or split fields); otherwise plain text. Non-string arguments
+      are written as compact JSON.
+    - The host of the rendered URL must be in `allowedHosts` (or, when that is empty,
+      be the literal host of the URL template).
+    Placeholders are filled in one pass: a value containing `{x}` is not expanded again.
+    """
+
+    def fill(template: str, where: str, encode: Callable[[str, str, Any], str]) -> str:
+        return _fill(template, where, encode, arguments)
+
+    url = render_url(spec, arguments)
 
     headers: dict[str, str] = {}
     for name, template in spec.headers.items():

@@ -12,12 +12,25 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Any
+from urllib.parse import urlsplit
 
 from tooladapter.egress.core.tally import bytes_moved
 from tooladapter.enums import SandboxKind, ToolKind
-from tooladapter.model import AuditRequirements, ToolInvocationSpec, ToolInvocationStatus
+from tooladapter.model import (
+    AuditRequirements,
+    CredentialUse,
+    HttpSpec,
+    ToolInvocationSpec,
+    ToolInvocationStatus,
+)
 from tooladapter.pipeline.hashing import CanonicalizationError, digest
 from tooladapter.pipeline.validation.arguments import check_bounds
+from tooladapter.pipeline.validation.http_templates import (
+    PLACEHOLDER,
+    HttpTemplateError,
+    render_url,
+    template_host_has_placeholder,
+)
 
 RECEIPT_SCHEMA = "tool-invocation-v1"
 
@@ -36,6 +49,55 @@ def _arguments_hash(arguments: Any) -> str | None:
         return digest(arguments)
     except CanonicalizationError:
         return None
+
+
+def credential_record(use: CredentialUse) -> dict[str, Any]:
+    """One credential the call carried, every key present: its name, the kind of its
+    source, where it went (`hosts` for HTTP injection, `file` for a container tool's file)
+    and a token's expiry. Never a value: status holds none to copy."""
+    return {
+        "name": use.name,
+        "source": use.source,
+        "hosts": list(use.hosts) if use.file is None else None,
+        "file": use.file,
+        "expiresAt": use.expires_at,
+    }
+
+
+def _netloc_host(url: str) -> str | None:
+    """`host` or `host:port` as the URL names it (lower case, no user info); None when it
+    names none."""
+    try:
+        parts = urlsplit(url)
+        host, port = parts.hostname, parts.port
+    except ValueError:
+        return None
+    if not host:
+        return None
+    shown = f"[{host}]" if ":" in host else host
+    return f"{shown}:{port}" if port is not None else shown
+
+
+def http_target(http: HttpSpec, arguments: Any) -> dict[str, Any]:
+    """What an http tool's call aimed at: the method and URL template as the descriptor
+    declares them (never the rendered URL: its path and query hold the arguments, which
+    `audit` may keep out of the receipt) and the host.
+
+    The host is the template's when its host has no placeholder. When it has one, the host
+    is the one the call's arguments name in the rendered URL: `render_url` checks it
+    against `http.allowedHosts`, so it is always one the descriptor lists, never free text
+    of the agent's. It is null when the URL does not render (arguments out of bounds or
+    refused: nothing was sent)."""
+    if not template_host_has_placeholder(http.url):
+        host = _netloc_host(PLACEHOLDER.sub("x", http.url))
+    elif isinstance(arguments, dict) and not check_bounds(arguments):
+        try:
+            host = _netloc_host(render_url(http, arguments))
+        except HttpTemplateError:
+            host = None
+    else:
+        host = None
+    return {"method": http.method, "urlTemplate": http.url, "host": host}
 
 
 def usage(status: ToolInvocationStatus) -> dict[str, Any]:
@@ -76,6 +138,7 @@ def build_receipt(
     written_at: str,
     audit: AuditRequirements | None = None,
     namespace_uid: str | None = None,
+    http: HttpSpec | None = None,
 ) -> dict[str, Any]:
     """The receipt of an invocation in its current (normally terminal) state.
 
@@ -88,6 +151,12 @@ def build_receipt(
     constructed model) for an invocation whose spec never parsed: its fields are null.
     `audit` (the descriptor's auditRequirements) decides whether the arguments' hash, the
     output's hashes and the command line are recorded; `audit` in the receipt says which.
+
+    What the call carried, whatever its kind: `descriptorDigest` (the descriptor it was
+    validated against, `status.descriptorDigest`; null when it never was), `credentials`
+    (`status.credentials`: every credential brokered for it, `credential_record`) and,
+    for an http tool (`http`: the descriptor's http block), `target` (`http_target`);
+    null for the other kinds.
     """
     audit = audit or AuditRequirements()
     arguments = getattr(spec, "arguments", None)
@@ -130,6 +199,9 @@ def build_receipt(
         "toolId": getattr(tool, "id", None),
         "toolVersion": getattr(tool, "version", None),
         "toolKind": _value(tool_kind) if tool_kind is not None else None,
+        "descriptorDigest": status.descriptor_digest,
+        "target": http_target(http, arguments) if http is not None else None,
+        "credentials": [credential_record(use) for use in status.credentials],
         "declaredClass": _value(status.declared_class),
         "effectiveClass": _value(status.effective_class),
         "policyDecisionId": status.policy_decision_id,

@@ -29,6 +29,7 @@ from tooladapter.enums import ArtifactKind
 from tooladapter.kube.cluster import Cluster
 from tooladapter.model import (
     AuditRequirements,
+    HttpSpec,
     ReceiptSummary,
     ToolInvocationSpec,
     ToolInvocationStatus,
@@ -59,6 +60,9 @@ class ReceiptInput:
     audit: AuditRequirements | None
     #: The namespace incarnation whose chain the receipt joins (None: signed, unchained).
     namespace_uid: str | None = None
+    #: An http tool's http block, of the descriptor the call was validated against: the
+    #: receipt's `target` (None for the other kinds, or when that descriptor is unknown).
+    http: HttpSpec | None = None
 
     @property
     def of(self) -> str:
@@ -138,6 +142,7 @@ class ReceiptWriter:
                 written_at=entry.written_at,
                 audit=entry.audit,
                 namespace_uid=namespace_uid,
+                http=entry.http,
             )
             return receipt
 
