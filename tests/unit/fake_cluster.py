@@ -13,9 +13,8 @@ result after it ran (to stop the "operator" right after a write, say).
 
 from __future__ import annotations
 
-import base64
-
 import asyncio
+import base64
 import copy
 import dataclasses
 import functools
