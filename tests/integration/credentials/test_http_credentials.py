@@ -141,9 +141,10 @@ def shown(
     stored result and receipt of the operator."""
     events = client.CoreV1Api(api).list_namespaced_event(namespace).items
     text = json.dumps(statuses) + json.dumps([(e.reason, e.message) for e in events])
-    for path in op.operator.artifacts.rglob("*"):
-        if path.is_file():
-            text += path.read_bytes().decode(errors="replace")
+    stored = [path for path in op.operator.artifacts.rglob("*") if path.is_file()]
+    assert stored, "the operator stored no result or receipt to look in"
+    for path in stored:
+        text += path.read_bytes().decode(errors="replace")
     return text
 
 
