@@ -6,12 +6,25 @@ check runs on the address the connector resolved and is about to connect to, nev
 separate lookup. How far the request got when something broke (`Wire`, from aiohttp's
 request tracing) decides Failed versus Uncertain through the one rule (`sending`): once its
 last byte was written it was sent, whatever breaks after.
+
+Brokered credentials (`Call.credentials`) go into the one request whose scheme, host,
+port, method and path their `inject` matches (`credentials.requests.carries_url`), judged
+on the URL exactly as it is sent, and nowhere else: redirects are not followed, aiohttp
+never resends by itself (`no_silent_resend`), and the sessions keep no cookies (a server
+that reflected a credential into a cookie would otherwise have it sent on later calls,
+another tenant's included). TLS is verified against the system's CAs plus
+`TOOLADAPTER_EGRESS_CA_FILE` (`egress.core.trust`), and names the operator maps for tests
+(`TOOLADAPTER_EGRESS_HOSTS`) connect to their mapped address, judged as the egress proxy
+judges mapped addresses. What the server answers is redacted of every form of the values
+by the flow (`flow.ending.finish`, over `ctx.secret_values`), not here.
 """
 
 from __future__ import annotations
 
 import ipaddress
 import socket
+import ssl
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from types import SimpleNamespace
 from urllib.parse import urlsplit
@@ -19,9 +32,13 @@ from urllib.parse import urlsplit
 import aiohttp
 from aiohttp.abc import AbstractResolver, ResolveResult
 from aiohttp.resolver import DefaultResolver
+from yarl import URL
 
+from tooladapter.credentials.carried import Carried, header_of
+from tooladapter.credentials.requests import carries_url
 from tooladapter.egress.core.addresses import AddressRefused, AddressRule, parse_networks
 from tooladapter.egress.core.hosts import is_ip
+from tooladapter.egress.core.rules import normalize_host
 from tooladapter.enums import FailureClass, Transmission
 from tooladapter.executors import Call, InOperator, Outcome, lost, read_limit, unconfirmed
 from tooladapter.model import ToolDescriptorSpec
@@ -60,18 +77,59 @@ def allowances(spec: ToolDescriptorSpec) -> tuple[str, ...]:
     return tuple(str(network) for network in parse_networks(entries))
 
 
+def with_credentials(
+    headers: Mapping[str, str], carried: Sequence[Carried], method: str, url: str
+) -> dict[str, str]:
+    """`headers` plus the header of each credential whose `inject` matches this request
+    (`url` as it is sent); the others add nothing."""
+    out = dict(headers)
+    for item in carried:
+        inject = item.declaration.inject
+        if inject.hosts is None or not carries_url(inject, method, url):
+            continue
+        name, value = header_of(inject, item.value)
+        # The credential replaces a template header of the same name (any case): that
+        # header may be filled from an argument, and sent beside the credential, or in its
+        # place, it would let the agent choose what the server authenticates, or send the
+        # credential's header twice for the server to pick from.
+        out = {k: v for k, v in out.items() if k.lower() != name.lower()}
+        out[name] = value
+    return out
+
+
 class GuardedResolver(AbstractResolver):
     """Resolves as aiohttp does, then keeps only the addresses `rule` permits: the
     connector connects to exactly these (aiohttp skips the resolver for IP literals, which
-    `HttpExecutor` checks itself)."""
+    `HttpExecutor` checks itself). A name in `overrides` (`TOOLADAPTER_EGRESS_HOSTS`)
+    resolves only to its mapped address, never through DNS, judged as mapped."""
 
-    def __init__(self, rule: AddressRule, inner: AbstractResolver | None = None) -> None:
+    def __init__(
+        self,
+        rule: AddressRule,
+        inner: AbstractResolver | None = None,
+        overrides: Mapping[str, str] | None = None,
+    ) -> None:
         self.rule = rule
         self.inner = inner or DefaultResolver()
+        self.overrides = dict(overrides or {})
 
     async def resolve(
         self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
     ) -> list[ResolveResult]:
+        mapped = self.overrides.get(normalize_host(host))
+        if mapped is not None:
+            self.rule.permitted(host, [mapped], mapped=True)
+            version = ipaddress.ip_address(mapped).version
+            return [
+                ResolveResult(
+                    hostname=host,
+                    host=mapped,
+                    port=port,
+                    family=socket.AF_INET6 if version == 6 else socket.AF_INET,
+                    proto=0,
+                    flags=socket.AI_NUMERICHOST,
+                )
+            ]
         found = await self.inner.resolve(host, port, family)
         keep = set(self.rule.permitted(host, [r["host"] for r in found]))
         return [r for r in found if r["host"] in keep]
@@ -172,18 +230,31 @@ async def no_silent_resend(
 
 class HttpExecutor(InOperator):
     """One client session per address rule: a connection (and a DNS cache entry) made under
-    one descriptor's allowances is never reused under another's."""
+    one descriptor's allowances is never reused under another's.
 
-    def __init__(self, blocked_hosts: tuple[str, ...] = ()) -> None:
+    `hosts`: names mapped to fixed addresses (`TOOLADAPTER_EGRESS_HOSTS`, parsed); `tls`:
+    the context verifying https servers (default: the system's CAs)."""
+
+    def __init__(
+        self,
+        blocked_hosts: tuple[str, ...] = (),
+        *,
+        hosts: Mapping[str, str] | None = None,
+        tls: ssl.SSLContext | None = None,
+    ) -> None:
         self.blocked_hosts = blocked_hosts
+        self.hosts = dict(hosts or {})
+        self.tls = tls if tls is not None else ssl.create_default_context()
         self.sessions: dict[AddressRule, tuple[aiohttp.ClientSession, GuardedResolver]] = {}
 
     def session_for(self, rule: AddressRule) -> aiohttp.ClientSession:
         held = self.sessions.get(rule)
         if held is None or held[0].closed:
-            resolver = GuardedResolver(rule)
+            resolver = GuardedResolver(rule, overrides=self.hosts)
             session = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(resolver=resolver),
+                connector=aiohttp.TCPConnector(resolver=resolver, ssl=self.tls),
+                # No cookies kept: a session serves every call under one rule, any tenant's.
+                cookie_jar=aiohttp.DummyCookieJar(),
                 trace_configs=[wire_tracing()],
                 middlewares=(no_silent_resend,),
             )
@@ -207,6 +278,12 @@ class HttpExecutor(InOperator):
         if call.traceparent:
             headers = {k: v for k, v in headers.items() if k.lower() != "traceparent"}
             headers["traceparent"] = call.traceparent
+        # Judged on the URL as aiohttp sends it (yarl's normalisation), which `_send` sends.
+        try:
+            target = URL(url)
+        except ValueError as exc:
+            return Outcome.failed(FailureClass.VALIDATION, f"{method} {url}: not sent: {exc}")
+        headers = with_credentials(headers, call.credentials, method, str(target))
         blocked = blocked_host(url, self.blocked_hosts)
         if blocked is not None:
             return Outcome.failed(
@@ -225,23 +302,24 @@ class HttpExecutor(InOperator):
         # The answer is awaited without a calls-in-flight slot: a slow server holds no
         # slot another tenant's call could use (`inflight`).
         async with call.remote():
-            return await self._send(call, method, url, headers, body, rule)
+            return await self._send(call, method, target, headers, body, rule)
 
     async def _send(
         self,
         call: Call,
         method: str,
-        url: str,
+        target: URL,
         headers: dict[str, str],
         body: str | None,
         rule: AddressRule,
     ) -> Outcome:
+        url = str(target)
         timeout = aiohttp.ClientTimeout(total=call.limits.timeout_seconds)
         wire = Wire(body_size=len(body.encode()) if body else 0)
         try:
             async with self.session_for(rule).request(
                 method,
-                url,
+                target,
                 headers=headers,
                 data=body,
                 timeout=timeout,

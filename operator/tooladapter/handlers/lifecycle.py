@@ -20,6 +20,8 @@ import kopf
 from tooladapter import GROUP, identity, tracing
 from tooladapter.artifacts import open_store
 from tooladapter.catalog import Catalog
+from tooladapter.egress.core.rules import parse_hosts_override
+from tooladapter.egress.core.trust import verified_context
 from tooladapter.enums import OperatorRole, ToolKind
 from tooladapter.executors import Executor
 from tooladapter.executors.canary import default_route_address, start_canary
@@ -133,6 +135,13 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo) -> None:
         health.role = OperatorRole.STANDBY
         memo["leadership"] = await leadership.lead(config)
     health.role = OperatorRole.STARTING
+    try:
+        # Http tools reach credentialed APIs as the egress proxy does: the same trust
+        # anchors and, in tests, the same mapped names. Read before anything is opened.
+        mapped_hosts = parse_hosts_override(config.egress.hosts)
+        trust = verified_context(config.egress.ca_file)
+    except (ValueError, OSError) as exc:  # ssl.SSLError is an OSError
+        raise kopf.PermanentError(f"egress settings: {exc}") from None
     # Before any watch: an artifact store that cannot take receipts stops the start (an
     # s3 bucket absent, forbidden or unreachable), rather than every call at its end.
     store = await asyncio.to_thread(open_store, config)
@@ -155,7 +164,7 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo) -> None:
     except BaseException:
         await kube.close()
         raise
-    http = HttpExecutor(config.blocked_http_hosts)
+    http = HttpExecutor(config.blocked_http_hosts, hosts=mapped_hosts, tls=trust)
     cluster = KubeCluster(kube, AllowCache(config.authz_cache_seconds))
     sandbox = SandboxExecutor(cluster, config)
     executors: dict[ToolKind, Executor] = {

@@ -47,8 +47,8 @@ class EgressSettings(FromEnv):
     default_allow: tuple[str, ...] = setting(
         "TOOLADAPTER_DEFAULT_EGRESS_ALLOW", env.listed, REFERENCE_DEFAULT_ALLOW
     )
-    #: Names the proxy resolves to fixed addresses ("name=address,..."), for tests; those
-    #: addresses skip the non-public check, and such names never go to DNS.
+    #: Names the proxy and http tools resolve to fixed addresses ("name=address,..."), for
+    #: tests; those addresses skip the non-public check, and such names never go to DNS.
     hosts: str = setting("TOOLADAPTER_EGRESS_HOSTS", env.verbatim, "")
     #: Cluster ranges (pod and service CIDRs) the proxy treats as non-public, and every
     #: lease's NetworkPolicy excepts from the ipBlocks that contain them.
@@ -65,7 +65,8 @@ class EgressSettings(FromEnv):
     descriptor_cidr_min_prefix_v6: int = setting(
         "TOOLADAPTER_DESCRIPTOR_CIDR_MIN_PREFIX_IPV6", env.prefix(128), 64
     )
-    #: Extra CA bundle the proxy trusts for TLS upstreams of credentialed hosts.
+    #: Extra CA bundle trusted, besides the system's, for TLS upstreams of credentialed
+    #: hosts (the proxy) and the https servers http tools call.
     ca_file: str | None = setting("TOOLADAPTER_EGRESS_CA_FILE", env.text, None)
     #: Port of the proxy's /metrics; 0 disables it.
     metrics_port: int = setting("TOOLADAPTER_EGRESS_METRICS_PORT", env.integer, 9465)

@@ -859,6 +859,24 @@ def test_the_proxy_trusts_a_private_ca_and_takes_extra_env_and_scheduling() -> N
     pod = one(secret, "Deployment", "tooladapter-egress-proxy")["spec"]["template"]["spec"]
     volume = next(v for v in pod["volumes"] if v["name"] == "egress-ca")
     assert volume["secret"] == {"secretName": "corp-ca", "items": [{"key": "b", "path": "b"}]}
+    # The operator trusts the same bundle for the APIs http tools call.
+    for rendered, source in ((docs, {"configMap": {"name": "corp-ca"}}), (secret, None)):
+        op = one(rendered, "Deployment", "tooladapter-operator")["spec"]["template"]["spec"]
+        (operator,) = [c for c in op["containers"] if c["name"] == "operator"]
+        volume = next(v for v in op["volumes"] if v["name"] == "egress-ca")
+        if source is not None:
+            assert volume["configMap"]["name"] == "corp-ca"
+        else:
+            assert volume["secret"]["secretName"] == "corp-ca"
+        key = "ca.crt" if source is not None else "b"
+        assert env_of(operator)["TOOLADAPTER_EGRESS_CA_FILE"] == f"/etc/tooladapter/egress-ca/{key}"
+        assert {
+            "name": "egress-ca",
+            "mountPath": "/etc/tooladapter/egress-ca",
+            "readOnly": True,
+        } in operator["volumeMounts"]
+    plain = one(render(), "Deployment", "tooladapter-operator")["spec"]["template"]["spec"]
+    assert not [v for v in plain["volumes"] if v["name"] == "egress-ca"]
 
 
 def test_the_gateway_can_be_exposed_by_an_ingress_or_an_http_route() -> None:

@@ -161,8 +161,13 @@ class AddressRule:
                         return network
         return None
 
-    def refusal(self, address: str | IPAddress) -> str | None:
-        """Why connecting to `address` is refused; None when it is allowed."""
+    def refusal(self, address: str | IPAddress, *, mapped: bool = False) -> str | None:
+        """Why connecting to `address` is refused; None when it is allowed.
+
+        `mapped`: the operator itself mapped the name to this address
+        (`TOOLADAPTER_EGRESS_HOSTS`, for tests), as the egress proxy's `AddressPolicy`
+        judges its mapped names: the non-public check is skipped (the mapping is the
+        explicit allowance), a metadata service and a blocked address never are."""
         try:
             parsed = _parse(address)
         except ValueError:
@@ -170,6 +175,11 @@ class AddressRule:
         blocked = self._within(parsed, self.blocked)
         if blocked is not None:
             return f"{parsed} is blocked for every tool ({blocked})"
+        if mapped:
+            inner = embedded_ipv4(parsed)
+            if parsed in METADATA or (inner is not None and inner in METADATA):
+                return f"{parsed} is a metadata service"
+            return None
         if self._within(parsed, self.allowed) is not None:
             return None
         kind = address_kind(parsed)
@@ -180,13 +190,13 @@ class AddressRule:
             "http.allowedHosts, a CIDR in sandbox.egress.allow or McpServer spec.allowedCidrs)"
         )
 
-    def permitted(self, host: str, addresses: Iterable[str]) -> list[str]:
+    def permitted(self, host: str, addresses: Iterable[str], *, mapped: bool = False) -> list[str]:
         """The addresses of `host` that may be connected to, in their order; raises
-        `AddressRefused` when none may."""
+        `AddressRefused` when none may. `mapped`: see `refusal`."""
         ok: list[str] = []
         reasons: list[str] = []
         for address in addresses:
-            reason = self.refusal(address)
+            reason = self.refusal(address, mapped=mapped)
             if reason is None:
                 ok.append(address)
             elif reason not in reasons:

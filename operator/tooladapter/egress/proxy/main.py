@@ -14,9 +14,9 @@ import functools
 import ipaddress
 import logging
 import signal
-import ssl
 
 from tooladapter.egress.core.rules import MAX_HEAD, AddressPolicy, parse_hosts_override
+from tooladapter.egress.core.trust import verified_context
 from tooladapter.egress.proxy.leases import LeaseTable
 from tooladapter.egress.proxy.records import Recorder
 from tooladapter.egress.proxy.server import EgressProxy
@@ -24,21 +24,13 @@ from tooladapter.kube import egress as kegress
 from tooladapter.kube.client import Kube
 from tooladapter.metrics import serve
 from tooladapter.naming import LeaseNames
-from tooladapter.settings import EgressSettings, Settings
+from tooladapter.settings import Settings
 
 logger = logging.getLogger("tooladapter.egress")
 
 #: The log line of a proxy that is ready (grants listed, listener open).
 READY = "egress proxy listening"
 HOUSEKEEPING_SECONDS = 5.0
-
-
-def upstream_context(settings: EgressSettings) -> ssl.SSLContext:
-    """Verified TLS to credentialed upstreams: the system's CAs plus `ca_file`."""
-    context = ssl.create_default_context()
-    if settings.ca_file:
-        context.load_verify_locations(settings.ca_file)
-    return context
 
 
 async def run(settings: Settings) -> None:
@@ -68,7 +60,7 @@ async def run(settings: Settings) -> None:
         leases,
         recorder,
         addresses=AddressPolicy(cluster=cluster, overrides=overrides),
-        upstream_tls=upstream_context(egress),
+        upstream_tls=verified_context(egress.ca_file),
         idle_seconds=egress.idle_seconds,
     )
     ready = asyncio.Event()
