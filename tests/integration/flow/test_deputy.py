@@ -404,11 +404,13 @@ def test_a_server_nobody_activated_never_receives_its_credentials(
         ns.name,
         {"metadata": {"name": "mcp-token"}, "stringData": {"token": token}},  # type: ignore[arg-type]  # the client sends a dict body as is
     )
+    # By name: an `inject.hosts` entry is a host name (`localhost:<port>`), not an IP literal.
+    url = server.url.replace("//127.0.0.1:", "//localhost:")
     credentials = [
         {
             "name": "mcp-token",
             "source": {"secretKeyRef": {"name": "mcp-token", "key": "token"}},
-            "inject": {"hosts": [urlsplit(server.url).netloc]},
+            "inject": {"hosts": [urlsplit(url).netloc]},
         }
     ]
     create(
@@ -417,7 +419,7 @@ def test_a_server_nobody_activated_never_receives_its_credentials(
         "mcpservers",
         server_body(
             "tools",
-            server.url,
+            url,
             credentials=credentials,
             allowedCidrs=[f"{LOOPBACK}/32"],
             probe={"intervalSeconds": 2, "timeoutSeconds": 3},
@@ -429,7 +431,7 @@ def test_a_server_nobody_activated_never_receives_its_credentials(
     assert verified["lastProbe"]["ok"] is True, pretty(verified)
     assert "401" in verified["lastProbe"]["message"], verified["lastProbe"]
     assert not verified.get("tools"), pretty(verified)
-    assert verified["verifiedUrl"] == server.url
+    assert verified["verifiedUrl"] == url
     # Several probes later, still nothing was sent with the token.
     first = verified["lastProbe"]["time"]
     again = wait_server(api, ns.name, "tools", lambda s: s["lastProbe"]["time"] != first)
@@ -446,7 +448,7 @@ def test_a_server_nobody_activated_never_receives_its_credentials(
         api,
         ns.name,
         "mcpservers",
-        server_body("unlisted", server.url, credentials=credentials, activated=True),
+        server_body("unlisted", url, credentials=credentials, activated=True),
     )
     unlisted = wait_server(api, ns.name, "unlisted", lambda s: bool(s.get("lastProbe")))
     assert unlisted["phase"] == "Registered", pretty(unlisted)
