@@ -3,6 +3,8 @@ fresh namespace per test, agents with real ServiceAccount tokens, the operator's
 printed when a test fails.
 
 `operator` is the session's operator with the default settings, serving `SESSION-*`.
+`egress_operator(scope, hosts, ca)` starts an operator and an egress proxy pointed at each
+other, serving `scope-*` (the egress and credential tests share it).
 `configured(settings)` is the operator of one configuration (retention, capacity wait,
 a default timeout, ...): started the first time a test asks for that configuration and
 shared by every later test that asks for the same one, each configuration serving its own
@@ -12,6 +14,7 @@ its log start one of their own.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Callable, Generator, Iterator, Mapping
 from dataclasses import dataclass
@@ -25,11 +28,16 @@ from kubernetes import client
 from tests.integration.objects import Agent
 from tooladapter.devtools import (
     SESSION,
+    EgressProxyProcess,
     Namespace,
     OperatorProcess,
     admin_client,
     kubeconfig,
+    node_ip,
 )
+
+#: An operator and the egress proxy it hands leases to.
+EgressPair = tuple[OperatorProcess, EgressProxyProcess]
 
 
 @pytest.fixture(scope="session")
@@ -83,6 +91,48 @@ def configured(
     yield operator_for
     for each in started.values():
         each.operator.stop()
+
+
+@pytest.fixture(scope="session")
+def egress_operator(
+    api: client.ApiClient, tmp_path_factory: pytest.TempPathFactory
+) -> Callable[..., contextlib.AbstractContextManager[EgressPair]]:
+    """A factory: `with egress_operator(scope, hosts, ca, **settings) as (operator, proxy)`
+    runs an operator and an egress proxy (`python -m tooladapter egress-proxy` on this host,
+    as `make run` runs it) serving only `scope-*`. The proxy reaches each test host name of
+    `hosts` on this node's address and trusts `ca` for TLS upstreams; `settings` go to both."""
+
+    @contextlib.contextmanager
+    def start(
+        scope: str, hosts: list[str], ca: Path, settings: Mapping[str, str] | None = None
+    ) -> Iterator[EgressPair]:
+        node = node_ip()
+        shared = {**(settings or {}), "TOOLADAPTER_NAMESPACES": f"{scope}-*"}
+        proxy = EgressProxyProcess(
+            tmp_path_factory.mktemp("egress-proxy"),
+            {
+                **shared,
+                "TOOLADAPTER_EGRESS_HOSTS": ",".join(f"{host}={node}" for host in hosts),
+                "TOOLADAPTER_EGRESS_CA_FILE": str(ca),
+            },
+        )
+        proxy.start()
+        operator = OperatorProcess(
+            tmp_path_factory.mktemp("egress-operator"),
+            {
+                **shared,
+                "TOOLADAPTER_EGRESS_PROXY_PORT": str(proxy.port),
+                "TOOLADAPTER_EGRESS_PROXY_ADDRESS": node,
+            },
+        )
+        try:
+            operator.start()
+            yield operator, proxy
+        finally:
+            operator.stop()
+            proxy.stop()
+
+    return start
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -132,10 +132,22 @@ def container_tool(
     *,
     side_effect_class: str = "sandbox",
     timeout: int = 60,
+    egress: list[str] | None = None,
     **spec: Any,
 ) -> dict[str, Any]:
     """A container tool: the platform's fixed argv; the arguments arrive as the JSON file
-    /tooladapter/arguments.json. The kind that may carry brokered credentials."""
+    /tooladapter/arguments.json. The kind that may carry credential files. A tool with
+    credentials must set its egress explicitly: `egress` sets `sandbox.egress.allow`
+    (`[]`: nothing) and `credentials=` carries `spec.credentials`."""
+    sandbox: dict[str, Any] = {
+        "command": command,
+        "resources": {
+            "requests": {"cpu": "50m", "memory": "64Mi"},
+            "limits": {"cpu": "500m", "memory": "64Mi"},
+        },
+    }
+    if egress is not None or spec.get("credentials"):
+        sandbox["egress"] = {"allow": list(egress or [])}
     return descriptor(
         api,
         namespace,
@@ -144,13 +156,7 @@ def container_tool(
         side_effect_class=side_effect_class,
         inputSchema={"type": "object", "additionalProperties": {"type": "string"}},
         timeoutSeconds=timeout,
-        sandbox={
-            "command": command,
-            "resources": {
-                "requests": {"cpu": "50m", "memory": "64Mi"},
-                "limits": {"cpu": "500m", "memory": "64Mi"},
-            },
-        },
+        sandbox=sandbox,
         **spec,
     )
 
@@ -440,3 +446,25 @@ def confirm_effect(
             }
         },
     )
+
+
+def secret_file(name: str, secret: str, key: str, path: str | None = None) -> dict[str, Any]:
+    """A `spec.credentials` entry: a Secret's key mounted read-only as a file of a container
+    tool (at /tooladapter/credentials/<secret>/<key> unless `path` says otherwise)."""
+    return {
+        "name": name,
+        "source": {"secretKeyRef": {"name": secret, "key": key}},
+        "inject": {"file": path or f"/tooladapter/credentials/{secret}/{key}"},
+    }
+
+
+def secret_header(
+    name: str, secret: str, key: str, hosts: list[str], **inject: Any
+) -> dict[str, Any]:
+    """A `spec.credentials` entry: a Secret's key sent in a header (default
+    `Authorization: Bearer <value>`) of requests to `hosts`."""
+    return {
+        "name": name,
+        "source": {"secretKeyRef": {"name": secret, "key": key}},
+        "inject": {"hosts": hosts, **inject},
+    }

@@ -10,7 +10,8 @@ from __future__ import annotations
 import base64
 import json
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 from typing import Any
 
 import pytest
@@ -77,36 +78,14 @@ def echo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Echo, Any]]
 
 @pytest.fixture(scope="module")
 def egress(
-    api: client.ApiClient, echo: tuple[Echo, Any], tmp_path_factory: pytest.TempPathFactory
+    echo: tuple[Echo, Any],
+    egress_operator: Callable[
+        ..., AbstractContextManager[tuple[OperatorProcess, EgressProxyProcess]]
+    ],
 ) -> Iterator[tuple[OperatorProcess, EgressProxyProcess]]:
-    node = node_ip()
-    scope = {
-        "TOOLADAPTER_NAMESPACES": f"{PREFIX}-*",
-        "TOOLADAPTER_EGRESS_CLUSTER_CIDRS": CLUSTER_CIDRS,
-    }
-    proxy = EgressProxyProcess(
-        tmp_path_factory.mktemp("egress-proxy"),
-        {
-            **scope,
-            "TOOLADAPTER_EGRESS_HOSTS": f"{ECHO}={node}",
-            "TOOLADAPTER_EGRESS_CA_FILE": str(echo[1].ca),
-        },
-    )
-    proxy.start()
-    operator = OperatorProcess(
-        tmp_path_factory.mktemp("egress-operator"),
-        {
-            **scope,
-            "TOOLADAPTER_EGRESS_PROXY_PORT": str(proxy.port),
-            "TOOLADAPTER_EGRESS_PROXY_ADDRESS": node,
-        },
-    )
-    try:
-        operator.start()
-        yield operator, proxy
-    finally:
-        operator.stop()
-        proxy.stop()
+    settings = {"TOOLADAPTER_EGRESS_CLUSTER_CIDRS": CLUSTER_CIDRS}
+    with egress_operator(PREFIX, [ECHO], echo[1].ca, settings) as pair:
+        yield pair
 
 
 @pytest.fixture
@@ -227,8 +206,14 @@ def test_a_chunk_split_reflection_of_the_injected_credential_never_reaches_the_s
         "echo",
         {
             "allow": [target],
-            "credentials": [{"host": target, "secretKeyRef": {"name": "api-key", "key": "token"}}],
         },
+        credentials=[
+            {
+                "name": "api-key",
+                "source": {"secretKeyRef": {"name": "api-key", "key": "token"}},
+                "inject": {"hosts": [target]},
+            }
+        ],
     )
     eagent.grant(["echo"], ["sandbox"])
     fetched = run(eagent, "echo", f"wget -q -O - http://{target}/echo")

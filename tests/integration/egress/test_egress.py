@@ -19,7 +19,8 @@ import ssl
 import threading
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any, cast
 
@@ -77,33 +78,13 @@ def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Servers]:
 
 @pytest.fixture(scope="module")
 def egress(
-    api: client.ApiClient, servers: Servers, tmp_path_factory: pytest.TempPathFactory
+    servers: Servers,
+    egress_operator: Callable[
+        ..., AbstractContextManager[tuple[OperatorProcess, EgressProxyProcess]]
+    ],
 ) -> Iterator[tuple[OperatorProcess, EgressProxyProcess]]:
-    node = node_ip()
-    scope = {"TOOLADAPTER_NAMESPACES": f"{PREFIX}-*"}
-    proxy = EgressProxyProcess(
-        tmp_path_factory.mktemp("egress-proxy"),
-        {
-            **scope,
-            "TOOLADAPTER_EGRESS_HOSTS": f"{API}={node},{TLS}={node}",
-            "TOOLADAPTER_EGRESS_CA_FILE": str(servers.ca),
-        },
-    )
-    proxy.start()
-    operator = OperatorProcess(
-        tmp_path_factory.mktemp("egress-operator"),
-        {
-            **scope,
-            "TOOLADAPTER_EGRESS_PROXY_PORT": str(proxy.port),
-            "TOOLADAPTER_EGRESS_PROXY_ADDRESS": node,
-        },
-    )
-    try:
-        operator.start()
-        yield operator, proxy
-    finally:
-        operator.stop()
-        proxy.stop()
+    with egress_operator(PREFIX, [API, TLS], servers.ca) as pair:
+        yield pair
 
 
 @pytest.fixture
@@ -383,11 +364,15 @@ def test_an_injected_credential_reaches_the_server_but_never_the_sandbox(
         shell={"allow": ["wget", "cat", "grep", "ls"]},
         sandbox={
             "resources": {"limits": {"cpu": "500m", "memory": "64Mi"}},
-            "egress": {
-                "allow": [tls],
-                "credentials": [{"host": tls, "secretKeyRef": {"name": "api-key", "key": "token"}}],
-            },
+            "egress": {"allow": [tls]},
         },
+        credentials=[
+            {
+                "name": "api-key",
+                "source": {"secretKeyRef": {"name": "api-key", "key": "token"}},
+                "inject": {"hosts": [tls]},
+            }
+        ],
     )
     eagent.grant(["private"], ["sandbox"])
     fetched = run(eagent, "private", f"wget -q -O - http://{tls}/private")

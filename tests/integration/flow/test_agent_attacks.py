@@ -35,6 +35,7 @@ from tests.integration.objects import (
     descriptor,
     get,
     pretty,
+    secret_file,
     shell_tool,
     status_of,
 )
@@ -118,7 +119,7 @@ def secret_tool(
         namespace,
         tool_id,
         command,
-        secretDependencies=[{"secretName": "db", "keys": ["password"]}],
+        credentials=[secret_file("db", "db", "password")],
         **spec,
     )
 
@@ -137,7 +138,7 @@ def test_a_result_cut_at_its_bound_shows_no_part_of_a_brokered_secret(
         ns.name,
         "echo-then-check",
         value,
-        ["cat", "/tooladapter/arguments.json", "/tooladapter/secrets/db/password"],
+        ["cat", "/tooladapter/arguments.json", "/tooladapter/credentials/db/password"],
         maxResultBytes=1024,
     )
     agent.grant(["echo-then-check"], ["sandbox"])
@@ -173,8 +174,8 @@ def test_a_brokered_secret_that_is_json_is_kept_out_of_the_structured_result_too
         api,
         ns.name,
         "registry-check",
-        ["cat", "/tooladapter/secrets/regcred/config.json"],
-        secretDependencies=[{"secretName": "regcred", "keys": ["config.json"]}],
+        ["cat", "/tooladapter/credentials/regcred/config.json"],
+        credentials=[secret_file("regcred", "regcred", "config.json")],
     )
     agent.grant(["registry-check"], ["sandbox"])
     status = status_of(agent.wait(agent.invoke("registry-check", {}), timeout=180))
@@ -191,7 +192,7 @@ def test_what_an_agent_reads_of_a_result_cannot_confirm_a_guess_of_a_brokered_se
 ) -> None:
     # A weak but real password: whoever can test guesses offline has it in seconds.
     value = "winter2026!"
-    secret_tool(api, ns.name, "db-check", value, ["cat", "/tooladapter/secrets/db/password"])
+    secret_tool(api, ns.name, "db-check", value, ["cat", "/tooladapter/credentials/db/password"])
     agent.grant(["db-check"], ["sandbox"])
     status = status_of(agent.wait(agent.invoke("db-check", {}), timeout=180))
     assert status["state"] == "Observed", pretty(status)

@@ -33,8 +33,15 @@ def test_a_minted_token_stops_working_when_its_call_ends(
         sandbox={
             "command": ["/bin/sh", "-c", "sleep 8; echo done"],
             "resources": {"limits": {"cpu": "200m", "memory": "32Mi"}},
+            "egress": {"allow": []},
         },
-        authorization={"kubernetesIdentity": {"serviceAccountName": "deployer"}},
+        credentials=[
+            {
+                "name": "deployer",
+                "source": {"serviceAccountToken": {"serviceAccountName": "deployer"}},
+                "inject": {"file": "/tooladapter/credentials/deployer/token"},
+            }
+        ],
     )
     agent.grant(["with-token"], ["sandbox"])
     name = agent.invoke("with-token", {})
@@ -46,7 +53,7 @@ def test_a_minted_token_stops_working_when_its_call_ends(
             data = core.read_namespaced_secret(secret, ns.name).data or {}
         except client.ApiException:
             return None
-        raw = data.get("token")
+        raw = data.get("file-deployer")  # the file's key in the lease's Secret
         return base64.b64decode(raw).decode() if raw else None
 
     token = wait_for(token_of_the_lease, timeout=60, what="the lease's token")

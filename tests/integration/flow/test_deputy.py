@@ -11,6 +11,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from functools import partial
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 from kubernetes import client
@@ -79,6 +80,7 @@ def patch(api: client.ApiClient, namespace: str, plural: str, name: str, body: A
 
 
 def tool_body(tool_id: str, **spec: Any) -> dict[str, Any]:
+    """An http tool of api.example.test; its egress is explicit, as credentials require."""
     return {
         "kind": "ToolDescriptor",
         "metadata": {"name": tool_id},
@@ -87,7 +89,42 @@ def tool_body(tool_id: str, **spec: Any) -> dict[str, Any]:
             "version": "1.0.0",
             "kind": "http",
             "sideEffectClass": "read",
-            "http": {"url": "https://api.example.test/v1"},
+            "http": {"url": "https://api.example.test/v1", "allowedHosts": ["api.example.test"]},
+            **spec,
+        },
+    }
+
+
+def from_secret(secret: str, host: str = "api.example.test") -> dict[str, Any]:
+    """A `spec.credentials` entry sending a Secret's `password` key to `host`."""
+    return {
+        "name": secret,
+        "source": {"secretKeyRef": {"name": secret, "key": "password"}},
+        "inject": {"hosts": [host]},
+    }
+
+
+def from_token(service_account: str, **source: Any) -> dict[str, Any]:
+    """A `spec.credentials` entry sending a ServiceAccount's token to api.example.test."""
+    return {
+        "name": service_account,
+        "source": {"serviceAccountToken": {"serviceAccountName": service_account, **source}},
+        "inject": {"hosts": ["api.example.test"]},
+    }
+
+
+def container_body(tool_id: str, **spec: Any) -> dict[str, Any]:
+    """A container tool with no egress (explicitly), for credential files."""
+    return {
+        "kind": "ToolDescriptor",
+        "metadata": {"name": tool_id},
+        "spec": {
+            "toolId": tool_id,
+            "version": "1.0.0",
+            "kind": "container",
+            "sideEffectClass": "read",
+            "inputSchema": {"type": "object"},
+            "sandbox": {"command": ["true"], "egress": {"allow": []}},
             **spec,
         },
     }
@@ -151,9 +188,9 @@ def test_a_workspace_admin_without_get_on_a_secret_cannot_name_it(
     )
 
     # Naming a Secret it cannot read: refused, naming the Secret.
-    db = [{"secretName": "db", "keys": ["password"]}]
+    db = [from_secret("db")]
     body = refused(
-        lambda: create(ws, ns.name, "tooldescriptors", tool_body("steal", secretDependencies=db))
+        lambda: create(ws, ns.name, "tooldescriptors", tool_body("steal", credentials=db))
     )
     assert "Secret(s) db" in body and "may not get" in body, body
     body = refused(
@@ -164,29 +201,57 @@ def test_a_workspace_admin_without_get_on_a_secret_cannot_name_it(
             server_body(
                 "exfil",
                 "https://attacker.example.test/mcp",
-                credentials={"secretKeyRef": {"name": "db", "key": "password"}},
+                credentials=[from_secret("db", "attacker.example.test")],
             ),
         )
     )
     assert "Secret(s) db" in body, body
-    # ... or a ServiceAccount it may not mint tokens for.
-    robot = {"kubernetesIdentity": {"serviceAccountName": "robot", "audiences": ["x"]}}
+    # ... or a ServiceAccount it may not mint tokens for, whatever the token is sent as.
+    robot = [from_token("robot", audiences=["x"])]
     body = refused(
-        lambda: create(ws, ns.name, "tooldescriptors", tool_body("mint", authorization=robot))
+        lambda: create(ws, ns.name, "tooldescriptors", tool_body("mint", credentials=robot))
     )
-    assert "ServiceAccount robot" in body and "serviceaccounts/token" in body, body
-    # Two references, one readable: still refused.
-    both = [*db, {"secretName": "mine", "keys": ["password"]}]
+    assert "ServiceAccount(s) robot" in body and "serviceaccounts/token" in body, body
+    robot_file = [
+        {
+            "name": "robot",
+            "source": {"serviceAccountToken": {"serviceAccountName": "robot"}},
+            "inject": {"file": "/tooladapter/credentials/robot/token"},
+        }
+    ]
     body = refused(
-        lambda: create(ws, ns.name, "tooldescriptors", tool_body("both", secretDependencies=both))
+        lambda: create(
+            ws,
+            ns.name,
+            "tooldescriptors",
+            container_body("mint-file", credentials=robot_file),
+        )
+    )
+    assert "ServiceAccount(s) robot" in body and "serviceaccounts/token" in body, body
+    # A Secret mounted as a file of a container tool: the same refusal.
+    db_file = [
+        {
+            "name": "db",
+            "source": {"secretKeyRef": {"name": "db", "key": "password"}},
+            "inject": {"file": "/tooladapter/credentials/db/password"},
+        }
+    ]
+    body = refused(
+        lambda: create(
+            ws, ns.name, "tooldescriptors", container_body("steal-file", credentials=db_file)
+        )
+    )
+    assert "Secret(s) db" in body and "may not get" in body, body
+    # Two references, one readable: still refused.
+    both = [*db, from_secret("mine")]
+    body = refused(
+        lambda: create(ws, ns.name, "tooldescriptors", tool_body("both", credentials=both))
     )
     assert "Secret(s) db, mine in" in body, body
 
     # What it may read itself, it may name.
-    mine = [{"secretName": "mine", "keys": ["password"]}]
-    create(ws, ns.name, "tooldescriptors", tool_body("own", secretDependencies=mine))
-    own_sa = {"kubernetesIdentity": {"serviceAccountName": "mine-sa"}}
-    create(ws, ns.name, "tooldescriptors", tool_body("own-sa", authorization=own_sa))
+    create(ws, ns.name, "tooldescriptors", tool_body("own", credentials=[from_secret("mine")]))
+    create(ws, ns.name, "tooldescriptors", tool_body("own-sa", credentials=[from_token("mine-sa")]))
     create(
         ws,
         ns.name,
@@ -194,12 +259,12 @@ def test_a_workspace_admin_without_get_on_a_secret_cannot_name_it(
         server_body(
             "own-server",
             "https://mcp.example.test/mcp",
-            credentials={"secretKeyRef": {"name": "mine", "key": "password"}},
+            credentials=[from_secret("mine", "mcp.example.test")],
         ),
     )
 
     # An admin's objects that name `db`: the publisher cannot redirect them ...
-    create(api, ns.name, "tooldescriptors", tool_body("admin-tool", secretDependencies=db))
+    create(api, ns.name, "tooldescriptors", tool_body("admin-tool", credentials=db))
     body = refused(
         lambda: patch(
             ws,
@@ -217,13 +282,20 @@ def test_a_workspace_admin_without_get_on_a_secret_cannot_name_it(
         server_body(
             "admin-server",
             "https://mcp.example.test/mcp",
-            credentials={"secretKeyRef": {"name": "db", "key": "password"}},
+            credentials=[from_secret("db", "mcp.example.test")],
         ),
     )
     for change in (
         {"url": "https://attacker.example.test/mcp"},
         {"allowedCidrs": ["10.0.0.0/8"]},
-        {"credentials": {"header": "X-Leak"}},
+        {
+            "credentials": [
+                {
+                    **from_secret("db", "mcp.example.test"),
+                    "inject": {"hosts": ["mcp.example.test"], "header": "X-Leak"},
+                }
+            ]
+        },
     ):
         body = refused(partial(patch, ws, ns.name, "mcpservers", "admin-server", {"spec": change}))
         assert "Secret(s) db" in body, (change, body)
@@ -332,14 +404,22 @@ def test_a_server_nobody_activated_never_receives_its_credentials(
         ns.name,
         {"metadata": {"name": "mcp-token"}, "stringData": {"token": token}},  # type: ignore[arg-type]  # the client sends a dict body as is
     )
-    credentials = {"secretKeyRef": {"name": "mcp-token", "key": "token"}}
+    # By name: an `inject.hosts` entry is a host name (`localhost:<port>`), not an IP literal.
+    url = server.url.replace("//127.0.0.1:", "//localhost:")
+    credentials = [
+        {
+            "name": "mcp-token",
+            "source": {"secretKeyRef": {"name": "mcp-token", "key": "token"}},
+            "inject": {"hosts": [urlsplit(url).netloc]},
+        }
+    ]
     create(
         api,
         ns.name,
         "mcpservers",
         server_body(
             "tools",
-            server.url,
+            url,
             credentials=credentials,
             allowedCidrs=[f"{LOOPBACK}/32"],
             probe={"intervalSeconds": 2, "timeoutSeconds": 3},
@@ -351,7 +431,7 @@ def test_a_server_nobody_activated_never_receives_its_credentials(
     assert verified["lastProbe"]["ok"] is True, pretty(verified)
     assert "401" in verified["lastProbe"]["message"], verified["lastProbe"]
     assert not verified.get("tools"), pretty(verified)
-    assert verified["verifiedUrl"] == server.url
+    assert verified["verifiedUrl"] == url
     # Several probes later, still nothing was sent with the token.
     first = verified["lastProbe"]["time"]
     again = wait_server(api, ns.name, "tools", lambda s: s["lastProbe"]["time"] != first)
@@ -368,7 +448,7 @@ def test_a_server_nobody_activated_never_receives_its_credentials(
         api,
         ns.name,
         "mcpservers",
-        server_body("unlisted", server.url, credentials=credentials, activated=True),
+        server_body("unlisted", url, credentials=credentials, activated=True),
     )
     unlisted = wait_server(api, ns.name, "unlisted", lambda s: bool(s.get("lastProbe")))
     assert unlisted["phase"] == "Registered", pretty(unlisted)

@@ -22,6 +22,7 @@ from tests.integration.objects import (
     get,
     jobs_of,
     pretty,
+    secret_file,
     shell_tool,
     status_of,
 )
@@ -200,27 +201,27 @@ def test_a_shell_tool_with_secrets_is_refused_and_a_container_tool_receives_them
             "data": {"password": base64.b64encode(value.encode()).decode()},
         },
     )
-    for field, extra in (
-        (
-            "secretDependencies",
-            {"secretDependencies": [{"secretName": "db", "keys": ["password"]}]},
-        ),
-        (
-            "authorization.kubernetesIdentity",
-            {"authorization": {"kubernetesIdentity": {"serviceAccountName": "default"}}},
-        ),
-    ):
+    # A shell tool runs the agent's command: a credential file beside it is the agent's to
+    # read, so the CRD refuses one (HTTP injection through the proxy is what it may carry).
+    token = {
+        "name": "sa",
+        "source": {"serviceAccountToken": {"serviceAccountName": "default"}},
+        "inject": {"file": "/tooladapter/credentials/sa/token"},
+    }
+    for index, credential in enumerate((secret_file("db", "db", "password"), token)):
         with pytest.raises(client.ApiException) as refused:
-            shell_tool(api, ns.name, f"shell-{field.split('.')[0].lower()}", **extra)
+            shell_tool(api, ns.name, f"shell-file-{index}", credentials=[credential])
         assert refused.value.status == 422, refused.value.body
-        assert f"spec.{field} is not allowed when kind is shell" in str(refused.value.body)
+        assert "spec.credentials[].inject.file is not allowed when kind is shell" in str(
+            refused.value.body
+        )
 
     container_tool(
         api,
         ns.name,
         "db-check",
-        ["cat", "/tooladapter/secrets/db/password", "/tooladapter/arguments.json"],
-        secretDependencies=[{"secretName": "db", "keys": ["password"]}],
+        ["cat", "/tooladapter/credentials/db/password", "/tooladapter/arguments.json"],
+        credentials=[secret_file("db", "db", "password")],
     )
     agent.grant(["db-check"], ["sandbox"])
     status = status_of(agent.wait(agent.invoke("db-check", {"note": "hello"}), timeout=180))
@@ -413,7 +414,7 @@ def test_a_brokered_secret_split_wrapped_and_encoded_by_the_tool_is_redacted(
             "data": {"password": base64.b64encode(value.encode()).decode()},
         },
     )
-    script = r"""S=$(cat /tooladapter/secrets/db/password)
+    script = r"""S=$(cat /tooladapter/credentials/db/password)
 echo "folded:"; printf '%s' "$S" | fold -w 16; echo
 echo "base64:"; printf 'user: admin\npassword: %s\n' "$S" | base64
 echo "hex:"; printf '%s' "$S" | od -An -tx1 -v | tr -d ' \n' | fold -w 60; echo
@@ -427,7 +428,7 @@ echo "done"
         ns.name,
         "encoder",
         ["/bin/sh", "-c", script],
-        secretDependencies=[{"secretName": "db", "keys": ["password"]}],
+        credentials=[secret_file("db", "db", "password")],
     )
     agent.grant(["encoder"], ["sandbox"])
     status = status_of(agent.wait(agent.invoke("encoder", {}), timeout=180))

@@ -21,6 +21,7 @@ from tests.integration.objects import (
     get,
     jobs_of,
     pretty,
+    secret_file,
     shell_tool,
     status_of,
 )
@@ -329,15 +330,15 @@ def test_credentials_fail_closed_are_redacted_and_die_with_the_call(
         api,
         ns.name,
         "with-db",
-        ["cat", "/tooladapter/secrets/db/password"],
-        secretDependencies=[{"secretName": "db", "keys": ["password"]}],
+        ["cat", "/tooladapter/credentials/db/password"],
+        credentials=[secret_file("db", "db", "password")],
     )
     container_tool(
         api,
         ns.name,
         "with-missing",
         ["true"],
-        secretDependencies=[{"secretName": "nope", "keys": ["password"]}],
+        credentials=[secret_file("db", "nope", "password")],
     )
     agent.grant(["with-db", "with-missing"], ["sandbox"])
 
@@ -400,7 +401,7 @@ def test_the_reaper_leaves_nothing_of_ended_invocations(
         ns.name,
         "tidy",
         ["cat", "/tooladapter/arguments.json"],
-        secretDependencies=[{"secretName": "k", "keys": ["v"]}],
+        credentials=[secret_file("k", "k", "v")],
     )
     agent.grant(["tidy"], ["sandbox"])
     for i in range(3):

@@ -62,7 +62,8 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any, cast
 
@@ -273,16 +274,15 @@ def test_an_agent_reads_no_proxy_secret_and_a_preview_names_no_secret_value(
         shell={"allow": ["wget"]},
         sandbox={
             "resources": {"limits": {"cpu": "100m", "memory": "32Mi"}},
-            "egress": {
-                "allow": ["api.example.test"],
-                "credentials": [
-                    {
-                        "host": "api.example.test",
-                        "secretKeyRef": {"name": "api-key", "key": "token"},
-                    }
-                ],
-            },
+            "egress": {"allow": ["api.example.test"]},
         },
+        credentials=[
+            {
+                "name": "api-key",
+                "source": {"secretKeyRef": {"name": "api-key", "key": "token"}},
+                "inject": {"hosts": ["api.example.test"]},
+            }
+        ],
     )
     agent.grant(["private"], ["sandbox"])
     mine = client.CoreV1Api(agent.api)
@@ -365,35 +365,17 @@ def echo(head: bytes) -> bytes:
 
 @pytest.fixture(scope="module")
 def echo_egress(
-    api: client.ApiClient, tmp_path_factory: pytest.TempPathFactory
+    tmp_path_factory: pytest.TempPathFactory,
+    egress_operator: Callable[
+        ..., AbstractContextManager[tuple[OperatorProcess, EgressProxyProcess]]
+    ],
 ) -> Iterator[tuple[OperatorProcess, EgressProxyProcess, int]]:
-    node = node_ip()
     certs = make_certificates(tmp_path_factory.mktemp("tls"), [ECHO])
-    scope = {"TOOLADAPTER_NAMESPACES": f"{PREFIX}-*"}
-    with tls_server(node, certs, echo) as (port, _):
-        proxy = EgressProxyProcess(
-            tmp_path_factory.mktemp("egress-proxy"),
-            {
-                **scope,
-                "TOOLADAPTER_EGRESS_HOSTS": f"{ECHO}={node}",
-                "TOOLADAPTER_EGRESS_CA_FILE": str(Path(certs.ca)),
-            },
-        )
-        proxy.start()
-        operator = OperatorProcess(
-            tmp_path_factory.mktemp("egress-operator"),
-            {
-                **scope,
-                "TOOLADAPTER_EGRESS_PROXY_PORT": str(proxy.port),
-                "TOOLADAPTER_EGRESS_PROXY_ADDRESS": node,
-            },
-        )
-        try:
-            operator.start()
-            yield operator, proxy, port
-        finally:
-            operator.stop()
-            proxy.stop()
+    with (
+        tls_server(node_ip(), certs, echo) as (port, _),
+        egress_operator(PREFIX, [ECHO], Path(certs.ca)) as (operator, proxy),
+    ):
+        yield operator, proxy, port
 
 
 def test_a_credential_reflected_by_the_upstream_never_reaches_the_sandbox(
@@ -418,13 +400,15 @@ def test_a_credential_reflected_by_the_upstream_never_reaches_the_sandbox(
             shell={"allow": ["wget"]},
             sandbox={
                 "resources": {"limits": {"cpu": "500m", "memory": "64Mi"}},
-                "egress": {
-                    "allow": [echo],
-                    "credentials": [
-                        {"host": echo, "secretKeyRef": {"name": "api-key", "key": "token"}}
-                    ],
-                },
+                "egress": {"allow": [echo]},
             },
+            credentials=[
+                {
+                    "name": "api-key",
+                    "source": {"secretKeyRef": {"name": "api-key", "key": "token"}},
+                    "inject": {"hosts": [echo]},
+                }
+            ],
         )
         agent = Agent.create(api, ens.name, "agent-1")
         agent.grant(["fetch"], ["sandbox"])

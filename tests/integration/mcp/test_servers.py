@@ -13,6 +13,7 @@ import json
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any, cast
+from urllib.parse import urlsplit
 
 import pytest
 from kubernetes import client
@@ -113,6 +114,22 @@ def register(
             },
         },
     )
+
+
+def by_name(url: str) -> str:
+    """A test server's url by host name: an `inject.hosts` entry is a host name
+    (`localhost:<port>`), not an IP literal."""
+    return url.replace("//127.0.0.1:", "//localhost:")
+
+
+def server_credential(secret: str, url: str) -> dict[str, Any]:
+    """A `spec.credentials` entry: the Secret's `token` key as `Authorization: Bearer`, to
+    the server's own host (and port)."""
+    return {
+        "name": secret,
+        "source": {"secretKeyRef": {"name": secret, "key": "token"}},
+        "inject": {"hosts": [urlsplit(url).netloc]},
+    }
 
 
 def server_status(api: client.ApiClient, namespace: str, name: str) -> dict[str, Any]:
@@ -586,9 +603,9 @@ def test_server_credentials_from_a_secret_reach_only_the_server_that_references_
         api,
         ns.name,
         "with-secret",
-        server.url,
+        by_name(server.url),
         interval=30,
-        credentials={"secretKeyRef": {"name": "mcp-token", "key": "token"}},
+        credentials=[server_credential("mcp-token", by_name(server.url))],
     )
     # The same server registered again without credentials: the Secret is not sent to it.
     register(api, ns.name, "without-secret", server.url, interval=30)
@@ -630,9 +647,9 @@ def test_a_redaction_that_breaks_structured_content_is_sent_once_and_settles(
         api,
         ns.name,
         "odd",
-        server.url,
+        by_name(server.url),
         interval=30,
-        credentials={"secretKeyRef": {"name": "odd-token", "key": "token"}},
+        credentials=[server_credential("odd-token", by_name(server.url))],
     )
     wait_phase(api, ns.name, "odd", "Active")
     bind(api, ns.name, "echo", "odd", "echo")
