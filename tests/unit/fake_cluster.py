@@ -13,9 +13,8 @@ result after it ran (to stop the "operator" right after a write, say).
 
 from __future__ import annotations
 
-import base64
-
 import asyncio
+import base64
 import copy
 import dataclasses
 import functools
@@ -961,6 +960,33 @@ def descriptor(
         "metadata": {"name": f"{tool_id}-{version.replace('.', '-')}", "namespace": namespace},
         "spec": body_spec,
     }
+
+
+def credential(
+    name: str = "api",
+    *,
+    secret: str | None = None,
+    key: str = "token",
+    service_account: str | None = None,
+    audiences: list[str] | None = None,
+    hosts: list[str] | None = None,
+    file: str | None = None,
+    **inject: Any,
+) -> Body:
+    """One `spec.credentials` entry (wire names): from Secret `secret`'s `key` (default:
+    the Secret named like the credential) or ServiceAccount `service_account`'s token,
+    injected into requests to `hosts` (with `inject` extras: header, scheme, ...) or into
+    `file`."""
+    source: Body
+    if service_account is not None:
+        token: Body = {"serviceAccountName": service_account}
+        if audiences is not None:
+            token["audiences"] = audiences
+        source = {"serviceAccountToken": token}
+    else:
+        source = {"secretKeyRef": {"name": secret or name, "key": key}}
+    where: Body = {"file": file} if file is not None else {"hosts": hosts, **inject}
+    return {"name": name, "source": source, "inject": where}
 
 
 def http_descriptor(tool_id: str, url: str, **spec: Any) -> Body:
