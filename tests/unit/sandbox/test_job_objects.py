@@ -129,7 +129,8 @@ def test_each_file_credential_is_its_own_key_at_its_own_path() -> None:
 
 
 def test_without_credential_files_nothing_is_mounted_from_a_secret() -> None:
-    for files in (None, []):
+    nothing: list[list[Credential] | None] = [None, []]
+    for files in nothing:
         pod = job(credential_files=files)["spec"]["template"]["spec"]
         assert not any(v["name"] == "credentials" or "secret" in v for v in pod["volumes"])
         (tool,) = pod["containers"]
