@@ -24,6 +24,7 @@ from tests.unit.fake_cluster import (
     pod_result,
     shell_descriptor,
 )
+from tests.unit.flow.test_restart import restart, run_until_stopped, stop_after_writing
 from tooladapter.egress.core.lease import GRANT_KEY
 from tooladapter.enums import ToolKind
 from tooladapter.executors.sandbox import SandboxExecutor
@@ -289,3 +290,45 @@ async def test_an_injected_credential_of_a_shell_tool_goes_into_the_egress_grant
     ]
     for form in forms(VALUE):
         assert form not in json.dumps(stored)
+
+
+# --------------------------------------------------------------------------- after a restart
+
+
+async def test_after_a_restart_an_http_call_brokers_again_or_fails_having_sent_nothing() -> None:
+    """Values live in the operator's memory only: a new process reads them again right
+    before acting, and a Secret gone by then ends the call Failed (nothing was sent)."""
+    for secret_left in (True, False):
+        h, _first = http_harness()
+        h.cluster.secrets[(NAMESPACE, "api-key")] = {"token": b64(VALUE)}
+        h.publish(
+            http_descriptor(
+                "fetch",
+                URL,
+                credentials=[credential("api", secret="api-key", hosts=["api.example.test"])],
+            )
+        )
+        h.cluster.grant(tools=["fetch"], classes=["read"])
+        body = h.submit(invocation("f-1", tool="fetch"))
+        stop_after_writing(h.cluster, "Brokered")
+        await run_until_stopped(h, body)
+        if not secret_left:
+            del h.cluster.secrets[(NAMESPACE, "api-key")]
+
+        executor = ScriptedExecutor()
+        second = restart(
+            h, settings=Settings(write_every_state=True), executors={ToolKind.HTTP: executor}
+        )
+        stored = await second.run(h.cluster.invocation("f-1"))
+
+        status = stored["status"]
+        if secret_left:
+            assert status["state"] == "Observed", status
+            (call,) = executor.executed
+            assert [(c.name, c.value) for c in call.credentials] == [("api", VALUE)]
+        else:
+            assert (status["state"], status["failureClass"]) == ("Failed", "credentials"), status
+            assert "secret api-key not found" in status["message"]
+            assert executor.executed == []
+        for form in forms(VALUE):
+            assert form not in json.dumps(stored)
