@@ -234,6 +234,33 @@ async def test_a_token_for_a_container_tools_file_is_in_the_lease_secret_and_bou
     assert token not in json.dumps(seen["job"])
 
 
+async def test_a_secret_file_reaches_the_lease_secret_byte_for_byte() -> None:
+    """A file gets the Secret's bytes unchanged (binary, trailing newline and all); only
+    values sent in headers are stripped."""
+    cluster = FakeCluster()
+    h = sandboxed(cluster)
+    raw = b"\x00\xffkeytab\n"
+    data = base64.b64encode(raw).decode()
+    cluster.secrets[(NAMESPACE, "db")] = {"keytab": data}
+    path = "/tooladapter/credentials/db.keytab"
+    h.publish(container_descriptor(credentials=[credential("db", key="keytab", file=path)]))
+    cluster.grant(tools=["ct"], classes=["sandbox"])
+    body = h.submit(invocation("ct-1", tool="ct", arguments={"command": "x"}))
+    uid = body["metadata"]["uid"]
+    cluster.script_job(uid, finished_job(), outcome=pod_result())
+    seen = at_job_creation(cluster)
+
+    stored = await h.run(body)
+
+    assert stored["status"]["state"] == "Observed", stored["status"]
+    assert seen["secrets"][(NAMESPACE, LeaseNames.for_uid(uid).secret)] == {"file-db": data}
+    assert cluster.calls_of("request_token") == []
+    assert stored["status"]["credentials"] == [
+        {"name": "db", "source": "secretKeyRef", "file": path}
+    ]
+    assert data not in json.dumps(stored) and data not in json.dumps(seen["job"])
+
+
 async def test_an_injected_credential_of_a_shell_tool_goes_into_the_egress_grant_only() -> None:
     cluster = FakeCluster()
     h = sandboxed(cluster)
