@@ -962,6 +962,33 @@ def descriptor(
     }
 
 
+def credential(
+    name: str = "api",
+    *,
+    secret: str | None = None,
+    key: str = "token",
+    service_account: str | None = None,
+    audiences: list[str] | None = None,
+    hosts: list[str] | None = None,
+    file: str | None = None,
+    **inject: Any,
+) -> Body:
+    """One `spec.credentials` entry (wire names): from Secret `secret`'s `key` (default:
+    the Secret named like the credential) or ServiceAccount `service_account`'s token,
+    injected into requests to `hosts` (with `inject` extras: header, scheme, ...) or into
+    `file`."""
+    source: Body
+    if service_account is not None:
+        token: Body = {"serviceAccountName": service_account}
+        if audiences is not None:
+            token["audiences"] = audiences
+        source = {"serviceAccountToken": token}
+    else:
+        source = {"secretKeyRef": {"name": secret or name, "key": key}}
+    where: Body = {"file": file} if file is not None else {"hosts": hosts, **inject}
+    return {"name": name, "source": source, "inject": where}
+
+
 def http_descriptor(tool_id: str, url: str, **spec: Any) -> Body:
     """A GET http tool whose URL's host and port are on its allow-list."""
     host = url.split("/")[2]

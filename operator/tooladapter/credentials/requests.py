@@ -13,7 +13,7 @@ import re
 from collections.abc import Iterable
 from urllib.parse import urlsplit
 
-from tooladapter.egress.core.hosts import parse_egress_entry
+from tooladapter.egress.core.hosts import is_ip, parse_egress_entry
 from tooladapter.egress.core.rules import HostEntry, normalize_host
 from tooladapter.model import CredentialInjection
 
@@ -22,17 +22,23 @@ _PERCENT = re.compile(r"%([0-9A-Fa-f]{2})")
 _UNRESERVED = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
 
 
+def host_entry(text: str) -> HostEntry | None:
+    """One `host`, `host:port` or `*.suffix[:port]` entry (None: it names no host). An IPv4
+    literal is an exact host here: an http tool's `allowedHosts` and an McpServer's url may
+    name one, and egress allow entries (which refuse it) never cover it anyway."""
+    try:
+        parsed = parse_egress_entry(text)
+    except ValueError:
+        address, _, port = text.partition(":")
+        if is_ip(address) and "." in address and (not port or port.isdigit()):
+            return HostEntry(address, int(port) if port else None)
+        return None
+    return HostEntry(parsed.value, parsed.port) if parsed.kind == "host" else None
+
+
 def host_entries(inject: CredentialInjection) -> list[HostEntry]:
     """The parsed `inject.hosts` (entries that do not parse carry nothing)."""
-    entries = []
-    for text in inject.hosts or []:
-        try:
-            parsed = parse_egress_entry(text)
-        except ValueError:
-            continue
-        if parsed.kind == "host":
-            entries.append(HostEntry(parsed.value, parsed.port))
-    return entries
+    return [entry for text in inject.hosts or [] if (entry := host_entry(text)) is not None]
 
 
 def normalize_path(path: str) -> str:
@@ -112,22 +118,10 @@ def carries_url(inject: CredentialInjection, method: str, url: str) -> bool:
 def hosts_allowed(hosts: Iterable[str], allow: Iterable[str]) -> list[str]:
     """The `hosts` entries no entry of `allow` covers (same port; `*.suffix` only below a
     wildcard of the egress): empty when every one is allowed."""
-    allowed = []
-    for text in allow:
-        try:
-            parsed = parse_egress_entry(text)
-        except ValueError:
-            continue
-        if parsed.kind == "host":
-            allowed.append(HostEntry(parsed.value, parsed.port))
+    allowed = [entry for text in allow if (entry := host_entry(text)) is not None]
     missing = []
     for text in hosts:
-        try:
-            parsed = parse_egress_entry(text)
-        except ValueError:
-            missing.append(text)
-            continue
-        entry = HostEntry(parsed.value, parsed.port)
-        if parsed.kind != "host" or not any(a.covers(entry) for a in allowed):
+        entry = host_entry(text)
+        if entry is None or not any(a.covers(entry) for a in allowed):
             missing.append(text)
     return missing

@@ -343,7 +343,13 @@ async def test_an_mcp_call_reads_and_sends_credentials_only_to_an_activated_veri
                 "url": "http://127.0.0.1:1/mcp",
                 "activated": activated,
                 "allowedCidrs": ["127.0.0.1/32"],
-                "credentials": {"secretKeyRef": {"name": "mcp-token", "key": "token"}},
+                "credentials": [
+                    {
+                        "name": "mcp-token",
+                        "source": {"secretKeyRef": {"name": "mcp-token", "key": "token"}},
+                        "inject": {"hosts": ["127.0.0.1:1"]},
+                    }
+                ],
             },
             "status": {"verifiedUrl": verified} if verified else {},
         }

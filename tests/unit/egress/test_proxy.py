@@ -75,7 +75,12 @@ def grant_secret(
     grant = LeaseGrant(
         uid, "tenant-a", f"call-{uid}", tuple(allow), tuple(credentials or ()), in_seconds(60)
     )
-    values = {c.key: SECRET_VALUE for c in credentials or ()}
+    # As the operator writes it (`flow.brokering.credential_grants`): the header's value
+    # under the key, the bare value (what an answer must never hand back) under `-raw`.
+    values: dict[str, str] = {}
+    for c in credentials or ():
+        values[c.key] = f"Bearer {SECRET_VALUE}"
+        values[f"{c.key}-raw"] = SECRET_VALUE
     body = build_grant_secret(namespace="sys", grant=grant, token=token, values=values)
     return body, token
 
@@ -125,7 +130,10 @@ async def rig(tmp_path: Path) -> AsyncIterator[Rig]:
         ],
         [
             CredentialGrant(
-                f"tls.example.test:{tls.port}", "Authorization", "Bearer", "credential-0"
+                name="api",
+                hosts=(f"tls.example.test:{tls.port}",),
+                header="Authorization",
+                key="credential-0",
             )
         ],
     )

@@ -15,6 +15,7 @@ from tests.unit.fake_cluster import (
     FakeCluster,
     Harness,
     container_descriptor,
+    credential,
     descriptor,
     finished_job,
     invocation,
@@ -214,8 +215,8 @@ async def test_brokered_credentials_outlive_the_capacity_wait() -> None:
     gets a token valid for its whole timeout (it dies with the lease's Secret anyway)."""
     h = sandboxed(budget=30)
     h.cluster.service_accounts.add(("team-a", "deployer"))
-    identity = {"kubernetesIdentity": {"serviceAccountName": "deployer"}}
-    h.publish(container_descriptor(authorization=identity))
+    token = credential("deploy", service_account="deployer", file="/tooladapter/credentials/token")
+    h.publish(container_descriptor(credentials=[token]))
     h.cluster.grant(tools=["ct"], classes=["sandbox"])
     body = h.submit(invocation("ct-1", tool="ct", arguments={"command": "x"}))
     h.cluster.script_job(body["metadata"]["uid"], finished_job(), outcome=pod_result())

@@ -19,6 +19,7 @@ from tests.unit.fake_cluster import (
     ScriptedExecutor,
     ago,
     container_descriptor,
+    credential,
     descriptor,
     finished_job,
     invocation,
@@ -361,7 +362,9 @@ async def test_a_resumed_sandbox_call_still_redacts_its_brokered_secret() -> Non
     first = make_runtime(cluster, executors=sandboxed(cluster))
     first.publish(  # a container tool: a shell tool may not carry brokered secrets
         container_descriptor(
-            "sh", command=["env"], secretDependencies=[{"secretName": "api", "keys": ["token"]}]
+            "sh",
+            command=["env"],
+            credentials=[credential("api", file="/tooladapter/credentials/api")],
         ),
     )
     cluster.grant(tools=["sh"], classes=["sandbox"])

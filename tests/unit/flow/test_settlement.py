@@ -20,7 +20,9 @@ from tests.unit.fake_cluster import (
     Harness,
     ScriptedExecutor,
     container_descriptor,
+    credential,
     descriptor,
+    http_descriptor,
     invocation,
     is_receipt,
     make_runtime,
@@ -169,9 +171,16 @@ async def test_a_tool_error_outcome_ends_failed_with_its_output_and_exit_code() 
 async def test_a_transient_api_error_before_executing_is_retried_and_the_call_succeeds(
     method: str, error: Exception
 ) -> None:
-    h = make_runtime()
+    executor = ScriptedExecutor()
+    h = make_runtime(executors={ToolKind.HTTP: executor})
     h.cluster.secrets[(NAMESPACE, "api")] = {"token": base64.b64encode(b"t").decode()}
-    h.publish(descriptor(secretDependencies=[{"secretName": "api", "keys": ["token"]}]))
+    h.publish(
+        http_descriptor(
+            "lister",
+            "https://api.example.test/items",
+            credentials=[credential("api", hosts=["api.example.test"])],
+        )
+    )
     h.cluster.grant(tools=["lister"], classes=["read"])
     h.cluster.fail_next[method] = error
     body = h.submit(invocation(idempotencyKey="k", attemptId="a", fencingToken=1))
@@ -180,8 +189,6 @@ async def test_a_transient_api_error_before_executing_is_retried_and_the_call_su
 
     assert stored["status"]["state"] == "Observed"
     assert method not in h.cluster.fail_next  # the fault was hit
-    executor = h.executors[ToolKind.NATIVE]
-    assert isinstance(executor, ScriptedExecutor)
     assert len(executor.executed) == 1
 
 
@@ -331,7 +338,9 @@ async def test_an_interrupt_before_execution_cancels_and_releases_the_lease() ->
     h = sandboxed(cluster)
     # A container tool: a shell tool may not carry brokered secrets.
     h.publish(
-        container_descriptor("sh", secretDependencies=[{"secretName": "api", "keys": ["token"]}])
+        container_descriptor(
+            "sh", credentials=[credential("api", file="/tooladapter/credentials/api")]
+        )
     )
     h.cluster.grant(tools=["sh"], classes=["sandbox"])
     body = h.submit(invocation("sh-1", tool="sh", arguments={"command": "echo hi"}))

@@ -17,8 +17,10 @@ from tests.unit.fake_cluster import (
     Harness,
     ScriptedExecutor,
     approval,
+    credential,
     descriptor,
     hash_of,
+    http_descriptor,
     invocation,
     make_runtime,
     namespace_uid,
@@ -475,9 +477,15 @@ async def test_a_tool_policy_with_an_invalid_rule_fails_closed(h: Harness) -> No
     assert "invalid and denies every call" in stored["status"]["message"]
 
 
-async def test_a_missing_secret_dependency_denies_at_credentials(h: Harness) -> None:
+async def test_a_missing_credential_secret_denies_at_credentials() -> None:
+    http = ScriptedExecutor()
+    h = make_runtime(executors={ToolKind.HTTP: http})
     h.publish(
-        descriptor(secretDependencies=[{"secretName": "api-key", "keys": ["token"]}]),
+        http_descriptor(
+            "lister",
+            "https://api.example.test/items",
+            credentials=[credential("api-key", hosts=["api.example.test"])],
+        ),
     )
     h.cluster.grant(tools=["lister"], classes=["read"])
 
@@ -486,7 +494,7 @@ async def test_a_missing_secret_dependency_denies_at_credentials(h: Harness) -> 
     status = stored["status"]
     assert status["deniedStage"] == "credentials"
     assert status["failureClass"] == "credentials"
-    assert native(h).executed == []
+    assert http.executed == []
 
 
 # --------------------------------------------------------------------------- admission

@@ -307,12 +307,88 @@ def test_descriptor_rules() -> None:
         assert any(f"self.kind != '{kind}'" in r and f"has(self.{block})" in r for r in rules)
     # A shell tool runs in the default sandbox; its shell block (lists) is optional.
     assert not any("self.kind != 'shell'" in r and "has(self.shell)" in r for r in rules)
-    # Its command comes from the agent: never beside brokered secrets or a token.
+    # Its command comes from the agent: never beside a credential file (HTTP injection by
+    # the egress proxy is fine: the value never enters the pod).
     shell_rules = [r for r in rules if r.startswith("self.kind != 'shell' || !(")]
-    assert any("self.secretDependencies" in r for r in shell_rules), rules
-    assert any("self.authorization.kubernetesIdentity" in r for r in shell_rules), rules
+    assert any("self.credentials.exists(c, has(c.inject.file))" in r for r in shell_rules), rules
     assert "self.toolId == oldSelf.toolId" in rules
     assert "self.version == oldSelf.version" in rules
+
+
+def _validation(node: dict[str, Any], needle: str) -> dict[str, Any]:
+    (found,) = [v for v in node.get("x-kubernetes-validations", []) if needle in v["rule"]]
+    return dict(found)
+
+
+def test_descriptor_credential_rules_are_refused_at_apply() -> None:
+    """The API server refuses what `pipeline.validation.credentials` says (without CEL
+    evaluation here: each rule is there, on the right node, naming its field)."""
+    spec = _schema(_crds()["ToolDescriptor"])["properties"]["spec"]
+    native = _validation(spec, "self.kind in ['native', 'mcp']")
+    assert "McpServer" in native["message"] and native["fieldPath"] == ".credentials"
+    attempt = _validation(spec, "self.sandbox.workspace == 'attempt'")
+    assert "has(c.inject.file)" in attempt["rule"] and "attempt" in attempt["message"]
+    explicit = _validation(spec, "size(self.http.allowedHosts) > 0")
+    assert "has(self.sandbox.egress.allow)" in explicit["rule"]
+    assert "egress explicitly" in explicit["message"]
+    covered = _validation(spec, "c.inject.hosts.all(h, ")
+    # An entry of the egress covers a host exactly, or as `*.suffix` (the port compared
+    # with the rest of the text), of the list the tool's kind uses.
+    assert "e == h" in covered["rule"] and "h.endsWith(e.substring(1))" in covered["rule"]
+    assert "self.http.allowedHosts" in covered["rule"]
+    assert "self.sandbox.egress.allow" in covered["rule"]
+    for rule in (native, attempt, explicit, covered):
+        assert rule["message"].startswith("spec.credentials")
+
+    credentials = spec["properties"]["credentials"]
+    assert credentials["x-kubernetes-list-type"] == "map"
+    assert credentials["x-kubernetes-list-map-keys"] == ["name"]
+    assert credentials["maxItems"] == 8
+    item = credentials["items"]
+    assert set(item["required"]) == {"name", "source", "inject"}
+    source = item["properties"]["source"]
+    one_source = _validation(source, "has(self.secretKeyRef)")
+    assert one_source["rule"] == (
+        "[has(self.secretKeyRef), has(self.serviceAccountToken)].filter(x, x).size() == 1"
+    )
+    inject = item["properties"]["inject"]
+    one_form = _validation(inject, "[has(self.hosts), has(self.file)]")
+    assert one_form["rule"].endswith(".filter(x, x).size() == 1")
+    http_only = _validation(inject, "!has(self.file) || !(")
+    for name in ("header", "scheme", "basicUsername", "methods", "paths"):
+        assert f"has(self.{name})" in http_only["rule"]
+    basic = _validation(inject, "!has(self.basicUsername) || !has(self.scheme)")
+    assert basic["fieldPath"] == ".scheme"
+    fields = inject["properties"]
+    assert not re.search(fields["basicUsername"]["pattern"], "user:name")
+    assert re.search(fields["basicUsername"]["pattern"], "user")
+    file_pattern = fields["file"]["pattern"]
+    assert re.search(file_pattern, "/tooladapter/credentials/db/.password")
+    for bad in (
+        "/tooladapter/credentials",
+        "/tooladapter/credentials/",
+        "/tooladapter/credentials/../etc/passwd",
+        "/tooladapter/credentials/./x",
+        "/etc/passwd",
+        "/tooladapter/credentialsx/y",
+    ):
+        assert not re.search(file_pattern, bad), bad
+    assert fields["methods"]["items"]["enum"] == [
+        "GET",
+        "HEAD",
+        "POST",
+        "PUT",
+        "PATCH",
+        "DELETE",
+        "OPTIONS",
+    ]
+
+
+def test_mcp_server_credentials_take_no_file_methods_or_paths() -> None:
+    spec = _schema(_crds()["McpServer"])["properties"]["spec"]
+    rule = _validation(spec, "self.credentials.all(c, ")
+    assert "!has(c.inject.file)" in rule["rule"] and "!has(c.inject.paths)" in rule["rule"]
+    assert spec["properties"]["credentials"]["x-kubernetes-list-map-keys"] == ["name"]
 
 
 def test_mcp_server_url_rule() -> None:

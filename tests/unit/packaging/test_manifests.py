@@ -199,8 +199,11 @@ def test_secret_references_are_authorised_for_the_writer() -> None:
     assert set(rule["operations"]) == {"CREATE", "UPDATE"}
     assert "matchConditions" in policy["spec"]
     text = yaml.safe_dump(policy["spec"])
-    for field in ("secretDependencies", "kubernetesIdentity", "secretKeyRef"):
+    # Every source of `spec.credentials` (the one declaration of tools and servers).
+    for field in ("credentials", "source.secretKeyRef", "source.serviceAccountToken"):
         assert field in text, field
+    for removed in ("secretDependencies", "kubernetesIdentity"):
+        assert removed not in text, removed
     assert "resource('secrets')" in text and "check('get')" in text
     assert "subresource('token')" in text and "check('create')" in text
     # The operator is not exempted by name: it passes the checks with its own grants.

@@ -10,14 +10,12 @@ import pytest
 from tooladapter.egress.core.hosts import parse_egress_entry
 from tooladapter.enums import SideEffectClass, ToolKind
 from tooladapter.model import (
-    Authorization,
+    Credential,
     Egress,
     HttpSpec,
     McpBinding,
     NativeSpec,
     SandboxSpec,
-    SecretDependency,
-    ServiceAccountIdentity,
     ShellSpec,
     ToolDescriptorSpec,
 )
@@ -287,36 +285,56 @@ def test_invalid_egress_entries_are_reported(entry: str, needle: str) -> None:
     assert needle in problems[0]
 
 
-def test_secret_dependency_names_and_keys_are_checked() -> None:
+F1, F2, F3 = (f"/tooladapter/credentials/{n}" for n in ("one", "two", "three"))
+
+
+def cred(name: str, source: dict[str, Any], inject: dict[str, Any]) -> Credential:
+    return Credential.model_validate({"name": name, "source": source, "inject": inject})
+
+
+def test_credential_secret_names_and_keys_are_checked() -> None:
+    allow = SandboxSpec(command=["/bin/tool"], egress=Egress(allow=[]))
     spec = descriptor(
-        secret_dependencies=[
-            SecretDependency(secret_name="Bad_Name", keys=["token"]),
-            SecretDependency(secret_name="db", keys=["", "a/b", "..", "ok", "ok"]),
-        ]
+        kind=ToolKind.CONTAINER,
+        sandbox=allow,
+        credentials=[
+            cred("a", {"secretKeyRef": {"name": "Bad_Name", "key": "token"}}, {"file": F1}),
+            cred("b", {"secretKeyRef": {"name": "db", "key": "a/b"}}, {"file": F2}),
+            cred("c", {"serviceAccountToken": {"serviceAccountName": "No!"}}, {"file": F3}),
+        ],
     )
     problems = check_descriptor(spec)
-    assert any("secretDependencies[0].secretName" in p for p in problems)
+    assert any(p.startswith("credentials[0].source.secretKeyRef.name:") for p in problems)
+    assert any(p.startswith("credentials[1].source.secretKeyRef.key:") for p in problems)
     assert any(
-        "secretDependencies[1].keys[0]: a secret key must not be empty" in p for p in problems
+        p.startswith("credentials[2].source.serviceAccountToken.serviceAccountName:")
+        for p in problems
     )
-    assert any("secretDependencies[1].keys[1]" in p for p in problems)
-    assert any("secretDependencies[1].keys[2]" in p for p in problems)
-    assert any("listed twice" in p for p in problems)
+    assert len(problems) == 3, problems
 
 
-def test_a_shell_tool_may_carry_no_secrets_or_kubernetes_identity() -> None:
-    secrets = [SecretDependency(secret_name="db", keys=["password"])]
-    identity = Authorization(kubernetes_identity=ServiceAccountIdentity(service_account_name="x"))
-    problems = check_descriptor(descriptor(secret_dependencies=secrets))
-    assert any(p.startswith("secretDependencies: a shell tool's command") for p in problems)
-    problems = check_descriptor(descriptor(authorization=identity))
-    assert any(p.startswith("authorization.kubernetesIdentity: a shell tool") for p in problems)
-    # A container tool runs the platform's fixed argv: it may.
+def test_a_shell_tool_may_carry_no_credential_file() -> None:
+    secret = {"secretKeyRef": {"name": "db", "key": "password"}}
+    token = {"serviceAccountToken": {"serviceAccountName": "x"}}
+    sandbox = SandboxSpec(egress=Egress(allow=["api.example.com"]))
+    for source in (secret, token):
+        problems = check_descriptor(
+            descriptor(sandbox=sandbox, credentials=[cred("c", source, {"file": F1})])
+        )
+        assert any(
+            p.startswith("credentials[0].inject.file: only a container tool") for p in problems
+        ), problems
+        # Injected into its HTTP requests by the egress proxy, outside the pod: it may.
+        hosts = {"hosts": ["api.example.com"]}
+        assert (
+            check_descriptor(descriptor(sandbox=sandbox, credentials=[cred("c", source, hosts)]))
+            == []
+        )
+    # A container tool runs the platform's fixed argv: it may take files.
     container = descriptor(
         kind=ToolKind.CONTAINER,
-        sandbox=SandboxSpec(command=["/bin/tool"]),
-        secret_dependencies=secrets,
-        authorization=identity,
+        sandbox=SandboxSpec(command=["/bin/tool"], egress=Egress(allow=[])),
+        credentials=[cred("s", secret, {"file": F1}), cred("t", token, {"file": F2})],
     )
     assert check_descriptor(container) == []
 

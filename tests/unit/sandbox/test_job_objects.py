@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from tooladapter.model import ResourceQuantities, Resources, SandboxSpec, SecretDependency
+from tooladapter.model import Credential, ResourceQuantities, Resources, SandboxSpec
 from tooladapter.naming import ANNOTATION_ARGUMENTS, LeaseNames
 from tooladapter.sandbox.job import (
     build_job,
@@ -86,19 +86,55 @@ def test_arguments_reach_the_pod_as_a_file_of_exact_json() -> None:
     assert volume["downwardAPI"]["items"][0]["path"] == "arguments.json"
 
 
-def test_only_brokered_keys_are_mounted_from_the_ephemeral_secret() -> None:
-    pod = job(secret_dependencies=[SecretDependency(secret_name="db", keys=["password"])])["spec"][
-        "template"
-    ]["spec"]
+def file_credential(name: str, path: str) -> Credential:
+    return Credential.model_validate(
+        {
+            "name": name,
+            "source": {"secretKeyRef": {"name": "db", "key": "password"}},
+            "inject": {"file": path},
+        }
+    )
+
+
+def test_only_credential_files_are_mounted_from_the_ephemeral_secret() -> None:
+    files = [file_credential("db", "/tooladapter/credentials/db/password")]
+    pod = job(credential_files=files)["spec"]["template"]["spec"]
     volume = next(v for v in pod["volumes"] if v["name"] == "credentials")
     assert volume["secret"]["secretName"] == LeaseNames.for_uid(UID).secret
-    assert volume["secret"]["items"] == [{"key": "db.password", "path": "db/password"}]
-    secret = build_secret(
-        namespace="team-a", uid=UID, owner=OWNER, data_b64={"db.password": "eA=="}
-    )
-    assert secret["metadata"]["ownerReferences"] == [OWNER] and secret["data"] == {
-        "db.password": "eA=="
+    assert volume["secret"]["items"] == [{"key": "file-db", "path": "db/password"}]
+    (tool,) = pod["containers"]
+    mount = next(m for m in tool["volumeMounts"] if m["name"] == "credentials")
+    assert mount == {
+        "name": "credentials",
+        "mountPath": "/tooladapter/credentials",
+        "readOnly": True,
     }
+    secret = build_secret(namespace="team-a", uid=UID, owner=OWNER, data_b64={"file-db": "eA=="})
+    assert secret["metadata"]["ownerReferences"] == [OWNER] and secret["data"] == {
+        "file-db": "eA=="
+    }
+
+
+def test_each_file_credential_is_its_own_key_at_its_own_path() -> None:
+    files = [
+        file_credential("db", "/tooladapter/credentials/db"),
+        file_credential("kube", "/tooladapter/credentials/kube/.token"),
+    ]
+    pod = job(credential_files=files)["spec"]["template"]["spec"]
+    volume = next(v for v in pod["volumes"] if v["name"] == "credentials")
+    assert volume["secret"]["items"] == [
+        {"key": "file-db", "path": "db"},
+        {"key": "file-kube", "path": "kube/.token"},
+    ]
+
+
+def test_without_credential_files_nothing_is_mounted_from_a_secret() -> None:
+    nothing: list[list[Credential] | None] = [None, []]
+    for files in nothing:
+        pod = job(credential_files=files)["spec"]["template"]["spec"]
+        assert not any(v["name"] == "credentials" or "secret" in v for v in pod["volumes"])
+        (tool,) = pod["containers"]
+        assert not any(m["name"] == "credentials" for m in tool["volumeMounts"])
 
 
 def test_the_network_policy_denies_everything_but_allow_listed_cidrs() -> None:

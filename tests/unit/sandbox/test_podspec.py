@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from tooladapter.model import ResourceQuantities, Resources, SandboxSpec, SecretDependency
+from tooladapter.model import Credential, ResourceQuantities, Resources, SandboxSpec
 from tooladapter.sandbox.job import build_job
 from tooladapter.sandbox.podspec import (
     GATE_CONTAINER_NAME,
@@ -63,6 +63,15 @@ def job_pod(**overrides: Any) -> dict[str, Any]:
     return spec
 
 
+CREDENTIAL_FILE = Credential.model_validate(
+    {
+        "name": "k",
+        "source": {"serviceAccountToken": {"serviceAccountName": "deployer"}},
+        "inject": {"file": "/tooladapter/credentials/kubernetes/token"},
+    }
+)
+
+
 def warm_pod(*, state: str) -> dict[str, Any]:
     profile = profile_for(
         SANDBOX,
@@ -79,9 +88,7 @@ def warm_pod(*, state: str) -> dict[str, Any]:
 
 PODS = {
     "job": lambda: job_pod(),
-    "job with credentials": lambda: job_pod(
-        secret_dependencies=[SecretDependency(secret_name="s", keys=["k"])], has_token=True
-    ),
+    "job with credentials": lambda: job_pod(credential_files=[CREDENTIAL_FILE]),
     "pool": lambda: warm_pod(state=STATE_POOL),
     "workspace": lambda: warm_pod(state=STATE_ATTEMPT),
 }
@@ -130,9 +137,7 @@ def test_every_sandbox_pod_writes_only_its_workspace_and_tooladapter_dir(
 
 
 def test_only_a_job_mounts_brokered_credentials_read_only() -> None:
-    pod = job_pod(
-        secret_dependencies=[SecretDependency(secret_name="s", keys=["k"])], has_token=True
-    )
+    pod = job_pod(credential_files=[CREDENTIAL_FILE])
     (tool,) = pod["containers"]
     credentials = next(m for m in tool["volumeMounts"] if m["name"] == "credentials")
     assert credentials["readOnly"] is True

@@ -9,7 +9,7 @@ import pytest
 from pydantic import ValidationError
 
 from tooladapter.attempts import AttemptQueues
-from tooladapter.model import SandboxSpec, ToolDescriptorSpec
+from tooladapter.model import Credential, SandboxSpec, ToolDescriptorSpec
 from tooladapter.sandbox.job import ProxyPeer
 from tooladapter.sandbox.warm import (
     HOLDER_SCRIPT,
@@ -86,11 +86,32 @@ def test_credentials_and_cidrs_keep_a_call_cold() -> None:
             "version": "1.0.0",
             "kind": "container",
             "sideEffectClass": "sandbox",
-            "sandbox": {"command": ["true"]},
-            "secretDependencies": [{"secretName": "s", "keys": ["k"]}],
+            "sandbox": {"command": ["true"], "egress": {"allow": ["api.example.com"]}},
+            "credentials": [
+                {
+                    "name": "k",
+                    "source": {"secretKeyRef": {"name": "s", "key": "k"}},
+                    "inject": {"file": "/tooladapter/credentials/k"},
+                }
+            ],
         }
     )
-    assert "credentials" in (warm_refusal(container, []) or "")
+    assert "credential files" in (warm_refusal(container, []) or "")
+    # A credential the egress proxy injects never enters the pod: a warm pod may serve it.
+    injected = container.model_copy(
+        update={
+            "credentials": [
+                Credential.model_validate(
+                    {
+                        "name": "k",
+                        "source": {"secretKeyRef": {"name": "s", "key": "k"}},
+                        "inject": {"hosts": ["api.example.com"]},
+                    }
+                )
+            ]
+        }
+    )
+    assert warm_refusal(injected, ["api.example.com"]) is None
 
 
 def test_profiles_name_image_runtime_resources_and_size() -> None:
