@@ -420,8 +420,9 @@ def refusal(found: list[Finding], *, limit: int = 10) -> str:
     more = f"; and {len(found) - limit} more" if len(found) > limit else ""
     return (
         "the attempt's workspace holds git configuration that would run a command or send "
-        f"requests elsewhere in this call: {shown}{more}. Remove it (it is refused before "
-        "every call of an attempt), or release the workspace"
+        f"requests elsewhere in this call: {shown}{more}. Nothing ran. A workspace holding it "
+        "serves no later call (an earlier call of the attempt wrote it): release the "
+        "workspace (tooladapter workspace release ATTEMPT_ID) and start the attempt again"
     )
 
 
