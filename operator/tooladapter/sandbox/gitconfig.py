@@ -330,11 +330,19 @@ _SHELL_VALUE_RULES: tuple[tuple[str, str | None, str], ...] = (
     ("submodule", "*", "update"),
 )
 
-#: The refused keys as the docs list them.
-REFUSED = tuple(
-    ".".join(p for p in (s, "<name>" if sub == "*" else sub, "*" if k == "*" else k) if p)
-    for s, sub, k in _RULES
-)
+
+def _shown(rule: tuple[str, str | None, str]) -> str:
+    section, sub, key = rule
+    if sub == "?":
+        return f"{section}.*" if key == "*" else f"{section}.[<name>.]{key}"
+    middle = "" if sub is None else ".<name>" if sub == "*" else f".{sub}"
+    return f"{section}{middle}.{key}"
+
+
+#: The refused keys as the docs list them (lower case, as git compares them).
+REFUSED = tuple(_shown(rule) for rule in _RULES)
+#: Refused when the value starts with `!` (a shell command).
+REFUSED_SHELL_VALUES = tuple(_shown(rule) for rule in _SHELL_VALUE_RULES)
 
 
 def _matches(rule: tuple[str, str | None, str], entry: Entry) -> bool:
@@ -431,6 +439,7 @@ __all__ = [
     "END_MARK",
     "FILE_CAP",
     "REFUSED",
+    "REFUSED_SHELL_VALUES",
     "SCAN_ROOTS",
     "SCAN_SCRIPT",
     "ConfigError",

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -24,6 +25,8 @@ from tooladapter.sandbox.gitconfig import (
     EMIT_SCRIPT,
     END_MARK,
     FILE_CAP,
+    REFUSED,
+    REFUSED_SHELL_VALUES,
     SCAN_ROOTS,
     SCAN_SCRIPT,
     ConfigError,
@@ -502,3 +505,17 @@ def test_a_warm_call_runs_with_a_cleared_home_outside_the_workspace_and_no_user_
     # And after the call: its end and a stop clear it too.
     assert RUN_SCRIPT.rindex(CLEAR_SCRIPT) > RUN_SCRIPT.index("wait $tool")
     assert CLEAR_SCRIPT in STOP_SCRIPT
+
+
+def test_the_docs_list_every_refused_key() -> None:
+    docs = Path(__file__).parents[3] / "docs" / "concepts" / "workspaces.md"
+    text = re.sub(r"<(url|format)>", "<name>", docs.read_text().lower())
+    listed = set(re.findall(r"`([a-z.<>*]+)`", text))
+    for key in (*REFUSED, *REFUSED_SHELL_VALUES):
+        forms = (
+            [key.replace("[<name>.]", ""), key.replace("[<name>.]", "<name>.")]
+            if "[<name>.]" in key
+            else [key]
+        )
+        for form in forms:
+            assert form in listed, form
