@@ -74,13 +74,14 @@ SHARED_MEMORY = ("/dev/shm", "/dev/mqueue")  # noqa: S108 (not a temp file: clea
 HOME_VOLUME = "home"
 #: Config files the tools read in place of the user's: none from any writable place.
 #: git: no global (`~/.gitconfig`, `$XDG_CONFIG_HOME/git/config`) and no system config;
-#: wget, pip, npm: no user config file; curl: `.curlrc` from the per-call HOME only. A
-#: repository's own config is judged before every call of an attempt (`sandbox.gitconfig`).
+#: pip, npm: no user config file; curl: `.curlrc` from the per-call HOME only. wget reads
+#: `~/.wgetrc` from the per-call HOME too (`WGETRC` stays unset: GNU wget refuses one that
+#: is not a regular file, so `/dev/null` would break it). A repository's own config is
+#: judged before every call of an attempt (`sandbox.gitconfig`).
 CONFIG_ENV: tuple[tuple[str, str], ...] = (
     ("GIT_CONFIG_GLOBAL", "/dev/null"),
     ("GIT_CONFIG_NOSYSTEM", "1"),
     ("CURL_HOME", HOME_DIR),
-    ("WGETRC", "/dev/null"),
     ("PIP_CONFIG_FILE", "/dev/null"),
     ("NPM_CONFIG_USERCONFIG", "/dev/null"),
     ("NPM_CONFIG_GLOBALCONFIG", "/dev/null"),

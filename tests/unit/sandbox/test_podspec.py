@@ -142,7 +142,6 @@ CONFIG_ENV = {
     "GIT_CONFIG_GLOBAL": "/dev/null",
     "GIT_CONFIG_NOSYSTEM": "1",
     "CURL_HOME": HOME_DIR,
-    "WGETRC": "/dev/null",
     "PIP_CONFIG_FILE": "/dev/null",
     "NPM_CONFIG_USERCONFIG": "/dev/null",
     "NPM_CONFIG_GLOBALCONFIG": "/dev/null",
@@ -155,6 +154,8 @@ def test_every_sandbox_pod_has_its_home_outside_the_workspace_and_no_user_config
     (tool,) = pod["containers"]
     env = {e["name"]: e.get("value") for e in tool["env"]}
     assert {name: env.get(name) for name in CONFIG_ENV} == CONFIG_ENV
+    # GNU wget refuses a WGETRC that is not a regular file: ~/.wgetrc, per call, instead.
+    assert "WGETRC" not in env
     assert not HOME_DIR.startswith(WORKSPACE + "/") and HOME_DIR != WORKSPACE
     # HOME is a volume of its own, not the workspace's.
     mounts = {m["mountPath"]: m["name"] for m in tool["volumeMounts"]}
