@@ -45,6 +45,7 @@ from tooladapter.kube.sandbox import decode_b64
 from tooladapter.kube.warm import ExecResult, WarmKube
 from tooladapter.model import WorkspaceLease
 from tooladapter.naming import LeaseNames
+from tooladapter.sandbox.gitconfig import findings, parse_scan, refusal
 from tooladapter.sandbox.job import ProxyPeer, runtime_class_for
 from tooladapter.sandbox.warm import (
     ANNOTATION_ATTEMPT,
@@ -64,6 +65,7 @@ from tooladapter.sandbox.warm import (
     Profile,
     build_warm_pod,
     build_warm_policy,
+    check_command,
     not_started,
     pod_ended,
     pod_ready,
@@ -87,6 +89,19 @@ CallEnded = Callable[[str, str, str], Awaitable[bool]]
 ANNOTATION_INVOCATION = "tooladapter.dev/invocation"
 #: Time a stop of a call's processes may take.
 STOP_TIMEOUT_SECONDS = 30
+#: Time and bytes the check of a workspace's git configuration may take (`check_workspace`).
+CHECK_TIMEOUT_SECONDS = 60
+CHECK_MAX_BYTES = 4 << 20
+
+
+@dataclass(frozen=True)
+class WorkspaceCheck:
+    """What the check before an attempt's call found: `refused` (the call ends Denied),
+    `unchecked` (it ends Failed: nothing ran, the check could not be made), or neither."""
+
+    checked: bool = False
+    refused: str | None = None
+    unchecked: str | None = None
 
 
 @dataclass
@@ -371,6 +386,52 @@ class WarmSandboxes:
             )
         return pod, workspace, made
 
+    async def check_workspace(self, namespace: str, caller: str, attempt_id: str) -> WorkspaceCheck:
+        """Before a call of an attempt: its workspace may hold no git configuration that
+        would run a command or send requests elsewhere (`sandbox.gitconfig`). An attempt
+        without a workspace pod yet has nothing to carry. Runs while the call holds its
+        attempt's turn, so no call of the attempt runs meanwhile, and the check stops what
+        an earlier one left running before it lists: nothing changes the workspace between
+        this check and the call's run."""
+        key = workspace_key(namespace, caller, attempt_id)
+        live = sorted(
+            (
+                p
+                for p in await self.kube.list_pods(namespace, f"{LABEL_WORKSPACE}={key}")
+                if not pod_ended(p)
+            ),
+            key=lambda p: p["metadata"].get("creationTimestamp") or "",
+        )
+        if not live:
+            return WorkspaceCheck()
+        name = live[-1]["metadata"]["name"]
+        what = f"the attempt's workspace {name} could not be checked for git configuration"
+        try:
+            if not pod_ready(live[-1]):
+                await self.kube.wait_ready(
+                    namespace, name, timeout=self.settings.warm.start_seconds
+                )
+            async with asyncio.timeout(CHECK_TIMEOUT_SECONDS):
+                result = await self.kube.exec(
+                    namespace, name, check_command(), stdin=b"", max_bytes=CHECK_MAX_BYTES
+                )
+        except Exception as exc:
+            return WorkspaceCheck(unchecked=f"{what} ({type(exc).__name__}: {exc})")
+        if result.exit_code != 0:
+            said = result.stderr.decode("utf-8", errors="replace").strip()[-300:]
+            return WorkspaceCheck(
+                unchecked=f"{what} (the check ended with {result.exit_code}: {said})"
+            )
+        files, whole = parse_scan(result.stdout)
+        if not whole:
+            return WorkspaceCheck(
+                unchecked=f"{what} (its listing exceeded {CHECK_MAX_BYTES} bytes or was cut)"
+            )
+        found = findings(files)
+        if found:
+            return WorkspaceCheck(checked=True, refused=refusal(found))
+        return WorkspaceCheck(checked=True)
+
     async def check_room(self, namespace: str) -> None:
         """Refuse one more workspace in a namespace that holds its share already."""
         held = [
@@ -634,4 +695,4 @@ class WarmSandboxes:
                 logger.warning("warm pod upkeep of %s/%s failed", namespace, name, exc_info=True)
 
 
-__all__ = ["WarmSandboxes"]
+__all__ = ["WarmSandboxes", "WorkspaceCheck"]

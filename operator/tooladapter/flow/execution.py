@@ -33,7 +33,14 @@ from tooladapter.executors.sandbox import SandboxExecutor
 from tooladapter.flow.admission import check_unconfirmed
 from tooladapter.flow.brokering import ensure_carried
 from tooladapter.flow.capacity import wait_for_capacity
-from tooladapter.flow.context import SANDBOX_KINDS, Denial, FlowContext, Restart, Superseded
+from tooladapter.flow.context import (
+    SANDBOX_KINDS,
+    Denial,
+    Failure,
+    FlowContext,
+    Restart,
+    Superseded,
+)
 from tooladapter.flow.ending import cancel, finish
 from tooladapter.flow.recheck import check_not_retired, needs_recheck, recheck
 from tooladapter.kube.client import Conflict, NotFound
@@ -72,6 +79,7 @@ async def on_brokered(ctx: FlowContext) -> None:
         if not await wait_for_workspace(ctx):
             return await cancel(ctx, "interrupted while waiting for the attempt's workspace")
         descriptor = await ctx.load_descriptor()
+        await check_workspace(ctx, descriptor)
     # An identical call may have become Uncertain while this one waited.
     await check_unconfirmed(ctx)
     check_not_retired(ctx)  # a version retired a moment ago never starts
@@ -126,6 +134,29 @@ async def wait_for_workspace(ctx: FlowContext) -> bool:
         ctx.rechecked = False
         await recheck(ctx)
     return True
+
+
+async def check_workspace(ctx: FlowContext, descriptor: ToolDescriptorSpec) -> None:
+    """An earlier call of the attempt may have left git configuration in the workspace
+    that runs a command or sends requests elsewhere (`sandbox.gitconfig`): refused here,
+    before Executing is written and before the tool starts, so Denied is true (nothing
+    ran). A check that cannot be made fails the call (nothing ran either)."""
+    executor = ctx.rt.executors.get(descriptor.kind)
+    warm = executor.warm if isinstance(executor, SandboxExecutor) else None
+    spec = ctx.load_spec()
+    if warm is None or not spec.attempt_id:
+        return
+    found = await warm.check_workspace(ctx.namespace, spec.caller.name, spec.attempt_id)
+    if found.refused is not None:
+        raise Denial(Stage.SANDBOX, found.refused, FailureClass.POLICY_DENIED)
+    if found.unchecked is not None:
+        raise Failure(Stage.SANDBOX, found.unchecked, FailureClass.TRANSIENT)
+    if found.checked:
+        ctx.record(
+            Stage.SANDBOX,
+            StageOutcome.PASSED,
+            "the attempt's workspace holds no git configuration that runs commands",
+        )
 
 
 def sandbox_job(ctx: FlowContext, descriptor: ToolDescriptorSpec) -> dict[str, Any] | None:

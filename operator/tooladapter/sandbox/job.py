@@ -33,10 +33,11 @@ from tooladapter.sandbox.podspec import (
     CONTAINER_NAME,
     TOOLADAPTER_DIR,
     TOOLADAPTER_VOLUME,
+    home_volume,
     restricted_pod_spec,
+    sandbox_env,
     tool_container,
     volume_mounts,
-    workspace_env,
     workspace_volume,
 )
 
@@ -260,6 +261,7 @@ def build_job(
     mounts = volume_mounts(tooladapter_read_only=True)
     volumes: list[dict[str, Any]] = [
         workspace_volume(sandbox.workspace_size_limit),
+        home_volume(sandbox.workspace_size_limit),
         {
             # The downward API carries the arguments: no extra object, and the file is
             # exactly the validated JSON, never a command line.
@@ -296,7 +298,7 @@ def build_job(
         image_pull_policy=image_pull_policy,
         command=argv,
         env=[
-            *workspace_env(),
+            *sandbox_env(),
             {"name": "TOOLADAPTER_ARGUMENTS", "value": ARGUMENTS_FILE},
             *(extra_env or []),
         ],

@@ -62,11 +62,38 @@ def pod_security() -> dict[str, Any]:
     }
 
 
-def workspace_env() -> list[dict[str, Any]]:
-    """The tool's home and temporary directory: the workspace (the root is read-only)."""
+#: The tool's HOME and TMPDIR: a volume of its own, outside the workspace. A Job's is new
+#: with its pod; a warm pod's is emptied before every call (`warm.RUN_SCRIPT`). HOME is where
+#: git, curl, wget, pip, npm and ssh look for user config (`.gitconfig`, `.curlrc`,
+#: `.netrc`, `.ssh/config`): in the workspace, a file one call of an attempt wrote would be
+#: the next call's configuration. Temporary files are one call's too: a call's temp files
+#: (a tool's credential helper cache, say) never reach a later call.
+HOME_DIR = "/home/sandbox"
+#: The pod's shared memory, which its user can write too (tmpfs of the pod's lifetime).
+SHARED_MEMORY = ("/dev/shm", "/dev/mqueue")  # noqa: S108 (not a temp file: cleared, scanned)
+HOME_VOLUME = "home"
+#: Config files the tools read in place of the user's: none from any writable place.
+#: git: no global (`~/.gitconfig`, `$XDG_CONFIG_HOME/git/config`) and no system config;
+#: pip, npm: no user config file; curl: `.curlrc` from the per-call HOME only. wget reads
+#: `~/.wgetrc` from the per-call HOME too (`WGETRC` stays unset: GNU wget refuses one that
+#: is not a regular file, so `/dev/null` would break it). A repository's own config is
+#: judged before every call of an attempt (`sandbox.gitconfig`).
+CONFIG_ENV: tuple[tuple[str, str], ...] = (
+    ("GIT_CONFIG_GLOBAL", "/dev/null"),
+    ("GIT_CONFIG_NOSYSTEM", "1"),
+    ("CURL_HOME", HOME_DIR),
+    ("PIP_CONFIG_FILE", "/dev/null"),
+    ("NPM_CONFIG_USERCONFIG", "/dev/null"),
+    ("NPM_CONFIG_GLOBALCONFIG", "/dev/null"),
+)
+
+
+def sandbox_env() -> list[dict[str, Any]]:
+    """The tool's HOME and TMPDIR (`HOME_DIR`, never the workspace) and `CONFIG_ENV`."""
     return [
-        {"name": "HOME", "value": WORKSPACE},
-        {"name": "TMPDIR", "value": WORKSPACE},
+        {"name": "HOME", "value": HOME_DIR},
+        {"name": "TMPDIR", "value": HOME_DIR},
+        *({"name": name, "value": value} for name, value in CONFIG_ENV),
     ]
 
 
@@ -74,10 +101,18 @@ def workspace_volume(size_limit: str) -> dict[str, Any]:
     return {"name": WORKSPACE_VOLUME, "emptyDir": {"sizeLimit": size_limit}}
 
 
+def home_volume(size_limit: str) -> dict[str, Any]:
+    """`HOME_DIR`'s volume, bounded as the workspace is (the pod's ephemeral-storage limit,
+    where there is one, bounds both together)."""
+    return {"name": HOME_VOLUME, "emptyDir": {"sizeLimit": size_limit}}
+
+
 def volume_mounts(*, tooladapter_read_only: bool) -> list[dict[str, Any]]:
-    """The workspace and `TOOLADAPTER_DIR` (read-only where the operator writes it)."""
+    """The workspace, `HOME_DIR` and `TOOLADAPTER_DIR` (read-only where the operator
+    writes it)."""
     return [
         {"name": WORKSPACE_VOLUME, "mountPath": WORKSPACE},
+        {"name": HOME_VOLUME, "mountPath": HOME_DIR},
         {
             "name": TOOLADAPTER_VOLUME,
             "mountPath": TOOLADAPTER_DIR,

@@ -42,15 +42,20 @@ from typing import Any
 from tooladapter.enums import ToolKind, WorkspaceMode
 from tooladapter.model import SandboxSpec, ToolDescriptorSpec
 from tooladapter.naming import LABEL_MANAGED_BY, MANAGED_BY
+from tooladapter.sandbox.gitconfig import EMIT_SCRIPT, SCAN_SCRIPT
 from tooladapter.sandbox.job import ProxyPeer, split_egress
 from tooladapter.sandbox.podspec import (
+    CONFIG_ENV,
+    HOME_DIR,
+    SHARED_MEMORY,
     TOOLADAPTER_DIR,
     TOOLADAPTER_VOLUME,
     WORKSPACE,
+    home_volume,
     restricted_pod_spec,
+    sandbox_env,
     tool_container,
     volume_mounts,
-    workspace_env,
     workspace_volume,
 )
 
@@ -128,6 +133,29 @@ _STOP = (
     "sleep 0.05; done; "
 )
 _REPORT = f'echo "{STOPPED_MARK}$n" >&2; '
+#: Every place but the workspace that the sandbox user can write in a warm pod: emptied
+#: after the kill of each call's start and end, so only `/workspace` carries from one
+#: call to the next (HOME, TMPDIR, the call's arguments, shared memory: a `.git` symlink or
+#: `gitdir:` file in the workspace that points there finds nothing). The holder's shell
+#: (PID 1 runs from it) stays.
+CLEARED = (HOME_DIR, TOOLADAPTER_DIR, *SHARED_MEMORY)
+#: Empties `CLEARED` (the holder's shell kept); `$left` is then what could not be removed.
+#: Modes first: a directory the tool made unreadable is still its own to open up (never
+#: through a symlink, which could point into the workspace).
+CLEAR_SCRIPT = (
+    f'left=; for d in {" ".join(CLEARED)}; do [ -d "$d" ] || continue; '
+    'for e in "$d"/* "$d"/.[!.]* "$d"/..?*; do '
+    f'[ "$e" = {HOLDER_SHELL} ] && continue; '
+    '[ -e "$e" ] || [ -L "$e" ] || continue; '
+    '[ -L "$e" ] || chmod -R u+rwx "$e" 2>/dev/null; rm -rf "$e" 2>/dev/null; '
+    '{ [ -e "$e" ] || [ -L "$e" ]; } && left="$left $e"; done; done; '
+)
+#: The per-call environment: HOME and TMPDIR outside the workspace, no user config read
+#: from anywhere the tool writes (`podspec.CONFIG_ENV`; the pod's env says the same, set
+#: again here so the run does not depend on how an older operator made the pod).
+_CALL_ENV = " ".join(
+    [f"HOME={HOME_DIR}", f"TMPDIR={HOME_DIR}", *(f"{k}={v}" for k, v in CONFIG_ENV)]
+)
 #: One call in a warm pod. First whatever an earlier call may have left is stopped (after
 #: an operator restart, a call's exec may have outlived its operator): when that cannot be
 #: shown, the tool does not start (`NOT_STARTED_MARK`). stdin: line 1 the proxy URL
@@ -138,24 +166,38 @@ RUN_SCRIPT = (
     _COUNT
     + _STOP
     + f'if [ "$n" != 0 ]; then echo "{NOT_STARTED_MARK}$n" >&2; exit 125; fi; '
+    + CLEAR_SCRIPT
+    + f'if [ -n "$left" ]; then echo "{NOT_STARTED_MARK}cleanup" >&2; exit 125; fi; '
     + "IFS= read -r proxy; IFS= read -r args; "
-    + f"rm -rf {CALL_DIR} 2>/dev/null; mkdir -p {CALL_DIR} && "
+    + f"mkdir -p {CALL_DIR} && "
     + f"printf '%s\\n' \"$args\" > {ARGUMENTS_FILE} || "
     + f'{{ echo "{NOT_STARTED_MARK}setup" >&2; exit 125; }}; unset args; '
     + f'cd {WORKSPACE} || {{ echo "{NOT_STARTED_MARK}setup" >&2; exit 125; }}; '
-    + f"export HOME={WORKSPACE} TMPDIR={WORKSPACE} TOOLADAPTER_ARGUMENTS={ARGUMENTS_FILE}; "
+    + f"export {_CALL_ENV} TOOLADAPTER_ARGUMENTS={ARGUMENTS_FILE}; "
     + f'echo "{STARTED_MARK}" >&2; '
     + '( if [ -n "$proxy" ]; then export HTTP_PROXY="$proxy" HTTPS_PROXY="$proxy" '
     + 'http_proxy="$proxy" https_proxy="$proxy" NO_PROXY="" no_proxy=""; fi; '
     + 'unset proxy; exec "$@" ) </dev/null 2>&1 & '
     + "tool=$!; unset proxy; wait $tool; rc=$?; "
     + _STOP
+    + CLEAR_SCRIPT
     + _REPORT
     + "exit $rc"
 )
 #: Stops what a call left running when its exec ended early (a timeout, an interrupt, a
 #: lost connection, an operator restart): the same kill and count as `RUN_SCRIPT`'s end.
-STOP_SCRIPT = _COUNT + _STOP + _REPORT + "exit 0"
+STOP_SCRIPT = _COUNT + _STOP + CLEAR_SCRIPT + _REPORT + "exit 0"
+#: The check before each call of an attempt (`sandbox.gitconfig`): what an earlier call
+#: left running is stopped first (so nothing writes after the listing), then the workspace's
+#: git configuration is listed. Exit 4: processes were left.
+CHECK_SCRIPT = _COUNT + _STOP + '[ "$n" = 0 ] || exit 4; ' + SCAN_SCRIPT
+
+
+def check_command() -> list[str]:
+    """The exec command of a workspace's check (`EMIT_SCRIPT` as `$0`)."""
+    return ["/bin/sh", "-c", CHECK_SCRIPT, EMIT_SCRIPT]
+
+
 #: The exit code `RUN_SCRIPT` uses when it could not set the call up (the tool never ran).
 SETUP_FAILED = 125
 
@@ -274,7 +316,7 @@ def build_warm_pod(
         image=profile.image,
         image_pull_policy=profile.image_pull_policy,
         command=HOLDER_COMMAND,
-        env=workspace_env(),
+        env=sandbox_env(),
         resources=profile.resource_dict(),
         # Writable: each call's arguments are written there (`RUN_SCRIPT`), and the holder.
         mounts=volume_mounts(tooladapter_read_only=False),
@@ -283,6 +325,7 @@ def build_warm_pod(
         container=container,
         volumes=[
             workspace_volume(profile.workspace_size),
+            home_volume(profile.workspace_size),
             {"name": TOOLADAPTER_VOLUME, "emptyDir": {"sizeLimit": "16Mi"}},
         ],
         grace_seconds=1,
@@ -399,6 +442,9 @@ __all__ = [
     "ANNOTATION_CLAIMED_AT",
     "ANNOTATION_LAST_USED",
     "ANNOTATION_SIZE",
+    "CHECK_SCRIPT",
+    "CLEARED",
+    "CLEAR_SCRIPT",
     "HOLDER_SCRIPT",
     "LABEL_CALL",
     "LABEL_PROFILE",
@@ -416,6 +462,7 @@ __all__ = [
     "Profile",
     "build_warm_pod",
     "build_warm_policy",
+    "check_command",
     "exit_code_of",
     "not_started",
     "pod_ended",

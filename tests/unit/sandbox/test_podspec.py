@@ -11,6 +11,7 @@ from tooladapter.model import Credential, ResourceQuantities, Resources, Sandbox
 from tooladapter.sandbox.job import build_job
 from tooladapter.sandbox.podspec import (
     GATE_CONTAINER_NAME,
+    HOME_DIR,
     SANDBOX_UID,
     TOOLADAPTER_DIR,
     WORKSPACE,
@@ -116,24 +117,50 @@ def test_every_container_of_a_sandbox_pod_is_restricted(pod: dict[str, Any]) -> 
         assert container["securityContext"]["readOnlyRootFilesystem"] is True
 
 
-def test_every_sandbox_pod_writes_only_its_workspace_and_tooladapter_dir(
+def test_every_sandbox_pod_writes_only_its_workspace_home_and_tooladapter_dir(
     pod: dict[str, Any],
 ) -> None:
     (tool,) = pod["containers"]
     assert tool["workingDir"] == WORKSPACE
-    assert tool["env"][:2] == [
-        {"name": "HOME", "value": WORKSPACE},
-        {"name": "TMPDIR", "value": WORKSPACE},
-    ]
     mounts = {m["name"]: m for m in tool["volumeMounts"]}
     assert mounts["workspace"] == {"name": "workspace", "mountPath": WORKSPACE}
+    assert mounts["home"] == {"name": "home", "mountPath": HOME_DIR}
     assert mounts["tooladapter"]["mountPath"] == TOOLADAPTER_DIR
     volumes = {v["name"]: v for v in pod["volumes"]}
-    assert set(volumes) <= {"workspace", "tooladapter", "credentials"}
+    assert set(volumes) <= {"workspace", "home", "tooladapter", "credentials"}
     assert "emptyDir" in volumes["workspace"]
+    assert "emptyDir" in volumes["home"]
     # Nothing of the node: no hostPath, no projected ServiceAccount token.
     for volume in pod["volumes"]:
         assert "hostPath" not in volume and "projected" not in volume
+
+
+#: What every sandboxed tool runs with: HOME and TMPDIR outside the workspace, and no user
+#: config of git, curl, wget, pip or npm read from anywhere the tool can write.
+CONFIG_ENV = {
+    "HOME": HOME_DIR,
+    "TMPDIR": HOME_DIR,
+    "GIT_CONFIG_GLOBAL": "/dev/null",
+    "GIT_CONFIG_NOSYSTEM": "1",
+    "CURL_HOME": HOME_DIR,
+    "PIP_CONFIG_FILE": "/dev/null",
+    "NPM_CONFIG_USERCONFIG": "/dev/null",
+    "NPM_CONFIG_GLOBALCONFIG": "/dev/null",
+}
+
+
+def test_every_sandbox_pod_has_its_home_outside_the_workspace_and_no_user_config(
+    pod: dict[str, Any],
+) -> None:
+    (tool,) = pod["containers"]
+    env = {e["name"]: e.get("value") for e in tool["env"]}
+    assert {name: env.get(name) for name in CONFIG_ENV} == CONFIG_ENV
+    # GNU wget refuses a WGETRC that is not a regular file: ~/.wgetrc, per call, instead.
+    assert "WGETRC" not in env
+    assert not HOME_DIR.startswith(WORKSPACE + "/") and HOME_DIR != WORKSPACE
+    # HOME is a volume of its own, not the workspace's.
+    mounts = {m["mountPath"]: m["name"] for m in tool["volumeMounts"]}
+    assert mounts[HOME_DIR] != mounts[WORKSPACE]
 
 
 def test_only_a_job_mounts_brokered_credentials_read_only() -> None:
