@@ -8,7 +8,9 @@ from __future__ import annotations
 import asyncio
 import os
 import re
+import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -362,16 +364,35 @@ def test_a_config_over_the_cap_is_listed_unread(tmp_path: Path) -> None:
     assert whole and [(f.kind, f.content) for f in files] == [(FileKind.CONFIG, None)]
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root reads any directory")
-def test_a_directory_the_scan_cannot_read_fails_it(tmp_path: Path) -> None:
-    hidden = tmp_path / "hidden"
-    git_dir(hidden / ".git", "[core]\npager = x\n")
-    hidden.chmod(0o100)
+def test_a_directory_the_scan_cannot_read_fails_it() -> None:
+    # The sandbox user is not root: the scan runs as an unprivileged user here too (root
+    # reads any directory), in a tree that user can walk, except the hidden directory.
+    unprivileged = ["/bin/sh", "-c"]
+    if os.geteuid() == 0:
+        unprivileged = [
+            "setpriv",
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            *unprivileged,
+        ]
+    root = Path(tempfile.mkdtemp(prefix="scan-", dir="/tmp"))
     try:
-        result = scan_here(tmp_path, ["/bin/sh", "-c"])
-    finally:
+        root.chmod(0o755)
+        (root / "open").mkdir(mode=0o755)
+        hidden = root / "hidden"
+        git_dir(hidden / ".git", "[core]\npager = x\n")
+        hidden.chmod(0o100)
+        result = scan_here(root, unprivileged)
         hidden.chmod(0o755)
-    assert result.returncode != 0 and not parse_scan(result.stdout)[1]
+        assert result.returncode != 0 and not parse_scan(result.stdout)[1]
+        # The same user walks the tree once the directory is readable: the failure above
+        # was the hidden directory's, not the user's reach.
+        opened = scan_here(root, unprivileged)
+        assert opened.returncode == 0, opened.stderr
+        assert parse_scan(opened.stdout)[1]
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
 
 
 # ---------------------------------------------------------------- clearing between calls
