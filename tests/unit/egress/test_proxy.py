@@ -75,7 +75,10 @@ def grant_secret(
     grant = LeaseGrant(
         uid, "tenant-a", f"call-{uid}", tuple(allow), tuple(credentials or ()), in_seconds(60)
     )
-    values = {c.key: SECRET_VALUE for c in credentials or ()}
+    values = {}
+    for c in credentials or ():
+        values[c.key] = f"Bearer {SECRET_VALUE}"  # the header's value
+        values[f"{c.key}-raw"] = SECRET_VALUE
     body = build_grant_secret(namespace="sys", grant=grant, token=token, values=values)
     return body, token
 
@@ -125,7 +128,7 @@ async def rig(tmp_path: Path) -> AsyncIterator[Rig]:
         ],
         [
             CredentialGrant(
-                f"tls.example.test:{tls.port}", "Authorization", "Bearer", "credential-0"
+                "api", (f"tls.example.test:{tls.port}",), "Authorization", "credential-0"
             )
         ],
     )
