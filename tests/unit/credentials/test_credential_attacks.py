@@ -9,6 +9,7 @@ writes the proxy's request (`forward_target`, `Lease.credential_for`, `upstream_
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 from typing import Any
@@ -17,6 +18,11 @@ from urllib.parse import quote, quote_plus
 import pytest
 from yarl import URL
 
+from tests.unit.executors.test_http_credentials import API as UNIT_API
+from tests.unit.executors.test_http_credentials import VALUE as UNIT_VALUE
+from tests.unit.executors.test_http_credentials import call_to, execute
+from tests.unit.executors.test_http_credentials import carried as unit_carried
+from tests.unit.executors.test_http_credentials import credential as unit_credential
 from tooladapter.credentials.carried import Carried, header_problem, secret_forms
 from tooladapter.credentials.requests import carries, lenient_path
 from tooladapter.egress.core.response import ResponseFilter
@@ -262,3 +268,61 @@ def test_a_reflected_header_is_masked_by_the_proxy_in_every_form(basic: str | No
         answer = f"HTTP/1.1 200 OK\r\nContent-Length: {len(body)}\r\n\r\n".encode() + body
         out = filt.feed(answer) + filt.flush()
         assert shown.encode() not in out and VALUE.encode() not in out, shown
+
+
+@pytest.mark.parametrize(
+    "override",
+    [
+        {"trace": "a\r\nAuthorization: Bearer mine"},
+        {"trace": "a\nX-Other: 1"},
+        {"trace": "a\rb"},
+        {"trace": "a\0b"},
+    ],
+)
+def test_a_header_argument_that_would_split_the_header_is_refused(
+    override: dict[str, Any],
+) -> None:
+    assert sent({**ARGS, **override}, carried()) is None
+
+
+@pytest.mark.parametrize("host", ["[::1]", "::1", "0x7f.0.0.1", "2130706433", "127.1"])
+def test_other_spellings_of_the_servers_address_are_refused(host: str) -> None:
+    assert sent({**ARGS, "host": host}, carried()) is None
+
+
+# ---------------------------------------------------------------- error texts
+
+
+async def _serve(handle: Any) -> tuple[asyncio.Server, int]:
+    srv = await asyncio.start_server(handle, "127.0.0.1", 0)
+    return srv, srv.sockets[0].getsockname()[1]
+
+
+@pytest.mark.parametrize("when", ["after-the-request", "mid-answer", "refused"])
+async def test_an_error_after_sending_the_credential_never_names_it(when: str) -> None:
+    """The connection breaks after the header went out (or never opens): the message and
+    the output say what broke, never the header."""
+    heads: list[bytes] = []
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        heads.append(await reader.readuntil(b"\r\n\r\n"))
+        if when == "mid-answer":
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\npartial")
+            await writer.drain()
+        writer.transport.abort()
+
+    srv, port = await _serve(handle)
+    if when == "refused":
+        srv.close()
+        await srv.wait_closed()
+    try:
+        creds = [unit_carried(unit_credential([f"{UNIT_API}:{port}"]))]
+        outcome = await execute(
+            call_to(f"http://{UNIT_API}:{port}/v1", [f"{UNIT_API}:{port}"], creds)
+        )
+    finally:
+        srv.close()
+    if when != "refused":
+        assert heads and f"Bearer {UNIT_VALUE}".encode() in heads[0]
+    text = f"{outcome.message} {outcome.output!r} {outcome!r}"
+    assert UNIT_VALUE not in text and base64.b64encode(UNIT_VALUE.encode()).decode() not in text
