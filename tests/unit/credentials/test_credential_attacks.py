@@ -32,6 +32,7 @@ from tooladapter.egress.core.rules import (
     forward_target,
     upstream_head,
 )
+from tooladapter.enums import FailureClass, InvocationState
 from tooladapter.executors.http import with_credentials
 from tooladapter.model import Credential, CredentialInjection, HttpSpec
 from tooladapter.pipeline.sanitize.results import sanitize
@@ -222,9 +223,20 @@ def test_a_second_host_header_never_reaches_the_upstream() -> None:
 # ---------------------------------------------------------------- values and reflections
 
 
-@pytest.mark.parametrize("value", ["a\r\nX-Evil: 1", "a\nb", "a\rb", "a\0b", ""])
+@pytest.mark.parametrize(
+    "value",
+    ["a\r\nX-Evil: 1", "a\nb", "a\rb", "a\0b", "", "a\x0bb", "a\x7fb", "a\x1bb", "a\u0142b"],
+)
 def test_a_value_that_is_not_one_header_line_is_refused(value: str) -> None:
+    """Regression (hit): a control character other than CR, LF and NUL (or one outside
+    latin-1) passed; aiohttp then refused the header while sending, an unexpected error
+    the flow settles Uncertain, and the proxy would have passed it on."""
     assert header_problem(value) is not None
+
+
+@pytest.mark.parametrize("value", ["plain-token", "with space", "tab\there", "caf\u00e9"])
+def test_a_value_a_header_can_carry_is_accepted(value: str) -> None:
+    assert header_problem(value) is None
 
 
 def reflections(text: str) -> list[str]:
@@ -277,6 +289,8 @@ def test_a_reflected_header_is_masked_by_the_proxy_in_every_form(basic: str | No
         {"trace": "a\nX-Other: 1"},
         {"trace": "a\rb"},
         {"trace": "a\0b"},
+        {"trace": "a\x0bb"},  # regression (hit): refused only by aiohttp, while sending
+        {"trace": "a\x7fb"},
     ],
 )
 def test_a_header_argument_that_would_split_the_header_is_refused(
@@ -326,3 +340,33 @@ async def test_an_error_after_sending_the_credential_never_names_it(when: str) -
         assert heads and f"Bearer {UNIT_VALUE}".encode() in heads[0]
     text = f"{outcome.message} {outcome.output!r} {outcome!r}"
     assert UNIT_VALUE not in text and base64.b64encode(UNIT_VALUE.encode()).decode() not in text
+
+
+@pytest.mark.parametrize("mine", ["a\x0bb", "a\x7fb", "a\x1fb"])
+async def test_a_control_character_in_a_header_argument_fails_the_call_sending_nothing(
+    mine: str,
+) -> None:
+    """Regression (hit): aiohttp raised ValueError from inside the send, which reached the
+    flow as an unexpected error (settled Uncertain); now Failed (validation), not sent."""
+    heads: list[bytes] = []
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        heads.append(await reader.readuntil(b"\r\n\r\n"))
+        writer.transport.abort()
+
+    srv, port = await _serve(handle)
+    try:
+        creds = [unit_carried(unit_credential([f"{UNIT_API}:{port}"]))]
+        call = call_to(
+            f"http://{UNIT_API}:{port}/v1",
+            [f"{UNIT_API}:{port}"],
+            creds,
+            arguments={"mine": mine},
+            headers={"X-Mine": "{mine}"},
+        )
+        outcome = await execute(call)
+    finally:
+        srv.close()
+    assert outcome.state is InvocationState.FAILED, outcome
+    assert outcome.failure_class is FailureClass.VALIDATION, outcome
+    assert heads == []
