@@ -252,6 +252,8 @@ def reflections(text: str) -> list[str]:
         base64.b64encode(b"xy" + raw).decode(),
         quote(text, safe=""),
         quote_plus(text),
+        raw.hex(),
+        raw.hex().upper(),
     ]
 
 
@@ -269,8 +271,9 @@ def test_a_reflected_header_is_redacted_from_an_http_tools_result_in_every_form(
 
 @pytest.mark.parametrize("basic", [None, "svc-user"])
 def test_a_reflected_header_is_masked_by_the_proxy_in_every_form(basic: str | None) -> None:
-    """Regression (hit): the proxy masked forms of the value only; a `Basic` header
-    base64-encoded again by the server holds none, and reached the sandbox. The filter is
+    """Regression (hits): the proxy masked forms of the value only; a `Basic` header
+    base64-encoded again by the server holds none, and reached the sandbox; and hex, which
+    the result's sanitizer hides, reached it as is. The filter is
     built as the proxy builds it (`EgressProxy._forward`): the value, and the header."""
     item = carried() if basic is None else carried(basicUsername=basic)
     header = secret_forms(item)[-1]

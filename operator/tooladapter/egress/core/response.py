@@ -133,7 +133,7 @@ def _base64_longest(secret: bytes) -> int:
 
 class EncodedMasker:
     """Replaces the value with as many `*` as the matched text, in raw, JSON-escaped,
-    URL-encoded and base64 forms, whatever the read boundaries: the longest form's length
+    URL-encoded, hex and base64 forms, whatever the read boundaries: the longest form's length
     less one byte is held back until more arrives (or the end).
 
     `also`: more texts masked the same way, e.g. the header built from the value: a
@@ -167,7 +167,10 @@ class EncodedMasker:
                 longest += max(3 * len(ch.encode()), 12 if ord(ch) > 0xFFFF else 6)
         # Held back across reads: the longest raw, escaped or (line-wrapped) base64 form.
         self._longest = max(self._longest, longest, _base64_longest(secret))
-        return [b"".join(chars), *_base64_forms(secret)]
+        # Hex, as the result's sanitizer knows it (`pipeline.sanitize.secret_forms`): the
+        # sandbox, where the agent's command runs, must not get a form the result would hide.
+        hexes = [re.escape(secret.hex().encode()), re.escape(secret.hex().upper().encode())]
+        return [b"".join(chars), *_base64_forms(secret), *hexes]
 
     def _masked(self, text: bytes) -> bytes:
         assert self._pattern is not None
