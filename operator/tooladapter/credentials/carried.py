@@ -8,6 +8,7 @@ the value).
 from __future__ import annotations
 
 import base64
+import re
 from dataclasses import dataclass
 
 from tooladapter.model import Credential, CredentialInjection
@@ -45,12 +46,23 @@ def header_of(inject: CredentialInjection, value: str) -> tuple[str, str]:
     return inject.effective_header, f"{scheme} {value}" if scheme else value
 
 
+#: What no header value may hold (RFC 9110 5.5): control characters but the tab. aiohttp
+#: refuses them only while sending (an error the flow cannot tell from a broken send), and
+#: the proxy would pass them on.
+HEADER_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
+
+
 def header_problem(value: str) -> str | None:
     """Why `value` cannot go into a header (None when it can)."""
     if not value:
         return "is empty"
     if any(c in value for c in "\r\n\0"):
         return "is not a one-line header value"
+    if HEADER_CONTROL.search(value):
+        return "holds a control character, which no header value may hold"
+    if any(ord(c) > 0xFF for c in value):
+        # The proxy writes heads as latin-1, one byte a character.
+        return "holds a character outside latin-1, which a header cannot carry as is"
     return None
 
 

@@ -4,7 +4,11 @@ then `methods` and `paths`.
 An entry without a port means the scheme's default port (443 for https, 80 for http), as
 in egress allow entries; an entry's port is honoured exactly. Paths are compared after
 percent-decoding unreserved characters and removing dot segments (RFC 3986 6.2.2.2 and
-5.2.4), so `/v1/%2e%2e/admin` is `/admin` and does not match a `/v1/` prefix.
+5.2.4), so `/v1/%2e%2e/admin` is `/admin` and does not match a `/v1/` prefix. A path must
+also match as a lenient server may read it (`lenient_path`: `%2F` as `/`, `\\` as `/`,
+`;params` dropped): `/v1/..%2Fadmin` is `/admin` to such a server, which would otherwise
+get the credential for a path outside `paths` (an http tool's argument `../admin` renders
+as exactly that).
 """
 
 from __future__ import annotations
@@ -19,6 +23,8 @@ from tooladapter.model import CredentialInjection
 
 DEFAULT_PORTS = {"http": 80, "https": 443}
 _PERCENT = re.compile(r"%([0-9A-Fa-f]{2})")
+#: How many times `lenient_path` decodes (a server decoding more often is not assumed).
+_DECODINGS = 3
 _UNRESERVED = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
 
 
@@ -51,6 +57,21 @@ def normalize_path(path: str) -> str:
         return char if char in _UNRESERVED else "%" + match.group(1).upper()
 
     return remove_dot_segments(_PERCENT.sub(decode, path))
+
+
+def lenient_path(path: str) -> str:
+    """The path as a lenient server may read it: every escape decoded, again while any is
+    left (`%2F` a slash, `%252e` a dot), backslashes as slashes, each segment's `;params`
+    dropped, then dot segments removed."""
+    decoded = path.split("?", 1)[0].split("#", 1)[0] or "/"
+    for _ in range(_DECODINGS):
+        again = _PERCENT.sub(lambda match: chr(int(match.group(1), 16)), decoded)
+        if again == decoded:
+            break
+        decoded = again
+    decoded = decoded.replace("\\", "/")
+    segments = [segment.split(";", 1)[0] for segment in decoded.split("/")]
+    return remove_dot_segments("/".join(segments))
 
 
 def remove_dot_segments(path: str) -> str:
@@ -92,8 +113,13 @@ def carries(
     if inject.methods is not None and method.upper() not in inject.methods:
         return False
     if inject.paths is not None:
-        normal = normalize_path(path or "/")
-        if not any(normal.startswith(normalize_path(prefix)) for prefix in inject.paths):
+        # Under one prefix in both readings: the RFC's, and a lenient server's.
+        path = path or "/"
+        if not any(
+            normalize_path(path).startswith(normalize_path(prefix))
+            and lenient_path(path).startswith(lenient_path(prefix))
+            for prefix in inject.paths
+        ):
             return False
     return True
 

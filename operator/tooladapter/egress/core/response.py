@@ -133,30 +133,44 @@ def _base64_longest(secret: bytes) -> int:
 
 class EncodedMasker:
     """Replaces the value with as many `*` as the matched text, in raw, JSON-escaped,
-    URL-encoded and base64 forms, whatever the read boundaries: the longest form's length
-    less one byte is held back until more arrives (or the end)."""
+    URL-encoded, hex and base64 forms, whatever the read boundaries: the longest form's length
+    less one byte is held back until more arrives (or the end).
 
-    def __init__(self, secret: bytes) -> None:
+    `also`: more texts masked the same way, e.g. the header built from the value: a
+    `Basic base64(user:value)` header, base64-encoded again by the server, holds no form
+    of the value itself."""
+
+    def __init__(self, secret: bytes, *also: bytes) -> None:
         self.secret = secret
         self._held = b""
         self._pattern: re.Pattern[bytes] | None = None
         self._longest = 0
-        if not secret:
-            return
+        forms: list[bytes] = []
+        for value in (secret, *also):
+            if value:
+                forms.extend(self._forms(value))
+        if forms:
+            self._pattern = re.compile(b"|".join(forms))
+
+    def _forms(self, secret: bytes) -> list[bytes]:
+        """The regexes of one value's forms; `_longest` grows to the longest of them."""
+        longest = 0
         text = secret.decode("utf-8", errors="surrogateescape")
         chars = []
         for ch in text:
             if 0xDC80 <= ord(ch) <= 0xDCFF:  # a byte that is no UTF-8: itself only
                 chars.append(re.escape(bytes([ord(ch) - 0xDC00])))
-                self._longest += 1
+                longest += 1
             else:
                 chars.append(_char_forms(ch))
                 # `%hh` per UTF-8 byte, or `\uXXXX` (a surrogate pair above the BMP).
-                self._longest += max(3 * len(ch.encode()), 12 if ord(ch) > 0xFFFF else 6)
-        forms = [b"".join(chars), *_base64_forms(secret)]
+                longest += max(3 * len(ch.encode()), 12 if ord(ch) > 0xFFFF else 6)
         # Held back across reads: the longest raw, escaped or (line-wrapped) base64 form.
-        self._longest = max(self._longest, _base64_longest(secret))
-        self._pattern = re.compile(b"|".join(forms))
+        self._longest = max(self._longest, longest, _base64_longest(secret))
+        # Hex, as the result's sanitizer knows it (`pipeline.sanitize.secret_forms`): the
+        # sandbox, where the agent's command runs, must not get a form the result would hide.
+        hexes = [re.escape(secret.hex().encode()), re.escape(secret.hex().upper().encode())]
+        return [b"".join(chars), *_base64_forms(secret), *hexes]
 
     def _masked(self, text: bytes) -> bytes:
         assert self._pattern is not None
@@ -289,8 +303,15 @@ class ResponseFilter:
     bytes, `flush` at its end; both return what to send down, and raise `BadResponse` for
     an answer that must not pass (`refusal` says what to send then)."""
 
-    def __init__(self, secret: bytes, *, method: str, client_version: str = "HTTP/1.1") -> None:
-        self.masker = EncodedMasker(secret)
+    def __init__(
+        self,
+        secret: bytes,
+        *,
+        method: str,
+        client_version: str = "HTTP/1.1",
+        also: tuple[bytes, ...] = (),
+    ) -> None:
+        self.masker = EncodedMasker(secret, *also)
         self.method = method.upper()
         self.chunked_down = client_version.upper() != "HTTP/1.0"
         #: Whether anything reached the sandbox (a 502 can no longer be answered).

@@ -325,7 +325,12 @@ class EgressProxy:
         # credential is hidden in every form the filter knows, across chunk boundaries.
         masker = (
             ResponseFilter(
-                credential.secret.encode(), method=head.method, client_version=head.version
+                credential.secret.encode(),
+                method=head.method,
+                client_version=head.version,
+                # The header as sent, too: a `Basic` header base64-encoded again holds no
+                # form of the value itself.
+                also=(credential.value.encode(),),
             )
             if credential is not None
             else None

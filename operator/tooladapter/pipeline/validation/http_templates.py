@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 from urllib.parse import quote, quote_plus, urlsplit
 
+from tooladapter.credentials.carried import HEADER_CONTROL
 from tooladapter.egress.core.hosts import host_name_problem, is_ip
 from tooladapter.model import HttpSpec
 
@@ -258,6 +259,13 @@ def render_http_request(spec: HttpSpec, arguments: Mapping[str, Any]) -> Rendere
                 raise HttpTemplateError(
                     f"placeholder {{{placeholder}}} in header {header!r}: the argument "
                     "contains CR, LF or NUL, which would split the header"
+                )
+            if HEADER_CONTROL.search(text):
+                # Refused here, before anything is sent: aiohttp refuses it only while
+                # sending, an error that would settle the call Uncertain.
+                raise HttpTemplateError(
+                    f"placeholder {{{placeholder}}} in header {header!r}: the argument "
+                    "contains a control character, which no header value may hold"
                 )
             return text
 
