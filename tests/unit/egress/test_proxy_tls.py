@@ -247,3 +247,11 @@ async def test_a_client_that_does_not_trust_the_lease_ca_gets_no_tunnel(tls_rig:
             tls_rig, HOST, request("GET", "/private/repo", HOST, tls_rig.upstream.port), trust=trust
         )
     assert tls_rig.upstream.heads == []
+
+
+async def test_an_http2_client_gets_no_h2_and_its_preface_goes_nowhere(tls_rig: TlsRig) -> None:
+    trust = ssl.create_default_context(cadata=tls_rig.ca.cert_pem)
+    trust.set_alpn_protocols(["h2"])
+    answer, tls = await through(tls_rig, HOST, b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", trust=trust)
+    assert tls is not None and tls.selected_alpn_protocol() is None
+    assert answer.startswith(b"HTTP/1.1 400") and tls_rig.upstream.heads == []
