@@ -30,12 +30,18 @@ from tooladapter.executors.warm import WarmSandboxes
 from tooladapter.kube import sandbox as ksandbox
 from tooladapter.kube.client import Refused
 from tooladapter.kube.cluster import Cluster
+from tooladapter.model import ToolDescriptorSpec
 from tooladapter.naming import LeaseNames
 from tooladapter.sandbox.job import build_job, network_gate_for, owner_reference, runtime_class_for
 from tooladapter.settings import Settings
 
 #: Time the Job may take to be scheduled and report, beyond the tool's own timeout.
 SCHEDULING_MARGIN_SECONDS = 120
+
+
+def has_http_credentials(descriptor: ToolDescriptorSpec) -> bool:
+    """The call's lease has a CA (`flow.brokering.lease_ca`): an HTTP-injected credential."""
+    return any(c.inject.hosts is not None for c in descriptor.credentials)
 
 
 class SandboxExecutor:
@@ -78,6 +84,7 @@ class SandboxExecutor:
                 if call.proxy_bypass is not None
                 else None
             ),
+            egress_ca=call.proxy_bypass is not None and has_http_credentials(descriptor),
         )
 
     async def execute(self, call: Call) -> Outcome:

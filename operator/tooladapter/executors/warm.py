@@ -27,7 +27,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from tooladapter.egress.core.lease import PROXY_URL_KEY
+from tooladapter.egress.core.lease import CA_BUNDLE_KEY, PROXY_URL_KEY
 from tooladapter.enums import FailureClass, InvocationState, SandboxStart, Transmission
 from tooladapter.executors import (
     Call,
@@ -449,12 +449,14 @@ class WarmSandboxes:
 
     # ------------------------------------------------------------------ running
 
-    async def proxy_url(self, call: Call) -> str | None:
+    async def proxy_inputs(self, call: Call) -> tuple[str | None, str | None]:
+        """(the proxy URL, the trust bundle with the lease CA) of the call's proxy Secret."""
         if call.proxy_bypass is None:
-            return None
+            return None, None
         data = await self.read_secret(call.namespace, LeaseNames.for_uid(call.uid).proxy_secret)
         value = data.get(PROXY_URL_KEY)
-        return decode_b64(value) if value else None
+        bundle = data.get(CA_BUNDLE_KEY)
+        return (decode_b64(value) if value else None), (decode_b64(bundle) if bundle else None)
 
     async def run_in(
         self,
@@ -487,7 +489,8 @@ class WarmSandboxes:
     async def _run_in(self, call: Call, name: str, workspace: WorkspaceLease | None) -> Outcome:
         lost = "; the attempt's workspace may have changed" if workspace is not None else ""
         try:
-            stdin = run_input(await self.proxy_url(call), call.arguments)
+            url, bundle = await self.proxy_inputs(call)
+            stdin = run_input(url, call.arguments, bundle)
             command = run_command(call.argv)
         except (NotFound, ValueError) as exc:
             return Outcome.failed(

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import base64
 import secrets
+from datetime import UTC, datetime, timedelta
 
 from tooladapter import API_VERSION
 from tooladapter.credentials.carried import Carried, header_of, header_problem, record, secret_forms
@@ -26,7 +27,9 @@ from tooladapter.egress.core.lease import (
     build_proxy_secret,
     proxy_url,
 )
+from tooladapter.egress.core.lease_ca import LeaseCA, ca_bundle, make_lease_ca
 from tooladapter.egress.core.rules import effective_allow, split_entries
+from tooladapter.egress.core.trust import system_bundle
 from tooladapter.enums import FailureClass, InvocationState, Stage, StageOutcome
 from tooladapter.executors.limits import CallLimits
 from tooladapter.flow.context import SANDBOX_KINDS, Denial, Failure, FlowContext
@@ -352,16 +355,18 @@ async def grant_egress(
     token = secrets.token_urlsafe(32)
     # The token opens the lease's hosts while it lasts: redacted like a brokered value.
     ctx.secret_values.append(token)
+    seconds = credential_seconds(ctx, descriptor) + GRANT_MARGIN_SECONDS
     grant = LeaseGrant(
         uid=ctx.uid,
         namespace=ctx.namespace,
         invocation=ctx.name,
         allow=tuple(allow),
         credentials=tuple(grants),
-        expires_at=in_seconds(credential_seconds(ctx, descriptor) + GRANT_MARGIN_SECONDS),
+        expires_at=in_seconds(seconds),
     )
+    ca = lease_ca(ctx.uid, grants, seconds)
     grant_secret = build_grant_secret(
-        namespace=ctx.rt.settings.egress.namespace, grant=grant, token=token, values=values
+        namespace=ctx.rt.settings.egress.namespace, grant=grant, token=token, values=values, ca=ca
     )
     if not await ctx.rt.cluster.create(grant_secret):
         # An earlier run of this step made one with another token (and maybe the pod's URL):
@@ -375,9 +380,25 @@ async def grant_egress(
             )
     url = proxy_url(address=peer.url_address, port=peer.port, uid=ctx.uid, token=token)
     await ctx.rt.cluster.create(
-        build_proxy_secret(namespace=ctx.namespace, uid=ctx.uid, owner=owner, url=url)
+        build_proxy_secret(
+            namespace=ctx.namespace,
+            uid=ctx.uid,
+            owner=owner,
+            url=url,
+            ca_bundle=ca_bundle(system_bundle(), ca.cert_pem) if ca is not None else None,
+        )
     )
     return True
+
+
+def lease_ca(uid: str, grants: list[CredentialGrant], seconds: int) -> LeaseCA | None:
+    """The lease's CA when it carries HTTP credentials (the proxy then ends https to their
+    hosts with leaves it signs: `egress.core.lease_ca`), expiring with the grant."""
+    if not grants:
+        return None
+    hosts = [host for grant in grants for host in grant.hosts]
+    now = datetime.now(UTC)
+    return make_lease_ca(uid=uid, hosts=hosts, not_after=now + timedelta(seconds=seconds), now=now)
 
 
 #: A grant outlives the tool's timeout by the time a Job may take to be scheduled.

@@ -17,7 +17,7 @@ from typing import Any
 
 from tooladapter import tracing
 from tooladapter.catalog import retirement_key
-from tooladapter.egress.core.lease import token_of
+from tooladapter.egress.core.lease import PROXY_URL_KEY, token_of
 from tooladapter.egress.core.rules import split_entries
 from tooladapter.enums import (
     FailureClass,
@@ -445,7 +445,8 @@ async def recover_secret_values(ctx: FlowContext) -> None:
             if name == names.egress and not key.startswith("credential-"):
                 continue
             if name == names.proxy_secret:
-                text = token_of(text) or ""
+                # Its other keys (the CA bundle, a wgetrc) are public.
+                text = (token_of(text) or "") if key == PROXY_URL_KEY else ""
             if text:
                 values.append(text)
     ctx.secret_values = values

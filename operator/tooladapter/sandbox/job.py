@@ -19,6 +19,7 @@ from typing import Any
 
 from tooladapter.egress.core.addresses import IPNetwork
 from tooladapter.egress.core.cidr_bounds import ip_block
+from tooladapter.egress.core.lease import ca_pod_env, ca_pod_volume
 from tooladapter.model import CREDENTIAL_MOUNT_ROOT, Credential, SandboxSpec
 from tooladapter.naming import (
     ANNOTATION_ARGUMENTS,
@@ -231,6 +232,18 @@ def runtime_class_for(sandbox: SandboxSpec, by_kind: Mapping[str, str]) -> str |
     return sandbox.runtime_class_name or by_kind.get(sandbox.kind.value) or None
 
 
+def egress_ca_trust(
+    uid: str, mounts: list[dict[str, Any]], volumes: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """Mount the lease's trust bundle and wgetrc (public: the system CAs and the lease CA's
+    certificate, from the proxy Secret) and return the variables naming them, so curl, wget,
+    git and Python trust the proxy's https for the credential hosts unmodified."""
+    volume, mount = ca_pod_volume(uid)
+    volumes.append(volume)
+    mounts.append(mount)
+    return ca_pod_env()
+
+
 def build_job(
     *,
     namespace: str,
@@ -250,12 +263,14 @@ def build_job(
     gate_image: str | None = None,
     runtime_class: str | None = None,
     extra_env: list[dict[str, Any]] | None = None,
+    egress_ca: bool = False,
 ) -> dict[str, Any]:
     """The Job of one sandboxed call. `argv` is exec'd as is: never joined into a string.
 
     `runtime_class` is the pod's RuntimeClass (see `runtime_class_for`); `extra_env` the
     egress proxy's variables (`egress_lease.proxy_env`); `image_pull_secrets` names Secrets
-    of the call's namespace (never copied there by the operator)."""
+    of the call's namespace (never copied there by the operator); `egress_ca`: the lease
+    has a CA (HTTP credentials), whose bundle the pod trusts (`egress_ca_trust`)."""
     names = LeaseNames.for_uid(uid)
     labels = labels_for(uid)
     mounts = volume_mounts(tooladapter_read_only=True)
@@ -293,6 +308,7 @@ def build_job(
                 "secret": {"secretName": names.secret, "items": items, "defaultMode": 0o440},
             }
         )
+    ca_env = egress_ca_trust(uid, mounts, volumes) if egress_ca else []
     container = tool_container(
         image=image,
         image_pull_policy=image_pull_policy,
@@ -301,6 +317,7 @@ def build_job(
             *sandbox_env(),
             {"name": "TOOLADAPTER_ARGUMENTS", "value": ARGUMENTS_FILE},
             *(extra_env or []),
+            *ca_env,
         ],
         resources=_resources(sandbox),
         mounts=mounts,

@@ -39,6 +39,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from tooladapter.egress.core.lease_ca import CA_BUNDLE_VARIABLES
 from tooladapter.enums import ToolKind, WorkspaceMode
 from tooladapter.model import SandboxSpec, ToolDescriptorSpec
 from tooladapter.naming import LABEL_MANAGED_BY, MANAGED_BY
@@ -83,6 +84,10 @@ WARM_POLICY_NAME = "ta-warm-sandboxes"
 #: Where a call's arguments land in a warm pod (a volume of its own, rewritten per call).
 CALL_DIR = f"{TOOLADAPTER_DIR}/call"
 ARGUMENTS_FILE = f"{CALL_DIR}/arguments.json"
+#: A call's trust bundle (system CAs and its lease CA) and the wgetrc naming it, written
+#: per call (`_CA_SETUP`) when its lease has a CA; gone with the call directory.
+CALL_CA_BUNDLE = f"{CALL_DIR}/ca-bundle.pem"
+CALL_WGETRC = f"{CALL_DIR}/wgetrc"
 #: The last line the run script writes on stderr: how many processes were left.
 STOPPED_MARK = "tooladapter-processes-left:"
 #: What the run script writes on stderr when the tool did not start.
@@ -156,10 +161,22 @@ CLEAR_SCRIPT = (
 _CALL_ENV = " ".join(
     [f"HOME={HOME_DIR}", f"TMPDIR={HOME_DIR}", *(f"{k}={v}" for k, v in CONFIG_ENV)]
 )
+#: stdin's third line: the byte length of the call's trust bundle (0: none), then the
+#: bundle itself (`head -c`: the exec's stdin never ends, so nothing may read to its end).
+_CA_SETUP = (
+    "IFS= read -r calen; "
+    'if [ "${calen:-0}" -gt 0 ] 2>/dev/null; then '
+    f'head -c "$calen" > {CALL_CA_BUNDLE} && '
+    f"printf 'ca_certificate = %s\\n' {CALL_CA_BUNDLE} > {CALL_WGETRC} || "
+    f'{{ echo "{NOT_STARTED_MARK}setup" >&2; exit 125; }}; '
+    + "".join(f"export {name}={CALL_CA_BUNDLE}; " for name in CA_BUNDLE_VARIABLES)
+    + f"export WGETRC={CALL_WGETRC}; fi; unset calen; "
+)
 #: One call in a warm pod. First whatever an earlier call may have left is stopped (after
 #: an operator restart, a call's exec may have outlived its operator): when that cannot be
 #: shown, the tool does not start (`NOT_STARTED_MARK`). stdin: line 1 the proxy URL
-#: (empty: none), line 2 the arguments (one line of JSON). argv: the tool's, as "$@". The
+#: (empty: none), line 2 the arguments (one line of JSON), then the trust bundle
+#: (`_CA_SETUP`). argv: the tool's, as "$@". The
 #: tool's stderr joins its stdout, as a Job's pod log does; the script's own report goes to
 #: stderr.
 RUN_SCRIPT = (
@@ -172,6 +189,7 @@ RUN_SCRIPT = (
     + f"mkdir -p {CALL_DIR} && "
     + f"printf '%s\\n' \"$args\" > {ARGUMENTS_FILE} || "
     + f'{{ echo "{NOT_STARTED_MARK}setup" >&2; exit 125; }}; unset args; '
+    + _CA_SETUP
     + f'cd {WORKSPACE} || {{ echo "{NOT_STARTED_MARK}setup" >&2; exit 125; }}; '
     + f"export {_CALL_ENV} TOOLADAPTER_ARGUMENTS={ARGUMENTS_FILE}; "
     + f'echo "{STARTED_MARK}" >&2; '
@@ -367,13 +385,23 @@ def build_warm_policy(*, namespace: str, proxy: ProxyPeer | None) -> dict[str, A
     }
 
 
-def run_input(proxy_url: str | None, arguments: Mapping[str, Any]) -> bytes:
-    """`RUN_SCRIPT`'s stdin: the proxy URL line, then the arguments as one line of JSON."""
+def run_input(
+    proxy_url: str | None, arguments: Mapping[str, Any], ca_bundle: str | None = None
+) -> bytes:
+    """`RUN_SCRIPT`'s stdin: the proxy URL line, the arguments as one line of JSON, then
+    the trust bundle (`ca_bundle_input`)."""
     url = proxy_url or ""
     if "\n" in url or "\r" in url:
         raise ValueError("a proxy URL has no line breaks")
     doc = json.dumps(dict(arguments), separators=(",", ":"), ensure_ascii=False)
-    return f"{url}\n{doc}\n".encode()
+    return f"{url}\n{doc}\n".encode() + ca_bundle_input(ca_bundle)
+
+
+def ca_bundle_input(ca_bundle: str | None) -> bytes:
+    """The trust bundle's part of the stdin: its length line, then its bytes (public: the
+    system CAs and the lease CA's certificate)."""
+    data = (ca_bundle or "").encode()
+    return f"{len(data)}\n".encode() + data
 
 
 def run_command(argv: Sequence[str]) -> list[str]:

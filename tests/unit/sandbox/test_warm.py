@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
+from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
@@ -12,6 +14,9 @@ from tooladapter.attempts import AttemptQueues
 from tooladapter.model import Credential, SandboxSpec, ToolDescriptorSpec
 from tooladapter.sandbox.job import ProxyPeer
 from tooladapter.sandbox.warm import (
+    _CA_SETUP,
+    CALL_CA_BUNDLE,
+    CALL_DIR,
     HOLDER_SCRIPT,
     LABEL_WARM,
     RUN_SCRIPT,
@@ -19,6 +24,7 @@ from tooladapter.sandbox.warm import (
     STOP_SCRIPT,
     build_warm_pod,
     build_warm_policy,
+    ca_bundle_input,
     exit_code_of,
     not_started,
     pod_ready,
@@ -170,7 +176,7 @@ def test_the_proxy_url_and_arguments_travel_on_stdin() -> None:
     first, second, rest = data.split(b"\n", 2)
     assert first == b"http://u:t@1.2.3.4:3128"
     assert json.loads(second) == {"a": "line\nbreak"}
-    assert rest == b""
+    assert rest == b"0\n"  # no trust bundle: the call has no lease CA
     assert run_input(None, {}).startswith(b"\n")
     with pytest.raises(ValueError):
         run_input("http://x\n", {})
@@ -249,3 +255,32 @@ def test_a_cancelled_waiter_gives_up_its_place() -> None:
         assert await queues.join("k", "next") is False
 
     asyncio.run(scenario())
+
+
+def test_a_calls_trust_bundle_is_written_per_call_and_named_for_every_tool(
+    tmp_path: Path,
+) -> None:
+    """`_CA_SETUP` in a real shell, its stdin left open as an exec's is: the bundle is read
+    by its length (never to an end that does not come), written to the call's directory,
+    and named by the CA variables and a wgetrc."""
+    bundle = "-----BEGIN CERTIFICATE-----\nsystem\n-----END CERTIFICATE-----\nlease\n"
+    script = (
+        _CA_SETUP.replace(CALL_DIR, str(tmp_path))
+        + 'echo "$SSL_CERT_FILE $CURL_CA_BUNDLE $REQUESTS_CA_BUNDLE $GIT_SSL_CAINFO '
+        + '$NODE_EXTRA_CA_CERTS $WGETRC"'
+    )
+    with subprocess.Popen(
+        ["/bin/sh", "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+    ) as shell:
+        assert shell.stdin is not None and shell.stdout is not None
+        shell.stdin.write(ca_bundle_input(bundle))
+        shell.stdin.flush()  # and left open
+        try:
+            line = shell.stdout.readline().decode().split()
+            assert shell.wait(10) == 0
+        finally:
+            shell.kill()
+    assert line == [f"{tmp_path}/ca-bundle.pem"] * 5 + [f"{tmp_path}/wgetrc"]
+    assert (tmp_path / "ca-bundle.pem").read_text() == bundle
+    assert (tmp_path / "wgetrc").read_text() == f"ca_certificate = {tmp_path}/ca-bundle.pem\n"
+    assert CALL_CA_BUNDLE.startswith(CALL_DIR + "/")

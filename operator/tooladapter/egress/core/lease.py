@@ -25,6 +25,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from tooladapter.egress.core.lease_ca import (
+    CA_CERT_KEY,
+    CA_KEY_KEY,
+    LeaseCA,
+    ca_env,
+    wgetrc,
+)
 from tooladapter.naming import (
     ANNOTATION_INVOCATION_REF,
     LABEL_INVOCATION_UID,
@@ -124,14 +131,21 @@ def _b64(text: str) -> str:
 
 
 def build_grant_secret(
-    *, namespace: str, grant: LeaseGrant, token: str, values: Mapping[str, str]
+    *,
+    namespace: str,
+    grant: LeaseGrant,
+    token: str,
+    values: Mapping[str, str],
+    ca: LeaseCA | None = None,
 ) -> dict[str, Any]:
     """The grant in the proxy's namespace (no owner: owners cannot cross namespaces; the
-    operator deletes it at the call's end and the reaper finds it by its annotation)."""
+    operator deletes it at the call's end and the reaper finds it by its annotation).
+    `ca`: the lease CA (`egress.core.lease_ca`), whose key is kept here and nowhere else."""
     data = {
         GRANT_KEY: _b64(grant.document()),
         TOKEN_HASH_KEY: _b64(token_digest(token)),
         **{key: _b64(value) for key, value in values.items()},
+        **ca_grant_data(ca),
     }
     return {
         "apiVersion": "v1",
@@ -164,9 +178,56 @@ def token_of(url: str) -> str | None:
     return userinfo[0].partition(":")[2] or None
 
 
+def ca_grant_data(ca: LeaseCA | None) -> dict[str, str]:
+    """The grant Secret's CA keys (base64), none without a lease CA."""
+    if ca is None:
+        return {}
+    return {CA_KEY_KEY: _b64(ca.key_pem), CA_CERT_KEY: _b64(ca.cert_pem)}
+
+
+#: The proxy Secret's keys for the pod's trust: the bundle (system CAs and the lease CA's
+#: certificate, all public) and a wgetrc naming it.
+CA_BUNDLE_KEY = "ca-bundle.pem"
+WGETRC_KEY = "wgetrc"
+#: Where a Job's container finds them (a read-only mount of those two keys only).
+CA_MOUNT = "/tooladapter/egress-ca"
+CA_VOLUME = "egress-ca"
+
+
+def ca_proxy_data(bundle: str | None) -> dict[str, str]:
+    """The proxy Secret's trust keys (base64), none without a lease CA."""
+    if bundle is None:
+        return {}
+    return {CA_BUNDLE_KEY: _b64(bundle), WGETRC_KEY: _b64(wgetrc(f"{CA_MOUNT}/{CA_BUNDLE_KEY}"))}
+
+
+def ca_pod_env() -> list[dict[str, Any]]:
+    """A Job's variables naming the mounted bundle and wgetrc (`lease_ca.ca_env`)."""
+    env = ca_env(f"{CA_MOUNT}/{CA_BUNDLE_KEY}", f"{CA_MOUNT}/{WGETRC_KEY}")
+    return [{"name": name, "value": value} for name, value in env.items()]
+
+
+def ca_pod_volume(uid: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(volume, mount) of a Job's trust files: the proxy Secret's bundle and wgetrc keys
+    only (its URL key stays out of the file system)."""
+    volume = {
+        "name": CA_VOLUME,
+        "secret": {
+            "secretName": LeaseNames.for_uid(uid).proxy_secret,
+            "items": [
+                {"key": CA_BUNDLE_KEY, "path": CA_BUNDLE_KEY},
+                {"key": WGETRC_KEY, "path": WGETRC_KEY},
+            ],
+            "defaultMode": 0o444,
+        },
+    }
+    return volume, {"name": CA_VOLUME, "mountPath": CA_MOUNT, "readOnly": True}
+
+
 def build_proxy_secret(
-    *, namespace: str, uid: str, owner: dict[str, Any], url: str
+    *, namespace: str, uid: str, owner: dict[str, Any], url: str, ca_bundle: str | None = None
 ) -> dict[str, Any]:
+    """The pod's proxy URL; with a lease CA, also its trust bundle and wgetrc."""
     return {
         "apiVersion": "v1",
         "kind": "Secret",
@@ -177,7 +238,7 @@ def build_proxy_secret(
             "labels": {LABEL_MANAGED_BY: MANAGED_BY, LABEL_INVOCATION_UID: uid},
             "ownerReferences": [owner],
         },
-        "data": {PROXY_URL_KEY: _b64(url)},
+        "data": {PROXY_URL_KEY: _b64(url), **ca_proxy_data(ca_bundle)},
     }
 
 
@@ -214,15 +275,22 @@ def records_from(data: Mapping[str, str] | None) -> list[dict[str, Any]]:
 
 
 __all__ = [
+    "CA_BUNDLE_KEY",
+    "CA_MOUNT",
     "GRANT_KEY",
     "LABEL_EGRESS",
     "PROXY_URL_KEY",
     "RECORDS_PREFIX",
     "TOKEN_HASH_KEY",
+    "WGETRC_KEY",
     "CredentialGrant",
     "LeaseGrant",
     "build_grant_secret",
     "build_proxy_secret",
+    "ca_grant_data",
+    "ca_pod_env",
+    "ca_pod_volume",
+    "ca_proxy_data",
     "proxy_env",
     "proxy_url",
     "records_from",

@@ -8,6 +8,7 @@ credential goes only to a server that proves it is the host the credential names
 
 from __future__ import annotations
 
+import functools
 import ssl
 
 
@@ -19,3 +20,25 @@ def verified_context(ca_file: str | None) -> ssl.SSLContext:
     if ca_file:
         context.load_verify_locations(ca_file)
     return context
+
+
+#: The operator's own system bundle, where it usually is when certifi is absent.
+SYSTEM_BUNDLE = "/etc/ssl/certs/ca-certificates.crt"
+
+
+@functools.cache
+def system_bundle() -> str:
+    """The system CAs as PEM text, read once: certifi's bundle when installed, else
+    `SYSTEM_BUNDLE` (empty when neither exists: the pod then trusts the lease CA only,
+    which is enough for the credentialed hosts)."""
+    try:
+        import certifi
+
+        path = certifi.where()
+    except ImportError:
+        path = SYSTEM_BUNDLE
+    try:
+        with open(path, encoding="ascii", errors="replace") as handle:
+            return handle.read()
+    except OSError:
+        return ""

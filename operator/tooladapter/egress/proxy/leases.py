@@ -22,6 +22,7 @@ from typing import Any
 
 from tooladapter.credentials.requests import carries
 from tooladapter.egress.core.lease import GRANT_KEY, TOKEN_HASH_KEY, LeaseGrant, token_digest
+from tooladapter.egress.core.lease_ca import CA_CERT_KEY, CA_KEY_KEY, LeaseCA
 from tooladapter.egress.core.rules import HTTPS_PORT, AllowList, normalize_host
 from tooladapter.model import CredentialInjection
 from tooladapter.naming import LABEL_INVOCATION_UID
@@ -58,6 +59,11 @@ class Lease:
     ended: asyncio.Event = field(default_factory=asyncio.Event)
     #: Open connections (their tasks), ended with the lease.
     connections: set[asyncio.Task[Any]] = field(default_factory=set)
+    #: The lease's CA (with HTTP credentials): the proxy ends https to their hosts with
+    #: leaves it signs (`server.EgressProxy._terminate`).
+    ca: LeaseCA | None = None
+    #: Server contexts by host, each with its leaf's expiry (made on first use).
+    leaves: dict[str, tuple[Any, datetime]] = field(default_factory=dict)
 
     @property
     def uid(self) -> str:
@@ -88,6 +94,25 @@ class Lease:
                 return credential
         return None
 
+    def terminates(self, host: str, port: int) -> bool:
+        """Whether a CONNECT to `host:port` is ended here (TLS with a leaf of the lease CA):
+        some credential names that host and port, whatever its methods and paths (those
+        are judged per request inside the tunnel)."""
+        if self.ca is None:
+            return False
+        # Methods and paths lifted: the host and port alone decide.
+        return any(
+            carries(
+                CredentialInjection(hosts=list(credential.inject.hosts or [])),
+                host=host,
+                port=port,
+                default_port=HTTPS_PORT,
+                method="GET",
+                path="/",
+            )
+            for credential in self.credentials
+        )
+
 
 def _decode(data: dict[str, str], key: str) -> str:
     return base64.b64decode(data[key]).decode()
@@ -109,12 +134,18 @@ def lease_of(secret: dict[str, Any]) -> Lease:
                 inject, item.header, _decode(data, item.key), _decode(data, f"{item.key}-raw")
             )
         )
+    ca = (
+        LeaseCA(_decode(data, CA_CERT_KEY), _decode(data, CA_KEY_KEY))
+        if CA_KEY_KEY in data and CA_CERT_KEY in data
+        else None
+    )
     return Lease(
         grant=grant,
         token_sha256=_decode(data, TOKEN_HASH_KEY),
         allow=AllowList.parse(grant.allow),
         credentials=tuple(credentials),
         expires=parse_time(grant.expires_at),
+        ca=ca,
     )
 
 

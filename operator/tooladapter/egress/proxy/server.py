@@ -20,13 +20,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import socket
 import ssl
+import tempfile
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from typing import NoReturn
 
 from tooladapter.egress.core.framing import ChunkedEnd, Framing, body_framing
+from tooladapter.egress.core.lease_ca import LEAF_SECONDS, issue_leaf
 from tooladapter.egress.core.response import BadResponse, ResponseFilter
 from tooladapter.egress.core.rules import (
     ALLOWED,
@@ -36,6 +40,7 @@ from tooladapter.egress.core.rules import (
     AddressPolicy,
     BadRequest,
     ClientHello,
+    ForwardTarget,
     NotClientHello,
     RequestHead,
     Verdict,
@@ -43,6 +48,7 @@ from tooladapter.egress.core.rules import (
     ip_literal,
     judge_hello,
     judge_target,
+    normalize_host,
     parse_client_hello,
     parse_request_head,
     proxy_credentials,
@@ -101,6 +107,7 @@ _STATUS_TEXT = {
     400: "Bad Request",
     403: "Forbidden",
     407: "Proxy Authentication Required",
+    421: "Misdirected Request",
     429: "Too Many Requests",
     502: "Bad Gateway",
 }
@@ -252,6 +259,9 @@ class EgressProxy:
             return
         try:
             addresses = await self._admit(lease, host, port, HTTPS_PORT)
+            if ip_literal(host) is None and lease.terminates(host, port):
+                await self._terminate(lease, host, port, addresses, client)
+                return
             writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
             await writer.drain()
             hello = await self._client_hello(reader)
@@ -265,6 +275,93 @@ class EgressProxy:
                 await _answer(writer, refusal.status)
             return
         await self._splice(lease, host, port, "CONNECT", hello[1], client, upstream)
+
+    async def _terminate(
+        self, lease: Lease, host: str, port: int, addresses: list[str], client: Streams
+    ) -> None:
+        """A CONNECT to a credential's host: TLS with the client ends here (a leaf of the
+        lease CA for `host`, the SNI must name it, HTTP/1.1 only), and one request inside
+        it goes upstream as a forwarded one does: over verified TLS, its Host the CONNECT
+        host, the credential added only when that request's method and path match, the
+        answer masked. Then the tunnel closes (one request per connection, as forwarding)."""
+        reader, writer = client
+        context = self._leaf_context(lease, host)
+        writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
+        # No await may yield between the 200 and the handshake taking the socket over:
+        # the client's ClientHello must reach TLS, not the plain reader.
+        try:
+            await writer.start_tls(context, ssl_handshake_timeout=HELLO_TIMEOUT_SECONDS)
+        except (ssl.SSLError, OSError, TimeoutError, ConnectionError) as exc:
+            raise EgressRefused(
+                Verdict(
+                    EgressVerdict.SNI_MISMATCH,
+                    f"the client's TLS handshake failed (its SNI must name {host}): "
+                    f"{type(exc).__name__}: {exc}"[:300],
+                ),
+                0,
+            ) from None
+        peername = writer.get_extra_info("peername")
+        peer = str(peername[0]) if isinstance(peername, tuple) else "-"
+        try:
+            head = await self._head(reader, peer)
+            if head is None:
+                return
+            target = tunnel_target(head, host, port)
+            framing = body_framing(head)
+        except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError):
+            # The client closed (or stalled) without a request: nothing went upstream.
+            raise EgressRefused(
+                Verdict(EgressVerdict.BAD_REQUEST, "no request inside the tunnel"), 0
+            ) from None
+        except Misdirected as exc:
+            raise EgressRefused(Verdict(EgressVerdict.BAD_REQUEST, str(exc)), 421) from None
+        except BadRequest as exc:
+            raise EgressRefused(Verdict(EgressVerdict.BAD_REQUEST, str(exc)), 400) from None
+        credential = lease.credential_for(host, port, head.method, target.path)
+        try:
+            upstream = await self._dial(addresses, port, self.upstream_tls, host)
+        except EgressRefused as refusal:
+            self._record(lease, host, port, head.method, refusal.verdict)
+            await _answer(writer, refusal.status)
+            return
+        inject = (credential.header, credential.value) if credential is not None else None
+        masker = (
+            ResponseFilter(
+                credential.secret.encode(), method=head.method, client_version=head.version
+            )
+            if credential is not None
+            else None
+        )
+        first = upstream_head(head, target, inject=inject)
+        await self._splice(
+            lease, host, port, head.method, first, client, upstream, request=framing, masker=masker
+        )
+
+    def _leaf_context(self, lease: Lease, host: str) -> ssl.SSLContext:
+        """The server context for `host` in `lease`: a leaf of the lease CA, made once per
+        lease and host (again when it expires)."""
+        now = datetime.now(UTC)
+        known = lease.leaves.get(host)
+        if known is not None and known[1] > now + timedelta(seconds=60):
+            context: ssl.SSLContext = known[0]
+            return context
+        assert lease.ca is not None
+        chain, key = issue_leaf(lease.ca, host, now=now)
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.minimum_version = ssl.TLSVersion.TLSv1_2
+        # HTTP/1.1 only: an HTTP/2 connection could be reused for another name.
+        context.set_alpn_protocols(["http/1.1"])
+        load_chain(context, chain, key)
+        expected = normalize_host(host)
+
+        def sni(_obj: ssl.SSLObject, name: str | None, _ctx: ssl.SSLContext) -> int | None:
+            if name is None or normalize_host(name) != expected:
+                return ssl.ALERT_DESCRIPTION_UNRECOGNIZED_NAME
+            return None
+
+        context.sni_callback = sni
+        lease.leaves[host] = (context, now + timedelta(seconds=LEAF_SECONDS))
+        return context
 
     async def _client_hello(self, reader: asyncio.StreamReader) -> tuple[ClientHello, bytes]:
         """Read until a whole ClientHello is buffered; (parsed, the bytes read)."""
@@ -518,6 +615,41 @@ class EgressProxy:
             for task in pumps:
                 task.cancel()
             await asyncio.gather(*pumps, return_exceptions=True)
+
+
+class Misdirected(BadRequest):
+    """A request inside a terminated tunnel names another host than CONNECT did."""
+
+
+def tunnel_target(head: RequestHead, host: str, port: int) -> ForwardTarget:
+    """The target of a request inside a terminated tunnel to `host:port`: origin-form, and
+    its Host header (required) must name the CONNECT host and port, so a credential never
+    goes to a name the client did not CONNECT to."""
+    if not head.target.startswith("/"):
+        raise BadRequest("inside the tunnel only origin-form requests (/path) are forwarded")
+    given = head.header("host")
+    if given is None:
+        raise Misdirected("the request inside the tunnel has no Host header")
+    try:
+        named = split_authority(given, HTTPS_PORT)
+    except BadRequest as exc:
+        raise Misdirected(f"Host header {given[:100]!r}: {exc}") from None
+    if (normalize_host(named[0]), named[1]) != (normalize_host(host), port):
+        raise Misdirected(
+            f"Host {given[:100]!r} inside the tunnel differs from the CONNECT host {host}:{port}"
+        )
+    return ForwardTarget(host, None if port == HTTPS_PORT else port, head.target)
+
+
+def load_chain(context: ssl.SSLContext, chain: str, key: str) -> None:
+    """Load PEM text into `context` (the ssl module reads files only): a private file,
+    removed at once."""
+    with tempfile.TemporaryDirectory(prefix="ta-leaf-") as directory:
+        path = os.path.join(directory, "leaf.pem")
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as handle:
+            handle.write(key + chain)
+        context.load_cert_chain(path)
 
 
 def _target_for_log(head: RequestHead) -> tuple[str, int]:
