@@ -309,7 +309,8 @@ def test_a_shell_tools_http_credential_goes_to_its_declared_port_only(
     assert f"Authorization: Bearer {HTTP_VALUE}".encode() in ups.tls_heads[-1]
     # The upstream echoed it: the sandbox saw it masked.
     shown = declared["result"]["content"]
-    assert "Authorization: Bearer " + "*" * len(HTTP_VALUE) in shown, shown
+    # The whole header value is masked (`Bearer ` too).
+    assert "Authorization: " + "*" * len("Bearer " + HTTP_VALUE) in shown, shown
     uses = {use["name"]: use for use in declared["credentials"]}
     assert uses["api-key"]["hosts"] == [f"{API}:{ups.tls_port}"], pretty(declared)
 
