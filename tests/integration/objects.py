@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import json
 import socket
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any, cast
 
 from kubernetes import client
@@ -468,3 +470,14 @@ def secret_header(
         "source": {"secretKeyRef": {"name": secret, "key": key}},
         "inject": {"hosts": hosts, **inject},
     }
+
+
+def stored_receipt(artifacts: Path, status: dict[str, Any]) -> dict[str, Any]:
+    """The receipt `status.receiptRef` names, from an operator's artifact directory (a
+    signed one unwrapped: DSSE envelope, in-toto statement, its predicate)."""
+    digest = status["receiptRef"].split(":")[1]
+    document = json.loads((artifacts / "sha256" / digest[:2] / digest).read_bytes())
+    if "payload" in document:
+        statement = json.loads(base64.b64decode(document["payload"]))
+        return dict(statement.get("predicate") or statement)
+    return dict(document)

@@ -20,7 +20,7 @@ import pytest
 from kubernetes import client
 
 from tests.integration.conftest import Configured
-from tests.integration.objects import Agent, descriptor, pretty, status_of
+from tests.integration.objects import Agent, descriptor, pretty, status_of, stored_receipt
 from tests.integration.servers import tls_server
 from tooladapter.devtools import Namespace
 from tooladapter.devtools.tls import make_certificates
@@ -182,6 +182,23 @@ def test_an_http_tool_carries_the_secret_to_its_api_and_to_no_other_host(
         assert status["credentials"] == [
             {"name": "api", "source": "secretKeyRef", "hosts": [f"{API}:{s.api_port}"]}
         ], pretty(status)
+    # The receipt names what the call carried, which definition ran and where it went.
+    receipt = stored_receipt(credentialed.operator.artifacts, to_api)
+    assert receipt["credentials"] == [
+        {
+            "name": "api",
+            "source": "secretKeyRef",
+            "hosts": [f"{API}:{s.api_port}"],
+            "file": None,
+            "expiresAt": None,
+        }
+    ], receipt
+    assert receipt["descriptorDigest"] == to_api["descriptorDigest"], receipt
+    assert receipt["target"] == {
+        "method": "GET",
+        "urlTemplate": "https://{host}:{port}/v1/items",
+        "host": f"{API}:{s.api_port}",
+    }, receipt
     said = shown(api, cns.name, [to_api, to_other], credentialed)
     for form in forms():
         assert form not in said, form

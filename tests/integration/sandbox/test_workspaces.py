@@ -21,7 +21,15 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from tests.integration.objects import SHELL_SCHEMA, Agent, descriptor, get, pretty, status_of
+from tests.integration.objects import (
+    SHELL_SCHEMA,
+    Agent,
+    descriptor,
+    get,
+    pretty,
+    status_of,
+    stored_receipt,
+)
 from tests.integration.servers import Recorder, recording_server
 from tooladapter.devtools import (
     SESSION,
@@ -392,7 +400,7 @@ def test_a_workspace_released_through_the_gateway_is_gone_and_only_its_owner_may
     alice, bob = agents(api, wns.name, "rel2", "alice", "bob")
     wrote = run(alice, "rel2", "echo kept > /workspace/kept", "x1")
     assert wrote["state"] == "Observed", explain(wrote, warm)
-    receipt = stored_receipt(warm[0], wrote)
+    receipt = stored_receipt(warm[0].artifacts, wrote)
     assert receipt["sandbox"]["start"] in ("warm", "cold")
     assert receipt["sandbox"]["workspace"]["id"] == wrote["sandboxLease"]["workspace"]["id"]
     (pod,) = workspace_pods(api, wns.name, alice, "x1")
@@ -416,17 +424,6 @@ def test_a_workspace_released_through_the_gateway_is_gone_and_only_its_owner_may
     assert fresh["result"]["isError"] is True, explain(fresh, warm)
     assert fresh["sandboxLease"]["workspace"]["fresh"] is True
     assert release(gateway, alice, wns.name, "x1")[0] == 200
-
-
-def stored_receipt(operator: OperatorProcess, status: dict[str, Any]) -> dict[str, Any]:
-    digest = status["receiptRef"].split(":")[1]
-    data = (operator.artifacts / "sha256" / digest[:2] / digest).read_bytes()
-    document = json.loads(data)
-    # A signed receipt is a DSSE envelope around the in-toto statement's predicate.
-    if "payload" in document:
-        statement = json.loads(base64.b64decode(document["payload"]))
-        return dict(statement.get("predicate") or statement)
-    return dict(document)
 
 
 def test_an_agent_inventing_attempts_holds_at_most_its_namespaces_share_of_workspaces(

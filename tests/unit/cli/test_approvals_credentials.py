@@ -4,7 +4,7 @@ labelled as the descriptor's, and says so when they cannot be known."""
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -64,7 +64,7 @@ def waiting(body: dict[str, Any]) -> dict[str, Any]:
 class FakeApi:
     """The user's API client: one namespace's invocations and descriptors."""
 
-    def __init__(self, objects: dict[str, list[dict[str, Any]]], refused: set[str]) -> None:
+    def __init__(self, objects: Mapping[Resource, list[dict[str, Any]]], refused: set[str]) -> None:
         self.namespace = NAMESPACE
         self.objects = objects
         self.refused = refused
@@ -74,13 +74,13 @@ class FakeApi:
         self.listed.append(plural)
         if plural in self.refused:
             raise UserApiError(403, f"{plural} is forbidden")
-        return self.objects.get(plural, [])
+        return self.objects.get(Resource(plural), [])
 
 
 def run(
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
-    objects: dict[str, list[dict[str, Any]]],
+    objects: Mapping[Resource, list[dict[str, Any]]],
     *argv: str,
     refused: set[str] | None = None,
 ) -> tuple[int, str, FakeApi]:
