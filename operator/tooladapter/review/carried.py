@@ -115,9 +115,11 @@ def credential_view(credential: Credential) -> dict[str, Any]:
     }
 
 
-def _validated(
+def validated_descriptor(
     invocation: dict[str, Any], descriptors: Sequence[dict[str, Any]]
 ) -> tuple[Found, ToolDescriptorSpec | None]:
+    """The descriptor the call was validated against (its digest), if one of `descriptors`
+    is; and how it was found."""
     tool = _spec(invocation).get("tool") or {}
     digest = _status(invocation).get("descriptorDigest")
     found = Found.MISSING
@@ -152,9 +154,9 @@ def carried_view(
 ) -> dict[str, Any]:
     """The credentials `invocation` will carry, from `descriptors` (the bodies of its
     namespace's ToolDescriptors; None: they could not be read)."""
-    found, spec = (
-        (Found.UNREAD, None) if descriptors is None else _validated(invocation, descriptors)
-    )
+    found, spec = (Found.UNREAD, None)
+    if descriptors is not None:
+        found, spec = validated_descriptor(invocation, descriptors)
     view: dict[str, Any] = {
         "declaredBy": DECLARED_BY,
         "descriptor": found.value,

@@ -22,14 +22,21 @@ from typing import Any, Final
 
 from tooladapter import API_VERSION
 from tooladapter.dicts import put_given
-from tooladapter.enums import ApprovalDecision, InvocationState, Stage, StageOutcome
+from tooladapter.enums import (
+    ApprovalDecision,
+    InvocationState,
+    Stage,
+    StageOutcome,
+    WorkspaceMode,
+)
 from tooladapter.pipeline.hashing import request_hash
 from tooladapter.pipeline.parts import name_of as _name
 from tooladapter.pipeline.parts import spec_of as _spec
 from tooladapter.pipeline.parts import status_of as _status
 from tooladapter.review.argdiff import canonical, diff
-from tooladapter.review.carried import carried_view
+from tooladapter.review.carried import carried_view, validated_descriptor
 from tooladapter.review.shown import shown, visible
+from tooladapter.review.workspace import workspace_notes
 
 #: The CRD's bound on groups in spec.reviewerGroups (and spec.caller.groups).
 MAX_GROUPS: Final = 64
@@ -134,6 +141,21 @@ def waiting_reasons(status: dict[str, Any]) -> list[str]:
     return [visible(r) for r in reasons]
 
 
+def _workspace_notes(
+    invocation: dict[str, Any], descriptors: Sequence[dict[str, Any]] | None
+) -> list[str]:
+    """`review.workspace` notes, unless the call's descriptor is known and keeps no
+    attempt workspace (a descriptor that is not known may: the note then stays)."""
+    spec = _spec(invocation)
+    if descriptors is not None:
+        _found, descriptor = validated_descriptor(invocation, descriptors)
+        if descriptor is not None:
+            sandbox = descriptor.sandbox_spec
+            if sandbox is None or sandbox.workspace != WorkspaceMode.ATTEMPT:
+                return []
+    return workspace_notes(spec.get("arguments") or {}, spec.get("attemptId"))
+
+
 def pending_view(
     invocation: dict[str, Any],
     previous: dict[str, Any] | None,
@@ -162,7 +184,7 @@ def pending_view(
         "arguments": arguments,
         "canonicalArguments": canonical(arguments),
         "shownArguments": display.canonical,
-        "warnings": list(display.warnings),
+        "warnings": [*display.warnings, *_workspace_notes(invocation, descriptors)],
         "flags": [f.wire() for f in display.flags],
         # The descriptor's, never the agent's: labelled so (`declaredBy`), apart from the
         # arguments.
