@@ -22,6 +22,7 @@ from tooladapter.artifacts.chain import ReceiptChains
 from tooladapter.attempts import AttemptQueues
 from tooladapter.catalog import Catalog
 from tooladapter.census import Census
+from tooladapter.credentials.issuers import TokenIssuer
 from tooladapter.enums import ToolKind
 from tooladapter.events import EventSink, NoEvents
 from tooladapter.executors import Executor
@@ -94,6 +95,9 @@ class Runtime:
     egress_peer: ProxyPeer | None = None
     #: This process, as it signs execution claims (and leases).
     identity: str = field(default_factory=lambda: process_identity())
+    #: OAuth 2.0 token endpoints (`oauth2ClientCredentials`, `tokenExchange`); None: every
+    #: such credential fails closed (unit tests that mint none).
+    issuers: TokenIssuer | None = None
     #: Each attempt workspace's queue of calls (`attempts`).
     attempts: AttemptQueues = field(default_factory=AttemptQueues)
     #: Calls evaluated or executed at once, fair between namespaces (`inflight`).

@@ -14,6 +14,7 @@ restarted operator follows it as after any crash).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from collections.abc import Callable
@@ -153,7 +154,9 @@ async def release(ctx: FlowContext, reason: str) -> None:
 
     A proxied lease ends for the egress proxy in the same step (its grant and the pod's
     proxy URL are deleted), and the connections the proxy recorded join the status: counted
-    per host there, the whole list in the artifact store (`egressRecordsRef`)."""
+    per host there, the whole list in the artifact store (`egressRecordsRef`). Tokens an
+    issuer minted are revoked where it offers revocation (`revoke_issued`)."""
+    await revoke_issued(ctx)
     lease = ctx.status.sandbox_lease
     if lease is None or lease.released_at is not None:
         return
@@ -174,6 +177,48 @@ async def release(ctx: FlowContext, reason: str) -> None:
         ctx.status.egress = uses(records)
     lease.released_at = now_iso()
     ctx.post(reason="SandboxReleased", message=f"lease {lease.lease_id}: {reason}")
+
+
+#: A revocation that does not answer in this long is recorded `revoked: false`.
+REVOKE_SECONDS = 2.0
+
+
+async def revoke_issued(ctx: FlowContext) -> None:
+    """Revoke each token an issuer minted for this call (RFC 7009), at most
+    `REVOKE_SECONDS` for all of them, and record the outcome in status.credentials: true
+    when the issuer confirmed, false when it refused or did not answer in time. A token
+    brokered by an earlier run of this process (a restart) is not in memory: unrecorded."""
+    if not ctx.carried or ctx.rt.issuers is None:
+        return
+    issuers = ctx.rt.issuers
+    pending = [
+        (item, item.issued)
+        for item in ctx.carried
+        if item.issued is not None and item.issued.revocation_url is not None
+    ]
+    uses = {use.name: use for use in ctx.status.credentials or []}
+    pending = [
+        (item, issued)
+        for item, issued in pending
+        if uses.get(item.name) and uses[item.name].revoked is None
+    ]
+    if not pending:
+        return
+    results = await asyncio.gather(
+        *(
+            issuers.revoke(
+                issued.revocation_url or "",
+                issued.client_id,
+                issued.client_secret,
+                item.value,
+                REVOKE_SECONDS,
+            )
+            for item, issued in pending
+        ),
+        return_exceptions=True,
+    )
+    for (item, _), result in zip(pending, results, strict=True):
+        uses[item.name].revoked = result is True
 
 
 def valid_records(data: dict[str, str] | None) -> list[EgressRecord]:

@@ -110,6 +110,14 @@ def _source_problems(source: CredentialSource, where: str) -> list[str]:
             problems.append(f"{where}.source.secretKeyRef.name: {ref.name!r} is not a Secret name")
         if not _SECRET_KEY.match(ref.key) or len(ref.key) > 253:
             problems.append(f"{where}.source.secretKeyRef.key: {ref.key!r} is not a Secret key")
+    issued = source.issued
+    if issued is not None:
+        ref = issued.client_secret_ref
+        field = f"{where}.source.{source.kind}.clientSecretRef"
+        if not _DNS_SUBDOMAIN.match(ref.name) or len(ref.name) > 253:
+            problems.append(f"{field}.name: {ref.name!r} is not a Secret name")
+        if not _SECRET_KEY.match(ref.key) or len(ref.key) > 253:
+            problems.append(f"{field}.key: {ref.key!r} is not a Secret key")
     if source.service_account_token is not None:
         name = source.service_account_token.service_account_name
         if not _DNS_SUBDOMAIN.match(name):
