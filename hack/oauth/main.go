@@ -311,6 +311,14 @@ type subjectClaims struct {
 // VerifyExchangeSubjectToken accepts a Kubernetes ServiceAccount token: signed by one of the
 // API server's keys, from its issuer, for the configured audience, not expired.
 func (s *storage) VerifyExchangeSubjectToken(ctx context.Context, raw string, tokenType oidc.TokenType) (string, string, map[string]any, error) {
+	id, subject, claims, err := s.verifySubject(raw)
+	if err != nil {
+		log.Printf("subject token refused: %v", err)
+	}
+	return id, subject, claims, err
+}
+
+func (s *storage) verifySubject(raw string) (string, string, map[string]any, error) {
 	if s.subjectKeys == nil {
 		return "", "", nil, errors.New("no subject token keys configured")
 	}
@@ -398,8 +406,8 @@ func main() {
 			log.Fatal(err)
 		}
 		s.subjectKeys = new(jose.JSONWebKeySet)
-		if err := json.Unmarshal(data, s.subjectKeys); err != nil {
-			log.Fatal(err)
+		if err := json.Unmarshal(data, s.subjectKeys); err != nil || len(s.subjectKeys.Keys) == 0 {
+			log.Fatalf("no keys in %s (%v)", *jwks, err)
 		}
 	}
 	var cryptoKey [32]byte
