@@ -18,7 +18,13 @@ from tooladapter.credentials.issuers import (
     service_account_of,
     token_exchange_form,
 )
-from tooladapter.model import OAuth2ClientCredentialsSource, TokenExchangeSource
+from tooladapter.model import (
+    McpServerSpec,
+    OAuth2ClientCredentialsSource,
+    TokenExchangeSource,
+    ToolDescriptorSpec,
+)
+from tooladapter.pipeline.validation.credentials import check_credentials, check_server_credentials
 
 REF = {"name": "oauth-client", "key": "secret"}
 
@@ -125,3 +131,50 @@ def test_a_token_url_that_is_not_https_is_refused_by_the_model(url: str) -> None
         OAuth2ClientCredentialsSource.model_validate(
             {"tokenUrl": url, "clientId": "c", "clientSecretRef": REF}
         )
+
+
+def _issued_source() -> dict[str, object]:
+    return {
+        "oauth2ClientCredentials": {
+            "tokenUrl": "https://issuer.example.com/token",
+            "clientId": "c",
+            "clientSecretRef": REF,
+        }
+    }
+
+
+def test_a_minted_token_goes_to_http_requests_and_not_to_a_file_or_an_mcp_server() -> None:
+    tool = ToolDescriptorSpec.model_validate(
+        {
+            "toolId": "t",
+            "version": "1.0.0",
+            "kind": "container",
+            "sideEffectClass": "read",
+            "sandbox": {
+                "image": "registry.example.com/tool@sha256:" + "a" * 64,
+                "command": ["/bin/tool"],
+                "egress": {"allow": ["api.example.com"]},
+            },
+            "credentials": [
+                {
+                    "name": "minted",
+                    "source": _issued_source(),
+                    "inject": {"file": "/tooladapter/credentials/token"},
+                }
+            ],
+        }
+    )
+    assert any("not to a file" in p for p in check_credentials(tool))
+    server = McpServerSpec.model_validate(
+        {
+            "url": "https://mcp.example.com/mcp",
+            "credentials": [
+                {
+                    "name": "minted",
+                    "source": _issued_source(),
+                    "inject": {"hosts": ["mcp.example.com"]},
+                }
+            ],
+        }
+    )
+    assert any("do not carry one yet" in p for p in check_server_credentials(server))

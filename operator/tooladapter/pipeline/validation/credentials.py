@@ -53,6 +53,11 @@ def check_credentials(spec: ToolDescriptorSpec) -> list[str]:
         names.add(credential.name)
         problems.extend(_source_problems(credential.source, where))
         inject = credential.inject
+        if inject.file is not None and credential.source.issued is not None:
+            problems.append(
+                f"{where}.inject.file: a token an issuer mints per call goes to HTTP requests "
+                "(inject.hosts), not to a file"
+            )
         if inject.file is not None:
             if spec.kind is not ToolKind.CONTAINER:
                 problems.append(
@@ -89,6 +94,11 @@ def check_server_credentials(spec: McpServerSpec) -> list[str]:
     for index, credential in enumerate(spec.credentials):
         where = f"credentials[{index}]"
         problems.extend(_source_problems(credential.source, where))
+        if credential.source.issued is not None:
+            problems.append(
+                f"{where}.source.{credential.source.kind}: a token minted per call is for tool "
+                "credentials; an McpServer's connections do not carry one yet"
+            )
         inject = credential.inject
         if inject.file is not None or inject.methods is not None or inject.paths is not None:
             problems.append(
