@@ -77,6 +77,8 @@ class Runtime:
     #: Invocations seen unfinished on the watch: uid -> (namespace, name).
     unfinished: dict[str, tuple[str, str]] = field(default_factory=dict)
     workers: list[asyncio.Task[None]] = field(default_factory=list)
+    #: Best-effort tasks outside any call (a revocation tried again), cancelled at close.
+    background: set[asyncio.Task[None]] = field(default_factory=set)
     #: Closed last, in reverse order of registration (sessions, listeners).
     closers: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
     #: One row per invocation from the watch: the gauges are counted from it.
@@ -150,13 +152,21 @@ class Runtime:
         while len(self.finished) > FINISHED_MEMORY:
             self.finished.popitem(last=False)
 
+    def spawn_background(self, coro: Coroutine[Any, Any, None], *, name: str) -> None:
+        """Run a best-effort task that belongs to no call; it is cancelled at close."""
+        task = asyncio.create_task(coro, name=name)
+        self.background.add(task)
+        task.add_done_callback(self.background.discard)
+
     def interrupt_event(self, uid: str) -> asyncio.Event:
         return self.interrupts.setdefault(uid, asyncio.Event())
 
     async def close(self) -> None:
-        for task in [*self.tasks.values(), *self.workers]:
+        for task in [*self.tasks.values(), *self.workers, *self.background]:
             task.cancel()
-        await asyncio.gather(*self.tasks.values(), *self.workers, return_exceptions=True)
+        await asyncio.gather(
+            *self.tasks.values(), *self.workers, *self.background, return_exceptions=True
+        )
         if self.mcp is not None:
             await self.mcp.close()
         if self.keeper is not None:

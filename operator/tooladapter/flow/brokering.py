@@ -295,8 +295,12 @@ async def mint_issued(ctx: FlowContext, credential: Credential) -> Carried:
         revocation_url=issued_source.revocation_url,
         subject=subject,
     )
+    # Redacted and due for revocation from now on, whatever happens to the call next.
+    ctx.secret_values.append(token)
     expiry = in_seconds(minted.expires_in) if minted.expires_in is not None else None
-    return Carried(credential, token, _b64(token), expires_at=expiry, issued=issued)
+    carried = Carried(credential, token, _b64(token), expires_at=expiry, issued=issued)
+    ctx.minted.append(carried)
+    return carried
 
 
 def _b64(text: str) -> str:

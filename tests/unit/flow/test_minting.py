@@ -25,6 +25,7 @@ from tests.unit.fake_cluster import (
 from tests.unit.flow.test_brokering import b64
 from tooladapter.credentials.issuers import IssuerRefused, IssuerUnreachable, Minted
 from tooladapter.enums import ToolKind
+from tooladapter.flow import ending
 from tooladapter.settings import Settings
 
 pytestmark = [pytest.mark.timeout(10), pytest.mark.usefixtures("fast_retries")]
@@ -45,6 +46,8 @@ class FakeIssuer:
         self.refuse: str | None = None
         self.silent = False
         self.slow_revocation = False
+        self.attempts = 0
+        self.retried = asyncio.Event()
 
     async def token(
         self, url: str, client_id: str, client_secret: str, form: dict[str, str]
@@ -60,9 +63,12 @@ class FakeIssuer:
     async def revoke(
         self, url: str, client_id: str, client_secret: str, token: str, timeout: float
     ) -> bool:
-        if self.slow_revocation:
+        self.attempts += 1
+        if self.slow_revocation and self.attempts == 1:
             await asyncio.sleep(timeout)
             return False
+        if self.attempts > 1:
+            self.retried.set()
         self.revoked.append(token)
         return True
 
@@ -146,7 +152,11 @@ async def test_an_issuer_that_does_not_answer_fails_the_call_transient_and_sends
     assert executor.executed == []
 
 
-async def test_a_revocation_that_does_not_answer_in_time_is_recorded_false() -> None:
+async def test_a_revocation_that_does_not_answer_in_time_is_recorded_false_and_retried(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(ending, "REVOKE_SECONDS", 0.05)
+    monkeypatch.setattr(ending, "REVOKE_RETRY_PAUSES", (0.0,))
     h, _, issuer = harness()
     issuer.slow_revocation = True
 
@@ -154,6 +164,34 @@ async def test_a_revocation_that_does_not_answer_in_time_is_recorded_false() -> 
 
     assert stored["status"]["state"] == "Observed", stored["status"]
     assert stored["status"]["credentials"][0]["revoked"] is False
+    await asyncio.wait_for(issuer.retried.wait(), 5)
+    assert issuer.revoked == ["minted-token-1"]
+    await h.rt.close()
+
+
+async def test_a_token_minted_before_a_later_credential_failed_is_still_revoked() -> None:
+    h, executor, issuer = harness()
+    h.publish(
+        http_descriptor(
+            "fetch",
+            URL,
+            credentials=[
+                minted_credential(),
+                {
+                    "name": "missing",
+                    "source": {"serviceAccountToken": {"serviceAccountName": "absent"}},
+                    "inject": {"hosts": ["api.example.test"]},
+                },
+            ],
+        )
+    )
+
+    stored = await h.run(h.submit(invocation("f-1", tool="fetch")))
+
+    status = stored["status"]
+    assert (status["state"], status["deniedStage"]) == ("Denied", "credentials"), status
+    assert executor.executed == []
+    assert issuer.revoked == ["minted-token-1"]
 
 
 async def test_an_exchange_sends_the_callers_service_account_token_for_its_audience() -> None:
