@@ -46,14 +46,17 @@ class OAuthServer:
         certs: TestCertificates,
         clients: list[dict[str, Any]],
         subject: tuple[str, str, str] | None = None,
+        address: str = "127.0.0.1",
     ) -> None:
-        """`subject`: (JWKS document, issuer, audience) of the subject tokens it accepts."""
+        """`subject`: (JWKS document, issuer, audience) of the subject tokens it accepts;
+        `address`: where it listens (the node's address, for a proxy in the cluster)."""
+        self.address = address
         self.workdir = workdir
         self.host = host
         self.certs = certs
         self.clients = clients
         self.subject = subject
-        self.port = free_port()
+        self.port = free_port(address)
         self.base = f"https://{host}:{self.port}"
         self.log_path = workdir / "oauth-server.log"
         self.proc: subprocess.Popen[bytes] | None = None
@@ -72,7 +75,7 @@ class OAuthServer:
         clients.write_text(json.dumps(self.clients))
         args = [
             str(binary),
-            f"--addr=127.0.0.1:{self.port}",
+            f"--addr={self.address}:{self.port}",
             f"--issuer={self.base}",
             f"--tls-cert={self.certs.cert}",
             f"--tls-key={self.certs.key}",
@@ -97,7 +100,7 @@ class OAuthServer:
                 return "exited"
             with socket.socket() as s:
                 s.settimeout(1)
-                return "ready" if s.connect_ex(("127.0.0.1", self.port)) == 0 else None
+                return "ready" if s.connect_ex((self.address, self.port)) == 0 else None
 
         if wait_for(listening, timeout=timeout, what=f"the OAuth server at {self.base}") != (
             "ready"
@@ -109,8 +112,8 @@ class OAuthServer:
         scopes, grant, expires, revoked."""
         context = ssl.create_default_context(cafile=str(self.certs.ca))
         # The certificate names `host`, which only the operator's resolver maps: connect to
-        # loopback and verify the certificate against that name.
-        raw = socket.create_connection(("127.0.0.1", self.port), timeout=10)
+        # its address and verify the certificate against that name.
+        raw = socket.create_connection((self.address, self.port), timeout=10)
         conn = http.client.HTTPSConnection(self.host, self.port, context=context, timeout=10)
         conn.sock = context.wrap_socket(raw, server_hostname=self.host)
         try:

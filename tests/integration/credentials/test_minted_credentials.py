@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import json
 from collections.abc import Callable, Iterator, Mapping
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
@@ -21,9 +22,15 @@ from kubernetes.client.rest import ApiException
 
 from tests.integration.conftest import Configured
 from tests.integration.credentials.test_http_credentials import echo_authorization, shown
-from tests.integration.objects import Agent, descriptor, pretty, status_of
+from tests.integration.objects import SHELL_SCHEMA, Agent, descriptor, pretty, status_of
 from tests.integration.servers import tls_server
-from tooladapter.devtools import Namespace
+from tooladapter.devtools import (
+    SESSION,
+    EgressProxyProcess,
+    Namespace,
+    OperatorProcess,
+    node_ip,
+)
 from tooladapter.devtools.oauth import OAuthServer
 from tooladapter.devtools.tls import make_certificates
 
@@ -147,6 +154,16 @@ def api_tool(
     )
 
 
+def forms(*values: str) -> list[str]:
+    """Each value as a tool or an encoder may show it: itself, as a Bearer header, and both
+    base64-encoded."""
+    out = []
+    for value in values:
+        for text in (value, f"Bearer {value}"):
+            out += [text, base64.b64encode(text.encode()).decode()]
+    return out
+
+
 def bearer_of(head: bytes) -> str:
     line = next(line for line in head.split(b"\r\n") if line.lower().startswith(b"authorization:"))
     scheme, token = line.split(b":", 1)[1].strip().decode().split(" ", 1)
@@ -199,7 +216,7 @@ def test_two_calls_get_two_tokens_of_the_declared_scope_and_audience_both_revoke
         assert use["revoked"] is True, pretty(status)
         assert use["expiresAt"], pretty(status)
     said = shown(api, mns.name, [first, second], minting)
-    for value in [*tokens, SECRET, base64.b64encode(SECRET.encode()).decode()]:
+    for value in [*forms(*tokens), *forms(SECRET)]:
         assert value not in said
 
 
@@ -267,3 +284,126 @@ def test_a_token_url_that_is_not_https_is_refused_at_apply(
         )
     assert refused.value.status == 422
     assert "https" in (refused.value.body or ""), refused.value.body
+
+
+# --------------------------------------------------------------------------- sandboxes
+# A shell tool's `wget` goes through the egress proxy, which adds the minted token to the
+# requests to the API (plain http from the sandbox, TLS from the proxy on): the issuer, the
+# API and the proxy's upstream all on this node's address.
+
+PREFIX = f"{SESSION}mt"
+
+
+class Sandboxed:
+    def __init__(
+        self,
+        issuer: OAuthServer,
+        api: tuple[int, list[bytes]],
+        operator: OperatorProcess,
+        proxy: EgressProxyProcess,
+    ) -> None:
+        self.issuer = issuer
+        self.api_port, self.api_heads = api
+        self.operator, self.proxy = operator, proxy
+
+
+@pytest.fixture(scope="module")
+def sandboxed(
+    tmp_path_factory: pytest.TempPathFactory,
+    egress_operator: Callable[
+        ..., AbstractContextManager[tuple[OperatorProcess, EgressProxyProcess]]
+    ],
+) -> Iterator[Sandboxed]:
+    node = node_ip()
+    certs = make_certificates(tmp_path_factory.mktemp("tls"), [ISSUER, API])
+    oauth = OAuthServer(
+        tmp_path_factory.mktemp("oauth"),
+        ISSUER,
+        certs,
+        [{"id": CLIENT, "secret": SECRET, "scopes": [SCOPE], "audiences": [AUDIENCE]}],
+        address=node,
+    )
+    oauth.start()
+    # The operator (on this host) reaches the issuer by its test name; the proxy, the API.
+    operator_settings = {
+        "TOOLADAPTER_EGRESS_HOSTS": f"{ISSUER}={node}",
+        "TOOLADAPTER_EGRESS_CA_FILE": str(certs.ca),
+    }
+    try:
+        with (
+            tls_server(node, certs, echo_authorization) as api_server,
+            egress_operator(PREFIX, [API], certs.ca, operator_settings) as (operator, proxy),
+        ):
+            yield Sandboxed(oauth, api_server, operator, proxy)
+    finally:
+        oauth.stop()
+
+
+@pytest.fixture
+def sns(api: client.ApiClient, sandboxed: Sandboxed) -> Iterator[Namespace]:
+    namespace = Namespace(api, prefix=PREFIX)
+    yield namespace
+    namespace.delete()
+
+
+def test_a_sandboxed_wget_gets_a_minted_token_per_call_revoked_after(
+    api: client.ApiClient, sns: Namespace, sandboxed: Sandboxed
+) -> None:
+    s = sandboxed
+    agent = Agent.create(api, sns.name, "agent-1")
+    client_secret(api, sns.name)
+    target = f"{API}:{s.api_port}"
+    source = {
+        "oauth2ClientCredentials": {
+            "tokenUrl": s.issuer.token_url,
+            "clientId": CLIENT,
+            "clientSecretRef": {"name": "oauth-client", "key": "secret"},
+            "scopes": [SCOPE],
+            "audience": AUDIENCE,
+            "revocationUrl": s.issuer.revocation_url,
+        }
+    }
+    descriptor(
+        api,
+        sns.name,
+        "fetch",
+        kind="shell",
+        side_effect_class="sandbox",
+        inputSchema=SHELL_SCHEMA,
+        timeoutSeconds=60,
+        shell={"allow": ["wget"]},
+        sandbox={
+            "resources": {"limits": {"cpu": "500m", "memory": "64Mi"}},
+            "egress": {"allow": [target]},
+        },
+        credentials=[{"name": "minted", "source": source, "inject": {"hosts": [target]}}],
+    )
+    agent.grant(["fetch"], ["sandbox"])
+    before = len(s.api_heads)
+    command = {"command": f"wget -q -O - http://{target}/v1/items"}
+
+    statuses = [
+        status_of(agent.wait(agent.invoke("fetch", command), timeout=180)) for _ in range(2)
+    ]
+
+    for status in statuses:
+        assert status["state"] == "Observed", (
+            f"{pretty(status)}\n--- proxy ---\n{s.proxy.tail(30)}\n"
+            f"--- operator ---\n{s.operator.tail(30)}"
+        )
+    heads = s.api_heads[before:]
+    assert len(heads) == 2
+    tokens = [bearer_of(head) for head in heads]
+    assert tokens[0] != tokens[1]
+    issued = {t["id"]: t for t in s.issuer.tokens()}
+    for token in tokens:
+        claims = claims_of(token)
+        assert (claims["scope"], claims["aud"]) == (SCOPE, [AUDIENCE])
+        assert issued[claims["jti"]]["revoked"] is True
+    for status in statuses:
+        (use,) = status["credentials"]
+        assert (use["source"], use["revoked"]) == ("oauth2ClientCredentials", True), pretty(status)
+        # The API echoed the header: the sandbox's output never shows the token.
+        content = status["result"]["content"]
+        assert "Bearer " in content, pretty(status)
+        assert not any(form in content for form in forms(*tokens)), content
