@@ -15,7 +15,7 @@ export PYTHONUNBUFFERED := 1
 include hack/cluster.mk
 
 .PHONY: help venv lint docs-reference unit crds crds-check install uninstall run demo test integration bench chaos s3-server \
-	deploy undeploy deploy-test image image-push skopeo browser otel-collector promtool helm \
+	deploy undeploy deploy-test image image-push skopeo browser otel-collector oauth-server promtool helm \
 	mcp-ts-client
 
 # `make deploy`: the Helm release (charts/tooladapter) in the cluster of KUBECONFIG.
@@ -39,6 +39,7 @@ help:
 	@echo "make chaos      exactly once and never stuck under faults (never part of make test)"
 	@echo "make s3-server  build the S3-compatible test server (SeaweedFS) into the cache"
 	@echo "make otel-collector  build the OTLP receiver the tracing tests use, into the cache"
+	@echo "make oauth-server    build the OAuth server the minted-credential tests use, into the cache"
 	@echo "make promtool | browser  install Debian's prometheus (promtool) / chromium when missing"
 
 $(STAMP): pyproject.toml
@@ -164,6 +165,11 @@ browser:
 otel-collector:
 	hack/otel/build.sh >/dev/null
 
+# The OAuth 2.0 server (client credentials, token exchange, revocation) the minted-credential
+# tests mint from, built once from hack/oauth/go.mod into ~/.cache/tooladapter/bin.
+oauth-server:
+	hack/oauth/build.sh >/dev/null
+
 # The TypeScript SDK client of the MCP interop tests (hack/mcp-ts: pinned by its lock,
 # npm ci into ~/.cache/tooladapter/mcp-ts-<digest>/; node from the machine).
 mcp-ts-client:
@@ -173,7 +179,7 @@ mcp-ts-client:
 # worker); every worker has its own session prefix, operator and namespaces. Tests that read
 # or change what the whole cluster shares (marker `cluster_wide`) run after, alone.
 INTEGRATION_WORKERS ?= 2
-integration: venv s3-server browser otel-collector mcp-ts-client
+integration: venv s3-server browser otel-collector oauth-server mcp-ts-client
 	TOOLADAPTER_REQUIRE_CLUSTER=1 $(VENV)/bin/pytest -q -m "not cluster_down" tests/cluster
 	TOOLADAPTER_REQUIRE_CLUSTER=1 $(VENV)/bin/pytest -q -m "not cluster_down and not cluster_wide" \
 	  -n $(INTEGRATION_WORKERS) --dist loadfile --durations=30 tests/integration
@@ -182,13 +188,13 @@ integration: venv s3-server browser otel-collector mcp-ts-client
 # The host-process suite first (it reads the operator's log and artifacts and kills its
 # process), then what `make install` applied is removed and the Helm-installed operator is
 # tested (tests/deploy); kubectl-applied and Helm-owned objects never coexist.
-# The Go builds (cluster binaries, SeaweedFS, the collector; no-ops when cached) start first,
+# The Go builds (cluster binaries, SeaweedFS, the collector, the OAuth server; no-ops when cached) start first,
 # in the background: lint and most unit tests need none of them, and a cold build spends much
 # of its time downloading modules. `unit` waits for them through helm's build lock.
 BUILD_LOG := $(ROOT)/.cluster/prebuild.log
 test: venv
 	@mkdir -p $(ROOT)/.cluster
-	@( $(CLUSTER_SCRIPTS)/build.sh && hack/s3/build.sh && hack/otel/build.sh ) >$(BUILD_LOG) 2>&1 & \
+	@( $(CLUSTER_SCRIPTS)/build.sh && hack/s3/build.sh && hack/otel/build.sh && hack/oauth/build.sh ) >$(BUILD_LOG) 2>&1 & \
 	  echo "builds in the background (log: $(BUILD_LOG))"
 	$(MAKE) --no-print-directory lint
 	$(MAKE) --no-print-directory unit

@@ -22,6 +22,7 @@ from tooladapter.artifacts.chain import ReceiptChains
 from tooladapter.attempts import AttemptQueues
 from tooladapter.catalog import Catalog
 from tooladapter.census import Census
+from tooladapter.credentials.issuers import TokenIssuer
 from tooladapter.enums import ToolKind
 from tooladapter.events import EventSink, NoEvents
 from tooladapter.executors import Executor
@@ -76,6 +77,8 @@ class Runtime:
     #: Invocations seen unfinished on the watch: uid -> (namespace, name).
     unfinished: dict[str, tuple[str, str]] = field(default_factory=dict)
     workers: list[asyncio.Task[None]] = field(default_factory=list)
+    #: Best-effort tasks outside any call (a revocation tried again), cancelled at close.
+    background: set[asyncio.Task[None]] = field(default_factory=set)
     #: Closed last, in reverse order of registration (sessions, listeners).
     closers: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
     #: One row per invocation from the watch: the gauges are counted from it.
@@ -94,6 +97,9 @@ class Runtime:
     egress_peer: ProxyPeer | None = None
     #: This process, as it signs execution claims (and leases).
     identity: str = field(default_factory=lambda: process_identity())
+    #: OAuth 2.0 token endpoints (`oauth2ClientCredentials`, `tokenExchange`); None: every
+    #: such credential fails closed (unit tests that mint none).
+    issuers: TokenIssuer | None = None
     #: Each attempt workspace's queue of calls (`attempts`).
     attempts: AttemptQueues = field(default_factory=AttemptQueues)
     #: Calls evaluated or executed at once, fair between namespaces (`inflight`).
@@ -146,13 +152,21 @@ class Runtime:
         while len(self.finished) > FINISHED_MEMORY:
             self.finished.popitem(last=False)
 
+    def spawn_background(self, coro: Coroutine[Any, Any, None], *, name: str) -> None:
+        """Run a best-effort task that belongs to no call; it is cancelled at close."""
+        task = asyncio.create_task(coro, name=name)
+        self.background.add(task)
+        task.add_done_callback(self.background.discard)
+
     def interrupt_event(self, uid: str) -> asyncio.Event:
         return self.interrupts.setdefault(uid, asyncio.Event())
 
     async def close(self) -> None:
-        for task in [*self.tasks.values(), *self.workers]:
+        for task in [*self.tasks.values(), *self.workers, *self.background]:
             task.cancel()
-        await asyncio.gather(*self.tasks.values(), *self.workers, return_exceptions=True)
+        await asyncio.gather(
+            *self.tasks.values(), *self.workers, *self.background, return_exceptions=True
+        )
         if self.mcp is not None:
             await self.mcp.close()
         if self.keeper is not None:

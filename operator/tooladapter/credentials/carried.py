@@ -9,9 +9,24 @@ from __future__ import annotations
 
 import base64
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from tooladapter.model import Credential, CredentialInjection
+
+
+@dataclass(frozen=True)
+class Issued:
+    """What an OAuth 2.0 issuer minted a token under: for the record, and to revoke it at
+    the call's end (the client's secret stays in memory, as the token does)."""
+
+    token_url: str
+    client_id: str
+    client_secret: str = field(repr=False)
+    scopes: tuple[str, ...]
+    audience: str | None
+    revocation_url: str | None
+    #: An exchange's subject: the caller's ServiceAccount username.
+    subject: str | None = None
 
 
 @dataclass(frozen=True)
@@ -25,6 +40,8 @@ class Carried:
     data_b64: str
     #: A token's expiry (RFC 3339); None for a Secret's value.
     expires_at: str | None = None
+    #: How an issuer minted it (oauth2ClientCredentials, tokenExchange); None otherwise.
+    issued: Issued | None = None
 
     @property
     def name(self) -> str:
@@ -86,4 +103,12 @@ def record(carried: Carried) -> dict[str, object]:
         out["hosts"] = list(declaration.inject.hosts or [])
     if carried.expires_at:
         out["expiresAt"] = carried.expires_at
+    issued = carried.issued
+    if issued is not None:
+        out["tokenUrl"] = issued.token_url
+        out["scopes"] = list(issued.scopes)
+        if issued.audience is not None:
+            out["audience"] = issued.audience
+        if issued.subject is not None:
+            out["subject"] = issued.subject
     return out

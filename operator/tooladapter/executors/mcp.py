@@ -49,14 +49,19 @@ async def credentials_for(
             if ref.key not in data:
                 raise NotFound(f"secret {ref.name} has no key {ref.key}")
             value = decode_b64(data[ref.key]).strip()
-        else:
-            assert source.service_account_token is not None
+        elif source.service_account_token is not None:
             token = source.service_account_token
             value, _expiry = await cluster.request_token(
                 namespace=namespace,
                 service_account=token.service_account_name,
                 audiences=list(token.audiences),
                 expiration_seconds=SERVER_TOKEN_SECONDS,
+            )
+        else:
+            # An issuer's token per call is brokered by the flow for tools, not yet for a
+            # server's connections (the McpServer controller refuses it): nothing is sent.
+            raise NotFound(
+                f"credential {credential.name}: {source.kind} is not served for McpServers"
             )
         if header_problem(value) is not None:
             raise NotFound(f"credential {credential.name}: the value is not a one-line header")

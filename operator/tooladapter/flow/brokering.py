@@ -18,7 +18,21 @@ import secrets
 from datetime import UTC, datetime, timedelta
 
 from tooladapter import API_VERSION
-from tooladapter.credentials.carried import Carried, header_of, header_problem, record, secret_forms
+from tooladapter.credentials.carried import (
+    Carried,
+    Issued,
+    header_of,
+    header_problem,
+    record,
+    secret_forms,
+)
+from tooladapter.credentials.issuers import (
+    IssuerRefused,
+    IssuerUnreachable,
+    client_credentials_form,
+    service_account_of,
+    token_exchange_form,
+)
 from tooladapter.egress.core.cidr_bounds import descriptor_cidr_problems, parse_cluster
 from tooladapter.egress.core.lease import (
     CredentialGrant,
@@ -164,7 +178,10 @@ async def mint(
     credential: Credential,
     bound_secret: str | None,
 ) -> Carried:
-    """A ServiceAccount token for one credential, expiring with the call."""
+    """A token for one credential: a ServiceAccount's, expiring with the call, or an
+    issuer's (`mint_issued`)."""
+    if credential.source.issued is not None:
+        return await mint_issued(ctx, credential)
     source = credential.source.service_account_token
     assert source is not None  # exactly one source (the CRD and the model both say so)
     file_key = f"file-{credential.name}" if credential.inject.file is not None else None
@@ -184,6 +201,109 @@ async def mint(
         ) from None
     data = _b64(token)
     return Carried(credential, token, data, expires_at=expiry or None)
+
+
+#: The caller's ServiceAccount token an exchange sends lives this long (the API server's
+#: minimum); the issuer only reads it to know on whose behalf.
+SUBJECT_TOKEN_SECONDS = 600
+
+
+async def mint_issued(ctx: FlowContext, credential: Credential) -> Carried:
+    """A token an OAuth 2.0 issuer mints for this call alone: by client credentials, or by
+    exchanging the calling agent's ServiceAccount token (RFC 8693). A refusal denies the
+    call at credentials with the issuer's error code; no answer fails it, transient. Either
+    way before anything is sent."""
+    source = credential.source
+    issued_source = source.issued
+    assert issued_source is not None
+    if credential.inject.file is not None:
+        # The lease's Secret holds only Secret values and bound ServiceAccount tokens.
+        raise _denied(
+            f"credential {credential.name}: an issuer's token goes to HTTP requests "
+            "(inject.hosts), not to a file"
+        )
+    ref = issued_source.client_secret_ref
+    try:
+        secret = decode_b64(
+            (await ctx.rt.cluster.read_secret(ctx.namespace, ref.name)).get(ref.key, "")
+        ).strip()
+    except NotFound:
+        secret = ""
+    if not secret:
+        raise _denied(
+            f"credential {credential.name}: client secret {ref.name} key {ref.key!r} not "
+            f"found in {ctx.namespace}: failing closed"
+        )
+    # Redacted from here on: nothing the issuer or the tool answers may show it.
+    ctx.secret_values.append(secret)
+    subject: str | None = None
+    if source.token_exchange is not None:
+        exchange = source.token_exchange
+        caller = ctx.load_spec().caller.name
+        account = service_account_of(caller)
+        if account is None:
+            raise _denied(
+                f"credential {credential.name}: a token exchange acts on behalf of the "
+                f"caller's ServiceAccount, and caller {caller} is none"
+            )
+        try:
+            subject_token, _ = await ctx.rt.cluster.request_token(
+                namespace=account[0],
+                service_account=account[1],
+                audiences=[exchange.subject_audience],
+                expiration_seconds=SUBJECT_TOKEN_SECONDS,
+            )
+        except NotFound:
+            raise _denied(
+                f"credential {credential.name}: the caller's serviceaccount {caller} is gone"
+            ) from None
+        ctx.secret_values.append(subject_token)
+        subject = caller
+        form = token_exchange_form(exchange, subject_token)
+    else:
+        assert source.oauth2_client_credentials is not None
+        form = client_credentials_form(source.oauth2_client_credentials)
+    issuers = ctx.rt.issuers
+    if issuers is None:
+        raise Failure(
+            Stage.CREDENTIALS, "no OAuth 2.0 issuer client is configured", FailureClass.TRANSIENT
+        )
+    url = issued_source.token_url
+    try:
+        minted = await issuers.token(url, issued_source.client_id, secret, form)
+    except IssuerRefused as refused:
+        raise _denied(
+            f"credential {credential.name}: the issuer at {url} refused: {refused.error}"
+        ) from None
+    except IssuerUnreachable as exc:
+        raise Failure(
+            Stage.CREDENTIALS,
+            f"credential {credential.name}: no token from the issuer: {exc}",
+            FailureClass.TRANSIENT,
+        ) from None
+    token = minted.access_token
+    problem = header_problem(token)
+    if problem:
+        raise Failure(
+            Stage.CREDENTIALS,
+            f"credential {credential.name}: the issuer's token {problem}",
+            FailureClass.TRANSIENT,
+        )
+    issued = Issued(
+        token_url=url,
+        client_id=issued_source.client_id,
+        client_secret=secret,
+        scopes=minted.scopes if minted.scopes is not None else tuple(issued_source.scopes),
+        audience=issued_source.audience,
+        revocation_url=issued_source.revocation_url,
+        subject=subject,
+    )
+    # Redacted and due for revocation from now on, whatever happens to the call next.
+    ctx.secret_values.append(token)
+    expiry = in_seconds(minted.expires_in) if minted.expires_in is not None else None
+    carried = Carried(credential, token, _b64(token), expires_at=expiry, issued=issued)
+    ctx.minted.append(carried)
+    return carried
 
 
 def _b64(text: str) -> str:

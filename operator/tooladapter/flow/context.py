@@ -122,6 +122,9 @@ class FlowContext:
     #: The credentials the call carries, with their values (`flow.brokering`); None: not
     #: brokered by this process.
     carried: list[Carried] | None = None
+    #: Tokens an issuer minted for this call, as soon as each is minted (a later credential
+    #: that fails still leaves them to revoke at the end: `ending.revoke_issued`).
+    minted: list[Carried] = field(default_factory=list)
     #: Artifacts status already names (the sanitized result), stored with the receipt in
     #: one trip to the store's threads before status is written (`ending.conclude`).
     unstored: list[bytes] = field(default_factory=list)

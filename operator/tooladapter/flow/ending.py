@@ -14,6 +14,7 @@ restarted operator follows it as after any crash).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from collections.abc import Callable
@@ -21,6 +22,8 @@ from typing import Any
 
 from tooladapter import offload
 from tooladapter.artifacts import content_ref
+from tooladapter.credentials.carried import Issued
+from tooladapter.credentials.issuers import TokenIssuer
 from tooladapter.egress.core.lease import records_from
 from tooladapter.egress.core.tally import uses
 from tooladapter.enums import (
@@ -153,7 +156,9 @@ async def release(ctx: FlowContext, reason: str) -> None:
 
     A proxied lease ends for the egress proxy in the same step (its grant and the pod's
     proxy URL are deleted), and the connections the proxy recorded join the status: counted
-    per host there, the whole list in the artifact store (`egressRecordsRef`)."""
+    per host there, the whole list in the artifact store (`egressRecordsRef`). Tokens an
+    issuer minted are revoked where it offers revocation (`revoke_issued`)."""
+    await revoke_issued(ctx)
     lease = ctx.status.sandbox_lease
     if lease is None or lease.released_at is not None:
         return
@@ -174,6 +179,71 @@ async def release(ctx: FlowContext, reason: str) -> None:
         ctx.status.egress = uses(records)
     lease.released_at = now_iso()
     ctx.post(reason="SandboxReleased", message=f"lease {lease.lease_id}: {reason}")
+
+
+#: A revocation that does not answer in this long is recorded `revoked: false`.
+REVOKE_SECONDS = 2.0
+#: Then it is tried again in the background, after these pauses (unrecorded: the call has
+#: ended; the token lives at most until the issuer's expiry anyway).
+REVOKE_RETRY_PAUSES = (5.0, 30.0, 120.0)
+
+
+async def revoke_issued(ctx: FlowContext) -> None:
+    """Revoke each token an issuer minted for this call (RFC 7009), at most
+    `REVOKE_SECONDS` for all of them, and record the outcome in status.credentials: true
+    when the issuer confirmed, false when it refused or did not answer in time (then it is
+    retried in the background). A token minted by an earlier run of this process (a
+    restart) is not in memory: unrecorded."""
+    issuers = ctx.rt.issuers
+    pending = [
+        (item, item.issued)
+        for item in ctx.minted
+        if item.issued is not None and item.issued.revocation_url is not None
+    ]
+    # Once per call: `release` runs again when an end is retried.
+    ctx.minted = []
+    if issuers is None or not pending:
+        return
+    results = await asyncio.gather(
+        *(
+            issuers.revoke(
+                issued.revocation_url or "",
+                issued.client_id,
+                issued.client_secret,
+                item.value,
+                REVOKE_SECONDS,
+            )
+            for item, issued in pending
+        ),
+        return_exceptions=True,
+    )
+    uses = {use.name: use for use in ctx.status.credentials or []}
+    for (item, issued), result in zip(pending, results, strict=True):
+        done = result is True
+        if item.name in uses:
+            uses[item.name].revoked = done
+        if not done:
+            ctx.rt.spawn_background(
+                retry_revocation(issuers, issued, item.value),
+                name=f"revoke-{ctx.uid}-{item.name}",
+            )
+
+
+async def retry_revocation(issuers: TokenIssuer, issued: Issued, token: str) -> None:
+    """Try a revocation again a few times, each bounded like the first."""
+    for pause in REVOKE_RETRY_PAUSES:
+        await asyncio.sleep(pause)
+        try:
+            if await issuers.revoke(
+                issued.revocation_url or "",
+                issued.client_id,
+                issued.client_secret,
+                token,
+                REVOKE_SECONDS,
+            ):
+                return
+        except Exception:  # best effort: the token expires anyway
+            logger.debug("revocation retry failed", exc_info=True)
 
 
 def valid_records(data: dict[str, str] | None) -> list[EgressRecord]:

@@ -163,7 +163,14 @@ SCHEMAS: Final[dict[str, Any]] = {
                     "required": ["name", "source"],
                     "properties": {
                         "name": {"type": "string"},
-                        "source": {"enum": ["secretKeyRef", "serviceAccountToken"]},
+                        "source": {
+                            "enum": [
+                                "secretKeyRef",
+                                "serviceAccountToken",
+                                "oauth2ClientCredentials",
+                                "tokenExchange",
+                            ]
+                        },
                         "hosts": {"type": "array", "items": {"type": "string"}},
                         "file": {"type": "string"},
                     },
@@ -335,7 +342,14 @@ SCHEMAS: Final[dict[str, Any]] = {
                     "required": ["name", "source", "hosts", "file", "expiresAt"],
                     "properties": {
                         "name": {"type": "string"},
-                        "source": {"enum": ["secretKeyRef", "serviceAccountToken"]},
+                        "source": {
+                            "enum": [
+                                "secretKeyRef",
+                                "serviceAccountToken",
+                                "oauth2ClientCredentials",
+                                "tokenExchange",
+                            ]
+                        },
                         "hosts": {
                             "oneOf": [
                                 {"type": "array", "items": {"type": "string"}},

@@ -26,6 +26,7 @@ from tooladapter.enums import OperatorRole, ToolKind
 from tooladapter.executors import Executor
 from tooladapter.executors.canary import default_route_address, start_canary
 from tooladapter.executors.http import HttpExecutor
+from tooladapter.executors.issuers import HttpIssuers
 from tooladapter.executors.mcp import McpExecutor
 from tooladapter.executors.native import NativeExecutor
 from tooladapter.executors.sandbox import SandboxExecutor
@@ -165,6 +166,12 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo) -> None:
         await kube.close()
         raise
     http = HttpExecutor(config.blocked_http_hosts, hosts=mapped_hosts, tls=trust)
+    issuers = HttpIssuers(
+        trusted=config.egress.trusted_issuers,
+        blocked=config.blocked_http_hosts,
+        hosts=mapped_hosts,
+        tls=trust,
+    )
     cluster = KubeCluster(kube, AllowCache(config.authz_cache_seconds))
     sandbox = SandboxExecutor(cluster, config)
     executors: dict[ToolKind, Executor] = {
@@ -197,7 +204,9 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo) -> None:
             ],
         ),
     )
+    rt.issuers = issuers
     rt.closers.append(http.close)
+    rt.closers.append(issuers.close)
     flush_traces = tracing.configure(version("tooladapter"))
     if flush_traces is not None:
         # First registered, so closed last: the spans of calls ending during shutdown go too.

@@ -41,7 +41,9 @@ from tooladapter.model.credentials import (
     Credential,
     CredentialInjection,
     CredentialSource,
+    OAuth2ClientCredentialsSource,
     ServiceAccountTokenSource,
+    TokenExchangeSource,
 )
 from tooladapter.model.descriptor import (
     DEFAULT_MAX_RESULT_BYTES,
@@ -175,6 +177,7 @@ __all__ = [
     "McpToolInfo",
     "Model",
     "NativeSpec",
+    "OAuth2ClientCredentialsSource",
     "PreviewApproval",
     "PreviewClassification",
     "PreviewPermission",
@@ -197,6 +200,7 @@ __all__ = [
     "ShellSpec",
     "SpendPolicy",
     "StageEntry",
+    "TokenExchangeSource",
     "ToolApproval",
     "ToolApprovalSpec",
     "ToolApprovalStatus",

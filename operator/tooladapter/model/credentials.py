@@ -62,32 +62,108 @@ class ServiceAccountTokenSource(Model):
     """Audiences of the token (default: the API server's)."""
 
 
+#: An issuer's token endpoint: https only (the operator posts client secrets there).
+_HTTPS_URL: JsonDict = {
+    "x-kubernetes-validations": [
+        {
+            "rule": "isURL(self) && url(self).getScheme() == 'https'",
+            "message": "must be an https URL",
+            "reason": "FieldValueInvalid",
+        }
+    ]
+}
+HttpsUrl = Annotated[
+    str, Field(min_length=9, max_length=2048, pattern=r"^https://", json_schema_extra=_HTTPS_URL)
+]
+Scope = Annotated[str, Field(min_length=1, max_length=256, pattern=r"^[!#-\[\]-~]+$")]
+Audience = Annotated[str, Field(min_length=1, max_length=512, pattern=r"^[^\s]+$")]
+
+
+class OAuth2ClientCredentialsSource(Model):
+    """A token minted per call by an OAuth 2.0 issuer for the platform's client (RFC 6749
+    4.4), revoked at the call's end where the issuer offers revocation (RFC 7009)."""
+
+    token_url: HttpsUrl
+    """The issuer's token endpoint (https; a public address unless the platform lists its
+    host in `TOOLADAPTER_TRUSTED_ISSUERS`)."""
+    client_id: str = Field(min_length=1, max_length=256)
+    """The client the token is minted for."""
+    client_secret_ref: SecretKeyRef
+    """The client's secret: a Secret's key in the same namespace."""
+    scopes: list[Scope] = Field(default_factory=list, max_length=16)
+    """Scopes asked for (`scope`)."""
+    audience: Audience | None = None
+    """The `audience` parameter: the API the token is for."""
+    revocation_url: HttpsUrl | None = None
+    """The issuer's revocation endpoint (RFC 7009): the token is revoked at the call's end."""
+
+
+class TokenExchangeSource(Model):
+    """A token minted per call on behalf of the calling agent (RFC 8693): the subject token
+    is a TokenRequest token of the caller's ServiceAccount with audience `subjectAudience`,
+    so the API it goes to sees on whose behalf. A caller that is not a ServiceAccount is
+    denied."""
+
+    token_url: HttpsUrl
+    """The issuer's token endpoint (https, as for oauth2ClientCredentials)."""
+    client_id: str = Field(min_length=1, max_length=256)
+    """The client that exchanges."""
+    client_secret_ref: SecretKeyRef
+    """The client's secret: a Secret's key in the same namespace."""
+    audience: Audience | None = None
+    """The `audience` parameter: the API the token is for."""
+    scopes: list[Scope] = Field(default_factory=list, max_length=16)
+    """Scopes asked for (`scope`)."""
+    subject_audience: Audience
+    """The audience of the caller's ServiceAccount token (what the issuer accepts)."""
+    revocation_url: HttpsUrl | None = None
+    """The issuer's revocation endpoint (RFC 7009): the token is revoked at the call's end."""
+
+
+_SOURCES = ("secretKeyRef", "serviceAccountToken", "oauth2ClientCredentials", "tokenExchange")
+
+
 class CredentialSource(Model):
-    """Where the value comes from: exactly one of `secretKeyRef` or `serviceAccountToken`."""
+    """Where the value comes from: exactly one of `secretKeyRef`, `serviceAccountToken`,
+    `oauth2ClientCredentials` or `tokenExchange`."""
 
     model_config = ConfigDict(
-        json_schema_extra={
-            "x-kubernetes-validations": [
-                _exactly_one(("secretKeyRef", "serviceAccountToken"), "source")
-            ]
-        }
+        json_schema_extra={"x-kubernetes-validations": [_exactly_one(_SOURCES, "source")]}
     )
 
     secret_key_ref: SecretKeyRef | None = None
     """A Secret's key in the same namespace (whoever names it must be able to read it)."""
     service_account_token: ServiceAccountTokenSource | None = None
     """A short-lived token of a ServiceAccount, minted for the call."""
+    oauth2_client_credentials: OAuth2ClientCredentialsSource | None = None
+    """A token an OAuth 2.0 issuer mints for the call (client credentials grant)."""
+    token_exchange: TokenExchangeSource | None = None
+    """A token an OAuth 2.0 issuer mints for the call on behalf of the caller (RFC 8693)."""
+
+    def _present(self) -> list[str]:
+        values = (
+            self.secret_key_ref,
+            self.service_account_token,
+            self.oauth2_client_credentials,
+            self.token_exchange,
+        )
+        return [name for name, value in zip(_SOURCES, values, strict=True) if value is not None]
 
     @model_validator(mode="after")
     def _one_source(self) -> CredentialSource:
-        if (self.secret_key_ref is None) == (self.service_account_token is None):
-            raise ValueError("source: set exactly one of secretKeyRef, serviceAccountToken")
+        if len(self._present()) != 1:
+            raise ValueError(f"source: set exactly one of {', '.join(_SOURCES)}")
         return self
 
     @property
     def kind(self) -> str:
         """The source's kind as receipts name it."""
-        return "secretKeyRef" if self.secret_key_ref is not None else "serviceAccountToken"
+        return self._present()[0]
+
+    @property
+    def issued(self) -> OAuth2ClientCredentialsSource | TokenExchangeSource | None:
+        """The OAuth 2.0 source, when an issuer mints the value."""
+        return self.oauth2_client_credentials or self.token_exchange
 
 
 _HTTP_FIELDS = ("header", "scheme", "basicUsername", "methods", "paths")

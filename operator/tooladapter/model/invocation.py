@@ -225,14 +225,27 @@ class CredentialUse(Model):
 
     name: str
     """The entry of the descriptor's (or server's) `credentials`."""
-    source: Literal["secretKeyRef", "serviceAccountToken"]
+    source: Literal[
+        "secretKeyRef", "serviceAccountToken", "oauth2ClientCredentials", "tokenExchange"
+    ]
     """Where the value came from."""
     hosts: list[str] = Field(default_factory=list)
     """Where it went: the hosts whose requests carry it (HTTP injection)."""
     file: str | None = None
     """Where it went: the read-only file a container tool's command reads."""
     expires_at: str | None = None
-    """A token's expiry (RFC 3339)."""
+    """A token's expiry (RFC 3339; for an issuer's token, as the issuer said)."""
+    token_url: str | None = None
+    """An issued token: the issuer's token endpoint."""
+    scopes: list[str] | None = None
+    """An issued token: the scopes the issuer granted (as asked when it did not say)."""
+    audience: str | None = None
+    """An issued token: the audience asked for."""
+    subject: str | None = None
+    """An exchanged token: on whose behalf (the caller's ServiceAccount)."""
+    revoked: bool | None = None
+    """An issued token with a revocation endpoint: whether the issuer confirmed its
+    revocation at the call's end (false: it did not answer in time, or refused)."""
 
 
 class EgressUse(Model):

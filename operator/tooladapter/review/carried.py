@@ -54,6 +54,18 @@ def source_view(credential: Credential) -> dict[str, Any]:
     if source.secret_key_ref is not None:
         ref = source.secret_key_ref
         return {"kind": "secretKeyRef", "secret": ref.name, "key": ref.key}
+    if source.oauth2_client_credentials is not None or source.token_exchange is not None:
+        issued = source.issued
+        assert issued is not None
+        return {
+            "kind": source.kind,
+            "tokenUrl": issued.token_url,
+            "clientId": issued.client_id,
+            "secret": issued.client_secret_ref.name,
+            "key": issued.client_secret_ref.key,
+            "scopes": list(issued.scopes),
+            "audience": issued.audience,
+        }
     token = source.service_account_token
     assert token is not None  # exactly one source (the model's validator)
     return {
@@ -87,6 +99,13 @@ def credential_text(name: str, source: dict[str, Any], where: dict[str, Any]) ->
     h1, h2 (methods ...; paths ...)` or `... to file /path`."""
     if source["kind"] == "secretKeyRef":
         origin = f"Secret {source['secret']} key {source['key']}"
+    elif source["kind"] in ("oauth2ClientCredentials", "tokenExchange"):
+        how = "on behalf of the caller" if source["kind"] == "tokenExchange" else "for"
+        origin = (
+            f"a token minted per call by {source['tokenUrl']} {how} client {source['clientId']}"
+        )
+        if source["scopes"]:
+            origin += f" (scopes {', '.join(source['scopes'])})"
     else:
         origin = f"a token of ServiceAccount {source['serviceAccount']}"
         if source["audiences"]:

@@ -50,6 +50,11 @@ class EgressSettings(FromEnv):
     #: Names the proxy and http tools resolve to fixed addresses ("name=address,..."), for
     #: tests; those addresses skip the non-public check, and such names never go to DNS.
     hosts: str = setting("TOOLADAPTER_EGRESS_HOSTS", env.verbatim, "")
+    #: Hosts of OAuth 2.0 token endpoints (`oauth2ClientCredentials`, `tokenExchange`) that
+    #: may resolve to non-public addresses (an issuer inside the cluster); any other
+    #: issuer's host must resolve to public addresses, since the operator posts client
+    #: secrets there.
+    trusted_issuers: tuple[str, ...] = setting("TOOLADAPTER_TRUSTED_ISSUERS", env.listed, ())
     #: Cluster ranges (pod and service CIDRs) the proxy treats as non-public, and every
     #: lease's NetworkPolicy excepts from the ipBlocks that contain them.
     cluster_cidrs: tuple[str, ...] = setting("TOOLADAPTER_EGRESS_CLUSTER_CIDRS", env.listed, ())

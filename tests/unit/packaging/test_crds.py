@@ -349,8 +349,20 @@ def test_descriptor_credential_rules_are_refused_at_apply() -> None:
     source = item["properties"]["source"]
     one_source = _validation(source, "has(self.secretKeyRef)")
     assert one_source["rule"] == (
-        "[has(self.secretKeyRef), has(self.serviceAccountToken)].filter(x, x).size() == 1"
+        "[has(self.secretKeyRef), has(self.serviceAccountToken), "
+        "has(self.oauth2ClientCredentials), has(self.tokenExchange)].filter(x, x).size() == 1"
     )
+    issuer = source["properties"]["oauth2ClientCredentials"]
+    assert set(issuer["required"]) == {"tokenUrl", "clientId", "clientSecretRef"}
+    https = _validation(issuer["properties"]["tokenUrl"], "isURL(self)")
+    assert https["rule"] == "isURL(self) && url(self).getScheme() == 'https'"
+    exchange = source["properties"]["tokenExchange"]
+    assert set(exchange["required"]) == {
+        "tokenUrl",
+        "clientId",
+        "clientSecretRef",
+        "subjectAudience",
+    }
     inject = item["properties"]["inject"]
     one_form = _validation(inject, "[has(self.hosts), has(self.file)]")
     assert one_form["rule"].endswith(".filter(x, x).size() == 1")

@@ -83,6 +83,17 @@ def carried_status() -> ToolInvocationStatus:
                 file="/tooladapter/credentials/token",
                 expires_at="2026-01-01T13:00:00Z",
             ),
+            CredentialUse(
+                name="minted",
+                source="tokenExchange",
+                hosts=["api.example.com"],
+                expires_at="2026-01-01T12:05:00Z",
+                token_url="https://issuer.example.com/oauth/token",
+                scopes=["items.read"],
+                audience="api",
+                subject="system:serviceaccount:team:agent",
+                revoked=True,
+            ),
         ],
     )
 
@@ -98,6 +109,11 @@ def test_every_kind_records_its_descriptor_digest_and_credentials(kind: ToolKind
             "hosts": ["api.example.com"],
             "file": None,
             "expiresAt": None,
+            "tokenUrl": None,
+            "scopes": None,
+            "audience": None,
+            "subject": None,
+            "revoked": None,
         },
         {
             "name": "kube",
@@ -105,6 +121,23 @@ def test_every_kind_records_its_descriptor_digest_and_credentials(kind: ToolKind
             "hosts": None,
             "file": "/tooladapter/credentials/token",
             "expiresAt": "2026-01-01T13:00:00Z",
+            "tokenUrl": None,
+            "scopes": None,
+            "audience": None,
+            "subject": None,
+            "revoked": None,
+        },
+        {
+            "name": "minted",
+            "source": "tokenExchange",
+            "hosts": ["api.example.com"],
+            "file": None,
+            "expiresAt": "2026-01-01T12:05:00Z",
+            "tokenUrl": "https://issuer.example.com/oauth/token",
+            "scopes": ["items.read"],
+            "audience": "api",
+            "subject": "system:serviceaccount:team:agent",
+            "revoked": True,
         },
     ]
 
@@ -120,7 +153,18 @@ def test_the_receipt_holds_no_credential_value() -> None:
     # Status holds no value to copy; whatever the arguments said, nothing else names one.
     receipt = receipt_of(carried_status(), arguments={"id": "42"})
     assert SECRET_VALUE not in json.dumps(receipt)
-    assert set(receipt["credentials"][0]) == {"name", "source", "hosts", "file", "expiresAt"}  # type: ignore[index]
+    assert set(receipt["credentials"][0]) == {  # type: ignore[index]
+        "name",
+        "source",
+        "hosts",
+        "file",
+        "expiresAt",
+        "tokenUrl",
+        "scopes",
+        "audience",
+        "subject",
+        "revoked",
+    }
 
 
 def test_an_http_target_is_the_declared_template_and_its_literal_host() -> None:
@@ -215,6 +259,11 @@ async def test_a_call_that_carried_a_credential_has_a_receipt_that_says_so_and_v
             "hosts": ["api.example.com"],
             "file": None,
             "expiresAt": None,
+            "tokenUrl": None,
+            "scopes": None,
+            "audience": None,
+            "subject": None,
+            "revoked": None,
         }
     ]
     assert receipt["target"] == {

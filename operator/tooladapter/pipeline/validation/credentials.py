@@ -53,6 +53,11 @@ def check_credentials(spec: ToolDescriptorSpec) -> list[str]:
         names.add(credential.name)
         problems.extend(_source_problems(credential.source, where))
         inject = credential.inject
+        if inject.file is not None and credential.source.issued is not None:
+            problems.append(
+                f"{where}.inject.file: a token an issuer mints per call goes to HTTP requests "
+                "(inject.hosts), not to a file"
+            )
         if inject.file is not None:
             if spec.kind is not ToolKind.CONTAINER:
                 problems.append(
@@ -89,6 +94,11 @@ def check_server_credentials(spec: McpServerSpec) -> list[str]:
     for index, credential in enumerate(spec.credentials):
         where = f"credentials[{index}]"
         problems.extend(_source_problems(credential.source, where))
+        if credential.source.issued is not None:
+            problems.append(
+                f"{where}.source.{credential.source.kind}: a token minted per call is for tool "
+                "credentials; an McpServer's connections do not carry one yet"
+            )
         inject = credential.inject
         if inject.file is not None or inject.methods is not None or inject.paths is not None:
             problems.append(
@@ -110,6 +120,14 @@ def _source_problems(source: CredentialSource, where: str) -> list[str]:
             problems.append(f"{where}.source.secretKeyRef.name: {ref.name!r} is not a Secret name")
         if not _SECRET_KEY.match(ref.key) or len(ref.key) > 253:
             problems.append(f"{where}.source.secretKeyRef.key: {ref.key!r} is not a Secret key")
+    issued = source.issued
+    if issued is not None:
+        ref = issued.client_secret_ref
+        field = f"{where}.source.{source.kind}.clientSecretRef"
+        if not _DNS_SUBDOMAIN.match(ref.name) or len(ref.name) > 253:
+            problems.append(f"{field}.name: {ref.name!r} is not a Secret name")
+        if not _SECRET_KEY.match(ref.key) or len(ref.key) > 253:
+            problems.append(f"{field}.key: {ref.key!r} is not a Secret key")
     if source.service_account_token is not None:
         name = source.service_account_token.service_account_name
         if not _DNS_SUBDOMAIN.match(name):

@@ -32,7 +32,7 @@ SHIPPED: dict[tuple[AdmissionKind, str], str] = {
         "sha256:22055c63bc70f4614f06f859ce673560176cafdb6367bffd67c7176c34e5fa15"
     ),
     (AdmissionKind.POLICY, "tooladapter-secret-references"): (
-        "sha256:cdf3e4a1361da643a226f3ef38cd50921f8440ca0a8146cb32daa191d9eea9da"
+        "sha256:a4ef3fdb16e8edaca5df5b9bad56d579c164785685df3e9815d50ea21ceee826"
     ),
     (AdmissionKind.BINDING, "tooladapter-approval-reviewer"): (
         "sha256:a4ff48ae2aeb133a064440e6308a649a0a16b58220a6ce5713aa83cffbc3e0e7"

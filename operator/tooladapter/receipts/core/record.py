@@ -54,13 +54,20 @@ def _arguments_hash(arguments: Any) -> str | None:
 def credential_record(use: CredentialUse) -> dict[str, Any]:
     """One credential the call carried, every key present: its name, the kind of its
     source, where it went (`hosts` for HTTP injection, `file` for a container tool's file)
-    and a token's expiry. Never a value: status holds none to copy."""
+    and a token's expiry; for a token an issuer minted, its token URL, scopes, audience,
+    subject (an exchange) and whether it was revoked. Never a value: status holds none to
+    copy."""
     return {
         "name": use.name,
         "source": use.source,
         "hosts": list(use.hosts) if use.file is None else None,
         "file": use.file,
         "expiresAt": use.expires_at,
+        "tokenUrl": use.token_url,
+        "scopes": list(use.scopes) if use.scopes is not None else None,
+        "audience": use.audience,
+        "subject": use.subject,
+        "revoked": use.revoked,
     }
 
 
