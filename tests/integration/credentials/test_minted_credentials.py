@@ -18,11 +18,10 @@ from typing import Any
 
 import pytest
 from kubernetes import client
-from kubernetes.client.rest import ApiException
 
 from tests.integration.conftest import Configured
 from tests.integration.credentials.test_http_credentials import echo_authorization, shown
-from tests.integration.objects import SHELL_SCHEMA, Agent, descriptor, pretty, status_of
+from tests.integration.objects import SHELL_SCHEMA, Agent, descriptor, get, pretty, status_of
 from tests.integration.servers import tls_server
 from tooladapter.devtools import (
     SESSION,
@@ -30,6 +29,7 @@ from tooladapter.devtools import (
     Namespace,
     OperatorProcess,
     node_ip,
+    wait_for,
 )
 from tooladapter.devtools.oauth import OAuthServer
 from tooladapter.devtools.tls import make_certificates
@@ -62,8 +62,9 @@ def raw_get(api: client.ApiClient, path: str) -> str:
     )
     response = api.call_api(method, url, header_params=headers, body=body)
     response.read()
-    assert response.status == 200, response.data
-    return str(response.data.decode())
+    data = response.data or b""
+    assert response.status == 200, data
+    return data.decode()
 
 
 @pytest.fixture(scope="module")
@@ -278,12 +279,44 @@ def test_a_token_url_that_is_not_https_is_refused_at_apply(
 ) -> None:
     s = servers[0]
     plain = f"http://{ISSUER}:{s.issuer.port}/oauth/token"
-    with pytest.raises(ApiException) as refused:
+    with pytest.raises(client.ApiException) as refused:
         api_tool(
             api, mns.name, s, source_of("oauth2ClientCredentials", s, plain), wait_active=False
         )
     assert refused.value.status == 422
     assert "https" in (refused.value.body or ""), refused.value.body
+
+
+def test_a_token_url_on_a_private_address_is_refused_at_apply(
+    api: client.ApiClient,
+    mns: Namespace,
+    magent: Agent,
+    servers: tuple[Servers, Path],
+) -> None:
+    """The operator posts client secrets to the token URL: a tenant naming an internal
+    address literally gets a descriptor that never becomes active, the field named, and a
+    call of it is Denied before anything is sent (the CRD cannot afford this check; an
+    internal issuer is named by host name and trusted by the platform)."""
+    s = servers[0]
+    client_secret(api, mns.name)
+    private = "https://10.1.2.3/oauth/token"
+    obj = api_tool(
+        api, mns.name, s, source_of("oauth2ClientCredentials", s, private), wait_active=False
+    )
+    name = obj["metadata"]["name"]
+
+    def refused() -> dict[str, Any] | None:
+        status = get(api, mns.name, "tooldescriptors", name).get("status") or {}
+        return status if status.get("message") and not status.get("active") else None
+
+    status = wait_for(refused, timeout=90, what="the descriptor judged")
+    assert "oauth2ClientCredentials.tokenUrl" in status["message"], status
+    assert "10.1.2.3 is not a public address" in status["message"], status
+    magent.grant(["items"], ["read"])
+    before = len(s.issuer.tokens())
+    call = status_of(magent.wait(magent.invoke("items", {}), timeout=120))
+    assert call["state"] == "Denied", pretty(call)
+    assert len(s.issuer.tokens()) == before
 
 
 # --------------------------------------------------------------------------- sandboxes

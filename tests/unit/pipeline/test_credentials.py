@@ -22,6 +22,7 @@ from tooladapter.pipeline.validation.credentials import (
     check_credentials,
     check_server_credentials,
     egress_of,
+    internal_literal,
 )
 from tooladapter.pipeline.validation.descriptor import check_descriptor
 
@@ -277,3 +278,29 @@ def test_a_server_credentials_sources_are_checked() -> None:
     assert check_server_credentials(server("https://mcp.example.com/mcp", bad)) == [
         "credentials[0].source.secretKeyRef.name: 'Nope!' is not a Secret name"
     ]
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "https://10.1.2.3/token",
+        "https://127.0.0.1:8443/token",
+        "https://169.254.169.254/latest",
+        "https://[::1]/token",
+        "https://[fd00::1]/token",
+        "https://192.168.1.1/token",
+        "https://localhost/token",
+        "https://issuer.localhost/token",
+        "https://100.64.0.1/token",
+    ],
+)
+def test_an_issuer_url_naming_an_internal_address_literally_is_refused(url: str) -> None:
+    assert internal_literal(url) is not None
+
+
+@pytest.mark.parametrize(
+    "url",
+    ["https://issuer.example.com/token", "https://8.8.8.8/token", "https://[2001:4860::8888]/t"],
+)
+def test_a_public_or_named_issuer_url_passes(url: str) -> None:
+    assert internal_literal(url) is None

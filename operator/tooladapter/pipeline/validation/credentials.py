@@ -6,6 +6,7 @@ with the entry's index and keeps objects stored before a rule existed inactive.
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from urllib.parse import urlsplit
 
@@ -112,6 +113,27 @@ def check_server_credentials(spec: McpServerSpec) -> list[str]:
     return problems
 
 
+def internal_literal(url: str) -> str | None:
+    """Why an issuer's URL may not be used (None: it may): it names a loopback, private,
+    link-local or unspecified address literally, or `localhost`. The operator posts client
+    secrets there, so no tenant may point it at an internal service; an internal issuer is
+    named by host name and listed in TOOLADAPTER_TRUSTED_ISSUERS (a name is judged on the
+    address it resolves to when a call is brokered). The CRD cannot afford this check."""
+    host = (urlsplit(url).hostname or "").rstrip(".").lower()
+    if host == "localhost" or host.endswith(".localhost"):
+        return f"{host!r} is this machine: name a public issuer, or a trusted one by name"
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return None
+    if address.is_global:
+        return None
+    return (
+        f"{host} is not a public address: name a public issuer, or an internal one by its "
+        "host name listed in the operator's TOOLADAPTER_TRUSTED_ISSUERS"
+    )
+
+
 def _source_problems(source: CredentialSource, where: str) -> list[str]:
     problems = []
     if source.secret_key_ref is not None:
@@ -128,6 +150,10 @@ def _source_problems(source: CredentialSource, where: str) -> list[str]:
             problems.append(f"{field}.name: {ref.name!r} is not a Secret name")
         if not _SECRET_KEY.match(ref.key) or len(ref.key) > 253:
             problems.append(f"{field}.key: {ref.key!r} is not a Secret key")
+        for name, url in (("tokenUrl", issued.token_url), ("revocationUrl", issued.revocation_url)):
+            problem = internal_literal(url) if url else None
+            if problem:
+                problems.append(f"{where}.source.{source.kind}.{name}: {problem}")
     if source.service_account_token is not None:
         name = source.service_account_token.service_account_name
         if not _DNS_SUBDOMAIN.match(name):
