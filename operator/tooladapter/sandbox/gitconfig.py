@@ -323,6 +323,27 @@ _RULES: tuple[tuple[str, str | None, str], ...] = (
     ("gpg", "?", "program"),
     ("gpg", "ssh", "defaultkeycommand"),
     ("pager", None, "*"),
+    # Found by the attack pass (issue 39): each runs a program the config names.
+    # `git archive --format=<format>` pipes through `tar.<format>.command` (a shell command).
+    ("tar", "*", "command"),
+    # `git difftool`/`mergetool` run a known tool from `<tool>.path` (any program).
+    ("difftool", "*", "path"),
+    ("mergetool", "*", "path"),
+    # `git add -p` pipes its diff through this shell command (with colour, which
+    # `color.ui` in the same file turns on).
+    ("interactive", None, "difffilter"),
+    # `git help` runs the viewer and browser these name.
+    ("man", "*", "cmd"),
+    ("man", "*", "path"),
+    ("browser", "*", "cmd"),
+    ("browser", "*", "path"),
+    ("guitool", "*", "cmd"),
+    # `git send-email`: commands for recipients and headers, a program as SMTP server.
+    ("sendemail", "?", "tocmd"),
+    ("sendemail", "?", "cccmd"),
+    ("sendemail", "?", "headercmd"),
+    ("sendemail", "?", "sendmailcmd"),
+    ("sendemail", "?", "smtpserver"),
 )
 #: Keys refused only when their value runs a shell command (`!...`).
 _SHELL_VALUE_RULES: tuple[tuple[str, str | None, str], ...] = (

@@ -1,0 +1,114 @@
+"""Attack pass (issue 39): repository config keys, beyond the first list, that make git
+run a program an earlier call of the attempt planted. Each is shown to run with the git
+on this machine, then shown refused by the check before every call."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tooladapter.sandbox.gitconfig import FileKind, ScannedFile, findings, parse_config
+
+#: (planted config, the git command a later, allowed call runs, the key refused).
+RUNS = [
+    (
+        '[tar "tgz"]\n\tcommand = "touch {mark}; cat"\n',
+        ["archive", "--format=tgz", "HEAD"],
+        "tar.tgz.command",
+    ),
+    (
+        '[diff]\n\ttool = vimdiff\n[difftool "vimdiff"]\n\tpath = {script}\n',
+        ["difftool", "-y", "HEAD~1"],
+        "difftool.vimdiff.path",
+    ),
+]
+
+
+def _git(repo: Path, *args: str) -> subprocess.CompletedProcess[bytes]:
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "HOME": str(repo.parent),
+        "GIT_CONFIG_GLOBAL": "/dev/null",
+        "GIT_CONFIG_NOSYSTEM": "1",
+        "GIT_AUTHOR_NAME": "a",
+        "GIT_AUTHOR_EMAIL": "a@example.test",
+        "GIT_COMMITTER_NAME": "a",
+        "GIT_COMMITTER_EMAIL": "a@example.test",
+    }
+    return subprocess.run(  # noqa: S603 (git, fixed arguments)
+        ["git", *args],  # noqa: S607
+        cwd=repo,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        check=False,
+        timeout=30,
+    )
+
+
+@pytest.mark.parametrize(("planted", "command", "key"), RUNS)
+def test_a_planted_key_that_runs_a_program_is_refused(
+    tmp_path: Path, planted: str, command: list[str], key: str
+) -> None:
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    _git(repo, "init", "-q")
+    (repo / "f").write_text("one\n")
+    _git(repo, "add", "f")
+    _git(repo, "commit", "-qm", "one")
+    (repo / "f").write_text("two\n")
+    _git(repo, "commit", "-qam", "two")
+    mark = tmp_path / "ran"
+    script = tmp_path / "tool.sh"
+    script.write_text(f"#!/bin/sh\ntouch {mark}\n")
+    script.chmod(0o755)
+    text = planted.format(mark=mark, script=script)
+    config = repo / ".git" / "config"
+    config.write_text(config.read_text() + text)
+    # The key does run a program: git is not the one to stop it.
+    _git(repo, *command)
+    assert mark.exists(), key
+    found = findings([ScannedFile(FileKind.CONFIG, str(config), config.read_text())])
+    assert [f.what.split(" ")[0] for f in found] == [key]
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "[interactive]\n\tdiffFilter = sh -c evil\n",
+        '[man "foo"]\n\tcmd = evil\n',
+        '[man "man"]\n\tpath = /workspace/evil\n',
+        '[browser "b"]\n\tcmd = evil\n',
+        '[browser "firefox"]\n\tpath = /workspace/evil\n',
+        '[guitool "g"]\n\tcmd = evil\n',
+        '[mergetool "vimdiff"]\n\tpath = /workspace/evil\n',
+        "[sendemail]\n\ttoCmd = evil\n",
+        "[sendemail]\n\tccCmd = evil\n",
+        "[sendemail]\n\theaderCmd = evil\n",
+        "[sendemail]\n\tsendmailCmd = evil\n",
+        "[sendemail]\n\tsmtpServer = /workspace/evil\n",
+        '[sendemail "id"]\n\tsmtpServer = /workspace/evil\n',
+    ],
+)
+def test_more_keys_that_name_a_program_are_refused(text: str) -> None:
+    (entry,) = parse_config(text)
+    found = findings([ScannedFile(FileKind.CONFIG, "/workspace/r/.git/config", text)])
+    assert [f.what for f in found] == [f"{entry.name} (line 2)"]
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        # Data, not commands: what these name is read, never run.
+        "[core]\n\tattributesFile = /workspace/attrs\n",
+        "[init]\n\ttemplateDir = /workspace/tpl\n",
+        "[http]\n\tsslCAInfo = /workspace/ca.pem\n",
+        '[remote "origin"]\n\turl = https://git.example.test/r.git\n',
+        "[color]\n\tui = always\n",
+    ],
+)
+def test_keys_that_run_nothing_stay_allowed(text: str) -> None:
+    assert findings([ScannedFile(FileKind.CONFIG, "/workspace/r/.git/config", text)]) == []
