@@ -38,8 +38,8 @@ def _git(repo: Path, *args: str) -> subprocess.CompletedProcess[bytes]:
         "GIT_COMMITTER_NAME": "a",
         "GIT_COMMITTER_EMAIL": "a@example.test",
     }
-    return subprocess.run(  # noqa: S603 (git, fixed arguments)
-        ["git", *args],  # noqa: S607
+    return subprocess.run(
+        ["git", *args],
         cwd=repo,
         env=env,
         stdin=subprocess.DEVNULL,
