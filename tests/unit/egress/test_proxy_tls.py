@@ -6,10 +6,11 @@ end."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime as dt
 import json
 import ssl
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -44,11 +45,29 @@ class TlsRig:
 
 @pytest.fixture
 async def tls_rig(tmp_path: Path) -> AsyncIterator[TlsRig]:
+    async with start_rig(tmp_path) as rig:
+        yield rig
+
+
+@contextlib.asynccontextmanager
+async def start_rig(
+    tmp_path: Path,
+    *,
+    header_value: str = f"Bearer {SECRET_VALUE}",
+    handle: Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]] | None = None,
+) -> AsyncIterator[TlsRig]:
+    """The proxy with lease `lease-t` (a credential for HOST, `header_value` its header
+    value), HOST and OTHER served over TLS of a test CA by `handle` (default: an echo of
+    the request head, `http_upstream`)."""
     certs = make_certificates(tmp_path, [HOST, OTHER])
     server_tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     server_tls.load_cert_chain(certs.cert, certs.key)
-    upstream_server, upstream = await http_upstream(server_tls)
-    port = upstream.port
+    if handle is None:
+        upstream_server, upstream_state = await http_upstream(server_tls)
+    else:
+        upstream_server = await asyncio.start_server(handle, "127.0.0.1", 0, ssl=server_tls)
+        upstream_state = Upstream(upstream_server.sockets[0].getsockname()[1])
+    port = upstream_state.port
     now = dt.datetime.now(dt.UTC)
     ca = make_lease_ca(
         uid="lease-t", hosts=[f"{HOST}:{port}"], not_after=now + dt.timedelta(minutes=5), now=now
@@ -75,7 +94,7 @@ async def tls_rig(tmp_path: Path) -> AsyncIterator[TlsRig]:
         namespace="sys",
         grant=grant,
         token=token,
-        values={"credential-0": f"Bearer {SECRET_VALUE}", "credential-0-raw": SECRET_VALUE},
+        values={"credential-0": header_value, "credential-0-raw": SECRET_VALUE},
         ca=ca,
     )
     written: dict[str, list[dict[str, Any]]] = {}
@@ -96,11 +115,19 @@ async def tls_rig(tmp_path: Path) -> AsyncIterator[TlsRig]:
         upstream_tls=ssl.create_default_context(cafile=str(certs.ca)),
     )
     server = await asyncio.start_server(proxy.serve, "127.0.0.1", 0)
-    yield TlsRig(
-        server.sockets[0].getsockname()[1], upstream, ca, certs.ca, token, written, recorder
-    )
-    server.close()
-    upstream_server.close()
+    try:
+        yield TlsRig(
+            server.sockets[0].getsockname()[1],
+            upstream_state,
+            ca,
+            certs.ca,
+            token,
+            written,
+            recorder,
+        )
+    finally:
+        server.close()
+        upstream_server.close()
 
 
 async def through(

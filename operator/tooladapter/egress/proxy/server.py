@@ -327,7 +327,12 @@ class EgressProxy:
         inject = (credential.header, credential.value) if credential is not None else None
         masker = (
             ResponseFilter(
-                credential.secret.encode(), method=head.method, client_version=head.version
+                credential.secret.encode(),
+                method=head.method,
+                client_version=head.version,
+                # The header as sent, too (as `_forward`): a `Basic base64(user:value)`
+                # header reflected hex- or base64-encoded holds no form of the value itself.
+                also=(credential.value.encode(),),
             )
             if credential is not None
             else None
