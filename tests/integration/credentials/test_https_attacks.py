@@ -215,6 +215,9 @@ def test_an_agent_neither_sees_the_credential_nor_sends_it_elsewhere_nor_reaches
             f'echo "== ip"; curl -sSk {code} https://{node_ip()}:{port}/ip 2>&1',
             f'echo "== h2"; curl -sS {code} --http2-prior-knowledge {base}/h2 2>&1',
             f'echo "== api"; curl -sS {code} https://kubernetes.default.svc/api 2>&1',
+            # Around the proxy, to the API server's service address: the network policy.
+            f'echo "== direct"; curl -sSk --noproxy "*" --max-time 5 {code} '
+            "https://10.0.0.1/api 2>&1",
             'echo "== sa"; ls /var/run/secrets/kubernetes.io/serviceaccount 2>&1',
             'echo "== keys"; grep -rls "PRIVATE KEY" /tooladapter /home /workspace /dev/shm '
             "/etc 2>/dev/null; env | grep -c 'PRIVATE KEY'; "
@@ -265,6 +268,7 @@ def test_an_agent_neither_sees_the_credential_nor_sends_it_elsewhere_nor_reaches
     # The CA key: no API server through the proxy, no token, no key anywhere it can read.
     assert "403" in parts["api"], parts["api"]
     assert "No such file or directory" in parts["sa"], parts["sa"]
+    assert parts["direct"].strip().endswith("000"), parts["direct"]
     assert parts["keys"].split() == ["0", "0"], parts["keys"]
     counts = parts["bundle"].split()
     assert int(counts[0]) >= 2 and counts[1] == "0", parts["bundle"]

@@ -143,6 +143,9 @@ def test_user_config_rc_files_and_a_git_file_into_home_never_act_in_a_later_call
         'git -C "$HOME/evil.git" config core.fsmonitor "touch /workspace/pwned-fsmonitor"; '
         'mkdir -p /workspace/r2; echo "gitdir: $HOME/evil.git" > /workspace/r2/.git; '
         "ln -s /home/sandbox /workspace/home-link; ln -s /tooladapter /workspace/ta-link; "
+        # A remote whose URL runs a command (git refuses the ext transport by default).
+        "git init -q /workspace/r3; "
+        "git -C /workspace/r3 config remote.origin.url 'ext::sh -c touch% /workspace/pwned-ext'; "
         'echo "== preload"; echo /workspace/x.so > /etc/ld.so.preload 2>&1 || echo refused; '
         'echo "== end"'
     )
@@ -157,6 +160,7 @@ def test_user_config_rc_files_and_a_git_file_into_home_never_act_in_a_later_call
         agent,
         'echo "== curl"; curl -sS -o /dev/null file:///etc/hostname; '
         'echo "== git"; git -C /workspace/r2 status 2>&1; '
+        'echo "== ext"; git -C /workspace/r3 fetch -q origin 2>&1; '
         'echo "== shells"; sh -lc true; sh -c true; '
         'echo "== home"; ls -A "$HOME" /workspace/home-link/ /workspace/ta-link/; echo "== end"',
         "u",
@@ -166,6 +170,7 @@ def test_user_config_rc_files_and_a_git_file_into_home_never_act_in_a_later_call
     assert "== end" in out and "CURLRC-READ" not in out, out
     # The git directory the `.git` file named went with the earlier call's HOME.
     assert "not a git repository" in out.split("== git", 1)[1], out
+    assert "transport 'ext' not allowed" in out.split("== ext", 1)[1], out
     home = out.split("== home", 1)[1]
     assert ".curlrc" not in home and "evil.git" not in home and ".profile" not in home, home
     files = listing(namespace.name, pod, "/workspace")

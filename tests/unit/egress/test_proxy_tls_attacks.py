@@ -11,6 +11,8 @@ import json
 import ssl
 from pathlib import Path
 
+import pytest
+
 from tests.unit.egress.test_proxy import SECRET_VALUE, auth
 from tests.unit.egress.test_proxy_tls import (
     HOST,
@@ -193,3 +195,26 @@ async def test_a_redirect_to_another_host_is_followed_without_the_credential(
         assert SECRET_VALUE.encode() in heads[0]
         assert len(heads) == 2 and SECRET_VALUE.encode() not in heads[1]
         assert b"made-up" in heads[1]
+
+
+async def test_an_sni_naming_the_credential_host_on_a_connect_to_another_host_goes_nowhere(
+    tmp_path: Path,
+) -> None:
+    # CONNECT to OTHER (no credential: end to end) with the ClientHello naming HOST: the
+    # proxy checks the SNI against the CONNECT host before it dials, so neither a leaf of
+    # the lease CA nor the upstream is reached.
+    async with start_rig(tmp_path) as rig:
+        trust = lease_trust(rig)
+        trust.check_hostname = False
+        trust.verify_mode = ssl.CERT_NONE
+        with pytest.raises((ssl.SSLError, ConnectionError, asyncio.IncompleteReadError)):
+            await through(
+                rig,
+                OTHER,
+                request("GET", "/private/repo", HOST, rig.upstream.port),
+                trust=trust,
+                server_name=HOST,
+            )
+        assert rig.upstream.heads == []
+        (record,) = await records(rig, 1)
+        assert record["verdict"] == "sni-mismatch"
