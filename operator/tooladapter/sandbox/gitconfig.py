@@ -35,17 +35,21 @@ END_MARK = "tooladapter-scan-end"
 SCAN_ROOTS = (WORKSPACE, HOME_DIR, TOOLADAPTER_DIR, *SHARED_MEMORY)
 
 #: One candidate file, framed: `<kind> <path bytes> <content bytes or -1>\n<path><content>`.
-#: Symlinks are followed (git follows them); a dangling one is nothing git reads.
+#: Symlinks are followed (git follows them); a dangling one is nothing git reads. A git
+#: directory is one with a `HEAD` that is a file or any symlink: git takes a symlink whose
+#: text starts `refs/` as HEAD (the old symref form) even when it dangles (an unborn
+#: branch), so `-f` alone would miss a repository git still opens (`h`).
 #: Names arrive as arguments (`find -exec ... {} +`), so a line break in a name cannot
 #: split a record. Kinds: C config of a git directory (a sibling `HEAD`), A attributes,
 #: H an executable hook (no content), `-1` a file over `FILE_CAP` (not sent).
+_HAS_HEAD = 'h() { [ -f "$1/HEAD" ] || [ -L "$1/HEAD" ]; }; '
 EMIT_SCRIPT = (
-    'for f; do [ -e "$f" ] || continue; b=${f##*/}; d=${f%/*}; '
+    _HAS_HEAD + 'for f; do [ -e "$f" ] || continue; b=${f##*/}; d=${f%/*}; '
     'case "$f" in */hooks/*) case "$d" in */hooks) ;; *) continue;; esac; '
-    '[ -f "${d%/hooks}/HEAD" ] || continue; case "$b" in *.sample) continue;; esac; '
+    'h "${d%/hooks}" || continue; case "$b" in *.sample) continue;; esac; '
     '[ -x "$f" ] || continue; printf "H %s 0\\n%s" "${#f}" "$f"; continue;; esac; '
-    'case "$b" in config|config.worktree) [ -f "$d/HEAD" ] || continue; k=C;; '
-    'attributes) case "$d" in */info) [ -f "${d%/info}/HEAD" ] || continue;; '
+    'case "$b" in config|config.worktree) h "$d" || continue; k=C;; '
+    'attributes) case "$d" in */info) h "${d%/info}" || continue;; '
     "*) continue;; esac; k=A;; .gitattributes) k=A;; *) continue;; esac; "
     's=$(wc -c < "$f") || exit 3; s=$((s)); '
     f'if [ "$s" -gt {FILE_CAP} ]; then printf "%s %s -1\\n%s" "$k" "${{#f}}" "$f"; '

@@ -99,21 +99,32 @@ def test_git_keys_beyond_the_first_list_that_run_a_program_deny_the_next_call(
         + "git config diff.tool vimdiff; git config difftool.vimdiff.path /workspace/dt.sh; "
         # Both run in this very call: the keys are live in this image's git.
         + "git archive --format=tgz HEAD > /dev/null; echo y >> f; git difftool -y; "
-        + "cd /workspace; ls; rm -f ran-tar ran-difftool; echo planted"
+        # A repository whose HEAD is a dangling symlink (an unborn branch, the old symref
+        # form): git still opens it, and its fsmonitor runs on status.
+        + "cd /workspace; mkdir repo2; git -C repo2 init -q; "
+        + "git -C repo2 config core.fsmonitor 'touch /workspace/ran-fsmonitor; echo'; "
+        + "rm repo2/.git/HEAD; ln -s refs/heads/unborn repo2/.git/HEAD; "
+        + "git -C repo2 status > /dev/null; "
+        + "ls; rm -f ran-tar ran-difftool ran-fsmonitor; echo planted"
     )
     planted = run(agent, plant, "g")
     assert planted["state"] == "Observed", pretty(planted)
     shown = str(planted["result"]["content"])
     assert "ran-tar" in shown and "ran-difftool" in shown and "planted" in shown, shown
+    assert "ran-fsmonitor" in shown, shown
     pod = planted["sandboxLease"]["workspace"]["id"]
 
     later = run(
-        agent, "cd /workspace/repo; git archive --format=tgz HEAD > /dev/null; git difftool -y", "g"
+        agent,
+        "cd /workspace/repo; git archive --format=tgz HEAD > /dev/null; git difftool -y; "
+        "git -C /workspace/repo2 status",
+        "g",
     )
     assert later["state"] == "Denied", pretty(later)
     message = str(later["message"])
     assert "/workspace/repo/.git/config: tar.tgz.command (line" in message, message
     assert "/workspace/repo/.git/config: difftool.vimdiff.path (line" in message, message
+    assert "/workspace/repo2/.git/config: core.fsmonitor (line" in message, message
     assert not later.get("execution"), pretty(later)
     files = listing(namespace.name, pod, "/workspace")
     assert "repo" in files and "ran-" not in files, files

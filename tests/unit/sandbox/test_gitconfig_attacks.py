@@ -10,7 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from tooladapter.sandbox.gitconfig import FileKind, ScannedFile, findings, parse_config
+from tests.unit.sandbox.test_gitconfig import SHELLS, scan_here
+from tooladapter.sandbox.gitconfig import (
+    FileKind,
+    ScannedFile,
+    findings,
+    parse_config,
+    parse_scan,
+)
 
 #: (planted config, the git command a later, allowed call runs, the key refused).
 RUNS = [
@@ -112,3 +119,34 @@ def test_more_keys_that_name_a_program_are_refused(text: str) -> None:
 )
 def test_keys_that_run_nothing_stay_allowed(text: str) -> None:
     assert findings([ScannedFile(FileKind.CONFIG, "/workspace/r/.git/config", text)]) == []
+
+
+@pytest.mark.parametrize("shell", SHELLS, ids=lambda s: s[0])
+def test_a_repository_whose_head_is_a_dangling_symlink_is_scanned(
+    tmp_path: Path, shell: list[str]
+) -> None:
+    # git takes `HEAD -> refs/heads/<unborn>` (the old symref form) as a repository's HEAD
+    # though it points nowhere; `[ -f HEAD ]` is false there, so the scan once skipped the
+    # config of a repository git still opens, and a planted core.fsmonitor ran.
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    _git(repo, "init", "-q")
+    mark = tmp_path / "ran"
+    _git(repo, "config", "core.fsmonitor", f"touch {mark}; echo")
+    (repo / "f").write_text("x\n")
+    head = repo / ".git" / "HEAD"
+    head.unlink()
+    head.symlink_to("refs/heads/unborn")
+    hook = repo / ".git" / "hooks" / "post-checkout"
+    hook.write_text("#!/bin/sh\n")
+    hook.chmod(0o755)
+    assert not head.exists()
+    _git(repo, "status")
+    assert mark.exists()  # git opened it and ran the planted command
+    result = scan_here(tmp_path, shell)
+    assert result.returncode == 0, result.stderr
+    files, whole = parse_scan(result.stdout)
+    assert whole
+    refused = {str(f)[len(str(tmp_path)) :] for f in findings(files)}
+    assert any(r.startswith("/repo/.git/config: core.fsmonitor (line") for r in refused), refused
+    assert "/repo/.git/hooks/post-checkout: an executable hook" in refused, refused
