@@ -38,13 +38,19 @@ SCAN_ROOTS = (WORKSPACE, HOME_DIR, TOOLADAPTER_DIR, *SHARED_MEMORY)
 #: Symlinks are followed (git follows them); a dangling one is nothing git reads. A git
 #: directory is one with a `HEAD` that is a file or any symlink: git takes a symlink whose
 #: text starts `refs/` as HEAD (the old symref form) even when it dangles (an unborn
-#: branch), so `-f` alone would miss a repository git still opens (`h`).
+#: branch), so `-f` alone would miss a repository git still opens (`h`). A linked
+#: worktree's common directory (its gitdir's `commondir` names it) needs no HEAD at all,
+#: only `objects` and `refs`: git reads its config and runs its hooks, so such a directory
+#: is a git directory here too.
 #: Names arrive as arguments (`find -exec ... {} +`), so a line break in a name cannot
-#: split a record. Kinds: C config of a git directory (a sibling `HEAD`), A attributes,
+#: split a record. Kinds: C config of a git directory (`h`), A attributes,
 #: H an executable hook (no content), `-1` a file over `FILE_CAP` (not sent).
-_HAS_HEAD = 'h() { [ -f "$1/HEAD" ] || [ -L "$1/HEAD" ]; }; '
+_GIT_DIR = (
+    'h() { [ -f "$1/HEAD" ] || [ -L "$1/HEAD" ] || '
+    '{ [ -e "$1/objects" ] && [ -e "$1/refs" ]; }; }; '
+)
 EMIT_SCRIPT = (
-    _HAS_HEAD + 'for f; do [ -e "$f" ] || continue; b=${f##*/}; d=${f%/*}; '
+    _GIT_DIR + 'for f; do [ -e "$f" ] || continue; b=${f##*/}; d=${f%/*}; '
     'case "$f" in */hooks/*) case "$d" in */hooks) ;; *) continue;; esac; '
     'h "${d%/hooks}" || continue; case "$b" in *.sample) continue;; esac; '
     '[ -x "$f" ] || continue; printf "H %s 0\\n%s" "${#f}" "$f"; continue;; esac; '

@@ -105,19 +105,23 @@ def test_git_keys_beyond_the_first_list_that_run_a_program_deny_the_next_call(
         + "git -C repo2 config core.fsmonitor 'touch /workspace/ran-fsmonitor; echo'; "
         + "rm repo2/.git/HEAD; ln -s refs/heads/unborn repo2/.git/HEAD; "
         + "git -C repo2 status > /dev/null; "
-        + "ls; rm -f ran-tar ran-difftool ran-fsmonitor; echo planted"
+        # A linked worktree whose common directory has no HEAD: git reads its config.
+        + "git -C repo worktree add -q /workspace/wt; mv repo/.git/HEAD repo/.git/HEAD.moved; "
+        + "git -C repo config core.fsmonitor 'touch /workspace/ran-common; echo'; "
+        + "git -C /workspace/wt status > /dev/null; "
+        + "ls; rm -f ran-tar ran-difftool ran-fsmonitor ran-common; echo planted"
     )
     planted = run(agent, plant, "g")
     assert planted["state"] == "Observed", pretty(planted)
     shown = str(planted["result"]["content"])
     assert "ran-tar" in shown and "ran-difftool" in shown and "planted" in shown, shown
-    assert "ran-fsmonitor" in shown, shown
+    assert "ran-fsmonitor" in shown and "ran-common" in shown, shown
     pod = planted["sandboxLease"]["workspace"]["id"]
 
     later = run(
         agent,
         "cd /workspace/repo; git archive --format=tgz HEAD > /dev/null; git difftool -y; "
-        "git -C /workspace/repo2 status",
+        "git -C /workspace/repo2 status; git -C /workspace/wt status",
         "g",
     )
     assert later["state"] == "Denied", pretty(later)
@@ -125,6 +129,7 @@ def test_git_keys_beyond_the_first_list_that_run_a_program_deny_the_next_call(
     assert "/workspace/repo/.git/config: tar.tgz.command (line" in message, message
     assert "/workspace/repo/.git/config: difftool.vimdiff.path (line" in message, message
     assert "/workspace/repo2/.git/config: core.fsmonitor (line" in message, message
+    assert "/workspace/repo/.git/config: core.fsmonitor (line" in message, message
     assert not later.get("execution"), pretty(later)
     files = listing(namespace.name, pod, "/workspace")
     assert "repo" in files and "ran-" not in files, files

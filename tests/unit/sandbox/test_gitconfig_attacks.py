@@ -150,3 +150,34 @@ def test_a_repository_whose_head_is_a_dangling_symlink_is_scanned(
     refused = {str(f)[len(str(tmp_path)) :] for f in findings(files)}
     assert any(r.startswith("/repo/.git/config: core.fsmonitor (line") for r in refused), refused
     assert "/repo/.git/hooks/post-checkout: an executable hook" in refused, refused
+
+
+@pytest.mark.parametrize("shell", SHELLS, ids=lambda s: s[0])
+def test_a_worktrees_common_directory_without_head_is_scanned(
+    tmp_path: Path, shell: list[str]
+) -> None:
+    # A linked worktree's git directory has HEAD; the common directory it names
+    # (`commondir`) needs only objects and refs, and git reads its config and runs its
+    # hooks. Without HEAD there the scan once skipped it.
+    main = tmp_path / "main"
+    main.mkdir()
+    _git(main, "init", "-q")
+    (main / "f").write_text("x\n")
+    _git(main, "add", "f")
+    _git(main, "commit", "-qm", "x")
+    _git(main, "worktree", "add", "-q", str(tmp_path / "wt"))
+    mark = tmp_path / "ran"
+    _git(main, "config", "core.fsmonitor", f"touch {mark}; echo")
+    (main / ".git" / "HEAD").rename(main / ".git" / "moved")
+    hook = main / ".git" / "hooks" / "post-checkout"
+    hook.write_text("#!/bin/sh\n")
+    hook.chmod(0o755)
+    _git(tmp_path / "wt", "status")
+    assert mark.exists()  # git read the common directory's config
+    result = scan_here(tmp_path, shell)
+    assert result.returncode == 0, result.stderr
+    files, whole = parse_scan(result.stdout)
+    assert whole
+    refused = {str(f)[len(str(tmp_path)) :] for f in findings(files)}
+    assert any(r.startswith("/main/.git/config: core.fsmonitor (line") for r in refused), refused
+    assert "/main/.git/hooks/post-checkout: an executable hook" in refused, refused
