@@ -107,7 +107,7 @@ def test_git_keys_beyond_the_first_list_that_run_a_program_deny_the_next_call(
         + "git -C repo2 status > /dev/null; "
         # A linked worktree whose common directory has no HEAD: git reads its config.
         + "git -C repo worktree add -q /workspace/wt; mv repo/.git/HEAD repo/.git/HEAD.moved; "
-        + "git -C repo config core.fsmonitor 'touch /workspace/ran-common; echo'; "
+        + "git config -f repo/.git/config core.fsmonitor 'touch /workspace/ran-common; echo'; "
         + "git -C /workspace/wt status > /dev/null; "
         + "ls; rm -f ran-tar ran-difftool ran-fsmonitor ran-common; echo planted"
     )
