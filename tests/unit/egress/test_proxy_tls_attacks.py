@@ -218,3 +218,33 @@ async def test_an_sni_naming_the_credential_host_on_a_connect_to_another_host_go
         assert rig.upstream.heads == []
         (record,) = await records(rig, 1)
         assert record["verdict"] == "sni-mismatch"
+
+
+async def test_a_reflection_in_chunked_trailers_or_an_interim_response_is_masked(
+    tmp_path: Path,
+) -> None:
+    heads: list[bytes] = []
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = await reader.readuntil(b"\r\n\r\n")
+        heads.append(head)
+        auth_line = next(line for line in head.split(b"\r\n") if line.startswith(b"Authorization"))
+        writer.write(
+            b"HTTP/1.1 103 Early Hints\r\nLink: " + auth_line.hex().encode() + b"\r\n\r\n"
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nTrailer: X-Echo\r\n\r\n"
+            b"2\r\nok\r\n0\r\nX-Echo: " + base64.b64encode(auth_line) + b"\r\n\r\n"
+        )
+        await writer.drain()
+        writer.close()
+
+    async with start_rig(tmp_path, header_value=BASIC, handle=handle) as rig:
+        port = rig.upstream.port
+        answer, _ = await through(
+            rig, HOST, request("GET", "/private/repo", HOST, port), trust=lease_trust(rig)
+        )
+        assert heads and BASIC.encode() in heads[0]
+        assert b"200 OK" in answer and b"ok" in answer
+        for form in (*forbidden_forms(BASIC), *forbidden_forms(SECRET_VALUE)):
+            assert form not in answer, form
+        line = f"Authorization: {BASIC}".encode()
+        assert line.hex().encode() not in answer and base64.b64encode(line) not in answer
