@@ -175,8 +175,10 @@ def script_agent(api: client.ApiClient, namespace: str, port: int, workspace: st
 
 def run(agent: Agent, script: str, attempt: str | None = None) -> tuple[str, dict[str, Any]]:
     encoded = base64.b64encode(script.encode()).decode()
-    extra = {"attemptId": attempt} if attempt else {}
-    name = agent.invoke("script", {"script": encoded}, **extra)
+    if attempt:
+        name = agent.invoke("script", {"script": encoded}, attemptId=attempt)
+    else:
+        name = agent.invoke("script", {"script": encoded})
     return name, status_of(agent.wait(name, timeout=300))
 
 
