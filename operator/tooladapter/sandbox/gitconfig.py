@@ -54,6 +54,11 @@ EMIT_SCRIPT = (
     'case "$f" in */hooks/*) case "$d" in */hooks) ;; *) continue;; esac; '
     'h "${d%/hooks}" || continue; case "$b" in *.sample) continue;; esac; '
     '[ -x "$f" ] || continue; printf "H %s 0\\n%s" "${#f}" "$f"; continue;; esac; '
+    # A `hooks` that is a symlink: git runs the hooks of the directory it names, whose
+    # path need not hold `/hooks/`; they are listed under the link's name.
+    'case "$b" in hooks) [ -L "$f" ] && h "$d" || continue; for x in "$f"/*; do '
+    'case "$x" in *.sample) continue;; esac; [ -f "$x" ] && [ -x "$x" ] || continue; '
+    'printf "H %s 0\\n%s" "${#x}" "$x"; done; continue;; esac; '
     'case "$b" in config|config.worktree) h "$d" || continue; k=C;; '
     'attributes) case "$d" in */info) h "${d%/info}" || continue;; '
     "*) continue;; esac; k=A;; .gitattributes) k=A;; *) continue;; esac; "
@@ -69,7 +74,7 @@ SCAN_SCRIPT = (
     "export LC_ALL=C; set --; "
     f'for r in {" ".join(SCAN_ROOTS)}; do [ -d "$r" ] && set -- "$@" "$r"; done; '
     'find "$@" \\( -type f -o -type l \\) \\( -name config -o -name config.worktree '
-    "-o -name .gitattributes -o -name attributes -o -path '*/hooks/*' \\) "
+    "-o -name .gitattributes -o -name attributes -o -name hooks -o -path '*/hooks/*' \\) "
     f'-exec /bin/sh -c "$0" scan {{}} + || exit 3; echo "{END_MARK}"'
 )
 

@@ -109,13 +109,19 @@ def test_git_keys_beyond_the_first_list_that_run_a_program_deny_the_next_call(
         + "git -C repo worktree add -q /workspace/wt; mv repo/.git/HEAD repo/.git/HEAD.moved; "
         + "git config -f repo/.git/config core.fsmonitor 'touch /workspace/ran-common; echo'; "
         + "git -C /workspace/wt status > /dev/null; "
-        + "ls; rm -f ran-tar ran-difftool ran-fsmonitor ran-common; echo planted"
+        # A repository whose hooks directory is a symlink to one named otherwise.
+        + "mkdir repo3 hookbox; git -C repo3 init -q; rm -rf repo3/.git/hooks; "
+        + "ln -s /workspace/hookbox repo3/.git/hooks; "
+        + "printf '#!/bin/sh\\ntouch /workspace/ran-hook\\n' > hookbox/post-commit; "
+        + "chmod +x hookbox/post-commit; "
+        + "git -C repo3 -c user.name=a -c user.email=a@example.test commit -q --allow-empty -m x; "
+        + "ls; rm -f ran-tar ran-difftool ran-fsmonitor ran-common ran-hook; echo planted"
     )
     planted = run(agent, plant, "g")
     assert planted["state"] == "Observed", pretty(planted)
     shown = str(planted["result"]["content"])
     assert "ran-tar" in shown and "ran-difftool" in shown and "planted" in shown, shown
-    assert "ran-fsmonitor" in shown and "ran-common" in shown, shown
+    assert "ran-fsmonitor" in shown and "ran-common" in shown and "ran-hook" in shown, shown
     pod = planted["sandboxLease"]["workspace"]["id"]
 
     later = run(
@@ -130,6 +136,7 @@ def test_git_keys_beyond_the_first_list_that_run_a_program_deny_the_next_call(
     assert "/workspace/repo/.git/config: difftool.vimdiff.path (line" in message, message
     assert "/workspace/repo2/.git/config: core.fsmonitor (line" in message, message
     assert "/workspace/repo/.git/config: core.fsmonitor (line" in message, message
+    assert "/workspace/repo3/.git/hooks/post-commit: an executable hook" in message, message
     assert not later.get("execution"), pretty(later)
     files = listing(namespace.name, pod, "/workspace")
     assert "repo" in files and "ran-" not in files, files

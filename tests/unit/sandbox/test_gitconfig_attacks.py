@@ -181,3 +181,38 @@ def test_a_worktrees_common_directory_without_head_is_scanned(
     refused = {str(f)[len(str(tmp_path)) :] for f in findings(files)}
     assert any(r.startswith("/main/.git/config: core.fsmonitor (line") for r in refused), refused
     assert "/main/.git/hooks/post-checkout: an executable hook" in refused, refused
+
+
+@pytest.mark.parametrize("shell", SHELLS, ids=lambda s: s[0])
+def test_hooks_behind_a_symlinked_hooks_directory_are_scanned(
+    tmp_path: Path, shell: list[str]
+) -> None:
+    # `.git/hooks -> ../../elsewhere`: git runs elsewhere/post-checkout, whose path holds
+    # no `/hooks/`; the scan once listed nothing there.
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    _git(repo, "init", "-q")
+    (repo / "f").write_text("x\n")
+    _git(repo, "add", "f")
+    _git(repo, "commit", "-qm", "x")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    mark = tmp_path / "ran"
+    hook = elsewhere / "post-checkout"
+    hook.write_text(f"#!/bin/sh\ntouch {mark}\n")
+    hook.chmod(0o755)
+    (elsewhere / "pre-commit.sample").write_text("#!/bin/sh\n")
+    (elsewhere / "pre-commit.sample").chmod(0o755)
+    hooks = repo / ".git" / "hooks"
+    for sample in hooks.iterdir():
+        sample.unlink()
+    hooks.rmdir()
+    hooks.symlink_to(elsewhere)
+    _git(repo, "checkout", "-q", "-b", "other")
+    assert mark.exists()  # git ran the hook behind the link
+    result = scan_here(tmp_path, shell)
+    assert result.returncode == 0, result.stderr
+    files, whole = parse_scan(result.stdout)
+    assert whole
+    refused = {str(f)[len(str(tmp_path)) :] for f in findings(files)}
+    assert refused == {"/repo/.git/hooks/post-checkout: an executable hook"}, refused
