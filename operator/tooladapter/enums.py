@@ -374,6 +374,15 @@ class DataFlowScope(StrEnum):
     CALLER = "caller"
 
 
+class ScopeKind(StrEnum):
+    """What a data-flow scope collects: one run's calls (namespace, caller, runId), one
+    attempt's (its workspace carries data between runs), or a caller's within the window."""
+
+    RUN = "run"
+    ATTEMPT = "attempt"
+    CALLER = "caller"
+
+
 class DataFlowAction(StrEnum):
     """What a sink call whose scopes hold both `private` and `untrusted` gets: an approval
     (`approve`), a denial (`deny`), or nothing (`allow`)."""
