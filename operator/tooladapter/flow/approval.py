@@ -17,6 +17,7 @@ from tooladapter.flow import dataflow
 from tooladapter.flow.brokering import broker
 from tooladapter.flow.context import Denial, FlowContext
 from tooladapter.flow.recheck import check_not_retired, reviewer_groups
+from tooladapter.metrics import DATAFLOW_GATED
 from tooladapter.model import ApprovalBinding, ToolApprovalSpec
 from tooladapter.pipeline import approval as rules
 from tooladapter.pipeline.preview import reviewers_text
@@ -37,6 +38,8 @@ async def on_authorized(ctx: FlowContext) -> None:
     descriptor = await ctx.load_descriptor()
     flow = await dataflow.judge(ctx, descriptor, effective)
     dataflow.record(ctx, descriptor, flow)
+    if flow.action is not None:
+        DATAFLOW_GATED.labels(ctx.namespace, flow.action.value).inc()
     if flow.denies:
         raise Denial(Stage.POLICY, flow.reason, FailureClass.POLICY_DENIED)
     if flow.needs_approval or rules.needs_approval(

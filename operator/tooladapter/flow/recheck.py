@@ -100,10 +100,15 @@ def check_data_flow(ctx: FlowContext, verdict: flowrule.Verdict) -> None:
     if ctx.status.approval is not None and gated_before and not new:
         return  # the approval was asked for with these very labels
     arrived = ", ".join(f"{s.label.value} from {s.invocation}" for s in new) or "labels"
+    when = (
+        "after its approval was asked for"
+        if ctx.status.approval_requested_at is not None
+        else "while it waited, after it was judged without them"
+    )
     raise Denial(
         Stage.APPROVAL,
-        f"{verdict.reason}. These arrived after its approval was asked for ({arrived}), so "
-        "no approval saw them: call again to be approved anew",
+        f"{verdict.reason}. These arrived {when} ({arrived}), so no approval saw them: "
+        "call again to be approved anew",
         FailureClass.POLICY_DENIED,
     )
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from prometheus_client import REGISTRY
 
 from tests.unit.fake_cluster import (
     CALLER,
@@ -45,6 +46,14 @@ def h() -> Harness:
 async def call(h: Harness, name: str, tool: str, **spec: object) -> dict:
     stored = await h.run(h.submit(invocation(name, tool=tool, **spec)))
     return stored["status"]
+
+
+def gated(action: str) -> float:
+    """Sink calls the rule gated in the namespace with `action` (the metric)."""
+    value = REGISTRY.get_sample_value(
+        "tooladapter_dataflow_gated_total", {"tenant": NAMESPACE, "action": action}
+    )
+    return value or 0.0
 
 
 def sent(h: Harness) -> int:
@@ -126,9 +135,11 @@ async def test_deny_ends_the_send_denied_at_policy_with_the_reason(h: Harness) -
     await call(h, "read-1", "crm", runId="run-a")
     await call(h, "fetch-2", "web", runId="run-a")
 
+    before = gated("deny")
     status = await call(h, "send-3", "send", runId="run-a")
 
     assert status["state"] == "Denied" and status["deniedStage"] == "policy", status
+    assert gated("deny") - before == 1
     assert "read-1" in status["message"] and "fetch-2" in status["message"]
     assert sent(h) == 0
 
