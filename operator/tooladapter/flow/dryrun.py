@@ -13,10 +13,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from tooladapter.enums import FailureClass, InvocationState, PreviewVerdict, Resource, Stage
-from tooladapter.flow import dataflow
+from tooladapter.enums import InvocationState, PreviewVerdict, Resource
 from tooladapter.flow.context import FlowContext
-from tooladapter.model import Caller, InvocationPreview
+from tooladapter.model import Caller
 from tooladapter.pipeline.availability import published_versions
 from tooladapter.pipeline.permission import Question
 from tooladapter.previewing import Found, Policies, dry_run, preview_settings
@@ -80,6 +79,9 @@ class CatalogLookups:
         )
         return held if verdict.allowed else ["an earlier call"]
 
+    async def scope_store(self, namespace: str, name: str) -> Mapping[str, str] | None:
+        return await self.ctx.rt.cluster.read_config_map(namespace, name)
+
     async def allowed(self, namespace: str, caller: Caller, question: Question) -> bool:
         verdict = await self.ctx.rt.cluster.can(
             user=caller.name,
@@ -99,7 +101,6 @@ async def on_dry_run(ctx: FlowContext) -> None:
         spec=ctx.body.get("spec") or {},
         settings=preview_settings(ctx.rt.settings),
     )
-    preview = await with_data_flow(ctx, preview)
     status = ctx.status
     status.preview = preview
     status.started_at = status.started_at or now_iso()
@@ -115,42 +116,6 @@ async def on_dry_run(ctx: FlowContext) -> None:
     await ctx.commit(InvocationState.PREVIEWED)
     ctx.trace_end()
     ctx.post(reason="ToolInvocationPreviewed", message=status.message)
-
-
-async def with_data_flow(ctx: FlowContext, preview: InvocationPreview) -> InvocationPreview:
-    """The data-flow rule on a preview that would not be denied otherwise: a gated sink
-    would wait for an approval (or be denied), and the preview says why."""
-    if preview.verdict is PreviewVerdict.WOULD_BE_DENIED or preview.classification is None:
-        return preview
-    spec = ctx.load_spec()
-    entry = ctx.rt.catalog.find_descriptor(ctx.namespace, spec.tool.id, spec.tool.version)
-    if entry is None or entry.spec is None:
-        return preview
-    verdict = await dataflow.judge(ctx, entry.spec, preview.classification.effective)
-    if verdict.denies:
-        return preview.model_copy(
-            update={
-                "verdict": PreviewVerdict.WOULD_BE_DENIED,
-                "denied_stage": Stage.POLICY,
-                "failure_class": FailureClass.POLICY_DENIED,
-                "message": ctx.bounded(verdict.reason),
-            }
-        )
-    if not verdict.needs_approval or preview.approval is None:
-        return preview
-    approval = preview.approval.model_copy(
-        update={
-            "required": True,
-            "reasons": [*preview.approval.reasons, verdict.reason],
-            "timeout_seconds": preview.approval.timeout_seconds
-            or ctx.load_decision().approval_timeout_seconds,
-        }
-    )
-    update: dict[str, object] = {"approval": approval}
-    if preview.verdict is PreviewVerdict.WOULD_RUN:
-        update["verdict"] = PreviewVerdict.WOULD_AWAIT_APPROVAL
-        update["message"] = ctx.bounded(f"would wait for an approval: {verdict.reason}")
-    return preview.model_copy(update=update)
 
 
 def describe(verdict: PreviewVerdict) -> str:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from tooladapter.kube.client import Kube
+from tooladapter.kube.client import Kube, json_body
 from tooladapter.kube.errors import AlreadyExists, Conflict, NotFound, api_errors
 from tooladapter.naming import LABEL_MANAGED_BY, MANAGED_BY
 
@@ -45,3 +45,15 @@ async def merge_config_map(
         # Another call of the scope made it a moment ago.
         with api_errors():
             await kube.core.patch_namespaced_config_map(name, namespace, patch)
+
+
+async def read_config_map(kube: Kube, *, namespace: str, name: str) -> dict[str, str] | None:
+    """A ConfigMap's data (None: there is none), as JSON: no client model objects."""
+    try:
+        with api_errors():
+            found = await json_body(
+                await kube.core.read_namespaced_config_map(name, namespace, _preload_content=False)
+            )
+    except NotFound:
+        return None
+    return {str(k): str(v) for k, v in (found.get("data") or {}).items()}
