@@ -237,3 +237,18 @@ def policy(api: client.ApiClient, ns: Namespace, name: str, flow: dict[str, str]
         timeout=60,
         what=f"policy {name} seen by the operator",
     )
+
+
+def test_a_dry_run_of_the_send_says_it_would_wait_and_why(
+    api: client.ApiClient, ns: Namespace, agent: Agent, sink: Recorder
+) -> None:
+    publish_tools(api, ns, agent, sink.port)
+    read, fetch = read_then_fetch(agent, "run-a")
+
+    preview = status_of(agent.wait(agent.invoke("send", {"q": "x"}, runId="run-a", dryRun=True)))
+
+    assert preview["state"] == "Previewed", pretty(preview)
+    assert preview["preview"]["verdict"] == "would-await-approval", pretty(preview)
+    reasons = preview["preview"]["approval"]["reasons"]
+    assert any(read in r and fetch in r for r in reasons), reasons
+    assert sink.total == 0
