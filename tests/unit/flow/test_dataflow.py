@@ -4,6 +4,7 @@ untrusted content cannot send it out unseen (issue 42)."""
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import pytest
 from prometheus_client import REGISTRY
@@ -43,7 +44,7 @@ def h() -> Harness:
     return harness()
 
 
-async def call(h: Harness, name: str, tool: str, **spec: object) -> dict:
+async def call(h: Harness, name: str, tool: str, **spec: Any) -> dict[str, Any]:
     stored = await h.run(h.submit(invocation(name, tool=tool, **spec)))
     return stored["status"]
 

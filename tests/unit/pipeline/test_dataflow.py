@@ -9,7 +9,7 @@ import pytest
 from tooladapter.enums import DataFlowAction, DataFlowScope, DataLabel, ScopeKind, SideEffectClass
 from tooladapter.model import LabelSource, ToolDescriptorSpec, ToolPolicySpec
 from tooladapter.pipeline import dataflow as rule
-from tooladapter.pipeline.policy import evaluate_policies
+from tooladapter.pipeline.policy import PolicyDecision, evaluate_policies
 from tooladapter.timeutil import to_iso
 
 NOW = datetime(2026, 12, 6, 12, 0, tzinfo=UTC)
@@ -196,7 +196,7 @@ def test_labels_that_arrived_since_are_found() -> None:
 
 
 def test_policies_combine_deny_over_approve_over_allow_and_caller_over_run() -> None:
-    def decide(*flows: dict[str, str]):  # type: ignore[no-untyped-def]
+    def decide(*flows: dict[str, str]) -> PolicyDecision:
         specs = [
             (f"ns/p{i}", ToolPolicySpec.model_validate({"dataFlow": f}))
             for i, f in enumerate(flows)
