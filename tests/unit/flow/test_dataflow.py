@@ -57,6 +57,14 @@ def gated(action: str) -> float:
     return value or 0.0
 
 
+async def waiting_for_approval(h: Harness, name: str) -> dict[str, Any]:
+    """The stored call once it waits for an approval (bounded: a call that never waits
+    fails the test instead of hanging it)."""
+    return await asyncio.wait_for(
+        h.cluster.wait_for_state(name, InvocationState.AWAITING_APPROVAL), 5
+    )
+
+
 def sent(h: Harness) -> int:
     executor = h.executors[ToolKind.HTTP]
     assert isinstance(executor, ScriptedExecutor)
@@ -70,7 +78,7 @@ async def test_private_then_untrusted_then_a_send_waits_with_reasons_naming_both
     assert (await call(h, "fetch-2", "web", runId="run-a"))["state"] == "Observed"
 
     task = h.start(h.submit(invocation("send-3", tool="send", runId="run-a")))
-    waiting = await h.cluster.wait_for_state("send-3", InvocationState.AWAITING_APPROVAL)
+    waiting = await waiting_for_approval(h, "send-3")
 
     status = waiting["status"]
     (detail,) = [s["detail"] for s in status["stages"] if s["outcome"] == "waiting"]
@@ -118,7 +126,7 @@ async def test_with_scope_caller_a_clean_runs_send_waits_too(h: Harness) -> None
     await call(h, "fetch-2", "web", runId="run-a")
 
     task = h.start(h.submit(invocation("send-3", tool="send", runId="run-b")))
-    await h.cluster.wait_for_state("send-3", InvocationState.AWAITING_APPROVAL)
+    await waiting_for_approval(h, "send-3")
     task.cancel()
 
 
@@ -127,7 +135,7 @@ async def test_calls_without_a_run_are_judged_by_their_callers_window(h: Harness
     await call(h, "fetch-2", "web")
 
     task = h.start(h.submit(invocation("send-3", tool="send")))
-    await h.cluster.wait_for_state("send-3", InvocationState.AWAITING_APPROVAL)
+    await waiting_for_approval(h, "send-3")
     task.cancel()
 
 
@@ -159,7 +167,7 @@ async def test_a_label_that_arrives_while_the_send_waits_denies_it_at_the_rechec
     await call(h, "read-1", "crm", runId="run-a")
     await call(h, "fetch-2", "web", runId="run-a")
     task = h.start(h.submit(invocation("send-3", tool="send", runId="run-a")))
-    await h.cluster.wait_for_state("send-3", InvocationState.AWAITING_APPROVAL)
+    await waiting_for_approval(h, "send-3")
 
     await call(h, "fetch-4", "web", runId="run-a")  # more attacker content, after the ask
     h.approve_waiting("send-3")
@@ -181,7 +189,7 @@ async def test_the_gate_holds_after_a_restart_and_the_invocations_retention() ->
     h = harness(first.cluster)
 
     task = h.start(h.submit(invocation("send-3", tool="send", runId="run-a")))
-    waiting = await h.cluster.wait_for_state("send-3", InvocationState.AWAITING_APPROVAL)
+    waiting = await waiting_for_approval(h, "send-3")
     assert "read-1" in str(waiting["status"]["dataFlow"])
     task.cancel()
 
@@ -217,3 +225,33 @@ async def test_a_dry_run_says_the_send_would_wait_and_why(h: Harness) -> None:
     assert preview["approval"]["required"] is True
     assert any("read-1" in r and "fetch-2" in r for r in preview["approval"]["reasons"])
     assert sent(h) == 0
+
+
+async def test_an_attempt_that_read_private_and_untrusted_in_other_runs_gates_its_sends(
+    h: Harness,
+) -> None:
+    # The workspace carries data between runs: the attempt is a scope of its own.
+    await call(h, "read-1", "crm", runId="run-1", attemptId="att-1")
+    await call(h, "fetch-2", "web", runId="run-2", attemptId="att-1")
+
+    task = h.start(h.submit(invocation("send-3", tool="send", runId="run-3", attemptId="att-1")))
+    waiting = await waiting_for_approval(h, "send-3")
+    assert "attempt att-1" in waiting["status"]["dataFlow"]["gated"]
+    task.cancel()
+
+    # Another attempt of a fresh run holds nothing.
+    other = await call(h, "send-4", "send", runId="run-4", attemptId="att-2")
+    assert other["state"] == "Observed", other
+
+
+async def test_a_duplicate_brings_its_first_calls_labels_into_its_own_run(h: Harness) -> None:
+    await call(h, "read-1", "crm", runId="run-a", idempotencyKey="k1")
+    # The same request and key in another run: it ran nothing, but it returned the data.
+    dup = await call(h, "read-2", "crm", runId="run-b", idempotencyKey="k1")
+    assert dup.get("duplicateOf") == "read-1", dup
+    await call(h, "fetch-3", "web", runId="run-b")
+
+    task = h.start(h.submit(invocation("send-4", tool="send", runId="run-b")))
+    waiting = await waiting_for_approval(h, "send-4")
+    assert "read-2" in waiting["status"]["dataFlow"]["gated"]
+    task.cancel()
