@@ -83,9 +83,10 @@ async def judge(
 
 def record(ctx: FlowContext, descriptor: ToolDescriptorSpec, verdict: rule.Verdict) -> None:
     """status.dataFlow: the labels this call brings, what its scopes held, whether it is a
-    sink and why it was gated; only when there is something to say."""
+    sink and why it was gated; only when there is something to say (a plain call's status
+    stays as small as it was)."""
     labels = rule.labels_of(descriptor)
-    if not labels and not verdict.sources and not verdict.sink:
+    if not labels and not verdict.sources:
         return
     ctx.status.data_flow = DataFlowRecord(
         labels=labels,
