@@ -350,6 +350,48 @@ class UnlistedAction(StrEnum):
     DENY = "deny"
 
 
+class DataLabel(StrEnum):
+    """What a tool's results are, for the data-flow rule (`pipeline.dataflow`): `private`
+    (tenant-private data) and `untrusted` (content from outside the tenant's control)."""
+
+    PRIVATE = "private"
+    UNTRUSTED = "untrusted"
+
+
+class SinkMode(StrEnum):
+    """`spec.dataFlow.sink` of a descriptor: `none` declares a tool that cannot send data
+    out (allowed only with `sandbox.egress.allow: []`, never for http or mcp tools or
+    classes external and above)."""
+
+    NONE = "none"
+
+
+class DataFlowScope(StrEnum):
+    """Which calls' labels a call is judged by: `run` (its run and attempt; the caller's
+    window when it names neither) or `caller` (every call of the caller in the window)."""
+
+    RUN = "run"
+    CALLER = "caller"
+
+
+class ScopeKind(StrEnum):
+    """What a data-flow scope collects: one run's calls (namespace, caller, runId), one
+    attempt's (its workspace carries data between runs), or a caller's within the window."""
+
+    RUN = "run"
+    ATTEMPT = "attempt"
+    CALLER = "caller"
+
+
+class DataFlowAction(StrEnum):
+    """What a sink call whose scopes hold both `private` and `untrusted` gets: an approval
+    (`approve`), a denial (`deny`), or nothing (`allow`)."""
+
+    APPROVE = "approve"
+    DENY = "deny"
+    ALLOW = "allow"
+
+
 class OperatorRole(StrEnum):
     """What an operator process is doing, as its health endpoint reports it."""
 

@@ -54,6 +54,12 @@ DENIALS = Counter(
     "Denials by stage.",
     ["tenant", "stage", "reason"],
 )
+DATAFLOW_GATED = Counter(
+    "tooladapter_dataflow_gated",
+    "Sink calls the data-flow rule gated (their scopes held private and untrusted results), "
+    "by what the policy said: approve (the call waited) or deny.",
+    ["tenant", "action"],
+)
 ARTIFACT_STORE_ERRORS = Counter(
     "tooladapter_artifact_store_errors",
     "Puts the artifact store refused or never answered (each is retried until stored).",

@@ -15,15 +15,24 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from tooladapter import offload
-from tooladapter.enums import FailureClass, Stage
+from tooladapter.enums import FailureClass, PreviewVerdict, Stage
 from tooladapter.model import Caller, ToolPolicySpec
+from tooladapter.pipeline import dataflow as rule
 from tooladapter.pipeline.effect import effect_hash
 from tooladapter.pipeline.permission import Permission, Question
-from tooladapter.pipeline.preview import Preview, PreviewSettings, conclude, evaluate
+from tooladapter.pipeline.preview import (
+    Evaluation,
+    Preview,
+    PreviewSettings,
+    conclude,
+    evaluate,
+)
 from tooladapter.pipeline.refusals import Refusal
+from tooladapter.pipeline.sanitize.redaction import bounded_message
 from tooladapter.settings import Settings
 
 Body = dict[str, Any]
@@ -64,6 +73,9 @@ class Lookups(Protocol):
     async def allowed(self, namespace: str, caller: Caller, question: Question) -> bool:
         """The caller's RBAC answer to one permission question."""
 
+    async def scope_store(self, namespace: str, name: str) -> Mapping[str, str] | None:
+        """A data-flow scope's store (`pipeline.dataflow`), None when it has none."""
+
 
 def preview_settings(settings: Settings) -> PreviewSettings:
     """What a preview needs of the operator's settings (every door has the same)."""
@@ -72,6 +84,7 @@ def preview_settings(settings: Settings) -> PreviewSettings:
         runtime_classes=tuple(settings.sandbox.runtime_classes),
         sandbox_image=settings.sandbox.image,
         default_egress_allow=settings.egress.default_allow,
+        dataflow_window_seconds=settings.dataflow_window_seconds,
     )
 
 
@@ -144,4 +157,77 @@ async def dry_run(
             *(lookups.allowed(namespace, caller, q) for q in evaluation.questions)
         )
         permission = Permission(invoke=invoke, use=use)
-    return conclude(evaluation, permission)
+    preview = conclude(evaluation, permission)
+    return await with_data_flow(lookups, evaluation, preview, policies)
+
+
+async def with_data_flow(
+    lookups: Lookups, evaluation: Evaluation, preview: Preview, policies: Policies
+) -> Preview:
+    """The data-flow rule on a preview nothing else denies: a sink whose scopes hold private
+    and untrusted results would wait for an approval (or be denied), and the preview says
+    why, with the calls behind each label (`pipeline.dataflow`)."""
+    call, descriptor, decision = evaluation.call, evaluation.descriptor, evaluation.decision
+    if (
+        preview.verdict is PreviewVerdict.WOULD_BE_DENIED
+        or preview.classification is None
+        or call is None
+        or descriptor is None
+        or decision is None
+    ):
+        return preview
+    settings = evaluation.settings
+    narrowing = [
+        spec.egress.allow
+        for _, spec in policies
+        if isinstance(spec, ToolPolicySpec) and spec.egress.allow is not None
+    ]
+    reach = rule.reach_of(
+        descriptor, default_allow=settings.default_egress_allow, narrowing=narrowing
+    )
+    if not rule.is_sink(descriptor, preview.classification.effective, reach):
+        return preview
+    namespace = evaluation.namespace
+    scopes = rule.judged_scopes(
+        namespace=namespace,
+        caller=call.caller.name,
+        run_id=call.run_id or "",
+        attempt_id=call.attempt_id or "",
+        scope=decision.dataflow_scope,
+    )
+    stores = [(scope, await lookups.scope_store(namespace, scope.store_name)) for scope in scopes]
+    sources = rule.held(
+        stores, now=datetime.now(UTC), window_seconds=settings.dataflow_window_seconds
+    )
+    verdict = rule.judge(
+        sink=True, reach=reach, sources=sources, action=decision.dataflow_action, scopes=scopes
+    )
+    return gated_preview(preview, verdict, decision.approval_timeout_seconds)
+
+
+def gated_preview(preview: Preview, verdict: rule.Verdict, timeout_seconds: int) -> Preview:
+    """`preview` as the data-flow `verdict` changes it (unchanged when it gates nothing)."""
+    reason = bounded_message(verdict.reason)
+    if verdict.denies:
+        return preview.model_copy(
+            update={
+                "verdict": PreviewVerdict.WOULD_BE_DENIED,
+                "denied_stage": Stage.POLICY,
+                "failure_class": FailureClass.POLICY_DENIED,
+                "message": reason,
+            }
+        )
+    if not verdict.needs_approval or preview.approval is None:
+        return preview
+    approval = preview.approval.model_copy(
+        update={
+            "required": True,
+            "reasons": [*preview.approval.reasons, reason],
+            "timeout_seconds": preview.approval.timeout_seconds or timeout_seconds,
+        }
+    )
+    update: dict[str, object] = {"approval": approval}
+    if preview.verdict is PreviewVerdict.WOULD_RUN:
+        update["verdict"] = PreviewVerdict.WOULD_AWAIT_APPROVAL
+        update["message"] = bounded_message(f"would wait for an approval: {verdict.reason}")
+    return preview.model_copy(update=update)

@@ -20,7 +20,15 @@ import dataclasses
 import functools
 import inspect
 import itertools
-from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Coroutine, Iterable
+from collections.abc import (
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Collection,
+    Coroutine,
+    Iterable,
+    Mapping,
+)
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -524,6 +532,21 @@ class FakeCluster:
         return dict(data) if data is not None else None
 
     # ------------------------------------------------------------------ sandbox objects
+
+    @seam
+    async def merge_config_map(
+        self,
+        namespace: str,
+        name: str,
+        data: Mapping[str, str | None],
+        labels: Mapping[str, str],
+    ) -> None:
+        stored = self.config_maps.setdefault((namespace, name), {})
+        for key, value in data.items():
+            if value is None:
+                stored.pop(key, None)
+            else:
+                stored[key] = value
 
     @seam
     async def runtime_class_exists(self, name: str) -> bool:

@@ -13,9 +13,11 @@ from datetime import UTC, datetime, timedelta
 
 from tooladapter.catalog import Entry, approval_key
 from tooladapter.enums import BindCode, FailureClass, InvocationState, Resource, Stage, StageOutcome
+from tooladapter.flow import dataflow
 from tooladapter.flow.brokering import broker
 from tooladapter.flow.context import Denial, FlowContext
 from tooladapter.flow.recheck import check_not_retired, reviewer_groups
+from tooladapter.metrics import DATAFLOW_GATED
 from tooladapter.model import ApprovalBinding, ToolApprovalSpec
 from tooladapter.pipeline import approval as rules
 from tooladapter.pipeline.preview import reviewers_text
@@ -31,10 +33,23 @@ async def on_authorized(ctx: FlowContext) -> None:
     assert effective is not None
     decision = ctx.load_decision()
     forced = bool(ctx.status.approval_forced)
-    if rules.needs_approval(effective=effective, decision=decision, forced=forced):
+    # The data-flow rule (`pipeline.dataflow`): a sink whose scopes hold private and
+    # untrusted waits (or is denied) whatever its class.
+    descriptor = await ctx.load_descriptor()
+    flow = await dataflow.judge(ctx, descriptor, effective)
+    dataflow.record(ctx, descriptor, flow)
+    if flow.action is not None:
+        DATAFLOW_GATED.labels(ctx.namespace, flow.action.value).inc()
+    if flow.denies:
+        raise Denial(Stage.POLICY, flow.reason, FailureClass.POLICY_DENIED)
+    if flow.needs_approval or rules.needs_approval(
+        effective=effective, decision=decision, forced=forced
+    ):
         ctx.status.approval_requested_at = now_iso()
         # The grounds are what a reviewer reads as the call's reasons (pipeline/review).
         grounds = rules.approval_grounds(effective=effective, decision=decision, forced=forced)
+        if flow.needs_approval:
+            grounds.append(flow.reason)
         ctx.record(
             Stage.APPROVAL,
             StageOutcome.WAITING,

@@ -79,6 +79,9 @@ class CatalogLookups:
         )
         return held if verdict.allowed else ["an earlier call"]
 
+    async def scope_store(self, namespace: str, name: str) -> Mapping[str, str] | None:
+        return await self.ctx.rt.cluster.read_config_map(namespace, name)
+
     async def allowed(self, namespace: str, caller: Caller, question: Question) -> bool:
         verdict = await self.ctx.rt.cluster.can(
             user=caller.name,

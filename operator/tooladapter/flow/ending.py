@@ -37,6 +37,7 @@ from tooladapter.enums import (
     ToolKind,
 )
 from tooladapter.executors import Outcome, read_limit
+from tooladapter.flow import dataflow
 from tooladapter.flow.context import Denial, Failure, FlowContext
 from tooladapter.kube.claims import Claim, ClaimEnd
 from tooladapter.metrics import (
@@ -48,6 +49,7 @@ from tooladapter.metrics import (
     UNKNOWN_TOOL,
 )
 from tooladapter.model import (
+    DataFlowRecord,
     EffectConfirmation,
     EgressRecord,
     HttpSpec,
@@ -324,6 +326,10 @@ async def end_as_duplicate(ctx: FlowContext, first: dict[str, Any], claim: Claim
     status.failure_class = FailureClass(failure) if failure else None
     stage = first.get("deniedStage")
     status.denied_stage = Stage(stage) if stage else None
+    flow = first.get("dataFlow")
+    if flow and flow.get("labels"):
+        # The first call's result is this call's too: its labels enter this call's scopes.
+        status.data_flow = DataFlowRecord(labels=flow["labels"])
     confirmation = first.get("effectConfirmation")
     if confirmation and confirmation.get("recorded"):
         status.effect_confirmation = EffectConfirmation.model_validate(confirmation)
@@ -374,6 +380,10 @@ async def conclude(ctx: FlowContext, *, post_event: bool = True) -> None:
     state = ctx.status.state
     ended_at = ctx.status.ended_at or now_iso()
     descriptor = ctx.descriptor
+    # Before the end is persisted: a resumed end writes them again (the same keys), and a
+    # scope never misses a label of a call whose end it can read. A failed write is retried
+    # with the end (`drive`): a label is never given up.
+    await dataflow.bring_labels(ctx)
     if ctx.status.audit_ref is None:
         sandbox = descriptor.sandbox_spec if descriptor else None
         writer = ReceiptWriter(ctx.rt.store, ctx.rt.chains, ctx.rt.cluster)

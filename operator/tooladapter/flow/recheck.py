@@ -19,6 +19,7 @@ from functools import partial
 
 from tooladapter.catalog import Catalog
 from tooladapter.enums import FailureClass, Resource, SideEffectClass, Stage, StageOutcome
+from tooladapter.flow import dataflow
 from tooladapter.flow.admission import check_fencing, check_identity_verified
 from tooladapter.flow.authorization import (
     ask_permission,
@@ -28,6 +29,7 @@ from tooladapter.flow.authorization import (
 )
 from tooladapter.flow.context import Denial, FlowContext
 from tooladapter.model import ApprovalBinding
+from tooladapter.pipeline import dataflow as flowrule
 from tooladapter.pipeline.authorization import authorize, effective_class
 
 
@@ -82,6 +84,35 @@ def check_not_retired(ctx: FlowContext) -> None:
         )
 
 
+def check_data_flow(ctx: FlowContext, verdict: flowrule.Verdict) -> None:
+    """The data-flow rule again, from the scopes as they are now: a label that arrived while
+    the call waited was not seen by its approval (or the call waited for no approval at
+    all). An approval binds its invocation once and a call never goes back to waiting, so
+    such a call is Denied, naming the calls that brought the new labels: calling again
+    asks for an approval that sees them."""
+    if verdict.denies:
+        raise Denial(Stage.POLICY, verdict.reason, FailureClass.POLICY_DENIED)
+    if not verdict.needs_approval:
+        return
+    seen = ctx.status.data_flow
+    gated_before = seen is not None and seen.gated is not None
+    new = flowrule.arrived_since(seen.sources if seen is not None else [], verdict.sources)
+    if ctx.status.approval is not None and gated_before and not new:
+        return  # the approval was asked for with these very labels
+    arrived = ", ".join(f"{s.label.value} from {s.invocation}" for s in new) or "labels"
+    when = (
+        "after its approval was asked for"
+        if ctx.status.approval_requested_at is not None
+        else "while it waited, after it was judged without them"
+    )
+    raise Denial(
+        Stage.APPROVAL,
+        f"{verdict.reason}. These arrived {when} ({arrived}), so no approval saw them: "
+        "call again to be approved anew",
+        FailureClass.POLICY_DENIED,
+    )
+
+
 async def fresh_view(ctx: FlowContext) -> Catalog:
     """The catalog with the call's namespace as the API server holds it now."""
     cluster = ctx.rt.cluster
@@ -131,6 +162,7 @@ async def recheck(ctx: FlowContext) -> None:
     deny_first(refusals(permission=await ask_permission(ctx, effective, fresh=True)))
     if spec.attempt_id and spec.fencing_token is not None:
         await check_fencing(ctx)
+    check_data_flow(ctx, await dataflow.judge(ctx, descriptor, effective))
     ctx.rechecked = True
     ctx.record(
         Stage.RECHECK,

@@ -23,6 +23,7 @@ from tooladapter.gateway.context import Caller, Deps
 from tooladapter.gateway.errors import ProblemError, from_api
 from tooladapter.gateway.views.problems import ProblemKind
 from tooladapter.gateway.views.tools import ToolCall, callable_versions, parse_descriptors
+from tooladapter.kube import dataflow as kdataflow
 from tooladapter.kube.callers import CallerApiError
 from tooladapter.kube.client import NotFound
 from tooladapter.model import Caller as SpecCaller
@@ -110,6 +111,10 @@ class GatewayLookups:
         ):
             return ["an earlier call"]
         return held
+
+    async def scope_store(self, namespace: str, name: str) -> Mapping[str, str] | None:
+        # The operator's client: the stores are the operator's (an agent reads none).
+        return await kdataflow.read_config_map(self.deps.kube, namespace=namespace, name=name)
 
     async def allowed(self, namespace: str, caller: SpecCaller, question: Question) -> bool:
         # The spec's caller is this request's caller (`invocation_body`); the review uses

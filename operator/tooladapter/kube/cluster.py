@@ -9,7 +9,7 @@ the way httpx puts all I/O behind one transport.
 from __future__ import annotations
 
 import base64
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -17,6 +17,7 @@ from tooladapter import GROUP
 from tooladapter.enums import Resource
 from tooladapter.kube import admission as kadmission
 from tooladapter.kube import auth, capacity, claims
+from tooladapter.kube import dataflow as kdataflow
 from tooladapter.kube import sandbox as ksandbox
 from tooladapter.kube.client import Kube, json_body
 from tooladapter.kube.errors import NotFound, api_errors
@@ -137,6 +138,16 @@ class Cluster(Protocol):
         """The Secret's base64 data; `NotFound` when it does not exist."""
 
     async def read_config_map(self, namespace: str, name: str) -> dict[str, str] | None: ...
+
+    async def merge_config_map(
+        self,
+        namespace: str,
+        name: str,
+        data: Mapping[str, str | None],
+        labels: Mapping[str, str],
+    ) -> None:
+        """Merge `data` into a ConfigMap (None removes a key), creating it on first use."""
+        ...
 
     # -- sandbox objects
     async def runtime_class_exists(self, name: str) -> bool: ...
@@ -275,6 +286,17 @@ class KubeCluster:
         except NotFound:
             return None
         return dict(cm.get("data") or {})
+
+    async def merge_config_map(
+        self,
+        namespace: str,
+        name: str,
+        data: Mapping[str, str | None],
+        labels: Mapping[str, str],
+    ) -> None:
+        await kdataflow.merge_config_map(
+            self.kube, namespace=namespace, name=name, data=data, labels=labels
+        )
 
     async def runtime_class_exists(self, name: str) -> bool:
         try:

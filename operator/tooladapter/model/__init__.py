@@ -45,6 +45,12 @@ from tooladapter.model.credentials import (
     ServiceAccountTokenSource,
     TokenExchangeSource,
 )
+from tooladapter.model.dataflow import (
+    DataFlowRecord,
+    DescriptorDataFlow,
+    LabelSource,
+    PolicyDataFlow,
+)
 from tooladapter.model.descriptor import (
     DEFAULT_MAX_RESULT_BYTES,
     DEFAULT_TIMEOUT_SECONDS,
@@ -155,6 +161,8 @@ __all__ = [
     "CredentialInjection",
     "CredentialSource",
     "CredentialUse",
+    "DataFlowRecord",
+    "DescriptorDataFlow",
     "EffectConfirmation",
     "Egress",
     "EgressPolicy",
@@ -164,6 +172,7 @@ __all__ = [
     "HttpSpec",
     "InvocationPreview",
     "InvocationResult",
+    "LabelSource",
     "LeaseLimits",
     "McpBinding",
     "McpProbe",
@@ -178,6 +187,7 @@ __all__ = [
     "Model",
     "NativeSpec",
     "OAuth2ClientCredentialsSource",
+    "PolicyDataFlow",
     "PreviewApproval",
     "PreviewClassification",
     "PreviewPermission",

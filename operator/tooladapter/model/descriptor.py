@@ -24,6 +24,7 @@ from tooladapter.enums import (
 from tooladapter.model import common
 from tooladapter.model.base import FREE_FORM, Model, Resource
 from tooladapter.model.credentials import MAX_CREDENTIALS, Credential, credentials_field_schema
+from tooladapter.model.dataflow import DescriptorDataFlow
 from tooladapter.model.sandbox import SandboxSpec
 
 DEFAULT_TIMEOUT_SECONDS = 300
@@ -186,6 +187,31 @@ def _credential_rules() -> list[JsonDict]:
     ]
 
 
+def _dataflow_rules() -> list[JsonDict]:
+    """CEL: `dataFlow.sink: none` only where the tool provably cannot send data out (refused
+    at apply, naming the field; `pipeline.dataflow` ignores it anywhere else)."""
+    declared = "has(self.dataFlow) && has(self.dataFlow.sink) && self.dataFlow.sink == 'none'"
+    no_egress = (
+        "has(self.sandbox) && has(self.sandbox.egress) && has(self.sandbox.egress.allow) "
+        "&& size(self.sandbox.egress.allow) == 0"
+    )
+    low_class = (
+        "!(self.sideEffectClass in ['external', 'production', 'spend']) && "
+        "!(has(self.riskClass) && self.riskClass in ['EXTERNAL_EFFECT', 'IRREVERSIBLE_WRITE', "
+        "'PRODUCTION', 'SECURITY_SENSITIVE', 'FINANCIAL'])"
+    )
+    return [
+        {
+            "rule": f"!({declared}) || (!(self.kind in ['http', 'mcp']) && ({no_egress}) "
+            f"&& {low_class})",
+            "message": "spec.dataFlow.sink: none is allowed only with sandbox.egress.allow: [] "
+            "and never for http or mcp tools or classes external and above",
+            "fieldPath": ".dataFlow.sink",
+            "reason": "FieldValueForbidden",
+        }
+    ]
+
+
 def _requires_block(kind: ToolKind, field: str, extra: str = "") -> JsonDict:
     """A CEL rule: a descriptor of `kind` must carry its kind-specific block `field`."""
     return {
@@ -221,6 +247,7 @@ class ToolDescriptorSpec(Model):
                     " && has(self.sandbox.command) && size(self.sandbox.command) > 0",
                 ),
                 *_credential_rules(),
+                *_dataflow_rules(),
                 {
                     "rule": "self.toolId == oldSelf.toolId",
                     "message": "spec.toolId is immutable: publish a new ToolDescriptor",
@@ -295,6 +322,9 @@ class ToolDescriptorSpec(Model):
     """The MCP server tool of an mcp tool."""
     native: NativeSpec | None = None
     """The built-in tool of a native tool."""
+    data_flow: DescriptorDataFlow | None = None
+    """What the results are (private, untrusted) and whether the tool can send data out:
+    the data-flow rule gates a sink call once its run holds both labels (Data flow)."""
     retired: bool = False
     """Retire the version: new calls, and calls not yet Executing (waiting for an approval or
     brokered), are Denied with failure class retired; running calls follow

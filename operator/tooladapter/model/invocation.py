@@ -29,6 +29,7 @@ from tooladapter.model.common import (
     VERSION_PATTERN,
     Condition,
 )
+from tooladapter.model.dataflow import DataFlowRecord
 from tooladapter.model.preview import InvocationPreview
 
 
@@ -442,6 +443,10 @@ class ToolInvocationStatus(Model):
     credentials: list[CredentialUse] = Field(default_factory=list)
     """The credentials the call carried (`spec.credentials` of its descriptor): name, source
     kind, where each went, a token's expiry; never a value."""
+    data_flow: DataFlowRecord | None = None
+    """The data-flow rule's view of the call: the labels its result brings, the labels its
+    scopes held with the calls that brought them, whether it is a sink, and why it was
+    gated (`pipeline.dataflow`)."""
     egress_records_ref: str | None = None
     """The proxy's whole list of the lease's connection records in the artifact store
     (sha256:...), which the receipt references."""

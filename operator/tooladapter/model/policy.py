@@ -16,6 +16,7 @@ from tooladapter.enums import (
     UnlistedAction,
 )
 from tooladapter.model.base import FREE_FORM, Model, Resource
+from tooladapter.model.dataflow import PolicyDataFlow
 
 
 class ToolVersionRule(Model):
@@ -137,6 +138,9 @@ class ToolPolicySpec(Model):
     """Narrows every sandbox's egress allow-list."""
     conditions: list[ArgumentCondition] = Field(default_factory=list)
     """Rules on argument values."""
+    data_flow: PolicyDataFlow = Field(default_factory=PolicyDataFlow)
+    """The data-flow rule: which calls' labels count (scope) and what a sink call gets once
+    they hold both private and untrusted (approve, deny or allow)."""
 
 
 class ToolPolicyStatus(Model):

@@ -37,7 +37,13 @@ from typing import Any
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
-from tooladapter.enums import BlockAction, SideEffectClass, UnlistedAction
+from tooladapter.enums import (
+    BlockAction,
+    DataFlowAction,
+    DataFlowScope,
+    SideEffectClass,
+    UnlistedAction,
+)
 from tooladapter.model import ArgumentCondition, SpendPolicy, ToolPolicySpec, ToolVersionRule
 from tooladapter.pipeline.hashing import CanonicalizationError, canonical_json, digest
 from tooladapter.pipeline.linear_regex import ENGINE, UnsafePattern, compile_linear
@@ -271,6 +277,10 @@ class PolicyDecision:
     #: Policies that set `shell.blockAction: deny` / `shell.unlisted: deny` explicitly.
     block_action_deny_by: tuple[str, ...] = ()
     unlisted_deny_by: tuple[str, ...] = ()
+    #: The data-flow rule (`pipeline.dataflow`): `caller` if any policy says so; deny wins
+    #: over approve over allow (a policy that sets nothing says approve).
+    dataflow_scope: DataFlowScope = DataFlowScope.RUN
+    dataflow_action: DataFlowAction = DataFlowAction.APPROVE
 
     def reviewer_groups_for(self, effective: SideEffectClass) -> tuple[str, ...]:
         """Groups whose members may approve a call of this class (empty: any reviewer).
@@ -491,7 +501,23 @@ def evaluate_policies(
         unlisted_deny_by=tuple(
             name for name, spec in valid if spec.shell.unlisted is UnlistedAction.DENY
         ),
+        dataflow_scope=(
+            DataFlowScope.CALLER
+            if any(spec.data_flow.scope is DataFlowScope.CALLER for _, spec in valid)
+            else DataFlowScope.RUN
+        ),
+        dataflow_action=_dataflow_action(
+            [spec.data_flow.on_private_and_untrusted for _, spec in valid]
+        ),
     )
+
+
+def _dataflow_action(actions: list[DataFlowAction]) -> DataFlowAction:
+    """Deny wins over approve over allow; no policy: approve (the rule is on by default)."""
+    for action in (DataFlowAction.DENY, DataFlowAction.APPROVE, DataFlowAction.ALLOW):
+        if action in actions:
+            return action
+    return DataFlowAction.APPROVE
 
 
 def _pattern_key(pattern: str) -> str:

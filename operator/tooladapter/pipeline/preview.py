@@ -71,6 +71,8 @@ class PreviewSettings:
     sandbox_image: str | None = None
     #: The egress allow-list of sandboxes whose descriptor sets none.
     default_egress_allow: tuple[str, ...] = ()
+    #: Seconds a caller's data-flow labels count (TOOLADAPTER_DATAFLOW_WINDOW_SECONDS).
+    dataflow_window_seconds: int = 3600
 
 
 @dataclass

@@ -70,6 +70,11 @@ class Settings(FromEnv):
     reconcile_interval_seconds: int = setting(
         "TOOLADAPTER_RECONCILE_INTERVAL_SECONDS", env.integer, 30
     )
+    #: Seconds a caller's data-flow labels count for its calls that name no run or
+    #: attempt, and for every call under a ToolPolicy's `dataFlow.scope: caller`.
+    dataflow_window_seconds: int = setting(
+        "TOOLADAPTER_DATAFLOW_WINDOW_SECONDS", env.at_least(1), 3600
+    )
     #: Hosts (names, addresses or CIDRs) http tools may never reach, even when a
     #: descriptor allow-lists them: cloud metadata services hand out node credentials.
     blocked_http_hosts: tuple[str, ...] = setting(

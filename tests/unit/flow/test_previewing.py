@@ -9,12 +9,13 @@ from typing import Any
 
 import pytest
 
-from tests.unit.fake_cluster import CALLER, NAMESPACE, descriptor, invocation
-from tooladapter.enums import PreviewVerdict, SideEffectClass, Stage
+from tests.unit.fake_cluster import CALLER, NAMESPACE, descriptor, http_descriptor, invocation
+from tooladapter.enums import DataLabel, PreviewVerdict, ScopeKind, SideEffectClass, Stage
 from tooladapter.gateway.openapi import SCHEMAS, document
 from tooladapter.gateway.routes import MODULES
 from tooladapter.gateway.views.tools import BadCallOptions, CallOptions, call_options
-from tooladapter.model import Caller, InvocationPreview
+from tooladapter.model import Caller, InvocationPreview, ToolPolicySpec
+from tooladapter.pipeline import dataflow as rule
 from tooladapter.pipeline.permission import Question
 from tooladapter.pipeline.preview import PreviewSettings
 from tooladapter.previewing import Found, Policies, dry_run
@@ -40,6 +41,11 @@ class Recording:
     mcp_asked: list[tuple[str, str]] = field(default_factory=list)
     #: requestHash -> the names of Uncertain, unconfirmed calls of that request.
     uncertain: dict[str, list[str]] = field(default_factory=dict)
+    #: Data-flow scope stores by ConfigMap name.
+    stores: dict[str, dict[str, str]] = field(default_factory=dict)
+
+    async def scope_store(self, namespace: str, name: str) -> Mapping[str, str] | None:
+        return self.stores.get(name)
 
     async def unconfirmed(self, namespace: str, tool_id: str, hashes: Sequence[str]) -> list[str]:
         return [name for h in hashes for name in self.uncertain.get(h, [])]
@@ -184,3 +190,40 @@ async def test_a_dry_run_reports_an_unconfirmed_identical_call() -> None:
     assert preview.verdict == "would-be-denied"
     assert (preview.denied_stage, preview.failure_class) == ("idempotency", "unconfirmed-effect")
     assert "first" in preview.message
+
+
+@pytest.mark.parametrize(
+    ("flow", "verdict"),
+    [
+        ({}, PreviewVerdict.WOULD_AWAIT_APPROVAL),
+        ({"onPrivateAndUntrusted": "deny"}, PreviewVerdict.WOULD_BE_DENIED),
+        ({"onPrivateAndUntrusted": "allow"}, PreviewVerdict.WOULD_RUN),
+    ],
+)
+async def test_every_doors_dry_run_says_a_send_would_be_gated_by_the_data_flow_rule(
+    flow: dict[str, str], verdict: PreviewVerdict
+) -> None:
+    send = http_descriptor("send", "https://api.example.com/x")
+    scope = rule.Scope(ScopeKind.RUN, NAMESPACE, CALLER, "run-a")
+    at = "2099-01-01T00:00:00Z"
+    lookups = Recording(
+        descriptors=[_active(send)],
+        policies_=[("team-a/flow", ToolPolicySpec.model_validate({"dataFlow": flow}))],
+        grants={"invoke tooldescriptors/send", "use sideeffectclasses/read"},
+        stores={
+            scope.store_name: {
+                rule.entry_key(DataLabel.PRIVATE, "read-1"): rule.entry_value(tool="crm", at=at),
+                rule.entry_key(DataLabel.UNTRUSTED, "fetch-2"): rule.entry_value(tool="web", at=at),
+            }
+        },
+    )
+    shown = await _preview(lookups, invocation(tool="send", runId="run-a")["spec"])
+    assert shown.verdict is verdict, shown
+    if verdict is PreviewVerdict.WOULD_AWAIT_APPROVAL:
+        assert shown.approval is not None and shown.approval.required
+        assert any("read-1" in r and "fetch-2" in r for r in shown.approval.reasons)
+    if verdict is PreviewVerdict.WOULD_BE_DENIED:
+        assert shown.denied_stage is Stage.POLICY and "read-1" in shown.message
+    # Another run of the same caller holds nothing: it would run.
+    clean = await _preview(lookups, invocation(tool="send", runId="run-b")["spec"])
+    assert clean.verdict is PreviewVerdict.WOULD_RUN

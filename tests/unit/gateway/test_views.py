@@ -232,6 +232,13 @@ def test_an_observed_call_is_a_success_with_its_receipt() -> None:
     assert result["_meta"]["dev.tooladapter/receiptRef"] == "sha256:" + "c" * 64
 
 
+def test_a_labelled_tools_result_carries_its_labels_in_meta() -> None:
+    labelled = call_result(invocation("Observed", dataFlow={"labels": ["untrusted"]}), text="x")
+    assert labelled["_meta"]["dev.tooladapter/labels"] == ["untrusted"]
+    plain = call_result(invocation("Observed"), text="x")
+    assert "dev.tooladapter/labels" not in plain["_meta"]
+
+
 def test_an_output_schema_takes_json_text_and_refuses_what_breaks_it() -> None:
     schema = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
     ok = call_result(invocation("Observed"), text='{"n": 2}', output_schema=schema)

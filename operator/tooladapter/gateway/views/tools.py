@@ -68,6 +68,9 @@ META_DUPLICATE_OF_UID: Final = META_PREFIX + "duplicateOfUid"
 META_PROVENANCE: Final = META_PREFIX + "provenance"
 META_TOOL_ERROR: Final = META_PREFIX + "toolError"
 META_EXIT_CODE: Final = META_PREFIX + "exitCode"
+#: What the result is for the data-flow rule (`private`, `untrusted`): a client or model
+#: may treat untrusted content as data, never as instructions.
+META_LABELS: Final = META_PREFIX + "labels"
 META_HTTP_STATUS: Final = META_PREFIX + "httpStatus"
 #: A tools/call option: answer what the call would meet now (the REST dry run), create nothing.
 META_DRY_RUN: Final = META_PREFIX + "dryRun"
@@ -470,6 +473,9 @@ def result_meta(obj: Mapping[str, Any]) -> dict[str, Any]:
             meta[key] = field
     if result.get("truncated"):
         meta[META_TRUNCATED] = True
+    labels = (status.get("dataFlow") or {}).get("labels")
+    if labels:
+        meta[META_LABELS] = list(labels)
     if readout.tool_error(status):
         meta[META_TOOL_ERROR] = True
     for key, field in ((META_EXIT_CODE, "exitCode"), (META_HTTP_STATUS, "httpStatus")):

@@ -26,7 +26,7 @@ SHIPPED: dict[tuple[AdmissionKind, str], str] = {
         "sha256:6f3a74df494a14909ec20ef46fd0fb07561ccc4e6b3aa41045bddc1a0e6dd653"
     ),
     (AdmissionKind.POLICY, "tooladapter-invocation-status"): (
-        "sha256:48171aff228ff334891f4ee6ff59d1f244a013a89ac7590b0ab22cf060b72822"
+        "sha256:2e0cd81a63f41c96ed70a6543cea2754b0a7fd1c6727c0beb69df5820a4cb510"
     ),
     (AdmissionKind.POLICY, "tooladapter-mcpserver-activation"): (
         "sha256:22055c63bc70f4614f06f859ce673560176cafdb6367bffd67c7176c34e5fa15"

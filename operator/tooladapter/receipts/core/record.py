@@ -209,6 +209,13 @@ def build_receipt(
         "descriptorDigest": status.descriptor_digest,
         "target": http_target(http, arguments) if http is not None else None,
         "credentials": [credential_record(use) for use in status.credentials],
+        # The data-flow rule's view (`pipeline.dataflow`): the labels the call brought, the
+        # labels its scopes held with the calls behind them, and why it was gated.
+        "dataFlow": (
+            status.data_flow.model_dump(mode="json", by_alias=True)
+            if status.data_flow is not None
+            else None
+        ),
         "declaredClass": _value(status.declared_class),
         "effectiveClass": _value(status.effective_class),
         "policyDecisionId": status.policy_decision_id,

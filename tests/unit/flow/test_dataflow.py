@@ -1,0 +1,257 @@
+"""The data-flow rule in the flow, on the fake cluster: a run that read private data and
+untrusted content cannot send it out unseen (issue 42)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from prometheus_client import REGISTRY
+
+from tests.unit.fake_cluster import (
+    CALLER,
+    NAMESPACE,
+    FakeCluster,
+    Harness,
+    ScriptedExecutor,
+    descriptor,
+    http_descriptor,
+    invocation,
+    make_runtime,
+    policy,
+)
+from tooladapter.enums import InvocationState, Resource, ToolKind
+from tooladapter.pipeline import dataflow as rule
+
+OTHER = "system:serviceaccount:team-a:other-agent"
+
+
+def harness(cluster: FakeCluster | None = None) -> Harness:
+    h = make_runtime(
+        cluster, executors={ToolKind.NATIVE: ScriptedExecutor(), ToolKind.HTTP: ScriptedExecutor()}
+    )
+    h.publish(descriptor("crm", dataFlow={"labels": ["private"]}))
+    h.publish(descriptor("web", dataFlow={"labels": ["untrusted"]}))
+    h.publish(http_descriptor("send", "https://api.example.com/x"))
+    for user in (CALLER, OTHER):
+        h.cluster.grant(user, tools=["crm", "web", "send"], classes=["read"])
+    return h
+
+
+@pytest.fixture
+def h() -> Harness:
+    return harness()
+
+
+async def call(h: Harness, name: str, tool: str, **spec: Any) -> dict[str, Any]:
+    stored = await h.run(h.submit(invocation(name, tool=tool, **spec)))
+    return stored["status"]
+
+
+def gated(action: str) -> float:
+    """Sink calls the rule gated in the namespace with `action` (the metric)."""
+    value = REGISTRY.get_sample_value(
+        "tooladapter_dataflow_gated_total", {"tenant": NAMESPACE, "action": action}
+    )
+    return value or 0.0
+
+
+async def waiting_for_approval(h: Harness, name: str) -> dict[str, Any]:
+    """The stored call once it waits for an approval (bounded: a call that never waits
+    fails the test instead of hanging it)."""
+    return await asyncio.wait_for(
+        h.cluster.wait_for_state(name, InvocationState.AWAITING_APPROVAL), 5
+    )
+
+
+def sent(h: Harness) -> int:
+    executor = h.executors[ToolKind.HTTP]
+    assert isinstance(executor, ScriptedExecutor)
+    return len(executor.executed)
+
+
+async def test_private_then_untrusted_then_a_send_waits_with_reasons_naming_both_calls(
+    h: Harness,
+) -> None:
+    assert (await call(h, "read-1", "crm", runId="run-a"))["state"] == "Observed"
+    assert (await call(h, "fetch-2", "web", runId="run-a"))["state"] == "Observed"
+
+    task = h.start(h.submit(invocation("send-3", tool="send", runId="run-a")))
+    waiting = await waiting_for_approval(h, "send-3")
+
+    status = waiting["status"]
+    (detail,) = [s["detail"] for s in status["stages"] if s["outcome"] == "waiting"]
+    assert "read-1 (crm)" in detail and "fetch-2 (web)" in detail and "api.example.com" in detail
+    assert status["dataFlow"]["sink"] is True and status["dataFlow"]["gated"]
+    assert {(s["label"], s["invocation"]) for s in status["dataFlow"]["sources"]} == {
+        ("private", "read-1"),
+        ("untrusted", "fetch-2"),
+    }
+    assert sent(h) == 0
+
+    h.approve_waiting("send-3")
+    await asyncio.wait_for(task, 5)
+    assert h.cluster.invocation("send-3")["status"]["state"] == "Observed"
+    assert sent(h) == 1
+
+
+@pytest.mark.parametrize(
+    ("first", "send"),
+    [
+        ({"runId": "run-a"}, {"runId": "run-b"}),  # a clean run
+        ({"runId": "run-a", "only": "crm"}, {"runId": "run-a"}),  # one label only
+        ({"runId": "run-a"}, {"runId": "run-a", "caller": OTHER}),  # another caller's run
+    ],
+    ids=["clean-run", "one-label", "other-caller"],
+)
+async def test_a_send_without_both_labels_in_its_scope_runs_without_approval(
+    h: Harness, first: dict, send: dict
+) -> None:
+    only = first.pop("only", None)
+    for name, tool in (("read-1", "crm"), ("fetch-2", "web")):
+        if only is None or only == tool:
+            await call(h, name, tool, **first)
+
+    status = await call(h, "send-3", "send", **send)
+
+    assert status["state"] == "Observed", status
+    assert [s["outcome"] for s in status["stages"] if s["stage"] == "approval"] == ["not-required"]
+    assert sent(h) == 1
+
+
+async def test_with_scope_caller_a_clean_runs_send_waits_too(h: Harness) -> None:
+    h.add_policy(policy("flow", dataFlow={"scope": "caller"}))
+    await call(h, "read-1", "crm", runId="run-a")
+    await call(h, "fetch-2", "web", runId="run-a")
+
+    task = h.start(h.submit(invocation("send-3", tool="send", runId="run-b")))
+    await waiting_for_approval(h, "send-3")
+    task.cancel()
+
+
+async def test_calls_without_a_run_are_judged_by_their_callers_window(h: Harness) -> None:
+    await call(h, "read-1", "crm")
+    await call(h, "fetch-2", "web")
+
+    task = h.start(h.submit(invocation("send-3", tool="send")))
+    await waiting_for_approval(h, "send-3")
+    task.cancel()
+
+
+async def test_deny_ends_the_send_denied_at_policy_with_the_reason(h: Harness) -> None:
+    h.add_policy(policy("flow", dataFlow={"onPrivateAndUntrusted": "deny"}))
+    await call(h, "read-1", "crm", runId="run-a")
+    await call(h, "fetch-2", "web", runId="run-a")
+
+    before = gated("deny")
+    status = await call(h, "send-3", "send", runId="run-a")
+
+    assert status["state"] == "Denied" and status["deniedStage"] == "policy", status
+    assert gated("deny") - before == 1
+    assert "read-1" in status["message"] and "fetch-2" in status["message"]
+    assert sent(h) == 0
+
+
+async def test_allow_lets_the_send_run(h: Harness) -> None:
+    h.add_policy(policy("flow", dataFlow={"onPrivateAndUntrusted": "allow"}))
+    await call(h, "read-1", "crm", runId="run-a")
+    await call(h, "fetch-2", "web", runId="run-a")
+
+    assert (await call(h, "send-3", "send", runId="run-a"))["state"] == "Observed"
+
+
+async def test_a_label_that_arrives_while_the_send_waits_denies_it_at_the_recheck(
+    h: Harness,
+) -> None:
+    await call(h, "read-1", "crm", runId="run-a")
+    await call(h, "fetch-2", "web", runId="run-a")
+    task = h.start(h.submit(invocation("send-3", tool="send", runId="run-a")))
+    await waiting_for_approval(h, "send-3")
+
+    await call(h, "fetch-4", "web", runId="run-a")  # more attacker content, after the ask
+    h.approve_waiting("send-3")
+    await asyncio.wait_for(task, 5)
+
+    status = h.cluster.invocation("send-3")["status"]
+    assert status["state"] == "Denied", status
+    assert "fetch-4" in status["message"] and "call again" in status["message"]
+    assert sent(h) == 0
+
+
+async def test_the_gate_holds_after_a_restart_and_the_invocations_retention() -> None:
+    first = harness()
+    await call(first, "read-1", "crm", runId="run-a")
+    await call(first, "fetch-2", "web", runId="run-a")
+    # Retention deleted the invocations; a new operator process starts on the same cluster.
+    for name in ("read-1", "fetch-2"):
+        first.cluster.objects.pop((str(Resource.INVOCATIONS), NAMESPACE, name))
+    h = harness(first.cluster)
+
+    task = h.start(h.submit(invocation("send-3", tool="send", runId="run-a")))
+    waiting = await waiting_for_approval(h, "send-3")
+    assert "read-1" in str(waiting["status"]["dataFlow"])
+    task.cancel()
+
+
+async def test_a_failed_call_brings_no_label(h: Harness) -> None:
+    # A call denied before it ran returned nothing: its labels never enter the scope.
+    h.publish(descriptor("secret", dataFlow={"labels": ["private"]}))  # not granted
+    await call(h, "read-1", "secret", runId="run-a")
+    await call(h, "fetch-2", "web", runId="run-a")
+
+    assert (await call(h, "send-3", "send", runId="run-a"))["state"] == "Observed"
+
+
+async def test_the_labels_are_stored_per_scope_with_their_call(h: Harness) -> None:
+    await call(h, "read-1", "crm", runId="run-a", attemptId="att-1")
+
+    for scope in rule.recorded_scopes(
+        namespace=NAMESPACE, caller=CALLER, run_id="run-a", attempt_id="att-1"
+    ):
+        data = h.cluster.config_maps[(NAMESPACE, scope.store_name)]
+        assert list(data) == ["private.read-1"], scope
+
+
+async def test_a_dry_run_says_the_send_would_wait_and_why(h: Harness) -> None:
+    await call(h, "read-1", "crm", runId="run-a")
+    await call(h, "fetch-2", "web", runId="run-a")
+
+    status = await call(h, "send-3", "send", runId="run-a", dryRun=True)
+
+    preview = status["preview"]
+    assert status["state"] == "Previewed"
+    assert preview["verdict"] == "would-await-approval", preview
+    assert preview["approval"]["required"] is True
+    assert any("read-1" in r and "fetch-2" in r for r in preview["approval"]["reasons"])
+    assert sent(h) == 0
+
+
+async def test_an_attempt_that_read_private_and_untrusted_in_other_runs_gates_its_sends(
+    h: Harness,
+) -> None:
+    # The workspace carries data between runs: the attempt is a scope of its own.
+    await call(h, "read-1", "crm", runId="run-1", attemptId="att-1")
+    await call(h, "fetch-2", "web", runId="run-2", attemptId="att-1")
+
+    task = h.start(h.submit(invocation("send-3", tool="send", runId="run-3", attemptId="att-1")))
+    waiting = await waiting_for_approval(h, "send-3")
+    assert "attempt att-1" in waiting["status"]["dataFlow"]["gated"]
+    task.cancel()
+
+    # Another attempt of a fresh run holds nothing.
+    other = await call(h, "send-4", "send", runId="run-4", attemptId="att-2")
+    assert other["state"] == "Observed", other
+
+
+async def test_a_duplicate_brings_its_first_calls_labels_into_its_own_run(h: Harness) -> None:
+    await call(h, "read-1", "crm", runId="run-a", idempotencyKey="k1")
+    # The same request and key in another run: it ran nothing, but it returned the data.
+    dup = await call(h, "read-2", "crm", runId="run-b", idempotencyKey="k1")
+    assert dup.get("duplicateOf") == "read-1", dup
+    await call(h, "fetch-3", "web", runId="run-b")
+
+    task = h.start(h.submit(invocation("send-4", tool="send", runId="run-b")))
+    waiting = await waiting_for_approval(h, "send-4")
+    assert "read-2" in waiting["status"]["dataFlow"]["gated"]
+    task.cancel()

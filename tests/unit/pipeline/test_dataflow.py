@@ -1,0 +1,217 @@
+"""The data-flow rule, pure: labels, sinks, scopes, the stores' entries and the verdict."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from tooladapter.enums import DataFlowAction, DataFlowScope, DataLabel, ScopeKind, SideEffectClass
+from tooladapter.model import LabelSource, ToolDescriptorSpec, ToolPolicySpec
+from tooladapter.pipeline import dataflow as rule
+from tooladapter.pipeline.policy import PolicyDecision, evaluate_policies
+from tooladapter.timeutil import to_iso
+
+NOW = datetime(2026, 12, 6, 12, 0, tzinfo=UTC)
+
+
+def tool(kind: str = "native", cls: str = "read", **spec: object) -> ToolDescriptorSpec:
+    body: dict[str, object] = {
+        "toolId": "t",
+        "version": "1.0.0",
+        "kind": kind,
+        "sideEffectClass": cls,
+    }
+    if kind == "native":
+        body["native"] = {"name": "read-configmap"}
+    if kind == "mcp":
+        body["mcp"] = {"server": "web", "tool": "fetch", "pinnedDigest": "sha256:" + "0" * 64}
+    if kind == "http":
+        body["http"] = {"url": "https://api.example.com/x", "allowedHosts": ["api.example.com"]}
+    if kind in ("shell", "container"):
+        body["sandbox"] = {"command": ["true"]} if kind == "container" else {}
+    body.update(spec)
+    return ToolDescriptorSpec.model_validate(body)
+
+
+def src(label: DataLabel, name: str, tool_id: str = "t") -> LabelSource:
+    return LabelSource(label=label, invocation=name, tool=tool_id, at=to_iso(NOW))
+
+
+def test_labels_are_what_the_descriptor_says_and_mcp_tools_are_untrusted_unless_it_says() -> None:
+    assert rule.labels_of(tool()) == []
+    assert rule.labels_of(tool(dataFlow={"labels": ["private"]})) == [DataLabel.PRIVATE]
+    assert rule.labels_of(tool("mcp")) == [DataLabel.UNTRUSTED]
+    assert rule.labels_of(tool("mcp", dataFlow={"labels": []})) == []
+    assert rule.labels_of(tool("mcp", dataFlow={"sink": None})) == [DataLabel.UNTRUSTED]
+
+
+@pytest.mark.parametrize(
+    ("descriptor", "cls", "default", "sink"),
+    [
+        (tool(), SideEffectClass.READ, (), False),
+        (tool(), SideEffectClass.EXTERNAL, (), True),
+        (tool("http"), SideEffectClass.READ, (), True),
+        (tool("mcp"), SideEffectClass.READ, (), True),
+        (
+            tool("shell", sandbox={"egress": {"allow": []}}),
+            SideEffectClass.SANDBOX,
+            ("github.com",),
+            False,
+        ),
+        # No egress of its own: the operator's default list is what its lease gets.
+        (tool("shell"), SideEffectClass.SANDBOX, ("github.com",), True),
+        (tool("shell"), SideEffectClass.SANDBOX, (), False),
+        (
+            tool("container", sandbox={"command": ["x"], "egress": {"allow": ["pypi.org"]}}),
+            SideEffectClass.SANDBOX,
+            (),
+            True,
+        ),
+    ],
+    ids=[
+        "native-read",
+        "class-external",
+        "http",
+        "mcp",
+        "no-egress",
+        "default-egress",
+        "no-default",
+        "container-egress",
+    ],
+)
+def test_sinks_are_calls_that_can_send_data_out(
+    descriptor: ToolDescriptorSpec, cls: SideEffectClass, default: tuple[str, ...], sink: bool
+) -> None:
+    reach = rule.reach_of(descriptor, default_allow=default)
+    assert rule.is_sink(descriptor, cls, reach) is sink
+
+
+def test_a_policy_narrowing_egress_narrows_the_reach_as_the_lease_would() -> None:
+    shell = tool("shell")
+    assert rule.reach_of(
+        shell, default_allow=("github.com", "pypi.org"), narrowing=[["pypi.org"]]
+    ) == ["pypi.org"]
+    assert not rule.is_sink(
+        shell,
+        SideEffectClass.SANDBOX,
+        rule.reach_of(shell, default_allow=("github.com",), narrowing=[[]]),
+    )
+
+
+def test_a_sink_in_a_scope_with_both_labels_is_gated_naming_the_calls_and_the_hosts() -> None:
+    verdict = rule.judge(
+        sink=True,
+        reach=["api.example.com"],
+        sources=[
+            src(DataLabel.PRIVATE, "read-1", "crm"),
+            src(DataLabel.UNTRUSTED, "fetch-2", "web"),
+        ],
+        action=DataFlowAction.APPROVE,
+    )
+    assert verdict.needs_approval and not verdict.denies
+    assert "read-1 (crm)" in verdict.reason and "fetch-2 (web)" in verdict.reason
+    assert "api.example.com" in verdict.reason
+
+
+@pytest.mark.parametrize(
+    ("sink", "labels", "action", "gated"),
+    [
+        (False, [DataLabel.PRIVATE, DataLabel.UNTRUSTED], DataFlowAction.APPROVE, None),
+        (True, [DataLabel.PRIVATE], DataFlowAction.APPROVE, None),
+        (True, [DataLabel.UNTRUSTED], DataFlowAction.DENY, None),
+        (True, [], DataFlowAction.APPROVE, None),
+        (True, [DataLabel.PRIVATE, DataLabel.UNTRUSTED], DataFlowAction.DENY, DataFlowAction.DENY),
+        (True, [DataLabel.PRIVATE, DataLabel.UNTRUSTED], DataFlowAction.ALLOW, None),
+    ],
+)
+def test_only_a_sink_with_both_labels_is_gated_and_the_policy_says_how(
+    sink: bool, labels: list[DataLabel], action: DataFlowAction, gated: DataFlowAction | None
+) -> None:
+    sources = [src(label, f"c-{i}") for i, label in enumerate(labels)]
+    verdict = rule.judge(sink=sink, reach=["h"], sources=sources, action=action)
+    assert verdict.action is gated
+
+
+def test_a_call_is_judged_by_its_run_and_attempt_or_by_its_callers_window() -> None:
+    run = rule.judged_scopes(
+        namespace="ns", caller="a", run_id="r", attempt_id="", scope=DataFlowScope.RUN
+    )
+    assert [s.kind for s in run] == [ScopeKind.RUN]
+    both = rule.judged_scopes(
+        namespace="ns", caller="a", run_id="r", attempt_id="w", scope=DataFlowScope.RUN
+    )
+    assert [s.kind for s in both] == [ScopeKind.RUN, ScopeKind.ATTEMPT]
+    neither = rule.judged_scopes(
+        namespace="ns", caller="a", run_id="", attempt_id="", scope=DataFlowScope.RUN
+    )
+    assert [s.kind for s in neither] == [ScopeKind.CALLER]
+    caller = rule.judged_scopes(
+        namespace="ns", caller="a", run_id="r", attempt_id="", scope=DataFlowScope.CALLER
+    )
+    assert [s.kind for s in caller] == [ScopeKind.CALLER]
+    # Every labelled call reaches its caller's scope, whatever the policy says later.
+    kinds = [
+        s.kind for s in rule.recorded_scopes(namespace="ns", caller="a", run_id="r", attempt_id="")
+    ]
+    assert kinds == [ScopeKind.CALLER, ScopeKind.RUN]
+
+
+def test_scopes_of_other_callers_runs_and_namespaces_have_other_stores() -> None:
+    names = {
+        rule.Scope(ScopeKind.RUN, "ns", "a", "r").store_name,
+        rule.Scope(ScopeKind.RUN, "ns", "b", "r").store_name,
+        rule.Scope(ScopeKind.RUN, "ns2", "a", "r").store_name,
+        rule.Scope(ScopeKind.ATTEMPT, "ns", "a", "r").store_name,
+        rule.Scope(ScopeKind.CALLER, "ns", "a").store_name,
+    }
+    assert len(names) == 5 and all(len(n) <= 63 for n in names)
+
+
+def test_the_stores_entries_round_trip_and_a_callers_window_drops_old_ones() -> None:
+    scope = rule.Scope(ScopeKind.CALLER, "ns", "a")
+    old = to_iso(NOW - timedelta(seconds=7200))
+    data = {
+        rule.entry_key(DataLabel.PRIVATE, "read-1"): rule.entry_value(tool="crm", at=to_iso(NOW)),
+        rule.entry_key(DataLabel.UNTRUSTED, "old-1"): rule.entry_value(tool="web", at=old),
+        "garbage": "{",
+    }
+    held = rule.held([(scope, data)], now=NOW, window_seconds=3600)
+    assert [(s.label, s.invocation, s.tool) for s in held] == [(DataLabel.PRIVATE, "read-1", "crm")]
+    assert rule.expired_keys(data, now=NOW, window_seconds=3600) == ["untrusted.old-1"]
+    # A run's scope keeps everything: the window is a caller's.
+    run = rule.Scope(ScopeKind.RUN, "ns", "a", "r")
+    assert len(rule.held([(run, data)], now=NOW, window_seconds=3600)) == 2
+    # A call is judged by what came before it, never by itself.
+    assert (
+        rule.held([(run, data)], now=NOW, window_seconds=3600, exclude="read-1")[0].invocation
+        == "old-1"
+    )
+
+
+def test_labels_that_arrived_since_are_found() -> None:
+    before = [src(DataLabel.PRIVATE, "a")]
+    now = [src(DataLabel.PRIVATE, "a"), src(DataLabel.UNTRUSTED, "b")]
+    assert [s.invocation for s in rule.arrived_since(before, now)] == ["b"]
+
+
+def test_policies_combine_deny_over_approve_over_allow_and_caller_over_run() -> None:
+    def decide(*flows: dict[str, str]) -> PolicyDecision:
+        specs = [
+            (f"ns/p{i}", ToolPolicySpec.model_validate({"dataFlow": f}))
+            for i, f in enumerate(flows)
+        ]
+        return evaluate_policies(
+            specs, namespace="ns", tool_id="t", tool_version="1.0.0", arguments={}, request_hash="h"
+        )
+
+    assert decide().dataflow_action is DataFlowAction.APPROVE
+    assert decide({"onPrivateAndUntrusted": "allow"}).dataflow_action is DataFlowAction.ALLOW
+    assert decide({"onPrivateAndUntrusted": "allow"}, {}).dataflow_action is DataFlowAction.APPROVE
+    assert (
+        decide(
+            {"onPrivateAndUntrusted": "deny"}, {"onPrivateAndUntrusted": "allow"}
+        ).dataflow_action
+        is DataFlowAction.DENY
+    )
+    assert decide({"scope": "caller"}, {}).dataflow_scope is DataFlowScope.CALLER
