@@ -191,6 +191,12 @@ def test_an_http_tool_carries_the_secret_to_its_api_and_to_no_other_host(
             "hosts": [f"{API}:{s.api_port}"],
             "file": None,
             "expiresAt": None,
+            # What a minted credential records (part 3); none of it for a Secret's value.
+            "tokenUrl": None,
+            "scopes": None,
+            "audience": None,
+            "subject": None,
+            "revoked": None,
         }
     ], receipt
     assert receipt["descriptorDigest"] == to_api["descriptorDigest"], receipt
