@@ -258,8 +258,10 @@ async def delete_unscheduled_pod(
     kube: Kube, namespace: str, name: str, resource_version: str
 ) -> bool:
     """Delete a pod only as it was read (unscheduled): binding it to a node changes its
-    resourceVersion, so a True proves no kubelet ever got it. False: it changed meanwhile
-    (bound: it may run) or is gone."""
+    resourceVersion, so a True proves no kubelet ever got it; once its deletionTimestamp is
+    set (the Job controller's finalizer may keep it a moment) the scheduler skips it and
+    the API server refuses to bind it. False: it changed meanwhile (bound: it may run) or
+    is gone."""
     body = {
         "preconditions": {"resourceVersion": resource_version},
         "gracePeriodSeconds": 0,
