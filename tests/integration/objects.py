@@ -98,6 +98,7 @@ def shell_tool(
     cpu: str = "500m",
     timeout: int = 60,
     egress: list[str] | None = None,
+    cpu_request: str = "50m",
     **spec: Any,
 ) -> dict[str, Any]:
     """A shell tool; unless `shell=` says otherwise, the commands these tests run are on
@@ -113,7 +114,7 @@ def shell_tool(
         timeoutSeconds=timeout,
         sandbox={
             "resources": {
-                "requests": {"cpu": "50m", "memory": memory},
+                "requests": {"cpu": cpu_request, "memory": memory},
                 "limits": {"cpu": cpu, "memory": memory},
             },
             "egress": {"allow": egress or []},

@@ -603,6 +603,19 @@ class FakeCluster:
         return copy.deepcopy(self.pods.get(uid))
 
     @seam
+    async def delete_unscheduled_pod(
+        self, namespace: str, name: str, resource_version: str
+    ) -> bool:
+        for uid, body in self.pods.items():
+            meta = (body or {}).get("metadata") or {}
+            if meta.get("name") == name:
+                if str(meta.get("resourceVersion") or "") != resource_version:
+                    return False  # changed since read (bound): the precondition fails
+                self.pods[uid] = None
+                return True
+        return False
+
+    @seam
     async def pod_outcome(self, namespace: str, uid: str, *, max_bytes: int) -> PodOutcome:
         outcome = self.pod_outcomes.get(uid)
         if outcome is None:
@@ -668,6 +681,32 @@ def pod(*, started: bool) -> Body:
     return {
         "metadata": {"name": "ta-pod"},
         "status": {"containerStatuses": [{"name": "tool", "state": state, "started": started}]},
+    }
+
+
+def unschedulable_pod(
+    message: str = "0/1 nodes are available: 1 Insufficient cpu.",
+    *,
+    since: str | None = None,
+    resource_version: str = "7",
+) -> Body:
+    """A pod of a sandbox Job the scheduler cannot place (PodScheduled False, Unschedulable);
+    `since` defaults to now."""
+    return {
+        "metadata": {"name": "ta-pod", "resourceVersion": resource_version},
+        "spec": {},
+        "status": {
+            "phase": "Pending",
+            "conditions": [
+                {
+                    "type": "PodScheduled",
+                    "status": "False",
+                    "reason": "Unschedulable",
+                    "message": message,
+                    "lastTransitionTime": since or to_iso(datetime.now(UTC)),
+                }
+            ],
+        },
     }
 
 

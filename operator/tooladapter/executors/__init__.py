@@ -22,7 +22,7 @@ through `lost` (or `unconfirmed`, for "it may have started"), never on its own.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -80,6 +80,9 @@ class Call:
     remote: Callable[[], AbstractAsyncContextManager[None]] = field(
         default=nullcontext, compare=False
     )
+    #: Says the call waits for capacity (its sandbox's pod cannot be scheduled yet): the
+    #: flow records the wait's detail in status (`flow.capacity.note_unschedulable`).
+    waiting: Callable[[str], Awaitable[None]] | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """The canary listener sandboxes use to prove their NetworkPolicy is enforced.
 
 It accepts and closes connections and logs nothing: a sandbox's gate init container
-connects until it no longer can (see `pipeline.sandbox.GATE_SCRIPT`).
+connects until it no longer can (see `sandbox.podspec.GATE_SCRIPT`).
 """
 
 from __future__ import annotations

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import replace
+from datetime import UTC, datetime
 from typing import Any
 
 from tooladapter import API_VERSION
@@ -34,9 +35,31 @@ from tooladapter.model import ToolDescriptorSpec
 from tooladapter.naming import LeaseNames
 from tooladapter.sandbox.job import build_job, network_gate_for, owner_reference, runtime_class_for
 from tooladapter.settings import Settings
+from tooladapter.timeutil import parse_time
 
-#: Time the Job may take to be scheduled and report, beyond the tool's own timeout.
+#: Time the Job may take to report its end, beyond its own deadline (`job_deadline`).
 SCHEDULING_MARGIN_SECONDS = 120
+#: Time a scheduled pod may take to start (image pull, the network gate) beyond the tool's
+#: timeout and the capacity wait, before the Job's own deadline ends it: a backstop for an
+#: operator that is gone (the tool's timeout is the pod's own deadline, `sandbox.job`).
+START_MARGIN_SECONDS = 60
+
+
+#: First delay before asking whether a Job's pod was scheduled, and the bound of the
+#: doubling delays (as a quota wait's, `flow.capacity`): a quick cold call asks once.
+POD_FIRST_DELAY_SECONDS = 1.0
+POD_MAX_DELAY_SECONDS = 10.0
+
+
+def capacity_backoff(attempt: int) -> float:
+    """The delay before the `attempt`-th look at the pod (0-based): 1, 2, 4, 8, 10, ..."""
+    return min(POD_MAX_DELAY_SECONDS, POD_FIRST_DELAY_SECONDS * 2.0 ** min(attempt, 16))
+
+
+def job_deadline(timeout_seconds: int, capacity_wait_seconds: int) -> int:
+    """The Job's activeDeadlineSeconds: the pod may wait for the scheduler up to the
+    capacity wait, then start, then run the tool's timeout (counted on its node)."""
+    return timeout_seconds + capacity_wait_seconds + START_MARGIN_SECONDS
 
 
 def has_http_credentials(descriptor: ToolDescriptorSpec) -> bool:
@@ -72,6 +95,9 @@ class SandboxExecutor:
             argv=list(call.argv),
             arguments=call.arguments,
             timeout_seconds=call.limits.timeout_seconds,
+            job_deadline_seconds=job_deadline(
+                call.limits.timeout_seconds, self.settings.capacity.wait_seconds
+            ),
             lease_id=call.lease_id or call.uid,
             image_pull_policy=self.settings.sandbox.image_pull_policy,
             image_pull_secrets=list(self.settings.sandbox.image_pull_secrets),
@@ -123,22 +149,28 @@ class SandboxExecutor:
         names = LeaseNames.for_uid(call.uid)
         # The operator's own clock around the run, from the Job's states as they arrive.
         run = JobRunClock(self.clock)
+        deadline = job_deadline(call.limits.timeout_seconds, self.settings.capacity.wait_seconds)
         waiter = asyncio.ensure_future(
             self.cluster.wait_for_job(
                 call.namespace,
                 names.job,
-                timeout=call.limits.timeout_seconds + SCHEDULING_MARGIN_SECONDS,
+                timeout=deadline + SCHEDULING_MARGIN_SECONDS,
                 seen=run.saw,
             )
         )
         interrupt = asyncio.ensure_future(call.interrupted.wait())
+        scheduling = asyncio.ensure_future(self.until_unschedulable(call))
         try:
             async with call.outside():
                 done, _ = await asyncio.wait(
-                    {waiter, interrupt}, return_when=asyncio.FIRST_COMPLETED
+                    {waiter, interrupt, scheduling}, return_when=asyncio.FIRST_COMPLETED
                 )
         finally:
             interrupt.cancel()
+            scheduling.cancel()
+        if scheduling in done and not scheduling.cancelled():
+            waiter.cancel()
+            return scheduling.result()
         if waiter not in done:
             waiter.cancel()
             return await self.interrupt(call, run)
@@ -158,6 +190,50 @@ class SandboxExecutor:
                 "stopped first) or was deleted before it finished",
             )
         return await self.outcome_of(call, job, run)
+
+    async def until_unschedulable(self, call: Call) -> Outcome:
+        """Return only when the call's pod stayed unschedulable past the capacity wait:
+        its pod deleted as read (so never bound, the tool never started), its Job deleted
+        (nothing can start later), the outcome Failed `transient`. Once the pod is bound
+        to a node, never: the Job's end decides, under the old rules.
+
+        Like a quota wait (`flow.capacity`): the scheduler's message goes into status, the
+        budget is `TOOLADAPTER_CAPACITY_WAIT_SECONDS` from when the scheduler first refused
+        (the pod's condition, so a restarted operator goes on with what is left), and the
+        pod is asked again after the same bounded doubling delays."""
+        names = LeaseNames.for_uid(call.uid)
+        budget = self.settings.capacity.wait_seconds
+        noted = False
+        attempt = 0
+        while True:
+            await asyncio.sleep(capacity_backoff(attempt))
+            attempt += 1
+            pod = await self.cluster.job_pod(call.namespace, call.uid)
+            if ksandbox.pod_scheduled(pod) or ksandbox.pod_started(pod):
+                await asyncio.Future()  # bound: the tool may start, the Job's end decides
+            refused = ksandbox.pod_unschedulable(pod)
+            if refused is None:
+                continue  # not created yet, or not yet looked at by the scheduler
+            if not noted and call.waiting is not None:
+                await call.waiting(
+                    f"pod {refused.name} not scheduled, waiting up to {budget}s for "
+                    f"capacity: {refused.message}"
+                )
+            noted = True
+            since = parse_time(refused.since) if refused.since else datetime.now(UTC)
+            if (datetime.now(UTC) - since).total_seconds() < budget:
+                continue
+            if not await self.cluster.delete_unscheduled_pod(
+                call.namespace, refused.name, refused.resource_version
+            ):
+                continue  # it changed meanwhile (bound, say): read it again
+            await self.cluster.delete("Job", call.namespace, names.job)
+            return Outcome.failed(
+                FailureClass.TRANSIENT,
+                f"the sandbox's pod was never scheduled within {budget}s (Unschedulable: "
+                f"{refused.message}); job {names.job} deleted, the tool never started, the "
+                "call may be made again",
+            )
 
     async def interrupt(self, call: Call, run: JobRunClock | None = None) -> Outcome:
         names = LeaseNames.for_uid(call.uid)
@@ -220,6 +296,17 @@ class SandboxExecutor:
                 f"job {job['metadata']['name']} never got a pod before its deadline (its "
                 "creates were refused, e.g. by a ResourceQuota); the tool never started",
             )
+        if result.deadline_exceeded:
+            # The kubelet ended the pod at its own deadline (the tool's timeout, counted
+            # from the pod's start on its node): started or not, its pod says.
+            message = (
+                f"the tool ran past its timeout of {call.limits.timeout_seconds}s"
+                if result.started
+                else f"the sandbox did not start the tool within its timeout of "
+                f"{call.limits.timeout_seconds}s (image pull or network gate); the tool "
+                "never started"
+            )
+            return _contained_failure(call, FailureClass.TIMEOUT, message, result)
         if reason == "DeadlineExceeded":
             # The Job controller removes the pod of a Job past its deadline; whether the
             # tool had started is then unknown, so it counts as started.
@@ -258,7 +345,7 @@ def _run_seconds(
     started: the gate failed, or the Job never had a pod. A Job killed at its deadline
     lost its pod with the container's times: it counts as started, and the operator's clock
     holds its whole run."""
-    if result.gate_failed:
+    if result.gate_failed and not result.started:
         return None
     killed = ksandbox.job_failure_reason(job) == "DeadlineExceeded"
     if killed and ksandbox.job_never_had_pod(job):

@@ -103,11 +103,12 @@ async def ensure_carried(ctx: FlowContext, descriptor: ToolDescriptorSpec) -> li
 
 
 def credential_seconds(ctx: FlowContext, descriptor: ToolDescriptorSpec) -> int:
-    """How long brokered credentials live: the call's deadline, plus for a sandbox the wait
-    for capacity that may come between brokering and the Job (`capacity`), so a call that
-    waited for its quota still has its whole timeout. They die with the lease's Secret at
-    the call's end either way."""
-    waited = ctx.rt.settings.capacity.wait_seconds if descriptor.kind in SANDBOX_KINDS else 0
+    """How long brokered credentials live: the call's deadline, plus for a sandbox the two
+    waits for capacity that may come before its tool starts (its quota's before the Job,
+    `capacity`, then the scheduler's for its pod, `executors.sandbox`), so a call that
+    waited still has its whole timeout. They die with the lease's Secret at the call's end
+    either way."""
+    waited = 2 * ctx.rt.settings.capacity.wait_seconds if descriptor.kind in SANDBOX_KINDS else 0
     return ctx.call_limits().timeout_seconds + waited
 
 

@@ -98,3 +98,16 @@ async def wait_for_capacity(ctx: FlowContext, job: dict[str, Any]) -> bool:
                 pass
         attempt += 1
     return True
+
+
+async def note_unschedulable(ctx: FlowContext, detail: str) -> None:
+    """The call's Job pod waits for the scheduler (`executors.sandbox.until_unschedulable`):
+    seen in status and as an event while it lasts, like a quota wait."""
+    ctx.status.message = ctx.bounded(detail)
+    ctx.record(Stage.SANDBOX, StageOutcome.WAITING, detail)
+    await ctx.commit()
+    ctx.post(
+        warning=True,
+        reason="ToolInvocationWaitingForCapacity",
+        message=ctx.status.message or "",
+    )

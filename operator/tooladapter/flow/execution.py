@@ -10,6 +10,7 @@ only if it runs longer than `PROGRESS_AFTER_SECONDS`.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
@@ -32,7 +33,7 @@ from tooladapter.executors import Call, Outcome, unconfirmed_for
 from tooladapter.executors.sandbox import SandboxExecutor
 from tooladapter.flow.admission import check_unconfirmed
 from tooladapter.flow.brokering import ensure_carried
-from tooladapter.flow.capacity import wait_for_capacity
+from tooladapter.flow.capacity import note_unschedulable, wait_for_capacity
 from tooladapter.flow.context import (
     SANDBOX_KINDS,
     Denial,
@@ -280,6 +281,7 @@ def build_call(ctx: FlowContext) -> Call:
         credentials=tuple(ctx.carried or ()) if lease is None else (),
         outside=ctx.without_slot,
         remote=ctx.awaiting_remote,
+        waiting=functools.partial(note_unschedulable, ctx),
     )
 
 

@@ -170,6 +170,12 @@ class Cluster(Protocol):
 
     async def job_pod(self, namespace: str, uid: str) -> Body | None: ...
 
+    async def delete_unscheduled_pod(
+        self, namespace: str, name: str, resource_version: str
+    ) -> bool:
+        """Delete a pod only at `resource_version` (as read, unscheduled); False when it
+        changed meanwhile (bound to a node) or is gone (`ksandbox.delete_unscheduled_pod`)."""
+
     async def pod_outcome(
         self, namespace: str, uid: str, *, max_bytes: int
     ) -> ksandbox.PodOutcome: ...
@@ -345,6 +351,11 @@ class KubeCluster:
 
     async def job_pod(self, namespace: str, uid: str) -> Body | None:
         return await ksandbox.job_pod(self.kube, namespace, uid)
+
+    async def delete_unscheduled_pod(
+        self, namespace: str, name: str, resource_version: str
+    ) -> bool:
+        return await ksandbox.delete_unscheduled_pod(self.kube, namespace, name, resource_version)
 
     async def pod_outcome(self, namespace: str, uid: str, *, max_bytes: int) -> ksandbox.PodOutcome:
         return await ksandbox.pod_outcome(self.kube, namespace, uid, max_bytes=max_bytes)

@@ -17,6 +17,7 @@ from kubernetes_asyncio import watch
 from tooladapter.kube.client import Kube
 from tooladapter.kube.errors import (
     AlreadyExists,
+    Conflict,
     Invalid,
     KubeError,
     NotFound,
@@ -183,6 +184,9 @@ class PodOutcome:
     reason: str
     log: bytes
     gate_failed: bool = False
+    #: The kubelet ended the pod at its own activeDeadlineSeconds (the tool's timeout,
+    #: counted from the pod's start on its node, not from the Job's creation).
+    deadline_exceeded: bool = False
     #: When the tool's container started and finished (RFC 3339, from its terminated state).
     started_at: str | None = None
     finished_at: str | None = None
@@ -215,6 +219,59 @@ async def job_pod(kube: Kube, namespace: str, uid: str) -> dict[str, Any] | None
 def pod_scheduled(pod: dict[str, Any] | None) -> bool:
     """Whether the pod was bound to a node (its kubelet may have started it)."""
     return bool(pod and (pod.get("spec") or {}).get("nodeName"))
+
+
+@dataclass(frozen=True)
+class Unschedulable:
+    """A pod the scheduler could not place: its PodScheduled condition is False with
+    reason Unschedulable. `since` is when the condition turned so (RFC 3339, the API
+    server's clock), `resource_version` the pod's as read (the proof of a later delete)."""
+
+    name: str
+    message: str
+    since: str | None
+    resource_version: str
+
+
+def pod_unschedulable(pod: dict[str, Any] | None) -> Unschedulable | None:
+    """The scheduler's refusal of a pod not bound to a node; None when it is bound, gone,
+    or not (yet) refused."""
+    if not pod or pod_scheduled(pod):
+        return None
+    for cond in (pod.get("status") or {}).get("conditions") or []:
+        if (
+            cond.get("type") == "PodScheduled"
+            and cond.get("status") == "False"
+            and cond.get("reason") == "Unschedulable"
+        ):
+            meta = pod.get("metadata") or {}
+            return Unschedulable(
+                name=str(meta.get("name") or ""),
+                message=str(cond.get("message") or "Unschedulable"),
+                since=cond.get("lastTransitionTime") or meta.get("creationTimestamp"),
+                resource_version=str(meta.get("resourceVersion") or ""),
+            )
+    return None
+
+
+async def delete_unscheduled_pod(
+    kube: Kube, namespace: str, name: str, resource_version: str
+) -> bool:
+    """Delete a pod only as it was read (unscheduled): binding it to a node changes its
+    resourceVersion, so a True proves no kubelet ever got it; once its deletionTimestamp is
+    set (the Job controller's finalizer may keep it a moment) the scheduler skips it and
+    the API server refuses to bind it. False: it changed meanwhile (bound: it may run) or
+    is gone."""
+    body = {
+        "preconditions": {"resourceVersion": resource_version},
+        "gracePeriodSeconds": 0,
+    }
+    try:
+        with api_errors():
+            await kube.core.delete_namespaced_pod(name, namespace, body=body)
+    except (Conflict, NotFound):
+        return False
+    return True
 
 
 def pod_started(pod: dict[str, Any] | None) -> bool:
@@ -272,6 +329,7 @@ async def pod_outcome(kube: Kube, namespace: str, uid: str, *, max_bytes: int) -
         reason=reason,
         log=log[: max_bytes + 1],
         gate_failed=gate_failed,
+        deadline_exceeded=(pod.get("status") or {}).get("reason") == "DeadlineExceeded",
         started_at=started_at,
         finished_at=finished_at,
     )
@@ -300,9 +358,11 @@ __all__ = [
     "JobSighting",
     "NotFound",
     "PodOutcome",
+    "Unschedulable",
     "create_idempotent",
     "decode_b64",
     "delete_quietly",
+    "delete_unscheduled_pod",
     "get_job",
     "job_failure_reason",
     "job_finished",
@@ -312,6 +372,7 @@ __all__ = [
     "list_managed",
     "pod_outcome",
     "pod_started",
+    "pod_unschedulable",
     "read_secret_keys",
     "wait_for_job",
 ]

@@ -256,6 +256,7 @@ def build_job(
     arguments: dict[str, Any],
     timeout_seconds: int,
     lease_id: str,
+    job_deadline_seconds: int | None = None,
     image_pull_policy: str = "IfNotPresent",
     image_pull_secrets: list[str] | None = None,
     credential_files: list[Credential] | None = None,
@@ -270,7 +271,13 @@ def build_job(
     `runtime_class` is the pod's RuntimeClass (see `runtime_class_for`); `extra_env` the
     egress proxy's variables (`egress_lease.proxy_env`); `image_pull_secrets` names Secrets
     of the call's namespace (never copied there by the operator); `egress_ca`: the lease
-    has a CA (HTTP credentials), whose bundle the pod trusts (`egress_ca_trust`)."""
+    has a CA (HTTP credentials), whose bundle the pod trusts (`egress_ca_trust`).
+
+    The tool's timeout is the pod's own activeDeadlineSeconds, which the kubelet counts
+    from the pod's start on its node: a pod waiting for the scheduler uses none of it.
+    The Job's (`job_deadline_seconds`, default the timeout) bounds the wait and the start
+    too, a backstop for when the operator is not there to give up on an unschedulable
+    pod (`executors.sandbox.job_deadline`)."""
     names = LeaseNames.for_uid(uid)
     labels = labels_for(uid)
     mounts = volume_mounts(tooladapter_read_only=True)
@@ -351,7 +358,7 @@ def build_job(
             "backoffLimit": 0,
             "completions": 1,
             "parallelism": 1,
-            "activeDeadlineSeconds": timeout_seconds,
+            "activeDeadlineSeconds": job_deadline_seconds or timeout_seconds,
             "podReplacementPolicy": "Failed",
             "podFailurePolicy": {
                 "rules": [
@@ -374,7 +381,7 @@ def build_job(
                         ANNOTATION_ARGUMENTS: json.dumps(arguments, separators=(",", ":")),
                     },
                 },
-                "spec": pod_spec,
+                "spec": {**pod_spec, "activeDeadlineSeconds": timeout_seconds},
             },
         },
     }

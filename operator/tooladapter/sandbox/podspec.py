@@ -23,8 +23,24 @@ GATE_CONTAINER_NAME = "network-gate"
 #: unreachable, i.e. the lease's NetworkPolicy is enforced for this pod, then lets the tool
 #: start. NetworkPolicy is applied asynchronously; without this a fast tool could act in the
 #: window before its pod's rules exist. Host and port arrive as $1 and $2, never spliced in.
-GATE_SCRIPT = (
-    'i=0; while nc -w 1 "$1" "$2" </dev/null >/dev/null 2>&1; do '
+#:
+#: The probe is curl's TCP connect (`GATE_PROBE`): it reports a refused or filtered SYN the
+#: moment the kernel does (a few ms where the policy rejects), where busybox's `nc -w 1`
+#: blocked the full second on every last probe. "Reachable" is a completed handshake
+#: (curl's `time_connect` above zero), so only a connect that never completed within the
+#: same 1 s bound as before counts as blocked: a slow canary is not taken for an enforced
+#: policy any sooner than it was. Without curl in the gate's image, busybox nc as before.
+GATE_PROBE = (
+    "if command -v curl >/dev/null 2>&1; then "
+    'reachable() { case "$1" in *:*) h="[$1]" ;; *) h="$1" ;; esac; '
+    '[ "$(curl -s -o /dev/null --noproxy "*" --connect-timeout 1 --max-time 2 '
+    '-w "%{time_connect}" "http://$h:$2/" </dev/null 2>/dev/null)" != "0.000000" ]; }; '
+    "else "
+    'reachable() { nc -w 1 "$1" "$2" </dev/null >/dev/null 2>&1; }; '
+    "fi; "
+)
+GATE_SCRIPT = GATE_PROBE + (
+    'i=0; while reachable "$1" "$2"; do '
     'i=$((i+1)); if [ "$i" -ge "$3" ]; then '
     'echo "egress policy not enforced for this pod; the tool did not run" >&2; exit 1; fi; '
     "sleep 0.1; done"

@@ -16,7 +16,9 @@ What keeps a warm pod as safe as a cold Job:
   only a Ready pod is handed out, so no call waits for the gate. Per-call egress is the
   proxy's grant, made for the call and deleted at its end; calls with CIDR entries (a
   NetworkPolicy of their own) or brokered credentials (mounted files) never run warm.
-- Restricted pod security, the descriptor's limits and RuntimeClass, as a Job.
+- Restricted pod security, the descriptor's limits and RuntimeClass, as a Job. Its
+  requests of CPU and memory are sized for idle (`IDLE_REQUESTS`), so idle pools and
+  workspaces hold little of a node; a call runs up to the declared limits.
 - The call runs through `pods/exec` as `RUN_SCRIPT`: its argv is passed as exec
   arguments (never joined into a string); the proxy URL (a secret: never in the exec
   request, which the API server may log) and the arguments arrive on stdin. When the tool
@@ -37,6 +39,7 @@ import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from tooladapter.egress.core.lease_ca import CA_BUNDLE_VARIABLES
@@ -250,6 +253,60 @@ class Profile:
     def resource_dict(self) -> dict[str, dict[str, str]]:
         return {part: dict(values) for part, values in self.resources}
 
+    def idle_resource_dict(self) -> dict[str, dict[str, str]]:
+        """What a warm pod asks of its node (`idle_requests`): limits as declared, requests
+        of CPU and memory sized for an idle pod."""
+        declared = self.resource_dict()
+        return {**declared, "requests": idle_requests(declared)}
+
+
+#: What an idle warm pod requests of its node: its PID 1 is a shell that waits. A call it
+#: serves runs up to the declared limits, on what the node has spare (no in-place resize:
+#: requests stay these while it serves). Smaller declared amounts stand.
+IDLE_REQUESTS: Mapping[str, str] = {"cpu": "10m", "memory": "32Mi"}
+
+_SUFFIXES: Mapping[str, Decimal] = {
+    "n": Decimal("1e-9"),
+    "u": Decimal("1e-6"),
+    "m": Decimal("1e-3"),
+    "": Decimal(1),
+    "k": Decimal("1e3"),
+    "M": Decimal("1e6"),
+    "G": Decimal("1e9"),
+    "T": Decimal("1e12"),
+    "P": Decimal("1e15"),
+    "E": Decimal("1e18"),
+    **{f"{p}i": Decimal(1024) ** (i + 1) for i, p in enumerate("KMGTPE")},
+}
+_QUANTITY_PARTS = re.compile(r"^\+?([0-9.]+(?:[eE][-+]?[0-9]+)?)([a-zA-Z]*)$")
+
+
+def quantity_value(text: str) -> Decimal | None:
+    """A Kubernetes quantity as a number (None when it does not parse)."""
+    match = _QUANTITY_PARTS.match(text.strip())
+    if match is None or match.group(2) not in _SUFFIXES:
+        return None
+    try:
+        return Decimal(match.group(1)) * _SUFFIXES[match.group(2)]
+    except InvalidOperation:
+        return None
+
+
+def idle_requests(declared: Mapping[str, Mapping[str, str]]) -> dict[str, str]:
+    """A warm pod's requests: CPU and memory at most `IDLE_REQUESTS` (the declared request,
+    else the declared limit, which Kubernetes would copy into the request, when smaller);
+    every other resource (ephemeral-storage, so a ResourceQuota still counts workspaces;
+    extended resources, whose request must equal their limit) as declared."""
+    requests = dict(declared.get("requests") or {})
+    limits = declared.get("limits") or {}
+    for name, idle in IDLE_REQUESTS.items():
+        wanted = requests.get(name) or limits.get(name)
+        amount = quantity_value(wanted) if wanted else None
+        floor = quantity_value(idle)
+        smaller = amount is not None and floor is not None and amount < floor
+        requests[name] = wanted if smaller and wanted else idle
+    return requests
+
 
 def profile_for(
     sandbox: SandboxSpec,
@@ -335,7 +392,8 @@ def build_warm_pod(
         image_pull_policy=profile.image_pull_policy,
         command=HOLDER_COMMAND,
         env=sandbox_env(),
-        resources=profile.resource_dict(),
+        # Sized for idle: an idle pod holds little of its node (`Profile.idle_resource_dict`).
+        resources=profile.idle_resource_dict(),
         # Writable: each call's arguments are written there (`RUN_SCRIPT`), and the holder.
         mounts=volume_mounts(tooladapter_read_only=False),
     )

@@ -17,5 +17,6 @@ class CapacitySettings(FromEnv):
     #: winner holds no slot.
     calls_in_flight: int = setting("TOOLADAPTER_MAX_CALLS_IN_FLIGHT", env.at_least(1), 16)
     #: How long a sandboxed call waits in Brokered for its namespace's ResourceQuotas to
-    #: admit its Job and pod (checked before any effect); then it ends Failed `transient`.
+    #: admit its Job and pod (checked before any effect), and how long its Job's pod may
+    #: then stay unschedulable (no node has room); then it ends Failed `transient`.
     wait_seconds: int = setting("TOOLADAPTER_CAPACITY_WAIT_SECONDS", env.at_least(0), 120)

@@ -28,7 +28,8 @@ class WarmSettings(FromEnv):
     )
     #: Ready sandboxes kept per namespace and sandbox profile (image, RuntimeClass,
     #: resources) once a call of that profile was seen; 0: no pools (every call that is not
-    #: an attempt's runs in a Job of its own).
+    #: an attempt's runs in a Job of its own). Each idle pod requests CPU 10m and memory
+    #: 32Mi at most, its limits as declared (`sandbox.warm.IDLE_REQUESTS`).
     pool_size: int = setting("TOOLADAPTER_WARM_POOL_SIZE", env.at_least(0), 0)
     #: A pool with no call of its profile for this long is drained (its pods deleted).
     pool_idle_seconds: int = setting("TOOLADAPTER_WARM_POOL_IDLE_SECONDS", env.at_least(1), 600)

@@ -140,3 +140,35 @@ def test_a_call_that_never_gets_its_quota_fails_transient_without_a_job(
         assert status_of(stored)["state"] == "Failed"
     finally:
         ns.delete()
+
+
+def test_a_call_whose_pod_is_never_scheduled_fails_transient_naming_the_scheduler(
+    api: client.ApiClient, short_wait: Configured
+) -> None:
+    """More CPU than the node has: the pod stays Pending (Unschedulable); after the
+    capacity wait the call ends Failed transient saying it never started, its Job deleted,
+    never "ran past its timeout" (the tool's timeout starts on the node)."""
+    ns = short_wait.namespace(api)
+    try:
+        agent = Agent.create(api, ns.name, "agent-1")
+        shell_tool(api, ns.name, "sh", cpu="64", cpu_request="64")
+        agent.grant(["sh"], ["sandbox"])
+
+        name = agent.invoke("sh", {"command": "echo never"})
+        done = agent.wait(name, timeout=90)
+        status = status_of(done)
+        assert (status["state"], status.get("failureClass")) == ("Failed", "transient"), pretty(
+            status
+        )
+        message = status["message"]
+        assert "Unschedulable" in message and "Insufficient cpu" in message, message
+        assert "never started" in message and "timeout" not in message, message
+        stages = [(s["stage"], s["outcome"], s.get("detail") or "") for s in status["stages"]]
+        waits = [d for stage, outcome, d in stages if (stage, outcome) == ("sandbox", "waiting")]
+        assert any("Insufficient cpu" in d for d in waits), pretty(status)
+        # Nothing can start later: the Job and its pod are gone.
+        uid = done["metadata"]["uid"]
+        wait_for(lambda: not jobs_of(api, ns.name), timeout=60, what="the Job deleted")
+        wait_for(lambda: not pods_of(api, ns.name, uid), timeout=60, what="its pod deleted")
+    finally:
+        ns.delete()

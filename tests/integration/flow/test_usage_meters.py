@@ -18,14 +18,17 @@ def test_quick_calls_and_a_call_killed_at_its_timeout_each_add_their_run_time_fo
     api: client.ApiClient, ns: Namespace, agent: Agent, operator: OperatorProcess
 ) -> None:
     shell_tool(api, ns.name, "quick")
-    shell_tool(api, ns.name, "slow", timeout=3)
+    # The timeout counts from the pod's start on its node, its network gate included: long
+    # enough that a loaded node still starts the tool before it (else it never ran, and
+    # rightly meters nothing).
+    shell_tool(api, ns.name, "slow", timeout=12)
     agent.grant(["quick", "slow"], ["sandbox"])
     before = sample(metrics_of(operator), METER, tenant=ns.name)
 
     names = [
         agent.invoke("quick", {"command": "true"}),
         agent.invoke("quick", {"command": "echo hi"}),
-        agent.invoke("slow", {"command": "sleep 30"}),
+        agent.invoke("slow", {"command": "sleep 60"}),
     ]
     ended = [status_of(agent.wait(name, timeout=180)) for name in names]
 

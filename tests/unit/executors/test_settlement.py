@@ -23,7 +23,7 @@ from tests.unit.fake_cluster import (
 from tooladapter.enums import FailureClass, InvocationState, SideEffectClass
 from tooladapter.executors import Call, InOperator, Outcome, unconfirmed, unconfirmed_for
 from tooladapter.executors.limits import CallLimits
-from tooladapter.executors.sandbox import SCHEDULING_MARGIN_SECONDS, SandboxExecutor
+from tooladapter.executors.sandbox import SCHEDULING_MARGIN_SECONDS, SandboxExecutor, job_deadline
 from tooladapter.kube.client import Refused
 from tooladapter.model import ToolDescriptorSpec
 from tooladapter.naming import LeaseNames
@@ -94,7 +94,10 @@ async def test_a_complete_job_is_observed_with_its_output_and_exit_code(
     (job,) = cluster.created
     assert job["kind"] == "Job" and job["metadata"]["name"] == job_name(call)
     wait = cluster.calls_of("wait_for_job")[0]
-    assert wait["timeout"] == call.limits.timeout_seconds + SCHEDULING_MARGIN_SECONDS
+    assert wait["timeout"] == (
+        job_deadline(call.limits.timeout_seconds, Settings().capacity.wait_seconds)
+        + SCHEDULING_MARGIN_SECONDS
+    )
 
 
 async def test_a_tool_printing_one_json_object_gets_structured_content(

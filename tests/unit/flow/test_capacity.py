@@ -211,8 +211,9 @@ async def test_a_restarted_operator_keeps_the_budget_already_spent() -> None:
 
 
 async def test_brokered_credentials_outlive_the_capacity_wait() -> None:
-    """Credentials are brokered before the wait: a call that waited its whole budget still
-    gets a token valid for its whole timeout (it dies with the lease's Secret anyway)."""
+    """Credentials are brokered before the waits: a call that waited its whole budget for
+    its quota, then again for the scheduler, still gets a token valid for its whole timeout
+    (it dies with the lease's Secret anyway)."""
     h = sandboxed(budget=30)
     h.cluster.service_accounts.add(("team-a", "deployer"))
     token = credential("deploy", service_account="deployer", file="/tooladapter/credentials/token")
@@ -223,7 +224,7 @@ async def test_brokered_credentials_outlive_the_capacity_wait() -> None:
     stored = await h.run(body)
     assert stored["status"]["state"] == "Observed", stored["status"]
     (asked,) = h.cluster.calls_of("request_token")
-    assert asked["expiration_seconds"] == 60 + 30
+    assert asked["expiration_seconds"] == 60 + 2 * 30
 
 
 async def test_tools_run_in_the_operator_are_never_asked_about() -> None:

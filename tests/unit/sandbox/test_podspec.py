@@ -3,6 +3,13 @@ workspace pod each carry exactly it, so no kind of sandbox pod is less locked do
 
 from __future__ import annotations
 
+import os
+import shutil
+import socket
+import subprocess
+import threading
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -11,6 +18,7 @@ from tooladapter.model import Credential, ResourceQuantities, Resources, Sandbox
 from tooladapter.sandbox.job import build_job
 from tooladapter.sandbox.podspec import (
     GATE_CONTAINER_NAME,
+    GATE_SCRIPT,
     HOME_DIR,
     SANDBOX_UID,
     TOOLADAPTER_DIR,
@@ -191,3 +199,88 @@ def test_the_kinds_differ_only_where_their_use_differs() -> None:
         "name": "tooladapter",
         "emptyDir": {"sizeLimit": "16Mi"},
     }
+
+
+# --------------------------------------------------------------------------- the gate's probe
+
+
+@pytest.fixture
+def canary() -> Iterator[int]:
+    """A listener that accepts and closes, as the operator's canary does; its port."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(16)
+    stop = threading.Event()
+
+    def serve() -> None:
+        server.settimeout(0.1)
+        while not stop.is_set():
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                continue
+            conn.close()
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    yield int(server.getsockname()[1])
+    stop.set()
+    thread.join()
+    server.close()
+
+
+def closed_port() -> int:
+    probe = socket.socket()
+    probe.bind(("127.0.0.1", 0))
+    port = int(probe.getsockname()[1])
+    probe.close()  # nothing listens there: a connect is refused
+    return port
+
+
+def run_gate(
+    port: int, *, attempts: int = 3, path: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    env = {"PATH": path or os.environ["PATH"]}
+    return subprocess.run(
+        ["/bin/sh", "-c", GATE_SCRIPT, "gate", "127.0.0.1", str(port), str(attempts)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=30,
+        check=False,
+    )
+
+
+def busybox_only(tmp_path: Path) -> str:
+    """A PATH with busybox's nc and sleep and no curl (an image without curl)."""
+    busybox = shutil.which("busybox")
+    if busybox is None:
+        pytest.fail("busybox is needed to run the gate's nc fallback")
+    for applet in ("nc", "sleep"):
+        (tmp_path / applet).symlink_to(busybox)
+    return str(tmp_path)
+
+
+def test_the_gate_holds_while_the_canary_answers_and_opens_once_it_cannot_be_reached(
+    canary: int,
+) -> None:
+    assert shutil.which("curl"), "curl (as in the sandbox image) is needed to run the gate"
+    held = run_gate(canary)
+    assert held.returncode == 1
+    assert "egress policy not enforced" in held.stderr
+    opened = run_gate(closed_port())
+    assert opened.returncode == 0, opened.stderr
+
+
+def test_without_curl_the_gate_probes_with_nc_the_same_way(canary: int, tmp_path: Path) -> None:
+    path = busybox_only(tmp_path)
+    held = run_gate(canary, path=path)
+    assert held.returncode == 1 and "egress policy not enforced" in held.stderr
+    assert run_gate(closed_port(), path=path).returncode == 0
+
+
+def test_the_gate_takes_only_a_completed_handshake_for_reachable() -> None:
+    # curl's connect time is the proof: zero (never connected) is the only way out.
+    assert '-w "%{time_connect}"' in GATE_SCRIPT and '!= "0.000000"' in GATE_SCRIPT
+    assert "--connect-timeout 1 " in GATE_SCRIPT  # no sooner than nc -w 1 gave up
+    assert '--noproxy "*"' in GATE_SCRIPT

@@ -26,10 +26,12 @@ from tooladapter.sandbox.warm import (
     build_warm_policy,
     ca_bundle_input,
     exit_code_of,
+    idle_requests,
     not_started,
     pod_ready,
     processes_left,
     profile_for,
+    quantity_value,
     run_command,
     run_input,
     uses_attempt_workspace,
@@ -150,6 +152,52 @@ def test_a_warm_pod_is_restricted_gated_and_bounded() -> None:
     assert gate["command"][-3:] == ["192.0.2.2", "4000", "300"]
     assert {"name": "workspace", "emptyDir": {"sizeLimit": "1Gi"}} in spec["volumes"]
     assert not any("secret" in v for v in spec["volumes"])
+
+
+def warm_resources(resources: dict[str, dict[str, str]]) -> dict[str, dict[str, str]]:
+    pod = build_warm_pod(
+        namespace="ns",
+        profile=profile(resources=resources),  # type: ignore[arg-type]
+        network_gate=None,
+        gate_image="gate",
+    )
+    (container,) = pod["spec"]["containers"]
+    return dict(container["resources"])
+
+
+def test_an_idle_warm_pod_requests_little_and_keeps_its_declared_limits() -> None:
+    """Only limits declared (Kubernetes would copy them into the requests): three idle
+    workspaces of 500m each no longer take a 2-core node's CPU."""
+    got = warm_resources({"limits": {"cpu": "500m", "memory": "512Mi"}})
+    assert got["limits"] == {"cpu": "500m", "memory": "512Mi", "ephemeral-storage": "1Gi"}
+    # The workspace stays counted by a ResourceQuota: its storage request is as declared.
+    assert got["requests"] == {"cpu": "10m", "memory": "32Mi", "ephemeral-storage": "1Gi"}
+
+
+def test_a_declared_request_smaller_than_idle_stands_and_extended_resources_are_kept() -> None:
+    got = warm_resources(
+        {
+            "requests": {"cpu": "5m", "memory": "1Gi", "nvidia.com/gpu": "1"},
+            "limits": {"cpu": "2", "memory": "2Gi", "nvidia.com/gpu": "1"},
+        }
+    )
+    assert got["requests"] == {
+        "cpu": "5m",
+        "memory": "32Mi",
+        "nvidia.com/gpu": "1",
+        "ephemeral-storage": "1Gi",
+    }
+    assert got["limits"]["cpu"] == "2" and got["limits"]["nvidia.com/gpu"] == "1"
+    # Nothing declared: the idle requests, so a quota demanding requests admits the pod.
+    assert idle_requests({}) == {"cpu": "10m", "memory": "32Mi"}
+    assert idle_requests({"limits": {"memory": "16Mi"}}) == {"cpu": "10m", "memory": "16Mi"}
+
+
+def test_quantities_compare_by_value() -> None:
+    assert quantity_value("500m") == quantity_value("0.5")
+    assert quantity_value("1Gi") == 1024**3 and quantity_value("1G") == 10**9
+    assert quantity_value("1e3") == 1000 and quantity_value("2E") == 2 * 10**18
+    assert quantity_value("12Q") is None and quantity_value("") is None
 
 
 def test_warm_pods_reach_only_the_proxy_and_nothing_reaches_them() -> None:
