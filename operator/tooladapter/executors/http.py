@@ -101,24 +101,28 @@ class GuardedResolver(AbstractResolver):
     """Resolves as aiohttp does, then keeps only the addresses `rule` permits: the
     connector connects to exactly these (aiohttp skips the resolver for IP literals, which
     `HttpExecutor` checks itself). A name in `overrides` (`TOOLADAPTER_EGRESS_HOSTS`)
-    resolves only to its mapped address, never through DNS, judged as mapped."""
+    resolves only to its mapped address, never through DNS, judged as mapped (unless
+    `mapped_allowed` is False: then its address is judged like any other)."""
 
     def __init__(
         self,
         rule: AddressRule,
         inner: AbstractResolver | None = None,
         overrides: Mapping[str, str] | None = None,
+        *,
+        mapped_allowed: bool = True,
     ) -> None:
         self.rule = rule
         self.inner = inner or DefaultResolver()
         self.overrides = dict(overrides or {})
+        self.mapped_allowed = mapped_allowed
 
     async def resolve(
         self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
     ) -> list[ResolveResult]:
         mapped = self.overrides.get(normalize_host(host))
         if mapped is not None:
-            self.rule.permitted(host, [mapped], mapped=True)
+            self.rule.permitted(host, [mapped], mapped=self.mapped_allowed)
             version = ipaddress.ip_address(mapped).version
             return [
                 ResolveResult(

@@ -5,7 +5,9 @@ verified https server at an address the platform allows.
 An endpoint's host must resolve to public addresses unless the platform lists it in
 `TOOLADAPTER_TRUSTED_ISSUERS` (no tenant may point the operator's POST of a client secret at
 an internal service); names mapped by `TOOLADAPTER_EGRESS_HOSTS` (tests) resolve as for
-http tools. TLS is verified against the system's CAs plus `TOOLADAPTER_EGRESS_CA_FILE`.
+http tools, but their mapped address counts as an allowance only for a trusted issuer (the
+mapping says where a name is, not that client secrets may be posted there). TLS is verified
+against the system's CAs plus `TOOLADAPTER_EGRESS_CA_FILE`.
 """
 
 from __future__ import annotations
@@ -14,9 +16,10 @@ import asyncio
 import base64
 import ssl
 from collections.abc import Mapping
-from urllib.parse import quote_plus, urlsplit
+from urllib.parse import quote_plus
 
 import aiohttp
+from yarl import URL
 
 from tooladapter.credentials.issuers import (
     IssuerUnreachable,
@@ -64,17 +67,26 @@ class HttpIssuers(TokenIssuer):
         self.sessions: dict[bool, aiohttp.ClientSession] = {}
 
     def _session(self, url: str) -> aiohttp.ClientSession:
-        parts = urlsplit(url)
-        if parts.scheme != "https" or not parts.hostname:
+        # Parsed as aiohttp parses it, so the host judged is the host connected to.
+        try:
+            parts = URL(url)
+        except ValueError:
+            raise IssuerUnreachable("not a valid URL") from None
+        if parts.scheme != "https" or not parts.host:
             raise IssuerUnreachable(f"{url}: not an https URL")
-        trusted = normalize_host(parts.hostname) in self.trusted
+        if parts.raw_user is not None or parts.raw_password is not None:
+            # aiohttp would refuse it beside our Authorization (a bare ValueError); and a
+            # URL's credentials are no part of a token endpoint's address.
+            raise IssuerUnreachable("a token endpoint's URL may not hold a user or password")
+        trusted = normalize_host(parts.host) in self.trusted
         rule = AddressRule.of(_ANYWHERE if trusted else (), self.blocked)
-        if is_ip(parts.hostname):
+        if is_ip(parts.host):
             # aiohttp never resolves an IP literal: judged here, as the resolver judges names.
-            rule.permitted(parts.hostname, [parts.hostname])
+            rule.permitted(parts.host, [parts.host])
         session = self.sessions.get(trusted)
         if session is None or session.closed:
-            resolver = GuardedResolver(rule, overrides=self.hosts)
+            # A mapped name's address is an allowance only for a trusted issuer.
+            resolver = GuardedResolver(rule, overrides=self.hosts, mapped_allowed=trusted)
             session = aiohttp.ClientSession(
                 connector=aiohttp.TCPConnector(resolver=resolver, ssl=self.tls),
                 cookie_jar=aiohttp.DummyCookieJar(),
@@ -97,12 +109,23 @@ class HttpIssuers(TokenIssuer):
                         "Authorization": basic_authorization(client_id, client_secret),
                     },
                 ) as response:
-                    body = await response.content.read(MAX_ANSWER_BYTES + 1)
+                    # `read(n)` returns what has arrived, up to n: read on to the end or
+                    # just past the bound (an answer in several chunks is still whole).
+                    body = b""
+                    while len(body) <= MAX_ANSWER_BYTES:
+                        chunk = await response.content.read(MAX_ANSWER_BYTES + 1 - len(body))
+                        if not chunk:
+                            break
+                        body += chunk
                     return response.status, body
         except TimeoutError:
             raise IssuerUnreachable(f"{url}: no answer in {timeout:g}s") from None
         except AddressRefused as exc:
             raise IssuerUnreachable(f"{url}: {exc}") from None
+        except aiohttp.ClientConnectorError as exc:
+            # The resolver's refusal arrives wrapped (as a DNS error): say why, not "[None]".
+            reason = exc.os_error if isinstance(exc.os_error, AddressRefused) else exc
+            raise IssuerUnreachable(f"{url}: {type(exc).__name__}: {reason}") from None
         except (aiohttp.ClientError, OSError) as exc:
             raise IssuerUnreachable(f"{url}: {type(exc).__name__}: {exc}") from None
 

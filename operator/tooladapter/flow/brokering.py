@@ -45,6 +45,7 @@ from tooladapter.egress.core.lease_ca import LeaseCA, ca_bundle, make_lease_ca
 from tooladapter.egress.core.rules import effective_allow, split_entries
 from tooladapter.egress.core.trust import system_bundle
 from tooladapter.enums import FailureClass, InvocationState, Stage, StageOutcome
+from tooladapter.executors.issuers import basic_authorization
 from tooladapter.executors.limits import CallLimits
 from tooladapter.flow.context import SANDBOX_KINDS, Denial, Failure, FlowContext
 from tooladapter.flow.recheck import needs_recheck, recheck
@@ -235,8 +236,12 @@ async def mint_issued(ctx: FlowContext, credential: Credential) -> Carried:
             f"credential {credential.name}: client secret {ref.name} key {ref.key!r} not "
             f"found in {ctx.namespace}: failing closed"
         )
-    # Redacted from here on: nothing the issuer or the tool answers may show it.
+    # Redacted from here on: nothing the issuer or the tool answers may show it, nor the
+    # Basic credentials it is sent in (base64 of the form-urlencoded `id:secret`, which
+    # no form of the bare secret matches once encoding changed it; an issuer's error may
+    # echo them).
     ctx.secret_values.append(secret)
+    ctx.secret_values.append(basic_authorization(issued_source.client_id, secret).split(" ")[1])
     subject: str | None = None
     if source.token_exchange is not None:
         exchange = source.token_exchange

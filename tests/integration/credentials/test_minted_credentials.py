@@ -97,6 +97,8 @@ def minting(
         {
             "TOOLADAPTER_EGRESS_HOSTS": f"{ISSUER}=127.0.0.1,{API}=127.0.0.1",
             "TOOLADAPTER_EGRESS_CA_FILE": str(servers[1]),
+            # On loopback: mapped, and trusted by the platform (a mapping alone is not).
+            "TOOLADAPTER_TRUSTED_ISSUERS": ISSUER,
         }
     )
 
@@ -361,6 +363,7 @@ def sandboxed(
     operator_settings = {
         "TOOLADAPTER_EGRESS_HOSTS": f"{ISSUER}={node}",
         "TOOLADAPTER_EGRESS_CA_FILE": str(certs.ca),
+        "TOOLADAPTER_TRUSTED_ISSUERS": ISSUER,
     }
     try:
         with (

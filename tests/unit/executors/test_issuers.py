@@ -1,7 +1,7 @@
 """The HTTP side of issuers: a token endpoint at a non-public address is refused unless
-the platform trusts its host (the operator posts client secrets there) or the test resolver
-maps it; TLS is verified; the client authenticates by HTTP Basic; a refusal keeps the
-issuer's error code; revocation is bounded."""
+the platform trusts its host (the operator posts client secrets there; a name the test
+resolver maps is no exception); TLS is verified; the client authenticates by HTTP Basic; a
+refusal keeps the issuer's error code; revocation is bounded."""
 
 from __future__ import annotations
 
@@ -75,7 +75,7 @@ def certs(tmp_path: Path) -> Any:
     return make_certificates(tmp_path, [ISSUER])
 
 
-async def test_a_private_address_is_refused_unless_trusted_or_mapped(certs: Any) -> None:
+async def test_a_private_address_is_refused_unless_trusted(certs: Any) -> None:
     async def token(_: web.Request) -> web.Response:
         return web.json_response({"access_token": "t0k", "expires_in": 60})
 
@@ -83,7 +83,9 @@ async def test_a_private_address_is_refused_unless_trusted_or_mapped(certs: Any)
         url = f"https://{ISSUER}:{port}/token"
         public_only = HttpIssuers(tls=verified_context(str(certs.ca)))
         trusted = HttpIssuers(trusted=("127.0.0.1",), tls=verified_context(str(certs.ca)))
-        mapped = HttpIssuers(hosts={ISSUER: "127.0.0.1"}, tls=verified_context(str(certs.ca)))
+        mapped = HttpIssuers(
+            trusted=(ISSUER,), hosts={ISSUER: "127.0.0.1"}, tls=verified_context(str(certs.ca))
+        )
         try:
             with pytest.raises(IssuerUnreachable, match="non-public"):
                 await public_only.token(f"https://127.0.0.1:{port}/token", "c", "s", {})
@@ -109,7 +111,9 @@ async def test_a_refusal_is_the_issuers_error_code(certs: Any) -> None:
         return web.json_response({"error": "invalid_client"}, status=401)
 
     async with issuer(certs, token) as (port, _):
-        issuers = HttpIssuers(hosts={ISSUER: "127.0.0.1"}, tls=verified_context(str(certs.ca)))
+        issuers = HttpIssuers(
+            trusted=(ISSUER,), hosts={ISSUER: "127.0.0.1"}, tls=verified_context(str(certs.ca))
+        )
         try:
             with pytest.raises(IssuerRefused) as refused:
                 await issuers.token(f"https://{ISSUER}:{port}/token", "c", "s", {})
@@ -130,7 +134,9 @@ async def test_revocation_is_true_when_confirmed_and_false_when_slow(certs: Any)
         return web.Response(status=200)
 
     async with issuer(certs, token, revoke) as (port, seen):
-        issuers = HttpIssuers(hosts={ISSUER: "127.0.0.1"}, tls=verified_context(str(certs.ca)))
+        issuers = HttpIssuers(
+            trusted=(ISSUER,), hosts={ISSUER: "127.0.0.1"}, tls=verified_context(str(certs.ca))
+        )
         url = f"https://{ISSUER}:{port}/revoke"
         try:
             assert await issuers.revoke(url, "c", "s", "t0k", 2.0) is True

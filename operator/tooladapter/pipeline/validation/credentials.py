@@ -11,11 +11,15 @@ import re
 from urllib.parse import urlsplit
 
 from tooladapter.credentials.requests import hosts_allowed
+from tooladapter.egress.core.addresses import address_kind
 from tooladapter.enums import ToolKind, WorkspaceMode
 from tooladapter.model import CredentialSource, McpServerSpec, ToolDescriptorSpec
 
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _SECRET_KEY = re.compile(r"^[-._a-zA-Z0-9]+$")
+#: What a resolver may read as an IPv4 address (`inet_aton`): decimal, octal or hex parts,
+#: one to four of them (`167772161`, `0x7f.1`, `0177.0.0.1`, `10.1`).
+_LOOSE_IPV4 = re.compile(r"^(0x[0-9a-f]*|[0-9]+)(\.(0x[0-9a-f]*|[0-9]+)){0,3}$")
 
 
 def egress_of(spec: ToolDescriptorSpec) -> list[str] | None:
@@ -115,18 +119,29 @@ def check_server_credentials(spec: McpServerSpec) -> list[str]:
 
 def internal_literal(url: str) -> str | None:
     """Why an issuer's URL may not be used (None: it may): it names a loopback, private,
-    link-local or unspecified address literally, or `localhost`. The operator posts client
-    secrets there, so no tenant may point it at an internal service; an internal issuer is
-    named by host name and listed in TOOLADAPTER_TRUSTED_ISSUERS (a name is judged on the
-    address it resolves to when a call is brokered). The CRD cannot afford this check."""
-    host = (urlsplit(url).hostname or "").rstrip(".").lower()
+    link-local or unspecified address literally (an IPv4 address inside IPv6 judged as
+    itself), spells an address in a form other than the canonical one, names `localhost`,
+    or holds a user or password. The operator posts client secrets there, so no tenant may
+    point it at an internal service; an internal issuer is named by host name and listed in
+    TOOLADAPTER_TRUSTED_ISSUERS (a name is judged on the address it resolves to when a call
+    is brokered). The CRD cannot afford this check."""
+    parts = urlsplit(url)
+    if parts.username is not None or parts.password is not None:
+        # Which part is the host then depends on the parser; the operator refuses it too.
+        return "holds a user or password: a token endpoint's URL names only its host"
+    host = (parts.hostname or "").rstrip(".").lower()
     if host == "localhost" or host.endswith(".localhost"):
         return f"{host!r} is this machine: name a public issuer, or a trusted one by name"
     try:
-        address = ipaddress.ip_address(host)
+        address = ipaddress.ip_address(host.split("%", 1)[0])
     except ValueError:
+        if _LOOSE_IPV4.match(host):
+            return (
+                f"{host!r} spells an address in a non-canonical form: name a public issuer "
+                "by its host name or its dotted address"
+            )
         return None
-    if address.is_global:
+    if address.is_global and address_kind(address) is None:
         return None
     return (
         f"{host} is not a public address: name a public issuer, or an internal one by its "

@@ -1,0 +1,176 @@
+"""Issue 40's attack pass on the real cluster, with the real issuer and fixtures of
+`test_minted_credentials`: an agent that repeats an idempotency key, forges a caller for a
+token exchange, or a descriptor that names an issuer the platform did not trust, gets no
+token and makes the operator post no client secret."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from tests.integration.conftest import Configured
+from tests.integration.credentials.test_http_credentials import shown
+from tests.integration.credentials.test_minted_credentials import (
+    API,
+    ISSUER,
+    SECRET,
+    Servers,
+    api_tool,
+    client_secret,
+    forms,
+    magent,
+    minting,
+    mns,
+    servers,
+    source_of,
+)
+from tests.integration.objects import Agent, create, get, pretty, status_of
+from tooladapter.devtools import Namespace, wait_for
+
+pytestmark = [pytest.mark.cluster, pytest.mark.timeout(300)]
+
+__all__ = ["magent", "minting", "mns", "servers"]  # fixtures, used by name
+
+
+def test_a_duplicate_call_gets_no_token_of_its_own_and_shows_none(
+    api: client.ApiClient,
+    mns: Namespace,
+    magent: Agent,
+    servers: tuple[Servers, Path],
+    minting: Configured,
+) -> None:
+    s = servers[0]
+    client_secret(api, mns.name)
+    api_tool(api, mns.name, s, source_of("oauth2ClientCredentials", s))
+    magent.grant(["items"], ["read"])
+    before_heads, before_tokens = len(s.api_heads), len(s.issuer.tokens())
+
+    first = status_of(magent.wait(magent.invoke("items", {}, idempotencyKey="once")))
+    again = status_of(magent.wait(magent.invoke("items", {}, idempotencyKey="once")))
+
+    assert first["state"] == "Observed", pretty(first)
+    assert (again["state"], bool(again.get("duplicateOf"))) == ("Observed", True), pretty(again)
+    assert not again.get("credentials"), pretty(again)
+    assert len(s.api_heads) == before_heads + 1
+    assert len(s.issuer.tokens()) == before_tokens + 1
+    said = shown(api, mns.name, [first, again], minting)
+    token = [t for t in s.issuer.tokens()][-1]
+    assert token["revoked"] is True, token
+    assert not any(form in said for form in forms(SECRET))
+
+
+def test_a_forged_caller_gets_no_exchange_on_anothers_behalf(
+    api: client.ApiClient,
+    mns: Namespace,
+    magent: Agent,
+    servers: tuple[Servers, Path],
+) -> None:
+    """An agent naming another agent as its caller is refused at create (admission): the
+    exchange would otherwise act on the other's behalf."""
+    s = servers[0]
+    client_secret(api, mns.name)
+    api_tool(api, mns.name, s, source_of("tokenExchange", s))
+    other = Agent.create(api, mns.name, "agent-2")
+    magent.grant(["items"], ["read"])
+    before = len(s.issuer.tokens())
+
+    with pytest.raises(client.ApiException) as refused:
+        create(
+            magent.api,
+            mns.name,
+            "toolinvocations",
+            {
+                "kind": "ToolInvocation",
+                "metadata": {"name": "forged"},
+                "spec": {
+                    "tool": {"id": "items", "version": "1.0.0"},
+                    "arguments": {},
+                    "caller": {"kind": "agent", "name": other.user},
+                },
+            },
+        )
+
+    assert "spec.caller.name must be the creating user" in (refused.value.body or "")
+    assert len(s.issuer.tokens()) == before
+
+
+@pytest.mark.parametrize(
+    ("url", "why"),
+    [
+        ("https://167772161/oauth/token", "non-canonical"),
+        ("https://[64:ff9b::a00:1]/oauth/token", "not a public address"),
+        (f"https://{ISSUER}@10.0.0.1/oauth/token", "user or password"),
+    ],
+    ids=["decimal", "nat64", "userinfo"],
+)
+def test_a_token_url_that_hides_an_internal_address_is_refused_at_apply(
+    api: client.ApiClient,
+    mns: Namespace,
+    servers: tuple[Servers, Path],
+    url: str,
+    why: str,
+) -> None:
+    s = servers[0]
+    obj = api_tool(
+        api, mns.name, s, source_of("oauth2ClientCredentials", s, url), wait_active=False
+    )
+    name = obj["metadata"]["name"]
+
+    def judged() -> dict[str, Any] | None:
+        status = get(api, mns.name, "tooldescriptors", name).get("status") or {}
+        return status if status.get("message") and not status.get("active") else None
+
+    status = wait_for(judged, timeout=90, what="the descriptor judged")
+    assert "oauth2ClientCredentials.tokenUrl" in status["message"], status
+    assert why in status["message"], status
+
+
+# --------------------------------------------------------------------------- untrusted
+# The same issuer under the same mapped name, but the platform does not list it as trusted:
+# the mapping says where the name is, not that a client secret may be posted there.
+
+
+@pytest.fixture(scope="module")
+def untrusting(
+    configured: Callable[[Mapping[str, str]], Configured], servers: tuple[Servers, Path]
+) -> Configured:
+    return configured(
+        {
+            "TOOLADAPTER_EGRESS_HOSTS": f"{ISSUER}=127.0.0.1,{API}=127.0.0.1",
+            "TOOLADAPTER_EGRESS_CA_FILE": str(servers[1]),
+        }
+    )
+
+
+@pytest.fixture
+def uns(api: client.ApiClient, untrusting: Configured) -> Iterator[Namespace]:
+    namespace = untrusting.namespace(api)
+    yield namespace
+    namespace.delete()
+
+
+def test_a_mapped_issuer_the_platform_does_not_trust_is_never_posted_to(
+    api: client.ApiClient,
+    uns: Namespace,
+    servers: tuple[Servers, Path],
+    untrusting: Configured,
+) -> None:
+    s = servers[0]
+    agent = Agent.create(api, uns.name, "agent-1")
+    client_secret(api, uns.name)
+    api_tool(api, uns.name, s, source_of("oauth2ClientCredentials", s))
+    agent.grant(["items"], ["read"])
+    before_heads, before_tokens = len(s.api_heads), len(s.issuer.tokens())
+
+    status = status_of(agent.wait(agent.invoke("items", {})))
+
+    assert (status["state"], status["failureClass"]) == ("Failed", "transient"), pretty(status)
+    failed = [e for e in status["stages"] if e["outcome"] == "failed"]
+    assert [e["stage"] for e in failed] == ["credentials"], pretty(status)
+    assert "non-public" in failed[0].get("detail", ""), pretty(status)
+    assert len(s.issuer.tokens()) == before_tokens
+    assert len(s.api_heads) == before_heads
