@@ -386,21 +386,28 @@ class FlowContext:
         entry = self.catalog.find_descriptor(self.namespace, tool_id, version)
         body = entry.body if entry else None
         published: list[str] = []
-        if body is None:
-            # A tool published a moment ago may not have reached the watch yet.
+        refused = None
+        if body is not None:
+            refused = unavailable(
+                namespace=self.namespace, tool_id=tool_id, version=version, body=body
+            )
+        if body is None or refused is not None:
+            # The watch may lag the API server: a tool published or activated a moment ago
+            # (by this operator or another replica) is read again before it is refused.
+            body = None
             known = await self.rt.cluster.list_all(Resource.DESCRIPTORS, self.namespace)
             for item in known:
                 ispec = item.get("spec") or {}
                 if ispec.get("toolId") == tool_id and ispec.get("version") == version:
                     body = item
             published = published_versions(known, tool_id)
-        refused = unavailable(
-            namespace=self.namespace,
-            tool_id=tool_id,
-            version=version,
-            body=body,
-            published=published,
-        )
+            refused = unavailable(
+                namespace=self.namespace,
+                tool_id=tool_id,
+                version=version,
+                body=body,
+                published=published,
+            )
         if refused is not None:
             raise Denial(Stage.VALIDATION, refused[0], refused[1])
         assert body is not None

@@ -4,6 +4,7 @@ next and why it stops there (Observed, waiting for approval, or Denied at a name
 from __future__ import annotations
 
 import asyncio
+import copy
 from collections.abc import Callable
 from typing import Any
 
@@ -342,6 +343,22 @@ async def test_an_inactive_tool_is_denied_at_validation(h: Harness) -> None:
 
     assert stored["status"]["deniedStage"] == "validation"
     assert "not active" in stored["status"]["message"]
+
+
+async def test_a_tool_activated_by_another_replica_is_read_again_before_it_is_refused(
+    h: Harness,
+) -> None:
+    """The watch lags the API server: another replica activated the tool a moment ago, the
+    catalog still holds it inactive (seen in CI with two operators on one namespace)."""
+    stale = h.publish(descriptor(), active=False)
+    fresh = copy.deepcopy(stale)
+    fresh["status"] = {"active": True, "healthy": True}
+    h.cluster.put(Resource.DESCRIPTORS, fresh)
+    h.cluster.grant(tools=["lister"], classes=["read"])
+
+    stored = await h.run(h.submit(invocation()))
+
+    assert stored["status"]["state"] == "Observed", stored["status"]
 
 
 async def test_an_unhealthy_mcp_tool_is_denied_as_transient(h: Harness) -> None:
