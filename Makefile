@@ -182,7 +182,8 @@ INTEGRATION_WORKERS ?= 2
 integration: venv s3-server browser otel-collector oauth-server mcp-ts-client
 	TOOLADAPTER_REQUIRE_CLUSTER=1 $(VENV)/bin/pytest -q -m "not cluster_down" tests/cluster
 	TOOLADAPTER_REQUIRE_CLUSTER=1 $(VENV)/bin/pytest -q -m "not cluster_down and not cluster_wide" \
-	  -n $(INTEGRATION_WORKERS) --dist loadfile --durations=30 tests/integration
+	  -n $(INTEGRATION_WORKERS) --dist loadfile --durations=30 \
+	  --junitxml=$(ROOT)/.cluster/integration-junit.xml tests/integration
 	TOOLADAPTER_REQUIRE_CLUSTER=1 $(VENV)/bin/pytest -q -m "cluster_wide" tests/integration
 
 # The host-process suite first (it reads the operator's log and artifacts and kills its

@@ -15,6 +15,7 @@ its log start one of their own.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 from collections.abc import Callable, Generator, Iterator, Mapping
 from dataclasses import dataclass
@@ -133,6 +134,29 @@ def egress_operator(
             proxy.stop()
 
     return start
+
+
+#: Seconds each test file took in a recent whole run (hack/test_durations.py writes it).
+DURATIONS = Path(__file__).with_name("durations.json")
+#: A file the record does not know yet is assumed to take this long.
+UNKNOWN_FILE_SECONDS = 30.0
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Longest files first: with a file per worker at a time, the last to finish are short
+    ones, so the workers end together instead of one waiting on another's long file."""
+    try:
+        seconds: dict[str, float] = json.loads(DURATIONS.read_text())
+    except (OSError, ValueError):
+        return
+    root = Path(__file__).resolve().parent.parent.parent
+
+    def cost(item: pytest.Item) -> float:
+        name = item.path.resolve().relative_to(root).as_posix()
+        return seconds.get(name, UNKNOWN_FILE_SECONDS)
+
+    # sorted() is stable: the tests of one file keep their order (and stay together).
+    items[:] = sorted(items, key=lambda item: -cost(item))
 
 
 @pytest.hookimpl(hookwrapper=True)
