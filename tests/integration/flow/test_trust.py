@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
 from kubernetes import client
 
+from tests.integration.conftest import Configured
 from tests.integration.objects import (
     Agent,
     approve,
@@ -388,10 +389,19 @@ def test_an_interrupted_call_ends_cancelled_or_uncertain_and_its_job_is_gone(
 
 
 def test_the_reaper_leaves_nothing_of_ended_invocations(
-    api: client.ApiClient,
-    ns: Namespace,
-    agent: Agent,
+    api: client.ApiClient, configured: Callable[[Mapping[str, str]], Configured]
 ) -> None:
+    # Sandboxes kept 3 s for inspection (the session operator keeps them 30 s); reaped every 3 s.
+    serving = configured({"TOOLADAPTER_SANDBOX_RETAIN_SECONDS": "3"})
+    ns = serving.namespace(api)
+    try:
+        reaped(api, ns)
+    finally:
+        ns.delete()
+
+
+def reaped(api: client.ApiClient, ns: Namespace) -> None:
+    agent = Agent.create(api, ns.name, "agent-1")
     client.CoreV1Api(api).create_namespaced_secret(
         ns.name,
         {"metadata": {"name": "k"}, "data": {"v": base64.b64encode(b"x" * 20).decode()}},  # type: ignore[arg-type]  # the client sends a dict body as is
@@ -420,5 +430,4 @@ def test_the_reaper_leaves_nothing_of_ended_invocations(
             .items
         )
 
-    # The test operator keeps sandboxes 30 s for inspection and reaps every 3 s.
     wait_for(clean, timeout=120, what="reaper to remove jobs, secrets and network policies")
