@@ -190,13 +190,15 @@ integration: venv s3-server browser otel-collector oauth-server mcp-ts-client
 # process), then what `make install` applied is removed and the Helm-installed operator is
 # tested (tests/deploy); kubectl-applied and Helm-owned objects never coexist.
 # The Go builds (cluster binaries, SeaweedFS, the collector, the OAuth server; no-ops when cached) start first,
-# in the background: lint and most unit tests need none of them, and a cold build spends much
-# of its time downloading modules. `unit` waits for them through helm's build lock.
+# in the background: lint and most unit tests need none of them. A cold build spends much of
+# its time downloading modules: hack/prefetch.sh fetches every build's modules at once while
+# the first build compiles (4.6 GB in 134 s here, against about 70 s for SeaweedFS's alone). `unit` waits for them through helm's build lock.
 BUILD_LOG := $(ROOT)/.cluster/prebuild.log
 test: venv
 	@mkdir -p $(ROOT)/.cluster
+	@hack/prefetch.sh >$(ROOT)/.cluster/prefetch.log 2>&1 &
 	@( $(CLUSTER_SCRIPTS)/build.sh && hack/s3/build.sh && hack/otel/build.sh && hack/oauth/build.sh ) >$(BUILD_LOG) 2>&1 & \
-	  echo "builds in the background (log: $(BUILD_LOG))"
+	  echo "builds in the background (log: $(BUILD_LOG)); every Go module they need is fetched at once beside them (log: $(ROOT)/.cluster/prefetch.log)"
 	$(MAKE) --no-print-directory lint
 	$(MAKE) --no-print-directory unit
 	@if [ "$(KUBECONFIG)" = "$(LOCAL_KUBECONFIG)" ]; then $(MAKE) --no-print-directory cluster-up; fi
