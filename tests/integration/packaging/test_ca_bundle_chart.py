@@ -84,7 +84,7 @@ def setup(
         home.name,
         {"metadata": {"name": "corp-ca"}, "data": {"ca.crt": private.ca.read_text()}},  # type: ignore[arg-type]  # the client sends a dict body as is
     )
-    stored = core.read_namespaced_config_map("corp-ca", home.name).data
+    stored = core.read_namespaced_config_map("corp-ca", home.name).data or {}
     pod, container = operator_container(render("--set=caBundle.configMap=corp-ca"))
     bundle = project(pod, container, stored, tmp_path_factory.mktemp("ca-bundle-mount"))
     try:
