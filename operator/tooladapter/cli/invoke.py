@@ -188,6 +188,10 @@ def _report(
         detail = [status.get("failureClass"), status.get("deniedStage"), status.get("message")]
         # The message may quote the arguments: marked, never printed raw (render.cell).
         click.echo("  " + " | ".join(cell(d) for d in detail if d), err=True)
+    for line in views.egress_lines(obj):
+        # What the egress proxy refused, beside the tool's output (which may say only
+        # "CONNECT tunnel failed, response 502"): tooladapter's record, on stderr.
+        click.echo(f"  egress refused: {cell(line)}", err=True)
     text = views.result_text(obj)
     if text and sys.stdout.isatty():
         # The tool's own output, on a terminal: what it would act on (escape sequences,

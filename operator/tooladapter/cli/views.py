@@ -10,11 +10,14 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from packaging.version import InvalidVersion, Version
+from pydantic import ValidationError
 
 from tooladapter.enums import GATED_CLASSES, SideEffectClass, ToolKind
+from tooladapter.model import EgressRefusal
 from tooladapter.pipeline.parts import name_of as _name
 from tooladapter.pipeline.parts import spec_of as _spec
 from tooladapter.pipeline.parts import status_of as _status
+from tooladapter.pipeline.sanitize.egress import refusal_line
 from tooladapter.review import readout
 from tooladapter.review.argdiff import canonical
 
@@ -180,6 +183,19 @@ def outcome(obj: dict[str, Any]) -> dict[str, Any]:
         "preview": status.get("preview"),
     }
     return {k: v for k, v in out.items() if v is not None}
+
+
+def egress_lines(obj: dict[str, Any]) -> list[str]:
+    """The sandbox's connections the egress proxy refused or could not make, one line each
+    (`status.result.egressRefused`; a row that does not parse is left out)."""
+    rows = (_status(obj).get("result") or {}).get("egressRefused")
+    lines = []
+    for row in rows if isinstance(rows, list) else []:
+        try:
+            lines.append(refusal_line(EgressRefusal.model_validate(row)))
+        except ValidationError:
+            continue
+    return lines
 
 
 def result_text(obj: dict[str, Any]) -> str:

@@ -58,6 +58,7 @@ from tooladapter.model import (
     ToolInvocationSpec,
 )
 from tooladapter.naming import LeaseNames
+from tooladapter.pipeline.sanitize.egress import refusals
 from tooladapter.pipeline.sanitize.redaction import BROKERED_SECRET
 from tooladapter.pipeline.sanitize.results import sanitize, sanitize_structured
 from tooladapter.pipeline.sanitize.secret_forms import secret_forms
@@ -120,7 +121,7 @@ async def finish(ctx: FlowContext, outcome: Outcome) -> None:
     ctx.unstored.append(content)
     ctx.status.result_hash = ctx.status.result_ref
     inline = len(content) <= ctx.rt.settings.limits.inline_result_bytes
-    ctx.status.result = InvocationResult(
+    result = ctx.status.result = InvocationResult(
         content=clean.content if inline else "",
         structured_content=structured if inline else None,
         truncated=clean.truncated,
@@ -137,6 +138,9 @@ async def finish(ctx: FlowContext, outcome: Outcome) -> None:
     ctx.status.failure_class = outcome.failure_class
     ctx.status.message = ctx.bounded(outcome.message) or None
     await release(ctx, f"invocation ended {outcome.state}")
+    # The proxy's refusals beside the tool's output (read by `release`): a tool that says
+    # only "response 502" did not reach its host, and the agent reads here why.
+    result.egress_refused = refusals(ctx.status.egress, ctx.secret_values)
     ctx.record(Stage.EXECUTE, _OUTCOME_STAGE[outcome.state], outcome.message, until=returned)
     await end(ctx, outcome.state)
 

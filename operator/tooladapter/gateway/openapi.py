@@ -230,6 +230,23 @@ SCHEMAS: Final[dict[str, Any]] = {
                             },
                             "exitCode": {"type": "integer"},
                             "httpStatus": {"type": "integer"},
+                            "egressRefused": {
+                                "type": "array",
+                                "description": "A sandboxed call's connections the egress "
+                                "proxy refused or could not make, with its reason (e.g. "
+                                "'github.com did not resolve'): tooladapter's record beside "
+                                "the tool's output, never part of content.",
+                                "items": {
+                                    "type": "object",
+                                    "properties": {
+                                        "host": {"type": "string"},
+                                        "port": {"type": "integer"},
+                                        "verdict": {"type": "string"},
+                                        "reason": {"type": "string"},
+                                        "connections": {"type": "integer"},
+                                    },
+                                },
+                            },
                         },
                     },
                     "duplicateOf": {

@@ -21,7 +21,7 @@ from tooladapter import GROUP, identity, tracing
 from tooladapter.artifacts import open_store
 from tooladapter.catalog import Catalog
 from tooladapter.egress.core.rules import parse_hosts_override
-from tooladapter.egress.core.trust import verified_context
+from tooladapter.egress.core.trust import settings_context
 from tooladapter.enums import OperatorRole, ToolKind
 from tooladapter.executors import Executor
 from tooladapter.executors.canary import default_route_address, start_canary
@@ -138,10 +138,16 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo) -> None:
     health.role = OperatorRole.STARTING
     try:
         # Http tools reach credentialed APIs as the egress proxy does: the same trust
-        # anchors and, in tests, the same mapped names. Read before anything is opened.
+        # anchors and, in tests, the same mapped names; the operator's own bundle
+        # (TOOLADAPTER_CA_BUNDLE) besides. Read before anything is opened.
         mapped_hosts = parse_hosts_override(config.egress.hosts)
-        trust = verified_context(config.egress.ca_file)
-    except (ValueError, OSError) as exc:  # ssl.SSLError is an OSError
+        trust = settings_context(
+            {
+                "TOOLADAPTER_EGRESS_CA_FILE": config.egress.ca_file,
+                "TOOLADAPTER_CA_BUNDLE": config.ca_bundle,
+            }
+        )
+    except ValueError as exc:
         raise kopf.PermanentError(f"egress settings: {exc}") from None
     # Before any watch: an artifact store that cannot take receipts stops the start (an
     # s3 bucket absent, forbidden or unreachable), rather than every call at its end.

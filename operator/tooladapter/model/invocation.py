@@ -271,6 +271,26 @@ class EgressUse(Model):
     """The row counts every host of its verdict beyond the listed ones, whole."""
 
 
+class EgressRefusal(Model):
+    """Connections of the sandbox that the egress proxy refused or could not make, as the
+    agent reads them beside the tool's output (`status.result.egressRefused`): a tool that
+    only says "CONNECT tunnel failed, response 502" did not reach its host, and this says
+    why. Written by tooladapter from the proxy's records (`status.egress`), never by the
+    tool; redacted and bounded like a message."""
+
+    host: str = Field(default="", json_schema_extra=no_crd_default)
+    """The host the sandbox asked for; empty on a row that counts every further host."""
+    port: int | None = None
+    """Its port."""
+    verdict: EgressVerdict
+    """What the proxy decided: not-allowed, ip-literal, private-address, sni-mismatch,
+    upstream-failed (the name did not resolve, or the host could not be reached), ..."""
+    reason: str = Field(default="", json_schema_extra=no_crd_default)
+    """Why, in the proxy's words (e.g. `github.com did not resolve`)."""
+    connections: int = 0
+    """How many connections (or requests) it refused for that reason."""
+
+
 class InvocationResult(Model):
     """A sanitized result, inline when small; the whole result is at `resultRef`."""
 
@@ -298,6 +318,10 @@ class InvocationResult(Model):
     failureClass says tool-error or output-invalid. Never a reason to run it again blindly."""
     http_status: int | None = None
     """The HTTP status an http tool's server answered."""
+    egress_refused: list[EgressRefusal] = Field(default_factory=list)
+    """A sandboxed call's connections that the egress proxy refused or could not make, with
+    the proxy's reason: tooladapter's record beside the tool's output (never part of
+    `content`, its hash or its size)."""
 
 
 class ReceiptSummary(Model):

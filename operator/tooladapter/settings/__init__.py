@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import fnmatch
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from tooladapter.enums import EventLevel
 from tooladapter.settings import environ as env
@@ -82,6 +83,11 @@ class Settings(FromEnv):
         env.listed,
         ("169.254.169.254", "metadata.google.internal"),
     )
+    #: A PEM bundle of private CAs the operator trusts, besides the system's (and
+    #: TOOLADAPTER_EGRESS_CA_FILE), for its own outbound TLS: the https APIs http tools
+    #: call and the OAuth token endpoints credentials are minted at. Read once at start:
+    #: a file that cannot be read, or holds no certificate, stops the operator.
+    ca_bundle: Path | None = setting("TOOLADAPTER_CA_BUNDLE", env.path, None)
 
     #: The artifact store: receipts and results.
     artifacts: ArtifactSettings = field(default_factory=ArtifactSettings)

@@ -10,12 +10,14 @@ The sandbox tools are busybox-compatible: `wget` through HTTP_PROXY, `nc`, `sh`.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import contextlib
 import hashlib
 import json
 import socket
 import ssl
+import subprocess
 import threading
 import urllib.error
 import urllib.request
@@ -27,6 +29,7 @@ from typing import Any, cast
 import pytest
 from kubernetes import client
 
+from tests.integration.gateway_client import http_json, mcp_client, mcp_url, token_of
 from tests.integration.objects import (
     SHELL_SCHEMA,
     Agent,
@@ -294,6 +297,71 @@ def test_210_refused_requests_before_one_allowed_connection_leave_it_in_status_a
     }
     assert counted == {"allowed": allowed[0]["connections"], "not-allowed": refused}
     assert any(r["host"] == API and r["verdict"] == "allowed" for r in whole)
+
+
+async def test_a_host_that_did_not_resolve_is_named_in_what_the_agent_receives(
+    api: client.ApiClient,
+    ens: Namespace,
+    eagent: Agent,
+    egress: tuple[OperatorProcess, EgressProxyProcess],
+) -> None:
+    """Issue 44: a sandboxed clone whose host did not resolve showed the agent only
+    "CONNECT tunnel failed, response 502". The proxy's reason now reaches the status line
+    (curl -v shows it), the call's result (kubectl), the REST view and the MCP answer,
+    beside the tool's own output and never inside it."""
+    host = "github.nowhere.invalid"  # on the allow-list; `.invalid` never resolves
+    shell_tool(api, ens.name, "clone", egress=[host], timeout=60, shell={"allow": ["curl"]})
+    eagent.grant(["clone"], ["sandbox"])
+    command = {"command": f"curl -v -sS --max-time 30 -o /dev/null https://{host}/org/repo.git"}
+    operator = egress[0]
+    async with mcp_client(mcp_url(operator.gateway_url, ens.name), token_of(eagent)) as mcp:
+        answer = await mcp.call_tool("clone", command)
+    meta = dict(answer.meta or {})
+    name = meta.get("dev.tooladapter/invocation")
+    assert name, (meta, answer.content)
+    obj = await asyncio.to_thread(get, api, ens.name, "toolinvocations", name)
+    status = obj["status"]
+    assert status["state"] == "Observed", explain(status, egress)
+    reason = f"{host} did not resolve"
+    # The proxy's answer, as the tool itself printed it (stderr joins the pod log).
+    content = status["result"]["content"]
+    assert f"< HTTP/1.1 502 Bad Gateway: {reason}" in content, explain(status, egress)
+    # kubectl: status.result, beside the content.
+    refused = status["result"]["egressRefused"]
+    assert refused == [
+        {
+            "host": host,
+            "port": 443,
+            "verdict": "upstream-failed",
+            "reason": reason,
+            "connections": 1,
+        }
+    ], explain(status, egress)
+    shown = await asyncio.to_thread(
+        subprocess.run,
+        ["kubectl", "get", "toolinvocation", name, "-n", ens.name, "-o", "json"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert json.loads(shown.stdout)["status"]["result"]["egressRefused"] == refused
+    # REST, as the agent.
+    code, _, view = await asyncio.to_thread(
+        http_json,
+        "GET",
+        f"{operator.gateway_url}/namespaces/{ens.name}/tool-invocations/{name}",
+        token_of(eagent),
+    )
+    assert code == 200, view
+    assert view["status"]["result"]["egressRefused"] == refused
+    # MCP: a block of its own after the tool's text, and in _meta.
+    texts = [getattr(block, "text", "") for block in answer.content]
+    assert answer.is_error is True  # curl exited non-zero: the tool's own error
+    assert meta["dev.tooladapter/egressRefused"] == refused
+    block = texts[-1]
+    assert block.startswith("The egress proxy refused or could not make"), texts
+    assert f"{host}:443 upstream-failed: {reason} (1 connection)" in block, block
+    assert "<egress-refused" not in "".join(texts[:-1]), texts
 
 
 # --------------------------------------------------------------------------- tokens

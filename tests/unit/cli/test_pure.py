@@ -588,3 +588,19 @@ def test_invoke_reports_a_tool_error_and_exits_with_its_code(
     old = {"metadata": {"name": "d"}, "status": {"state": "Denied", "failureClass": "duplicate"}}
     old["status"]["duplicateOf"] = "first"
     assert _report(Settings(), old, finished=True, dry_run=False) is ExitCode.DENIED
+
+
+def test_invoke_lists_the_egress_refusals_beside_the_result() -> None:
+    """Issue 44: what the proxy refused, one line each (the tool said only "response 502")."""
+    row = {
+        "host": "github.com",
+        "port": 443,
+        "verdict": "upstream-failed",
+        "reason": "github.com did not resolve",
+        "connections": 1,
+    }
+    obj: dict[str, Any] = {"status": {"result": {"egressRefused": [row, {"verdict": "?"}]}}}
+    assert views.egress_lines(obj) == [
+        "github.com:443 upstream-failed: github.com did not resolve (1 connection)"
+    ]
+    assert views.egress_lines({"status": {"result": {"content": "x"}}}) == []

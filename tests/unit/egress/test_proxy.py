@@ -126,6 +126,7 @@ async def rig(tmp_path: Path) -> AsyncIterator[Rig]:
             f"tls.example.test:{tls.port}",
             f"raw.example.test:{raw.port}",
             "loop.example.test",
+            "nowhere.example.test",
             "10.1.0.0/24",
         ],
         [
@@ -238,6 +239,25 @@ async def test_refusals_send_nothing_upstream_and_are_recorded(
     assert rig.plain.heads == []
     (record,) = await records_of(rig, "lease-a", 1)
     assert record["verdict"] == verdict.value
+
+
+async def test_a_refusal_says_why_in_its_status_line_and_body(rig: Rig) -> None:
+    """Issue 44: "CONNECT tunnel failed, response 502" was all a client could show; the
+    status line (what `curl -v` and git's trace print) and the body now carry the reason."""
+    token = auth("lease-a", rig.tokens["lease-a"])
+    connect = b"CONNECT nowhere.example.test:443 HTTP/1.1\r\nHost: nowhere.example.test:443\r\n"
+    answer = await exchange(rig.proxy_port, connect + token + b"\r\n")
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert head.split(b"\r\n")[0] == (
+        b"HTTP/1.1 502 Bad Gateway: nowhere.example.test did not resolve"
+    )
+    assert body == (
+        b"tooladapter egress proxy: 502 Bad Gateway: nowhere.example.test did not resolve\n"
+    )
+    listed = await exchange(rig.proxy_port, get("http://other.example.test/", token))
+    assert listed.startswith(b"HTTP/1.1 403 Forbidden: other.example.test:80 is not on the ")
+    (record, _) = await records_of(rig, "lease-a", 2)
+    assert record["reason"] == "nowhere.example.test did not resolve"
 
 
 async def test_a_token_opens_only_its_own_lease_and_only_while_it_lasts(rig: Rig) -> None:

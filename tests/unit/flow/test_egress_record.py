@@ -111,3 +111,66 @@ async def test_a_call_without_a_proxied_lease_names_no_egress_records() -> None:
     assert "egressRecordsRef" not in stored["status"]
     receipt = h.store.receipt(stored["status"]["receiptRef"])
     assert receipt["egress"] == [] and receipt["egressRecordsRef"] is None
+
+
+async def test_a_refused_connection_reaches_the_result_beside_the_tools_output() -> None:
+    """Issue 44: "CONNECT tunnel failed, response 502" was all the agent read; the proxy's
+    reason joins `status.result.egressRefused`, outside the tool's content, redacted."""
+    cluster = FakeCluster()
+    settings = Settings()
+    h = make_runtime(cluster, executors={ToolKind.SHELL: SandboxExecutor(cluster, settings)})
+    h.rt.egress_peer = ProxyPeer(address="10.0.0.9", port=3128)
+    h.publish(shell_descriptor(sandbox={"egress": {"allow": ["github.com"]}}))
+    h.cluster.grant(tools=["sh"], classes=["sandbox"])
+    body = h.submit(invocation("sh-1", tool="sh", arguments={"command": "echo hi"}))
+    uid = body["metadata"]["uid"]
+    output = b"curl: (56) CONNECT tunnel failed, response 502\n"
+    cluster.script_job(uid, finished_job(), outcome=pod_result(log=output))
+    records = [
+        EgressRecord(
+            host="github.com",
+            port=443,
+            method="CONNECT",
+            verdict=EgressVerdict.UPSTREAM_FAILED,
+            reason="github.com did not resolve",
+            at="2030-01-01T00:00:01Z",
+        ),
+        EgressRecord(
+            host="api.example",
+            port=443,
+            method="CONNECT",
+            verdict=EgressVerdict.ALLOWED,
+            bytes_up=10,
+            bytes_down=20,
+            at="2030-01-01T00:00:02Z",
+        ),
+        # A host the sandbox made up: a line break and a key-shaped token in it.
+        EgressRecord(
+            host="x\nghp_" + "a" * 36,
+            port=443,
+            method="CONNECT",
+            verdict=EgressVerdict.NOT_ALLOWED,
+            reason="not on the allow-list",
+            at="2030-01-01T00:00:03Z",
+        ),
+    ]
+    cluster.config_maps[(settings.egress.namespace, LeaseNames.for_uid(uid).egress)] = {
+        "records.a": json.dumps([r.wire() for r in records]),
+    }
+
+    stored = await h.run(body)
+
+    result = stored["status"]["result"]
+    assert result["content"] == output.decode()
+    refused = {r["verdict"]: r for r in result["egressRefused"]}
+    assert set(refused) == {"upstream-failed", "not-allowed"}  # nothing allowed
+    assert refused["upstream-failed"] == {
+        "host": "github.com",
+        "port": 443,
+        "verdict": "upstream-failed",
+        "reason": "github.com did not resolve",
+        "connections": 1,
+    }
+    made_up = refused["not-allowed"]["host"]
+    assert "\n" not in made_up and "ghp_" + "a" * 36 not in made_up, made_up
+    assert "[REDACTED:" in made_up and made_up.startswith("x\\u000a")

@@ -742,6 +742,7 @@ EVERYTHING_ON = [
     "--set=serviceAccount.annotations.eks\\.amazonaws\\.com/role-arn=arn:aws:iam::1:role/r",
     "--set=egressProxy.serviceAccount.annotations.iam\\.gke\\.io/gcp-service-account=a@b",
     "--set=egressProxy.caBundle.configMap=corp-ca",
+    "--set=caBundle.secret=operator-ca",
     '--set-json=egressProxy.extraEnv=[{"name":"NO_PROXY","value":"internal"}]',
     '--set-json=egressProxy.tolerations=[{"key":"egress","operator":"Exists"}]',
     "--set=egressProxy.nodeSelector.pool=egress",
@@ -877,6 +878,49 @@ def test_the_proxy_trusts_a_private_ca_and_takes_extra_env_and_scheduling() -> N
         } in operator["volumeMounts"]
     plain = one(render(), "Deployment", "tooladapter-operator")["spec"]["template"]["spec"]
     assert not [v for v in plain["volumes"] if v["name"] == "egress-ca"]
+
+
+@pytest.mark.parametrize(
+    ("args", "source"),
+    [
+        (
+            ["--set=caBundle.configMap=corp-ca"],
+            {"configMap": {"name": "corp-ca", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
+        ),
+        (
+            ["--set=caBundle.secret=corp-ca", "--set=caBundle.key=bundle.pem"],
+            {
+                "secret": {
+                    "secretName": "corp-ca",
+                    "items": [{"key": "bundle.pem", "path": "bundle.pem"}],
+                }
+            },
+        ),
+    ],
+)
+def test_the_operator_trusts_its_own_ca_bundle_mounted_read_only(
+    args: list[str], source: dict[str, Any]
+) -> None:
+    """Issue 44: a private CA for the operator's own outbound TLS (http tools, token
+    endpoints) through the chart, not only through extraEnv without a volume."""
+    docs = render(*args)
+    pod = one(docs, "Deployment", "tooladapter-operator")["spec"]["template"]["spec"]
+    (operator,) = [c for c in pod["containers"] if c["name"] == "operator"]
+    volume = next(v for v in pod["volumes"] if v["name"] == "ca-bundle")
+    assert volume == {"name": "ca-bundle", **source}
+    mount = {"name": "ca-bundle", "mountPath": "/etc/tooladapter/ca-bundle", "readOnly": True}
+    assert mount in operator["volumeMounts"]
+    (item,) = next(iter(source.values()))["items"]
+    assert env_of(operator)["TOOLADAPTER_CA_BUNDLE"] == f"/etc/tooladapter/ca-bundle/{item['path']}"
+    # The proxy's trust is its own value: this bundle does not reach it.
+    proxy = one(docs, "Deployment", "tooladapter-egress-proxy")["spec"]["template"]["spec"]
+    assert not [v for v in proxy["volumes"] if v["name"] == "ca-bundle"]
+    plain = one(render(), "Deployment", "tooladapter-operator")["spec"]["template"]["spec"]
+    assert not [v for v in plain["volumes"] if v["name"] == "ca-bundle"]
+    (container,) = [c for c in plain["containers"] if c["name"] == "operator"]
+    assert "TOOLADAPTER_CA_BUNDLE" not in env_of(container)
+    with pytest.raises(RenderError, match="caBundle: give configMap or secret, not both"):
+        render("--set=caBundle.configMap=a", "--set=caBundle.secret=b")
 
 
 def test_the_gateway_can_be_exposed_by_an_ingress_or_an_http_route() -> None:

@@ -25,6 +25,13 @@ def test_defaults_batch_status_writes_and_remember_allowances_briefly(
     assert settings.sandbox.network_gate is True
 
 
+def test_the_operators_ca_bundle_is_a_path_or_none(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("TOOLADAPTER_CA_BUNDLE", raising=False)
+    assert Settings.from_env().ca_bundle is None
+    monkeypatch.setenv("TOOLADAPTER_CA_BUNDLE", " /etc/tooladapter/ca-bundle/ca.crt ")
+    assert str(Settings.from_env().ca_bundle) == "/etc/tooladapter/ca-bundle/ca.crt"
+
+
 @pytest.mark.parametrize(("raw", "expected"), [("true", True), ("ON", True), ("0", False)])
 def test_booleans_accept_the_usual_spellings(
     monkeypatch: pytest.MonkeyPatch, raw: str, expected: bool

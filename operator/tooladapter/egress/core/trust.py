@@ -1,15 +1,19 @@
 """Verified TLS to the APIs credentials go to: one construction for the egress proxy (its
-credentialed upstreams) and the operator's http tools alike.
+credentialed upstreams) and the operator's http tools and token endpoints alike.
 
-The system's CAs, plus the bundle `TOOLADAPTER_EGRESS_CA_FILE` names when it is set (a
-private CA, or the test CA of the integration tests). Verification is never turned off: a
-credential goes only to a server that proves it is the host the credential names.
+The system's CAs, plus the bundles named when set: `TOOLADAPTER_EGRESS_CA_FILE` (the proxy
+and the operator) and `TOOLADAPTER_CA_BUNDLE` (the operator's own outbound TLS; the chart's
+`caBundle`), a private CA or the test CA of the integration tests. Verification is never
+turned off: a credential goes only to a server that proves it is the host the credential
+names.
 """
 
 from __future__ import annotations
 
 import functools
+import os
 import ssl
+from collections.abc import Mapping
 
 
 def verified_context(ca_file: str | None) -> ssl.SSLContext:
@@ -19,6 +23,21 @@ def verified_context(ca_file: str | None) -> ssl.SSLContext:
     context = ssl.create_default_context()
     if ca_file:
         context.load_verify_locations(ca_file)
+    return context
+
+
+def settings_context(files: Mapping[str, str | os.PathLike[str] | None]) -> ssl.SSLContext:
+    """`verified_context` over every bundle the settings name (variable -> path, unset
+    ones skipped); one that cannot be read or holds no certificate raises ValueError
+    naming its variable and path."""
+    context = ssl.create_default_context()
+    for variable, ca_file in files.items():
+        if not ca_file:
+            continue
+        try:
+            context.load_verify_locations(ca_file)
+        except (OSError, ValueError) as exc:  # ssl.SSLError is an OSError
+            raise ValueError(f"{variable}={os.fspath(ca_file)}: {exc}") from None
     return context
 
 

@@ -12,7 +12,9 @@ Every connection is judged by `pipeline.egress` before a byte goes upstream:
    a credential is reached over verified TLS with the header added by the proxy.
 
 Then bytes are relayed until either side closes, the connection idles out, or the lease
-ends. Each connection leaves one record (`records.Recorder`).
+ends. Each connection leaves one record (`records.Recorder`). A refusal answered on the wire
+carries its reason in the status line and a short body (`egress.core.answers`), as the
+record does.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import NoReturn
 
+from tooladapter.egress.core import answers
 from tooladapter.egress.core.framing import ChunkedEnd, Framing, body_framing
 from tooladapter.egress.core.lease_ca import LEAF_SECONDS, issue_leaf
 from tooladapter.egress.core.response import BadResponse, ResponseFilter
@@ -103,16 +106,6 @@ class Counts:
     down: int = 0
 
 
-_STATUS_TEXT = {
-    400: "Bad Request",
-    403: "Forbidden",
-    407: "Proxy Authentication Required",
-    421: "Misdirected Request",
-    429: "Too Many Requests",
-    502: "Bad Gateway",
-}
-
-
 class EgressProxy:
     def __init__(
         self,
@@ -172,11 +165,11 @@ class EgressProxy:
                 # seconds in the cluster) or a port scan. No request: no record, no count.
                 return
             self._record(None, "-", 0, "-", Verdict(EgressVerdict.BAD_REQUEST, "no request head"))
-            await _answer(writer, 400)
+            await _answer(writer, 400, "no request head")
             return
         except (asyncio.LimitOverrunError, TimeoutError, BadRequest):
             self._record(None, "-", 0, "-", Verdict(EgressVerdict.BAD_REQUEST, "no request head"))
-            await _answer(writer, 400)
+            await _answer(writer, 400, "no request head")
             return
         if head is None:
             return  # closed unread: its peer already has too many heads under way
@@ -184,30 +177,17 @@ class EgressProxy:
         creds = proxy_credentials(head)
         lease = await self.leases.authenticate(*creds) if creds else None
         if lease is None:
-            self._record(
-                None,
-                host,
-                port,
-                head.method,
-                Verdict(
-                    EgressVerdict.UNAUTHORIZED,
-                    "no token of an open lease" if creds else "no Proxy-Authorization",
-                ),
+            why = "no token of an open lease" if creds else "no Proxy-Authorization"
+            self._record(None, host, port, head.method, Verdict(EgressVerdict.UNAUTHORIZED, why))
+            await _answer(
+                writer, 407, why, extra=b'Proxy-Authenticate: Basic realm="tooladapter"\r\n'
             )
-            await _answer(writer, 407, extra=b'Proxy-Authenticate: Basic realm="tooladapter"\r\n')
             return
         if len(lease.connections) >= MAX_LEASE_CONNECTIONS:
-            self._record(
-                lease,
-                host,
-                port,
-                head.method,
-                Verdict(
-                    EgressVerdict.TOO_MANY_CONNECTIONS,
-                    f"the lease has {MAX_LEASE_CONNECTIONS} connections open already",
-                ),
-            )
-            await _answer(writer, 429)
+            why = f"the lease has {MAX_LEASE_CONNECTIONS} connections open already"
+            verdict = Verdict(EgressVerdict.TOO_MANY_CONNECTIONS, why)
+            self._record(lease, host, port, head.method, verdict)
+            await _answer(writer, 429, why)
             return
         task = asyncio.current_task()
         assert task is not None
@@ -255,7 +235,7 @@ class EgressProxy:
             self._record(
                 lease, head.target, 0, "CONNECT", Verdict(EgressVerdict.BAD_REQUEST, str(exc))
             )
-            await _answer(writer, 400)
+            await _answer(writer, 400, str(exc))
             return
         try:
             addresses = await self._admit(lease, host, port, HTTPS_PORT)
@@ -272,7 +252,7 @@ class EgressProxy:
         except EgressRefused as refusal:
             self._record(lease, host, port, "CONNECT", refusal.verdict)
             if not writer.is_closing() and refusal.status != 0:
-                await _answer(writer, refusal.status)
+                await _answer(writer, refusal.status, refusal.verdict.reason)
             return
         await self._splice(lease, host, port, "CONNECT", hello[1], client, upstream)
 
@@ -322,7 +302,12 @@ class EgressProxy:
             upstream = await self._dial(addresses, port, self.upstream_tls, host)
         except EgressRefused as refusal:
             self._record(lease, host, port, head.method, refusal.verdict)
-            await _answer(writer, refusal.status)
+            await _answer(
+                writer,
+                refusal.status,
+                refusal.verdict.reason,
+                head_only=head.method == "HEAD",
+            )
             return
         inject = (credential.header, credential.value) if credential is not None else None
         masker = (
@@ -409,7 +394,7 @@ class EgressProxy:
                 head.method,
                 Verdict(EgressVerdict.BAD_REQUEST, str(exc)),
             )
-            await _answer(writer, 400)
+            await _answer(writer, 400, str(exc), head_only=head.method == "HEAD")
             return
         credential = lease.credential_for(target.host, target.port, head.method, target.path)
         default_port = HTTPS_PORT if credential is not None else HTTP_PORT
@@ -420,7 +405,12 @@ class EgressProxy:
             upstream = await self._dial(addresses, port, tls, target.host)
         except EgressRefused as refusal:
             self._record(lease, target.host, port, head.method, refusal.verdict)
-            await _answer(writer, refusal.status)
+            await _answer(
+                writer,
+                refusal.status,
+                refusal.verdict.reason,
+                head_only=head.method == "HEAD",
+            )
             return
         inject = (credential.header, credential.value) if credential is not None else None
         # The answer is de-framed, decoded and masked (`egress_response`): a reflected
@@ -667,14 +657,17 @@ def _target_for_log(head: RequestHead) -> tuple[str, int]:
         return head.target[:255], 0
 
 
-async def _answer(writer: asyncio.StreamWriter, status: int, *, extra: bytes = b"") -> None:
+async def _answer(
+    writer: asyncio.StreamWriter,
+    status: int,
+    reason: str = "",
+    *,
+    extra: bytes = b"",
+    head_only: bool = False,
+) -> None:
+    """A refusal, its reason in the status line and body (`egress.core.answers`)."""
     if writer.is_closing():
         return
-    text = _STATUS_TEXT.get(status, "Error")
-    writer.write(
-        f"HTTP/1.1 {status} {text}\r\n".encode()
-        + extra
-        + b"Content-Length: 0\r\nConnection: close\r\n\r\n"
-    )
+    writer.write(answers.refusal(status, reason, extra=extra, head_only=head_only))
     with contextlib.suppress(OSError, ConnectionError):
         await writer.drain()

@@ -9,7 +9,8 @@
   result: `isError` for every end but `Observed`, and for an Observed tool error (an
   `Uncertain` effect is never reported as a success), with the stage and reason, the
   invocation, its receipt and `provenance: tool-result` in `_meta`; the tool's text
-  optionally between unguessable delimiters (`delimit`).
+  optionally between unguessable delimiters (`delimit`); a sandbox's refused connections
+  after it, in a delimited block of tooladapter's own (`egress_block`).
 """
 
 from __future__ import annotations
@@ -34,12 +35,14 @@ from tooladapter.model import (
     TOOL_ID_PATTERN,
     VERSION_MAX,
     VERSION_PATTERN,
+    EgressRefusal,
     ToolDescriptorSpec,
     ToolDescriptorStatus,
     ToolInvocationSpec,
 )
 from tooladapter.pipeline.hashing import descriptor_digest
 from tooladapter.pipeline.linear_regex import compile_internal
+from tooladapter.pipeline.sanitize.egress import refusal_line
 from tooladapter.pipeline.validation.arguments import validate_arguments
 from tooladapter.review import readout
 from tooladapter.review.readout import state_of
@@ -72,6 +75,9 @@ META_EXIT_CODE: Final = META_PREFIX + "exitCode"
 #: may treat untrusted content as data, never as instructions.
 META_LABELS: Final = META_PREFIX + "labels"
 META_HTTP_STATUS: Final = META_PREFIX + "httpStatus"
+#: The sandbox's connections the egress proxy refused or could not make, with its reasons
+#: (`status.result.egressRefused`): tooladapter's record, beside the tool's output.
+META_EGRESS_REFUSED: Final = META_PREFIX + "egressRefused"
 #: A tools/call option: answer what the call would meet now (the REST dry run), create nothing.
 META_DRY_RUN: Final = META_PREFIX + "dryRun"
 #: A dry run's answer: the preview, as the REST dry run answers it.
@@ -481,13 +487,50 @@ def result_meta(obj: Mapping[str, Any]) -> dict[str, Any]:
     for key, field in ((META_EXIT_CODE, "exitCode"), (META_HTTP_STATUS, "httpStatus")):
         if result.get(field) is not None:
             meta[key] = result[field]
+    refused = egress_refused(status)
+    if refused:
+        meta[META_EGRESS_REFUSED] = [r.wire() for r in refused]
     return meta
 
 
-#: `<tool-result`, `</tool-result` (any case, spaces after `<` or `/`) inside a result: a
-#: tool's text must not close (or fake) the delimiter around it. RE2 (linear time): the
-#: text is a tool's output, which an agent can influence.
-_DELIMITER_TAG = compile_internal(r"(?i)<(\s*/?\s*tool-result)")
+def egress_refused(status: Mapping[str, Any]) -> list[EgressRefusal]:
+    """The refusals in `status.result.egressRefused` (a row that does not parse is left
+    out: it was written by this operator, so only an older or newer one's could differ)."""
+    result = status.get("result") or {}
+    rows = result.get("egressRefused") if isinstance(result, Mapping) else None
+    out: list[EgressRefusal] = []
+    for row in rows if isinstance(rows, list) else []:
+        try:
+            out.append(EgressRefusal.model_validate(row))
+        except ValidationError:
+            continue
+    return out
+
+
+def egress_block(refused: list[EgressRefusal], nonce: str | None = None) -> str:
+    """The refusals as the agent reads them, beside the tool's output: tooladapter's words,
+    then one line per refusal between `<egress-refused id=NONCE>` tags of their own (a
+    random nonce per answer, any delimiter tag inside escaped, as `delimit` does), so
+    neither can pass for the other. Hosts and reasons were redacted and made printable
+    when they were written (`pipeline.sanitize.egress`)."""
+    nonce = nonce or secrets.token_hex(16)
+    lines = _DELIMITER_TAG.sub(r"&lt;\1", "\n".join(refusal_line(r) for r in refused))
+    return (
+        "The egress proxy refused or could not make these connections of the sandbox "
+        "(tooladapter's record from the proxy, not the tool's output):\n"
+        f'<egress-refused id="{nonce}" provenance="{EGRESS_PROVENANCE}">\n{lines}\n'
+        f'</egress-refused id="{nonce}">'
+    )
+
+
+#: `<tool-result`, `</tool-result`, `<egress-refused`, `</egress-refused` (any case, spaces
+#: after `<` or `/`) inside a result: a tool's text must not close (or fake) the delimiter
+#: around it, nor fake tooladapter's block of egress refusals. RE2 (linear time): the text
+#: is a tool's output, which an agent can influence.
+_DELIMITER_TAG = compile_internal(r"(?i)<(\s*/?\s*(?:tool-result|egress-refused))")
+
+#: The provenance of the egress block: the proxy's record, written by tooladapter.
+EGRESS_PROVENANCE: Final = "egress-proxy"
 
 
 def delimit(text: str, nonce: str | None = None) -> str:
@@ -529,8 +572,16 @@ def structured_result(
     return candidate, None
 
 
-def _tool_text(text: str, delimiters: bool) -> dict[str, Any]:
-    return _text(delimit(text) if delimiters else text)
+#: An egress block's tags alone, escaped in an undelimited tool text beside such a block.
+_EGRESS_TAG = compile_internal(r"(?i)<(\s*/?\s*egress-refused)")
+
+
+def _tool_text(text: str, delimiters: bool, egress: bool = False) -> dict[str, Any]:
+    """The tool's text, delimited (`delimit`) or as it is; beside an egress block (`egress`)
+    never with that block's tags unescaped, so it cannot fake or close one."""
+    if delimiters:
+        return _text(delimit(text))
+    return _text(_EGRESS_TAG.sub(r"&lt;\1", text) if egress else text)
 
 
 def call_result(
@@ -546,7 +597,29 @@ def call_result(
     only an `Observed` call without a tool error is a success. A tool error (Observed with
     `result.isError`) is `isError` with the tool's
     own text. `delimiters` wraps the tool's text (never tooladapter's own words) with
-    `delimit`."""
+    `delimit`. A sandbox's refused connections follow the tool's text as a block of their
+    own (`egress_block`), and in `_meta` (`dev.tooladapter/egressRefused`)."""
+    refused = egress_refused(obj.get("status") or {})
+    wire = _call_result(
+        obj,
+        text=text,
+        output_schema=output_schema,
+        delimiters=delimiters,
+        egress=bool(refused),
+    )
+    if refused:
+        wire["content"].append(_text(egress_block(refused)))
+    return wire
+
+
+def _call_result(
+    obj: Mapping[str, Any],
+    *,
+    text: str | None,
+    output_schema: Mapping[str, Any] | None,
+    delimiters: bool,
+    egress: bool,
+) -> dict[str, Any]:
     status = obj.get("status") or {}
     state = state_of(obj)
     meta = result_meta(obj)
@@ -561,7 +634,7 @@ def call_result(
             f"do not retry blindly. {message}"
         )
         return {
-            "content": [_text(lead.strip()), _tool_text(body, delimiters)],
+            "content": [_text(lead.strip()), _tool_text(body, delimiters, egress)],
             "isError": True,
             "_meta": meta,
         }
@@ -572,12 +645,15 @@ def call_result(
         )
         if problem is not None:
             return {
-                "content": [_text(f"Observed, but {problem}"), _tool_text(body, delimiters)],
+                "content": [
+                    _text(f"Observed, but {problem}"),
+                    _tool_text(body, delimiters, egress),
+                ],
                 "isError": True,
                 "_meta": meta,
             }
         wire: dict[str, Any] = {
-            "content": [_tool_text(body, delimiters)],
+            "content": [_tool_text(body, delimiters, egress)],
             "isError": False,
             "_meta": meta,
         }
@@ -597,7 +673,7 @@ def call_result(
         lead = f"{state or 'Unknown'} at stage {stage}{why}: {message}"
     content = [_text(lead.strip())]
     if text:
-        content.append(_tool_text(text, delimiters))
+        content.append(_tool_text(text, delimiters, egress))
     return {"content": content, "isError": True, "_meta": meta}
 
 

@@ -1,0 +1,71 @@
+"""What an agent reads of its sandbox's refused connections, beside the tool's output.
+
+The proxy's records (`status.egress`) name hosts and reasons partly chosen by the sandbox
+(the host it asked for, the SNI it sent), so before they join the result they are treated
+like a tool's output: every brokered value and known secret format redacted, every
+character that does not print shown as `\\uXXXX` (no line break, bidirectional control or
+zero-width character can reshape what the agent reads), each bounded. Only refusals are
+carried: the allowed connections are the tool's business, and stay in `status.egress`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Final
+
+from tooladapter.enums import EgressVerdict
+from tooladapter.model import EgressRefusal, EgressUse
+from tooladapter.pipeline.sanitize.redaction import bounded_message
+
+#: A host name is at most 253 characters; a reason a few hundred.
+MAX_HOST_CHARS: Final = 260
+MAX_REASON_CHARS: Final = 400
+
+
+def printable(text: str) -> str:
+    """`text` with every character that does not print as itself (controls, line and
+    paragraph separators, format characters such as bidirectional controls) as `\\uXXXX`."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else f"\\u{ord(c):04x}" for c in text)
+
+
+def refusals(rows: Iterable[EgressUse], secrets: Sequence[str] = ()) -> list[EgressRefusal]:
+    """The refused rows of a lease's egress (`egress.core.tally.uses`, already bounded by
+    host), redacted and bounded, in their order."""
+    out: list[EgressRefusal] = []
+    for row in rows:
+        if row.verdict == EgressVerdict.ALLOWED:
+            continue
+        out.append(
+            EgressRefusal(
+                host=_clean(row.host, secrets, MAX_HOST_CHARS),
+                port=row.port,
+                verdict=row.verdict,
+                reason=_clean(row.reason, secrets, MAX_REASON_CHARS),
+                connections=row.connections,
+            )
+        )
+    return out
+
+
+def _clean(text: str, secrets: Sequence[str], max_chars: int) -> str:
+    """Redacted (whole text, as a message), then made printable, then bounded: the cut
+    comes after redaction, so it never leaves part of a secret."""
+    shown = printable(bounded_message(text, secrets, max_chars=max_chars))
+    return shown if len(shown) <= max_chars else shown[: max_chars - 1] + "…"
+
+
+def refusal_line(refusal: EgressRefusal) -> str:
+    """One refusal as a line: `github.com:443 upstream-failed: github.com did not resolve
+    (1 connection)`; a row of further hosts says so."""
+    where = refusal.host or "other hosts"
+    if refusal.host and refusal.port is not None:
+        where = f"{where}:{refusal.port}"
+    count = refusal.connections
+    plural = "connection" if count == 1 else "connections"
+    why = f": {refusal.reason}" if refusal.reason else ""
+    return f"{where} {refusal.verdict}{why} ({count} {plural})"
+
+
+__all__ = ["MAX_HOST_CHARS", "MAX_REASON_CHARS", "printable", "refusal_line", "refusals"]

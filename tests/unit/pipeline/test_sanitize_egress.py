@@ -1,0 +1,69 @@
+"""The refusals an agent reads beside a tool's output (issue 44): only refusals, redacted,
+printable, bounded, one line each."""
+
+from __future__ import annotations
+
+from tooladapter.enums import EgressVerdict
+from tooladapter.model import EgressRefusal, EgressUse
+from tooladapter.pipeline.sanitize.egress import (
+    MAX_HOST_CHARS,
+    MAX_REASON_CHARS,
+    printable,
+    refusal_line,
+    refusals,
+)
+
+SECRET = "brokered-" + "Zx9" * 6
+
+
+def use(
+    verdict: EgressVerdict, host: str = "github.com", reason: str = "", n: int = 1
+) -> EgressUse:
+    return EgressUse(host=host, port=443, verdict=verdict, reason=reason, connections=n)
+
+
+def test_only_refusals_are_carried_in_their_order() -> None:
+    rows = [
+        use(EgressVerdict.ALLOWED),
+        use(EgressVerdict.UPSTREAM_FAILED, reason="github.com did not resolve"),
+        use(EgressVerdict.NOT_ALLOWED, "pypi.org", "pypi.org:443 is not on the allow-list", 3),
+    ]
+    out = refusals(rows)
+    assert [(r.host, r.verdict, r.connections) for r in out] == [
+        ("github.com", EgressVerdict.UPSTREAM_FAILED, 1),
+        ("pypi.org", EgressVerdict.NOT_ALLOWED, 3),
+    ]
+    assert out[0].reason == "github.com did not resolve"
+
+
+def test_a_brokered_value_or_a_known_secret_in_a_host_or_reason_is_redacted() -> None:
+    rows = [
+        use(EgressVerdict.NOT_ALLOWED, f"{SECRET}.evil.test", f"SNI {SECRET!r} differs"),
+        use(EgressVerdict.NOT_ALLOWED, "ghp_" + "b" * 36 + ".evil.test"),
+    ]
+    text = " ".join(f"{r.host} {r.reason}" for r in refusals(rows, [SECRET]))
+    assert SECRET not in text and "ghp_" + "b" * 36 not in text
+    assert text.count("[REDACTED:") == 3
+
+
+def test_what_does_not_print_is_shown_escaped_and_everything_is_bounded() -> None:
+    assert printable("a\nb\u202ec\u200bd") == "a\\u000ab\\u202ec\\u200bd"
+    assert printable("github.com did not resolve") == "github.com did not resolve"
+    (out,) = refusals([use(EgressVerdict.SNI_MISMATCH, "\n" * 500, "\u202e" * 500)])
+    assert len(out.host) <= MAX_HOST_CHARS and len(out.reason) <= MAX_REASON_CHARS
+    assert "\n" not in out.host and "\u202e" not in out.reason
+
+
+def test_a_refusal_reads_as_one_line() -> None:
+    line = refusal_line(
+        EgressRefusal(
+            host="github.com",
+            port=443,
+            verdict=EgressVerdict.UPSTREAM_FAILED,
+            reason="github.com did not resolve",
+            connections=2,
+        )
+    )
+    assert line == "github.com:443 upstream-failed: github.com did not resolve (2 connections)"
+    others = refusal_line(EgressRefusal(verdict=EgressVerdict.NOT_ALLOWED, connections=1))
+    assert others == "other hosts not-allowed (1 connection)"
