@@ -58,7 +58,7 @@ from tooladapter.model import (
     ToolInvocationSpec,
 )
 from tooladapter.naming import LeaseNames
-from tooladapter.pipeline.sanitize.egress import refusals
+from tooladapter.pipeline.sanitize.egress import redacted_records, refusals
 from tooladapter.pipeline.sanitize.redaction import BROKERED_SECRET
 from tooladapter.pipeline.sanitize.results import sanitize, sanitize_structured
 from tooladapter.pipeline.sanitize.secret_forms import secret_forms
@@ -176,7 +176,8 @@ async def release(ctx: FlowContext, reason: str) -> None:
         await ctx.rt.cluster.delete("Secret", egress_namespace, names.egress)
         await ctx.rt.cluster.delete("Secret", ctx.namespace, names.proxy_secret)
         data = await ctx.rt.cluster.read_config_map(egress_namespace, names.egress)
-        records = valid_records(data)
+        # Hosts and reasons the sandbox chose: redacted before status, receipt or store.
+        records = redacted_records(valid_records(data), ctx.secret_values)
         # The whole list goes to the artifact store with the receipt (which names it);
         # status and receipt carry it counted per host, every connection and byte in it.
         whole = json.dumps([r.wire() for r in records], separators=(",", ":")).encode()

@@ -4,11 +4,12 @@ printable, bounded, one line each."""
 from __future__ import annotations
 
 from tooladapter.enums import EgressVerdict
-from tooladapter.model import EgressRefusal, EgressUse
+from tooladapter.model import EgressRecord, EgressRefusal, EgressUse
 from tooladapter.pipeline.sanitize.egress import (
     MAX_HOST_CHARS,
     MAX_REASON_CHARS,
     printable,
+    redacted_records,
     refusal_line,
     refusals,
 )
@@ -67,3 +68,22 @@ def test_a_refusal_reads_as_one_line() -> None:
     assert line == "github.com:443 upstream-failed: github.com did not resolve (2 connections)"
     others = refusal_line(EgressRefusal(verdict=EgressVerdict.NOT_ALLOWED, connections=1))
     assert others == "other hosts not-allowed (1 connection)"
+
+
+def test_the_records_a_sandbox_spelled_a_credential_into_are_redacted_before_status() -> None:
+    """A tool holding a file credential names it as a host: the records reach status, the
+    receipt and the artifact store, so hosts and reasons are redacted there too."""
+    records = [
+        EgressRecord(
+            host=f"{SECRET}.evil.test",
+            port=443,
+            method="CONNECT",
+            verdict=EgressVerdict.NOT_ALLOWED,
+            reason=f"{SECRET}.evil.test:443 is not on the allow-list",
+        ),
+        EgressRecord(host="github.com", port=443, method="CONNECT", verdict=EgressVerdict.ALLOWED),
+    ]
+    out = redacted_records(records, [SECRET])
+    assert SECRET not in repr(out)
+    assert out[1] == records[1]
+    assert redacted_records(records, []) == records

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Sequence
 from typing import Final
 
 from tooladapter.enums import EgressVerdict
-from tooladapter.model import EgressRefusal, EgressUse
+from tooladapter.model import EgressRecord, EgressRefusal, EgressUse
 from tooladapter.pipeline.sanitize.redaction import bounded_message
 
 #: A host name is at most 253 characters; a reason a few hundred.
@@ -49,6 +49,23 @@ def refusals(rows: Iterable[EgressUse], secrets: Sequence[str] = ()) -> list[Egr
     return out
 
 
+def redacted_records(records: Iterable[EgressRecord], secrets: Sequence[str]) -> list[EgressRecord]:
+    """The proxy's records with every brokered value and known secret format redacted from
+    the host and reason, which the sandbox chose: a tool holding a credential could spell
+    it as a host name, and the records reach status, the receipt and the artifact store."""
+    if not secrets:
+        return list(records)
+    return [
+        record.model_copy(
+            update={
+                "host": _clean(record.host, secrets, MAX_HOST_CHARS),
+                "reason": _clean(record.reason, secrets, MAX_REASON_CHARS),
+            }
+        )
+        for record in records
+    ]
+
+
 def _clean(text: str, secrets: Sequence[str], max_chars: int) -> str:
     """Redacted (whole text, as a message), then made printable, then bounded: the cut
     comes after redaction, so it never leaves part of a secret."""
@@ -68,4 +85,11 @@ def refusal_line(refusal: EgressRefusal) -> str:
     return f"{where} {refusal.verdict}{why} ({count} {plural})"
 
 
-__all__ = ["MAX_HOST_CHARS", "MAX_REASON_CHARS", "printable", "refusal_line", "refusals"]
+__all__ = [
+    "MAX_HOST_CHARS",
+    "MAX_REASON_CHARS",
+    "printable",
+    "redacted_records",
+    "refusal_line",
+    "refusals",
+]
