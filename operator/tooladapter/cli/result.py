@@ -37,7 +37,7 @@ async def _stored(
         ref = status.get("resultRef")
         state = status.get("state")
         if not isinstance(ref, str) or not ref.startswith(SHA256_PREFIX):
-            ended = state in {str(s) for s in TERMINAL_STATES}
+            ended = state in TERMINAL_STATES  # a StrEnum set: the plain string matches
             raise CliError(
                 f"{name} has no result: it ended {state}"
                 if ended

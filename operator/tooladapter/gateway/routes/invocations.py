@@ -19,7 +19,7 @@ from typing import Any, Final
 from aiohttp import web
 
 from tooladapter.artifacts import CorruptArtifact, Space
-from tooladapter.enums import InvocationState, Resource
+from tooladapter.enums import TERMINAL_STATES, InvocationState, Resource
 from tooladapter.gateway import params
 from tooladapter.gateway.bodies import json_body
 from tooladapter.gateway.context import caller_of, deps_of
@@ -100,7 +100,7 @@ async def get_result(request: web.Request) -> web.Response:
     ref = status.get("resultRef")
     if not isinstance(ref, str) or not ref.startswith(SHA256_PREFIX):
         state = status.get("state") or "not started"
-        ended = InvocationState(state).terminal if state in set(InvocationState) else False
+        ended = state in TERMINAL_STATES  # a StrEnum set: the plain string matches
         raise ProblemError(
             ProblemKind.NOT_FOUND if ended else ProblemKind.CONFLICT,
             f"{name} has no result: it ended {state}"
