@@ -29,7 +29,6 @@ from tooladapter.cli.exitcodes import CliError, ExitCode
 from tooladapter.enums import Resource
 from tooladapter.kube.errors import UserApiError
 from tooladapter.kube.user import UserApi
-from tooladapter.sandbox.warm import LABEL_WORKSPACE, workspace_key
 
 #: The longest attemptId (the CRD's and the gateway's bound).
 MAX_ATTEMPT_ID = 128
@@ -96,6 +95,10 @@ async def _as_user(api: UserApi, *, attempt_id: str, caller: str | None) -> dict
         why = "releasing a workspace takes what its calls take: create on toolinvocations"
     if not allowed:
         raise CliError(f"{what}: {why}", ExitCode.FORBIDDEN)
+    # Imported here: the sandbox builders (and the TLS they import) cost the other
+    # commands nothing.
+    from tooladapter.sandbox.warm import LABEL_WORKSPACE, workspace_key
+
     key = workspace_key(api.namespace, owner, attempt_id)
     released: list[str] = []
     try:
