@@ -1,6 +1,6 @@
 """`tooladapter` (also `kubectl tooladapter`, `python -m tooladapter`): the command line.
 
-For agents (`tools`, `describe`, `invoke`, `dry-run`), reviewers (`approvals`, `approve`,
+For agents (`tools`, `describe`, `invoke`, `dry-run`, `result`), reviewers (`approvals`, `approve`,
 `reject`), operators (`confirm`, `receipts`, `receipt`) and `run`, which starts the
 operator. Every command speaks to the API server as the user of the kubeconfig, so RBAC and
 the admission policies judge the real person or agent; one module per command group, the
@@ -26,6 +26,7 @@ from tooladapter.cli.exitcodes import CliError, ExitCode, for_api_status
 from tooladapter.cli.invoke import dry_run, invoke
 from tooladapter.cli.keys import keys
 from tooladapter.cli.receipts import receipt, receipts
+from tooladapter.cli.result import result
 from tooladapter.cli.run import egress_proxy, run
 from tooladapter.cli.tools import describe, tools
 from tooladapter.cli.workspace import workspace
@@ -62,6 +63,7 @@ for command in (
     describe,
     invoke,
     dry_run,
+    result,
     approvals,
     approve,
     reject,

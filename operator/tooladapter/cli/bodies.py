@@ -43,6 +43,7 @@ def invocation_body(
     generate_name: str,
     name: str | None = None,
     run_id: str | None = None,
+    attempt_id: str | None = None,
     idempotency_key: str | None = None,
     dry_run: bool = False,
 ) -> dict[str, Any]:
@@ -54,7 +55,13 @@ def invocation_body(
         "arguments": arguments,
         "caller": caller,
     }
-    put_given(spec, runId=run_id, idempotencyKey=idempotency_key, dryRun=dry_run)
+    put_given(
+        spec,
+        runId=run_id,
+        attemptId=attempt_id,
+        idempotencyKey=idempotency_key,
+        dryRun=dry_run,
+    )
     metadata = {"name": name} if name else {"generateName": generate_name}
     return {"apiVersion": API_VERSION, "kind": "ToolInvocation", "metadata": metadata, "spec": spec}
 

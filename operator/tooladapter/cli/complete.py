@@ -53,3 +53,15 @@ def invocations_in(state: InvocationState) -> Completer:
         return [CompletionItem(n) for n in sorted(names) if n.startswith(incomplete)]
 
     return complete
+
+
+def ended_invocations(
+    ctx: click.Context, _param: click.Parameter, incomplete: str
+) -> list[CompletionItem]:
+    """Calls with a result to read (`status.resultRef`)."""
+    names = [
+        str((o.get("metadata") or {}).get("name"))
+        for o in _objects(ctx, Resource.INVOCATIONS)
+        if (o.get("status") or {}).get("resultRef")
+    ]
+    return [CompletionItem(n) for n in sorted(names) if n.startswith(incomplete)]

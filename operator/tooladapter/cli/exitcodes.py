@@ -28,14 +28,15 @@ class ExitCode(IntEnum):
     CANCELLED = 6
     """The call was Cancelled (interrupted)."""
     PENDING = 7
-    """Not finished within --timeout (still waiting, e.g. for an approval)."""
+    """Not finished within --timeout (still waiting, e.g. for an approval); `result` of a
+    call that has not ended."""
     NOT_FOUND = 8
-    """No such tool, invocation or receipt."""
+    """No such tool, invocation, receipt, result or workspace."""
     FORBIDDEN = 9
     """The API server (RBAC or an admission policy) forbade the action, or you are not
     authenticated."""
     MISMATCH = 10
-    """`receipt verify`: the bytes do not hash to the reference. `receipts verify`: an
+    """`receipt verify`, `result`: the bytes do not hash to the reference. `receipts verify`: an
     invocation's status (`receiptRef`, `auditRef`) names a receipt other than the one its
     chain holds at the sequence the status records (re-pointed), the store serves other
     bytes under a receipt's name (rewritten), or the chain's head is not the receipt the

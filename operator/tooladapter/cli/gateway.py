@@ -1,7 +1,8 @@
 """Reads from the gateway, asked with the user's own bearer token (the gateway checks who
-may read what): receipt bytes (`GET {gateway}/namespaces/{ns}/receipts/{sha256 hex}`) and a
+may read what): receipt bytes (`GET {gateway}/namespaces/{ns}/receipts/{sha256 hex}`), a
 run's receipts (`GET {gateway}/namespaces/{ns}/runs/{runId}/tool-receipts`), which include
-calls whose invocations retention deleted (the store's run index)."""
+calls whose invocations retention deleted (the store's run index), and a call's whole
+result (`GET {gateway}/namespaces/{ns}/tool-invocations/{name}/result`)."""
 
 from __future__ import annotations
 
@@ -32,6 +33,17 @@ def run_receipts_url(gateway: str, namespace: str, run_id: str, caller: str | No
 async def fetch_receipt(gateway: str, namespace: str, ref: str, token: str | None) -> bytes:
     url = receipt_url(gateway, namespace, ref)
     return await _get(gateway, url, token, f"no receipt {ref} in namespace {namespace}")
+
+
+def result_url(gateway: str, namespace: str, name: str) -> str:
+    ns, call = quote(namespace, safe=""), quote(name, safe="")
+    return f"{gateway.rstrip('/')}/namespaces/{ns}/tool-invocations/{call}/result"
+
+
+async def fetch_result(gateway: str, namespace: str, name: str, token: str | None) -> bytes:
+    """A call's whole result as stored (the gateway serves it to who may get the call)."""
+    url = result_url(gateway, namespace, name)
+    return await _get(gateway, url, token, f"no stored result of {name} in namespace {namespace}")
 
 
 async def fetch_run_receipts(
@@ -87,9 +99,20 @@ async def _get(gateway: str, url: str, token: str | None, missing: str) -> bytes
     if status == 404:
         raise CliError(missing, ExitCode.NOT_FOUND)
     if status in (401, 403):
-        raise CliError(f"the gateway refused the request ({status})", ExitCode.FORBIDDEN)
+        raise CliError(
+            f"the gateway refused the request ({status}){_detail(body)}", ExitCode.FORBIDDEN
+        )
     if not 200 <= status <= 299:
         raise CliError(f"gateway {gateway} answered {status}")
     if len(body) > MAX_RECEIPT_BYTES:
         raise CliError(f"the gateway's answer is larger than {MAX_RECEIPT_BYTES} bytes")
     return body
+
+
+def _detail(body: bytes) -> str:
+    """A problem document's detail (RFC 9457), as `: detail`; else nothing."""
+    try:
+        detail = json.loads(body).get("detail")
+    except (ValueError, AttributeError):
+        return ""
+    return f": {detail}" if isinstance(detail, str) and detail else ""

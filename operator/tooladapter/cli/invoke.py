@@ -42,6 +42,7 @@ class Call:
     args_json: str | None
     tool_version: str | None
     run_id: str | None
+    attempt_id: str | None
     name: str | None
     wait: bool
     timeout: float
@@ -64,6 +65,12 @@ def call_options(func: Callable[..., Any]) -> Callable[..., Any]:
         ),
         click.option(
             "--run-id", envvar="TOOLADAPTER_RUN_ID", help="spec.runId ($TOOLADAPTER_RUN_ID)."
+        ),
+        click.option(
+            "--attempt-id",
+            envvar="TOOLADAPTER_ATTEMPT_ID",
+            help="spec.attemptId ($TOOLADAPTER_ATTEMPT_ID): calls of one attempt share its "
+            "workspace (tools with sandbox.workspace: attempt).",
         ),
         click.option("--name", help="Name of the ToolInvocation (default: generated)."),
         *wait_options(
@@ -109,6 +116,7 @@ async def _call(
             generate_name=name_prefix(tool_id),
             name=call.name,
             run_id=call.run_id,
+            attempt_id=call.attempt_id,
             idempotency_key=idempotency_key,
             dry_run=dry_run,
         )
@@ -184,6 +192,8 @@ def _report(
     if status.get("receiptRef"):
         summary.append(f"receipt {status['receiptRef']}")
     click.echo(f"{name}: {', '.join(summary)}", err=True)
+    if (meters := views.usage(status)) is not None:
+        click.echo(f"  usage: {views.usage_text(meters)}", err=True)
     if state != InvocationState.OBSERVED or readout.tool_error(status):
         detail = [status.get("failureClass"), status.get("deniedStage"), status.get("message")]
         # The message may quote the arguments: marked, never printed raw (render.cell).
@@ -192,6 +202,15 @@ def _report(
         # What the egress proxy refused, beside the tool's output (which may say only
         # "CONNECT tunnel failed, response 502"): tooladapter's record, on stderr.
         click.echo(f"  egress refused: {cell(line)}", err=True)
+    if status.get("result") and not views.result_inline(status):
+        namespace = (obj.get("metadata") or {}).get("namespace")
+        size = (status.get("result") or {}).get("originalBytes")
+        click.echo(
+            f"  the result ({size} bytes of output) is too large to inline in the call's "
+            f"status; read it whole: tooladapter result {name} -n {namespace} --gateway URL "
+            "(or $TOOLADAPTER_GATEWAY_URL)",
+            err=True,
+        )
     text = views.result_text(obj)
     if text and sys.stdout.isatty():
         # The tool's own output, on a terminal: what it would act on (escape sequences,
@@ -212,10 +231,11 @@ def _report(
 def invoke(settings: Settings, call: Call, idempotency_key: str | None) -> ExitCode:
     """Call TOOL as yourself: create the ToolInvocation, follow its stages, print the result.
 
-    With -o json the outcome (state, result, receiptRef, ...) is printed as JSON; the stage
-    lines always go to stderr. Exit code: the call's end (0 Observed, 11 Observed with a
-    tool error, 3 Denied, 4 Failed, 5 Uncertain, 6 Cancelled, 7 still running after
-    --timeout); a duplicate exits as its first call did."""
+    With -o json the outcome (state, result, usage, receiptRef, ...) is printed as JSON; the
+    stage lines always go to stderr. A result too large to inline in the call's status is
+    not printed: `tooladapter result NAME` prints it whole. Exit code: the call's end (0
+    Observed, 11 Observed with a tool error, 3 Denied, 4 Failed, 5 Uncertain, 6 Cancelled, 7
+    still running after --timeout); a duplicate exits as its first call did."""
     return run_async(_call(settings, call, idempotency_key=idempotency_key))
 
 

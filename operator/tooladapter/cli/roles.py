@@ -55,6 +55,7 @@ COMMAND_ROLES: Final[dict[str, str]] = {
     "invoke": "tooladapter-requester",
     "dry-run": "tooladapter-requester",
     "receipts": "tooladapter-requester",
+    "result": "tooladapter-requester",
     "approvals": "tooladapter-reviewer",
     "approve": "tooladapter-reviewer",
     "reject": "tooladapter-reviewer",

@@ -164,6 +164,7 @@ def outcome(obj: dict[str, Any]) -> dict[str, Any]:
         "tool": tool.get("id"),
         "version": tool.get("version"),
         "runId": spec.get("runId"),
+        "attemptId": spec.get("attemptId"),
         "idempotencyKey": spec.get("idempotencyKey"),
         "state": status.get("state"),
         "effectiveClass": status.get("effectiveClass"),
@@ -175,6 +176,8 @@ def outcome(obj: dict[str, Any]) -> dict[str, Any]:
         "resultRef": status.get("resultRef"),
         "resultHash": status.get("resultHash"),
         "result": status.get("result"),
+        "resultInline": result_inline(status) if status.get("result") else None,
+        "usage": usage(status),
         "duplicateOf": status.get("duplicateOf"),
         "duplicateOfUid": status.get("duplicateOfUid"),
         # Observed is a success only without it (a stored Failed tool-error counts too).
@@ -196,6 +199,38 @@ def egress_lines(obj: dict[str, Any]) -> list[str]:
         except ValidationError:
             continue
     return lines
+def result_inline(status: dict[str, Any]) -> bool:
+    """Whether status.result holds the whole result (else only `resultRef` does)."""
+    return bool((status.get("result") or {}).get("inline", True))
+
+
+def usage(status: dict[str, Any]) -> dict[str, Any] | None:
+    """What the call used, as its receipt's usage meter counts it (receipts.core.record):
+    the sandbox's seconds on the operator's clock and the bytes it moved through the egress
+    proxy (every connection is in exactly one `status.egress` row). None before it ran."""
+    seconds = (status.get("execution") or {}).get("sandboxSeconds")
+    rows = [row for row in status.get("egress") or [] if isinstance(row, dict)]
+    if seconds is None and not rows:
+        return None
+    return {
+        "sandboxSeconds": seconds,
+        "egressBytesUp": sum(int(row.get("bytesUp") or 0) for row in rows),
+        "egressBytesDown": sum(int(row.get("bytesDown") or 0) for row in rows),
+        "egressConnections": sum(int(row.get("connections") or 0) for row in rows),
+    }
+
+
+def usage_text(meters: dict[str, Any]) -> str:
+    """`sandbox 1.234s, egress 3 connection(s), 120 B up, 4500 B down` for a person."""
+    parts = []
+    if meters.get("sandboxSeconds") is not None:
+        parts.append(f"sandbox {float(meters['sandboxSeconds']):.3f}s")
+    if meters.get("egressConnections"):
+        parts.append(
+            f"egress {meters['egressConnections']} connection(s), "
+            f"{meters['egressBytesUp']} B up, {meters['egressBytesDown']} B down"
+        )
+    return ", ".join(parts) or "nothing metered"
 
 
 def result_text(obj: dict[str, Any]) -> str:

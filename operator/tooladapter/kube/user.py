@@ -124,6 +124,28 @@ class UserApi:
         """A JSON merge patch of the status subresource (admission decides what may change)."""
         return await self.objects.merge_patch_status(plural, self.namespace, name, status)
 
+    # ------------------------------------------------------------------ pods
+
+    async def pod_names(self, selector: str) -> list[str]:
+        """The names of the namespace's pods with labels `selector`, as the user lists them."""
+        try:
+            found = await self.kube.core.list_namespaced_pod(
+                self.namespace, label_selector=selector
+            )
+        except ApiException as exc:
+            raise UserApiError.of(exc) from exc
+        return [str(pod.metadata.name) for pod in found.items]
+
+    async def delete_pod(self, name: str) -> bool:
+        """Delete a pod at once (no grace period) as the user; False: it was gone."""
+        try:
+            await self.kube.core.delete_namespaced_pod(name, self.namespace, grace_period_seconds=0)
+        except ApiException as exc:
+            if exc.status == 404:
+                return False
+            raise UserApiError.of(exc) from exc
+        return True
+
     async def follow(
         self, plural: str, name: str, *, slice_seconds: int = 50
     ) -> AsyncIterator[dict[str, Any]]:

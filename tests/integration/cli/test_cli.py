@@ -53,10 +53,13 @@ class Cli:
             )
         )
 
-    def __call__(self, *args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
+    def __call__(
+        self, *args: str, timeout: float = 180, env: dict[str, str] | None = None
+    ) -> subprocess.CompletedProcess[str]:
+        """`tooladapter ARGS` as this user; `env`: variables set on top (TOOLADAPTER_*)."""
         return subprocess.run(
             [sys.executable, "-m", "tooladapter", *args],
-            env=self.env(),
+            env={**self.env(), **(env or {})},
             capture_output=True,
             text=True,
             timeout=timeout,

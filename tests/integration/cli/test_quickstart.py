@@ -59,6 +59,14 @@ def test_the_page_has_the_steps_it_promises() -> None:
     ):
         assert step in script, step
     assert not any("delete namespace" in block for block in blocks)
+    # The tokens' files are written outside the checkout, by default in the home directory;
+    # and were the page run inside one, git would leave them out.
+    assert blocks[0].count('cd "$QUICKSTART_DIR"') == 1, blocks[0]
+    assert "QUICKSTART_DIR:-$HOME/" in blocks[0], blocks[0]
+    ignored = subprocess.run(
+        ["git", "-C", str(ROOT), "check-ignore", "-q", "docs/agent-1.kubeconfig"], check=False
+    )
+    assert ignored.returncode == 0, "a checkout's .gitignore must cover *.kubeconfig"
 
 
 def _invocation(api: client.ApiClient, namespace: str, name: str) -> dict[str, Any]:
@@ -79,7 +87,13 @@ def test_the_quick_start_runs_as_written(
         [str(ROOT / ".venv" / "bin"), str(ROOT / ".cluster" / "bin"), os.environ.get("PATH", "")]
     )
     env = {k: v for k, v in os.environ.items() if not k.startswith("TOOLADAPTER_")}
-    env.update(NS=ns.name, GATEWAY=operator.gateway_url, KUBECONFIG=kubeconfig(), PATH=path)
+    env.update(
+        NS=ns.name,
+        GATEWAY=operator.gateway_url,
+        KUBECONFIG=kubeconfig(),
+        PATH=path,
+        QUICKSTART_DIR=str(tmp_path / "work"),
+    )
     done = subprocess.run(
         ["bash", str(tmp_path / "quickstart.sh")],
         cwd=tmp_path,
@@ -107,7 +121,7 @@ def test_the_quick_start_runs_as_written(
     assert today["state"] == "Observed", today
     assert today["approval"]["reviewer"] == f"system:serviceaccount:{ns.name}:reviewer-1"
     # 9: the receipt was fetched and verified.
-    assert (tmp_path / "hello.receipt.json").stat().st_size > 0
+    assert (tmp_path / "work" / "hello.receipt.json").stat().st_size > 0
     # 10: Uncertain, the operations role named on the 403, then confirmed.
     assert "--clusterrole=tooladapter-operations" in done.stderr, output
     slow = _invocation(api, ns.name, "slow")["status"]
@@ -115,7 +129,9 @@ def test_the_quick_start_runs_as_written(
     assert slow["failureClass"] == "effect-did-not-happen", slow
     # 2: the identities' tokens are in their own files, readable by their owner alone,
     # and none of them went into the admin's kubeconfig.
+    # They are in the page's working directory ($QUICKSTART_DIR), nowhere else.
+    assert not list(tmp_path.glob("*.kubeconfig")), sorted(tmp_path.iterdir())
     for who in ("agent-1", "reviewer-1", "oncall-1"):
-        file = tmp_path / f"{who}.kubeconfig"
+        file = tmp_path / "work" / f"{who}.kubeconfig"
         assert file.stat().st_mode & 0o077 == 0, who
         assert who not in Path(kubeconfig()).read_text()

@@ -248,3 +248,22 @@ async def test_concurrent_requests_with_one_token_share_one_review() -> None:
     assert all(getattr(r, "kind", None) is not None for r in refusals), refusals
     assert reviews.calls == 2
     assert app[auth.REVIEWS].pending == {}
+
+
+async def test_a_calls_result_is_routed_documented_and_never_served_without_a_token() -> None:
+    settings = Settings(gateway=GatewaySettings(host="127.0.0.1", port=_free_port()))
+    gateway = Gateway(_deps(settings), None)
+    await gateway.serve()
+    base = f"http://127.0.0.1:{gateway.port}"
+    path = "/namespaces/{namespace}/tool-invocations/{name}/result"
+    try:
+        async with aiohttp.ClientSession() as http:
+            async with http.get(f"{base}/openapi.json") as response:
+                operation = (await response.json())["paths"][path]["get"]
+            assert operation["operationId"] == "getToolInvocationResult"
+            assert "text/plain" in operation["responses"]["200"]["content"]
+            async with http.get(f"{base}/namespaces/t/tool-invocations/c1/result") as response:
+                # The store (`_Unused`) is never reached before the caller is known.
+                assert response.status == 401
+    finally:
+        await gateway.stop()

@@ -1,25 +1,34 @@
-"""`/namespaces/{namespace}/tool-invocations/{name}`: read a call, confirm its effect.
+"""`/namespaces/{namespace}/tool-invocations/{name}`: read a call, its whole result, confirm
+its effect.
 
-Both act with the caller's token. A confirmation is the same status patch a person makes
-with kubectl (`status.effectConfirmation`, `confirmedBy` = the caller), so the admission
-policy decides who may confirm, and the operator records it on a new receipt.
+All act with the caller's token. The result is read from the artifact store (status holds
+it inline only when small, `TOOLADAPTER_INLINE_RESULT_BYTES`), and only after the call
+itself was read with the caller's token: whoever may `get` the ToolInvocation may read its
+result, no one else (the API server decides; any refusal or error refuses).
+
+A confirmation is the same status patch a person makes with kubectl
+(`status.effectConfirmation`, `confirmedBy` = the caller), so the admission policy decides
+who may confirm, and the operator records it on a new receipt.
 """
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any, Final
 
 from aiohttp import web
 
-from tooladapter.enums import InvocationState, Resource
+from tooladapter.artifacts import CorruptArtifact, Space
+from tooladapter.enums import TERMINAL_STATES, InvocationState, Resource
 from tooladapter.gateway import params
 from tooladapter.gateway.bodies import json_body
-from tooladapter.gateway.context import caller_of
+from tooladapter.gateway.context import caller_of, deps_of
 from tooladapter.gateway.errors import ProblemError, from_api
 from tooladapter.gateway.openapi import NAMESPACE, OBJECT_NAME, SECURITY, ok, problems, ref
 from tooladapter.gateway.views.problems import ProblemKind
 from tooladapter.gateway.views.tools import invocation_view
 from tooladapter.kube.callers import CallerApiError
+from tooladapter.pipeline.hashing import SHA256_PREFIX
 
 MAX_EVIDENCE: Final = 4096
 
@@ -31,6 +40,24 @@ PATHS: Final[dict[str, Any]] = {
             "security": SECURITY,
             "parameters": [NAMESPACE, OBJECT_NAME],
             "responses": {**ok(ref("Invocation"), "The invocation"), **problems()},
+        }
+    },
+    "/namespaces/{namespace}/tool-invocations/{name}/result": {
+        "get": {
+            "operationId": "getToolInvocationResult",
+            "summary": "The whole sanitized result of an ended invocation, from the artifact "
+            "store, for callers allowed to get the invocation (status.result holds it inline "
+            "only when small).",
+            "security": SECURITY,
+            "parameters": [NAMESPACE, OBJECT_NAME],
+            "responses": {
+                "200": {
+                    "description": "The result's text, byte for byte as stored: its sha256 is "
+                    "the invocation's status.resultRef (also the ETag)",
+                    "content": {"text/plain": {"schema": {"type": "string"}}},
+                },
+                **problems(409),
+            },
         }
     },
     "/namespaces/{namespace}/tool-invocations/{name}/confirm-effect": {
@@ -60,6 +87,40 @@ async def get_invocation(request: web.Request) -> web.Response:
     except CallerApiError as exc:
         raise from_api(exc, f"reading tool invocation {namespace}/{name}") from exc
     return web.json_response(invocation_view(obj))
+
+
+async def get_result(request: web.Request) -> web.Response:
+    namespace, name = params.namespace(request), params.object_name(request)
+    try:
+        # As the caller: reading the result takes what reading the call takes.
+        obj = await caller_of(request).api.get(Resource.INVOCATIONS, namespace, name)
+    except CallerApiError as exc:
+        raise from_api(exc, f"reading tool invocation {namespace}/{name}") from exc
+    status = obj.get("status") or {}
+    ref = status.get("resultRef")
+    if not isinstance(ref, str) or not ref.startswith(SHA256_PREFIX):
+        state = status.get("state") or "not started"
+        ended = state in TERMINAL_STATES  # a StrEnum set: the plain string matches
+        raise ProblemError(
+            ProblemKind.NOT_FOUND if ended else ProblemKind.CONFLICT,
+            f"{name} has no result: it ended {state}"
+            if ended
+            else f"{name} has no result yet: it is {state}",
+        )
+    try:
+        data = await asyncio.to_thread(deps_of(request).store.get, ref, Space.RESULTS)
+    except KeyError:
+        raise ProblemError(
+            ProblemKind.NOT_FOUND,
+            f"the result of {name} ({ref}) is no longer in the artifact store (retention)",
+        ) from None
+    except CorruptArtifact:
+        raise ProblemError(
+            ProblemKind.INTERNAL, f"the stored result of {name} does not match {ref}"
+        ) from None
+    return web.Response(
+        body=data, content_type="text/plain", charset="utf-8", headers={"ETag": f'"{ref}"'}
+    )
 
 
 async def _confirmation(request: web.Request) -> tuple[bool, str]:
@@ -120,6 +181,9 @@ async def confirm_effect(request: web.Request) -> web.Response:
 def add_routes(app: web.Application) -> None:
     app.router.add_get(
         "/namespaces/{namespace}/tool-invocations/{name}", get_invocation, allow_head=False
+    )
+    app.router.add_get(
+        "/namespaces/{namespace}/tool-invocations/{name}/result", get_result, allow_head=False
     )
     app.router.add_post(
         "/namespaces/{namespace}/tool-invocations/{name}/confirm-effect", confirm_effect
