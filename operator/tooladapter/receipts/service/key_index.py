@@ -1,8 +1,9 @@
 """An idempotency key's first call, read from the receipt index (`artifacts.index`).
 
 Read only when a call won the key's claim (a Lease): a live claim answers by itself, and a
-claim is gone only after its call ended and its entry was written, or was released. One
-listing of the key's folder (two when entries were written by name) and one read per
+claim is gone only after its call ended and its entry was written, or was released. Two
+listings (the key's folder in the namespace's incarnation, and its by-name folder, where a
+receipt goes whose end could not read the namespace's uid; usually empty) and one read per
 entry, usually one.
 """
 
