@@ -14,7 +14,12 @@ another folder, and never reads the previous one's entries (issue 28):
   the approved calls of a caller's tool, oldest first (`<ended-at>` is
   `YYYYmmddTHHMMSS.ffffffZ`). Its bytes are a small JSON document (`call_entry`): who
   approved when, and the reference of the call's arguments (an artifact of their own,
-  `arguments_document`), which a reviewer's "changes since the last approved call" compares.
+  `arguments_document`), which a reviewer's "changes since the last approved call" compares;
+- `index/ns/<namespace>/<uid>/keys/<sha256(caller, key)[:32]>/<written-at>-<receipt hex>`:
+  the receipts of the call that held an idempotency key (`key_entry`), so the key never
+  runs again after its claim (a Lease) expired and retention deleted the call: a later call
+  with the key finds its first call here (`receipts.core.index.key_holder`). A confirmed
+  "did not happen" writes the entry that releases the key (`released`).
 
 Receipts written before namespaces' uids were recorded (no `tenantUid`) were indexed by
 name alone, under the legacy folders `index/runs/<namespace>/...` and
@@ -34,6 +39,7 @@ from datetime import UTC
 from typing import Any, Final
 
 from tooladapter.artifacts.protocol import digest_of
+from tooladapter.enums import Stage, StageOutcome
 from tooladapter.pipeline.hashing import canonical_json
 from tooladapter.timeutil import parse_time
 
@@ -42,7 +48,11 @@ NAMESPACES: Final = "index/ns/"
 #: The folders of receipts written before uids were recorded (read, never written again).
 RUNS: Final = "index/runs/"
 CALLS: Final = "index/calls/"
+#: The keys of receipts written while the namespace's uid could not be read (rare: the
+#: namespace unreadable at the call's end): by name, read with the incarnation's folder.
+KEYS: Final = "index/keys/"
 ARGUMENTS_SCHEMA: Final = "tool-arguments-v1"
+KEY_ENTRY_SCHEMA: Final = "tool-idempotency-key-v1"
 _HEX_LEN: Final = 64
 
 
@@ -116,6 +126,92 @@ def approved_call_key(receipt: Mapping[str, Any], ref: str) -> str | None:
         )
     except (ValueError, KeyError):
         return None  # an unparseable end time: the run index still has it
+
+
+def key_prefix(namespace: str, caller: str, key: str, uid: str | None) -> str:
+    """The folder of an idempotency key's entries in the namespace incarnation `uid` (the
+    by-name folder when None). The caller and key are hashed together: either may hold any
+    character, and the entry names both, which readers check."""
+    hashed = _hashed(f"{caller}\x00{key}")
+    if uid is None:
+        return f"{KEYS}{namespace}/{hashed}/"
+    return f"{incarnation_prefix(namespace, uid)}keys/{hashed}/"
+
+
+def held_key(receipt: Mapping[str, Any]) -> bool:
+    """Whether the call of `receipt` held its idempotency key, so the key answers with it:
+    a call with a key that is no duplicate and did not end at the idempotency stage (a
+    reused key, a key released for an unconfirmed twin, the index unreadable: none of these
+    held it, or still holds it)."""
+    if not receipt.get("idempotencyKey") or receipt.get("duplicateOf"):
+        return False
+    for stage in receipt.get("stages") or []:
+        if (
+            isinstance(stage, Mapping)
+            and stage.get("stage") == Stage.IDEMPOTENCY
+            and stage.get("outcome") in (StageOutcome.DENIED, StageOutcome.FAILED)
+        ):
+            return False
+    return True
+
+
+def released(receipt: Mapping[str, Any]) -> bool:
+    """Whether `receipt` records the key's release: an Uncertain call an operator confirmed
+    did not happen (the one way a key is used again)."""
+    confirmation = receipt.get("effectConfirmation")
+    return (
+        isinstance(confirmation, Mapping)
+        and bool(confirmation.get("recorded"))
+        and confirmation.get("effectHappened") is False
+    )
+
+
+def key_entry(receipt: Mapping[str, Any], ref: str) -> tuple[str, bytes] | None:
+    """The idempotency entry of a stored receipt (key, bytes), or None when its call did
+    not hold a key. The bytes carry what a later call with the key ends with (`key_holder`),
+    so it needs neither the deleted invocation nor the receipt itself."""
+    namespace = receipt.get("tenantId")
+    caller = (receipt.get("caller") or {}).get("name")
+    key = receipt.get("idempotencyKey")
+    written = receipt.get("writtenAt") or receipt.get("endedAt")
+    if not (namespace and caller and key and written) or not held_key(receipt):
+        return None
+    try:
+        name = f"{stamp(str(written))}-{digest_of(ref)}"
+    except (ValueError, KeyError):
+        return None
+    flow = receipt.get("dataFlow") or {}
+    document = {
+        "schema": KEY_ENTRY_SCHEMA,
+        "receiptRef": ref,
+        "tenantId": namespace,
+        "tenantUid": tenant_uid(receipt),
+        "caller": caller,
+        "idempotencyKey": key,
+        "invocation": receipt.get("invocationName"),
+        "invocationId": receipt.get("invocationId"),
+        "requestHash": receipt.get("requestHash"),
+        "released": released(receipt),
+        "status": {
+            field: receipt.get(field)
+            for field in (
+                "state",
+                "failureClass",
+                "deniedStage",
+                "message",
+                "declaredClass",
+                "effectiveClass",
+                "resultRef",
+                "resultHash",
+                "effectConfirmation",
+                "endedAt",
+            )
+        }
+        | {"dataFlow": {"labels": list(flow.get("labels") or [])}},
+        "writtenAt": written,
+    }
+    folder = key_prefix(str(namespace), str(caller), str(key), tenant_uid(receipt))
+    return folder + name, canonical_json(document)
 
 
 def entries_of(receipt: Mapping[str, Any], ref: str) -> list[str]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tooladapter.model import ToolDescriptorSpec, effective_timeout
+from tooladapter.model import ToolDescriptorSpec, effective_max_result_bytes, effective_timeout
 from tooladapter.settings import Settings
 
 
@@ -18,17 +18,16 @@ from tooladapter.settings import Settings
 class CallLimits:
     #: The call's deadline (the descriptor's `timeoutSeconds`, else the operator's default).
     timeout_seconds: int
-    #: The result's bound: the descriptor's `maxResultBytes`, never above the operator's.
+    #: The result's bound: the descriptor's `maxResultBytes`, never above the operator's
+    #: TOOLADAPTER_MAX_RESULT_BYTES, which applies when the descriptor sets none.
     max_result_bytes: int
 
     @classmethod
     def of(cls, descriptor: ToolDescriptorSpec | None, settings: Settings) -> CallLimits:
         """The limits of a call of `descriptor` (None: a descriptor gone since, the
         operator's defaults)."""
-        ceiling = settings.limits.max_result_bytes
+        limits = settings.limits
         return cls(
-            timeout_seconds=effective_timeout(descriptor, settings.limits.default_timeout_seconds),
-            max_result_bytes=(
-                min(descriptor.max_result_bytes, ceiling) if descriptor is not None else ceiling
-            ),
+            timeout_seconds=effective_timeout(descriptor, limits.default_timeout_seconds),
+            max_result_bytes=effective_max_result_bytes(descriptor, limits.max_result_bytes),
         )

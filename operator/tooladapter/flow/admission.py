@@ -9,22 +9,27 @@ later stage (and every approval) binds to.
 from __future__ import annotations
 
 import asyncio
+import logging
 from functools import partial
 from typing import Any
 
 from tooladapter import offload
 from tooladapter.catalog import invocation_key
 from tooladapter.enums import FailureClass, InvocationState, Resource, Stage, StageOutcome
-from tooladapter.flow.context import Denial, FlowContext
+from tooladapter.flow.context import Denial, Failure, FlowContext
 from tooladapter.flow.dryrun import is_dry_run, on_dry_run
 from tooladapter.flow.ending import cancel, end_as_duplicate
+from tooladapter.kube.claims import Claim
 from tooladapter.kube.client import NotFound
 from tooladapter.pipeline import refusals
 from tooladapter.pipeline.effect import effect_hash
 from tooladapter.pipeline.hashing import request_hash
 from tooladapter.pipeline.states import BEFORE_EXECUTING
 from tooladapter.pipeline.validation.arguments import check_arguments
+from tooladapter.receipts.service.key_index import first_with_key
 from tooladapter.timeutil import now_iso, parse_time
+
+logger = logging.getLogger("tooladapter.invocations")
 
 #: Longest wait between re-reads of an idempotency winner (the watch usually wakes us).
 WINNER_POLL_SECONDS = 30
@@ -122,7 +127,7 @@ async def claim_idempotency_key(ctx: FlowContext) -> bool:
         request_hash=hashed,
     )
     if claim.won:
-        return True
+        return await check_key_index(ctx, hashed)
     refuse_reused_key(ctx, claim.winner_name, claim.request_hash, hashed)
     if ctx.status.duplicate_of != claim.winner_name:
         ctx.status.duplicate_of = claim.winner_name
@@ -140,6 +145,73 @@ async def claim_idempotency_key(ctx: FlowContext) -> bool:
     refuse_reused_key(ctx, claim.winner_name, wstatus.get("requestHash"), hashed)
     ctx.status.request_hash = hashed
     await end_as_duplicate(ctx, wstatus, claim)
+    return False
+
+
+async def check_key_index(ctx: FlowContext, hashed: str | None) -> bool:
+    """A won claim, checked against the receipt index (True: this call runs).
+
+    A claim (a Lease) is deleted some time after its call ended, and retention deletes the
+    call: the key's index entry outlives both, so the key never runs again. Found there,
+    this call gives the claim back (the index answers for the key) and ends as that first
+    call did, with its receipt; `key-reused` for another request. The one way a key is used
+    again: an Uncertain call confirmed "did not happen" (its entry says `released`).
+
+    Fail closed: an index that cannot be read, or an incarnation that cannot be told, ends
+    the call Failed `transient` before anything ran, its claim given back, so the same call
+    made again runs once the store answers."""
+    spec = ctx.load_spec()
+    assert spec.idempotency_key is not None
+    try:
+        uid = ctx.rt.catalog.namespace_uid(ctx.namespace)
+        if uid is None:
+            uid, _, _ = await ctx.rt.cluster.namespace_incarnation(ctx.namespace)
+        holder = await first_with_key(
+            ctx.rt.store,
+            namespace=ctx.namespace,
+            namespace_uid=uid,
+            caller=spec.caller.name,
+            key=spec.idempotency_key,
+            own_uid=ctx.uid,
+        )
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:
+        logger.warning("invocation %s: the receipt index could not be read", ctx.ref, exc_info=True)
+        await release_key(ctx)
+        raise Failure(
+            Stage.IDEMPOTENCY,
+            f"the receipt index, which says whether idempotency key {spec.idempotency_key!r} "
+            f"was used before, could not be read ({type(exc).__name__}); nothing was run: "
+            "make the call again",
+            FailureClass.TRANSIENT,
+        ) from exc
+    if holder is None:
+        return True
+    await release_key(ctx)
+    refuse_reused_key(ctx, holder.invocation, holder.request_hash, hashed)
+    ctx.status.duplicate_of = holder.invocation
+    ctx.status.duplicate_of_uid = holder.invocation_id
+    ctx.record(
+        Stage.IDEMPOTENCY,
+        StageOutcome.DUPLICATE,
+        f"key used by {holder.invocation} (from the receipt index: its claim expired): "
+        "this call ends as it did",
+    )
+    # Still stored (its claim went first): its status as it is now, with its result.
+    async with ctx.without_slot():
+        stored = await wait_for_terminal(ctx, holder.invocation, holder.invocation_id)
+    first = (stored or {}).get("status") or holder.status
+    ctx.status.request_hash = hashed
+    claim = Claim(
+        won=False,
+        winner_name=holder.invocation,
+        winner_uid=holder.invocation_id,
+        receipt_ref=holder.receipt_ref,
+        request_hash=holder.request_hash,
+        state=holder.status.get("state"),
+    )
+    await end_as_duplicate(ctx, first, claim)
     return False
 
 

@@ -16,11 +16,13 @@ from tooladapter.egress.core.cidr_bounds import CidrBounds, descriptor_cidr_prob
 from tooladapter.enums import Resource, ToolKind
 from tooladapter.events import object_ref
 from tooladapter.model import (
+    DEFAULT_MAX_RESULT_BYTES,
     DEFAULT_TIMEOUT_SECONDS,
     Condition,
     ToolDescriptorSpec,
     ToolDescriptorStatus,
     describe_errors,
+    effective_max_result_bytes,
     effective_timeout,
 )
 from tooladapter.pipeline.hashing import digest
@@ -43,11 +45,12 @@ def desired_status(
     mcp_health: tuple[bool, str, str] | None = None,
     missing_runtime_class: str | None = None,
     default_timeout_seconds: int = DEFAULT_TIMEOUT_SECONDS,
+    max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES,
     cidr_bounds: CidrBounds | None = None,
 ) -> ToolDescriptorStatus:
     """active/healthy/conditions from the spec alone (plus MCP health when bound to a server,
-    and whether the RuntimeClass its sandbox would run with exists), and the timeout calls
-    get (the operator's default when the spec sets none)."""
+    and whether the RuntimeClass its sandbox would run with exists), and the timeout and
+    result bound calls get (the operator's settings when the spec sets none)."""
     generation = body["metadata"].get("generation")
     try:
         spec = ToolDescriptorSpec.model_validate(body.get("spec") or {})
@@ -65,6 +68,7 @@ def desired_status(
         status = _active_status(spec, generation, schema_digest, mcp_health, missing_runtime_class)
         status = _flag_unknown_keywords(status, spec, generation)
     status.effective_timeout_seconds = effective_timeout(spec, default_timeout_seconds)
+    status.effective_max_result_bytes = effective_max_result_bytes(spec, max_result_bytes)
     return status
 
 
@@ -225,6 +229,7 @@ async def reconcile_descriptor(rt: Runtime, event_type: str | None, body: dict[s
         mcp_health=mcp_health,
         missing_runtime_class=await missing_runtime_class(rt, body),
         default_timeout_seconds=rt.settings.limits.default_timeout_seconds,
+        max_result_bytes=rt.settings.limits.max_result_bytes,
         cidr_bounds=rt.settings.egress.cidr_bounds,
     ).wire()
     if _same(current, desired):

@@ -7,7 +7,8 @@
   removed after a short retention; a Secret never outlives its call.
 - retention: finished invocations are deleted a configured time after they ended, and
   idempotency claims a configured time after their winner ended (`pipeline.retention`);
-  receipts stay in the artifact store, a claim keeps its winner's receiptRef.
+  receipts stay in the artifact store, a claim keeps its winner's receiptRef, and the
+  receipt index keeps each key's first call once its claim is gone.
 """
 
 from __future__ import annotations
@@ -212,7 +213,8 @@ class Pace:
 
 async def expire_idempotency_claims(rt: Runtime) -> int:
     """Delete idempotency claims `idempotency_retention_seconds` after their winner ended
-    (`pipeline.retention.claim_expired`); the key may then run again. Returns how many went."""
+    (`pipeline.retention.claim_expired`); the receipt index answers for the key from then
+    on (it never runs again). Returns how many went."""
     seconds = rt.settings.retention.idempotency_seconds
     if seconds <= 0:
         return 0

@@ -65,6 +65,7 @@ from tooladapter.model.descriptor import (
     ToolDescriptor,
     ToolDescriptorSpec,
     ToolDescriptorStatus,
+    effective_max_result_bytes,
     effective_timeout,
 )
 from tooladapter.model.invocation import (
@@ -230,6 +231,7 @@ __all__ = [
     "ToolVersionRule",
     "WorkspaceLease",
     "describe_errors",
+    "effective_max_result_bytes",
     "effective_timeout",
     "extended_resource_problem",
     "no_crd_default",

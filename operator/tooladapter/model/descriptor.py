@@ -299,8 +299,11 @@ class ToolDescriptorSpec(Model):
     (300 unless set), shown in status.effectiveTimeoutSeconds. Descriptors stored before this
     field lost its CRD default carry the 300 the API server filled in: remove it to follow
     the setting."""
-    max_result_bytes: int = Field(default=DEFAULT_MAX_RESULT_BYTES, ge=1024, le=64 * 1_048_576)
-    """Results beyond this are truncated (with a marker)."""
+    max_result_bytes: int | None = Field(default=None, ge=1024, le=64 * 1_048_576)
+    """Results beyond this are truncated (with a marker), never beyond the operator's
+    TOOLADAPTER_MAX_RESULT_BYTES. Unset: that setting (1 MiB unless set), shown in
+    status.effectiveMaxResultBytes. Descriptors stored before this field lost its CRD
+    default carry the 1048576 the API server filled in: remove it to follow the setting."""
     retry_policy: RetryPolicy = Field(default_factory=RetryPolicy)
     """Retries of attempts that provably had no effect."""
     rate_limits: RateLimits = Field(default_factory=RateLimits)
@@ -368,7 +371,9 @@ class ToolDescriptorSpec(Model):
     @property
     def sandbox_spec(self) -> SandboxSpec | None:
         """The sandbox a shell or container tool runs in: a shell tool without a `sandbox`
-        block gets the default one (no egress, default limits); other kinds get none."""
+        block gets the default one (default limits, and the operator's default egress list,
+        TOOLADAPTER_DEFAULT_EGRESS_ALLOW, as for any sandbox whose `egress.allow` is unset;
+        `egress.allow: []` is no egress); other kinds get none."""
         if self.kind == ToolKind.SHELL:
             return self.sandbox or SandboxSpec()
         if self.kind == ToolKind.CONTAINER:
@@ -384,6 +389,15 @@ def effective_timeout(spec: ToolDescriptorSpec | None, default_seconds: int) -> 
     if spec is None or spec.timeout_seconds is None:
         return default_seconds
     return spec.timeout_seconds
+
+
+def effective_max_result_bytes(spec: ToolDescriptorSpec | None, ceiling: int) -> int:
+    """The result bound a call of `spec` gets: its `maxResultBytes`, never above the
+    operator's TOOLADAPTER_MAX_RESULT_BYTES (`ceiling`), which also applies when the spec
+    sets none. Every reader goes through here, so the call's limits and the status agree."""
+    if spec is None or spec.max_result_bytes is None:
+        return ceiling
+    return min(spec.max_result_bytes, ceiling)
 
 
 class ToolDescriptorStatus(Model):
@@ -405,6 +419,9 @@ class ToolDescriptorStatus(Model):
     effective_timeout_seconds: int | None = None
     """The deadline calls get: spec.timeoutSeconds, or the operator's
     TOOLADAPTER_DEFAULT_TIMEOUT_SECONDS when the spec sets none."""
+    effective_max_result_bytes: int | None = None
+    """The result bound calls get: spec.maxResultBytes, never above the operator's
+    TOOLADAPTER_MAX_RESULT_BYTES, which applies when the spec sets none."""
 
 
 # --------------------------------------------------------------------------- MCP server

@@ -7,9 +7,11 @@ one nobody has confirmed (a person must look at it first), never one whose own r
 not written (the object would be the only record).
 
 An idempotency claim (a Lease per key) keeps the winner's `receiptRef`, so a duplicate finds
-the receipt after the winner is gone; it goes a configured time after the winner ended, and
-the key may then execute again. Never while the winner runs, never while it is an
-unconfirmed `Uncertain` call (the key must not run a second time meanwhile).
+the receipt after the winner is gone; it goes a configured time after the winner ended. Never
+while the winner runs, never while it is an unconfirmed `Uncertain` call. The key does not
+run again once its claim is gone: the winner's receipt wrote the key's entry in the receipt
+index before its end was stored, and a call that wins the key's claim again reads it
+(`flow.admission.check_key_index`).
 """
 
 from __future__ import annotations

@@ -17,7 +17,8 @@ class LimitSettings(FromEnv):
     default_timeout_seconds: int = setting(
         "TOOLADAPTER_DEFAULT_TIMEOUT_SECONDS", env.integer, DEFAULT_TIMEOUT_SECONDS
     )
-    #: Upper bound of any result (reference: Tools:Execution:MaxResultBytes).
+    #: Upper bound of any result, and the bound of a descriptor that sets no
+    #: `maxResultBytes` (reference: Tools:Execution:MaxResultBytes).
     max_result_bytes: int = setting(
         "TOOLADAPTER_MAX_RESULT_BYTES", env.integer, DEFAULT_MAX_RESULT_BYTES
     )

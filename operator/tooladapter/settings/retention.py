@@ -20,8 +20,9 @@ class RetentionSettings(FromEnv):
     deletes_per_second: int = setting(
         "TOOLADAPTER_RETENTION_DELETES_PER_SECOND", env.at_least(0), 200
     )
-    #: An idempotency claim (and so its key) is kept this long after its winner ended (0:
-    #: forever); it keeps the winner's receiptRef for duplicates.
+    #: An idempotency claim (a Lease) is kept this long after its winner ended (0: forever);
+    #: it keeps the winner's receiptRef for duplicates. Its key never runs again after: the
+    #: receipt index answers for it (an Uncertain call confirmed "did not happen" frees it).
     idempotency_seconds: int = setting(
         "TOOLADAPTER_IDEMPOTENCY_RETENTION_SECONDS", env.at_least(0), 86_400
     )

@@ -19,6 +19,7 @@ from tests.integration.objects import (
     TERMINAL,
     TEST_SHELL_ALLOW,
     Agent,
+    container_tool,
     custom,
     descriptor,
     events_of,
@@ -35,11 +36,18 @@ pytestmark = [pytest.mark.cluster, pytest.mark.timeout(300)]
 
 #: The operator's default timeout in this module: far below any CRD or code default.
 DEFAULT_TIMEOUT = 20
+#: The operator's result bound in this module: above the 1 MiB the CRD used to fill in.
+MAX_RESULT_BYTES = 2 * 1_048_576
 
 
 @pytest.fixture(scope="module")
 def lifecycle(configured: Callable[[Mapping[str, str]], Configured]) -> Configured:
-    return configured({"TOOLADAPTER_DEFAULT_TIMEOUT_SECONDS": str(DEFAULT_TIMEOUT)})
+    return configured(
+        {
+            "TOOLADAPTER_DEFAULT_TIMEOUT_SECONDS": str(DEFAULT_TIMEOUT),
+            "TOOLADAPTER_MAX_RESULT_BYTES": str(MAX_RESULT_BYTES),
+        }
+    )
 
 
 @pytest.fixture(scope="module")
@@ -83,6 +91,33 @@ def metric(op: OperatorProcess, name: str, tenant: str) -> float | None:
 
 
 # --------------------------------------------------------------------------- timeout, meter
+
+
+def test_a_descriptor_without_a_result_bound_follows_the_setting_raised_above_one_mebibyte(
+    api: client.ApiClient, ns: Namespace, agent: Agent
+) -> None:
+    size = 1_500_000  # above the CRD's old 1 MiB default, below the setting
+    obj = container_tool(
+        api, ns.name, "big", ["sh", "-c", f"head -c {size} /dev/zero | tr '\\0' a"]
+    )
+    name = obj["metadata"]["name"]
+    stored = get(api, ns.name, "tooldescriptors", name)
+    assert "maxResultBytes" not in stored["spec"], pretty(stored["spec"])
+    shown = wait_for(
+        lambda: status_of(get(api, ns.name, "tooldescriptors", name)).get(
+            "effectiveMaxResultBytes"
+        ),
+        timeout=30,
+        what="effectiveMaxResultBytes",
+    )
+    assert shown == MAX_RESULT_BYTES
+    agent.grant(["big"], ["sandbox"])
+
+    done = status_of(agent.wait(agent.invoke("big", {}), timeout=120))
+
+    assert done["state"] == "Observed", pretty(done)
+    assert done["result"]["originalBytes"] == size, pretty(done["result"])
+    assert done["result"]["truncated"] is False, pretty(done["result"])
 
 
 def test_a_descriptor_without_timeout_obeys_the_setting_and_sandbox_seconds_are_metered(

@@ -80,6 +80,15 @@ def test_the_status_shows_the_effective_timeout() -> None:
     assert desired_status(body, default_timeout_seconds=8).effective_timeout_seconds == 300
 
 
+def test_the_status_shows_the_effective_result_bound() -> None:
+    body = {**descriptor("t"), "metadata": {"name": "t", "namespace": "n", "generation": 1}}
+    assert "maxResultBytes" not in spec_of().wire()  # no CRD default to store
+    raised = 8 * 1_048_576
+    assert desired_status(body, max_result_bytes=raised).effective_max_result_bytes == raised
+    body["spec"]["maxResultBytes"] = 1_048_576  # what the old CRD default stored: kept
+    assert desired_status(body, max_result_bytes=raised).effective_max_result_bytes == 1_048_576
+
+
 async def test_a_call_of_a_descriptor_without_timeout_runs_with_the_setting() -> None:
     h = make_runtime(settings=Settings(limits=LimitSettings(default_timeout_seconds=8)))
     h.publish(descriptor("lister"))

@@ -201,7 +201,7 @@ async def test_a_call_changed_since_it_was_read_is_not_deleted() -> None:
     assert stored_names(h) == {"old"}
 
 
-async def test_a_duplicate_after_the_winner_is_gone_gets_its_receipt_then_the_key_expires() -> None:
+async def test_a_duplicate_gets_the_receipt_after_the_winner_is_gone_and_the_claim_too() -> None:
     h = make_runtime(settings=RETENTION)
     h.publish(descriptor())
     h.cluster.grant(tools=["lister"], classes=["read"])
@@ -225,11 +225,14 @@ async def test_a_duplicate_after_the_winner_is_gone_gets_its_receipt_then_the_ke
     key = next(iter(h.cluster.claims))
     h.cluster.claim_note(key)["ended"] = ago(7200, datetime.now(UTC))
     assert await expire_idempotency_claims(h.rt) == 1
+    # The claim is gone too: the receipt index still answers for the key.
     again = await h.run(h.submit(invocation("third", idempotencyKey="k-1")))
     assert again["status"]["state"] == "Observed"
+    assert again["status"]["duplicateOf"] == "first"
+    assert again["status"]["receiptRef"] == receipt
     executor = h.executors[ToolKind.NATIVE]
     assert isinstance(executor, ScriptedExecutor)
-    assert len(executor.executed) == 2
+    assert len(executor.executed) == 1
 
 
 async def test_the_claim_of_a_running_winner_is_kept() -> None:

@@ -30,6 +30,8 @@ from tooladapter.artifacts.index import (
     calls_prefix,
     entries_of,
     entry_bytes,
+    key_entry,
+    key_prefix,
     ref_of_key,
     run_key,
     run_prefix,
@@ -39,6 +41,7 @@ from tooladapter.enums import InvocationState
 from tooladapter.gateway.ui.earlier import earlier_calls
 from tooladapter.receipts.core.index import (
     Incarnation,
+    key_holder,
     latest_per_invocation,
     merged_rows,
     of_incarnation,
@@ -453,3 +456,87 @@ def test_every_row_of_a_run_names_its_caller_and_filters_by_it() -> None:
     rows = [row, mine]
     assert with_caller(rows, other) == [row]
     assert with_caller(rows, None) == rows == with_caller(rows, "")
+
+
+# -- idempotency keys ------------------------------------------------------------------------
+
+AGENT = "system:serviceaccount:team-a:agent"
+UID = "00000000-0000-4000-8000-000000000001"
+
+
+def keyed(uid: str = "u1", **fields: Any) -> dict[str, Any]:
+    return receipt(
+        uid, **({"idempotencyKey": "k/1", "tenantUid": UID, "requestHash": "sha256:r"} | fields)
+    )
+
+
+def test_a_key_entry_lies_in_its_incarnation_and_names_its_receipt() -> None:
+    found = key_entry(keyed(), REF)
+    assert found is not None
+    key, data = found
+    assert key.startswith(key_prefix(NS, AGENT, "k/1", UID))
+    assert key.startswith(f"index/ns/{NS}/{UID}/keys/")
+    assert ref_of_key(key) == REF
+    # Caller and key hashed together: another caller's same key is another folder.
+    assert key_prefix(NS, "other", "k/1", UID) != key_prefix(NS, AGENT, "k/1", UID)
+    assert key_prefix(NS, AGENT, "k/1", None).startswith(f"index/keys/{NS}/")
+    assert json.loads(data)["status"]["state"] == "Observed"
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"idempotencyKey": None},
+        {"duplicateOf": "call-u0"},
+        {"stages": [{"stage": "idempotency", "outcome": "denied"}]},  # key-reused, unconfirmed
+        {"stages": [{"stage": "idempotency", "outcome": "failed"}]},  # the index unreadable
+    ],
+    ids=["no-key", "duplicate", "refused-at-the-key", "failed-at-the-key"],
+)
+def test_a_call_that_did_not_hold_its_key_writes_no_key_entry(fields: dict[str, Any]) -> None:
+    assert key_entry(keyed(**fields), REF) is None
+
+
+def entries(*receipts: tuple[dict[str, Any], str]) -> list[tuple[str, bytes]]:
+    found = [key_entry(r, ref) for r, ref in receipts]
+    return [entry for entry in found if entry is not None]
+
+
+def test_the_key_holder_is_the_first_call_that_holds_it() -> None:
+    later = keyed("u2", writtenAt="2026-12-01T07:00:00Z")
+    held = entries((later, OTHER), (keyed("u1"), REF))
+
+    holder = key_holder(held, namespace=NS, caller=AGENT, key="k/1", own_uid="u9")
+
+    assert holder is not None
+    assert (holder.invocation, holder.invocation_id, holder.receipt_ref) == ("call-u1", "u1", REF)
+    assert holder.status["receiptRef"] == REF and holder.request_hash == "sha256:r"
+    # Another caller's, another key's, or the asking call's own entries count for nothing.
+    assert key_holder(held, namespace=NS, caller="other", key="k/1", own_uid="u9") is None
+    assert key_holder(held, namespace=NS, caller=AGENT, key="k/2", own_uid="u9") is None
+    assert key_holder(held, namespace="team-b", caller=AGENT, key="k/1", own_uid="u9") is None
+
+
+def test_a_confirmed_did_not_happen_releases_the_key() -> None:
+    uncertain = keyed(state="Uncertain")
+    confirmation = {"effectHappened": False, "recorded": True, "confirmedBy": "ops"}
+    released = keyed(
+        state="Uncertain", effectConfirmation=confirmation, writtenAt="2026-12-01T08:00:00Z"
+    )
+    free = entries((uncertain, REF), (released, OTHER))
+    assert key_holder(free, namespace=NS, caller=AGENT, key="k/1", own_uid="u9") is None
+
+    # A call that ran after the release holds the key from then on.
+    after = keyed("u3", writtenAt="2026-12-01T09:00:00Z")
+    third = content_ref(b"third")
+    holder = key_holder(
+        [*free, *entries((after, third))], namespace=NS, caller=AGENT, key="k/1", own_uid="u9"
+    )
+    assert holder is not None and holder.receipt_ref == third
+
+
+def test_an_entry_that_does_not_parse_fails_the_reader() -> None:
+    with pytest.raises(ValueError):
+        key_holder(
+            [("index/keys/x", b"not json")], namespace=NS, caller=AGENT, key="k", own_uid="u"
+        )

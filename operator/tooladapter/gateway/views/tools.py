@@ -265,6 +265,8 @@ def tool_detail(entry: ToolEntry, versions: Iterable[ToolEntry]) -> dict[str, An
     if detail["timeoutSeconds"] is None:
         # Unset: the operator's default applies, as the status says (issue 27).
         detail["timeoutSeconds"] = entry.status.effective_timeout_seconds
+    if detail["maxResultBytes"] is None:
+        detail["maxResultBytes"] = entry.status.effective_max_result_bytes
     detail["credentials"] = [
         {
             "name": c.name,

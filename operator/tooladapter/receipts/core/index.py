@@ -3,11 +3,13 @@ stay complete after retention deletes the invocations. Pure functions over plain
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Final
 
+from tooladapter.artifacts.index import KEY_ENTRY_SCHEMA
 from tooladapter.timeutil import parse_time
 
 #: A receipt without `tenantUid` counts as its namespace's current incarnation's only when
@@ -174,3 +176,69 @@ def previous_call(
             "receiptRef": entry.get("receiptRef"),
         },
     }
+
+
+@dataclass(frozen=True)
+class KeyHolder:
+    """The call that holds an idempotency key, from the key's index entries
+    (`artifacts.index.key_entry`): what a later call with the key ends as."""
+
+    invocation: str
+    invocation_id: str
+    receipt_ref: str
+    request_hash: str | None
+    #: Its end in the shape of an invocation's status (state, receiptRef, failure class,
+    #: classes, result reference, confirmation, data-flow labels), for `end_as_duplicate`.
+    status: dict[str, Any]
+
+
+def key_holder(
+    entries: Iterable[tuple[str, bytes]],
+    *,
+    namespace: str,
+    caller: str,
+    key: str,
+    own_uid: str,
+) -> KeyHolder | None:
+    """The first call that holds the key, or None when it is free: no call held it, or
+    every one that did was confirmed "did not happen" (its latest entry says `released`).
+
+    `entries` are (index key, bytes); a key's name starts with its receipt's `writtenAt`,
+    so sorted by name they are in the order written. An entry of another tenant, caller or
+    key (a hash collision) counts for nothing, nor one of the asking call itself. Bytes
+    that do not parse raise ValueError: the caller fails closed."""
+    latest: dict[str, Mapping[str, Any]] = {}
+    order: list[str] = []
+    for _, data in sorted(entries, key=lambda pair: pair[0].rsplit("/", 1)[-1]):
+        document = json.loads(data)
+        if not isinstance(document, Mapping):
+            raise ValueError("an idempotency key entry is not a JSON object")
+        if (
+            document.get("schema") != KEY_ENTRY_SCHEMA
+            or document.get("tenantId") != namespace
+            or document.get("caller") != caller
+            or document.get("idempotencyKey") != key
+        ):
+            continue
+        uid = document.get("invocationId")
+        if not isinstance(uid, str) or not uid or uid == own_uid:
+            continue
+        if uid not in latest:
+            order.append(uid)
+        latest[uid] = document
+    for uid in order:
+        document = latest[uid]
+        if document.get("released"):
+            continue
+        ref = str(document.get("receiptRef") or "")
+        status = dict(document.get("status") or {})
+        status["receiptRef"] = ref
+        status["requestHash"] = document.get("requestHash")
+        return KeyHolder(
+            invocation=str(document.get("invocation") or ""),
+            invocation_id=uid,
+            receipt_ref=ref,
+            request_hash=document.get("requestHash"),
+            status=status,
+        )
+    return None

@@ -60,6 +60,12 @@ async def store_all(
         await until_stored(run, ArtifactKind.RECEIPT, of=of, on_failure=on_failure)
 
 
+async def read_once(read: Callable[[], T]) -> T:
+    """`read()` on the store's threads, once: a reader that fails closed hears of the
+    store's refusal at once, never waits through retries."""
+    return await asyncio.get_running_loop().run_in_executor(_STORE_IO, read)
+
+
 async def until_stored(
     put: Callable[[], T],
     kind: ArtifactKind,

@@ -24,6 +24,7 @@ from tooladapter.artifacts.index import (
     call_entry,
     entries_of,
     entry_bytes,
+    key_entry,
 )
 from tooladapter.enums import ArtifactKind
 from tooladapter.kube.cluster import Cluster
@@ -115,7 +116,8 @@ class ReceiptWriter:
 
         A duplicate keeps its winner's receipt as `receiptRef`; its own is its `auditRef`.
         The entries are written before status names the receipt, so a persisted end is
-        always indexed, and retention never deletes a call that the index cannot find again.
+        always indexed, and retention never deletes a call (nor its idempotency claim) that
+        the index cannot find again.
 
         `results` (artifacts status names already) are stored first, in the results' key
         space (`Space.RESULTS`): never read, served or verified as a receipt. Everything goes in one
@@ -184,6 +186,11 @@ class ReceiptWriter:
                         receipt, own_ref, approved_at=bound_at, arguments_ref=content_ref(document)
                     )
                 store.put_key(key, value)
+            # The key's entry: after the claim expired and retention deleted the call, a
+            # later call with the key still ends as this one (`flow.admission`).
+            keyed = key_entry(receipt, own_ref)
+            if keyed is not None:
+                store.put_key(*keyed)
 
         writes: list[tuple[ArtifactKind, Callable[[], object]]] = [
             *(
