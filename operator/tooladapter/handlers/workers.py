@@ -5,6 +5,7 @@
   possible); it is never re-executed. It also hands freed heap back to the OS.
 - sandbox reaper: Jobs, NetworkPolicies and Secrets of ended (or deleted) invocations are
   removed after a short retention; a Secret never outlives its call.
+- data-flow labels: the labels a call's end could not write to its scopes, written.
 - retention: finished invocations are deleted a configured time after they ended, and
   idempotency claims a configured time after their winner ended (`pipeline.retention`);
   receipts stay in the artifact store, a claim keeps its winner's receiptRef.
@@ -24,7 +25,7 @@ from tooladapter.census import Candidate
 from tooladapter.enums import InvocationState, Resource, ToolKind
 from tooladapter.executors.sandbox import SandboxExecutor
 from tooladapter.executors.warm import WarmSandboxes
-from tooladapter.flow import run_invocation
+from tooladapter.flow import dataflow, run_invocation
 from tooladapter.kube import sandbox as ksandbox
 from tooladapter.kube.client import NotFound
 from tooladapter.memory import release_free_heap
@@ -154,7 +155,9 @@ async def apply_retention(rt: Runtime) -> int:
     due = [
         c
         for c in rt.census.ended_before(datetime.now(UTC).timestamp() - seconds)
-        if rt.settings.serves(c.namespace)
+        # A call whose data-flow labels are still pending keeps them on its status: it
+        # stays until they are stored (a restart finds them there).
+        if rt.settings.serves(c.namespace) and not rt.pending_labels.holds(c.namespace, c.name)
     ]
     if not due:
         return 0
@@ -242,6 +245,11 @@ async def expire_idempotency_claims(rt: Runtime) -> int:
     return deleted
 
 
+async def write_pending_labels(rt: Runtime) -> None:
+    if len(rt.pending_labels):
+        await dataflow.retry_pending(rt)
+
+
 def warm_sandboxes(rt: Runtime) -> WarmSandboxes | None:
     executor = rt.executors.get(ToolKind.SHELL)
     return executor.warm if isinstance(executor, SandboxExecutor) else None
@@ -296,6 +304,8 @@ def start_workers(rt: Runtime) -> None:
         asyncio.create_task(every(interval, reconcile_uncertain, rt, "uncertain-reconciler")),
         asyncio.create_task(every(interval, reap_sandboxes, rt, "sandbox-reaper")),
         asyncio.create_task(every(min(interval, 5), tend_warm_sandboxes, rt, "warm-sandboxes")),
+        # Data-flow labels a call's end could not write (`flow.dataflow.retry_pending`).
+        asyncio.create_task(every(min(interval, 5), write_pending_labels, rt, "dataflow-labels")),
         # Candidates come from the census (memory): as often as the other reconcilers.
         asyncio.create_task(every(interval, apply_retention, rt, "retention")),
         # Claims are listed from the API server: at most once a minute.

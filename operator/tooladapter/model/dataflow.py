@@ -72,3 +72,7 @@ class DataFlowRecord(Model):
     """Whether the call can send data out."""
     gated: str | None = None
     """Why the call was gated (approval or denial), when it was."""
+    pending: bool | None = None
+    """True while the labels this call brought are not yet in its scopes' stores (their
+    write failed at its end): the call ended anyway, the operator retries the write and its
+    gate counts them meanwhile."""

@@ -282,3 +282,107 @@ def arrived_since(before: Sequence[LabelSource], now: Sequence[LabelSource]) -> 
     waited: its approval did not see it)."""
     known = {(s.label, s.invocation) for s in before}
     return [s for s in now if (s.label, s.invocation) not in known]
+
+
+@dataclass(frozen=True)
+class LabelWrite:
+    """The labels one ended call brings into its scopes: what the end writes, and what waits
+    in `PendingLabels` while that write fails."""
+
+    namespace: str
+    invocation: str
+    uid: str
+    caller: str
+    run_id: str
+    attempt_id: str
+    tool: str
+    #: When the call ended (RFC 3339): a caller's window counts from here.
+    at: str
+    labels: tuple[DataLabel, ...]
+
+    @property
+    def scopes(self) -> list[Scope]:
+        return recorded_scopes(
+            namespace=self.namespace,
+            caller=self.caller,
+            run_id=self.run_id,
+            attempt_id=self.attempt_id,
+        )
+
+    def entries(self) -> dict[str, str]:
+        """Its data keys and values, as each of its scopes' stores holds them."""
+        value = entry_value(tool=self.tool, at=self.at)
+        return {entry_key(label, self.invocation): value for label in self.labels}
+
+
+def pending_write_of(body: Mapping[str, object]) -> LabelWrite | None:
+    """The label write an ended invocation still owes its scopes (`status.dataFlow.pending`),
+    read off its body as the watch delivers it; None when it owes none."""
+    status = body.get("status")
+    spec = body.get("spec")
+    meta = body.get("metadata")
+    if not (isinstance(status, Mapping) and isinstance(spec, Mapping)):
+        return None
+    if not isinstance(meta, Mapping):
+        return None
+    flow = status.get("dataFlow")
+    if not isinstance(flow, Mapping) or not flow.get("pending"):
+        return None
+    labels: list[DataLabel] = []
+    for text in flow.get("labels") or []:
+        try:
+            labels.append(DataLabel(str(text)))
+        except ValueError:
+            continue
+    caller = spec.get("caller")
+    tool = spec.get("tool")
+    if not labels or not isinstance(caller, Mapping) or not isinstance(tool, Mapping):
+        return None
+    return LabelWrite(
+        namespace=str(meta.get("namespace") or ""),
+        invocation=str(meta.get("name") or ""),
+        uid=str(meta.get("uid") or ""),
+        caller=str(caller.get("name") or ""),
+        run_id=str(spec.get("runId") or ""),
+        attempt_id=str(spec.get("attemptId") or ""),
+        tool=str(tool.get("id") or ""),
+        at=str(status.get("endedAt") or ""),
+        labels=tuple(sorted(set(labels))),
+    )
+
+
+class PendingLabels:
+    """Label writes that failed at their call's end, held until a retry stores them.
+
+    A call's end never waits for its labels (a scope's store that cannot be written, over
+    quota say, must not hold the call Executing forever); while they are pending the gate
+    counts them as if stored, so the labels of a call whose result the agent can already
+    read are never missing from a judgement this process makes (fail closed). The call's
+    status says `dataFlow.pending` until they are stored, so a restarted operator (or the
+    next holder of the namespace) finds them on its listing and takes them up again."""
+
+    def __init__(self) -> None:
+        self._writes: dict[tuple[str, str], LabelWrite] = {}
+
+    def __len__(self) -> int:
+        return len(self._writes)
+
+    def add(self, write: LabelWrite) -> None:
+        self._writes[(write.namespace, write.invocation)] = write
+
+    def discard(self, namespace: str, invocation: str) -> None:
+        self._writes.pop((namespace, invocation), None)
+
+    def holds(self, namespace: str, invocation: str) -> bool:
+        return (namespace, invocation) in self._writes
+
+    def writes(self) -> list[LabelWrite]:
+        return list(self._writes.values())
+
+    def data_for(self, scope: Scope) -> dict[str, str]:
+        """What the scope's store would hold once the pending writes are made."""
+        data: dict[str, str] = {}
+        for write in self._writes.values():
+            if write.namespace == scope.namespace and any(s.key == scope.key for s in write.scopes):
+                data.update(write.entries())
+        return data
