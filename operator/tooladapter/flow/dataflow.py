@@ -63,6 +63,20 @@ def reach(ctx: FlowContext, descriptor: ToolDescriptorSpec) -> list[str]:
     )
 
 
+def server_added(ctx: FlowContext, descriptor: ToolDescriptorSpec) -> list[DataLabel]:
+    """Labels an mcp tool's server adds: its McpServer's annotation
+    (`tooladapter.dev/dataflow-labels`) and the tool's own `openWorldHint`."""
+    if descriptor.mcp is None:
+        return []
+    server = ctx.catalog.servers.get(ctx.namespace, descriptor.mcp.server)
+    annotations = (server.body.get("metadata") or {}).get("annotations") if server else None
+    added, _ = rule.server_labels(annotations)
+    info = ctx.catalog.discovered_tool(ctx.namespace, descriptor.mcp.server, descriptor.mcp.tool)
+    hints = (info or {}).get("annotations")
+    added += rule.hinted_labels(hints if isinstance(hints, Mapping) else None)
+    return added
+
+
 async def judge(
     ctx: FlowContext, descriptor: ToolDescriptorSpec, effective: SideEffectClass
 ) -> rule.Verdict:
@@ -106,7 +120,7 @@ def record(ctx: FlowContext, descriptor: ToolDescriptorSpec, verdict: rule.Verdi
     """status.dataFlow: the labels this call brings, what its scopes held, whether it is a
     sink and why it was gated; only when there is something to say (a plain call's status
     stays as small as it was)."""
-    labels = rule.labels_of(descriptor)
+    labels = rule.labels_of(descriptor, added=server_added(ctx, descriptor))
     if not labels and not verdict.sources:
         return
     ctx.status.data_flow = DataFlowRecord(

@@ -109,14 +109,66 @@ def recorded_scopes(*, namespace: str, caller: str, run_id: str, attempt_id: str
     return found
 
 
-def labels_of(descriptor: ToolDescriptorSpec) -> list[DataLabel]:
+#: An McpServer's annotation that adds labels to every tool bound to it, comma-separated:
+#: `tooladapter.dev/dataflow-labels: private` (a server that serves tenant data). It can only
+#: add: the descriptor's own labels (or the mcp default, `untrusted`) always stay.
+SERVER_LABELS_ANNOTATION = "tooladapter.dev/dataflow-labels"
+
+
+def server_labels(annotations: Mapping[str, str] | None) -> tuple[list[DataLabel], list[str]]:
+    """The labels an McpServer's annotation adds, and the values it holds that are no label.
+    A value that is no label (a typo of `private`, say) adds both labels: the annotation can
+    only ever add, so what it cannot read errs on the gated side (its status names it)."""
+    text = (annotations or {}).get(SERVER_LABELS_ANNOTATION)
+    if not text:
+        return [], []
+    found: set[DataLabel] = set()
+    unknown: list[str] = []
+    for part in str(text).split(","):
+        value = part.strip()
+        if not value:
+            continue
+        try:
+            found.add(DataLabel(value))
+        except ValueError:
+            unknown.append(value)
+    if unknown:
+        found |= {DataLabel.PRIVATE, DataLabel.UNTRUSTED}
+    return sorted(found), unknown
+
+
+def server_label_problems(annotations: Mapping[str, str] | None) -> list[str]:
+    """What an McpServer's status says about its labels annotation (empty: nothing wrong)."""
+    _, unknown = server_labels(annotations)
+    if not unknown:
+        return []
+    listed = ", ".join(repr(v[:64]) for v in unknown[:5])
+    return [
+        f"metadata.annotations[{SERVER_LABELS_ANNOTATION}]: {listed} is no data-flow label "
+        f"(private, untrusted): its tools count as both until it is fixed"
+    ]
+
+
+def hinted_labels(annotations: Mapping[str, object] | None) -> list[DataLabel]:
+    """Labels an MCP tool's own annotations (the server's hints) add: `openWorldHint: true`
+    says the tool reaches the open world, so what it returns is `untrusted`. Hints only add
+    (as they only raise a class)."""
+    if annotations and annotations.get("openWorldHint") is True:
+        return [DataLabel.UNTRUSTED]
+    return []
+
+
+def labels_of(
+    descriptor: ToolDescriptorSpec, *, added: Iterable[DataLabel] = ()
+) -> list[DataLabel]:
     """What a call's result is: the descriptor's `dataFlow.labels`; unset on an mcp tool,
     `untrusted` (a third-party server's answer); an explicit list (even `[]`) is what the
-    platform team reviewed and wins."""
+    platform team reviewed and wins over the default. `added`: what the tool's server adds
+    (its annotation, its hints): added, never removing one."""
     declared = descriptor.data_flow.labels if descriptor.data_flow is not None else None
     if declared is None:
-        return [DataLabel.UNTRUSTED] if descriptor.kind == ToolKind.MCP else []
-    return sorted(set(declared))
+        declared = [DataLabel.UNTRUSTED] if descriptor.kind == ToolKind.MCP else []
+    return sorted(set(declared) | set(added))
 
 
 def reach_of(

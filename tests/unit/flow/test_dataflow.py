@@ -400,3 +400,53 @@ async def test_a_label_that_arrives_before_an_ungated_send_executes_denies_it(
     assert "read-1" in status["message"] and "fetch-2" in status["message"]
     assert "after it was judged without them" in status["message"]
     assert sent(h) == 0
+
+
+# --------------------------------------------------------------------------- a server's word
+
+
+def mcp_server(annotations: dict[str, str], tool_annotations: dict[str, Any] | None = None) -> Any:
+    return {
+        "apiVersion": "tooladapter.dev/v1alpha1",
+        "kind": "McpServer",
+        "metadata": {"name": "srv", "namespace": NAMESPACE, "annotations": annotations},
+        "spec": {"url": "https://mcp.example.com/mcp"},
+        "status": {
+            "tools": [
+                {
+                    "name": "t",
+                    "digest": "sha256:" + "a" * 64,
+                    **({"annotations": tool_annotations} if tool_annotations else {}),
+                }
+            ]
+        },
+    }
+
+
+@pytest.mark.parametrize(
+    ("annotations", "hints", "declared", "brought"),
+    [
+        ({rule.SERVER_LABELS_ANNOTATION: "private"}, None, [], ["private"]),
+        ({rule.SERVER_LABELS_ANNOTATION: "private"}, None, None, ["private", "untrusted"]),
+        ({}, {"openWorldHint": True}, [], ["untrusted"]),
+        ({}, None, ["private"], ["private"]),  # nothing added, nothing removed
+    ],
+    ids=["annotation-adds", "annotation-adds-to-default", "open-world-hint", "none-added"],
+)
+async def test_an_mcp_tools_server_adds_labels_to_what_its_calls_bring(
+    annotations: dict[str, str], hints: dict[str, Any] | None, declared: Any, brought: list[str]
+) -> None:
+    h = make_runtime(executors={ToolKind.MCP: ScriptedExecutor()})
+    server = h.cluster.put(Resource.MCP_SERVERS, mcp_server(annotations, hints))
+    h.catalog.update(Resource.MCP_SERVERS, "ADDED", server)
+    flow = {"labels": declared} if declared is not None else {}
+    mcp = {"server": "srv", "tool": "t", "pinnedDigest": "sha256:" + "a" * 64}
+    h.publish(descriptor("remote", kind="mcp", mcp=mcp, dataFlow=flow))
+    h.cluster.grant(tools=["remote"], classes=["read", "external"])
+
+    body = h.submit(invocation("mcp-1", tool="remote", runId="run-a"))
+    h.pre_approve(body)  # an open-world hint raises the class to external: gated
+    status = (await h.run(body))["status"]
+
+    assert status["state"] == "Observed", status
+    assert status["dataFlow"]["labels"] == brought

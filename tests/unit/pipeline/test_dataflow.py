@@ -215,3 +215,68 @@ def test_policies_combine_deny_over_approve_over_allow_and_caller_over_run() -> 
         is DataFlowAction.DENY
     )
     assert decide({"scope": "caller"}, {}).dataflow_scope is DataFlowScope.CALLER
+
+
+# --------------------------------------------------------------------------- a server's word
+
+
+def test_a_servers_annotation_adds_labels_to_its_tools_and_never_removes_one() -> None:
+    annotated = {rule.SERVER_LABELS_ANNOTATION: "private"}
+    added, unknown = rule.server_labels(annotated)
+    assert (added, unknown) == ([DataLabel.PRIVATE], [])
+    # The mcp default (untrusted) stays; the annotation adds private.
+    assert rule.labels_of(tool("mcp"), added=added) == [DataLabel.PRIVATE, DataLabel.UNTRUSTED]
+    # A descriptor that says "none" (reviewed server) still gains what the server adds.
+    assert rule.labels_of(tool("mcp", dataFlow={"labels": []}), added=added) == [DataLabel.PRIVATE]
+    # Nothing a server says removes a label: an empty annotation adds nothing, removes nothing.
+    empty, _ = rule.server_labels({rule.SERVER_LABELS_ANNOTATION: ""})
+    assert rule.labels_of(tool("mcp"), added=empty) == [DataLabel.UNTRUSTED]
+    assert rule.server_labels({rule.SERVER_LABELS_ANNOTATION: " private , untrusted "})[0] == [
+        DataLabel.PRIVATE,
+        DataLabel.UNTRUSTED,
+    ]
+    assert rule.server_labels({"other": "private"}) == ([], [])
+    assert rule.server_labels(None) == ([], [])
+
+
+def test_a_value_that_is_no_label_counts_as_both_and_the_status_names_the_annotation() -> None:
+    annotated = {rule.SERVER_LABELS_ANNOTATION: "privat"}
+    assert rule.server_labels(annotated) == (
+        [DataLabel.PRIVATE, DataLabel.UNTRUSTED],
+        ["privat"],
+    )
+    (problem,) = rule.server_label_problems(annotated)
+    assert f"metadata.annotations[{rule.SERVER_LABELS_ANNOTATION}]" in problem
+    assert "'privat'" in problem
+    assert rule.server_label_problems({rule.SERVER_LABELS_ANNOTATION: "private"}) == []
+
+
+def test_an_open_world_hint_adds_untrusted_and_other_hints_add_nothing() -> None:
+    assert rule.hinted_labels({"openWorldHint": True}) == [DataLabel.UNTRUSTED]
+    assert rule.hinted_labels({"openWorldHint": "true"}) == []  # only an explicit boolean
+    assert rule.hinted_labels({"readOnlyHint": True, "openWorldHint": False}) == []
+    assert rule.hinted_labels(None) == []
+
+
+def test_a_pending_write_is_read_back_from_an_ended_calls_body() -> None:
+    flow: dict[str, object] = {"labels": ["private", "bogus"], "pending": True}
+    body = {
+        "metadata": {"namespace": "ns", "name": "read-1", "uid": "u1"},
+        "spec": {"tool": {"id": "crm"}, "caller": {"name": "a"}, "runId": "r"},
+        "status": {
+            "state": "Observed",
+            "endedAt": to_iso(NOW),
+            "dataFlow": flow,
+        },
+    }
+    write = rule.pending_write_of(body)
+    assert write is not None and write.labels == (DataLabel.PRIVATE,)
+    assert [s.kind for s in write.scopes] == [ScopeKind.CALLER, ScopeKind.RUN]
+    pending = rule.PendingLabels()
+    pending.add(write)
+    run = rule.Scope(ScopeKind.RUN, "ns", "a", "r")
+    assert list(pending.data_for(run)) == ["private.read-1"]
+    assert pending.data_for(rule.Scope(ScopeKind.RUN, "ns", "a", "other")) == {}
+    assert pending.data_for(rule.Scope(ScopeKind.RUN, "ns2", "a", "r")) == {}
+    del flow["pending"]
+    assert rule.pending_write_of(body) is None
