@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -431,6 +431,10 @@ class PendingLabels:
     def writes(self) -> list[LabelWrite]:
         return list(self._writes.values())
 
+    def stores(self) -> set[tuple[str, str]]:
+        """(namespace, store name) of every store a pending write will add to."""
+        return {(w.namespace, s.store_name) for w in self._writes.values() for s in w.scopes}
+
     def data_for(self, scope: Scope) -> dict[str, str]:
         """What the scope's store would hold once the pending writes are made."""
         data: dict[str, str] = {}
@@ -438,3 +442,37 @@ class PendingLabels:
             if write.namespace == scope.namespace and any(s.key == scope.key for s in write.scopes):
                 data.update(write.entries())
         return data
+
+
+def store_collectable(
+    kind: str,
+    data: Mapping[str, str] | None,
+    *,
+    now: datetime,
+    window_seconds: int,
+    retention_seconds: int,
+    present: Callable[[str], bool],
+) -> bool:
+    """Whether a scope's store may be deleted (garbage collection of the stores).
+
+    - A caller's store: once every entry left the window (none is counted any more).
+    - A run's or an attempt's: once none of the calls behind its labels exists any more
+      (`present`: the invocation is still stored) and its newest label is older than the
+      window plus the invocations' retention. The labels so outlive their calls' retention
+      by a window: a run idle that long starts clean. With retention off (0), invocations
+      stay, and so do the stores.
+    - Anything unreadable (an unknown kind, a time that does not parse) is kept."""
+    sources = entries_of(data)
+    if kind == ScopeKind.CALLER.value:
+        return all(not within(s, now=now, window_seconds=window_seconds) for s in sources)
+    if kind not in (ScopeKind.RUN.value, ScopeKind.ATTEMPT.value) or retention_seconds <= 0:
+        return False
+    keep_for = timedelta(seconds=window_seconds + retention_seconds)
+    for source in sources:
+        try:
+            ended = parse_time(source.at)
+        except ValueError:
+            return False
+        if ended >= now - keep_for or present(source.invocation):
+            return False
+    return True

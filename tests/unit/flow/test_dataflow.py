@@ -4,7 +4,9 @@ untrusted content cannot send it out unseen (issue 42)."""
 from __future__ import annotations
 
 import asyncio
+import json
 from dataclasses import replace
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -22,7 +24,7 @@ from tests.unit.fake_cluster import (
     make_runtime,
     policy,
 )
-from tooladapter.enums import InvocationState, Resource, ToolKind
+from tooladapter.enums import InvocationState, Resource, ScopeKind, ToolKind
 from tooladapter.flow import dataflow as flowdataflow
 from tooladapter.handlers import workers
 from tooladapter.kube.errors import Forbidden
@@ -450,3 +452,60 @@ async def test_an_mcp_tools_server_adds_labels_to_what_its_calls_bring(
 
     assert status["state"] == "Observed", status
     assert status["dataFlow"]["labels"] == brought
+
+
+# --------------------------------------------------------------------------- stores collected
+
+
+def age_store(h: Harness, scope: rule.Scope, seconds: int) -> None:
+    """Make every label of the scope's store look `seconds` old."""
+    data = h.cluster.config_maps[(NAMESPACE, scope.store_name)]
+    at = (datetime.now(UTC) - timedelta(seconds=seconds)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    for key, value in data.items():
+        data[key] = json.dumps({**json.loads(value), "at": at})
+
+
+async def test_old_stores_of_gone_calls_are_collected_and_recent_ones_kept(h: Harness) -> None:
+    await call(h, "read-1", "crm", runId="run-a")
+    await call(h, "fetch-2", "web", runId="run-b")
+    run_a, run_b = (rule.Scope(ScopeKind.RUN, NAMESPACE, CALLER, run) for run in ("run-a", "run-b"))
+    caller = rule.Scope(ScopeKind.CALLER, NAMESPACE, CALLER)
+    window = h.rt.settings.dataflow_window_seconds
+    retention = h.rt.settings.retention.invocation_seconds
+    age_store(h, run_a, window + retention + 60)
+    age_store(h, caller, window + 60)
+    h.rt.census.update("ADDED", h.cluster.invocation("read-1"))
+
+    # read-1 is still stored: its run's labels stay, however old.
+    assert await workers.collect_scope_stores(h.rt) == 1  # the caller's, out of its window
+    assert (NAMESPACE, caller.store_name) not in h.cluster.config_maps
+    assert (NAMESPACE, run_a.store_name) in h.cluster.config_maps
+
+    h.rt.census.update("DELETED", h.cluster.invocation("read-1"))  # retention took it
+    assert await workers.collect_scope_stores(h.rt) == 1
+    assert (NAMESPACE, run_a.store_name) not in h.cluster.config_maps
+    assert (NAMESPACE, run_b.store_name) in h.cluster.config_maps  # recent: kept
+
+
+async def test_a_store_written_since_it_was_listed_is_kept(h: Harness) -> None:
+    await call(h, "read-1", "crm")
+    caller = rule.Scope(ScopeKind.CALLER, NAMESPACE, CALLER)
+    age_store(h, caller, h.rt.settings.dataflow_window_seconds + 60)
+
+    async def written_meanwhile(*_: Any, **__: Any) -> None:
+        await call(h, "fetch-2", "web")  # a label lands between the list and the delete
+
+    h.cluster.after["list_scope_stores"] = written_meanwhile
+
+    assert await workers.collect_scope_stores(h.rt) == 0
+    assert "untrusted.fetch-2" in h.cluster.config_maps[(NAMESPACE, caller.store_name)]
+
+
+async def test_a_store_a_pending_write_adds_to_is_kept(h: Harness) -> None:
+    await call(h, "read-1", "crm")
+    caller = rule.Scope(ScopeKind.CALLER, NAMESPACE, CALLER)
+    age_store(h, caller, h.rt.settings.dataflow_window_seconds + 60)
+    refuse_stores(h)
+    await call(h, "fetch-2", "web")  # its write is pending
+
+    assert await workers.collect_scope_stores(h.rt) == 0

@@ -280,3 +280,58 @@ def test_a_pending_write_is_read_back_from_an_ended_calls_body() -> None:
     assert pending.data_for(rule.Scope(ScopeKind.RUN, "ns2", "a", "r")) == {}
     del flow["pending"]
     assert rule.pending_write_of(body) is None
+
+
+# --------------------------------------------------------------------------- stores collected
+
+
+def stored(*entries: tuple[str, str, datetime]) -> dict[str, str]:
+    return {
+        f"{label}.{name}": rule.entry_value(tool="t", at=to_iso(at)) for label, name, at in entries
+    }
+
+
+def collectable(kind: str, data: dict[str, str], present: set[str] | None = None) -> bool:
+    return rule.store_collectable(
+        kind,
+        data,
+        now=NOW,
+        window_seconds=3600,
+        retention_seconds=86_400,
+        present=lambda name: name in (present or set()),
+    )
+
+
+def test_a_callers_store_goes_once_every_label_left_the_window() -> None:
+    old = NOW - timedelta(seconds=3601)
+    assert collectable("caller", stored(("private", "a", old), ("untrusted", "b", old)))
+    assert not collectable("caller", stored(("private", "a", old), ("untrusted", "b", NOW)))
+    assert collectable("caller", {})
+
+
+def test_a_runs_labels_outlive_their_calls_retention_by_a_window() -> None:
+    # Retention deletes a call a day after it ended: its run's labels stay a window more.
+    after_retention = NOW - timedelta(seconds=86_400 + 60)
+    assert not collectable("run", stored(("private", "a", after_retention)))
+    long_ago = NOW - timedelta(seconds=86_400 + 3600 + 1)
+    assert collectable("run", stored(("private", "a", long_ago)))
+    assert collectable("attempt", stored(("private", "a", long_ago)))
+    # A call still stored (an unconfirmed Uncertain one, which retention keeps) keeps it.
+    assert not collectable("run", stored(("private", "a", long_ago)), present={"a"})
+    # One recent label keeps the whole store.
+    assert not collectable("run", stored(("private", "a", long_ago), ("untrusted", "b", NOW)))
+
+
+def test_what_cannot_be_read_is_kept_and_retention_off_keeps_runs() -> None:
+    long_ago = NOW - timedelta(days=30)
+    assert not collectable("nonsense", stored(("private", "a", long_ago)))
+    unreadable = {"private.a": '{"tool": "t", "at": "yesterday"}'}
+    assert not collectable("run", unreadable)
+    assert not rule.store_collectable(
+        "run",
+        stored(("private", "a", long_ago)),
+        now=NOW,
+        window_seconds=3600,
+        retention_seconds=0,
+        present=lambda _: False,
+    )
