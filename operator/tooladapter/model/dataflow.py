@@ -38,8 +38,9 @@ class PolicyDataFlow(Model):
     scope: DataFlowScope = Field(
         default=DataFlowScope.RUN,
         description="run: a call is judged by the labels of its run and attempt (its "
-        "caller's window when it names neither); caller: by every call of its caller within "
-        "TOOLADAPTER_DATAFLOW_WINDOW_SECONDS (for harnesses that let the model choose runIds).",
+        "caller's window when it names neither); caller: also by every call of its caller "
+        "within TOOLADAPTER_DATAFLOW_WINDOW_SECONDS, whatever its runId (for harnesses that "
+        "let the model choose runIds).",
     )
     on_private_and_untrusted: DataFlowAction = Field(
         default=DataFlowAction.APPROVE,

@@ -86,11 +86,13 @@ class Scope:
 def judged_scopes(
     *, namespace: str, caller: str, run_id: str, attempt_id: str, scope: DataFlowScope
 ) -> list[Scope]:
-    """The scopes a call is judged by: its run and attempt, or its caller's window when it
-    names neither or the policy says `scope: caller`."""
-    if scope is DataFlowScope.CALLER or not (run_id or attempt_id):
-        return [Scope(ScopeKind.CALLER, namespace, caller)]
+    """The scopes a call is judged by: its run and attempt, and its caller's window when it
+    names neither or the policy says `scope: caller`. `scope: caller` widens, never
+    narrows: the run and attempt still count (their labels do not leave a window), so a
+    long run is judged at least as strictly as under `scope: run`."""
     found = []
+    if scope is DataFlowScope.CALLER or not (run_id or attempt_id):
+        found.append(Scope(ScopeKind.CALLER, namespace, caller))
     if run_id:
         found.append(Scope(ScopeKind.RUN, namespace, caller, run_id))
     if attempt_id:
@@ -430,6 +432,16 @@ class PendingLabels:
 
     def writes(self) -> list[LabelWrite]:
         return list(self._writes.values())
+
+    def data_for_store(self, namespace: str, store_name: str) -> dict[str, str]:
+        """`data_for` by the store's name (what a dry run's lookups know)."""
+        data: dict[str, str] = {}
+        for write in self._writes.values():
+            if write.namespace == namespace and any(
+                s.store_name == store_name for s in write.scopes
+            ):
+                data.update(write.entries())
+        return data
 
     def stores(self) -> set[tuple[str, str]]:
         """(namespace, store name) of every store a pending write will add to."""

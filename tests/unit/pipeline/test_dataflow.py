@@ -147,9 +147,10 @@ def test_a_call_is_judged_by_its_run_and_attempt_or_by_its_callers_window() -> N
     )
     assert [s.kind for s in neither] == [ScopeKind.CALLER]
     caller = rule.judged_scopes(
-        namespace="ns", caller="a", run_id="r", attempt_id="", scope=DataFlowScope.CALLER
+        namespace="ns", caller="a", run_id="r", attempt_id="w", scope=DataFlowScope.CALLER
     )
-    assert [s.kind for s in caller] == [ScopeKind.CALLER]
+    # `scope: caller` widens: the run and attempt still count (they keep what left the window).
+    assert [s.kind for s in caller] == [ScopeKind.CALLER, ScopeKind.RUN, ScopeKind.ATTEMPT]
     # Every labelled call reaches its caller's scope, whatever the policy says later.
     kinds = [
         s.kind for s in rule.recorded_scopes(namespace="ns", caller="a", run_id="r", attempt_id="")
