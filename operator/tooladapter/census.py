@@ -154,6 +154,10 @@ class Census(Collector):
                 names.update(self.unconfirmed.get((namespace, hashed), {}).values())
         return sorted(names)
 
+    def names(self) -> set[tuple[str, str]]:
+        """(namespace, name) of every invocation the watch last saw stored."""
+        return {(row.namespace, row.name) for row in self.rows.values()}
+
     def duplicates_of(self, namespace: str, name: str) -> list[str]:
         """The calls that carry `name`'s outcome as its duplicates."""
         return sorted(

@@ -60,6 +60,17 @@ DATAFLOW_GATED = Counter(
     "by what the policy said: approve (the call waited) or deny.",
     ["tenant", "action"],
 )
+DATAFLOW_LABELS_DEFERRED = Counter(
+    "tooladapter_dataflow_labels_deferred",
+    "Ended calls whose data-flow labels could not be written to their scopes' stores at "
+    "their end: the call ended anyway, its labels pending (`status.dataFlow.pending`), "
+    "counted by the gate meanwhile and written by a retry.",
+    ["tenant"],
+)
+DATAFLOW_LABELS_PENDING = Gauge(
+    "tooladapter_dataflow_labels_pending",
+    "Ended calls whose data-flow labels wait for a retry of their write (this process).",
+)
 ARTIFACT_STORE_ERRORS = Counter(
     "tooladapter_artifact_store_errors",
     "Puts the artifact store refused or never answered (each is retried until stored).",

@@ -31,6 +31,7 @@ from tooladapter.kube.client import Kube
 from tooladapter.kube.cluster import Cluster
 from tooladapter.kube.receipt_keys import ReceiptKeeper
 from tooladapter.outbox import Outbox
+from tooladapter.pipeline.dataflow import PendingLabels
 from tooladapter.pipeline.ratelimit import RateBook
 from tooladapter.pipeline.validation.shipped import AdmissionGuard
 from tooladapter.sandbox.job import ProxyPeer
@@ -102,6 +103,8 @@ class Runtime:
     issuers: TokenIssuer | None = None
     #: Each attempt workspace's queue of calls (`attempts`).
     attempts: AttemptQueues = field(default_factory=AttemptQueues)
+    #: Data-flow labels of ended calls whose write failed: retried, and counted meanwhile.
+    pending_labels: PendingLabels = field(default_factory=PendingLabels)
     #: Calls evaluated or executed at once, fair between namespaces (`inflight`).
     #: (Sized from `settings` after construction.)
     gate: FairGate = field(default_factory=lambda: FairGate(1))

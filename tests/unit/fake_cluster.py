@@ -48,6 +48,7 @@ from tooladapter.flow import run_invocation
 from tooladapter.kube.auth import AccessVerdict
 from tooladapter.kube.claims import Claim, ClaimEnd, FencingVerdict, idempotency_claim_name
 from tooladapter.kube.client import Conflict, NotFound
+from tooladapter.kube.dataflow import StoredScope
 from tooladapter.kube.sandbox import PodOutcome
 from tooladapter.naming import LeaseNames
 from tooladapter.pipeline.hashing import canonical_json, descriptor_digest, request_hash
@@ -145,6 +146,9 @@ class FakeCluster:
         #: Secrets' base64 data by (namespace, name) (created Secrets land here too).
         self.secrets: dict[tuple[str, str], dict[str, str]] = {}
         self.config_maps: dict[tuple[str, str], dict[str, str]] = {}
+        #: ConfigMaps' labels and resourceVersions, as `merge_config_map` made them.
+        self.config_map_labels: dict[tuple[str, str], dict[str, str]] = {}
+        self.config_map_versions: dict[tuple[str, str], str] = {}
         #: RuntimeClasses the cluster has (e.g. gvisor).
         self.runtime_classes: set[str] = set()
         #: Jobs, NetworkPolicies and Secrets made through `create`: (kind, namespace, name).
@@ -547,6 +551,33 @@ class FakeCluster:
                 stored.pop(key, None)
             else:
                 stored[key] = value
+        self.config_map_labels.setdefault((namespace, name), dict(labels))
+        self.config_map_versions[(namespace, name)] = str(next(self._versions))
+
+    @seam
+    async def list_scope_stores(self, label: str) -> list[StoredScope]:
+        return [
+            StoredScope(
+                namespace=namespace,
+                name=name,
+                kind=self.config_map_labels.get((namespace, name), {}).get(label, ""),
+                data=dict(data),
+                resource_version=self.config_map_versions.get((namespace, name), "0"),
+            )
+            for (namespace, name), data in self.config_maps.items()
+            if label in self.config_map_labels.get((namespace, name), {})
+        ]
+
+    @seam
+    async def delete_scope_store(self, namespace: str, name: str, *, resource_version: str) -> bool:
+        key = (namespace, name)
+        if key not in self.config_maps or self.config_map_versions.get(key) != resource_version:
+            return False
+        del self.config_maps[key]
+        self.config_map_labels.pop(key, None)
+        self.config_map_versions.pop(key, None)
+        self.deleted.append(("ConfigMap", namespace, name))
+        return True
 
     @seam
     async def runtime_class_exists(self, name: str) -> bool:

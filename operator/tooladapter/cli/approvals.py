@@ -71,6 +71,11 @@ async def _approvals(settings: Settings) -> ExitCode:
             click.echo(f"  reason: {reason}")
         for line in carried_lines(view["carries"]):
             click.echo(line)
+        flow = view.get("dataFlow")
+        for label, calls in (flow["sources"] if flow else {}).items():
+            # The calls that brought each label into the gated sink's run (issue 42).
+            brought = ", ".join(f"{c['invocation']} ({c['tool']})" for c in calls)
+            click.echo(f"  data flow: {label} from {visible(brought)}")
         previous = view["lastApproved"]
         if previous is None:
             click.echo("  changed: first approval of this tool for this caller")

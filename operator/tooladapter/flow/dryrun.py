@@ -80,7 +80,10 @@ class CatalogLookups:
         return held if verdict.allowed else ["an earlier call"]
 
     async def scope_store(self, namespace: str, name: str) -> Mapping[str, str] | None:
-        return await self.ctx.rt.cluster.read_config_map(namespace, name)
+        stored = await self.ctx.rt.cluster.read_config_map(namespace, name)
+        # Labels whose write is pending count as the real call's gate counts them.
+        pending = self.ctx.rt.pending_labels.data_for_store(namespace, name)
+        return {**(stored or {}), **pending} if pending else stored
 
     async def allowed(self, namespace: str, caller: Caller, question: Question) -> bool:
         verdict = await self.ctx.rt.cluster.can(

@@ -386,8 +386,8 @@ async def conclude(ctx: FlowContext, *, post_event: bool = True) -> None:
     ended_at = ctx.status.ended_at or now_iso()
     descriptor = ctx.descriptor
     # Before the end is persisted: a resumed end writes them again (the same keys), and a
-    # scope never misses a label of a call whose end it can read. A failed write is retried
-    # with the end (`drive`): a label is never given up.
+    # scope never misses a label of a call whose end it can read. A failed write never holds
+    # the end: the labels stay pending (counted by the gate) and a worker writes them.
     await dataflow.bring_labels(ctx)
     if ctx.status.audit_ref is None:
         sandbox = descriptor.sandbox_spec if descriptor else None

@@ -43,7 +43,12 @@ from tooladapter.flow.context import (
     Superseded,
 )
 from tooladapter.flow.ending import cancel, finish
-from tooladapter.flow.recheck import check_not_retired, needs_recheck, recheck
+from tooladapter.flow.recheck import (
+    check_not_retired,
+    needs_recheck,
+    recheck,
+    recheck_data_flow,
+)
 from tooladapter.kube.client import Conflict, NotFound
 from tooladapter.kube.sandbox import decode_b64
 from tooladapter.model import ExecutionRecord, ToolDescriptorSpec
@@ -84,6 +89,9 @@ async def on_brokered(ctx: FlowContext) -> None:
     # An identical call may have become Uncertain while this one waited.
     await check_unconfirmed(ctx)
     check_not_retired(ctx)  # a version retired a moment ago never starts
+    # A label that arrived since the gate (or the re-check) was judged: a sink does not act
+    # on a judgement made without it.
+    await recheck_data_flow(ctx, descriptor)
     admit(ctx, descriptor)
     ctx.status.execution = ExecutionRecord(
         kind=descriptor.kind,

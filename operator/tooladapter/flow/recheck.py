@@ -28,7 +28,7 @@ from tooladapter.flow.authorization import (
     shell_verdict,
 )
 from tooladapter.flow.context import Denial, FlowContext
-from tooladapter.model import ApprovalBinding
+from tooladapter.model import ApprovalBinding, ToolDescriptorSpec
 from tooladapter.pipeline import dataflow as flowrule
 from tooladapter.pipeline.authorization import authorize, effective_class
 
@@ -103,7 +103,7 @@ def check_data_flow(ctx: FlowContext, verdict: flowrule.Verdict) -> None:
     when = (
         "after its approval was asked for"
         if ctx.status.approval_requested_at is not None
-        else "while it waited, after it was judged without them"
+        else "after it was judged without them"
     )
     raise Denial(
         Stage.APPROVAL,
@@ -111,6 +111,17 @@ def check_data_flow(ctx: FlowContext, verdict: flowrule.Verdict) -> None:
         "call again to be approved anew",
         FailureClass.POLICY_DENIED,
     )
+
+
+async def recheck_data_flow(ctx: FlowContext, descriptor: ToolDescriptorSpec) -> None:
+    """The data-flow rule once more, right before Executing, for every call (waited or not):
+    a label may arrive between the gate and the act (another call of the run ending while
+    this one was brokered, waited for capacity or for its workspace). Only a sink reads its
+    scopes (`dataflow.judge`): other calls cost nothing."""
+    effective = ctx.status.effective_class
+    if effective is None:
+        return
+    check_data_flow(ctx, await dataflow.judge(ctx, descriptor, effective))
 
 
 async def fresh_view(ctx: FlowContext) -> Catalog:

@@ -56,6 +56,7 @@ from tooladapter.model import (
     McpToolInfo,
     ToolDescriptorSpec,
 )
+from tooladapter.pipeline.dataflow import server_label_problems
 from tooladapter.pipeline.validation.credentials import check_server_credentials
 from tooladapter.runtime import Runtime
 from tooladapter.timeutil import now_iso
@@ -188,6 +189,8 @@ class McpServers:
         # The CRD cannot afford to compare each entry with the url's host; a credential that
         # names another host is never sent (`credentials_for`), and the status says so.
         problems = check_server_credentials(spec)
+        # An annotation adding data-flow labels that holds a value that is no label.
+        problems += server_label_problems(meta.get("annotations"))
         status.message = "; ".join([why.message, *problems])[:1024]
         status.conditions = [
             Condition(

@@ -17,7 +17,7 @@ from typing import Any
 from tooladapter.catalog import invocation_key, thaw
 from tooladapter.enums import InvocationState, Resource
 from tooladapter.events import namespace_ref
-from tooladapter.flow import release_finalizer, run_invocation, run_queued_invocation
+from tooladapter.flow import dataflow, release_finalizer, run_invocation, run_queued_invocation
 from tooladapter.flow.context import FINALIZER
 from tooladapter.handlers import confirmations, descriptors, policies, workers
 from tooladapter.kube.client import is_transient
@@ -89,6 +89,8 @@ def invocation_event(rt: Runtime, event: RawEvent) -> None:
         rt.interrupt_event(uid).set()
     if ended:
         rt.unfinished.pop(uid, None)
+        # Labels it still owes its scopes (a restart, a namespace taken over): taken up.
+        dataflow.observe_pending(rt, raw)
         if uid in rt.tasks:
             return
         if confirmations.needs_recording(raw):

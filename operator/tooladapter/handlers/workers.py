@@ -5,6 +5,8 @@
   possible); it is never re-executed. It also hands freed heap back to the OS.
 - sandbox reaper: Jobs, NetworkPolicies and Secrets of ended (or deleted) invocations are
   removed after a short retention; a Secret never outlives its call.
+- data-flow labels: the labels a call's end could not write to its scopes, written; the
+  scopes' stores nothing counts any more, deleted (`collect_scope_stores`).
 - retention: finished invocations are deleted a configured time after they ended, and
   idempotency claims a configured time after their winner ended (`pipeline.retention`);
   receipts stay in the artifact store, a claim keeps its winner's receiptRef, and the
@@ -25,11 +27,12 @@ from tooladapter.census import Candidate
 from tooladapter.enums import InvocationState, Resource, ToolKind
 from tooladapter.executors.sandbox import SandboxExecutor
 from tooladapter.executors.warm import WarmSandboxes
-from tooladapter.flow import run_invocation
+from tooladapter.flow import dataflow, run_invocation
 from tooladapter.kube import sandbox as ksandbox
 from tooladapter.kube.client import NotFound
 from tooladapter.memory import release_free_heap
 from tooladapter.naming import ANNOTATION_INVOCATION_REF, LABEL_INVOCATION_UID, LeaseNames
+from tooladapter.pipeline import dataflow as flowrule
 from tooladapter.pipeline.retention import claim_expired
 from tooladapter.runtime import Runtime
 from tooladapter.timeutil import parse_time
@@ -155,7 +158,9 @@ async def apply_retention(rt: Runtime) -> int:
     due = [
         c
         for c in rt.census.ended_before(datetime.now(UTC).timestamp() - seconds)
-        if rt.settings.serves(c.namespace)
+        # A call whose data-flow labels are still pending keeps them on its status: it
+        # stays until they are stored (a restart finds them there).
+        if rt.settings.serves(c.namespace) and not rt.pending_labels.holds(c.namespace, c.name)
     ]
     if not due:
         return 0
@@ -244,6 +249,50 @@ async def expire_idempotency_claims(rt: Runtime) -> int:
     return deleted
 
 
+async def write_pending_labels(rt: Runtime) -> None:
+    if len(rt.pending_labels):
+        await dataflow.retry_pending(rt)
+
+
+def stored_call(present: set[tuple[str, str]], namespace: str, name: str) -> bool:
+    return (namespace, name) in present
+
+
+async def collect_scope_stores(rt: Runtime) -> int:
+    """Delete the data-flow scope stores nothing needs any more
+    (`pipeline.dataflow.store_collectable`): a caller's once its labels left the window, a
+    run's or attempt's once its calls are gone and its newest label is older than the
+    window plus the invocations' retention. Each is deleted only as it was listed (a label
+    written since keeps it), never one a pending write will add to, and only once the
+    watch's first listing is in (a call it has not seen yet must count as present).
+    Returns how many went."""
+    if not rt.census.synced.is_set():
+        return 0
+    now = datetime.now(UTC)
+    present = rt.census.names()
+    pending = rt.pending_labels.stores()
+    deleted = 0
+    for store in await rt.cluster.list_scope_stores(flowrule.STORE_LABEL):
+        if not rt.settings.serves(store.namespace) or (store.namespace, store.name) in pending:
+            continue
+        if not flowrule.store_collectable(
+            store.kind,
+            store.data,
+            now=now,
+            window_seconds=rt.settings.dataflow_window_seconds,
+            retention_seconds=rt.settings.retention.invocation_seconds,
+            present=functools.partial(stored_call, present, store.namespace),
+        ):
+            continue
+        if await rt.cluster.delete_scope_store(
+            store.namespace, store.name, resource_version=store.resource_version
+        ):
+            deleted += 1
+    if deleted:
+        logger.info("data flow: deleted %d scope store(s) nothing counts any more", deleted)
+    return deleted
+
+
 def warm_sandboxes(rt: Runtime) -> WarmSandboxes | None:
     executor = rt.executors.get(ToolKind.SHELL)
     return executor.warm if isinstance(executor, SandboxExecutor) else None
@@ -298,6 +347,10 @@ def start_workers(rt: Runtime) -> None:
         asyncio.create_task(every(interval, reconcile_uncertain, rt, "uncertain-reconciler")),
         asyncio.create_task(every(interval, reap_sandboxes, rt, "sandbox-reaper")),
         asyncio.create_task(every(min(interval, 5), tend_warm_sandboxes, rt, "warm-sandboxes")),
+        # Data-flow labels a call's end could not write (`flow.dataflow.retry_pending`).
+        asyncio.create_task(every(min(interval, 5), write_pending_labels, rt, "dataflow-labels")),
+        # The scopes' stores are listed from the API server: at most once a minute.
+        asyncio.create_task(every(max(interval, 60), collect_scope_stores, rt, "dataflow-stores")),
         # Candidates come from the census (memory): as often as the other reconcilers.
         asyncio.create_task(every(interval, apply_retention, rt, "retention")),
         # Claims are listed from the API server: at most once a minute.

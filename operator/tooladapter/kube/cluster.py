@@ -150,6 +150,12 @@ class Cluster(Protocol):
         ...
 
     # -- sandbox objects
+    async def list_scope_stores(self, label: str) -> list[kdataflow.StoredScope]:
+        """Every data-flow scope store of the cluster (`label`: the scopes' label key)."""
+
+    async def delete_scope_store(self, namespace: str, name: str, *, resource_version: str) -> bool:
+        """Delete a scope store as listed; False when it is gone or was written since."""
+
     async def runtime_class_exists(self, name: str) -> bool: ...
 
     async def create(self, obj: Body) -> bool:
@@ -302,6 +308,14 @@ class KubeCluster:
     ) -> None:
         await kdataflow.merge_config_map(
             self.kube, namespace=namespace, name=name, data=data, labels=labels
+        )
+
+    async def list_scope_stores(self, label: str) -> list[kdataflow.StoredScope]:
+        return await kdataflow.list_stores(self.kube, label=label)
+
+    async def delete_scope_store(self, namespace: str, name: str, *, resource_version: str) -> bool:
+        return await kdataflow.delete_store(
+            self.kube, namespace=namespace, name=name, resource_version=resource_version
         )
 
     async def runtime_class_exists(self, name: str) -> bool:

@@ -5,6 +5,7 @@ repeated write is a no-op (`pipeline.dataflow` says what the keys are)."""
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 from tooladapter.kube.client import Kube, json_body
 from tooladapter.kube.errors import AlreadyExists, Conflict, NotFound, api_errors
@@ -57,3 +58,52 @@ async def read_config_map(kube: Kube, *, namespace: str, name: str) -> dict[str,
     except NotFound:
         return None
     return {str(k): str(v) for k, v in (found.get("data") or {}).items()}
+
+
+@dataclass(frozen=True)
+class StoredScope:
+    """One scope's store as listed: what the garbage collection of stores decides on."""
+
+    namespace: str
+    name: str
+    #: Its `tooladapter.dev/dataflow-scope` label: run, attempt or caller.
+    kind: str
+    data: dict[str, str]
+    #: The version listed: a store written since is not deleted.
+    resource_version: str
+
+
+async def list_stores(kube: Kube, *, label: str) -> list[StoredScope]:
+    """Every scope store of the cluster (label-selected: `label` is the scopes' label key)."""
+    with api_errors():
+        found = await json_body(
+            await kube.core.list_config_map_for_all_namespaces(
+                label_selector=f"{LABEL_MANAGED_BY}={MANAGED_BY},{label}",
+                _preload_content=False,
+            )
+        )
+    stores = []
+    for item in found.get("items") or []:
+        meta = item.get("metadata") or {}
+        stores.append(
+            StoredScope(
+                namespace=str(meta.get("namespace") or ""),
+                name=str(meta.get("name") or ""),
+                kind=str((meta.get("labels") or {}).get(label) or ""),
+                data={str(k): str(v) for k, v in (item.get("data") or {}).items()},
+                resource_version=str(meta.get("resourceVersion") or ""),
+            )
+        )
+    return stores
+
+
+async def delete_store(kube: Kube, *, namespace: str, name: str, resource_version: str) -> bool:
+    """Delete a scope's store only as it was listed (a label written since keeps it); False
+    when it was gone or changed."""
+    body = {"preconditions": {"resourceVersion": resource_version}}
+    try:
+        with api_errors():
+            await kube.core.delete_namespaced_config_map(name, namespace, body=body)
+    except (NotFound, Conflict):
+        return False
+    return True

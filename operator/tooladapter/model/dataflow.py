@@ -38,8 +38,9 @@ class PolicyDataFlow(Model):
     scope: DataFlowScope = Field(
         default=DataFlowScope.RUN,
         description="run: a call is judged by the labels of its run and attempt (its "
-        "caller's window when it names neither); caller: by every call of its caller within "
-        "TOOLADAPTER_DATAFLOW_WINDOW_SECONDS (for harnesses that let the model choose runIds).",
+        "caller's window when it names neither); caller: also by every call of its caller "
+        "within TOOLADAPTER_DATAFLOW_WINDOW_SECONDS, whatever its runId (for harnesses that "
+        "let the model choose runIds).",
     )
     on_private_and_untrusted: DataFlowAction = Field(
         default=DataFlowAction.APPROVE,
@@ -72,3 +73,7 @@ class DataFlowRecord(Model):
     """Whether the call can send data out."""
     gated: str | None = None
     """Why the call was gated (approval or denial), when it was."""
+    pending: bool | None = None
+    """True while the labels this call brought are not yet in its scopes' stores (their
+    write failed at its end): the call ended anyway, the operator retries the write and its
+    gate counts them meanwhile."""

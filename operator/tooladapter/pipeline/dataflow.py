@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -86,11 +86,13 @@ class Scope:
 def judged_scopes(
     *, namespace: str, caller: str, run_id: str, attempt_id: str, scope: DataFlowScope
 ) -> list[Scope]:
-    """The scopes a call is judged by: its run and attempt, or its caller's window when it
-    names neither or the policy says `scope: caller`."""
-    if scope is DataFlowScope.CALLER or not (run_id or attempt_id):
-        return [Scope(ScopeKind.CALLER, namespace, caller)]
+    """The scopes a call is judged by: its run and attempt, and its caller's window when it
+    names neither or the policy says `scope: caller`. `scope: caller` widens, never
+    narrows: the run and attempt still count (their labels do not leave a window), so a
+    long run is judged at least as strictly as under `scope: run`."""
     found = []
+    if scope is DataFlowScope.CALLER or not (run_id or attempt_id):
+        found.append(Scope(ScopeKind.CALLER, namespace, caller))
     if run_id:
         found.append(Scope(ScopeKind.RUN, namespace, caller, run_id))
     if attempt_id:
@@ -109,14 +111,66 @@ def recorded_scopes(*, namespace: str, caller: str, run_id: str, attempt_id: str
     return found
 
 
-def labels_of(descriptor: ToolDescriptorSpec) -> list[DataLabel]:
+#: An McpServer's annotation that adds labels to every tool bound to it, comma-separated:
+#: `tooladapter.dev/dataflow-labels: private` (a server that serves tenant data). It can only
+#: add: the descriptor's own labels (or the mcp default, `untrusted`) always stay.
+SERVER_LABELS_ANNOTATION = "tooladapter.dev/dataflow-labels"
+
+
+def server_labels(annotations: Mapping[str, str] | None) -> tuple[list[DataLabel], list[str]]:
+    """The labels an McpServer's annotation adds, and the values it holds that are no label.
+    A value that is no label (a typo of `private`, say) adds both labels: the annotation can
+    only ever add, so what it cannot read errs on the gated side (its status names it)."""
+    text = (annotations or {}).get(SERVER_LABELS_ANNOTATION)
+    if not text:
+        return [], []
+    found: set[DataLabel] = set()
+    unknown: list[str] = []
+    for part in str(text).split(","):
+        value = part.strip()
+        if not value:
+            continue
+        try:
+            found.add(DataLabel(value))
+        except ValueError:
+            unknown.append(value)
+    if unknown:
+        found |= {DataLabel.PRIVATE, DataLabel.UNTRUSTED}
+    return sorted(found), unknown
+
+
+def server_label_problems(annotations: Mapping[str, str] | None) -> list[str]:
+    """What an McpServer's status says about its labels annotation (empty: nothing wrong)."""
+    _, unknown = server_labels(annotations)
+    if not unknown:
+        return []
+    listed = ", ".join(repr(v[:64]) for v in unknown[:5])
+    return [
+        f"metadata.annotations[{SERVER_LABELS_ANNOTATION}]: {listed} is no data-flow label "
+        f"(private, untrusted): its tools count as both until it is fixed"
+    ]
+
+
+def hinted_labels(annotations: Mapping[str, object] | None) -> list[DataLabel]:
+    """Labels an MCP tool's own annotations (the server's hints) add: `openWorldHint: true`
+    says the tool reaches the open world, so what it returns is `untrusted`. Hints only add
+    (as they only raise a class)."""
+    if annotations and annotations.get("openWorldHint") is True:
+        return [DataLabel.UNTRUSTED]
+    return []
+
+
+def labels_of(
+    descriptor: ToolDescriptorSpec, *, added: Iterable[DataLabel] = ()
+) -> list[DataLabel]:
     """What a call's result is: the descriptor's `dataFlow.labels`; unset on an mcp tool,
     `untrusted` (a third-party server's answer); an explicit list (even `[]`) is what the
-    platform team reviewed and wins."""
+    platform team reviewed and wins over the default. `added`: what the tool's server adds
+    (its annotation, its hints): added, never removing one."""
     declared = descriptor.data_flow.labels if descriptor.data_flow is not None else None
     if declared is None:
-        return [DataLabel.UNTRUSTED] if descriptor.kind == ToolKind.MCP else []
-    return sorted(set(declared))
+        declared = [DataLabel.UNTRUSTED] if descriptor.kind == ToolKind.MCP else []
+    return sorted(set(declared) | set(added))
 
 
 def reach_of(
@@ -282,3 +336,155 @@ def arrived_since(before: Sequence[LabelSource], now: Sequence[LabelSource]) -> 
     waited: its approval did not see it)."""
     known = {(s.label, s.invocation) for s in before}
     return [s for s in now if (s.label, s.invocation) not in known]
+
+
+@dataclass(frozen=True)
+class LabelWrite:
+    """The labels one ended call brings into its scopes: what the end writes, and what waits
+    in `PendingLabels` while that write fails."""
+
+    namespace: str
+    invocation: str
+    uid: str
+    caller: str
+    run_id: str
+    attempt_id: str
+    tool: str
+    #: When the call ended (RFC 3339): a caller's window counts from here.
+    at: str
+    labels: tuple[DataLabel, ...]
+
+    @property
+    def scopes(self) -> list[Scope]:
+        return recorded_scopes(
+            namespace=self.namespace,
+            caller=self.caller,
+            run_id=self.run_id,
+            attempt_id=self.attempt_id,
+        )
+
+    def entries(self) -> dict[str, str]:
+        """Its data keys and values, as each of its scopes' stores holds them."""
+        value = entry_value(tool=self.tool, at=self.at)
+        return {entry_key(label, self.invocation): value for label in self.labels}
+
+
+def pending_write_of(body: Mapping[str, object]) -> LabelWrite | None:
+    """The label write an ended invocation still owes its scopes (`status.dataFlow.pending`),
+    read off its body as the watch delivers it; None when it owes none."""
+    status = body.get("status")
+    spec = body.get("spec")
+    meta = body.get("metadata")
+    if not (isinstance(status, Mapping) and isinstance(spec, Mapping)):
+        return None
+    if not isinstance(meta, Mapping):
+        return None
+    flow = status.get("dataFlow")
+    if not isinstance(flow, Mapping) or not flow.get("pending"):
+        return None
+    labels: list[DataLabel] = []
+    for text in flow.get("labels") or []:
+        try:
+            labels.append(DataLabel(str(text)))
+        except ValueError:
+            continue
+    caller = spec.get("caller")
+    tool = spec.get("tool")
+    if not labels or not isinstance(caller, Mapping) or not isinstance(tool, Mapping):
+        return None
+    return LabelWrite(
+        namespace=str(meta.get("namespace") or ""),
+        invocation=str(meta.get("name") or ""),
+        uid=str(meta.get("uid") or ""),
+        caller=str(caller.get("name") or ""),
+        run_id=str(spec.get("runId") or ""),
+        attempt_id=str(spec.get("attemptId") or ""),
+        tool=str(tool.get("id") or ""),
+        at=str(status.get("endedAt") or ""),
+        labels=tuple(sorted(set(labels))),
+    )
+
+
+class PendingLabels:
+    """Label writes that failed at their call's end, held until a retry stores them.
+
+    A call's end never waits for its labels (a scope's store that cannot be written, over
+    quota say, must not hold the call Executing forever); while they are pending the gate
+    counts them as if stored, so the labels of a call whose result the agent can already
+    read are never missing from a judgement this process makes (fail closed). The call's
+    status says `dataFlow.pending` until they are stored, so a restarted operator (or the
+    next holder of the namespace) finds them on its listing and takes them up again."""
+
+    def __init__(self) -> None:
+        self._writes: dict[tuple[str, str], LabelWrite] = {}
+
+    def __len__(self) -> int:
+        return len(self._writes)
+
+    def add(self, write: LabelWrite) -> None:
+        self._writes[(write.namespace, write.invocation)] = write
+
+    def discard(self, namespace: str, invocation: str) -> None:
+        self._writes.pop((namespace, invocation), None)
+
+    def holds(self, namespace: str, invocation: str) -> bool:
+        return (namespace, invocation) in self._writes
+
+    def writes(self) -> list[LabelWrite]:
+        return list(self._writes.values())
+
+    def data_for_store(self, namespace: str, store_name: str) -> dict[str, str]:
+        """`data_for` by the store's name (what a dry run's lookups know)."""
+        data: dict[str, str] = {}
+        for write in self._writes.values():
+            if write.namespace == namespace and any(
+                s.store_name == store_name for s in write.scopes
+            ):
+                data.update(write.entries())
+        return data
+
+    def stores(self) -> set[tuple[str, str]]:
+        """(namespace, store name) of every store a pending write will add to."""
+        return {(w.namespace, s.store_name) for w in self._writes.values() for s in w.scopes}
+
+    def data_for(self, scope: Scope) -> dict[str, str]:
+        """What the scope's store would hold once the pending writes are made."""
+        data: dict[str, str] = {}
+        for write in self._writes.values():
+            if write.namespace == scope.namespace and any(s.key == scope.key for s in write.scopes):
+                data.update(write.entries())
+        return data
+
+
+def store_collectable(
+    kind: str,
+    data: Mapping[str, str] | None,
+    *,
+    now: datetime,
+    window_seconds: int,
+    retention_seconds: int,
+    present: Callable[[str], bool],
+) -> bool:
+    """Whether a scope's store may be deleted (garbage collection of the stores).
+
+    - A caller's store: once every entry left the window (none is counted any more).
+    - A run's or an attempt's: once none of the calls behind its labels exists any more
+      (`present`: the invocation is still stored) and its newest label is older than the
+      window plus the invocations' retention. The labels so outlive their calls' retention
+      by a window: a run idle that long starts clean. With retention off (0), invocations
+      stay, and so do the stores.
+    - Anything unreadable (an unknown kind, a time that does not parse) is kept."""
+    sources = entries_of(data)
+    if kind == ScopeKind.CALLER.value:
+        return all(not within(s, now=now, window_seconds=window_seconds) for s in sources)
+    if kind not in (ScopeKind.RUN.value, ScopeKind.ATTEMPT.value) or retention_seconds <= 0:
+        return False
+    keep_for = timedelta(seconds=window_seconds + retention_seconds)
+    for source in sources:
+        try:
+            ended = parse_time(source.at)
+        except ValueError:
+            return False
+        if ended >= now - keep_for or present(source.invocation):
+            return False
+    return True

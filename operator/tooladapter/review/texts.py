@@ -191,6 +191,7 @@ def pending_view(
         "carries": carried_view(invocation, descriptors),
         "lastApproved": None,
         "changes": None,
+        "dataFlow": data_flow_view(status),
     }
     if previous is not None:
         before = _spec(previous).get("arguments") or {}
@@ -204,6 +205,26 @@ def pending_view(
         }
         view["changes"] = [c.wire() for c in diff(before, arguments)]
     return view
+
+
+def data_flow_view(status: dict[str, Any]) -> dict[str, Any] | None:
+    """For a call the data-flow rule gated: the calls that brought each label into its
+    scopes (`status.dataFlow.sources`), label by label, oldest first; None otherwise."""
+    record = status.get("dataFlow") or {}
+    if not record.get("gated"):
+        return None
+    by_label: dict[str, list[dict[str, str]]] = {}
+    for source in record.get("sources") or []:
+        by_label.setdefault(str(source.get("label") or ""), []).append(
+            {
+                "invocation": str(source.get("invocation") or ""),
+                "tool": str(source.get("tool") or ""),
+                "at": str(source.get("at") or ""),
+            }
+        )
+    for calls in by_label.values():
+        calls.sort(key=lambda c: (c["at"], c["invocation"]))
+    return {"gated": visible(str(record["gated"])), "sources": dict(sorted(by_label.items()))}
 
 
 def _require_state(

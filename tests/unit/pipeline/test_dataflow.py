@@ -147,9 +147,10 @@ def test_a_call_is_judged_by_its_run_and_attempt_or_by_its_callers_window() -> N
     )
     assert [s.kind for s in neither] == [ScopeKind.CALLER]
     caller = rule.judged_scopes(
-        namespace="ns", caller="a", run_id="r", attempt_id="", scope=DataFlowScope.CALLER
+        namespace="ns", caller="a", run_id="r", attempt_id="w", scope=DataFlowScope.CALLER
     )
-    assert [s.kind for s in caller] == [ScopeKind.CALLER]
+    # `scope: caller` widens: the run and attempt still count (they keep what left the window).
+    assert [s.kind for s in caller] == [ScopeKind.CALLER, ScopeKind.RUN, ScopeKind.ATTEMPT]
     # Every labelled call reaches its caller's scope, whatever the policy says later.
     kinds = [
         s.kind for s in rule.recorded_scopes(namespace="ns", caller="a", run_id="r", attempt_id="")
@@ -215,3 +216,123 @@ def test_policies_combine_deny_over_approve_over_allow_and_caller_over_run() -> 
         is DataFlowAction.DENY
     )
     assert decide({"scope": "caller"}, {}).dataflow_scope is DataFlowScope.CALLER
+
+
+# --------------------------------------------------------------------------- a server's word
+
+
+def test_a_servers_annotation_adds_labels_to_its_tools_and_never_removes_one() -> None:
+    annotated = {rule.SERVER_LABELS_ANNOTATION: "private"}
+    added, unknown = rule.server_labels(annotated)
+    assert (added, unknown) == ([DataLabel.PRIVATE], [])
+    # The mcp default (untrusted) stays; the annotation adds private.
+    assert rule.labels_of(tool("mcp"), added=added) == [DataLabel.PRIVATE, DataLabel.UNTRUSTED]
+    # A descriptor that says "none" (reviewed server) still gains what the server adds.
+    assert rule.labels_of(tool("mcp", dataFlow={"labels": []}), added=added) == [DataLabel.PRIVATE]
+    # Nothing a server says removes a label: an empty annotation adds nothing, removes nothing.
+    empty, _ = rule.server_labels({rule.SERVER_LABELS_ANNOTATION: ""})
+    assert rule.labels_of(tool("mcp"), added=empty) == [DataLabel.UNTRUSTED]
+    assert rule.server_labels({rule.SERVER_LABELS_ANNOTATION: " private , untrusted "})[0] == [
+        DataLabel.PRIVATE,
+        DataLabel.UNTRUSTED,
+    ]
+    assert rule.server_labels({"other": "private"}) == ([], [])
+    assert rule.server_labels(None) == ([], [])
+
+
+def test_a_value_that_is_no_label_counts_as_both_and_the_status_names_the_annotation() -> None:
+    annotated = {rule.SERVER_LABELS_ANNOTATION: "privat"}
+    assert rule.server_labels(annotated) == (
+        [DataLabel.PRIVATE, DataLabel.UNTRUSTED],
+        ["privat"],
+    )
+    (problem,) = rule.server_label_problems(annotated)
+    assert f"metadata.annotations[{rule.SERVER_LABELS_ANNOTATION}]" in problem
+    assert "'privat'" in problem
+    assert rule.server_label_problems({rule.SERVER_LABELS_ANNOTATION: "private"}) == []
+
+
+def test_an_open_world_hint_adds_untrusted_and_other_hints_add_nothing() -> None:
+    assert rule.hinted_labels({"openWorldHint": True}) == [DataLabel.UNTRUSTED]
+    assert rule.hinted_labels({"openWorldHint": "true"}) == []  # only an explicit boolean
+    assert rule.hinted_labels({"readOnlyHint": True, "openWorldHint": False}) == []
+    assert rule.hinted_labels(None) == []
+
+
+def test_a_pending_write_is_read_back_from_an_ended_calls_body() -> None:
+    flow: dict[str, object] = {"labels": ["private", "bogus"], "pending": True}
+    body = {
+        "metadata": {"namespace": "ns", "name": "read-1", "uid": "u1"},
+        "spec": {"tool": {"id": "crm"}, "caller": {"name": "a"}, "runId": "r"},
+        "status": {
+            "state": "Observed",
+            "endedAt": to_iso(NOW),
+            "dataFlow": flow,
+        },
+    }
+    write = rule.pending_write_of(body)
+    assert write is not None and write.labels == (DataLabel.PRIVATE,)
+    assert [s.kind for s in write.scopes] == [ScopeKind.CALLER, ScopeKind.RUN]
+    pending = rule.PendingLabels()
+    pending.add(write)
+    run = rule.Scope(ScopeKind.RUN, "ns", "a", "r")
+    assert list(pending.data_for(run)) == ["private.read-1"]
+    assert pending.data_for(rule.Scope(ScopeKind.RUN, "ns", "a", "other")) == {}
+    assert pending.data_for(rule.Scope(ScopeKind.RUN, "ns2", "a", "r")) == {}
+    del flow["pending"]
+    assert rule.pending_write_of(body) is None
+
+
+# --------------------------------------------------------------------------- stores collected
+
+
+def stored(*entries: tuple[str, str, datetime]) -> dict[str, str]:
+    return {
+        f"{label}.{name}": rule.entry_value(tool="t", at=to_iso(at)) for label, name, at in entries
+    }
+
+
+def collectable(kind: str, data: dict[str, str], present: set[str] | None = None) -> bool:
+    return rule.store_collectable(
+        kind,
+        data,
+        now=NOW,
+        window_seconds=3600,
+        retention_seconds=86_400,
+        present=lambda name: name in (present or set()),
+    )
+
+
+def test_a_callers_store_goes_once_every_label_left_the_window() -> None:
+    old = NOW - timedelta(seconds=3601)
+    assert collectable("caller", stored(("private", "a", old), ("untrusted", "b", old)))
+    assert not collectable("caller", stored(("private", "a", old), ("untrusted", "b", NOW)))
+    assert collectable("caller", {})
+
+
+def test_a_runs_labels_outlive_their_calls_retention_by_a_window() -> None:
+    # Retention deletes a call a day after it ended: its run's labels stay a window more.
+    after_retention = NOW - timedelta(seconds=86_400 + 60)
+    assert not collectable("run", stored(("private", "a", after_retention)))
+    long_ago = NOW - timedelta(seconds=86_400 + 3600 + 1)
+    assert collectable("run", stored(("private", "a", long_ago)))
+    assert collectable("attempt", stored(("private", "a", long_ago)))
+    # A call still stored (an unconfirmed Uncertain one, which retention keeps) keeps it.
+    assert not collectable("run", stored(("private", "a", long_ago)), present={"a"})
+    # One recent label keeps the whole store.
+    assert not collectable("run", stored(("private", "a", long_ago), ("untrusted", "b", NOW)))
+
+
+def test_what_cannot_be_read_is_kept_and_retention_off_keeps_runs() -> None:
+    long_ago = NOW - timedelta(days=30)
+    assert not collectable("nonsense", stored(("private", "a", long_ago)))
+    unreadable = {"private.a": '{"tool": "t", "at": "yesterday"}'}
+    assert not collectable("run", unreadable)
+    assert not rule.store_collectable(
+        "run",
+        stored(("private", "a", long_ago)),
+        now=NOW,
+        window_seconds=3600,
+        retention_seconds=0,
+        present=lambda _: False,
+    )

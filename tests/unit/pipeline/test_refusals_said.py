@@ -23,6 +23,7 @@ from tooladapter.mcp.core.rules import (
     standing,
 )
 from tooladapter.pipeline.conditions import invocation_conditions
+from tooladapter.pipeline.dataflow import SERVER_LABELS_ANNOTATION
 
 # ------------------------------------------------------------------ pure: standing
 
@@ -260,3 +261,15 @@ async def test_a_servers_own_refusal_text_never_reaches_a_descriptor_in_our_word
     assert "IGNORE" not in status["message"]
     assert PROBE_FAILED in status["message"] and "McpServer tools" in status["message"]
     assert all("IGNORE" not in c.get("message", "") for c in status.get("conditions") or [])
+
+
+async def test_a_servers_labels_annotation_that_is_no_label_is_named_in_its_status(
+    h: Harness,
+) -> None:
+    """`tooladapter.dev/dataflow-labels: privat` (a typo): its tools count as both labels,
+    and the server's status names the annotation and the value."""
+    body = _server("http://127.0.0.1:9/mcp")
+    body["metadata"]["annotations"] = {SERVER_LABELS_ANNOTATION: "privat"}
+    status = (await _reconcile(h, body))["status"]
+    assert f"metadata.annotations[{SERVER_LABELS_ANNOTATION}]" in status["message"]
+    assert "'privat'" in status["message"]
