@@ -199,6 +199,8 @@ def egress_lines(obj: dict[str, Any]) -> list[str]:
         except ValidationError:
             continue
     return lines
+
+
 def result_inline(status: dict[str, Any]) -> bool:
     """Whether status.result holds the whole result (else only `resultRef` does)."""
     return bool((status.get("result") or {}).get("inline", True))
