@@ -1,7 +1,7 @@
 """`tooladapter` (also `kubectl tooladapter`, `python -m tooladapter`): the command line.
 
-For agents (`tools`, `describe`, `invoke`, `dry-run`, `interrupt`), reviewers (`approvals`, `approve`,
-`reject`), operators (`confirm`, `receipts`, `receipt`) and `run`, which starts the
+For agents (`tools`, `describe`, `invoke`, `dry-run`, `interrupt`), reviewers (`approvals`,
+`approve`, `reject`), operators (`confirm`, `receipts`, `receipt`) and `run`, which starts the
 operator. Every command speaks to the API server as the user of the kubeconfig, so RBAC and
 the admission policies judge the real person or agent; one module per command group, the
 pure parts (parsing, bodies, views, diff, render, verify) apart from the I/O.
@@ -21,9 +21,9 @@ from tooladapter.cli import roles
 from tooladapter.cli.approvals import approvals, approve, reject
 from tooladapter.cli.completion import complete_var, completion
 from tooladapter.cli.confirm import confirm
-from tooladapter.cli.interrupt import interrupt_command
 from tooladapter.cli.context import Settings, common_options
 from tooladapter.cli.exitcodes import CliError, ExitCode, for_api_status
+from tooladapter.cli.interrupt import interrupt_command
 from tooladapter.cli.invoke import dry_run, invoke
 from tooladapter.cli.keys import keys
 from tooladapter.cli.receipts import receipt, receipts

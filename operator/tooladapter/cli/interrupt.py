@@ -86,9 +86,7 @@ async def _interrupt(settings: Settings, *, name: str, wait: bool, timeout: floa
 
 @click.command("interrupt")
 @common_options
-@click.argument(
-    "name", metavar="NAME", shell_complete=invocations_in(InvocationState.EXECUTING)
-)
+@click.argument("name", metavar="NAME", shell_complete=invocations_in(InvocationState.EXECUTING))
 @click.option(
     "--wait/--no-wait", default=True, show_default=True, help="Follow the call until it settles."
 )

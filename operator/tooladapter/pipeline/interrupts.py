@@ -19,7 +19,7 @@ from tooladapter.enums import InterruptStanding, InvocationState
 
 def standing(obj: Mapping[str, Any]) -> InterruptStanding:
     """Where an interrupt of `obj` (a ToolInvocation) stands."""
-    raw = (obj.get("status") or {}).get("state")
+    raw = str((obj.get("status") or {}).get("state") or "")
     try:
         ended = bool(raw) and InvocationState(raw).terminal
     except ValueError:
