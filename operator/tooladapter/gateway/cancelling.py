@@ -117,6 +117,8 @@ class McpCalls:
         except CallerApiError as exc:
             logger.info("MCP notifications/cancelled: cannot look up the call: %s", exc)
             return
+        if not found:
+            logger.info("MCP notifications/cancelled: no call of %s in flight for it", namespace)
         for obj in found:
             if standing(obj) is InterruptStanding.REQUESTED:
                 name = str((obj.get("metadata") or {}).get("name") or "")
