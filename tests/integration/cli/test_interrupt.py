@@ -137,8 +137,8 @@ def test_ctrl_c_on_invoke_asks_and_yes_interrupts_the_call(
     tmp_path: Path,
 ) -> None:
     name = unique("ctrl-c-yes")
-    term = Terminal(Cli(tmp_path, api, agent), "invoke", long_tool, "--name", name,
-                    "--arg", "command=sleep 300")  # fmt: skip
+    args = ("invoke", long_tool, "--name", name, "--arg", "command=sleep 300")
+    term = Terminal(Cli(tmp_path, api, agent), *args)
     term.until("state: Executing")
     _started(api, ns.name, name)
     term.ctrl_c()
@@ -198,7 +198,7 @@ def test_interrupt_on_exit_interrupts_on_the_first_ctrl_c_without_a_terminal(
             "--arg",
             "command=sleep 300",
             "--interrupt-on-exit",
-        ],  # fmt: skip
+        ],
         env=Cli(tmp_path, api, agent).env(),
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,

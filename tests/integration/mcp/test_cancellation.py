@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from typing import Any
 
 import pytest
 from kubernetes import client
@@ -22,9 +23,10 @@ SETTLED = {"Cancelled", "Uncertain"}
 
 
 def _the_call(api: client.ApiClient, namespace: str) -> str | None:
-    items = custom(api).list_namespaced_custom_object(
+    listed: dict[str, Any] = custom(api).list_namespaced_custom_object(  # type: ignore[assignment]  # the client returns the JSON as a dict
         "tooladapter.dev", "v1alpha1", namespace, "toolinvocations"
-    )["items"]
+    )
+    items = listed["items"]
     return str(items[0]["metadata"]["name"]) if len(items) == 1 else None
 
 
