@@ -93,6 +93,8 @@ class Terminal:
         except OSError:
             pass
         os.close(self.master)
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
         return code
 
 
