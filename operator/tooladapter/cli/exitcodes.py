@@ -28,7 +28,8 @@ class ExitCode(IntEnum):
     CANCELLED = 6
     """The call was Cancelled (interrupted)."""
     PENDING = 7
-    """Not finished within --timeout (still waiting, e.g. for an approval)."""
+    """Not finished within --timeout (still waiting, e.g. for an approval), or left running
+    by a second Ctrl-C on `invoke`: the call goes on."""
     NOT_FOUND = 8
     """No such tool, invocation or receipt."""
     FORBIDDEN = 9
