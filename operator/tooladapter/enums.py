@@ -140,6 +140,17 @@ TERMINAL_STATES = frozenset(
 )
 
 
+class InterruptStanding(StrEnum):
+    """Where a request to interrupt a call stands (`pipeline.interrupts`)."""
+
+    #: Not yet asked and not ended: `spec.interrupt` is set now.
+    REQUESTED = "requested"
+    #: Asked already (by anyone) and not ended yet: nothing more to write.
+    ALREADY_REQUESTED = "already-requested"
+    #: The call is in a terminal state: an interrupt changes nothing (409 at the gateway).
+    ENDED = "ended"
+
+
 class PreviewVerdict(StrEnum):
     """What a real call with the same spec would do now (`status.preview.verdict`)."""
 

@@ -32,14 +32,18 @@ def token_of(agent: Agent) -> str:
 
 
 @asynccontextmanager
-async def mcp_client(url: str, token: str | None, *, timeout: float = 120) -> AsyncIterator[Client]:
+async def mcp_client(
+    url: str, token: str | None, *, timeout: float = 120, mode: str = "auto"
+) -> AsyncIterator[Client]:
+    """The SDK's client; `mode`: "auto" (the newest era both speak), "legacy" (the
+    initialize handshake) or a protocol version."""
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     http = httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(timeout), trust_env=False)
     async with (
         http,
         Client(
             streamable_http_client(url, http_client=http),
-            mode="auto",
+            mode=mode,
             cache=None,
             read_timeout_seconds=timeout,
         ) as session,

@@ -1,10 +1,11 @@
 """`tooladapter` (also `kubectl tooladapter`, `python -m tooladapter`): the command line.
 
-For agents (`tools`, `describe`, `invoke`, `dry-run`, `result`), reviewers (`approvals`, `approve`,
-`reject`), operators (`confirm`, `receipts`, `receipt`) and `run`, which starts the
-operator. Every command speaks to the API server as the user of the kubeconfig, so RBAC and
-the admission policies judge the real person or agent; one module per command group, the
-pure parts (parsing, bodies, views, diff, render, verify) apart from the I/O.
+For agents (`tools`, `describe`, `invoke`, `dry-run`, `result`, `interrupt`), reviewers
+(`approvals`, `approve`, `reject`), operators (`confirm`, `receipts`, `receipt`) and `run`,
+which starts the operator. Every command speaks to the API server as the user of the
+kubeconfig, so RBAC and the admission policies judge the real person or agent; one module
+per command group, the pure parts (parsing, bodies, views, diff, render, verify) apart from
+the I/O.
 
 Exit codes are `exitcodes.ExitCode`: an API error maps by its HTTP status, a call by its
 terminal state.
@@ -23,6 +24,7 @@ from tooladapter.cli.completion import complete_var, completion
 from tooladapter.cli.confirm import confirm
 from tooladapter.cli.context import Settings, common_options
 from tooladapter.cli.exitcodes import CliError, ExitCode, for_api_status
+from tooladapter.cli.interrupt import interrupt_command
 from tooladapter.cli.invoke import dry_run, invoke
 from tooladapter.cli.keys import keys
 from tooladapter.cli.receipts import receipt, receipts
@@ -64,6 +66,7 @@ for command in (
     invoke,
     dry_run,
     result,
+    interrupt_command,
     approvals,
     approve,
     reject,

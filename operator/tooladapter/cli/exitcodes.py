@@ -28,8 +28,8 @@ class ExitCode(IntEnum):
     CANCELLED = 6
     """The call was Cancelled (interrupted)."""
     PENDING = 7
-    """Not finished within --timeout (still waiting, e.g. for an approval); `result` of a
-    call that has not ended."""
+    """Not finished within --timeout (still waiting, e.g. for an approval), or left running
+    by a second Ctrl-C on `invoke`: the call goes on; `result` of a call that has not ended."""
     NOT_FOUND = 8
     """No such tool, invocation, receipt, result or workspace."""
     FORBIDDEN = 9

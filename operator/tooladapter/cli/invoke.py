@@ -25,6 +25,7 @@ from tooladapter.cli.exitcodes import CliError, ExitCode, for_outcome
 from tooladapter.cli.follow import PREVIEWED, StageDisplay, follow_until_finished
 from tooladapter.cli.parsing import name_prefix, parse_arguments
 from tooladapter.cli.render import cell
+from tooladapter.cli.stopping import follow_stoppable
 from tooladapter.enums import InvocationState, Resource
 from tooladapter.kube.errors import UserApiError
 from tooladapter.kube.user import UserApi
@@ -101,6 +102,7 @@ async def _call(
     *,
     idempotency_key: str | None = None,
     dry_run: bool = False,
+    interrupt_on_exit: bool = False,
 ) -> ExitCode:
     tool_id, timeout = call.tool_id, call.timeout
     arguments = parse_arguments(call.pairs, call.args_json)
@@ -143,10 +145,30 @@ async def _call(
             tty=stderr_is_tty(),
             namespace=api.namespace,
         )
-        final, done = await follow_until_finished(
-            api, created_name, timeout=timeout, display=display, dry_run=dry_run
-        )
-    return _report(settings, final or created, finished=done, dry_run=dry_run, timeout=timeout)
+        if dry_run:
+            final, done = await follow_until_finished(
+                api, created_name, timeout=timeout, display=display, dry_run=dry_run
+            )
+            left = False
+        else:
+            # Ctrl-C asks whether to interrupt the call (`cli.stopping`).
+            followed = await follow_stoppable(
+                api,
+                created_name,
+                timeout=timeout,
+                display=display,
+                interrupt_on_exit=interrupt_on_exit,
+                write=lambda text: click.echo(text, err=True, nl=False),
+            )
+            final, done, left = followed.obj, followed.finished, followed.left_running
+    return _report(
+        settings,
+        final or created,
+        finished=done,
+        dry_run=dry_run,
+        timeout=timeout,
+        left_running=left,
+    )
 
 
 def _report(
@@ -156,8 +178,10 @@ def _report(
     finished: bool,
     dry_run: bool,
     timeout: float | None = None,
+    left_running: bool = False,
 ) -> ExitCode:
-    """Print the outcome and choose the exit code."""
+    """Print the outcome and choose the exit code (`left_running`: a person stopped
+    following; what goes on was said then)."""
     status = obj.get("status") or {}
     state = status.get("state")
     if dry_run and state == PREVIEWED:
@@ -174,7 +198,7 @@ def _report(
     if not finished:
         if timeout is None:
             click.echo(name)  # --no-wait: the name, for the next command
-        else:
+        elif not left_running:
             click.echo(
                 f"{name}: still {state or 'not evaluated'} after {timeout:.0f}s; "
                 "the call goes on (follow it with kubectl get ti -w)",
@@ -227,16 +251,35 @@ def _report(
 @click.option(
     "--idempotency-key", help="spec.idempotencyKey: the same key (per caller) executes once."
 )
+@click.option(
+    "--interrupt-on-exit",
+    is_flag=True,
+    help="Interrupt the call, without asking, when the command stops following it before it "
+    "ended: Ctrl-C, SIGTERM or --timeout (for scripts; on a terminal Ctrl-C asks).",
+)
 @click.pass_obj
-def invoke(settings: Settings, call: Call, idempotency_key: str | None) -> ExitCode:
+def invoke(
+    settings: Settings, call: Call, idempotency_key: str | None, interrupt_on_exit: bool
+) -> ExitCode:
     """Call TOOL as yourself: create the ToolInvocation, follow its stages, print the result.
 
     With -o json the outcome (state, result, usage, receiptRef, ...) is printed as JSON; the
     stage lines always go to stderr. A result too large to inline in the call's status is
     not printed: `tooladapter result NAME` prints it whole. Exit code: the call's end (0
     Observed, 11 Observed with a tool error, 3 Denied, 4 Failed, 5 Uncertain, 6 Cancelled, 7
-    still running after --timeout); a duplicate exits as its first call did."""
-    return run_async(_call(settings, call, idempotency_key=idempotency_key))
+    still running after --timeout or left running); a duplicate exits as its first call did.
+
+    Ctrl-C while following: on a terminal it asks whether to interrupt the call (y: the
+    call is interrupted and followed until it settles); a second Ctrl-C, or the first one
+    without a terminal, stops following and says the call keeps running."""
+    return run_async(
+        _call(
+            settings,
+            call,
+            idempotency_key=idempotency_key,
+            interrupt_on_exit=interrupt_on_exit,
+        )
+    )
 
 
 @click.command("dry-run")

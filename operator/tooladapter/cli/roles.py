@@ -54,6 +54,7 @@ COMMAND_ROLES: Final[dict[str, str]] = {
     "describe": "tooladapter-requester",
     "invoke": "tooladapter-requester",
     "dry-run": "tooladapter-requester",
+    "interrupt": "tooladapter-requester",
     "receipts": "tooladapter-requester",
     "result": "tooladapter-requester",
     "approvals": "tooladapter-reviewer",

@@ -23,6 +23,7 @@ from typing import Any, Final
 from tooladapter.artifacts import Space
 from tooladapter.enums import InvocationState, Resource
 from tooladapter.gateway.auth import too_many
+from tooladapter.gateway.cancelling import CallTracker
 from tooladapter.gateway.context import Caller, Deps
 from tooladapter.gateway.doors import Busy
 from tooladapter.gateway.tools import invocable
@@ -114,7 +115,13 @@ def _refused(namespace: str, exc: CallerApiError) -> dict[str, Any]:
 
 
 async def _call_tool(
-    deps: Deps, caller: Caller, call: ToolCall, *, progress: Progress, elicit: Elicit | None
+    deps: Deps,
+    caller: Caller,
+    call: ToolCall,
+    *,
+    progress: Progress,
+    elicit: Elicit | None,
+    tracker: CallTracker | None,
 ) -> dict[str, Any]:
     namespace, tool_id, options = call.namespace, call.tool_id, call.options
     versions = (await invocable(deps, caller, namespace)).get(tool_id)
@@ -133,7 +140,10 @@ async def _call_tool(
     follower = _Follower(deps, caller, namespace, entry, progress, timeout, elicit)
     username = caller.identity.username
     if elicit is not None and elicit.resume is not None:
-        return await follower.follow(await _resumed(caller, namespace, elicit), hand_back=False)
+        resumed = await _resumed(caller, namespace, elicit)
+        if tracker is not None:
+            await tracker.bound(caller, namespace, _name(resumed))
+        return await follower.follow(resumed, hand_back=False)
     body = call.body(version=version, username=username, groups=caller.identity.groups)
     hashed = request_hash(
         namespace=namespace,
@@ -142,7 +152,7 @@ async def _call_tool(
         arguments=body["spec"]["arguments"],
     )
     label = request_label(username, hashed)
-    body["metadata"]["labels"] = {REQUEST_LABEL: label}
+    body["metadata"]["labels"] = {REQUEST_LABEL: label, **(tracker.label if tracker else {})}
     if elicit is not None:
         # The same request coming back attaches to the call that waits (or was decided
         # moments ago): never a second invocation, never a second approval to ask for.
@@ -170,12 +180,28 @@ async def _call_tool(
         found = newest_attachable(items, repeated)
         if found is not None:
             await follower.report(f"attached to {_name(found)}, which waits for this request")
+            if tracker is not None:
+                await tracker.bound(caller, namespace, _name(found))
             return await follower.follow(dict(found), hand_back=False)
+    # Shielded: a request cut off while its create is under way still learns the name it
+    # may have to interrupt (`CallTracker.creating`).
+    creating = asyncio.ensure_future(caller.api.create(Resource.INVOCATIONS, namespace, body))
+    creating.add_done_callback(_retrieved)
+    if tracker is not None:
+        tracker.creating = creating
     try:
-        created = await caller.api.create(Resource.INVOCATIONS, namespace, body)
+        created = await asyncio.shield(creating)
     except CallerApiError as exc:
         return _refused(namespace, exc)
+    if tracker is not None:
+        await tracker.bound(caller, namespace, _name(created))
     return await follower.follow(created, hand_back=elicit is not None)
+
+
+def _retrieved(done: asyncio.Future[Any]) -> None:
+    """A create nobody awaits any more (its request was cut off) fails quietly."""
+    if not done.cancelled():
+        done.exception()
 
 
 async def _expiries(deps: Deps, namespace: str, names: list[str]) -> dict[str, datetime]:
@@ -219,18 +245,31 @@ async def call_tool(
     *,
     progress: Progress,
     elicit: Elicit | None = None,
+    tracker: CallTracker | None = None,
 ) -> dict[str, Any]:
     """The tools/call result (MCP wire form) of `call` as `caller`: a follow,
     held against the caller's and the namespace's stream caps (`doors`) from before the
-    invocation is created (beyond them: a 429 `ProblemError`, and nothing created)."""
+    invocation is created (beyond them: a 429 `ProblemError`, and nothing created).
+    `tracker`: how the client cancels this call (`gateway.cancelling`); a request cut off
+    before its answer tells it so."""
     try:
         held = deps.doors.take_stream(caller.identity.username, [call.namespace])
     except Busy as exc:
         raise too_many(exc) from None
+    cut = True
     try:
-        return await _call_tool(deps, caller, call, progress=progress, elicit=elicit)
+        answer = await _call_tool(
+            deps, caller, call, progress=progress, elicit=elicit, tracker=tracker
+        )
+        cut = False
+        return answer
+    except BaseException as exc:
+        cut = isinstance(exc, asyncio.CancelledError)
+        raise
     finally:
         deps.doors.give(held)
+        if tracker is not None:
+            tracker.ended(caller, call.namespace, answered=not cut)
 
 
 class _Follower:

@@ -22,6 +22,9 @@ and namespace travel in the ASGI scope's `state`.
   error (-32042) with that URL; the same request coming back attaches to the waiting call
   (`calls.call_tool`). Stateless as ever: the 2025 era's capabilities travel in an
   `Mcp-Session-Id` the gateway seals at initialize (no session is kept anywhere).
+- Cancellation (`mcp.core.cancels`, `gateway.cancelling`): a handshake-era client's
+  `notifications/cancelled` for its in-flight tools/call, and a 2026-07-28 client's closing
+  of the call's response stream, interrupt the call's invocation (as the caller).
 - `subscriptions/listen` (2026-07-28): `notifications/tools/list_changed` when the
   caller's tool list changes (`listen.py`); every tool's `_meta` carries its descriptor
   digest, so any client sees a changed tool when it lists again.
@@ -50,7 +53,7 @@ from mcp.server.request_state import (
 )
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.shared.exceptions import MCPError, UrlElicitationRequiredError
-from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
 
 from tooladapter.gateway.asgi import AsgiApp, Message, Receive, Scope, Send, serve_asgi
 from tooladapter.gateway.bodies import read_body
@@ -61,6 +64,7 @@ from tooladapter.gateway.calls import (
     UnknownTool,
     call_tool,
 )
+from tooladapter.gateway.cancelling import CallTracker, McpCalls
 from tooladapter.gateway.context import Caller, Deps, caller_of, deps_of
 from tooladapter.gateway.errors import ProblemError
 from tooladapter.gateway.listen import serve_listen
@@ -80,6 +84,7 @@ from tooladapter.mcp.core.approvals import (
     approval_link,
     elicitation_message,
 )
+from tooladapter.mcp.core.cancels import call_key, cancelled_request_ids
 
 logger = logging.getLogger("tooladapter.gateway")
 
@@ -105,6 +110,10 @@ INSTRUCTIONS: Final = (
 
 
 _URL_KEY: Final = "tooladapter.url-elicitation"
+#: The scope state's client session (from the sealed `Mcp-Session-Id`; "" without one).
+_SESSION_KEY: Final = "tooladapter.session"
+#: The scope state's table of calls in flight (`gateway.cancelling.McpCalls`).
+_CALLS_KEY: Final = "tooladapter.calls"
 #: The 2025-11-25 era's sealed capabilities (`Mcp-Session-Id`) last this long.
 SESSION_TOKEN_SECONDS: Final = 24 * 3600
 SESSION_HEADER: Final = "mcp-session-id"
@@ -203,13 +212,16 @@ async def _call_tool(
         wire = dry_run_result(preview.sparse_wire(), namespace=namespace, tool_id=params.name)
         return types.CallToolResult.model_validate(wire)
     elicit = _elicit(ctx, params, deps, caller, namespace)
+    tracker = _tracker(ctx, caller, namespace)
 
     async def progress(value: float, total: float | None, message: str | None) -> None:
         # A no-op unless the client asked for progress (a progressToken in _meta).
         await ctx.session.report_progress(value, total, message)
 
     try:
-        wire = await call_tool(deps, caller, call, progress=progress, elicit=elicit)
+        wire = await call_tool(
+            deps, caller, call, progress=progress, elicit=elicit, tracker=tracker
+        )
     except AwaitingReviewer as waiting:
         return _hand_back(ctx, deps, caller, waiting.obj)
     except StateMismatch as exc:
@@ -225,6 +237,22 @@ async def _call_tool(
     except ProblemError as exc:
         raise _mcp_error(exc) from exc
     return types.CallToolResult.model_validate(wire)
+
+
+def _tracker(ctx: ServerRequestContext[Any], caller: Caller, namespace: str) -> CallTracker | None:
+    """How this call is cancelled (`mcp.core.cancels`): in 2026-07-28 by closing its
+    response stream; before, by `notifications/cancelled` naming its id in this session."""
+    state = _scope_state(ctx)
+    calls = state.get(_CALLS_KEY)
+    if not isinstance(calls, McpCalls):
+        return None
+    if _modern(ctx):
+        return CallTracker(calls, None, closing_cancels=True)
+    if ctx.request_id is None:
+        return None
+    session = str(state.get(_SESSION_KEY) or "")
+    key = call_key(namespace, caller.identity.username, session, ctx.request_id)
+    return CallTracker(calls, key, closing_cancels=False)
 
 
 async def _listen(
@@ -311,22 +339,36 @@ class SessionSeal:
             "u": username,
             "url": url,
             "exp": time.time() + SESSION_TOKEN_SECONDS,
+            # Names the session: a cancellation names a request id of its own session.
+            "sid": os.urandom(12).hex(),
         }
         return self._codec.seal(json.dumps(claims, sort_keys=True).encode())
 
-    def url_capable(self, token: str, *, namespace: str, username: str) -> bool:
+    def opened(self, token: str, *, namespace: str, username: str) -> dict[str, Any] | None:
+        """The token's claims when it is this caller's, in this namespace, and not expired."""
         try:
             claims = json.loads(self._codec.unseal(token))
         except (InvalidRequestState, ValueError):
-            return False
-        return (
+            return None
+        if (
             isinstance(claims, dict)
             and claims.get("ns") == namespace
             and claims.get("u") == username
-            and claims.get("url") is True
             and isinstance(claims.get("exp"), int | float)
             and time.time() < claims["exp"]
-        )
+        ):
+            return claims
+        return None
+
+    def url_capable(self, token: str, *, namespace: str, username: str) -> bool:
+        claims = self.opened(token, namespace=namespace, username=username)
+        return claims is not None and claims.get("url") is True
+
+    def session_id(self, token: str, *, namespace: str, username: str) -> str:
+        """The session's id ("" for a token that does not open, or carries none)."""
+        claims = self.opened(token, namespace=namespace, username=username)
+        sid = claims.get("sid") if claims is not None else None
+        return sid if isinstance(sid, str) else ""
 
 
 def _initialize_declares_url(body: bytes) -> bool | None:
@@ -386,6 +428,8 @@ class McpEndpoint:
         self.manager = StreamableHTTPSessionManager(
             app=self.server, stateless=True, json_response=False
         )
+        #: The handshake-era calls in flight here, for their clients' cancellations.
+        self.calls = McpCalls()
         self._ready = asyncio.Event()
         self._stop = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -405,7 +449,13 @@ class McpEndpoint:
             self._ready.set()
             await self._stop.wait()
 
+    def stopping(self) -> None:
+        """Requests cut off from now on are cut by the shutdown, not by their clients."""
+        self.calls.stopping = True
+
     async def stop(self) -> None:
+        self.stopping()
+        await self.calls.drain()
         self._stop.set()
         if self._task is not None:
             try:
@@ -417,7 +467,8 @@ class McpEndpoint:
         namespace = request.match_info["namespace"]
         caller = caller_of(request)
         username = caller.identity.username
-        state: dict[str, Any] = {_STATE_KEY: (deps_of(request), caller, namespace)}
+        deps = deps_of(request)
+        state: dict[str, Any] = {_STATE_KEY: (deps, caller, namespace), _CALLS_KEY: self.calls}
         if request.method != "POST":
             # No session is kept: nothing to stream (GET) or end (DELETE), with a sealed
             # session token or without one. The SDK's stateless transport would hold a GET
@@ -425,10 +476,20 @@ class McpEndpoint:
             # left, with nothing ever to send on it.
             raise web.HTTPMethodNotAllowed(request.method, ["POST"])
         token = request.headers.get(SESSION_HEADER)
+        session = ""
         if token is not None:
             state[_URL_KEY] = self.sessions.url_capable(
                 token, namespace=namespace, username=username
             )
+            session = self.sessions.session_id(token, namespace=namespace, username=username)
+        state[_SESSION_KEY] = session
+        era = request.headers.get("mcp-protocol-version")
+        if era is None or era in HANDSHAKE_PROTOCOL_VERSIONS:
+            # The SDK acknowledges a notification and may drop it before its (stateless,
+            # per-request) session reads it: the cancellation is applied here, first.
+            for request_id in cancelled_request_ids(await read_body(request)):
+                key = call_key(namespace, username, session, request_id)
+                await self.calls.cancel(caller, namespace, key)
         app: AsgiApp = self.manager.handle_request
         if request.method == "POST" and not request.headers.get("mcp-protocol-version"):
             declared = _initialize_declares_url(await read_body(request))

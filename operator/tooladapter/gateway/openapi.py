@@ -73,6 +73,11 @@ OBJECT_NAME: Final = path_param(
     {"type": "string", "pattern": NAME_PATTERN, "maxLength": 253},
     "The ToolInvocation's name.",
 )
+OBJECT_NAME_OR_UID: Final = path_param(
+    "name",
+    {"type": "string", "pattern": NAME_PATTERN, "maxLength": 253},
+    "The ToolInvocation's name, or its uid (metadata.uid): a name is tried first.",
+)
 TOOL_ID: Final = path_param(
     "toolId",
     {"type": "string", "pattern": r"^[a-z0-9]([-a-z0-9._]{0,61}[a-z0-9])?$", "maxLength": 63},

@@ -200,6 +200,7 @@ class Gateway:
         )
 
     async def stop(self) -> None:
+        self.mcp.stopping()  # calls cut off by the shutdown are not their clients' cancels
         if self.listener is not None:
             self.listener.close()
             self.listener = None

@@ -95,6 +95,19 @@ class CustomObjects:
             self.custom.create_namespaced_custom_object, namespace, plural, body, **params
         )
 
+    async def merge_patch(
+        self, plural: str, namespace: str, name: str, patch: dict[str, Any]
+    ) -> dict[str, Any]:
+        """A JSON merge patch of the object itself (spec, metadata); admission decides."""
+        return await self._call(
+            self.custom.patch_namespaced_custom_object,
+            namespace,
+            plural,
+            name,
+            patch,
+            _content_type="application/merge-patch+json",
+        )
+
     async def merge_patch_status(
         self, plural: str, namespace: str, name: str, status: dict[str, Any]
     ) -> dict[str, Any]:

@@ -1,5 +1,5 @@
-"""`/namespaces/{namespace}/tool-invocations/{name}`: read a call, its whole result, confirm
-its effect.
+"""`/namespaces/{namespace}/tool-invocations/{name}`: read a call (by name, else by uid), its
+whole result, interrupt it, confirm its effect.
 
 All act with the caller's token. The result is read from the artifact store (status holds
 it inline only when small, `TOOLADAPTER_INLINE_RESULT_BYTES`), and only after the call
@@ -8,7 +8,14 @@ result, no one else (the API server decides; any refusal or error refuses).
 
 A confirmation is the same status patch a person makes with kubectl
 (`status.effectConfirmation`, `confirmedBy` = the caller), so the admission policy decides
-who may confirm, and the operator records it on a new receipt.
+who may confirm, and the operator records it on a new receipt. An interrupt is the same
+`spec.interrupt` patch (`kube.interrupts`): the interrupt admission policy decides who may
+(the call's own caller, or `update` on `toolinvocations/interrupt`).
+
+Reading by uid (the reference's GetToolInvocation takes an id): a name is tried first; a
+uid-shaped value that names nothing is looked up among the namespace's invocations with the
+operator's own client, and the invocation found is then read with the caller's token, so
+the caller's rights are exactly those of a read by name.
 """
 
 from __future__ import annotations
@@ -19,15 +26,26 @@ from typing import Any, Final
 from aiohttp import web
 
 from tooladapter.artifacts import CorruptArtifact, Space
-from tooladapter.enums import TERMINAL_STATES, InvocationState, Resource
+from tooladapter.enums import TERMINAL_STATES, InterruptStanding, InvocationState, Resource
 from tooladapter.gateway import params
 from tooladapter.gateway.bodies import json_body
 from tooladapter.gateway.context import caller_of, deps_of
 from tooladapter.gateway.errors import ProblemError, from_api
-from tooladapter.gateway.openapi import NAMESPACE, OBJECT_NAME, SECURITY, ok, problems, ref
-from tooladapter.gateway.views.problems import ProblemKind
+from tooladapter.gateway.openapi import (
+    NAMESPACE,
+    OBJECT_NAME,
+    OBJECT_NAME_OR_UID,
+    SECURITY,
+    ok,
+    problems,
+    ref,
+)
+from tooladapter.gateway.views.problems import ProblemKind, kind_for_api_status
 from tooladapter.gateway.views.tools import invocation_view
 from tooladapter.kube.callers import CallerApiError
+from tooladapter.kube.client import Kube
+from tooladapter.kube.errors import KubeError
+from tooladapter.kube.interrupts import interrupt
 from tooladapter.pipeline.hashing import SHA256_PREFIX
 
 MAX_EVIDENCE: Final = 4096
@@ -36,10 +54,30 @@ PATHS: Final[dict[str, Any]] = {
     "/namespaces/{namespace}/tool-invocations/{name}": {
         "get": {
             "operationId": "getToolInvocation",
-            "summary": "One invocation with its pipeline stages, sandbox lease and receipt.",
+            "summary": "One invocation with its pipeline stages, sandbox lease and receipt, "
+            "by name, else by uid (metadata.uid); read with the caller's rights either way.",
+            "security": SECURITY,
+            "parameters": [NAMESPACE, OBJECT_NAME_OR_UID],
+            "responses": {**ok(ref("Invocation"), "The invocation"), **problems()},
+        }
+    },
+    "/namespaces/{namespace}/tool-invocations/{name}/interrupt": {
+        "post": {
+            "operationId": "interruptToolInvocation",
+            "summary": "Interrupt a call that has not ended (spec.interrupt, written as the "
+            "caller: its own caller, or people with update on toolinvocations/interrupt). "
+            "It settles Cancelled when nothing outside its sandbox can have happened, else "
+            "Observed or Uncertain; follow it with GET. No body.",
             "security": SECURITY,
             "parameters": [NAMESPACE, OBJECT_NAME],
-            "responses": {**ok(ref("Invocation"), "The invocation"), **problems()},
+            "responses": {
+                **ok(
+                    ref("Invocation"),
+                    "The interrupt is recorded (or was already); the call settles next",
+                    202,
+                ),
+                **problems(409),
+            },
         }
     },
     "/namespaces/{namespace}/tool-invocations/{name}/result": {
@@ -80,13 +118,60 @@ PATHS: Final[dict[str, Any]] = {
 }
 
 
+async def _name_of_uid(kube: Kube, namespace: str, uid: str) -> str | None:
+    """The name of the invocation whose uid is `uid`, from the operator's own listing (no
+    field selector reaches metadata.uid); None when there is none."""
+    try:
+        async for obj in kube.iter_custom(Resource.INVOCATIONS, namespace):
+            meta = obj.get("metadata") or {}
+            if meta.get("uid") == uid:
+                return str(meta.get("name") or "") or None
+    except KubeError as exc:
+        raise ProblemError(
+            ProblemKind.UPSTREAM, f"looking up uid {uid}: the API server did not answer"
+        ) from exc
+    return None
+
+
 async def get_invocation(request: web.Request) -> web.Response:
+    namespace, key = params.namespace(request), params.object_name(request)
+    caller = caller_of(request)
+    try:
+        obj = await caller.api.get(Resource.INVOCATIONS, namespace, key)
+    except CallerApiError as exc:
+        if exc.status != 404 or not params.is_uid(key):
+            raise from_api(exc, f"reading tool invocation {namespace}/{key}") from exc
+        name = await _name_of_uid(deps_of(request).kube, namespace, key)
+        if name is None:
+            raise from_api(
+                exc, f"reading tool invocation {namespace}/{key} (no name nor uid {key})"
+            ) from exc
+        try:
+            obj = await caller.api.get(Resource.INVOCATIONS, namespace, name)
+        except CallerApiError as again:
+            # The caller's own read decides; a refusal does not name the invocation.
+            if again.status in (403, 404):
+                raise ProblemError(
+                    kind_for_api_status(again.status),
+                    f"the tool invocation with uid {key} in {namespace}: "
+                    + ("the caller may not read it" if again.status == 403 else "not found"),
+                ) from again
+            raise from_api(again, f"reading the tool invocation with uid {key}") from again
+    return web.json_response(invocation_view(obj))
+
+
+async def interrupt_invocation(request: web.Request) -> web.Response:
     namespace, name = params.namespace(request), params.object_name(request)
     try:
-        obj = await caller_of(request).api.get(Resource.INVOCATIONS, namespace, name)
+        done = await interrupt(caller_of(request).api.objects, namespace, name)
     except CallerApiError as exc:
-        raise from_api(exc, f"reading tool invocation {namespace}/{name}") from exc
-    return web.json_response(invocation_view(obj))
+        raise from_api(exc, f"interrupting tool invocation {namespace}/{name}") from exc
+    if done.standing is InterruptStanding.ENDED:
+        state = (done.obj.get("status") or {}).get("state")
+        raise ProblemError(
+            ProblemKind.CONFLICT, f"{name} already ended ({state}): there is nothing to interrupt"
+        )
+    return web.json_response(invocation_view(done.obj), status=202)
 
 
 async def get_result(request: web.Request) -> web.Response:
@@ -184,6 +269,9 @@ def add_routes(app: web.Application) -> None:
     )
     app.router.add_get(
         "/namespaces/{namespace}/tool-invocations/{name}/result", get_result, allow_head=False
+    )
+    app.router.add_post(
+        "/namespaces/{namespace}/tool-invocations/{name}/interrupt", interrupt_invocation
     )
     app.router.add_post(
         "/namespaces/{namespace}/tool-invocations/{name}/confirm-effect", confirm_effect
