@@ -17,7 +17,7 @@ from typing import Any
 
 import kopf
 
-from tooladapter import GROUP, identity, tracing
+from tooladapter import GROUP, identity, reloading, tracing
 from tooladapter.artifacts import open_store
 from tooladapter.catalog import Catalog
 from tooladapter.egress.core.rules import parse_hosts_override
@@ -48,6 +48,7 @@ from tooladapter.outbox import Outbox
 from tooladapter.runtime import Runtime
 from tooladapter.sandbox.job import ProxyPeer
 from tooladapter.settings import EgressSettings, Settings
+from tooladapter.settings.live import LiveSettings
 
 logger = logging.getLogger("tooladapter")
 
@@ -115,6 +116,12 @@ def configure(settings: kopf.OperatorSettings) -> None:
 async def start(settings: kopf.OperatorSettings, memo: kopf.Memo) -> None:
     configure(settings)
     config = Settings.from_env()
+    # The settings in force, shared by the gateway and the runtime: the settings
+    # ConfigMap's reloadable keys are applied to it live (`reloading`). Kept across kopf's
+    # retries of this handler, as the gateway that holds it is.
+    if "live" not in memo:
+        memo["live"] = LiveSettings(config)
+    live: LiveSettings = memo["live"]
     health: Health | None = memo.get("health")
     if health is None:
         # Probes answer a standby too (a Deployment runs two replicas). Kept once
@@ -126,7 +133,7 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo) -> None:
         # Before leadership: every replica serves the gateway, standbys included. Kept
         # across kopf's retries of this handler.
         try:
-            memo["gateway"] = await Gateway.start(config)
+            memo["gateway"] = await Gateway.start(config, memo["live"])
         except GatewayPortTaken as exc:
             logger.error("%s", exc)
             raise kopf.PermanentError(str(exc)) from None
@@ -181,9 +188,19 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo) -> None:
         ToolKind.SHELL: sandbox,
         ToolKind.CONTAINER: sandbox,
     }
+    try:
+        # Before any call is taken up, so none runs with values the ConfigMap overrides.
+        await reloading.read_once(kube, live, KopfEvents())
+    except Exception as exc:
+        logger.warning(
+            "settings ConfigMap %s not read at start (%s): the environment's values hold "
+            "until it is",
+            config.settings_config_map,
+            type(exc).__name__,
+        )
     rt = Runtime(
         cluster=cluster,
-        settings=config,
+        live=live,
         store=store,
         catalog=catalog,
         executors=executors,

@@ -69,6 +69,7 @@ from tooladapter.model.descriptor import (
 )
 from tooladapter.model.invocation import (
     ApprovalBinding,
+    ApprovedLists,
     Caller,
     CredentialUse,
     EffectConfirmation,
@@ -152,6 +153,7 @@ __all__ = [
     "VERSION_PATTERN",
     "ApprovalBinding",
     "ApprovalPolicy",
+    "ApprovedLists",
     "ArgumentCondition",
     "ArgumentError",
     "AuditRequirements",

@@ -1,0 +1,66 @@
+"""The settings ConfigMap (`TOOLADAPTER_SETTINGS_CONFIGMAP`): read, and watched for change.
+
+Read only: the operator's RBAC grants get, list and watch on that one ConfigMap by name.
+As with the admission objects (`kube.admission`), the watch only says "something changed"
+and the caller reads the ConfigMap again, so no event ordering can leave a stale view.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from tooladapter.kube.client import Kube, NotFound, json_body, watch_options
+from tooladapter.kube.errors import api_errors
+
+logger = logging.getLogger("tooladapter.settings")
+
+#: Seconds the API server keeps one watch request open.
+WATCH_SECONDS = 300
+#: Seconds between attempts after a failed watch.
+RETRY_SECONDS = 2.0
+
+
+async def read_settings_map(kube: Kube, namespace: str, name: str) -> dict[str, Any] | None:
+    """The ConfigMap as the API server holds it now (None: there is none)."""
+    try:
+        with api_errors():
+            found: dict[str, Any] = await json_body(
+                await kube.core.read_namespaced_config_map(name, namespace, _preload_content=False)
+            )
+    except NotFound:
+        return None
+    return found
+
+
+async def watch_settings_map(
+    kube: Kube, namespace: str, name: str, changed: Callable[[], None]
+) -> None:
+    """Forever: call `changed()` on every watch event of the ConfigMap, and after every
+    reconnect (events may have been missed meanwhile)."""
+    while True:
+        try:
+            resp = await kube.core.list_namespaced_config_map(
+                namespace, field_selector=f"metadata.name={name}", **watch_options(WATCH_SECONDS)
+            )
+            try:
+                with api_errors():
+                    if resp.status != 200:
+                        await json_body(resp)
+                # A new watch starts with ADDED for the object when it exists: one more
+                # reading, which also covers anything missed while reconnecting.
+                async for chunk in resp.content.iter_any():
+                    if b"\n" in chunk:
+                        changed()
+            finally:
+                resp.release()
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            logger.warning(
+                "watch of ConfigMap %s/%s interrupted (%s)", namespace, name, type(exc).__name__
+            )
+            changed()
+            await asyncio.sleep(RETRY_SECONDS)
