@@ -382,7 +382,9 @@ def settings_page() -> str:
                     code(variable.name) if variable else "(not from the environment)",
                     code(name),
                     default,
-                    "**reloadable**" if variable is not None and variable.reloadable else "at start",
+                    "**reloadable**"
+                    if variable is not None and variable.reloadable
+                    else "at start",
                     cell(" ".join(comment)),
                 ]
             )
