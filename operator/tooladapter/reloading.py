@@ -1,33 +1,29 @@
 """The reloadable settings kept as the settings ConfigMap says, without a restart.
 
-Read once at start-up (before any call is taken up), then again on every watch event and
-every `RELIST_SECONDS` besides (a watch that stalls silently must not keep an old value for
-long). Each reading is merged by `settings.reload` (pure) into the `LiveSettings` the
-runtime and the gateway read at use time; what it rejected or ignored is said three ways:
-a Warning Event on the ConfigMap, a log line, and a metric (`tooladapter_settings_rejected`).
-The same data is reported once, not at every reading.
+Read once at start-up (before any call is taken up, in every replica: a standby's gateway
+previews with the settings in force too), then again on every watch event and every
+`RELIST_SECONDS` besides (a watch that stalls silently must not keep an old value long).
+Each reading is merged by `settings.reload` (pure) into the `LiveSettings` the runtime and
+the gateway read at use time; what it changed, rejected or ignored is said three ways: an
+Event on the ConfigMap, a log line, and a metric (`tooladapter_settings_reloads`,
+`tooladapter_settings_rejected`). The same data is reported once, not at every reading.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any, Protocol
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
 
 from tooladapter.kube.client import Kube
-from tooladapter.kube.settings_map import read_settings_map, watch_settings_map
+from tooladapter.kube.settings_map import post_event, read_settings_map, watch_settings_map
 from tooladapter.metrics import SETTINGS_REJECTED, SETTINGS_RELOADS
 from tooladapter.settings.live import LiveSettings
 from tooladapter.settings.reload import Reloaded, reloadable_variables
 
 logger = logging.getLogger("tooladapter.settings")
-
-class EventSink(Protocol):
-    """Where Events go (`events.EventSink`, a module beside this one)."""
-
-    def post(
-        self, obj: dict[str, Any], *, reason: str, message: str, warning: bool = False
-    ) -> None: ...
 
 
 #: Seconds between readings beside the watch.
@@ -46,64 +42,64 @@ def _shown(value: str) -> str:
     return repr(value if len(value) <= SHOWN_VALUE else value[: SHOWN_VALUE - 1] + "…")
 
 
-def _data(body: dict[str, Any] | None) -> dict[str, str]:
+def _data(body: Mapping[str, Any] | None) -> dict[str, str]:
     if body is None:
         return {}
     return {str(k): str(v) for k, v in (body.get("data") or {}).items()}
 
 
-def report(reloaded: Reloaded, body: dict[str, Any] | None, events: EventSink) -> None:
-    """Say what one reading changed, rejected and ignored (log, metric, Events)."""
-    data = _data(body)
-    ref = (
-        {
-            "apiVersion": "v1",
-            "kind": "ConfigMap",
-            "metadata": {
-                "name": body["metadata"]["name"],
-                "namespace": body["metadata"]["namespace"],
-                "uid": body["metadata"].get("uid"),
-            },
-        }
-        if body is not None
-        else None
-    )
+@dataclass(frozen=True)
+class Note:
+    """One thing a reading says: an Event on the ConfigMap and a log line."""
 
-    def say(reason: str, message: str, *, warning: bool) -> None:
-        (logger.warning if warning else logger.info)("settings ConfigMap: %s", message)
-        if ref is not None:
-            events.post(ref, reason=reason, message=message, warning=warning)
+    reason: str
+    message: str
+    warning: bool
 
+
+def report(reloaded: Reloaded, data: dict[str, str]) -> list[Note]:
+    """What one reading changed, rejected and ignored: logged and counted here, returned
+    to be posted as Events on the ConfigMap."""
+    notes: list[Note] = []
     if reloaded.changed:
         SETTINGS_RELOADS.inc()
-        say("SettingsApplied", "applied " + ", ".join(reloaded.changed), warning=False)
+        notes.append(Note("SettingsApplied", "applied " + ", ".join(reloaded.changed), False))
     for rejected in reloaded.rejected:
         SETTINGS_REJECTED.labels(setting=rejected.key).inc()
-        say(
-            "SettingRejected",
-            f"{rejected.key}={_shown(data.get(rejected.key, ''))} does not parse "
-            f"({rejected.reason}): the value in force stays",
-            warning=True,
+        notes.append(
+            Note(
+                "SettingRejected",
+                f"{rejected.key}={_shown(data.get(rejected.key, ''))} does not parse "
+                f"({rejected.reason}): the value in force stays",
+                True,
+            )
         )
     if reloaded.not_reloadable:
-        say(
-            "SettingNotReloadable",
-            f"{', '.join(reloaded.not_reloadable)} "
-            f"{'is' if len(reloaded.not_reloadable) == 1 else 'are'} read only at start-up, "
-            "from the environment: ignored here (reloadable: "
-            f"{', '.join(reloadable_variables())})",
-            warning=True,
+        notes.append(
+            Note(
+                "SettingNotReloadable",
+                f"{', '.join(reloaded.not_reloadable)} "
+                f"{'is' if len(reloaded.not_reloadable) == 1 else 'are'} read only at "
+                "start-up, from the environment: ignored here (reloadable: "
+                f"{', '.join(reloadable_variables())})",
+                True,
+            )
         )
     if reloaded.unknown:
-        say(
-            "SettingUnknown",
-            f"{', '.join(_shown(k) for k in reloaded.unknown[:10])} "
-            f"{'names' if len(reloaded.unknown) == 1 else 'name'} no setting: ignored",
-            warning=True,
+        notes.append(
+            Note(
+                "SettingUnknown",
+                f"{', '.join(_shown(k) for k in reloaded.unknown[:10])} "
+                f"{'names' if len(reloaded.unknown) == 1 else 'name'} no setting: ignored",
+                True,
+            )
         )
+    for note in notes:
+        (logger.warning if note.warning else logger.info)("settings ConfigMap: %s", note.message)
+    return notes
 
 
-async def read_once(kube: Kube, live: LiveSettings, events: EventSink) -> Reloaded | None:
+async def read_once(kube: Kube, live: LiveSettings) -> Reloaded | None:
     """Read the ConfigMap and apply it when its data changed (None: unchanged)."""
     namespace, name = where(live)
     body = await read_settings_map(kube, namespace, name)
@@ -111,11 +107,48 @@ async def read_once(kube: Kube, live: LiveSettings, events: EventSink) -> Reload
     if live.applied is not None and data == live.applied:
         return None
     reloaded = live.apply(data)
-    report(reloaded, body, events)
+    notes = report(reloaded, data)
+    if body is not None:
+        for note in notes:
+            try:
+                await post_event(
+                    kube, body, reason=note.reason, message=note.message, warning=note.warning
+                )
+            except Exception as exc:
+                logger.warning("Event %s not posted (%s)", note.reason, type(exc).__name__)
     return reloaded
 
 
-async def keep_reloaded(kube: Kube, live: LiveSettings, events: EventSink) -> None:
+class Reloader:
+    """The reading at start and the watch after, in every replica (a standby's gateway
+    previews with the settings in force too), with a client of its own."""
+
+    def __init__(self, kube: Kube, task: asyncio.Task[None]) -> None:
+        self.kube = kube
+        self.task = task
+
+    @classmethod
+    async def start(cls, live: LiveSettings) -> Reloader:
+        kube = await Kube.connect()
+        try:
+            # Before any call is taken up, so none runs with values the ConfigMap overrides.
+            await read_once(kube, live)
+        except Exception as exc:
+            logger.warning(
+                "settings ConfigMap %s not read at start (%s): the environment's values hold "
+                "until it is",
+                live.base.settings_config_map,
+                type(exc).__name__,
+            )
+        return cls(kube, asyncio.create_task(keep_reloaded(kube, live)))
+
+    async def close(self) -> None:
+        self.task.cancel()
+        await asyncio.gather(self.task, return_exceptions=True)
+        await self.kube.close()
+
+
+async def keep_reloaded(kube: Kube, live: LiveSettings) -> None:
     """Forever: read again after every change the watch reports, and every
     `RELIST_SECONDS`; a failed reading keeps what is in force and is tried again."""
     namespace, name = where(live)
@@ -129,7 +162,7 @@ async def keep_reloaded(kube: Kube, live: LiveSettings, events: EventSink) -> No
                 pass
             changed.clear()
             try:
-                await read_once(kube, live, events)
+                await read_once(kube, live)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:

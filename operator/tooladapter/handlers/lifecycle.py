@@ -129,6 +129,9 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo) -> None:
         health = Health()
         await health.serve(config.health_port)
         memo["health"] = health
+    if "reloader" not in memo:
+        # Read now, then on every change of the ConfigMap, in every replica (standbys too).
+        memo["reloader"] = await reloading.Reloader.start(live)
     if "gateway" not in memo:
         # Before leadership: every replica serves the gateway, standbys included. Kept
         # across kopf's retries of this handler.
@@ -188,16 +191,6 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo) -> None:
         ToolKind.SHELL: sandbox,
         ToolKind.CONTAINER: sandbox,
     }
-    try:
-        # Before any call is taken up, so none runs with values the ConfigMap overrides.
-        await reloading.read_once(kube, live, KopfEvents())
-    except Exception as exc:
-        logger.warning(
-            "settings ConfigMap %s not read at start (%s): the environment's values hold "
-            "until it is",
-            config.settings_config_map,
-            type(exc).__name__,
-        )
     rt = Runtime(
         cluster=cluster,
         live=live,
@@ -338,12 +331,15 @@ async def stop(memo: kopf.Memo) -> None:
     held: leadership.Leadership | None = memo.get("leadership")
     health: Health | None = memo.get("health")
     gateway: Gateway | None = memo.get("gateway")
+    reloader: reloading.Reloader | None = memo.get("reloader")
     LEADING.set(0)
     try:
         if gateway is not None:
             await gateway.stop()
         if rt is not None:
             await rt.close()
+        if reloader is not None:
+            await reloader.close()
     finally:
         # Only once no flow runs any more: then a standby may take over at once.
         if held is not None:

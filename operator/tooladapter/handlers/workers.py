@@ -19,7 +19,7 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
-from tooladapter import identity, reloading
+from tooladapter import identity
 from tooladapter.census import Candidate
 from tooladapter.enums import InvocationState, Resource, ToolKind
 from tooladapter.executors.sandbox import SandboxExecutor
@@ -310,8 +310,6 @@ def start_workers(rt: Runtime) -> None:
                 identity.keep_verified(rt.cluster, rt.kube, rt.admission, rt.settings.admission)
             )
         )
-        # The reloadable settings, on every change of their ConfigMap (`reloading`).
-        rt.workers.append(asyncio.create_task(reloading.keep_reloaded(rt.kube, rt.live, rt.events)))
     if rt.keeper is not None:
         # The chains' ends read once (`repair`), then the key's refresh and the heads' publication.
         rt.workers += [

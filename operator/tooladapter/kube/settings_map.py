@@ -9,13 +9,20 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Any
 
 from tooladapter.kube.client import Kube, NotFound, json_body, watch_options
 from tooladapter.kube.errors import api_errors
 
 logger = logging.getLogger("tooladapter.settings")
+
+#: The component the Events name (`source.component`), as kopf's poster does for ours.
+REPORTER = "tooladapter"
+#: Kubernetes truncates an Event's message; ours are bounded before they leave.
+MAX_MESSAGE = 1024
 
 #: Seconds the API server keeps one watch request open.
 WATCH_SECONDS = 300
@@ -33,6 +40,39 @@ async def read_settings_map(kube: Kube, namespace: str, name: str) -> dict[str, 
     except NotFound:
         return None
     return found
+
+
+async def post_event(
+    kube: Kube, config_map: dict[str, Any], *, reason: str, message: str, warning: bool
+) -> None:
+    """An Event on the ConfigMap (`kubectl describe configmap` shows it). Posted here, not
+    through kopf's poster: the reading runs outside any kopf handler's context."""
+    meta = config_map["metadata"]
+    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    body = {
+        "metadata": {"generateName": f"{meta['name']}-", "namespace": meta["namespace"]},
+        "involvedObject": {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "name": meta["name"],
+            "namespace": meta["namespace"],
+            "uid": meta.get("uid"),
+            "resourceVersion": meta.get("resourceVersion"),
+        },
+        "reason": reason,
+        "message": message[:MAX_MESSAGE],
+        "type": "Warning" if warning else "Normal",
+        "source": {"component": REPORTER},
+        "reportingComponent": REPORTER,
+        "reportingInstance": socket.gethostname(),
+        "firstTimestamp": now,
+        "lastTimestamp": now,
+        "count": 1,
+    }
+    with api_errors():
+        await json_body(
+            await kube.core.create_namespaced_event(meta["namespace"], body, _preload_content=False)
+        )
 
 
 async def watch_settings_map(

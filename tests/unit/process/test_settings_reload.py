@@ -102,23 +102,12 @@ def test_the_runtime_reads_the_settings_in_force_at_use_time() -> None:
     assert h.rt.settings.limits.max_result_bytes == 123
 
 
-class Recorded:
-    def __init__(self) -> None:
-        self.posted: list[tuple[str, str, bool]] = []
-
-    def post(
-        self, obj: dict[str, object], *, reason: str, message: str, warning: bool = False
-    ) -> None:
-        self.posted.append((reason, message, warning))
-
-
-def test_a_rejected_value_is_said_on_the_configmap_as_a_warning() -> None:
+def test_a_rejected_value_is_said_as_a_warning_naming_the_key_and_value() -> None:
     base = Settings()
     done = reload(base=base, previous=base, data={MAX: "lots", "TOOLADAPTER_METRICS_PORT": "1"})
-    events = Recorded()
-    body = {"metadata": {"name": "s", "namespace": "ns", "uid": "u"}, "data": {MAX: "lots"}}
-    report(done, body, events)
-    reasons = {reason: (message, warning) for reason, message, warning in events.posted}
-    message, warning = reasons["SettingRejected"]
-    assert warning and MAX in message and "'lots'" in message and "stays" in message
-    assert "TOOLADAPTER_METRICS_PORT" in reasons["SettingNotReloadable"][0]
+    notes = {n.reason: n for n in report(done, {MAX: "lots", "TOOLADAPTER_METRICS_PORT": "1"})}
+    rejected = notes["SettingRejected"]
+    assert rejected.warning and MAX in rejected.message and "'lots'" in rejected.message
+    assert "stays" in rejected.message
+    assert "TOOLADAPTER_METRICS_PORT" in notes["SettingNotReloadable"].message
+    assert "SettingsApplied" not in notes
