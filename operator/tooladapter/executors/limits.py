@@ -18,7 +18,8 @@ from tooladapter.settings import Settings
 class CallLimits:
     #: The call's deadline (the descriptor's `timeoutSeconds`, else the operator's default).
     timeout_seconds: int
-    #: The result's bound: the descriptor's `maxResultBytes`, never above the operator's.
+    #: The result's bound: the descriptor's `maxResultBytes`, never above the operator's
+    #: (the operator's when the descriptor sets none).
     max_result_bytes: int
 
     @classmethod
@@ -26,9 +27,8 @@ class CallLimits:
         """The limits of a call of `descriptor` (None: a descriptor gone since, the
         operator's defaults)."""
         ceiling = settings.limits.max_result_bytes
+        own = descriptor.max_result_bytes if descriptor is not None else None
         return cls(
             timeout_seconds=effective_timeout(descriptor, settings.limits.default_timeout_seconds),
-            max_result_bytes=(
-                min(descriptor.max_result_bytes, ceiling) if descriptor is not None else ceiling
-            ),
+            max_result_bytes=min(own, ceiling) if own is not None else ceiling,
         )

@@ -299,8 +299,11 @@ class ToolDescriptorSpec(Model):
     (300 unless set), shown in status.effectiveTimeoutSeconds. Descriptors stored before this
     field lost its CRD default carry the 300 the API server filled in: remove it to follow
     the setting."""
-    max_result_bytes: int = Field(default=DEFAULT_MAX_RESULT_BYTES, ge=1024, le=64 * 1_048_576)
-    """Results beyond this are truncated (with a marker)."""
+    max_result_bytes: int | None = Field(default=None, ge=1024, le=64 * 1_048_576)
+    """Results beyond this are truncated (with a marker); never above the operator's
+    TOOLADAPTER_MAX_RESULT_BYTES. Unset: that setting (1 MiB unless set, reloadable).
+    Descriptors stored before this field lost its CRD default carry the 1048576 the API
+    server filled in: remove it to follow the setting."""
     retry_policy: RetryPolicy = Field(default_factory=RetryPolicy)
     """Retries of attempts that provably had no effect."""
     rate_limits: RateLimits = Field(default_factory=RateLimits)

@@ -73,7 +73,9 @@ async def get_tool(request: web.Request) -> web.Response:
                 f"{', '.join(v.spec.version for v in versions)})",
             )
         entry = match[0]
-    return web.json_response(tool_detail(entry, versions))
+    # The bound a call of it gets now: the descriptor's, never above the operator's setting.
+    bound = deps_of(request).in_force().limits.max_result_bytes
+    return web.json_response(tool_detail(entry, versions, max_result_bytes=bound))
 
 
 def add_routes(app: web.Application) -> None:

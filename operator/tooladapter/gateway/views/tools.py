@@ -240,9 +240,12 @@ def tool_summary(entry: ToolEntry, versions: Iterable[ToolEntry]) -> dict[str, A
     return summary
 
 
-def tool_detail(entry: ToolEntry, versions: Iterable[ToolEntry]) -> dict[str, Any]:
+def tool_detail(
+    entry: ToolEntry, versions: Iterable[ToolEntry], *, max_result_bytes: int | None = None
+) -> dict[str, Any]:
     """One tool version with schemas, the credentials its calls carry (name, source kind and
-    where each goes; not which Secret or ServiceAccount), limits and audit requirements."""
+    where each goes; not which Secret or ServiceAccount), limits and audit requirements.
+    `max_result_bytes`: the operator's bound in force (a call's never exceeds it)."""
     spec = entry.spec.wire()
     detail = tool_summary(entry, versions)
     for key in (
@@ -259,6 +262,9 @@ def tool_detail(entry: ToolEntry, versions: Iterable[ToolEntry]) -> dict[str, An
     if detail["timeoutSeconds"] is None:
         # Unset: the operator's default applies, as the status says (issue 27).
         detail["timeoutSeconds"] = entry.status.effective_timeout_seconds
+    if max_result_bytes is not None:
+        own = detail["maxResultBytes"]
+        detail["maxResultBytes"] = min(own, max_result_bytes) if own else max_result_bytes
     detail["credentials"] = [
         {
             "name": c.name,
