@@ -31,6 +31,12 @@ def test_the_operator_bounds_every_result_and_defaults_the_timeout() -> None:
     assert limits == CallLimits(timeout_seconds=30, max_result_bytes=64 * 1024)
 
 
+def test_a_descriptor_without_a_bound_follows_the_operators_even_above_one_mebibyte() -> None:
+    raised = Settings(limits=LimitSettings(max_result_bytes=8 * 1_048_576))
+    assert shell().max_result_bytes is None  # no default of its own any more
+    assert CallLimits.of(shell(), raised).max_result_bytes == 8 * 1_048_576
+
+
 def test_a_call_without_its_descriptor_gets_the_operators_limits() -> None:
     assert CallLimits.of(None, SETTINGS) == CallLimits(30, 64 * 1024)
 
