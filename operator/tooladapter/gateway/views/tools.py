@@ -241,11 +241,16 @@ def tool_summary(entry: ToolEntry, versions: Iterable[ToolEntry]) -> dict[str, A
 
 
 def tool_detail(
-    entry: ToolEntry, versions: Iterable[ToolEntry], *, max_result_bytes: int | None = None
+    entry: ToolEntry,
+    versions: Iterable[ToolEntry],
+    *,
+    max_result_bytes: int | None = None,
+    default_timeout_seconds: int | None = None,
 ) -> dict[str, Any]:
     """One tool version with schemas, the credentials its calls carry (name, source kind and
     where each goes; not which Secret or ServiceAccount), limits and audit requirements.
-    `max_result_bytes`: the operator's bound in force (a call's never exceeds it)."""
+    `max_result_bytes`, `default_timeout_seconds`: the operator's settings in force (they
+    are reloadable: the descriptor's status may have been written under older ones)."""
     spec = entry.spec.wire()
     detail = tool_summary(entry, versions)
     for key in (
@@ -260,8 +265,8 @@ def tool_detail(
     ):
         detail[key] = spec.get(key)
     if detail["timeoutSeconds"] is None:
-        # Unset: the operator's default applies, as the status says (issue 27).
-        detail["timeoutSeconds"] = entry.status.effective_timeout_seconds
+        # Unset: the operator's default applies (issue 27), as it is now.
+        detail["timeoutSeconds"] = default_timeout_seconds or entry.status.effective_timeout_seconds
     if max_result_bytes is not None:
         own = detail["maxResultBytes"]
         detail["maxResultBytes"] = min(own, max_result_bytes) if own else max_result_bytes
