@@ -26,8 +26,11 @@ MAX_MESSAGE = 1024
 
 #: Seconds the API server keeps one watch request open.
 WATCH_SECONDS = 300
-#: Seconds between attempts after a failed watch.
+#: Seconds before the first attempt after a failed watch, doubled after each failure in a
+#: row up to `RETRY_MAX_SECONDS` (a ConfigMap the operator may not read must not flood the
+#: log; the readings every 30 s still say so).
 RETRY_SECONDS = 2.0
+RETRY_MAX_SECONDS = 60.0
 
 
 async def read_settings_map(kube: Kube, namespace: str, name: str) -> dict[str, Any] | None:
@@ -80,6 +83,7 @@ async def watch_settings_map(
 ) -> None:
     """Forever: call `changed()` on every watch event of the ConfigMap, and after every
     reconnect (events may have been missed meanwhile)."""
+    delay = RETRY_SECONDS
     while True:
         try:
             resp = await kube.core.list_namespaced_config_map(
@@ -91,6 +95,7 @@ async def watch_settings_map(
                         await json_body(resp)
                 # A new watch starts with ADDED for the object when it exists: one more
                 # reading, which also covers anything missed while reconnecting.
+                delay = RETRY_SECONDS  # granted: failures in a row count anew
                 async for chunk in resp.content.iter_any():
                     if b"\n" in chunk:
                         changed()
@@ -103,4 +108,5 @@ async def watch_settings_map(
                 "watch of ConfigMap %s/%s interrupted (%s)", namespace, name, type(exc).__name__
             )
             changed()
-            await asyncio.sleep(RETRY_SECONDS)
+            await asyncio.sleep(delay)
+            delay = min(2 * delay, RETRY_MAX_SECONDS)
