@@ -10,9 +10,9 @@ the descriptor (gone, inactive, or a different digest), the tenant policies, the
 namespace's freeze and environment class, the bound approval's reviewer against the
 reviewer groups the policies ask for now, the shell and egress lists the approval was
 asked with (`pipeline.pinning`: reloadable settings may have widened them), the caller's
-grants, and the fencing token. A
-change ends the call `Denied` at the stage that now denies, naming it. The reads are made
-only for calls that waited or were resumed, never on the common path.
+grants, and the fencing token. A change ends the call `Denied` at the stage that now
+denies, naming it. The reads are made only for calls that waited or were resumed, never on
+the common path.
 """
 
 from __future__ import annotations

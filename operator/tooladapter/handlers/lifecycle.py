@@ -136,7 +136,7 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo) -> None:
         # Before leadership: every replica serves the gateway, standbys included. Kept
         # across kopf's retries of this handler.
         try:
-            memo["gateway"] = await Gateway.start(config, memo["live"])
+            memo["gateway"] = await Gateway.start(config, live)
         except GatewayPortTaken as exc:
             logger.error("%s", exc)
             raise kopf.PermanentError(str(exc)) from None
