@@ -329,7 +329,16 @@ def settings_page() -> str:
         "start-up (`Settings.from_env`); a value it cannot parse stops it with a message "
         "naming the variable. The chart sets them from `settings.*` values (see "
         "[Helm values](helm-values.md)); [Configuration](../operations/configuration.md) "
-        "explains the ones that matter most.\n"
+        "explains the ones that matter most.\n\n"
+        "The settings marked **reloadable** are also read from the settings ConfigMap "
+        "(`TOOLADAPTER_SETTINGS_CONFIGMAP`, keys named as the variables) and applied live, "
+        "within seconds, without a restart: a key removed falls back to the environment's "
+        "value; a value that does not parse keeps the one in force and is reported (a "
+        "Warning Event on the ConfigMap, a log line, `tooladapter_settings_rejected`). A key "
+        "of a setting that is not reloadable is reported and ignored. A call takes its "
+        "timeout and result bound once, at brokering; a gated call's shell and egress lists "
+        "are pinned when its approval is asked for, and the call is Denied if they widened "
+        "before it acts.\n"
     )
     from tooladapter.settings.variables import variable_of
 
@@ -373,10 +382,13 @@ def settings_page() -> str:
                     code(variable.name) if variable else "(not from the environment)",
                     code(name),
                     default,
+                    "**reloadable**"
+                    if variable is not None and variable.reloadable
+                    else "at start",
                     cell(" ".join(comment)),
                 ]
             )
-        out.append(table(["environment", "field", "default", "meaning"], rows))
+        out.append(table(["environment", "field", "default", "applied", "meaning"], rows))
     return "".join(out)
 
 

@@ -105,6 +105,7 @@ def sources() -> dict[Path, Path]:
         "rbac/roles.yaml",
         "rbac/egress-proxy.yaml",
         "rbac/receipts.yaml",
+        "rbac/settings.yaml",
     ):
         src = ROOT / "manifests" / sub
         pairs[TEMPLATES / f"{GENERATED_PREFIX}rbac-{src.name}"] = src

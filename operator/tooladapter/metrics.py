@@ -169,3 +169,13 @@ EVENT_DELIVERIES = Counter(
     "could not be reached; retried with backoff).",
     ["result"],
 )
+SETTINGS_RELOADS = Counter(
+    "tooladapter_settings_reloads",
+    "Readings of the settings ConfigMap that changed a reloadable setting in force.",
+)
+SETTINGS_REJECTED = Counter(
+    "tooladapter_settings_rejected",
+    "Values of the settings ConfigMap that did not parse: the value in force stayed (its "
+    "Event on the ConfigMap says why). `setting` is a reloadable variable's name.",
+    ["setting"],
+)

@@ -85,6 +85,8 @@ def preview_settings(settings: Settings) -> PreviewSettings:
         sandbox_image=settings.sandbox.image,
         default_egress_allow=settings.egress.default_allow,
         dataflow_window_seconds=settings.dataflow_window_seconds,
+        default_shell_allow=settings.shell.allow_list,
+        default_shell_block=settings.shell.block_list,
     )
 
 

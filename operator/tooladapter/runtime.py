@@ -36,6 +36,7 @@ from tooladapter.pipeline.ratelimit import RateBook
 from tooladapter.pipeline.validation.shipped import AdmissionGuard
 from tooladapter.sandbox.job import ProxyPeer
 from tooladapter.settings import Settings
+from tooladapter.settings.live import LiveSettings
 
 logger = logging.getLogger("tooladapter")
 
@@ -56,7 +57,9 @@ REMOTE_PER_SLOT = 4
 class Runtime:
     #: The API operations of a call (the seam the unit suite fakes).
     cluster: Cluster
-    settings: Settings
+    #: The settings in force (`settings`), shared with the gateway; the settings
+    #: ConfigMap's watch swaps them whole.
+    live: LiveSettings
     store: ArtifactStore
     catalog: Catalog
     executors: Mapping[ToolKind, Executor]
@@ -112,6 +115,16 @@ class Runtime:
     #: `REMOTE_PER_SLOT` per slot, fair between namespaces: a burst of calls to a fast tool
     #: with large answers holds a bounded number of answers, not one per call.
     remote_gate: FairGate = field(default_factory=lambda: FairGate(1))
+
+    @property
+    def settings(self) -> Settings:
+        """The settings in force now: read them at use time, never keep them."""
+        return self.live.current
+
+    @settings.setter
+    def settings(self, value: Settings) -> None:
+        # Tests set settings whole: as the environment's, so a reload starts from them.
+        self.live.base = self.live.current = value
 
     def __post_init__(self) -> None:
         self.gate = FairGate(self.settings.capacity.calls_in_flight)

@@ -57,6 +57,7 @@ from tooladapter.pipeline.validation.shipped import Key, Observed, compare
 from tooladapter.receipts.core.signing import Signer, receipt_of
 from tooladapter.runtime import Runtime
 from tooladapter.settings import Settings
+from tooladapter.settings.live import LiveSettings
 from tooladapter.timeutil import parse_time, to_iso
 
 Body = dict[str, Any]
@@ -1009,7 +1010,7 @@ def make_runtime(
     signer = Signer.of(Ed25519PrivateKey.generate())
     rt = Runtime(
         cluster=cluster,
-        settings=settings or Settings(),
+        live=LiveSettings(settings or Settings()),
         store=store,
         catalog=catalog,
         executors=chosen,

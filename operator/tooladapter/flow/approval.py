@@ -16,7 +16,7 @@ from tooladapter.enums import BindCode, FailureClass, InvocationState, Resource,
 from tooladapter.flow import dataflow
 from tooladapter.flow.brokering import broker
 from tooladapter.flow.context import Denial, FlowContext
-from tooladapter.flow.recheck import check_not_retired, reviewer_groups
+from tooladapter.flow.recheck import check_not_retired, lists_now, reviewer_groups
 from tooladapter.metrics import DATAFLOW_GATED
 from tooladapter.model import ApprovalBinding, ToolApprovalSpec
 from tooladapter.pipeline import approval as rules
@@ -46,6 +46,8 @@ async def on_authorized(ctx: FlowContext) -> None:
         effective=effective, decision=decision, forced=forced
     ):
         ctx.status.approval_requested_at = now_iso()
+        # What the reviewer approves: the lists in force now, pinned (`pipeline.pinning`).
+        ctx.status.approved_lists = lists_now(ctx, descriptor)
         # The grounds are what a reviewer reads as the call's reasons (pipeline/review).
         grounds = rules.approval_grounds(effective=effective, decision=decision, forced=forced)
         if flow.needs_approval:
@@ -174,6 +176,9 @@ async def try_bind(
             request_hash=approval.request_hash,
             descriptor_digest=approval.descriptor_digest,
             tool_version=approval.tool_version,
+            lists_digest=(
+                ctx.status.approved_lists.digest if ctx.status.approved_lists is not None else None
+            ),
         )
         ctx.record(Stage.APPROVAL, StageOutcome.BOUND, f"{entry.name} by {approval.reviewer}")
         return True

@@ -60,6 +60,7 @@ from tooladapter.model import (
     ToolDescriptorSpec,
 )
 from tooladapter.naming import LeaseNames
+from tooladapter.pipeline.pinning import egress_added
 from tooladapter.sandbox.job import (
     build_network_policy,
     build_secret,
@@ -371,6 +372,7 @@ async def lease_sandbox(
     )
     note_credentials(ctx, carried)
     allow = lease_allow_list(ctx, sandbox)
+    check_approved_egress(ctx, allow)
     proxied = await grant_egress(ctx, descriptor, carried, allow)
     # An attempt's call runs in its workspace pod, which the namespace's warm policy
     # (`pipeline.warm`) confines to the proxy: a policy of the call's own would select
@@ -422,6 +424,22 @@ async def lease_sandbox(
         reason="SandboxLeased",
         message=f"lease {lease.lease_id} kind {lease.kind} pool {lease.pool_id}",
     )
+
+
+def check_approved_egress(ctx: FlowContext, allow: list[str]) -> None:
+    """The lease's list, read after the re-check, is still within what was approved (the
+    default list may have been reloaded a moment ago): no grant wider than approved."""
+    approved = ctx.status.approved_lists
+    if approved is None or approved.egress_allow is None:
+        return
+    added = egress_added(allow, approved.egress_allow)
+    if added:
+        raise Denial(
+            Stage.SANDBOX,
+            f"the egress allow list gained {', '.join(added)} since the call's approval was "
+            "asked for: it did not run; call again to be approved anew",
+            FailureClass.POLICY_DENIED,
+        )
 
 
 def lease_allow_list(ctx: FlowContext, sandbox: SandboxSpec) -> list[str]:

@@ -448,6 +448,8 @@ class FlowContext:
             arguments=spec.arguments,
             request_hash=self.status.request_hash or "",
             default_approval_timeout_seconds=self.rt.settings.limits.default_approval_timeout_seconds,
+            default_shell_allow=self.rt.settings.shell.allow_list,
+            default_shell_block=self.rt.settings.shell.block_list,
         )
         return self.decision
 

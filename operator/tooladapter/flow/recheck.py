@@ -8,9 +8,11 @@ descriptors and policies read afresh: the watch may not have delivered a freeze 
 moment before the approval) and a fresh SubjectAccessReview (never the remembered answer):
 the descriptor (gone, inactive, or a different digest), the tenant policies, the
 namespace's freeze and environment class, the bound approval's reviewer against the
-reviewer groups the policies ask for now, the caller's grants, and the fencing token. A
-change ends the call `Denied` at the stage that now denies, naming it. The reads are made
-only for calls that waited or were resumed, never on the common path.
+reviewer groups the policies ask for now, the shell and egress lists the approval was
+asked with (`pipeline.pinning`: reloadable settings may have widened them), the caller's
+grants, and the fencing token. A change ends the call `Denied` at the stage that now
+denies, naming it. The reads are made only for calls that waited or were resumed, never on
+the common path.
 """
 
 from __future__ import annotations
@@ -28,9 +30,10 @@ from tooladapter.flow.authorization import (
     shell_verdict,
 )
 from tooladapter.flow.context import Denial, FlowContext
-from tooladapter.model import ApprovalBinding, ToolDescriptorSpec
+from tooladapter.model import ApprovalBinding, ApprovedLists, ToolDescriptorSpec
 from tooladapter.pipeline import dataflow as flowrule
 from tooladapter.pipeline.authorization import authorize, effective_class
+from tooladapter.pipeline.pinning import lists_of, widenings
 
 
 def needs_recheck(ctx: FlowContext) -> bool:
@@ -124,6 +127,38 @@ async def recheck_data_flow(ctx: FlowContext, descriptor: ToolDescriptorSpec) ->
     check_data_flow(ctx, await dataflow.judge(ctx, descriptor, effective))
 
 
+def lists_now(ctx: FlowContext, descriptor: ToolDescriptorSpec) -> ApprovedLists:
+    """The call's shell and egress lists as they would be used now: the settings in force,
+    the policies of `ctx.catalog` (the re-check's fresh view)."""
+    narrowing = [
+        entry.spec.egress.allow
+        for entry in ctx.catalog.policies.in_namespace(ctx.namespace)
+        if entry.spec is not None and entry.spec.egress.allow is not None
+    ]
+    return lists_of(
+        descriptor,
+        ctx.load_decision(),
+        default_egress_allow=ctx.rt.settings.egress.default_allow,
+        egress_narrowing=narrowing,
+    )
+
+
+def check_approved_lists(ctx: FlowContext, descriptor: ToolDescriptorSpec) -> None:
+    """What the reviewer approved stays what runs: Denied when the call's shell or egress
+    lists widened since its approval was asked for (a reloaded setting, a policy)."""
+    approved = ctx.status.approved_lists
+    if approved is None:
+        return
+    wider = widenings(approved, lists_now(ctx, descriptor))
+    if wider:
+        raise Denial(
+            Stage.APPROVAL,
+            f"the lists this call was approved with widened since its approval was asked "
+            f"for ({'; '.join(wider)}): it did not run; call again to be approved anew",
+            FailureClass.POLICY_DENIED,
+        )
+
+
 async def fresh_view(ctx: FlowContext) -> Catalog:
     """The catalog with the call's namespace as the API server holds it now."""
     cluster = ctx.rt.cluster
@@ -170,6 +205,7 @@ async def recheck(ctx: FlowContext) -> None:
     deny_first(refusals(permission=None))
     if ctx.status.approval is not None:
         check_bound_reviewer(ctx, ctx.status.approval)
+    check_approved_lists(ctx, descriptor)
     deny_first(refusals(permission=await ask_permission(ctx, effective, fresh=True)))
     if spec.attempt_id and spec.fencing_token is not None:
         await check_fencing(ctx)

@@ -136,7 +136,7 @@ async def _call_tool(
     timeout = 0
     if entry is not None:
         # No timeoutSeconds on the descriptor: the operator's default applies (issue 27).
-        timeout = entry.spec.timeout_seconds or deps.settings.limits.default_timeout_seconds
+        timeout = entry.spec.timeout_seconds or deps.in_force().limits.default_timeout_seconds
     follower = _Follower(deps, caller, namespace, entry, progress, timeout, elicit)
     username = caller.identity.username
     if elicit is not None and elicit.resume is not None:

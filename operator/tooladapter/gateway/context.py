@@ -13,6 +13,7 @@ from tooladapter.kube.callers import AsCaller, CallerIdentity, CallerPool, Revie
 from tooladapter.kube.client import Kube
 from tooladapter.pipeline.validation.shipped import AdmissionGuard
 from tooladapter.settings import Settings
+from tooladapter.settings.live import LiveSettings
 
 
 @dataclass(frozen=True)
@@ -36,6 +37,13 @@ class Deps:
     #: process shares it (never compared on a standby); the page says when calls are
     #: refused `admission-missing`.
     admission: AdmissionGuard = field(default_factory=AdmissionGuard)
+    #: The settings in force, shared with the runtime of this process (None: `settings`
+    #: stay as started). Reloadable values are read through `in_force()` at use time.
+    live: LiveSettings | None = None
+
+    def in_force(self) -> Settings:
+        """The settings in force now (the reloadable ones as last applied)."""
+        return self.live.current if self.live is not None else self.settings
 
 
 @dataclass(frozen=True)

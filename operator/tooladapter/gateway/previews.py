@@ -176,5 +176,5 @@ async def preview_call(deps: Deps, caller: Caller, call: ToolCall) -> Preview:
         GatewayLookups(deps, caller, items),
         namespace=namespace,
         spec=spec,
-        settings=preview_settings(deps.settings),
+        settings=preview_settings(deps.in_force()),
     )

@@ -32,6 +32,7 @@ from tooladapter.kube.callers import CallerPool, Reviews, bound_time
 from tooladapter.kube.client import Kube
 from tooladapter.kube.session_key import ensure_session_key
 from tooladapter.settings import Settings
+from tooladapter.settings.live import LiveSettings
 
 logger = logging.getLogger("tooladapter.gateway")
 
@@ -127,8 +128,9 @@ class Gateway:
         self.port: int | None = None
 
     @classmethod
-    async def start(cls, settings: Settings) -> Gateway | None:
-        """Serve on `gateway_host:gateway_port`; None when the port is 0 (disabled)."""
+    async def start(cls, settings: Settings, live: LiveSettings | None = None) -> Gateway | None:
+        """Serve on `gateway_host:gateway_port`; None when the port is 0 (disabled).
+        `live`: the settings in force, shared with the runtime (reloaded values)."""
         if settings.gateway.port == 0:
             return None
         kube = await Kube.connect()
@@ -152,6 +154,7 @@ class Gateway:
             kube=kube,
             doors=Doors(caps_of(settings)),
             ui_session_key=await _ui_session_key(kube, settings),
+            live=live,
         )
         gateway = cls(deps, kube)
         try:

@@ -17,7 +17,7 @@ from typing import Any
 
 import kopf
 
-from tooladapter import GROUP, identity, tracing
+from tooladapter import GROUP, identity, reloading, tracing
 from tooladapter.artifacts import open_store
 from tooladapter.catalog import Catalog
 from tooladapter.egress.core.rules import parse_hosts_override
@@ -48,6 +48,7 @@ from tooladapter.outbox import Outbox
 from tooladapter.runtime import Runtime
 from tooladapter.sandbox.job import ProxyPeer
 from tooladapter.settings import EgressSettings, Settings
+from tooladapter.settings.live import LiveSettings
 
 logger = logging.getLogger("tooladapter")
 
@@ -115,6 +116,12 @@ def configure(settings: kopf.OperatorSettings) -> None:
 async def start(settings: kopf.OperatorSettings, memo: kopf.Memo) -> None:
     configure(settings)
     config = Settings.from_env()
+    # The settings in force, shared by the gateway and the runtime: the settings
+    # ConfigMap's reloadable keys are applied to it live (`reloading`). Kept across kopf's
+    # retries of this handler, as the gateway that holds it is.
+    if "live" not in memo:
+        memo["live"] = LiveSettings(config)
+    live: LiveSettings = memo["live"]
     health: Health | None = memo.get("health")
     if health is None:
         # Probes answer a standby too (a Deployment runs two replicas). Kept once
@@ -122,11 +129,14 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo) -> None:
         health = Health()
         await health.serve(config.health_port)
         memo["health"] = health
+    if "reloader" not in memo:
+        # Read now, then on every change of the ConfigMap, in every replica (standbys too).
+        memo["reloader"] = await reloading.Reloader.start(live)
     if "gateway" not in memo:
         # Before leadership: every replica serves the gateway, standbys included. Kept
         # across kopf's retries of this handler.
         try:
-            memo["gateway"] = await Gateway.start(config)
+            memo["gateway"] = await Gateway.start(config, live)
         except GatewayPortTaken as exc:
             logger.error("%s", exc)
             raise kopf.PermanentError(str(exc)) from None
@@ -189,7 +199,7 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo) -> None:
     }
     rt = Runtime(
         cluster=cluster,
-        settings=config,
+        live=live,
         store=store,
         catalog=catalog,
         executors=executors,
@@ -327,12 +337,15 @@ async def stop(memo: kopf.Memo) -> None:
     held: leadership.Leadership | None = memo.get("leadership")
     health: Health | None = memo.get("health")
     gateway: Gateway | None = memo.get("gateway")
+    reloader: reloading.Reloader | None = memo.get("reloader")
     LEADING.set(0)
     try:
         if gateway is not None:
             await gateway.stop()
         if rt is not None:
             await rt.close()
+        if reloader is not None:
+            await reloader.close()
     finally:
         # Only once no flow runs any more: then a standby may take over at once.
         if held is not None:

@@ -70,6 +70,7 @@ from tooladapter.model.descriptor import (
 )
 from tooladapter.model.invocation import (
     ApprovalBinding,
+    ApprovedLists,
     Caller,
     CredentialUse,
     EffectConfirmation,
@@ -154,6 +155,7 @@ __all__ = [
     "VERSION_PATTERN",
     "ApprovalBinding",
     "ApprovalPolicy",
+    "ApprovedLists",
     "ArgumentCondition",
     "ArgumentError",
     "AuditRequirements",

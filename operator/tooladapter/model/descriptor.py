@@ -301,8 +301,8 @@ class ToolDescriptorSpec(Model):
     the setting."""
     max_result_bytes: int | None = Field(default=None, ge=1024, le=64 * 1_048_576)
     """Results beyond this are truncated (with a marker), never beyond the operator's
-    TOOLADAPTER_MAX_RESULT_BYTES. Unset: that setting (1 MiB unless set), shown in
-    status.effectiveMaxResultBytes. Descriptors stored before this field lost its CRD
+    TOOLADAPTER_MAX_RESULT_BYTES. Unset: that setting (1 MiB unless set, reloadable), shown
+    in status.effectiveMaxResultBytes. Descriptors stored before this field lost its CRD
     default carry the 1048576 the API server filled in: remove it to follow the setting."""
     retry_policy: RetryPolicy = Field(default_factory=RetryPolicy)
     """Retries of attempts that provably had no effect."""

@@ -123,6 +123,28 @@ class ApprovalBinding(Model):
     """The descriptor digest it was bound to."""
     tool_version: str
     """The tool version it was bound to."""
+    lists_digest: str | None = None
+    """The digest of the shell and egress lists its call was approved with
+    (status.approvedLists): what the reviewer approved stays what runs."""
+
+
+class ApprovedLists(Model):
+    """The effective shell and egress lists of a gated call when its approval was asked for:
+    what its reviewer approves. The re-check right before the call acts denies it when any
+    of them has widened since (an allow or egress entry added, a block pattern removed)."""
+
+    shell_allow: list[str] | None = None
+    """The shell allow list in force (the descriptor's, else the operator's default);
+    absent: not a shell tool."""
+    shell_allow_narrowing: list[str] | None = None
+    """The policies' shell allow lists (their union), which narrow it; absent: none does."""
+    shell_block: list[str] | None = None
+    """Every block pattern: the operator's default, the tool's, the policies'; absent: not
+    a shell tool."""
+    egress_allow: list[str] | None = None
+    """The sandbox's egress allow list, narrowed by the policies; absent: no sandbox."""
+    digest: str
+    """sha256 of the RFC 8785 JSON of the lists above."""
 
 
 class LeaseLimits(Model):
@@ -444,6 +466,9 @@ class ToolInvocationStatus(Model):
     """A block-listed shell command escalated by policy needs an approval whatever its class."""
     approval_requested_at: str | None = None
     """When the wait for an approval began (its timeout counts from here, across restarts)."""
+    approved_lists: ApprovedLists | None = None
+    """The shell and egress lists in force when the approval was asked for: a call whose
+    lists widened since is Denied right before it acts."""
     retry_after_seconds: int | None = None
     """Denied `rate-limited`: when a new call may fit again."""
     stages: list[StageEntry] = Field(default_factory=list)

@@ -41,12 +41,15 @@ def shell_check(
     descriptor: ToolDescriptorSpec, call: ToolInvocationSpec, decision: PolicyDecision
 ) -> ShellVerdict | None:
     """The shell check of a shell tool's command: the descriptor's allow list (or the
-    reference's default) narrowed by the policies', and every block list."""
+    operator's default, as the decision was made with) narrowed by the policies', and every
+    block list."""
     if descriptor.kind != ToolKind.SHELL:
         return None
     return check_command(
         str(call.arguments.get("command", "")),
-        allow=allow_list_for(descriptor.shell.allow if descriptor.shell else None),
+        allow=allow_list_for(
+            descriptor.shell.allow if descriptor.shell else None, decision.default_shell_allow
+        ),
         block=[*(descriptor.shell.block if descriptor.shell else []), *decision.shell_block],
         narrow=decision.shell_allow,
     )

@@ -47,6 +47,7 @@ from tooladapter.enums import (
 from tooladapter.model import ArgumentCondition, SpendPolicy, ToolPolicySpec, ToolVersionRule
 from tooladapter.pipeline.hashing import CanonicalizationError, canonical_json, digest
 from tooladapter.pipeline.linear_regex import ENGINE, UnsafePattern, compile_linear
+from tooladapter.pipeline.shell.allow import DEFAULT_ALLOW_LIST
 from tooladapter.pipeline.shell.block import DEFAULT_BLOCK_LIST
 from tooladapter.pipeline.validation.descriptor import check_shell_patterns
 
@@ -281,6 +282,11 @@ class PolicyDecision:
     #: over approve over allow (a policy that sets nothing says approve).
     dataflow_scope: DataFlowScope = DataFlowScope.RUN
     dataflow_action: DataFlowAction = DataFlowAction.APPROVE
+    #: The operator's default shell lists this decision was made with (settings
+    #: `TOOLADAPTER_SHELL_ALLOW_LIST`, `TOOLADAPTER_SHELL_BLOCK_LIST`): the allow list a
+    #: descriptor without `shell.allow` gets, and the block list `shell_block` starts from.
+    default_shell_allow: tuple[str, ...] = DEFAULT_ALLOW_LIST
+    default_shell_block: tuple[str, ...] = DEFAULT_BLOCK_LIST
 
     def reviewer_groups_for(self, effective: SideEffectClass) -> tuple[str, ...]:
         """Groups whose members may approve a call of this class (empty: any reviewer).
@@ -324,10 +330,13 @@ def evaluate_policies(
     arguments: Mapping[str, Any],
     request_hash: str,
     default_approval_timeout_seconds: int = DEFAULT_APPROVAL_TIMEOUT_SECONDS,
+    default_shell_allow: Sequence[str] = DEFAULT_ALLOW_LIST,
+    default_shell_block: Sequence[str] = DEFAULT_BLOCK_LIST,
 ) -> PolicyDecision:
     """Evaluate the namespace's policies (`(name, spec)` pairs) for one call.
 
-    `default_approval_timeout_seconds` applies when no policy sets an approval timeout.
+    `default_approval_timeout_seconds` applies when no policy sets an approval timeout;
+    `default_shell_allow` and `default_shell_block` are the operator's shell lists in force.
 
     Names appear verbatim in reasons; pass `namespace/name`.
     """
@@ -437,7 +446,7 @@ def evaluate_policies(
     allow_lists = [spec.shell.allow for _, spec in valid if spec.shell.allow is not None]
     shell_allow = _dedupe(p for allow in allow_lists for p in allow) if allow_lists else None
     shell_block = _dedupe_patterns(
-        [*DEFAULT_BLOCK_LIST, *(p for _, spec in valid for p in spec.shell.block)]
+        [*default_shell_block, *(p for _, spec in valid for p in spec.shell.block)]
     )
     actions = [
         spec.shell.block_action
@@ -509,6 +518,8 @@ def evaluate_policies(
         dataflow_action=_dataflow_action(
             [spec.data_flow.on_private_and_untrusted for _, spec in valid]
         ),
+        default_shell_allow=tuple(default_shell_allow),
+        default_shell_block=tuple(default_shell_block),
     )
 
 
@@ -536,7 +547,7 @@ def block_pattern_source(
     ]
     if any(_pattern_key(entry) == key for entry in descriptor_block):
         sources.insert(0, "the tool's shell.block")
-    if any(_pattern_key(entry) == key for entry in DEFAULT_BLOCK_LIST):
+    if any(_pattern_key(entry) == key for entry in decision.default_shell_block):
         sources.insert(0, "the default block list")
     return ", ".join(dict.fromkeys(sources)) or "the block list"
 

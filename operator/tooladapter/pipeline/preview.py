@@ -49,6 +49,8 @@ from tooladapter.pipeline.policy import (
 )
 from tooladapter.pipeline.refusals import MAX_ERRORS, Refusal
 from tooladapter.pipeline.sanitize.redaction import bounded_message
+from tooladapter.pipeline.shell.allow import DEFAULT_ALLOW_LIST
+from tooladapter.pipeline.shell.block import DEFAULT_BLOCK_LIST
 from tooladapter.pipeline.shell.verdict import ShellVerdict
 from tooladapter.pipeline.validation.arguments import check_arguments
 from tooladapter.sandbox.job import runtime_class_for
@@ -73,6 +75,9 @@ class PreviewSettings:
     default_egress_allow: tuple[str, ...] = ()
     #: Seconds a caller's data-flow labels count (TOOLADAPTER_DATAFLOW_WINDOW_SECONDS).
     dataflow_window_seconds: int = 3600
+    #: The operator's default shell lists (TOOLADAPTER_SHELL_ALLOW_LIST, _BLOCK_LIST).
+    default_shell_allow: tuple[str, ...] = DEFAULT_ALLOW_LIST
+    default_shell_block: tuple[str, ...] = DEFAULT_BLOCK_LIST
 
 
 @dataclass
@@ -186,6 +191,8 @@ def evaluate(
         arguments=call.arguments,
         request_hash=hashed or "",
         default_approval_timeout_seconds=ev.settings.default_approval_timeout_seconds,
+        default_shell_allow=ev.settings.default_shell_allow,
+        default_shell_block=ev.settings.default_shell_block,
     )
     ev.shell = shell_check(tool, call, ev.decision)
     ev.classification = classify_call(

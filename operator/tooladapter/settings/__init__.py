@@ -5,6 +5,8 @@ concern, composed into `Settings` (as kopf's `OperatorSettings`): `settings.gate
 Every knob has a production-sensible default; docs/reference/settings.md lists each
 variable (generated from these modules) and docs/operations/configuration.md explains the
 ones that matter most. A value that cannot be parsed stops the operator, naming the variable.
+The reloadable ones (`setting(..., reloadable=True)`) are also read from the settings
+ConfigMap and applied live (`settings.reload`, `settings.live`).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from tooladapter.settings.page import PageSettings
 from tooladapter.settings.receipts import ReceiptSettings
 from tooladapter.settings.retention import RetentionSettings
 from tooladapter.settings.sandbox import SandboxSettings
+from tooladapter.settings.shell import ShellSettings
 from tooladapter.settings.variables import FromEnv, setting
 from tooladapter.settings.warm import WarmSettings
 
@@ -44,6 +47,7 @@ __all__ = [
     "RetentionSettings",
     "SandboxSettings",
     "Settings",
+    "ShellSettings",
     "WarmSettings",
 ]
 
@@ -76,6 +80,12 @@ class Settings(FromEnv):
     dataflow_window_seconds: int = setting(
         "TOOLADAPTER_DATAFLOW_WINDOW_SECONDS", env.at_least(1), 3600
     )
+    #: The ConfigMap (`namespace/name`) whose keys, named as these variables, set the
+    #: reloadable settings live (the chart sets the release's); a key that does not parse
+    #: keeps the value in force, and the ConfigMap's Events say so.
+    settings_config_map: str = setting(
+        "TOOLADAPTER_SETTINGS_CONFIGMAP", env.namespaced, "tooladapter-system/tooladapter-settings"
+    )
     #: Hosts (names, addresses or CIDRs) http tools may never reach, even when a
     #: descriptor allow-lists them: cloud metadata services hand out node credentials.
     blocked_http_hosts: tuple[str, ...] = setting(
@@ -101,6 +111,8 @@ class Settings(FromEnv):
     leadership: LeadershipSettings = field(default_factory=LeadershipSettings)
     #: Sandbox pods.
     sandbox: SandboxSettings = field(default_factory=SandboxSettings)
+    #: The default shell allow and block lists.
+    shell: ShellSettings = field(default_factory=ShellSettings)
     #: Workspaces and warm pools.
     warm: WarmSettings = field(default_factory=WarmSettings)
     #: Egress by host name through the egress proxy.

@@ -44,8 +44,9 @@ class EgressSettings(FromEnv):
     #: there; the Service's ClusterIP is read there); None: `namespace`.
     proxy_namespace: str | None = setting("TOOLADAPTER_EGRESS_PROXY_NAMESPACE", env.text, None)
     #: A sandbox's allow-list when its descriptor sets none (reference: DefaultEgressAllowList).
+    #: An approved call whose list widened since its approval is Denied at the re-check.
     default_allow: tuple[str, ...] = setting(
-        "TOOLADAPTER_DEFAULT_EGRESS_ALLOW", env.listed, REFERENCE_DEFAULT_ALLOW
+        "TOOLADAPTER_DEFAULT_EGRESS_ALLOW", env.listed, REFERENCE_DEFAULT_ALLOW, reloadable=True
     )
     #: Names the proxy and http tools resolve to fixed addresses ("name=address,..."), for
     #: tests; those addresses skip the non-public check, and such names never go to DNS.

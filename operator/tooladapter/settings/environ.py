@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Literal, TypeAlias, TypeVar, cast
 
@@ -19,6 +21,29 @@ from tooladapter.enums import ArtifactBackend, EventLevel
 from tooladapter.mcp.core.approvals import BadPublicUrl, checked_public_url
 
 T = TypeVar("T")
+
+#: Where readers read variables: the environment, or the values of one reload
+#: (`reading_from`: a ConfigMap's keys, parsed with the very readers that parse the
+#: environment, so both accept and refuse the same values).
+_SOURCE: ContextVar[Mapping[str, str] | None] = ContextVar(
+    "tooladapter_settings_source", default=None
+)
+
+
+def _source() -> Mapping[str, str]:
+    found = _SOURCE.get()
+    return os.environ if found is None else found
+
+
+@contextmanager
+def reading_from(values: Mapping[str, str]) -> Iterator[None]:
+    """Readers read `values` instead of the environment inside this block."""
+    token = _SOURCE.set(values)
+    try:
+        yield
+    finally:
+        _SOURCE.reset(token)
+
 
 #: Reads the variable `name`; `default` when it is unset (or empty, as the reader says).
 Reader: TypeAlias = Callable[[str, T], T]
@@ -29,7 +54,7 @@ _S = TypeVar("_S", bound=str | None)
 
 
 def integer(name: str, default: int) -> int:
-    raw = os.environ.get(name)
+    raw = _source().get(name)
     if raw is None or raw == "":
         return default
     try:
@@ -70,7 +95,7 @@ def port(name: str, default: int) -> int:
 
 
 def boolean(name: str, default: bool) -> bool:
-    raw = os.environ.get(name, "").strip().lower()
+    raw = _source().get(name, "").strip().lower()
     if raw == "":
         return default
     if raw in ("1", "true", "on", "yes"):
@@ -82,32 +107,32 @@ def boolean(name: str, default: bool) -> bool:
 
 def text(name: str, default: _S) -> _S:
     """The value as set."""
-    raw = os.environ.get(name)
+    raw = _source().get(name)
     return cast(_S, raw) if raw else default
 
 
 def stripped(name: str, default: str) -> str:
     """The value without surrounding blanks."""
-    return os.environ.get(name, "").strip() or default
+    return _source().get(name, "").strip() or default
 
 
 def verbatim(name: str, default: str) -> str:
     """The value as set; set but empty is empty (not the default)."""
-    return os.environ.get(name, default)
+    return _source().get(name, default)
 
 
 def or_variable(other: str) -> Reader[str | None]:
     """The value, else the variable `other`'s (as set, even empty)."""
 
     def read(name: str, default: str | None) -> str | None:
-        return os.environ.get(name) or os.environ.get(other, default)
+        return _source().get(name) or _source().get(other, default)
 
     return read
 
 
 def listed(name: str, default: tuple[str, ...]) -> tuple[str, ...]:
     """Comma-separated items; set but empty is no items (not the default)."""
-    raw = os.environ.get(name)
+    raw = _source().get(name)
     if raw is None:
         return default
     return tuple(part.strip() for part in raw.split(",") if part.strip())
@@ -115,7 +140,7 @@ def listed(name: str, default: tuple[str, ...]) -> tuple[str, ...]:
 
 def pairs(name: str, default: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str], ...]:
     """`key=value` items, comma-separated."""
-    raw = os.environ.get(name)
+    raw = _source().get(name)
     if raw is None:
         return default
     found = []
@@ -131,7 +156,7 @@ _QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|k|M|G|T)?$")
 
 
 def quantity(name: str, default: str) -> str:
-    raw = os.environ.get(name, "").strip()
+    raw = _source().get(name, "").strip()
     if not raw:
         return default
     if not _QUANTITY.match(raw):
@@ -141,7 +166,7 @@ def quantity(name: str, default: str) -> str:
 
 def namespaced(name: str, default: _S) -> _S:
     """`namespace/name`."""
-    raw = os.environ.get(name, "").strip()
+    raw = _source().get(name, "").strip()
     if not raw:
         return default
     namespace, _, obj = raw.partition("/")
@@ -151,17 +176,17 @@ def namespaced(name: str, default: _S) -> _S:
 
 
 def path(name: str, default: Path | None) -> Path | None:
-    raw = os.environ.get(name, "").strip()
+    raw = _source().get(name, "").strip()
     return Path(raw) if raw else default
 
 
 def directory(name: str, default: Path) -> Path:
     """A path as set; set but empty is the working directory (not the default)."""
-    return Path(os.environ.get(name, str(default)))
+    return Path(_source().get(name, str(default)))
 
 
 def public_url(name: str, default: str | None) -> str | None:
-    raw = os.environ.get(name, "").strip()
+    raw = _source().get(name, "").strip()
     if not raw:
         return default
     try:
@@ -172,7 +197,7 @@ def public_url(name: str, default: str | None) -> str | None:
 
 def endpoint(name: str, default: str | None) -> str | None:
     """An http(s) URL."""
-    raw = os.environ.get(name, "").strip()
+    raw = _source().get(name, "").strip()
     if raw and not raw.startswith(("https://", "http://")):
         raise ValueError(f"environment variable {name}={raw!r} is not an http(s) URL")
     return raw or default
@@ -183,7 +208,7 @@ _E = TypeVar("_E", ArtifactBackend, EventLevel)
 
 def choice(name: str, default: _E) -> _E:
     """A member of the default's enum, by value (any case)."""
-    raw = os.environ.get(name, "").strip().lower()
+    raw = _source().get(name, "").strip().lower()
     if raw == "":
         return default
     kind = type(default)
@@ -195,7 +220,7 @@ def choice(name: str, default: _E) -> _E:
 
 
 def cidr_mode(name: str, default: Literal["allow", "forbid"]) -> Literal["allow", "forbid"]:
-    value = (os.environ.get(name) or default).strip().lower()
+    value = (_source().get(name) or default).strip().lower()
     if value not in ("allow", "forbid"):
         raise ValueError(f"{name} must be allow or forbid, not {value!r}")
     return "forbid" if value == "forbid" else "allow"

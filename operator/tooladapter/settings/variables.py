@@ -29,21 +29,32 @@ class Variable(Generic[T]):
 
     name: str
     read: Reader[T]
+    #: Applied live from the settings ConfigMap (`settings.reload`); otherwise read once,
+    #: from the environment, at start-up.
+    reloadable: bool = False
 
 
 @overload
-def setting(variable: str, read: Reader[T], default: T) -> T: ...
+def setting(variable: str, read: Reader[T], default: T, *, reloadable: bool = False) -> T: ...
 @overload
-def setting(variable: str, read: Reader[T], *, default_factory: Callable[[], T]) -> T: ...
+def setting(
+    variable: str,
+    read: Reader[T],
+    *,
+    default_factory: Callable[[], T],
+    reloadable: bool = False,
+) -> T: ...
 def setting(
     variable: str,
     read: Reader[T],
     default: T | None = None,
     *,
     default_factory: Callable[[], T] | None = None,
+    reloadable: bool = False,
 ) -> T:
-    """A dataclass field read from `variable` by `read` (`default` when it is unset)."""
-    metadata = {VARIABLE: Variable(variable, read)}
+    """A dataclass field read from `variable` by `read` (`default` when it is unset);
+    `reloadable`: also applied live from the settings ConfigMap."""
+    metadata = {VARIABLE: Variable(variable, read, reloadable)}
     if default_factory is not None:
         return dataclasses.field(default_factory=default_factory, metadata=metadata)
     return cast(T, dataclasses.field(default=default, metadata=metadata))

@@ -44,6 +44,7 @@ from tooladapter.executors.sandbox import SandboxExecutor
 from tooladapter.kube.client import Conflict, Refused
 from tooladapter.naming import LeaseNames
 from tooladapter.settings import Settings
+from tooladapter.settings.live import LiveSettings
 
 pytestmark = [pytest.mark.timeout(10), pytest.mark.usefixtures("fast_retries")]
 
@@ -352,7 +353,7 @@ async def test_an_interrupt_before_execution_cancels_and_releases_the_lease() ->
             h.rt.interrupt_event(uid).set()
 
     cluster.after["patch_status"] = interrupt_on_brokered
-    h.rt = type(h.rt)(**{**h.rt.__dict__, "settings": Settings(write_every_state=True)})
+    h.rt = type(h.rt)(**{**h.rt.__dict__, "live": LiveSettings(Settings(write_every_state=True))})
 
     stored = await h.run(body)
 

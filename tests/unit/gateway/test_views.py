@@ -131,6 +131,15 @@ def test_a_tool_detail_names_its_limits_and_versions() -> None:
     assert detail["auditRequirements"]["outputHash"] is True
 
 
+def test_a_tool_detail_shows_the_limits_in_force_when_the_descriptor_sets_none() -> None:
+    unset, bounded = entry(), entry(maxResultBytes=4096)
+    settings = {"max_result_bytes": 2048, "default_timeout_seconds": 90}
+    detail = tool_detail(unset, [unset], **settings)
+    assert (detail["maxResultBytes"], detail["timeoutSeconds"]) == (2048, 90)
+    # A descriptor's own bound never shows above the operator's.
+    assert tool_detail(bounded, [bounded], **settings)["maxResultBytes"] == 2048
+
+
 # --------------------------------------------------------------------------- a call
 
 

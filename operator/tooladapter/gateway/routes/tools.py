@@ -73,7 +73,16 @@ async def get_tool(request: web.Request) -> web.Response:
                 f"{', '.join(v.spec.version for v in versions)})",
             )
         entry = match[0]
-    return web.json_response(tool_detail(entry, versions))
+    # The limits a call of it gets now: the settings in force (reloadable) apply.
+    limits = deps_of(request).in_force().limits
+    return web.json_response(
+        tool_detail(
+            entry,
+            versions,
+            max_result_bytes=limits.max_result_bytes,
+            default_timeout_seconds=limits.default_timeout_seconds,
+        )
+    )
 
 
 def add_routes(app: web.Application) -> None:

@@ -246,9 +246,17 @@ def tool_summary(entry: ToolEntry, versions: Iterable[ToolEntry]) -> dict[str, A
     return summary
 
 
-def tool_detail(entry: ToolEntry, versions: Iterable[ToolEntry]) -> dict[str, Any]:
+def tool_detail(
+    entry: ToolEntry,
+    versions: Iterable[ToolEntry],
+    *,
+    max_result_bytes: int | None = None,
+    default_timeout_seconds: int | None = None,
+) -> dict[str, Any]:
     """One tool version with schemas, the credentials its calls carry (name, source kind and
-    where each goes; not which Secret or ServiceAccount), limits and audit requirements."""
+    where each goes; not which Secret or ServiceAccount), limits and audit requirements.
+    `max_result_bytes`, `default_timeout_seconds`: the operator's settings in force (they
+    are reloadable: the descriptor's status may have been written under older ones)."""
     spec = entry.spec.wire()
     detail = tool_summary(entry, versions)
     for key in (
@@ -263,9 +271,12 @@ def tool_detail(entry: ToolEntry, versions: Iterable[ToolEntry]) -> dict[str, An
     ):
         detail[key] = spec.get(key)
     if detail["timeoutSeconds"] is None:
-        # Unset: the operator's default applies, as the status says (issue 27).
-        detail["timeoutSeconds"] = entry.status.effective_timeout_seconds
-    if detail["maxResultBytes"] is None:
+        # Unset: the operator's default applies (issue 27), as it is now.
+        detail["timeoutSeconds"] = default_timeout_seconds or entry.status.effective_timeout_seconds
+    if max_result_bytes is not None:
+        own = detail["maxResultBytes"]
+        detail["maxResultBytes"] = min(own, max_result_bytes) if own else max_result_bytes
+    elif detail["maxResultBytes"] is None:
         detail["maxResultBytes"] = entry.status.effective_max_result_bytes
     detail["credentials"] = [
         {

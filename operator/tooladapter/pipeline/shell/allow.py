@@ -2,8 +2,9 @@
 argv-prefix tokens, with no inline code and no effect option the entry does not name
 (rule 4).
 
-The list in force is the descriptor's `shell.allow`, or `DEFAULT_ALLOW_LIST` when it
-sets none; the tenant policies' lists narrow it.
+The list in force is the descriptor's `shell.allow`, or the operator's default list (the
+setting `TOOLADAPTER_SHELL_ALLOW_LIST`, by default `DEFAULT_ALLOW_LIST`) when it sets none;
+the tenant policies' lists narrow it.
 """
 
 from __future__ import annotations
@@ -29,10 +30,13 @@ DEFAULT_ALLOW_LIST: tuple[str, ...] = (
 )
 
 
-def allow_list_for(configured: Sequence[str] | None) -> tuple[str, ...]:
+def allow_list_for(
+    configured: Sequence[str] | None, default: Sequence[str] = DEFAULT_ALLOW_LIST
+) -> tuple[str, ...]:
     """The allow list in force for a descriptor: its own `shell.allow` when it sets one
-    (even an empty one: nothing is listed), else the reference's `DEFAULT_ALLOW_LIST`."""
-    return DEFAULT_ALLOW_LIST if configured is None else tuple(configured)
+    (even an empty one: nothing is listed), else `default` (the operator's setting,
+    `TOOLADAPTER_SHELL_ALLOW_LIST`, whose default is the reference's `DEFAULT_ALLOW_LIST`)."""
+    return tuple(default) if configured is None else tuple(configured)
 
 
 @lru_cache(maxsize=512)

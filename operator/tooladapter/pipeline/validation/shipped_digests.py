@@ -26,7 +26,7 @@ SHIPPED: dict[tuple[AdmissionKind, str], str] = {
         "sha256:6f3a74df494a14909ec20ef46fd0fb07561ccc4e6b3aa41045bddc1a0e6dd653"
     ),
     (AdmissionKind.POLICY, "tooladapter-invocation-status"): (
-        "sha256:2e0cd81a63f41c96ed70a6543cea2754b0a7fd1c6727c0beb69df5820a4cb510"
+        "sha256:93361ae1a9f05b0549e898f484a1b1d4156ce98d74ae31467f0edadc6007c858"
     ),
     (AdmissionKind.POLICY, "tooladapter-mcpserver-activation"): (
         "sha256:22055c63bc70f4614f06f859ce673560176cafdb6367bffd67c7176c34e5fa15"
