@@ -29,7 +29,13 @@ from decimal import Decimal
 from typing import Any
 
 from tooladapter.egress.core.lease import CA_BUNDLE_KEY, PROXY_URL_KEY
-from tooladapter.enums import FailureClass, InvocationState, SandboxStart, Transmission
+from tooladapter.enums import (
+    FailureClass,
+    InvocationState,
+    SandboxStart,
+    Transmission,
+    WorkspaceMode,
+)
 from tooladapter.executors import (
     Call,
     Outcome,
@@ -44,12 +50,11 @@ from tooladapter.executors.meter import Clock, metered
 from tooladapter.kube.client import Conflict, NotFound, Refused
 from tooladapter.kube.sandbox import decode_b64
 from tooladapter.kube.warm import ExecResult, WarmKube
-from tooladapter.model import WorkspaceLease
+from tooladapter.metrics import WARM_GAVE_WAY, WARM_IDLE_CPU, WARM_IDLE_MEMORY, WARM_IDLE_PODS
+from tooladapter.model import ToolDescriptorSpec, WorkspaceLease
 from tooladapter.naming import LeaseNames
 from tooladapter.sandbox.gitconfig import findings, parse_scan, refusal
 from tooladapter.sandbox.job import ProxyPeer, runtime_class_for
-from tooladapter.metrics import WARM_GAVE_WAY, WARM_IDLE_CPU, WARM_IDLE_MEMORY, WARM_IDLE_PODS
-from tooladapter.model import ToolDescriptorSpec
 from tooladapter.sandbox.pool_sizing import (
     PoolBounds,
     PoolDemand,
@@ -92,7 +97,6 @@ from tooladapter.sandbox.warm import (
     workspace_key,
 )
 from tooladapter.settings import Settings
-from tooladapter.enums import WorkspaceMode
 from tooladapter.timeutil import now_iso, parse_time
 
 logger = logging.getLogger("tooladapter.warm")
