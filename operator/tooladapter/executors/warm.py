@@ -905,26 +905,32 @@ class WarmSandboxes:
         are taken up from their pods: the idle time counts from the newest pod's creation,
         since a pool pod is made anew after each call. Pods whose profile cannot be read
         are drained (`maintain`)."""
+        if self.settings.warm.pool_size <= 0:
+            return
         now, wall = time.monotonic(), time.time()
+        newest: dict[tuple[str, str], tuple[str, Profile]] = {}
         for pod in pods:
             meta = pod["metadata"]
             labels = meta.get("labels") or {}
-            namespace, key = meta["namespace"], labels.get(LABEL_PROFILE, "")
-            if labels.get(LABEL_STATE) != STATE_POOL or pod_ended(pod) or not serves(namespace):
+            key = (meta["namespace"], labels.get(LABEL_PROFILE, ""))
+            created = meta.get("creationTimestamp")
+            if (
+                labels.get(LABEL_STATE) != STATE_POOL
+                or pod_ended(pod)
+                or not created
+                or key in self.pools
+                or not serves(key[0])
+            ):
                 continue
             profile = profile_from_annotation(
-                (meta.get("annotations") or {}).get(ANNOTATION_PROFILE), key
+                (meta.get("annotations") or {}).get(ANNOTATION_PROFILE), key[1]
             )
-            created = meta.get("creationTimestamp")
-            if profile is None or not created or self.settings.warm.pool_size <= 0:
-                continue
-            started = now - max(0.0, wall - parse_time(created).timestamp())
-            pool = self.pools.get((namespace, key))
-            if pool is None:
-                self.pools[(namespace, key)] = Pool(namespace, profile, started)
-                logger.info("adopted the warm pool %s/%s", namespace, key)
-            elif pool.started_at is not None and pool.started_at < started:
-                pool.started_at = started  # a pod made since (another replica's refill)
+            if profile is not None and (key not in newest or newest[key][0] < created):
+                newest[key] = (created, profile)
+        for (namespace, profile_key), (newest_at, found) in newest.items():
+            started = now - max(0.0, wall - parse_time(newest_at).timestamp())
+            self.pools[(namespace, profile_key)] = Pool(namespace, found, started)
+            logger.info("adopted the warm pool %s/%s", namespace, profile_key)
 
     def export_idle(self, pods: list[dict[str, Any]], serves: Callable[[str], bool]) -> None:
         """What idle warm pods (pool pods, workspaces with no call) request (`metrics`)."""
