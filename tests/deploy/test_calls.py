@@ -50,9 +50,11 @@ def test_a_sandboxed_shell_call_runs_its_job_behind_the_network_gate(
     agent.grant(["sh"], ["sandbox"])
     # The chart's defaults: a descriptor made active starts its profile's warm pool.
     wait_for(
-        lambda: client.CoreV1Api(api)
-        .list_namespaced_pod(tenant.name, label_selector="tooladapter.dev/warm-state=pool")
-        .items,
+        lambda: (
+            client.CoreV1Api(api)
+            .list_namespaced_pod(tenant.name, label_selector="tooladapter.dev/warm-state=pool")
+            .items
+        ),
         timeout=120,
         what="the pool of sh-pooled started by its activation",
     )
