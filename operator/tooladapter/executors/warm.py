@@ -134,6 +134,8 @@ class Pool:
     #: When its recent calls came (monotonic), the newest last.
     uses: tuple[float, ...] = ()
     refilling: asyncio.Lock = field(default_factory=asyncio.Lock)
+    #: A resize was asked for while one ran: it runs once more (demand grew meanwhile).
+    again: bool = False
 
     def demand(self) -> PoolDemand:
         return PoolDemand(self.started_at, self.uses)
@@ -211,7 +213,10 @@ class WarmSandboxes:
                 )
             return None
         profile = self.profile(call, attempt=attempt)
-        self.want(call.namespace, profile)
+        if not attempt:
+            # A call that is not an attempt's takes a pool pod: demand. (An attempt's call
+            # is demand only when it makes its workspace: `workspace_pod`.)
+            self.want(call.namespace, profile)
         if attempt:
             try:
                 pod, workspace, made = await self.workspace_pod(call, profile)
@@ -360,28 +365,35 @@ class WarmSandboxes:
         """Resize the pool to its desired size (`desired`): new pods created, surplus
         ready-to-claim pods deleted (only as listed: a pod claimed meanwhile is kept)."""
         if pool.refilling.locked():
+            pool.again = True
             return
         async with pool.refilling:
-            try:
-                pods = await self.pool_pods(pool.namespace, pool.profile.key)
-                wanted = await self.desired(pool, len(pods))
-                for _ in range(wanted - len(pods)):
-                    await self.create_pod(pool.namespace, pool.profile, state=STATE_POOL)
-                # Starting pods go first: they serve no call yet.
-                surplus = sorted(pods, key=lambda p: (pod_ready(p), p["metadata"]["name"]))
-                for pod in surplus[: max(0, len(pods) - wanted)]:
-                    meta = pod["metadata"]
-                    await self.kube.delete_pod(
-                        pool.namespace, meta["name"], resource_version=meta["resourceVersion"]
-                    )
-                self.census[(pool.namespace, pool.profile.key)] = max(wanted, 0)
-            except Exception:
-                logger.warning(
-                    "resizing the warm pool %s/%s failed",
-                    pool.namespace,
-                    pool.profile.key,
-                    exc_info=True,
+            pool.again = True
+            while pool.again:
+                pool.again = False
+                await self._resize(pool)
+
+    async def _resize(self, pool: Pool) -> None:
+        try:
+            pods = await self.pool_pods(pool.namespace, pool.profile.key)
+            wanted = await self.desired(pool, len(pods))
+            for _ in range(wanted - len(pods)):
+                await self.create_pod(pool.namespace, pool.profile, state=STATE_POOL)
+            # Starting pods go first: they serve no call yet.
+            surplus = sorted(pods, key=lambda p: (pod_ready(p), p["metadata"]["name"]))
+            for pod in surplus[: max(0, len(pods) - wanted)]:
+                meta = pod["metadata"]
+                await self.kube.delete_pod(
+                    pool.namespace, meta["name"], resource_version=meta["resourceVersion"]
                 )
+            self.census[(pool.namespace, pool.profile.key)] = max(wanted, 0)
+        except Exception:
+            logger.warning(
+                "resizing the warm pool %s/%s failed",
+                pool.namespace,
+                pool.profile.key,
+                exc_info=True,
+            )
 
     async def pool_pods(self, namespace: str, key: str) -> list[dict[str, Any]]:
         pods = await self.kube.list_pods(
@@ -418,23 +430,33 @@ class WarmSandboxes:
         return None
 
     async def claim_starting(self, call: Call, profile: Profile) -> dict[str, Any] | None:
-        """No pool pod was ready: wait a while for one that is starting (already scheduled,
-        so nearer its start than a new Job), then claim any ready one."""
-        starting = [
-            p
-            for p in await self.pool_pods(call.namespace, profile.key)
-            if not pod_ready(p) and pod_scheduled(p)
-        ]
-        if not starting:
-            return None
-        oldest = min(starting, key=lambda p: p["metadata"].get("creationTimestamp") or "")
-        try:
-            await self.kube.wait_ready(
-                call.namespace, oldest["metadata"]["name"], timeout=STARTING_WAIT_SECONDS
-            )
-        except (RuntimeError, TimeoutError, NotFound):
-            pass  # another ready pod may still be there
-        return await self.claim(call, profile)
+        """No pool pod was ready: wait up to `STARTING_WAIT_SECONDS` for one of the pool's
+        starting pods (nearer their start than a new Job), the oldest first, claiming any
+        that is ready; None when none became ready in time (the call runs cold)."""
+        deadline = time.monotonic() + STARTING_WAIT_SECONDS
+        waited: set[str] = set()
+        while True:
+            starting = [
+                p
+                for p in await self.pool_pods(call.namespace, profile.key)
+                if not pod_ready(p)
+                and not pod_unschedulable(p)
+                and p["metadata"]["name"] not in waited
+            ]
+            remaining = deadline - time.monotonic()
+            if not starting or remaining <= 0:
+                return None
+            oldest = min(starting, key=lambda p: p["metadata"].get("creationTimestamp") or "")
+            waited.add(oldest["metadata"]["name"])
+            try:
+                await self.kube.wait_ready(
+                    call.namespace, oldest["metadata"]["name"], timeout=remaining
+                )
+            except (RuntimeError, TimeoutError, NotFound):
+                pass  # gone or slow: another may be ready by now
+            claimed = await self.claim(call, profile)
+            if claimed is not None:
+                return claimed
 
     async def give_way(self, namespace: str, reason: str) -> list[str]:
         """A call of `namespace` waits for capacity (`reason`: `quota` or `unschedulable`):
@@ -522,6 +544,7 @@ class WarmSandboxes:
             # many attempts at once would otherwise all count the same pods, and all pass.
             async with self.making.setdefault(call.namespace, asyncio.Lock()):
                 await self.check_room(call.namespace)
+                self.want(call.namespace, profile)
                 claimed = await self.claim(call, profile, workspace=key)
                 if claimed is None:
                     created = await self.create_pod(
@@ -971,11 +994,11 @@ def last_used(pod: dict[str, Any]) -> str:
     )
 
 
-def pod_scheduled(pod: dict[str, Any]) -> bool:
-    """Bound to a node (its PodScheduled condition True)."""
+def pod_unschedulable(pod: dict[str, Any]) -> bool:
+    """The scheduler found no node for it (so far): not worth a call's wait."""
     for condition in (pod.get("status") or {}).get("conditions") or []:
         if condition.get("type") == "PodScheduled":
-            return bool(condition.get("status") == "True")
+            return bool(condition.get("status") == "False")
     return False
 
 
