@@ -2,7 +2,7 @@
 
 A pool (one namespace, one sandbox profile) starts with one pod when a descriptor of its
 profile becomes active in the namespace, grows with its recent use (each call consumes a
-pod, so the pool holds what calls took while new pods were starting), and shrinks to zero
+pod, so the pool holds what calls take while new pods start, two per recent call), and shrinks to zero
 once nothing used it for `idle_seconds`. It never grows past its own bound (`most`), the
 cluster-wide room left for pool pods (`room`), or what the namespace's ResourceQuotas can
 give without taking the share a call could need (`quota_room`): pool pods go first.
@@ -25,6 +25,10 @@ from tooladapter.sandbox.warm import quantity_value
 #: Calls in this many seconds count as recent demand: about the time a new pool pod takes
 #: to be ready, so the pool holds what calls take while it refills.
 DEMAND_WINDOW_SECONDS = 30.0
+#: Pods a pool adds per recent call: each call takes one pod and the next call of a burst
+#: comes before a new pod is ready (a pod start is seconds, a warm call a fraction of one),
+#: so the pool grows ahead of the burst rather than one pod behind it.
+PODS_PER_USE = 2
 
 
 @dataclass(frozen=True)
@@ -70,7 +74,7 @@ def desired_size(
     last = demand.last_seen()
     if bounds.most <= 0 or pressured or last is None or now - last > bounds.idle_seconds:
         return 0
-    wanted = 1 + recent_uses(demand, now, bounds.window_seconds)
+    wanted = 1 + PODS_PER_USE * recent_uses(demand, now, bounds.window_seconds)
     limits = [bounds.most, max(room, 0)]
     if quota_room is not None:
         limits.append(max(quota_room, 0))
@@ -137,6 +141,7 @@ def quota_room(
 
 __all__ = [
     "DEMAND_WINDOW_SECONDS",
+    "PODS_PER_USE",
     "PoolBounds",
     "PoolDemand",
     "desired_size",

@@ -29,7 +29,7 @@ class WarmSettings(FromEnv):
     #: Warm pools are on by default, sized from demand (`sandbox.pool_sizing`): per namespace
     #: and sandbox profile (image, RuntimeClass, resources) a pool starts one pod when a
     #: descriptor of that profile becomes active in the namespace, grows with its recent
-    #: calls (one pod more per call in the last 30 s) up to this many pods, and shrinks to
+    #: calls (two pods more per call in the last 30 s) up to this many pods, and shrinks to
     #: zero after `TOOLADAPTER_WARM_POOL_IDLE_SECONDS` without a call. 0: no pools (every
     #: call that is not an attempt's runs in a Job of its own). Each idle pod requests CPU
     #: 10m and memory 32Mi at most, its limits as declared (`sandbox.warm.IDLE_REQUESTS`);

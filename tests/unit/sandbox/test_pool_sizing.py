@@ -27,8 +27,10 @@ def test_a_pool_nobody_asked_for_holds_nothing() -> None:
 
 
 def test_a_pool_grows_with_recent_calls_up_to_its_bound() -> None:
+    one = PoolDemand(started_at=0.0, uses=(100.0,))
+    assert desired_size(one, 101.0, BOUNDS, room=16) == 3  # two pods per recent call
     three = PoolDemand(started_at=0.0, uses=(100.0, 101.0, 102.0))
-    assert desired_size(three, 103.0, BOUNDS, room=16) == 4
+    assert desired_size(three, 103.0, BOUNDS, room=16) == 7
     many = PoolDemand(started_at=0.0, uses=tuple(100.0 + i / 10 for i in range(20)))
     assert desired_size(many, 103.0, BOUNDS, room=16) == 8
 
