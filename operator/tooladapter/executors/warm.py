@@ -387,6 +387,16 @@ class WarmSandboxes:
                     pool.namespace, meta["name"], resource_version=meta["resourceVersion"]
                 )
             self.census[(pool.namespace, pool.profile.key)] = max(wanted, 0)
+        except (Refused, NotFound) as exc:
+            # The namespace refused a pool pod (a quota, its admission, it is being
+            # deleted): its pools hold off as under pressure, rather than asking each round.
+            self.pressure[pool.namespace] = time.monotonic()
+            logger.info(
+                "the warm pool %s/%s holds off: a pod of it was refused (%s)",
+                pool.namespace,
+                pool.profile.key,
+                exc,
+            )
         except Exception:
             logger.warning(
                 "resizing the warm pool %s/%s failed",

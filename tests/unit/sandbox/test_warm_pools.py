@@ -13,6 +13,7 @@ from prometheus_client import REGISTRY
 
 from tests.unit.sandbox.test_warm_settlement import FakeWarmKube, call, ran, tool, warm
 from tooladapter.executors.warm import WarmSandboxes
+from tooladapter.kube.client import Refused
 from tooladapter.sandbox.warm import (
     ANNOTATION_LAST_USED,
     ANNOTATION_PROFILE,
@@ -235,3 +236,21 @@ def test_a_call_with_no_ready_pod_waits_for_a_starting_one() -> None:
     assert waited == ["pool-1"]
     assert outcome is not None and outcome.sandbox_run is not None
     assert outcome.sandbox_run.name == "pool-1"
+
+
+def test_a_namespace_that_refuses_a_pool_pod_is_not_asked_again_each_round() -> None:
+    class Refusing(FakeWarmKube):
+        async def create_pod(self, pod: dict[str, Any]) -> dict[str, Any]:
+            self.made += 1
+            raise Refused("403: namespace ns is being terminated")
+
+    kube = Refusing()
+    sandboxes = warm(kube, pool_size=8)
+
+    async def scenario() -> None:
+        sandboxes.activated("ns", tool(workspace="call"))
+        await settled(sandboxes)
+        await sandboxes.maintain(serves, ended)
+
+    asyncio.run(scenario())
+    assert kube.made == 1
