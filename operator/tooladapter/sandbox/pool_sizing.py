@@ -4,9 +4,9 @@ A pool (one namespace, one sandbox profile) starts with one pod when a descripto
 profile becomes active in the namespace, grows with its recent use (each call consumes a
 pod, so the pool holds what calls take while new pods start: two per recent call), and
 shrinks to zero once nothing used it for `idle_seconds`. It never grows past its own
-bound (`most`), the
-cluster-wide room left for pool pods (`room`), or what the namespace's ResourceQuotas can
-give without taking the share a call could need (`quota_room`): pool pods go first.
+bound (`most`), the cluster-wide room left for pool pods (`room`), or what the
+namespace's ResourceQuotas can give without taking the share a call could need
+(`quota_room`): pool pods go first.
 
 `quota_room` reads each ResourceQuota's `hard` and `used` and adds a pool pod's amounts
 and one call's (the reserve) on top. It is deliberately coarse: every quota counts, scoped
