@@ -387,7 +387,11 @@ class WarmSandboxes:
                     pool.namespace, meta["name"], resource_version=meta["resourceVersion"]
                 )
             self.census[(pool.namespace, pool.profile.key)] = max(wanted, 0)
-        except (Refused, NotFound) as exc:
+        except NotFound:
+            # The namespace is gone: so is its pool (a descriptor made active anew starts it).
+            pool.started_at, pool.uses = None, ()
+            self.pools.pop((pool.namespace, pool.profile.key), None)
+        except Refused as exc:
             # The namespace refused a pool pod (a quota, its admission, it is being
             # deleted): its pools hold off as under pressure, rather than asking each round.
             self.pressure[pool.namespace] = time.monotonic()
