@@ -162,3 +162,28 @@ def test_with_three_idle_500m_workspaces_a_gvisor_call_still_runs(
     assert status["state"] == "Observed", explain(status, operator)
     assert status["sandboxLease"]["runtimeClass"] == "gvisor", explain(status, operator)
     assert str(status["result"]["content"]).strip() != node, explain(status, operator)
+
+
+def test_a_pool_never_takes_the_quota_share_a_call_needs(
+    api: client.ApiClient, wns: Namespace, operator: OperatorProcess
+) -> None:
+    core = client.CoreV1Api(api)
+    # One pod in all: the call's. The pool (whose activation would start a pod) keeps off it.
+    core.create_namespaced_resource_quota(
+        wns.name,
+        {"metadata": {"name": "one-pod"}, "spec": {"hard": {"pods": "1"}}},  # type: ignore[arg-type]  # the client sends a dict body as is
+    )
+    sandboxed_tool(api, wns.name, "pooled", kind="Container")
+    agent = Agent.create(api, wns.name, "alice")
+    agent.grant(["pooled"], ["sandbox"])
+    status = status_of(agent.wait(agent.invoke("pooled", {"command": "true"}), timeout=180))
+    assert status["state"] == "Observed", explain(status, operator)
+    assert status["sandboxLease"]["start"] == "cold", explain(status, operator)
+    assert not pods_in(api, wns.name, STATE_POOL)
+    # The control: with room for a call beside it, the same pool holds a pod.
+    core.patch_namespaced_resource_quota("one-pod", wns.name, {"spec": {"hard": {"pods": "3"}}})
+    wait_for(
+        lambda: pods_in(api, wns.name, STATE_POOL),
+        timeout=120,
+        what="the pool's pod once the quota leaves a call its share",
+    )
