@@ -1,23 +1,26 @@
-"""`python -m bench sandboxes` (issue 29): sandboxed calls cold, warm and in an attempt's
-workspace, side by side in one run, on the local cluster.
+"""`python -m bench sandboxes` (issues 29, 41): the sandbox table, one run, on the local cluster.
 
-Columns (one shell tool each, `echo`, the same limits):
+Rows (shell tools running `echo`, the same limits; the operator with no warm-pool settings
+at all, so pools are sized from demand as shipped):
 
-- cold: a Job of the call's own (the tool names a CIDR egress entry, which keeps a call out
-  of warm pods; the entry is TEST-NET and never used);
-- warm pool: a call-workspace tool while the pool (TOOLADAPTER_WARM_POOL_SIZE) has a ready
-  pod: the bench waits, untimed, until one is ready before each call;
+- first call: a new namespace, a descriptor made active, 10 s of nothing, then one call
+  (`BENCH_FIRST_CALLS` namespaces, one call each);
+- bare pod: the floor, a pod of the same image created directly (no gate, no policy, no
+  operator), from its create to its `Succeeded` phase;
+- cold Job: a Job of the call's own (the tool names a CIDR egress entry, which keeps a
+  call out of warm pods; the entry is TEST-NET and never used);
+- pool: a call-workspace tool; nothing waits for a ready pod: what demand sizing gives;
 - attempt: calls of one attempt after its first (the workspace pod is there);
-- attempt first: the first call of an attempt while the attempt tool's pool has a ready pod;
-- gvisor: cold calls of a `GVisor` tool (RuntimeClass gvisor), and later calls of an attempt
-  of a `GVisor` attempt tool ("gvisor attempt"), when the cluster has the RuntimeClass.
+- gvisor: a `GVisor` tool (RuntimeClass gvisor, its own pool), when the cluster has it.
 
-Each column sequential (one call after another) and with 5 attempts (streams) in parallel;
-p50/p95 of create-to-terminal: from just before the POST to the moment a poll (every 20 ms)
-sees the terminal state. A call meant to be warm that ran cold is counted and reported.
+Each row sequential (`BENCH_SANDBOX_CALLS`, default 20, one call after another) and with
+5 agents at once (4 calls each); p50/p95 of create-to-terminal: from just before the POST to
+the moment a poll (every 20 ms) sees the terminal state. A warm row's call that ran cold is
+counted. The machine's load average is read before and after; what idle warm pods held at
+the end is read off the operator's metrics.
 
-Runs its own operator and egress proxy (the repo's code, `make run`'s way) on a namespace
-of its own; writes BENCH_REPORT (default bench-sandboxes.json).
+Runs its own operator and egress proxy (the repo's code, `make run`'s way) on namespaces of
+its own; writes BENCH_REPORT (default bench-sandboxes.json).
 """
 
 from __future__ import annotations
@@ -29,6 +32,9 @@ import statistics
 import subprocess
 import tempfile
 import time
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -49,9 +55,13 @@ from tooladapter.devtools import (
 GROUP, VERSION = "tooladapter.dev", "v1alpha1"
 PREFIX = "tabench-sbx"
 TERMINAL = {"Observed", "Failed", "Uncertain", "Denied", "Cancelled"}
-SEQUENTIAL = int(os.environ.get("BENCH_SANDBOX_CALLS", "10"))
+SEQUENTIAL = int(os.environ.get("BENCH_SANDBOX_CALLS", "20"))
 PARALLEL = 5
-POOL = PARALLEL
+PER_AGENT = 4
+FIRST_CALLS = int(os.environ.get("BENCH_FIRST_CALLS", "3"))
+#: How long after a descriptor became active the first call of a new namespace is made.
+FIRST_CALL_AFTER_SECONDS = 10.0
+SANDBOX_IMAGE = os.environ.get("TOOLADAPTER_SANDBOX_IMAGE", "localhost/tooladapter-sandbox:dev")
 
 
 def _pct(values: list[float], q: float) -> float | None:
@@ -71,6 +81,15 @@ def summary(values: list[float]) -> dict[str, Any]:
     }
 
 
+@dataclass
+class Tenant:
+    """A namespace of the bench with its agent (a ServiceAccount token) allowed the tools."""
+
+    ns: Namespace
+    agent: client.ApiClient
+    user: str
+
+
 class SandboxBench:
     def __init__(self) -> None:
         self.admin = admin_client()
@@ -80,9 +99,7 @@ class SandboxBench:
         self.report: dict[str, Any] = {"columns": {}, "unavailable": {}, "cold_fallbacks": {}}
         self.proxy: EgressProxyProcess | None = None
         self.operator: OperatorProcess | None = None
-        self.ns: Namespace | None = None
-        self.agent: client.ApiClient | None = None
-        self.user = ""
+        self.tenants: list[Tenant] = []
 
     # ------------------------------------------------------------------ set-up
 
@@ -92,24 +109,24 @@ class SandboxBench:
         (self.workdir / "proxy").mkdir()
         self.proxy.start()
         (self.workdir / "operator").mkdir()
+        # No warm-pool setting: pools as shipped (sized from demand).
         self.operator = OperatorProcess(
             self.workdir / "operator",
             {
                 **scope,
                 "TOOLADAPTER_EGRESS_PROXY_PORT": str(self.proxy.port),
                 "TOOLADAPTER_EGRESS_PROXY_ADDRESS": node_ip(),
-                "TOOLADAPTER_WARM_POOL_SIZE": str(POOL),
                 "TOOLADAPTER_WORKSPACE_SIZE": "256Mi",
-                # The attempt-first columns make a workspace per call.
-                "TOOLADAPTER_WORKSPACES_PER_NAMESPACE": "1000",
-                "TOOLADAPTER_RECONCILE_INTERVAL_SECONDS": "5",
             },
         )
+        self.operator.env.pop("TOOLADAPTER_WARM_POOL_SIZE", None)
         self.operator.start()
-        self.ns = Namespace(self.admin, prefix=PREFIX)
-        token = token_for(self.admin, self.ns.name, "bench-agent")
-        self.agent = client_with_token(self.admin, token)
-        self.user = sa_user(self.ns.name, "bench-agent")
+
+    def tenant(self) -> Tenant:
+        ns = Namespace(self.admin, prefix=PREFIX)
+        token = token_for(self.admin, ns.name, "bench-agent")
+        tenant = Tenant(ns, client_with_token(self.admin, token), sa_user(ns.name, "bench-agent"))
+        self.tenants.append(tenant)
         rbac = client.RbacAuthorizationV1Api(self.admin)
         for name, kind, rules in (
             ("bench-requester", "ClusterRole", None),
@@ -128,12 +145,10 @@ class SandboxBench:
             ),
         ):
             if rules is not None:
-                rbac.create_namespaced_role(
-                    self.ns.name, {"metadata": {"name": name}, "rules": rules}
-                )
+                rbac.create_namespaced_role(ns.name, {"metadata": {"name": name}, "rules": rules})
             role = "tooladapter-requester" if kind == "ClusterRole" else name
             rbac.create_namespaced_role_binding(
-                self.ns.name,
+                ns.name,
                 {
                     "metadata": {"name": name},
                     "roleRef": {
@@ -142,13 +157,14 @@ class SandboxBench:
                         "name": role,
                     },
                     "subjects": [
-                        {"kind": "ServiceAccount", "name": "bench-agent", "namespace": self.ns.name}
+                        {"kind": "ServiceAccount", "name": "bench-agent", "namespace": ns.name}
                     ],
                 },
             )
+        return tenant
 
-    def tool(self, tool_id: str, **sandbox: Any) -> None:
-        assert self.ns is not None
+    def tool(self, tenant: Tenant, tool_id: str, **sandbox: Any) -> None:
+        namespace = tenant.ns.name
         body = {
             "apiVersion": f"{GROUP}/{VERSION}",
             "kind": "ToolDescriptor",
@@ -167,8 +183,6 @@ class SandboxBench:
                 "shell": {"allow": ["echo", "uname"]},
                 "sandbox": {
                     "resources": {
-                        # Small requests: on 2 cores, pools and workspaces of five
-                        # streams hold many pods at once.
                         "requests": {"cpu": "10m", "memory": "16Mi"},
                         "limits": {"cpu": "250m", "memory": "64Mi"},
                     },
@@ -177,40 +191,43 @@ class SandboxBench:
             },
         }
         self.custom.create_namespaced_custom_object(
-            GROUP, VERSION, self.ns.name, "tooldescriptors", body
+            GROUP, VERSION, namespace, "tooldescriptors", body
         )
         wait_for(
             lambda: (
                 self.custom.get_namespaced_custom_object(
-                    GROUP, VERSION, self.ns.name, "tooldescriptors", f"{tool_id}-1-0-0"
+                    GROUP, VERSION, namespace, "tooldescriptors", f"{tool_id}-1-0-0"
                 ).get("status")
                 or {}
             ).get("active"),
             timeout=90,
+            interval=0.05,
             what=f"descriptor {tool_id} active",
         )
 
     # ------------------------------------------------------------------ one call
 
-    def call(self, tool: str, *, attempt: str | None = None) -> tuple[float, dict[str, Any]]:
-        assert self.ns is not None and self.agent is not None
-        api = client.CustomObjectsApi(self.agent)
+    def call(
+        self, tenant: Tenant, tool: str, *, attempt: str | None = None
+    ) -> tuple[float, dict[str, Any]]:
+        api = client.CustomObjectsApi(tenant.agent)
+        namespace = tenant.ns.name
         name = f"{tool}-{os.urandom(5).hex()}"
         spec: dict[str, Any] = {
             "tool": {"id": tool, "version": "1.0.0"},
             "arguments": {"command": "echo bench"},
-            "caller": {"kind": "agent", "name": self.user},
+            "caller": {"kind": "agent", "name": tenant.user},
         }
         if attempt:
             spec["attemptId"] = attempt
         body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "ToolInvocation"}
         body |= {"metadata": {"name": name}, "spec": spec}
         began = time.monotonic()
-        api.create_namespaced_custom_object(GROUP, VERSION, self.ns.name, "toolinvocations", body)
+        api.create_namespaced_custom_object(GROUP, VERSION, namespace, "toolinvocations", body)
         deadline = began + 180
         while True:
             obj = api.get_namespaced_custom_object(
-                GROUP, VERSION, self.ns.name, "toolinvocations", name
+                GROUP, VERSION, namespace, "toolinvocations", name
             )
             status = obj.get("status") or {}
             if status.get("state") in TERMINAL:
@@ -219,82 +236,84 @@ class SandboxBench:
                 raise TimeoutError(f"{name} not terminal in 180 s: {status.get('state')}")
             time.sleep(0.02)
 
-    def pool_ready(self, count: int, size: str) -> None:
-        """Untimed: wait until the pool of the profile whose workspace is `size` holds
-        `count` ready pods (the warm tool's 64Mi, the attempt tool's 256Mi)."""
-        assert self.ns is not None
+    def bare_pod(self, tenant: Tenant) -> tuple[float, dict[str, Any]]:
+        """The floor: a pod of the sandbox image running the same `echo`, created directly,
+        from its create to its `Succeeded` phase (then deleted, untimed)."""
+        namespace = tenant.ns.name
+        name = f"bare-{os.urandom(5).hex()}"
+        pod = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": name},
+            "spec": {
+                "restartPolicy": "Never",
+                "automountServiceAccountToken": False,
+                "securityContext": {
+                    "runAsNonRoot": True,
+                    "runAsUser": 65532,
+                    "seccompProfile": {"type": "RuntimeDefault"},
+                },
+                "containers": [
+                    {
+                        "name": "tool",
+                        "image": SANDBOX_IMAGE,
+                        "imagePullPolicy": "IfNotPresent",
+                        "command": ["echo", "bench"],
+                        "resources": {
+                            "requests": {"cpu": "10m", "memory": "16Mi"},
+                            "limits": {"cpu": "250m", "memory": "64Mi"},
+                        },
+                        "securityContext": {
+                            "allowPrivilegeEscalation": False,
+                            "readOnlyRootFilesystem": True,
+                            "capabilities": {"drop": ["ALL"]},
+                        },
+                    }
+                ],
+            },
+        }
+        began = time.monotonic()
+        self.core.create_namespaced_pod(namespace, pod)
+        deadline = began + 180
+        try:
+            while True:
+                phase = self.core.read_namespaced_pod_status(name, namespace).status.phase
+                if phase in ("Succeeded", "Failed"):
+                    return time.monotonic() - began, {
+                        "state": "Observed" if phase == "Succeeded" else "Failed",
+                        "message": phase,
+                    }
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"bare pod {name} not done in 180 s: {phase}")
+                time.sleep(0.02)
+        finally:
+            self.core.delete_namespaced_pod(name, namespace, grace_period_seconds=0)
 
-        def ready() -> bool:
-            pods = self.core.list_namespaced_pod(
-                self.ns.name, label_selector="tooladapter.dev/warm-state=pool"
-            ).items
-            return (
-                sum(
-                    1
-                    for p in pods
-                    if p.status.phase == "Running"
-                    and p.metadata.deletion_timestamp is None
-                    and any(
-                        v.empty_dir is not None and v.empty_dir.size_limit == size
-                        for v in p.spec.volumes or []
-                        if v.name == "workspace"
-                    )
-                    and any(
-                        c.type == "Ready" and c.status == "True" for c in p.status.conditions or []
-                    )
-                )
-                >= count
-            )
-
-        wait_for(ready, timeout=180, what=f"{count} ready pool pods")
-
-    # ------------------------------------------------------------------ columns
+    # ------------------------------------------------------------------ rows
 
     def column(
         self,
         label: str,
-        tool: str,
+        run: Callable[[int, int], tuple[float, dict[str, Any]]],
         *,
         warm: bool,
-        attempt: bool = False,
-        first_of_attempt: bool = False,
     ) -> None:
-        """Sequential: SEQUENTIAL calls one after another. Parallel: PARALLEL streams at
-        once; for pool columns in rounds of PARALLEL calls, each round started when the pool
-        holds PARALLEL ready pods (untimed), which is what a pool of that size promises."""
+        """Sequential: SEQUENTIAL calls one after another; parallel: PARALLEL agents at once,
+        PER_AGENT calls each. `run(agent, call)` makes one timed call."""
         results: dict[str, Any] = {}
         fallbacks = 0
-        pooled = warm and (not attempt or first_of_attempt)
-        for mode, streams in (("sequential", 1), ("parallel", PARALLEL)):
-            calls = SEQUENTIAL if streams == 1 else max(2, SEQUENTIAL // 2)
-            attempts = [f"{label}-{mode}-{i}-{os.urandom(3).hex()}" for i in range(streams)]
-            if attempt and not first_of_attempt:
-                for attempt_id in attempts:
-                    self.call(tool, attempt=attempt_id)  # the workspace exists: untimed
-
-            def one(
-                index: int, round_: int, attempts: list[str] = attempts
-            ) -> tuple[float, dict[str, Any]]:
-                attempt_id = attempts[index]
-                if first_of_attempt:
-                    attempt_id = f"{attempt_id}-{round_}"
-                return self.call(tool, attempt=attempt_id if attempt else None)
-
+        for mode, streams, calls in (
+            ("sequential", 1, SEQUENTIAL),
+            ("parallel", PARALLEL, PER_AGENT),
+        ):
             done: list[tuple[float, dict[str, Any]]] = []
+
+            def stream(index: int, calls: int = calls) -> list[tuple[float, dict[str, Any]]]:
+                return [run(index, r) for r in range(calls)]
+
             with concurrent.futures.ThreadPoolExecutor(streams) as pool:
-                if pooled:
-                    for round_ in range(calls):
-                        self.pool_ready(streams, "256Mi" if attempt else "64Mi")
-                        done += pool.map(lambda i, r=round_: one(i, r), range(streams))
-                else:
-
-                    def stream(
-                        index: int, calls: int = calls
-                    ) -> list[tuple[float, dict[str, Any]]]:
-                        return [one(index, r) for r in range(calls)]
-
-                    for part in pool.map(stream, range(streams)):
-                        done += part
+                for part in pool.map(stream, range(streams)):
+                    done += part
             times: list[float] = []
             failures: list[str] = []
             for seconds, status in done:
@@ -305,8 +324,6 @@ class SandboxBench:
                 start = (status.get("sandboxLease") or {}).get("start")
                 if warm and start != "warm":
                     fallbacks += 1
-            if attempt:
-                self.release_workspaces()
             results[mode] = summary(times)
             if failures:
                 results[mode]["failures"] = failures[:5]
@@ -315,41 +332,86 @@ class SandboxBench:
         if warm:
             self.report["cold_fallbacks"][label] = fallbacks
 
-    def release_workspaces(self) -> None:
-        """The column's attempts are over: their workspaces go (as a release would)."""
-        assert self.ns is not None
-        self.core.delete_collection_namespaced_pod(
-            self.ns.name, label_selector="tooladapter.dev/warm-state=attempt"
-        )
+    def first_calls(self) -> None:
+        """A new namespace, its descriptor made active, 10 s, one call: FIRST_CALLS times."""
+        times: list[float] = []
+        failures: list[str] = []
+        fallbacks = 0
+        for _ in range(FIRST_CALLS):
+            tenant = self.tenant()
+            self.tool(tenant, "first", egress={"allow": []})
+            time.sleep(FIRST_CALL_AFTER_SECONDS)
+            seconds, status = self.call(tenant, "first")
+            if status.get("state") != "Observed":
+                failures.append(f"{status.get('state')}: {status.get('message')}")
+                continue
+            times.append(seconds)
+            if (status.get("sandboxLease") or {}).get("start") != "warm":
+                fallbacks += 1
+            # Its pool would hold a pod for the idle time: gone with its namespace.
+            tenant.ns.delete()
+            self.tenants.remove(tenant)
+        row = {"first": summary(times)}
+        if failures:
+            row["first"]["failures"] = failures[:5]
+        print(f"{'first call':>14} {'10s after':>10}: {row['first']}", flush=True)
+        self.report["columns"]["first call"] = row
+        self.report["cold_fallbacks"]["first call"] = fallbacks
+
+    def idle_cost(self) -> None:
+        """What idle warm pods held at the end, off the operator's metrics."""
+        assert self.operator is not None
+        url = f"http://127.0.0.1:{self.operator.metrics_port}/metrics"
+        with urllib.request.urlopen(url, timeout=10) as answer:
+            text = answer.read().decode()
+        cost: dict[str, float] = {}
+        for line in text.splitlines():
+            if line.startswith("tooladapter_warm_idle_"):
+                key, _, value = line.rpartition(" ")
+                cost[key] = float(value)
+        self.report["idle_warm_cost"] = cost
 
     def run(self) -> None:
         self.report["started"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         self.report["machine"] = {"cpus": os.cpu_count(), "loadavg": list(os.getloadavg())}
         self.start()
-        self.tool("cold", egress={"allow": ["192.0.2.99/32"]})
-        self.tool("warm", egress={"allow": []})
-        self.tool("attempt", workspace="attempt", egress={"allow": []})
+        self.first_calls()
+        # The 5 agents are 5 streams of one agent in one namespace (one pool per profile).
+        main = self.tenant()
+        agents = [main] * PARALLEL
+        self.tool(main, "cold", egress={"allow": ["192.0.2.99/32"]})
+        self.tool(main, "warm", egress={"allow": []})
+        self.tool(main, "attempt", workspace="attempt", egress={"allow": []})
         gvisor = subprocess.run(
             ["kubectl", "get", "runtimeclass", "gvisor"], capture_output=True, text=True
         )
-        self.column("cold", "cold", warm=False)
-        # One call of each warm profile starts its pool; then the pool is measured.
-        self.call("warm")
-        self.column("warm pool", "warm", warm=True)
-        self.call("attempt", attempt="start-the-pool")
-        self.column("attempt first", "attempt", warm=True, attempt=True, first_of_attempt=True)
-        self.column("attempt", "attempt", warm=True, attempt=True)
+
+        def by_agent(tool: str) -> Callable[[int, int], tuple[float, dict[str, Any]]]:
+            return lambda index, _round: self.call(agents[index], tool)
+
+        self.column("bare pod", lambda index, _r: self.bare_pod(agents[index]), warm=False)
+        self.column("cold Job", by_agent("cold"), warm=False)
+        self.column("pool", by_agent("warm"), warm=True)
+        tag = os.urandom(3).hex()
+        for index, tenant in enumerate(agents):
+            self.call(tenant, "attempt", attempt=f"a-{tag}-{index}")  # untimed: it exists
+        self.column(
+            "attempt",
+            lambda index, _r: self.call(agents[index], "attempt", attempt=f"a-{tag}-{index}"),
+            warm=True,
+        )
         if gvisor.returncode == 0:
-            self.tool("gvisor", kind="GVisor", egress={"allow": ["192.0.2.99/32"]})
-            self.column("gvisor", "gvisor", warm=False)
-            self.tool("gvisor-attempt", kind="GVisor", workspace="attempt", egress={"allow": []})
-            self.column("gvisor attempt", "gvisor-attempt", warm=True, attempt=True)
+            self.tool(main, "gvisor", kind="GVisor", egress={"allow": []})
+            self.column("gvisor", by_agent("gvisor"), warm=True)
         else:
             self.report["unavailable"]["gvisor"] = (gvisor.stderr or gvisor.stdout).strip()
+        self.report["unavailable"]["credentialed"] = "not measured by this bench yet"
+        self.idle_cost()
+        self.report["machine"]["loadavg_after"] = list(os.getloadavg())
 
     def stop(self) -> None:
-        if self.ns is not None:
-            self.ns.delete()
+        for tenant in self.tenants:
+            tenant.ns.delete()
         for proc in (self.operator, self.proxy):
             if proc is not None:
                 proc.stop()
@@ -357,8 +419,21 @@ class SandboxBench:
 
 def print_table(report: dict[str, Any]) -> None:
     print("\nsandboxed calls, create to terminal (seconds)")
-    print(f"{'':>14} {'seq p50':>8} {'seq p95':>8} {'par p50':>8} {'par p95':>8}  cold fallbacks")
+    machine = report.get("machine") or {}
+    print(
+        f"machine: {machine.get('cpus')} cpus, load average before {machine.get('loadavg')}, "
+        f"after {machine.get('loadavg_after')}"
+    )
+    print(f"{'':>14} {'seq p50':>8} {'seq p95':>8} {'5x4 p50':>8} {'5x4 p95':>8}  ran cold")
     for label, modes in report["columns"].items():
+        if "first" in modes:
+            first = modes["first"]
+            print(
+                f"{label:>14} {first.get('p50')!s:>8} {first.get('p95')!s:>8} "
+                f"{'':>8} {'':>8}  {report['cold_fallbacks'].get(label, '')}"
+                f"  (n={first.get('n')}, 10 s after activation)"
+            )
+            continue
         seq, par = modes.get("sequential", {}), modes.get("parallel", {})
         fallbacks = report["cold_fallbacks"].get(label, "")
         print(
@@ -367,6 +442,8 @@ def print_table(report: dict[str, Any]) -> None:
         )
     for label, why in report["unavailable"].items():
         print(f"{label:>14} unavailable: {why}")
+    for key, value in (report.get("idle_warm_cost") or {}).items():
+        print(f"idle warm cost: {key} = {value}")
 
 
 def main() -> None:

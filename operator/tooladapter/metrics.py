@@ -179,3 +179,30 @@ SETTINGS_REJECTED = Counter(
     "Event on the ConfigMap says why). `setting` is a reloadable variable's name.",
     ["setting"],
 )
+
+#: Not one of the reference's: what idle warm sandboxes hold of the cluster, counted at
+#: each upkeep round over the warm pods of the namespaces this replica serves (`kind`:
+#: `pool`, a pool's ready or starting pod; `workspace`, an attempt's workspace with no call
+#: running; two series per gauge). Requests are the pods' own (sized for idle).
+WARM_IDLE_PODS = Gauge(
+    "tooladapter_warm_idle_pods",
+    "Warm sandbox pods holding no call: pool pods and idle attempt workspaces.",
+    ["kind"],
+)
+WARM_IDLE_CPU = Gauge(
+    "tooladapter_warm_idle_cpu_request_cores",
+    "CPU the idle warm sandbox pods request of their nodes, in cores.",
+    ["kind"],
+)
+WARM_IDLE_MEMORY = Gauge(
+    "tooladapter_warm_idle_memory_request_bytes",
+    "Memory the idle warm sandbox pods request of their nodes, in bytes.",
+    ["kind"],
+)
+#: Pods deleted so that a waiting call could get capacity (`reason`: `quota` or
+#: `unschedulable`; `kind`: `pool` or `workspace`).
+WARM_GAVE_WAY = Counter(
+    "tooladapter_warm_gave_way",
+    "Idle warm sandbox pods deleted to make room for a call that waited for capacity.",
+    ["kind", "reason"],
+)

@@ -26,6 +26,7 @@ from tooladapter.credentials.issuers import TokenIssuer
 from tooladapter.enums import ToolKind
 from tooladapter.events import EventSink, NoEvents
 from tooladapter.executors import Executor
+from tooladapter.executors.warm import WarmSandboxes
 from tooladapter.inflight import FairGate
 from tooladapter.kube.client import Kube
 from tooladapter.kube.cluster import Cluster
@@ -104,6 +105,9 @@ class Runtime:
     #: OAuth 2.0 token endpoints (`oauth2ClientCredentials`, `tokenExchange`); None: every
     #: such credential fails closed (unit tests that mint none).
     issuers: TokenIssuer | None = None
+    #: The warm sandboxes (pools, attempt workspaces) of the sandbox executor (None: unit
+    #: tests without them): descriptors start pools, capacity waits make them give way.
+    warm: WarmSandboxes | None = None
     #: Each attempt workspace's queue of calls (`attempts`).
     attempts: AttemptQueues = field(default_factory=AttemptQueues)
     #: Data-flow labels of ended calls whose write failed: retried, and counted meanwhile.

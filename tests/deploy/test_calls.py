@@ -12,6 +12,7 @@ from tests.deploy.release import Release
 from tests.integration.objects import Agent, jobs_of, shell_tool
 from tests.integration.servers import Recorder
 from tooladapter.devtools import Namespace
+from tooladapter.devtools.waiting import wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(600)]
 
@@ -40,10 +41,23 @@ def test_an_agent_calls_a_tool_through_the_installed_operator_to_observed(
 def test_a_sandboxed_shell_call_runs_its_job_behind_the_network_gate(
     api: client.ApiClient, release: Release, tenant: Namespace
 ) -> None:
-    """The in-cluster operator's Job, NetworkPolicy, log and canary (at the pod's address)."""
-    shell_tool(api, tenant.name)
+    """The in-cluster operator's Job, NetworkPolicy, log and canary (at the pod's address).
+    Warm pools are on by the chart's defaults: a CIDR egress entry keeps this call on the
+    cold path (a NetworkPolicy of its own), and the plain tool's pool starts on its own."""
+    shell_tool(api, tenant.name, egress=["192.0.2.99/32"])
+    shell_tool(api, tenant.name, "sh-pooled")
     agent = Agent.create(api, tenant.name, "agent-1", role=f"{release.prefix}-requester")
     agent.grant(["sh"], ["sandbox"])
+    # The chart's defaults: a descriptor made active starts its profile's warm pool.
+    wait_for(
+        lambda: (
+            client.CoreV1Api(api)
+            .list_namespaced_pod(tenant.name, label_selector="tooladapter.dev/warm-state=pool")
+            .items
+        ),
+        timeout=120,
+        what="the pool of sh-pooled started by its activation",
+    )
 
     name = agent.invoke("sh", {"command": "echo hello from the sandbox"})
     obj = agent.wait(name, timeout=180)

@@ -37,6 +37,13 @@ from tooladapter.devtools import (
     node_ip,
 )
 
+#: Warm pools are on by default (issue 41), which would move most sandboxed calls of these
+#: tests off the cold Job path they assert (its Job, NetworkPolicy, gate, deadline, restart
+#: and quota rules). Every operator the suite starts keeps pools off unless its settings
+#: turn them on (the warm pool and workspace tests do; `OperatorProcess` inherits this
+#: environment, and a test's own settings win).
+os.environ.setdefault("TOOLADAPTER_WARM_POOL_SIZE", "0")
+
 #: An operator and the egress proxy it hands leases to.
 EgressPair = tuple[OperatorProcess, EgressProxyProcess]
 

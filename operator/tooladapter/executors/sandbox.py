@@ -8,6 +8,7 @@ and must never create a second Job.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from dataclasses import replace
 from datetime import UTC, datetime
@@ -36,6 +37,8 @@ from tooladapter.naming import LeaseNames
 from tooladapter.sandbox.job import build_job, network_gate_for, owner_reference, runtime_class_for
 from tooladapter.settings import Settings
 from tooladapter.timeutil import parse_time
+
+logger = logging.getLogger("tooladapter.sandbox")
 
 #: Time the Job may take to report its end, beyond its own deadline (`job_deadline`).
 SCHEDULING_MARGIN_SECONDS = 120
@@ -214,6 +217,13 @@ class SandboxExecutor:
             refused = ksandbox.pod_unschedulable(pod)
             if refused is None:
                 continue  # not created yet, or not yet looked at by the scheduler
+            if self.warm is not None:
+                # Idle warm pods of the namespace give way: pool pods first, then the
+                # oldest idle workspace (made again on its attempt's next call).
+                try:
+                    await self.warm.give_way(call.namespace, "unschedulable")
+                except Exception:
+                    logger.warning("idle warm pods of %s could not give way", call.namespace)
             if not noted and call.waiting is not None:
                 await call.waiting(
                     f"pod {refused.name} not scheduled, waiting up to {budget}s for "

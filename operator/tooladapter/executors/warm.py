@@ -25,10 +25,17 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
+from decimal import Decimal
 from typing import Any
 
 from tooladapter.egress.core.lease import CA_BUNDLE_KEY, PROXY_URL_KEY
-from tooladapter.enums import FailureClass, InvocationState, SandboxStart, Transmission
+from tooladapter.enums import (
+    FailureClass,
+    InvocationState,
+    SandboxStart,
+    Transmission,
+    WorkspaceMode,
+)
 from tooladapter.executors import (
     Call,
     Outcome,
@@ -43,15 +50,26 @@ from tooladapter.executors.meter import Clock, metered
 from tooladapter.kube.client import Conflict, NotFound, Refused
 from tooladapter.kube.sandbox import decode_b64
 from tooladapter.kube.warm import ExecResult, WarmKube
-from tooladapter.model import WorkspaceLease
+from tooladapter.metrics import WARM_GAVE_WAY, WARM_IDLE_CPU, WARM_IDLE_MEMORY, WARM_IDLE_PODS
+from tooladapter.model import ToolDescriptorSpec, WorkspaceLease
 from tooladapter.naming import LeaseNames
 from tooladapter.sandbox.gitconfig import findings, parse_scan, refusal
 from tooladapter.sandbox.job import ProxyPeer, runtime_class_for
+from tooladapter.sandbox.pool_sizing import (
+    PoolBounds,
+    PoolDemand,
+    desired_size,
+    pod_amounts,
+    pod_requests,
+    quota_room,
+    trim_uses,
+)
 from tooladapter.sandbox.warm import (
     ANNOTATION_ATTEMPT,
     ANNOTATION_CALLER,
     ANNOTATION_CLAIMED_AT,
     ANNOTATION_LAST_USED,
+    ANNOTATION_PROFILE,
     ANNOTATION_SIZE,
     LABEL_CALL,
     LABEL_PROFILE,
@@ -71,6 +89,7 @@ from tooladapter.sandbox.warm import (
     pod_ready,
     processes_left,
     profile_for,
+    profile_from_annotation,
     run_command,
     run_input,
     uses_attempt_workspace,
@@ -106,10 +125,30 @@ class WorkspaceCheck:
 
 @dataclass
 class Pool:
+    """One namespace's pool of one profile, and the demand it saw (`pool_sizing`)."""
+
     namespace: str
     profile: Profile
-    last_wanted: float = field(default_factory=time.monotonic)
+    #: When a descriptor of the profile became active (or the pool was adopted), monotonic.
+    started_at: float | None = None
+    #: When its recent calls came (monotonic), the newest last.
+    uses: tuple[float, ...] = ()
     refilling: asyncio.Lock = field(default_factory=asyncio.Lock)
+    #: A resize was asked for while one ran: it runs once more (demand grew meanwhile).
+    again: bool = False
+
+    def demand(self) -> PoolDemand:
+        return PoolDemand(self.started_at, self.uses)
+
+
+#: A namespace where a call waited for capacity keeps no pool pods for this long after
+#: (its pools give way: `WarmSandboxes.give_way`).
+PRESSURE_SECONDS = 60.0
+#: How long a call with no ready pool pod waits for one that is starting (scheduled, past
+#: its image pull most likely) before it runs in a Job of its own.
+STARTING_WAIT_SECONDS = 10.0
+#: Uses older than this are forgotten (the demand window is shorter).
+USES_KEPT_SECONDS = 120.0
 
 
 class WarmSandboxes:
@@ -136,12 +175,19 @@ class WarmSandboxes:
         self.busy: Callable[[str], bool] = lambda key: False
         #: The run meter's clock (monotonic seconds; tests step it).
         self.clock: Clock = time.monotonic
+        #: Per namespace: when a call of it last waited for capacity (monotonic).
+        self.pressure: dict[str, float] = {}
+        #: Pool pods per (namespace, profile key) cluster-wide, as last listed (`maintain`),
+        #: for the cluster-wide cap.
+        self.census: dict[tuple[str, str], int] = {}
 
     # ------------------------------------------------------------------ choosing
 
     def profile(self, call: Call, *, attempt: bool) -> Profile:
-        descriptor = call.descriptor
-        assert descriptor is not None
+        assert call.descriptor is not None
+        return self.profile_of(call.descriptor, attempt=attempt)
+
+    def profile_of(self, descriptor: ToolDescriptorSpec, *, attempt: bool) -> Profile:
         sandbox = descriptor.sandbox_spec
         assert sandbox is not None
         return profile_for(
@@ -167,7 +213,10 @@ class WarmSandboxes:
                 )
             return None
         profile = self.profile(call, attempt=attempt)
-        self.want(call.namespace, profile)
+        if not attempt:
+            # A call that is not an attempt's takes a pool pod: demand. (An attempt's call
+            # is demand only when it makes its workspace: `workspace_pod`.)
+            self.want(call.namespace, profile)
         if attempt:
             try:
                 pod, workspace, made = await self.workspace_pod(call, profile)
@@ -191,18 +240,39 @@ class WarmSandboxes:
             return None
         claimed = await self.claim(call, profile)
         if claimed is None:
+            claimed = await self.claim_starting(call, profile)
+        if claimed is None:
             return None
         return await self.run_in(call, claimed, None)
 
-    def want(self, namespace: str, profile: Profile) -> None:
-        """A call of this profile was seen: keep (or start) its pool, refilled now."""
+    def want(self, namespace: str, profile: Profile, *, started: bool = False) -> None:
+        """A call of this profile was seen (or, `started`, a descriptor of it became
+        active): keep (or start) its pool, resized now."""
         if self.settings.warm.pool_size <= 0:
             return
         pool = self.pools.get((namespace, profile.key))
         if pool is None:
             pool = self.pools[(namespace, profile.key)] = Pool(namespace, profile)
-        pool.last_wanted = time.monotonic()
+        now = time.monotonic()
+        if started:
+            pool.started_at = now
+        else:
+            pool.uses = (*trim_uses(pool.uses, now, USES_KEPT_SECONDS), now)
         self.spawn(self.refill(pool))
+
+    def activated(self, namespace: str, descriptor: ToolDescriptorSpec) -> None:
+        """A descriptor became active in `namespace`: its profile's pool starts (one pod),
+        unless its calls never run warm (credential files, CIDR egress)."""
+        sandbox = descriptor.sandbox_spec
+        if self.settings.warm.pool_size <= 0 or sandbox is None:
+            return
+        allow = sandbox.egress.allow
+        if allow is None:
+            allow = list(self.settings.egress.default_allow)
+        if warm_refusal(descriptor, allow) is not None:
+            return
+        attempt = sandbox.workspace == WorkspaceMode.ATTEMPT
+        self.want(namespace, self.profile_of(descriptor, attempt=attempt), started=True)
 
     def spawn(self, coro: Awaitable[None]) -> None:
         task: asyncio.Task[None] = asyncio.ensure_future(coro)
@@ -240,22 +310,104 @@ class WarmSandboxes:
             )
         )
 
+    def bounds(self) -> PoolBounds:
+        return PoolBounds(
+            most=self.settings.warm.pool_size,
+            idle_seconds=self.settings.warm.pool_idle_seconds,
+        )
+
+    def pressured(self, namespace: str, now: float) -> bool:
+        since = self.pressure.get(namespace)
+        return since is not None and now - since < PRESSURE_SECONDS
+
+    async def quota_room(self, pool: Pool, held: int) -> int | None:
+        """The pods the namespace's quotas leave the pool (its `held` pods included) while
+        one call of its profile still fits; None: no quota counts pods of it."""
+        try:
+            quotas = await self.kube.list_quotas(pool.namespace)
+        except Exception:
+            # Unknown: the pool holds what it has and grows no further (a call that needs
+            # the quota goes first).
+            logger.warning("reading the quotas of %s failed", pool.namespace, exc_info=True)
+            return held
+        if not quotas:
+            return None
+        room = quota_room(
+            quotas,
+            pod_amounts(pool.profile.idle_resource_dict()),
+            pod_amounts(pool.profile.resource_dict()),
+        )
+        return None if room is None else held + room
+
+    async def desired(self, pool: Pool, held: int) -> int:
+        """The pods the pool should hold now (`pool_sizing.desired_size`)."""
+        now = time.monotonic()
+        key = (pool.namespace, pool.profile.key)
+        elsewhere = sum(n for k, n in self.census.items() if k != key)
+        room = self.settings.warm.pool_pods - elsewhere
+        demand = pool.demand()
+        bounds = self.bounds()
+        pressured = self.pressured(pool.namespace, now)
+        unbounded = desired_size(demand, now, bounds, room=room, pressured=pressured)
+        if unbounded <= held:
+            # Shrinking (or staying) needs no quota reading.
+            return unbounded
+        return desired_size(
+            demand,
+            now,
+            bounds,
+            room=room,
+            quota_room=await self.quota_room(pool, held),
+            pressured=pressured,
+        )
+
     async def refill(self, pool: Pool) -> None:
-        """Create pods until the pool has `warm_pool_size` (ready or starting)."""
+        """Resize the pool to its desired size (`desired`): new pods created, surplus
+        ready-to-claim pods deleted (only as listed: a pod claimed meanwhile is kept)."""
         if pool.refilling.locked():
+            pool.again = True
             return
         async with pool.refilling:
-            try:
-                pods = await self.pool_pods(pool.namespace, pool.profile.key)
-                for _ in range(self.settings.warm.pool_size - len(pods)):
-                    await self.create_pod(pool.namespace, pool.profile, state=STATE_POOL)
-            except Exception:
-                logger.warning(
-                    "refilling the warm pool %s/%s failed",
-                    pool.namespace,
-                    pool.profile.key,
-                    exc_info=True,
+            pool.again = True
+            while pool.again:
+                pool.again = False
+                await self._resize(pool)
+
+    async def _resize(self, pool: Pool) -> None:
+        try:
+            pods = await self.pool_pods(pool.namespace, pool.profile.key)
+            wanted = await self.desired(pool, len(pods))
+            for _ in range(wanted - len(pods)):
+                await self.create_pod(pool.namespace, pool.profile, state=STATE_POOL)
+            # Starting pods go first: they serve no call yet.
+            surplus = sorted(pods, key=lambda p: (pod_ready(p), p["metadata"]["name"]))
+            for pod in surplus[: max(0, len(pods) - wanted)]:
+                meta = pod["metadata"]
+                await self.kube.delete_pod(
+                    pool.namespace, meta["name"], resource_version=meta["resourceVersion"]
                 )
+            self.census[(pool.namespace, pool.profile.key)] = max(wanted, 0)
+        except NotFound:
+            # The namespace is gone: so is its pool (a descriptor made active anew starts it).
+            pool.started_at, pool.uses = None, ()
+            self.pools.pop((pool.namespace, pool.profile.key), None)
+        except Refused as exc:
+            # The namespace refused a pool pod (a quota, its admission, it is being
+            # deleted): its pools hold off as under pressure, rather than asking each round.
+            self.pressure[pool.namespace] = time.monotonic()
+            logger.info(
+                "the warm pool %s/%s holds off: a pod of it was refused (%s)",
+                pool.namespace,
+                pool.profile.key,
+                exc,
+            )
+        except Exception:
+            logger.warning(
+                "resizing the warm pool %s/%s failed",
+                pool.namespace,
+                pool.profile.key,
+                exc_info=True,
+            )
 
     async def pool_pods(self, namespace: str, key: str) -> list[dict[str, Any]]:
         pods = await self.kube.list_pods(
@@ -290,6 +442,75 @@ class WarmSandboxes:
                 self.spawn(self.refill(pool))
             return claimed
         return None
+
+    async def claim_starting(self, call: Call, profile: Profile) -> dict[str, Any] | None:
+        """No pool pod was ready: wait up to `STARTING_WAIT_SECONDS` for one of the pool's
+        starting pods (nearer their start than a new Job), the oldest first, claiming any
+        that is ready; None when none became ready in time (the call runs cold)."""
+        deadline = time.monotonic() + STARTING_WAIT_SECONDS
+        waited: set[str] = set()
+        while True:
+            starting = [
+                p
+                for p in await self.pool_pods(call.namespace, profile.key)
+                if not pod_ready(p)
+                and not pod_unschedulable(p)
+                and p["metadata"]["name"] not in waited
+            ]
+            remaining = deadline - time.monotonic()
+            if not starting or remaining <= 0:
+                return None
+            oldest = min(starting, key=lambda p: p["metadata"].get("creationTimestamp") or "")
+            waited.add(oldest["metadata"]["name"])
+            try:
+                await self.kube.wait_ready(
+                    call.namespace, oldest["metadata"]["name"], timeout=remaining
+                )
+            except (RuntimeError, TimeoutError, NotFound):
+                pass  # gone or slow: another may be ready by now
+            claimed = await self.claim(call, profile)
+            if claimed is not None:
+                return claimed
+
+    async def give_way(self, namespace: str, reason: str) -> list[str]:
+        """A call of `namespace` waits for capacity (`reason`: `quota` or `unschedulable`):
+        its pool pods are deleted (pools go first) and stay away for `PRESSURE_SECONDS`;
+        when there were none, its oldest idle attempt workspace is released (made again on
+        the attempt's next call). The names of the pods deleted."""
+        self.pressure[namespace] = time.monotonic()
+        gone: list[str] = []
+        for pod in await self.kube.list_pods(namespace, f"{LABEL_STATE}={STATE_POOL}"):
+            meta = pod["metadata"]
+            if pod_ended(pod):
+                continue
+            if await self.kube.delete_pod(
+                namespace, meta["name"], resource_version=meta["resourceVersion"]
+            ):
+                gone.append(meta["name"])
+                WARM_GAVE_WAY.labels("pool", reason).inc()
+        if gone:
+            logger.info("warm pool pods of %s gave way to a waiting call: %s", namespace, gone)
+            return gone
+        idle = sorted(
+            (
+                p
+                for p in await self.kube.list_pods(namespace, f"{LABEL_STATE}={STATE_ATTEMPT}")
+                if not pod_ended(p)
+                and not self.busy((p["metadata"].get("labels") or {}).get(LABEL_WORKSPACE, ""))
+            ),
+            key=last_used,
+        )
+        for pod in idle[:1]:
+            meta = pod["metadata"]
+            if await self.kube.delete_pod(
+                namespace, meta["name"], resource_version=meta["resourceVersion"]
+            ):
+                gone.append(meta["name"])
+                WARM_GAVE_WAY.labels("workspace", reason).inc()
+                logger.info(
+                    "idle workspace %s/%s gave way to a waiting call", namespace, meta["name"]
+                )
+        return gone
 
     def workspace_annotations(self, call: Call, profile: Profile) -> dict[str, str]:
         return {
@@ -337,6 +558,7 @@ class WarmSandboxes:
             # many attempts at once would otherwise all count the same pods, and all pass.
             async with self.making.setdefault(call.namespace, asyncio.Lock()):
                 await self.check_room(call.namespace)
+                self.want(call.namespace, profile)
                 claimed = await self.claim(call, profile, workspace=key)
                 if claimed is None:
                     created = await self.create_pod(
@@ -654,19 +876,24 @@ class WarmSandboxes:
         return gone
 
     async def maintain(self, serves: Callable[[str], bool], call_ended: CallEnded) -> None:
-        """One round of upkeep: idle workspaces released, idle pools drained, pools
-        refilled, pods of calls that ended (an operator restart) deleted."""
+        """One round of upkeep: pools adopted (after a restart) and resized (idle ones to
+        zero), idle workspaces released, pods of calls that ended (an operator restart)
+        deleted, what idle warm pods hold exported (`metrics`)."""
         # The policies are made again when next needed (a namespace deleted and made anew
         # has none; a pod without it would never pass its gate, failing closed).
         self.policies.clear()
+        pods = await self.kube.list_pods(None, f"{LABEL_WARM}=true")
+        self.count_pools(pods)
+        self.adopt(pods, serves)
         now = time.monotonic()
-        for (namespace, key), pool in list(self.pools.items()):
-            if now - pool.last_wanted > self.settings.warm.pool_idle_seconds:
-                del self.pools[(namespace, key)]
-            else:
-                await self.refill(pool)
+        idle = self.settings.warm.pool_idle_seconds
+        for key, pool in list(self.pools.items()):
+            await self.refill(pool)
+            last = pool.demand().last_seen()
+            if last is None or now - last > idle:
+                del self.pools[key]
         wall = time.time()
-        for pod in await self.kube.list_pods(None, f"{LABEL_WARM}=true"):
+        for pod in pods:
             meta = pod["metadata"]
             namespace, name = meta["namespace"], meta["name"]
             if not serves(namespace):
@@ -677,16 +904,18 @@ class WarmSandboxes:
             try:
                 if state == STATE_POOL:
                     if (namespace, labels.get(LABEL_PROFILE, "")) not in self.pools:
-                        await self.kube.delete_pod(namespace, name)
+                        await self.kube.delete_pod(
+                            namespace, name, resource_version=meta.get("resourceVersion")
+                        )
                         logger.info("drained warm pod %s/%s", namespace, name)
                 elif state == STATE_ATTEMPT:
                     key = labels.get(LABEL_WORKSPACE, "")
                     since = annotations.get(ANNOTATION_LAST_USED) or annotations.get(
                         ANNOTATION_CLAIMED_AT
                     )
-                    idle = wall - parse_time(since).timestamp() if since else float("inf")
+                    idle_for = wall - parse_time(since).timestamp() if since else float("inf")
                     if not self.busy(key) and (
-                        idle > self.settings.warm.workspace_idle_seconds or pod_ended(pod)
+                        idle_for > self.settings.warm.workspace_idle_seconds or pod_ended(pod)
                     ):
                         await self.kube.delete_pod(namespace, name)
                         logger.info("released idle workspace %s/%s", namespace, name)
@@ -696,6 +925,95 @@ class WarmSandboxes:
                         await self.kube.delete_pod(namespace, name)
             except Exception:
                 logger.warning("warm pod upkeep of %s/%s failed", namespace, name, exc_info=True)
+        self.export_idle(pods, serves)
+
+    def count_pools(self, pods: list[dict[str, Any]]) -> None:
+        """The pool pods of every namespace, for the cluster-wide cap."""
+        census: dict[tuple[str, str], int] = {}
+        for pod in pods:
+            labels = pod["metadata"].get("labels") or {}
+            if labels.get(LABEL_STATE) == STATE_POOL and not pod_ended(pod):
+                key = (pod["metadata"]["namespace"], labels.get(LABEL_PROFILE, ""))
+                census[key] = census.get(key, 0) + 1
+        self.census = census
+
+    def adopt(self, pods: list[dict[str, Any]], serves: Callable[[str], bool]) -> None:
+        """Pools this process does not know yet (it restarted, or took the namespace over)
+        are taken up from their pods: the idle time counts from the newest pod's creation,
+        since a pool pod is made anew after each call. Pods whose profile cannot be read
+        are drained (`maintain`)."""
+        if self.settings.warm.pool_size <= 0:
+            return
+        now, wall = time.monotonic(), time.time()
+        newest: dict[tuple[str, str], tuple[str, Profile]] = {}
+        for pod in pods:
+            meta = pod["metadata"]
+            labels = meta.get("labels") or {}
+            key = (meta["namespace"], labels.get(LABEL_PROFILE, ""))
+            created = meta.get("creationTimestamp")
+            if (
+                labels.get(LABEL_STATE) != STATE_POOL
+                or pod_ended(pod)
+                or not created
+                or key in self.pools
+                or not serves(key[0])
+            ):
+                continue
+            profile = profile_from_annotation(
+                (meta.get("annotations") or {}).get(ANNOTATION_PROFILE), key[1]
+            )
+            if profile is not None and (key not in newest or newest[key][0] < created):
+                newest[key] = (created, profile)
+        for (namespace, profile_key), (newest_at, found) in newest.items():
+            started = now - max(0.0, wall - parse_time(newest_at).timestamp())
+            self.pools[(namespace, profile_key)] = Pool(namespace, found, started)
+            logger.info("adopted the warm pool %s/%s", namespace, profile_key)
+
+    def export_idle(self, pods: list[dict[str, Any]], serves: Callable[[str], bool]) -> None:
+        """What idle warm pods (pool pods, workspaces with no call) request (`metrics`)."""
+        counts = {"pool": 0, "workspace": 0}
+        cpus = {"pool": Decimal(0), "workspace": Decimal(0)}
+        memories = {"pool": Decimal(0), "workspace": Decimal(0)}
+        for pod in pods:
+            meta = pod["metadata"]
+            labels = meta.get("labels") or {}
+            if pod_ended(pod) or not serves(meta["namespace"]):
+                continue
+            state = labels.get(LABEL_STATE)
+            if state == STATE_POOL:
+                kind = "pool"
+            elif state == STATE_ATTEMPT and not self.busy(labels.get(LABEL_WORKSPACE, "")):
+                kind = "workspace"
+            else:
+                continue
+            cpu, memory = pod_requests(pod)
+            counts[kind] += 1
+            cpus[kind] += cpu
+            memories[kind] += memory
+        for kind, count in counts.items():
+            WARM_IDLE_PODS.labels(kind).set(count)
+            WARM_IDLE_CPU.labels(kind).set(float(cpus[kind]))
+            WARM_IDLE_MEMORY.labels(kind).set(float(memories[kind]))
+
+
+def last_used(pod: dict[str, Any]) -> str:
+    """When a workspace was last used (RFC 3339, so it sorts), for the oldest first."""
+    meta = pod["metadata"]
+    annotations = meta.get("annotations") or {}
+    return str(
+        annotations.get(ANNOTATION_LAST_USED)
+        or annotations.get(ANNOTATION_CLAIMED_AT)
+        or meta.get("creationTimestamp")
+        or ""
+    )
+
+
+def pod_unschedulable(pod: dict[str, Any]) -> bool:
+    """The scheduler found no node for it (so far): not worth a call's wait."""
+    for condition in (pod.get("status") or {}).get("conditions") or []:
+        if condition.get("type") == "PodScheduled":
+            return bool(condition.get("status") == "False")
+    return False
 
 
 __all__ = ["WarmSandboxes", "WorkspaceCheck"]

@@ -17,6 +17,8 @@ descriptor, policies, freeze and grants may have changed meanwhile.
 from __future__ import annotations
 
 import asyncio
+import logging
+import re
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -25,11 +27,26 @@ from tooladapter.flow.context import Failure, FlowContext
 from tooladapter.kube.capacity import quota_named
 from tooladapter.timeutil import parse_time
 
+logger = logging.getLogger("tooladapter.capacity")
+
 #: First delay before asking the quotas again, and the bound of the doubling delays: a
 #: freed quota is noticed within the bound, and many waiting calls cost one dry run each
 #: per bound at most.
 FIRST_DELAY_SECONDS = 1.0
 MAX_DELAY_SECONDS = 10.0
+
+
+_REQUESTED = re.compile(r"requested: ([^\s]+)")
+
+
+def pods_refused(refusal: str) -> bool:
+    """Whether a quota refusal counts something a pod holds (pods, CPU, memory, storage):
+    only then can idle warm pods free it; a refusal of `count/jobs.batch` alone cannot."""
+    found = _REQUESTED.search(refusal)
+    if found is None:
+        return True
+    names = {part.partition("=")[0] for part in found.group(1).rstrip(",").split(",")}
+    return bool(names - {"count/jobs.batch", "count/jobs"})
 
 
 def backoff(attempt: int) -> float:
@@ -67,6 +84,12 @@ async def wait_for_capacity(ctx: FlowContext, job: dict[str, Any]) -> bool:
                 ctx.record(Stage.SANDBOX, StageOutcome.PASSED, f"capacity after {waited:.0f}s")
             return since is not None
         quota = quota_named(refusal) or "a ResourceQuota"
+        if ctx.rt.warm is not None and pods_refused(refusal):
+            # Idle warm pods of the namespace go first: the call needs the quota they hold.
+            try:
+                await ctx.rt.warm.give_way(ctx.namespace, "quota")
+            except Exception:
+                logger.warning("idle warm pods of %s could not give way", ctx.namespace)
         now = datetime.now(UTC)
         if since is None:
             since = now

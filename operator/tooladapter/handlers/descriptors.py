@@ -255,6 +255,7 @@ async def reconcile_descriptor(rt: Runtime, event_type: str | None, body: dict[s
             f"class {spec.get('sideEffectClass')})",
         )
         await integration_event(rt, body, EventType.TOOL_DESCRIPTOR_ACTIVATED)
+        start_pool(rt, meta["namespace"], spec)
     elif current.get("active") and not desired["active"]:
         rt.events.post(
             _ref(body),
@@ -286,6 +287,18 @@ async def reconcile_descriptor(rt: Runtime, event_type: str | None, body: dict[s
             reason="ToolDescriptorInvalid",
             message=str(desired.get("message"))[:1024],
         )
+
+
+def start_pool(rt: Runtime, namespace: str, spec: dict[str, Any]) -> None:
+    """A sandboxed descriptor became active: its profile's warm pool starts (one pod), so
+    the namespace's first call finds a ready sandbox."""
+    if rt.warm is None or spec.get("kind") not in (ToolKind.SHELL, ToolKind.CONTAINER):
+        return
+    try:
+        descriptor = ToolDescriptorSpec.model_validate(spec)
+    except ValidationError:
+        return
+    rt.warm.activated(namespace, descriptor)
 
 
 def held_back(reason: str) -> bool:

@@ -247,6 +247,7 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo) -> None:
         proxy=rt.egress_peer,
     )
     sandbox.warm.busy = rt.attempts.busy
+    rt.warm = sandbox.warm
     rt.closers.append(warm_kube.close)
     rt.mcp = McpServers(rt)
     # Before any call is taken up: until verified, no call passes validation anyway.

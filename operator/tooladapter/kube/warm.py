@@ -111,13 +111,35 @@ class WarmKube:
             done = await self.kube.core.patch_namespaced_pod(meta["name"], meta["namespace"], body)
         return self._plain(done)
 
-    async def delete_pod(self, namespace: str, name: str) -> bool:
+    async def delete_pod(
+        self, namespace: str, name: str, *, resource_version: str | None = None
+    ) -> bool:
+        """Delete a pod at once; `resource_version`: only as it was read (a pool pod a call
+        claimed meanwhile has another version and is kept). False: gone, or changed."""
+        body = (
+            {"preconditions": {"resourceVersion": resource_version}, "gracePeriodSeconds": 0}
+            if resource_version
+            else None
+        )
         try:
             with api_errors():
-                await self.kube.core.delete_namespaced_pod(name, namespace, grace_period_seconds=0)
+                if body is None:
+                    await self.kube.core.delete_namespaced_pod(
+                        name, namespace, grace_period_seconds=0
+                    )
+                else:
+                    await self.kube.core.delete_namespaced_pod(name, namespace, body=body)
         except NotFound:
             return False
+        except Conflict:
+            return False
         return True
+
+    async def list_quotas(self, namespace: str) -> list[dict[str, Any]]:
+        """The status (`hard`, `used`) of each ResourceQuota of the namespace."""
+        with api_errors():
+            res = await self.kube.core.list_namespaced_resource_quota(namespace)
+        return [dict(self._plain(q).get("status") or {}) for q in res.items]
 
     async def wait_ready(self, namespace: str, name: str, *, timeout: float) -> dict[str, Any]:
         """Wait until the pod is Ready (past its network gate); raises TimeoutError, or

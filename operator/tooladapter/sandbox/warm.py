@@ -78,6 +78,10 @@ ANNOTATION_ATTEMPT = "tooladapter.dev/attempt-id"
 ANNOTATION_CLAIMED_AT = "tooladapter.dev/claimed-at"
 ANNOTATION_LAST_USED = "tooladapter.dev/last-used-at"
 ANNOTATION_SIZE = "tooladapter.dev/workspace-size"
+#: The profile a pool pod was made for, as JSON (`Profile.annotation`): a restarted operator
+#: adopts the pool from its pods (`profile_from_annotation`) instead of leaking or
+#: draining them.
+ANNOTATION_PROFILE = "tooladapter.dev/warm-profile-spec"
 
 STATE_POOL = "pool"
 STATE_CALL = "call"
@@ -250,6 +254,21 @@ class Profile:
         )
         return hashlib.sha256(doc.encode()).hexdigest()[:20]
 
+    def annotation(self) -> str:
+        """The profile as JSON, for `ANNOTATION_PROFILE`."""
+        return json.dumps(
+            {
+                "image": self.image,
+                "runtimeClass": self.runtime_class,
+                "resources": self.resource_dict(),
+                "workspaceSize": self.workspace_size,
+                "imagePullPolicy": self.image_pull_policy,
+                "imagePullSecrets": list(self.image_pull_secrets),
+            },
+            separators=(",", ":"),
+            sort_keys=True,
+        )
+
     def resource_dict(self) -> dict[str, dict[str, str]]:
         return {part: dict(values) for part, values in self.resources}
 
@@ -336,6 +355,30 @@ def profile_for(
     )
 
 
+def profile_from_annotation(text: str | None, key: str) -> Profile | None:
+    """The profile a pod's `ANNOTATION_PROFILE` names, when it parses and its key is `key`
+    (the pod's profile label); None otherwise (a pod of another release: not adopted)."""
+    if not text:
+        return None
+    try:
+        doc = json.loads(text)
+        resources = doc["resources"]
+        profile = Profile(
+            image=str(doc["image"]),
+            runtime_class=None if doc["runtimeClass"] is None else str(doc["runtimeClass"]),
+            resources=tuple(
+                (part, tuple(sorted((str(k), str(v)) for k, v in resources[part].items())))
+                for part in ("requests", "limits")
+            ),
+            workspace_size=str(doc["workspaceSize"]),
+            image_pull_policy=str(doc["imagePullPolicy"]),
+            image_pull_secrets=tuple(str(s) for s in doc["imagePullSecrets"]),
+        )
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return None
+    return profile if profile.key == key else None
+
+
 def workspace_key(namespace: str, caller: str, attempt_id: str) -> str:
     """The label value naming one attempt's workspace: the attempt id is the agent's own
     text, so it is hashed with its caller and namespace (never used raw in a name)."""
@@ -414,7 +457,7 @@ def build_warm_pod(
     metadata: dict[str, Any] = {
         "namespace": namespace,
         "labels": {**_labels(profile, state), **(labels or {})},
-        "annotations": dict(annotations or {}),
+        "annotations": {ANNOTATION_PROFILE: profile.annotation(), **(annotations or {})},
     }
     if name:
         metadata["name"] = name
@@ -527,6 +570,7 @@ __all__ = [
     "ANNOTATION_CALLER",
     "ANNOTATION_CLAIMED_AT",
     "ANNOTATION_LAST_USED",
+    "ANNOTATION_PROFILE",
     "ANNOTATION_SIZE",
     "CHECK_SCRIPT",
     "CLEARED",
@@ -555,6 +599,7 @@ __all__ = [
     "pod_ready",
     "processes_left",
     "profile_for",
+    "profile_from_annotation",
     "run_command",
     "run_input",
     "uses_attempt_workspace",

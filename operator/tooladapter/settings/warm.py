@@ -26,12 +26,22 @@ class WarmSettings(FromEnv):
     workspaces_per_namespace: int = setting(
         "TOOLADAPTER_WORKSPACES_PER_NAMESPACE", env.at_least(1), 16
     )
-    #: Ready sandboxes kept per namespace and sandbox profile (image, RuntimeClass,
-    #: resources) once a call of that profile was seen; 0: no pools (every call that is not
-    #: an attempt's runs in a Job of its own). Each idle pod requests CPU 10m and memory
-    #: 32Mi at most, its limits as declared (`sandbox.warm.IDLE_REQUESTS`).
-    pool_size: int = setting("TOOLADAPTER_WARM_POOL_SIZE", env.at_least(0), 0)
-    #: A pool with no call of its profile for this long is drained (its pods deleted).
+    #: Warm pools are on by default, sized from demand (`sandbox.pool_sizing`): per namespace
+    #: and sandbox profile (image, RuntimeClass, resources) a pool starts one pod when a
+    #: descriptor of that profile becomes active in the namespace, grows with its recent
+    #: calls (two pods more per call in the last 30 s) up to this many pods, and shrinks to
+    #: zero after `TOOLADAPTER_WARM_POOL_IDLE_SECONDS` without a call. 0: no pools (every
+    #: call that is not an attempt's runs in a Job of its own). Each idle pod requests CPU
+    #: 10m and memory 32Mi at most, its limits as declared (`sandbox.warm.IDLE_REQUESTS`);
+    #: pools never take the share of a namespace's ResourceQuota one call of their profile
+    #: needs, and give way (their pods deleted) while a call of the namespace waits for
+    #: capacity.
+    pool_size: int = setting("TOOLADAPTER_WARM_POOL_SIZE", env.at_least(0), 8)
+    #: A pool with no call of its profile (and no descriptor of it made active) for this
+    #: long shrinks to zero pods.
     pool_idle_seconds: int = setting("TOOLADAPTER_WARM_POOL_IDLE_SECONDS", env.at_least(1), 600)
+    #: Pool pods (ready or starting, every pool and namespace) the cluster holds at most, as
+    #: counted at each upkeep round: pools stop growing at this many.
+    pool_pods: int = setting("TOOLADAPTER_WARM_POOL_PODS", env.at_least(0), 16)
     #: How long a new warm pod (a pool's, or a new workspace's) may take to be ready.
     start_seconds: int = setting("TOOLADAPTER_WARM_START_SECONDS", env.at_least(1), 120)

@@ -315,3 +315,19 @@ def test_the_capacity_backoff_doubles_to_its_bound() -> None:
     delays = [capacity.backoff(n) for n in range(8)]
     assert delays[0] == capacity.FIRST_DELAY_SECONDS
     assert delays == sorted(delays) and max(delays) == capacity.MAX_DELAY_SECONDS
+
+
+def test_only_a_refusal_of_what_pods_hold_makes_idle_warm_pods_give_way() -> None:
+    """Issue 41: a quota wait deletes idle pool pods (then idle workspaces) of the namespace
+    only when they hold what the quota refused; a Job count is not freed by deleting pods."""
+    jobs = (
+        'jobs.batch "ta-x" is forbidden: exceeded quota: no-jobs, requested: '
+        "count/jobs.batch=1, used: count/jobs.batch=0, limited: count/jobs.batch=0"
+    )
+    cpu = (
+        'pods "ta-x-" is forbidden: exceeded quota: small, requested: limits.cpu=500m,pods=1, '
+        "used: limits.cpu=1800m,pods=3, limited: limits.cpu=2,pods=4"
+    )
+    assert not capacity.pods_refused(jobs)
+    assert capacity.pods_refused(cpu)
+    assert capacity.pods_refused("exceeded quota: q")  # unreadable: pods may hold it

@@ -24,6 +24,7 @@ from tooladapter.sandbox.warm import (
     workspace_key,
 )
 from tooladapter.settings import Settings, WarmSettings
+from tooladapter.timeutil import now_iso
 
 CLEAN = b"tooladapter-processes-left:0\n"
 READY = {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}
@@ -43,18 +44,29 @@ class FakeWarmKube:
         self.policies: list[dict[str, Any]] = []
         self.version = 0
         self.made = 0
+        #: ResourceQuota statuses of the namespace (`list_quotas`).
+        self.quotas: list[dict[str, Any]] = []
 
-    def add(self, name: str, labels: dict[str, str]) -> dict[str, Any]:
+    def add(
+        self,
+        name: str,
+        labels: dict[str, str],
+        *,
+        annotations: dict[str, str] | None = None,
+        spec: dict[str, Any] | None = None,
+        created: str | None = None,
+    ) -> dict[str, Any]:
         self.version += 1
         pod = {
             "metadata": {
                 "name": name,
                 "namespace": "ns",
                 "labels": dict(labels),
-                "annotations": {},
+                "annotations": dict(annotations or {}),
                 "resourceVersion": str(self.version),
-                "creationTimestamp": f"2026-01-01T00:00:{self.version:02d}Z",
+                "creationTimestamp": created or f"2026-01-01T00:00:{self.version:02d}Z",
             },
+            "spec": dict(spec or {}),
             "status": dict(READY),
         }
         self.pods[name] = pod
@@ -65,7 +77,16 @@ class FakeWarmKube:
 
     async def create_pod(self, pod: dict[str, Any]) -> dict[str, Any]:
         self.made += 1
-        return self.add(f"made-{self.made}", pod["metadata"]["labels"])
+        return self.add(
+            f"made-{self.made}",
+            pod["metadata"]["labels"],
+            annotations=pod["metadata"].get("annotations"),
+            spec=pod.get("spec"),
+            created=now_iso(),
+        )
+
+    async def list_quotas(self, namespace: str) -> list[dict[str, Any]]:
+        return [dict(q) for q in self.quotas]
 
     async def get_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
         return self.pods.get(name)
@@ -94,7 +115,14 @@ class FakeWarmKube:
         stored["metadata"]["resourceVersion"] = str(self.version)
         return dict(json.loads(json.dumps(stored)))
 
-    async def delete_pod(self, namespace: str, name: str) -> bool:
+    async def delete_pod(
+        self, namespace: str, name: str, *, resource_version: str | None = None
+    ) -> bool:
+        stored = self.pods.get(name)
+        if stored is None:
+            return False
+        if resource_version and stored["metadata"]["resourceVersion"] != resource_version:
+            return False
         self.deleted.append(name)
         return self.pods.pop(name, None) is not None
 
@@ -155,6 +183,8 @@ def warm(kube: FakeWarmKube, **settings: Any) -> WarmSandboxes:
     async def no_secret(namespace: str, name: str) -> dict[str, str]:
         return {}
 
+    # Pools off unless a test turns them on: the attempt tests count every pod made.
+    settings.setdefault("pool_size", 0)
     return WarmSandboxes(
         kube,  # type: ignore[arg-type]
         Settings(warm=WarmSettings(**settings)),
