@@ -28,7 +28,9 @@ from tooladapter.sandbox.warm import LABEL_STATE, STATE_ATTEMPT, STATE_POOL
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(600)]
 
 PREFIX = f"{SESSION}wp"
-IDLE_SECONDS = 20
+#: Counted from the pool pod's creation, across the restart below: long enough that a loaded
+#: node's restart (seen: 22 s from the pod to the listing) cannot drain it before the listing.
+IDLE_SECONDS = 60
 
 
 @pytest.fixture(scope="module")
