@@ -72,6 +72,14 @@ def test_methods_and_paths_narrow_it() -> None:
     assert table.credential_for("api.example.com", None, "GET", "/v1/x?to=/admin") is not None
 
 
+def test_a_method_override_header_is_judged_as_a_method() -> None:
+    table = lease(grant("api", "api.example.com", methods=("GET",)))
+    override = [("X-HTTP-Method-Override", "DELETE")]
+    assert table.credential_for("api.example.com", None, "GET", "/", override) is None
+    allowed = [("X-Method-Override", "GET")]
+    assert table.credential_for("api.example.com", None, "GET", "/", allowed) is not None
+
+
 def test_the_first_matching_credential_wins_and_each_keeps_its_own_value() -> None:
     table = lease(
         grant("reads", "api.example.com", index=0, methods=("GET",)),
