@@ -149,7 +149,8 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo) -> None:
     try:
         # Http tools reach credentialed APIs as the egress proxy does: the same trust
         # anchors and, in tests, the same mapped names; the operator's own bundle
-        # (TOOLADAPTER_CA_BUNDLE) besides. Read before anything is opened.
+        # (TOOLADAPTER_CA_BUNDLE) besides, for MCP servers too. Read before anything is
+        # opened.
         mapped_hosts = parse_hosts_override(config.egress.hosts)
         trust = settings_context(
             {
@@ -193,7 +194,7 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo) -> None:
     executors: dict[ToolKind, Executor] = {
         ToolKind.NATIVE: NativeExecutor(cluster, catalog.list_descriptors),
         ToolKind.HTTP: http,
-        ToolKind.MCP: McpExecutor(cluster, catalog, config.blocked_http_hosts),
+        ToolKind.MCP: McpExecutor(cluster, catalog, config.blocked_http_hosts, tls=trust),
         ToolKind.SHELL: sandbox,
         ToolKind.CONTAINER: sandbox,
     }
@@ -221,6 +222,7 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo) -> None:
         ),
     )
     rt.issuers = issuers
+    rt.tls = trust
     rt.closers.append(http.close)
     rt.closers.append(issuers.close)
     flush_traces = tracing.configure(version("tooladapter"))
