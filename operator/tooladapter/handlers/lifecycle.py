@@ -208,6 +208,8 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo) -> None:
         kube=kube,
         # Shared with the gateway: the page says when identity is broken.
         admission=memo["gateway"].deps.admission,
+        # Shared with the gateway: its dry runs count the labels still pending.
+        pending_labels=memo["gateway"].deps.pending_labels,
         chains=keeper.chains,
         keeper=keeper,
         outbox=Outbox(
