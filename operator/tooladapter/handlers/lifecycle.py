@@ -299,6 +299,12 @@ def short_reason(exc: BaseException) -> str:
     return f"{status} {reason}" if status else f"{type(exc).__name__}: {reason}"
 
 
+def proxy_pods_namespace(settings: EgressSettings) -> str:
+    """The namespace of the egress proxy's pods and Service: its own setting, else the
+    egress namespace (where grants live)."""
+    return settings.proxy_namespace or settings.namespace
+
+
 async def egress_proxy_address(settings: EgressSettings, kube: Kube) -> str | None:
     """Where sandboxes reach the egress proxy (an address: they have no DNS).
 
@@ -311,9 +317,10 @@ async def egress_proxy_address(settings: EgressSettings, kube: Kube) -> str | No
     if settings.proxy_address:
         return settings.proxy_address
     if settings.proxy_service:
-        where = f"{settings.pods_namespace}/{settings.proxy_service}"
+        namespace = proxy_pods_namespace(settings)
+        where = f"{namespace}/{settings.proxy_service}"
         try:
-            address = await cluster_ip(kube, settings.pods_namespace, settings.proxy_service)
+            address = await cluster_ip(kube, namespace, settings.proxy_service)
         except NotFound:
             # Installed together with the operator: wait for it rather than start without.
             raise kopf.TemporaryError(f"egress proxy Service {where} not found", delay=5) from None
@@ -332,7 +339,7 @@ def egress_peer(settings: EgressSettings, address: str | None) -> ProxyPeer | No
     return ProxyPeer(
         address=address,
         port=settings.proxy_port,
-        namespace=settings.pods_namespace if settings.proxy_pod_labels else None,
+        namespace=proxy_pods_namespace(settings) if settings.proxy_pod_labels else None,
         pod_labels=settings.proxy_pod_labels,
     )
 
