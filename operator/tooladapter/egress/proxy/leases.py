@@ -82,12 +82,13 @@ class Lease:
         port: int | None,
         method: str,
         path: str,
-        headers: Iterable[tuple[str, str]] = (),
+        headers: Iterable[tuple[str, str]],
     ) -> Credential | None:
         """The credential a plain-http request carries (the proxy sends it upstream over
         TLS): the request's port (443 when it names none) must be exactly its entry's
         (443 when the entry names none), and its method, every method its override
-        headers name (among `headers`), and its path must match."""
+        headers name (among `headers`: required, so no caller forgets them), and its path
+        must match."""
         overrides = method_overrides(headers)
         for credential in self.credentials:
             if carries(
