@@ -31,7 +31,7 @@ from tests.integration.credentials.test_sandboxed_credentials import (
     run,
     stored,
 )
-from tests.integration.objects import SHELL_SCHEMA, Agent, descriptor, pretty
+from tests.integration.objects import Agent, pretty, shell_tool
 from tooladapter.devtools import SESSION, Namespace
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(600)]
@@ -76,19 +76,13 @@ def hns(api: client.ApiClient, upstream: Upstream) -> Iterator[Namespace]:
 def tool(api: client.ApiClient, namespace: str, port: int) -> None:
     """A shell tool allowed curl and git to API:port, whose credential goes there only."""
     host = f"{API}:{port}"
-    descriptor(
+    shell_tool(
         api,
         namespace,
         "fetch",
-        kind="shell",
-        side_effect_class="sandbox",
-        inputSchema=SHELL_SCHEMA,
-        timeoutSeconds=60,
+        memory="128Mi",
+        egress=[host],
         shell={"allow": ["curl", "git", "cat"]},
-        sandbox={
-            "resources": {"limits": {"cpu": "500m", "memory": "128Mi"}},
-            "egress": {"allow": [host]},
-        },
         credentials=[
             {
                 "name": "git-token",

@@ -25,7 +25,14 @@ from tests.integration.credentials.conftest import (
     loopback_settings,
 )
 from tests.integration.credentials.test_http_credentials import echo_authorization, shown
-from tests.integration.objects import SHELL_SCHEMA, Agent, descriptor, get, pretty, status_of
+from tests.integration.objects import (
+    Agent,
+    descriptor,
+    get,
+    pretty,
+    shell_tool,
+    status_of,
+)
 from tests.integration.servers import tls_server
 from tooladapter.devtools import (
     SESSION,
@@ -393,19 +400,12 @@ def test_a_sandboxed_wget_gets_a_minted_token_per_call_revoked_after(
             "revocationUrl": s.issuer.revocation_url,
         }
     }
-    descriptor(
+    shell_tool(
         api,
         sns.name,
         "fetch",
-        kind="shell",
-        side_effect_class="sandbox",
-        inputSchema=SHELL_SCHEMA,
-        timeoutSeconds=60,
+        egress=[target],
         shell={"allow": ["wget"]},
-        sandbox={
-            "resources": {"limits": {"cpu": "500m", "memory": "64Mi"}},
-            "egress": {"allow": [target]},
-        },
         credentials=[{"name": "minted", "source": source, "inject": {"hosts": [target]}}],
     )
     agent.grant(["fetch"], ["sandbox"])

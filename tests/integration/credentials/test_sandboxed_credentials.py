@@ -22,14 +22,13 @@ from kubernetes import client
 
 from tests.integration.credentials.conftest import EgressOperator, deleted_after, proxied_upstream
 from tests.integration.objects import (
-    SHELL_SCHEMA,
     Agent,
     container_tool,
-    descriptor,
     get,
     jobs_of,
     pretty,
     secret_file,
+    shell_tool,
     status_of,
 )
 from tests.integration.servers import Recorder, recording_server
@@ -246,19 +245,12 @@ def http_shell_tool(
 ) -> None:
     """A shell tool allowed both ports of API; the Secret's value goes to the TLS one only."""
     credential = f"{API}:{ups.tls_port}"
-    descriptor(
+    shell_tool(
         api,
         namespace,
         tool_id,
-        kind="shell",
-        side_effect_class="sandbox",
-        inputSchema=SHELL_SCHEMA,
-        timeoutSeconds=60,
+        egress=[credential, f"{API}:{ups.plain.port}"],
         shell={"allow": ["wget"]},
-        sandbox={
-            "resources": {"limits": {"cpu": "500m", "memory": "64Mi"}},
-            "egress": {"allow": [credential, f"{API}:{ups.plain.port}"]},
-        },
         credentials=[
             {
                 "name": "api-key",
