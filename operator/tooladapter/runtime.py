@@ -11,6 +11,7 @@ import asyncio
 import logging
 import os
 import socket
+import ssl
 import uuid
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
@@ -105,6 +106,9 @@ class Runtime:
     #: OAuth 2.0 token endpoints (`oauth2ClientCredentials`, `tokenExchange`); None: every
     #: such credential fails closed (unit tests that mint none).
     issuers: TokenIssuer | None = None
+    #: The operator's outbound TLS trust (`egress.core.trust.settings_context`), for MCP
+    #: servers as for http tools; None: the system's CAs (unit tests).
+    tls: ssl.SSLContext | None = None
     #: The warm sandboxes (pools, attempt workspaces) of the sandbox executor (None: unit
     #: tests without them): descriptors start pools, capacity waits make them give way.
     warm: WarmSandboxes | None = None

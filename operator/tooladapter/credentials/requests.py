@@ -9,6 +9,12 @@ also match as a lenient server may read it (`lenient_path`: `%2F` as `/`, `\\` a
 `;params` dropped): `/v1/..%2Fadmin` is `/admin` to such a server, which would otherwise
 get the credential for a path outside `paths` (an http tool's argument `../admin` renders
 as exactly that).
+
+A request naming another method in a method-override header (`X-HTTP-Method-Override`,
+`X-HTTP-Method`, `X-Method-Override`: many frameworks act on it in place of the request
+line's) carries a credential limited by `methods` only when that method is allowed too: a
+GET with `X-HTTP-Method-Override: DELETE` would otherwise take a GET-only credential to a
+server that deletes.
 """
 
 from __future__ import annotations
@@ -26,6 +32,21 @@ _PERCENT = re.compile(r"%([0-9A-Fa-f]{2})")
 #: How many times `lenient_path` decodes (a server decoding more often is not assumed).
 _DECODINGS = 3
 _UNRESERVED = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
+#: Headers by which a server may take another method than the request line's (lower case).
+METHOD_OVERRIDE_HEADERS = frozenset(
+    {"x-http-method-override", "x-http-method", "x-method-override"}
+)
+
+
+def method_overrides(headers: Iterable[tuple[str, str]]) -> tuple[str, ...]:
+    """Every method the request's override headers name, upper-cased (a list value split
+    at its commas; an empty one kept, as "", which no `methods` allows)."""
+    return tuple(
+        part.strip().upper()
+        for name, value in headers
+        if name.strip().lower() in METHOD_OVERRIDE_HEADERS
+        for part in value.split(",")
+    )
 
 
 def host_entry(text: str) -> HostEntry | None:
@@ -102,15 +123,19 @@ def carries(
     default_port: int,
     method: str,
     path: str,
+    overrides: Iterable[str] = (),
 ) -> bool:
     """Whether a request to `host:port` (its scheme's default port `default_port`) with
-    `method` and `path` carries the credential."""
+    `method` and `path` carries the credential; `overrides` are the methods its override
+    headers name (`method_overrides`), each of which `methods` must allow as well."""
     if inject.hosts is None:
         return False
     host = normalize_host(host)
     if not any(entry.matches(host, port, default_port) for entry in host_entries(inject)):
         return False
-    if inject.methods is not None and method.upper() not in inject.methods:
+    if inject.methods is not None and any(
+        wanted.upper() not in inject.methods for wanted in (method, *overrides)
+    ):
         return False
     if inject.paths is not None:
         # Under one prefix in both readings: the RFC's, and a lenient server's.
@@ -124,7 +149,9 @@ def carries(
     return True
 
 
-def carries_url(inject: CredentialInjection, method: str, url: str) -> bool:
+def carries_url(
+    inject: CredentialInjection, method: str, url: str, overrides: Iterable[str] = ()
+) -> bool:
     """`carries` for an absolute http(s) URL."""
     parts = urlsplit(url)
     scheme = parts.scheme.lower()
@@ -138,6 +165,7 @@ def carries_url(inject: CredentialInjection, method: str, url: str) -> bool:
         default_port=default,
         method=method,
         path=parts.path or "/",
+        overrides=overrides,
     )
 
 

@@ -35,7 +35,7 @@ from aiohttp.resolver import DefaultResolver
 from yarl import URL
 
 from tooladapter.credentials.carried import Carried, header_of
-from tooladapter.credentials.requests import carries_url
+from tooladapter.credentials.requests import carries_url, method_overrides
 from tooladapter.egress.core.addresses import AddressRefused, AddressRule, parse_networks
 from tooladapter.egress.core.hosts import is_ip
 from tooladapter.egress.core.rules import normalize_host
@@ -81,11 +81,13 @@ def with_credentials(
     headers: Mapping[str, str], carried: Sequence[Carried], method: str, url: str
 ) -> dict[str, str]:
     """`headers` plus the header of each credential whose `inject` matches this request
-    (`url` as it is sent); the others add nothing."""
+    (`url` as it is sent, and every method an override header among `headers` names);
+    the others add nothing."""
     out = dict(headers)
+    overrides = method_overrides(headers.items())
     for item in carried:
         inject = item.declaration.inject
-        if inject.hosts is None or not carries_url(inject, method, url):
+        if inject.hosts is None or not carries_url(inject, method, url, overrides):
             continue
         name, value = header_of(inject, item.value)
         # The credential replaces a template header of the same name (any case): that

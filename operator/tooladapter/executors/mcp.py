@@ -12,6 +12,7 @@ reaches a result or message. The server's addresses must be public or in its
 from __future__ import annotations
 
 import dataclasses
+import ssl
 
 from tooladapter import offload
 from tooladapter.catalog import Catalog
@@ -82,10 +83,18 @@ def address_rule(spec: McpServerSpec, blocked: tuple[str, ...] = ()) -> AddressR
 
 
 class McpExecutor(InOperator):
-    def __init__(self, cluster: Cluster, catalog: Catalog, blocked: tuple[str, ...] = ()) -> None:
+    def __init__(
+        self,
+        cluster: Cluster,
+        catalog: Catalog,
+        blocked: tuple[str, ...] = (),
+        tls: ssl.SSLContext | None = None,
+    ) -> None:
         self.cluster = cluster
         self.catalog = catalog
         self.blocked = blocked
+        #: The operator's outbound trust, as http tools have it (None: the system's CAs).
+        self.tls = tls
 
     async def execute(self, call: Call) -> Outcome:
         descriptor = call.descriptor
@@ -138,6 +147,7 @@ class McpExecutor(InOperator):
                 expected_digest=binding.pinned_digest,
                 addresses=rule,
                 max_response_bytes=max_response_bytes(call.limits.max_result_bytes),
+                tls=self.tls,
             )
         except mcp_types.McpAddressRefused as exc:
             return Outcome.failed(FailureClass.POLICY_DENIED, str(exc))

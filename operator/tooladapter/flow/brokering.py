@@ -33,7 +33,11 @@ from tooladapter.credentials.issuers import (
     service_account_of,
     token_exchange_form,
 )
-from tooladapter.egress.core.cidr_bounds import descriptor_cidr_problems, parse_cluster
+from tooladapter.egress.core.cidr_bounds import (
+    CidrBounds,
+    descriptor_cidr_problems,
+    parse_cluster,
+)
 from tooladapter.egress.core.lease import (
     CredentialGrant,
     LeaseGrant,
@@ -349,7 +353,13 @@ async def lease_sandbox(
         )
     # The descriptor controller refuses these; a status written under another setting
     # (or not yet rewritten) must not open an ipBlock the setting now refuses.
-    out_of_bounds = descriptor_cidr_problems(descriptor, ctx.rt.settings.egress.cidr_bounds)
+    egress = ctx.rt.settings.egress
+    bounds = CidrBounds(
+        egress.descriptor_cidrs,
+        egress.descriptor_cidr_min_prefix_v4,
+        egress.descriptor_cidr_min_prefix_v6,
+    )
+    out_of_bounds = descriptor_cidr_problems(descriptor, bounds)
     if out_of_bounds:
         raise Denial(Stage.SANDBOX, "; ".join(out_of_bounds), FailureClass.VALIDATION)
     names = LeaseNames.for_uid(ctx.uid)

@@ -82,8 +82,7 @@ class CatalogLookups:
     async def scope_store(self, namespace: str, name: str) -> Mapping[str, str] | None:
         stored = await self.ctx.rt.cluster.read_config_map(namespace, name)
         # Labels whose write is pending count as the real call's gate counts them.
-        pending = self.ctx.rt.pending_labels.data_for_store(namespace, name)
-        return {**(stored or {}), **pending} if pending else stored
+        return self.ctx.rt.pending_labels.over_store(namespace, name, stored)
 
     async def allowed(self, namespace: str, caller: Caller, question: Question) -> bool:
         verdict = await self.ctx.rt.cluster.can(

@@ -11,6 +11,7 @@ from tooladapter.artifacts import ArtifactStore
 from tooladapter.gateway.doors import Doors
 from tooladapter.kube.callers import AsCaller, CallerIdentity, CallerPool, Reviews
 from tooladapter.kube.client import Kube
+from tooladapter.pipeline.dataflow import PendingLabels
 from tooladapter.pipeline.validation.shipped import AdmissionGuard
 from tooladapter.settings import Settings
 from tooladapter.settings.live import LiveSettings
@@ -40,6 +41,9 @@ class Deps:
     #: The settings in force, shared with the runtime of this process (None: `settings`
     #: stay as started). Reloadable values are read through `in_force()` at use time.
     live: LiveSettings | None = None
+    #: Data-flow labels of ended calls whose write is pending (`flow.dataflow`), shared
+    #: with the runtime of this process: a dry run counts them as the call's gate does.
+    pending_labels: PendingLabels = field(default_factory=PendingLabels)
 
     def in_force(self) -> Settings:
         """The settings in force now (the reloadable ones as last applied)."""

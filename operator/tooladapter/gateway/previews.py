@@ -114,7 +114,9 @@ class GatewayLookups:
 
     async def scope_store(self, namespace: str, name: str) -> Mapping[str, str] | None:
         # The operator's client: the stores are the operator's (an agent reads none).
-        return await kdataflow.read_config_map(self.deps.kube, namespace=namespace, name=name)
+        stored = await kdataflow.read_config_map(self.deps.kube, namespace=namespace, name=name)
+        # Labels whose write is pending count as the real call's gate counts them.
+        return self.deps.pending_labels.over_store(namespace, name, stored)
 
     async def allowed(self, namespace: str, caller: SpecCaller, question: Question) -> bool:
         # The spec's caller is this request's caller (`invocation_body`); the review uses

@@ -224,13 +224,18 @@ async def reconcile_descriptor(rt: Runtime, event_type: str | None, body: dict[s
             )
         return
     mcp_health = rt.mcp.descriptor_health(meta["namespace"], spec) if rt.mcp else None
+    egress = rt.settings.egress
     desired = desired_status(
         body,
         mcp_health=mcp_health,
         missing_runtime_class=await missing_runtime_class(rt, body),
         default_timeout_seconds=rt.settings.limits.default_timeout_seconds,
         max_result_bytes=rt.settings.limits.max_result_bytes,
-        cidr_bounds=rt.settings.egress.cidr_bounds,
+        cidr_bounds=CidrBounds(
+            egress.descriptor_cidrs,
+            egress.descriptor_cidr_min_prefix_v4,
+            egress.descriptor_cidr_min_prefix_v6,
+        ),
     ).wire()
     if _same(current, desired):
         return

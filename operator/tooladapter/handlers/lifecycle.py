@@ -149,7 +149,8 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo) -> None:
     try:
         # Http tools reach credentialed APIs as the egress proxy does: the same trust
         # anchors and, in tests, the same mapped names; the operator's own bundle
-        # (TOOLADAPTER_CA_BUNDLE) besides. Read before anything is opened.
+        # (TOOLADAPTER_CA_BUNDLE) besides, for MCP servers too. Read before anything is
+        # opened.
         mapped_hosts = parse_hosts_override(config.egress.hosts)
         trust = settings_context(
             {
@@ -193,7 +194,7 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo) -> None:
     executors: dict[ToolKind, Executor] = {
         ToolKind.NATIVE: NativeExecutor(cluster, catalog.list_descriptors),
         ToolKind.HTTP: http,
-        ToolKind.MCP: McpExecutor(cluster, catalog, config.blocked_http_hosts),
+        ToolKind.MCP: McpExecutor(cluster, catalog, config.blocked_http_hosts, tls=trust),
         ToolKind.SHELL: sandbox,
         ToolKind.CONTAINER: sandbox,
     }
@@ -207,6 +208,8 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo) -> None:
         kube=kube,
         # Shared with the gateway: the page says when identity is broken.
         admission=memo["gateway"].deps.admission,
+        # Shared with the gateway: its dry runs count the labels still pending.
+        pending_labels=memo["gateway"].deps.pending_labels,
         chains=keeper.chains,
         keeper=keeper,
         outbox=Outbox(
@@ -221,6 +224,7 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo) -> None:
         ),
     )
     rt.issuers = issuers
+    rt.tls = trust
     rt.closers.append(http.close)
     rt.closers.append(issuers.close)
     flush_traces = tracing.configure(version("tooladapter"))
@@ -295,6 +299,12 @@ def short_reason(exc: BaseException) -> str:
     return f"{status} {reason}" if status else f"{type(exc).__name__}: {reason}"
 
 
+def proxy_pods_namespace(settings: EgressSettings) -> str:
+    """The namespace of the egress proxy's pods and Service: its own setting, else the
+    egress namespace (where grants live)."""
+    return settings.proxy_namespace or settings.namespace
+
+
 async def egress_proxy_address(settings: EgressSettings, kube: Kube) -> str | None:
     """Where sandboxes reach the egress proxy (an address: they have no DNS).
 
@@ -307,9 +317,10 @@ async def egress_proxy_address(settings: EgressSettings, kube: Kube) -> str | No
     if settings.proxy_address:
         return settings.proxy_address
     if settings.proxy_service:
-        where = f"{settings.pods_namespace}/{settings.proxy_service}"
+        namespace = proxy_pods_namespace(settings)
+        where = f"{namespace}/{settings.proxy_service}"
         try:
-            address = await cluster_ip(kube, settings.pods_namespace, settings.proxy_service)
+            address = await cluster_ip(kube, namespace, settings.proxy_service)
         except NotFound:
             # Installed together with the operator: wait for it rather than start without.
             raise kopf.TemporaryError(f"egress proxy Service {where} not found", delay=5) from None
@@ -328,7 +339,7 @@ def egress_peer(settings: EgressSettings, address: str | None) -> ProxyPeer | No
     return ProxyPeer(
         address=address,
         port=settings.proxy_port,
-        namespace=settings.pods_namespace if settings.proxy_pod_labels else None,
+        namespace=proxy_pods_namespace(settings) if settings.proxy_pod_labels else None,
         pod_labels=settings.proxy_pod_labels,
     )
 

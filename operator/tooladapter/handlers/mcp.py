@@ -234,7 +234,9 @@ class McpServers:
         reachable, message, refused = False, "", False
         if plan.verify:
             try:
-                discovery = await mcp_client.discover(spec.url, timeout=timeout, addresses=rule)
+                discovery = await mcp_client.discover(
+                    spec.url, timeout=timeout, addresses=rule, tls=self.rt.tls
+                )
                 reachable, message = True, "discovery ok"
             except mcp_types.McpAddressRefused as exc:
                 message, refused = str(exc)[:512], True
@@ -257,7 +259,7 @@ class McpServers:
         try:
             headers, _ = await credentials_for(self.rt.cluster, namespace, spec)
             discovery = await mcp_client.discover(
-                spec.url, headers=headers, timeout=timeout, addresses=rule
+                spec.url, headers=headers, timeout=timeout, addresses=rule, tls=self.rt.tls
             )
         except (mcp_types.McpError, NotFound, OSError) as exc:
             refused = isinstance(exc, mcp_types.McpAddressRefused)

@@ -12,7 +12,10 @@ environment proxies and `.netrc` are ignored (`trust_env=False`). Every connecti
 to an address the caller's `AddressRule` permits (`pipeline.addresses`: public, or in the
 McpServer's `spec.allowedCidrs`): the network backend resolves the host, checks each
 address and connects to a permitted one, so the address checked is the address connected
-to; none permitted raises `McpAddressRefused` before anything is sent.
+to; none permitted raises `McpAddressRefused` before anything is sent. TLS is verified
+against `tls`, the operator's outbound trust (`egress.core.trust.settings_context`: the
+system's CAs plus `TOOLADAPTER_EGRESS_CA_FILE` and `TOOLADAPTER_CA_BUNDLE`, as http tools
+trust), or the system's CAs alone when none is given.
 
 Errors say whether the call could have had an effect (`McpError.effect_possible`):
 
@@ -33,6 +36,7 @@ from __future__ import annotations
 import json
 import logging
 import socket
+import ssl
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from typing import Any, Final
@@ -136,10 +140,10 @@ class _GuardedTransport(httpx2.AsyncHTTPTransport):
     """httpx's transport over a connection pool with `_GuardedBackend` (httpx has no public
     parameter for the network backend, so the pool it built is replaced)."""
 
-    def __init__(self, rule: AddressRule) -> None:
+    def __init__(self, rule: AddressRule, tls: ssl.SSLContext | None = None) -> None:
         super().__init__()
         self._pool = httpcore2.AsyncConnectionPool(
-            ssl_context=httpx2.create_ssl_context(),
+            ssl_context=tls if tls is not None else httpx2.create_ssl_context(),
             max_connections=100,
             max_keepalive_connections=20,
             keepalive_expiry=5.0,
@@ -436,6 +440,7 @@ async def discover(
     headers: Mapping[str, str] | None = None,
     timeout: float = 10,
     addresses: AddressRule | None = None,
+    tls: ssl.SSLContext | None = None,
 ) -> Discovery:
     """Connect (auto mode), and list tools, resources and prompts (all pages). Never cached.
 
@@ -443,7 +448,7 @@ async def discover(
     (`McpAddressRefused` when `addresses` permits none of its addresses; without a rule only
     public addresses are), and `McpProtocolError` when a listing is refused or malformed.
     """
-    tracker = _CallTracker(_GuardedTransport(addresses or AddressRule()))
+    tracker = _CallTracker(_GuardedTransport(addresses or AddressRule(), tls))
     connected = False
     try:
         with anyio.fail_after(timeout):
@@ -494,10 +499,11 @@ async def probe(
     headers: Mapping[str, str] | None = None,
     timeout: float = 10,
     addresses: AddressRule | None = None,
+    tls: ssl.SSLContext | None = None,
 ) -> ProbeResult:
     """A health probe: the connect-time negotiation (server/discover or initialize). Never raises
     for server trouble; `ok` False with a message instead."""
-    tracker = _CallTracker(_GuardedTransport(addresses or AddressRule()))
+    tracker = _CallTracker(_GuardedTransport(addresses or AddressRule(), tls))
     try:
         with anyio.fail_after(timeout):
             async with _connect(url, headers or {}, timeout, tracker) as client:
@@ -594,6 +600,7 @@ async def call_tool(
     expected_digest: str | None = None,
     addresses: AddressRule | None = None,
     max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
+    tls: ssl.SSLContext | None = None,
 ) -> McpCallResult:
     """`tools/call` with the given arguments; the idempotency key in `_meta`.
 
@@ -610,7 +617,7 @@ async def call_tool(
     request_meta: dict[str, Any] = dict(meta or {})
     if idempotency_key is not None:
         request_meta[IDEMPOTENCY_META_KEY] = idempotency_key
-    tracker = _CallTracker(_GuardedTransport(addresses or AddressRule()), max_response_bytes)
+    tracker = _CallTracker(_GuardedTransport(addresses or AddressRule(), tls), max_response_bytes)
     connected = False
     listed: dict[str, Any] | None = None
     version = ""

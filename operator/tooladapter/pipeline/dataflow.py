@@ -443,6 +443,14 @@ class PendingLabels:
                 data.update(write.entries())
         return data
 
+    def over_store(
+        self, namespace: str, store_name: str, stored: Mapping[str, str] | None
+    ) -> Mapping[str, str] | None:
+        """A store as a dry run reads it: what is `stored` plus the pending labels that go
+        there, which the call's gate counts as stored."""
+        pending = self.data_for_store(namespace, store_name)
+        return {**(stored or {}), **pending} if pending else stored
+
     def stores(self) -> set[tuple[str, str]]:
         """(namespace, store name) of every store a pending write will add to."""
         return {(w.namespace, s.store_name) for w in self._writes.values() for s in w.scopes}

@@ -95,7 +95,8 @@ class Settings(FromEnv):
     )
     #: A PEM bundle of private CAs the operator trusts, besides the system's (and
     #: TOOLADAPTER_EGRESS_CA_FILE), for its own outbound TLS: the https APIs http tools
-    #: call and the OAuth token endpoints credentials are minted at. Read once at start:
+    #: call, the MCP servers it probes and calls, and the OAuth token endpoints credentials
+    #: are minted at. Read once at start:
     #: a file that cannot be read, or holds no certificate, stops the operator.
     ca_bundle: Path | None = setting("TOOLADAPTER_CA_BUNDLE", env.path, None)
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from tooladapter.egress.core.cidr_bounds import CidrBounds
 from tooladapter.egress.core.rules import REFERENCE_DEFAULT_ALLOW
 from tooladapter.settings import environ as env
 from tooladapter.settings.variables import FromEnv, setting
@@ -78,16 +77,3 @@ class EgressSettings(FromEnv):
     metrics_port: int = setting("TOOLADAPTER_EGRESS_METRICS_PORT", env.integer, 9465)
     #: Seconds a connection may stay idle (no byte either way) before the proxy closes it.
     idle_seconds: int = setting("TOOLADAPTER_EGRESS_IDLE_SECONDS", env.at_least(1), 300)
-
-    @property
-    def pods_namespace(self) -> str:
-        """The namespace of the proxy's pods and Service."""
-        return self.proxy_namespace or self.namespace
-
-    @property
-    def cidr_bounds(self) -> CidrBounds:
-        return CidrBounds(
-            self.descriptor_cidrs,
-            self.descriptor_cidr_min_prefix_v4,
-            self.descriptor_cidr_min_prefix_v6,
-        )

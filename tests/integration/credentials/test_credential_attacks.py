@@ -24,6 +24,7 @@ import pytest
 from kubernetes import client
 
 from tests.integration.conftest import Configured
+from tests.integration.credentials.conftest import deleted_after, loopback_settings
 from tests.integration.credentials.test_http_credentials import (
     BEARER,
     VALUE,
@@ -118,19 +119,12 @@ def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Servers,
 def credentialed(
     configured: Callable[[Mapping[str, str]], Configured], servers: tuple[Servers, Path]
 ) -> Configured:
-    return configured(
-        {
-            "TOOLADAPTER_EGRESS_HOSTS": f"{API}=127.0.0.1,{OTHER}=127.0.0.1",
-            "TOOLADAPTER_EGRESS_CA_FILE": str(servers[1]),
-        }
-    )
+    return configured(loopback_settings([API, OTHER], servers[1]))
 
 
 @pytest.fixture
 def cns(api: client.ApiClient, credentialed: Configured) -> Iterator[Namespace]:
-    namespace = credentialed.namespace(api)
-    yield namespace
-    namespace.delete()
+    yield from deleted_after(credentialed.namespace(api))
 
 
 @pytest.fixture

@@ -14,13 +14,18 @@ import base64
 import gzip
 import json
 import re
-from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from kubernetes import client
 
+from tests.integration.credentials.conftest import (
+    EgressOperator,
+    Upstream,
+    deleted_after,
+    proxied_upstream,
+)
 from tests.integration.credentials.test_sandboxed_credentials import (
     assert_nowhere,
     cluster_texts,
@@ -28,9 +33,7 @@ from tests.integration.credentials.test_sandboxed_credentials import (
     stored,
 )
 from tests.integration.objects import Agent, descriptor, pretty, status_of
-from tests.integration.servers import tls_server
-from tooladapter.devtools import SESSION, EgressProxyProcess, Namespace, OperatorProcess, node_ip
-from tooladapter.devtools.tls import make_certificates
+from tooladapter.devtools import SESSION, Namespace, node_ip
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(900)]
 
@@ -108,33 +111,23 @@ def leak_forms() -> list[str]:
 
 @pytest.fixture(scope="module")
 def upstream(
-    tmp_path_factory: pytest.TempPathFactory,
-    egress_operator: Callable[
-        ..., AbstractContextManager[tuple[OperatorProcess, EgressProxyProcess]]
-    ],
-) -> Iterator[tuple[int, list[bytes], OperatorProcess, EgressProxyProcess]]:
-    node = node_ip()
-    certs = make_certificates(tmp_path_factory.mktemp("tls"), [API, OTHER])
+    tmp_path_factory: pytest.TempPathFactory, egress_operator: EgressOperator
+) -> Iterator[Upstream]:
     settings = {
         "TOOLADAPTER_WORKSPACE_IDLE_SECONDS": "60",
         "TOOLADAPTER_WORKSPACE_SIZE": "64Mi",
         "TOOLADAPTER_WARM_POOL_SIZE": "0",
         "TOOLADAPTER_WORKSPACES_PER_NAMESPACE": "2",
     }
-    with (
-        tls_server(node, certs, answer) as (port, heads),
-        egress_operator(PREFIX, [API, OTHER], certs.ca, settings) as (operator, proxy),
-    ):
-        yield port, heads, operator, proxy
+    with proxied_upstream(
+        tmp_path_factory, egress_operator, PREFIX, [API, OTHER], answer, settings
+    ) as up:
+        yield up
 
 
 @pytest.fixture
-def hns(
-    api: client.ApiClient, upstream: tuple[int, list[bytes], OperatorProcess, EgressProxyProcess]
-) -> Iterator[Namespace]:
-    namespace = Namespace(api, prefix=PREFIX)
-    yield namespace
-    namespace.delete()
+def hns(api: client.ApiClient, upstream: Upstream) -> Iterator[Namespace]:
+    yield from deleted_after(Namespace(api, prefix=PREFIX))
 
 
 def script_agent(api: client.ApiClient, namespace: str, port: int, workspace: str) -> Agent:
@@ -198,7 +191,7 @@ def sections(content: str) -> dict[str, str]:
 def test_an_agent_neither_sees_the_credential_nor_sends_it_elsewhere_nor_reaches_the_ca_key(
     api: client.ApiClient,
     hns: Namespace,
-    upstream: tuple[int, list[bytes], OperatorProcess, EgressProxyProcess],
+    upstream: Upstream,
 ) -> None:
     port, heads, operator, proxy = upstream
     agent = script_agent(api, hns.name, port, "call")
@@ -290,7 +283,7 @@ def test_an_agent_neither_sees_the_credential_nor_sends_it_elsewhere_nor_reaches
 def test_an_earlier_calls_proxy_token_bundle_and_processes_serve_no_later_call(
     api: client.ApiClient,
     hns: Namespace,
-    upstream: tuple[int, list[bytes], OperatorProcess, EgressProxyProcess],
+    upstream: Upstream,
 ) -> None:
     port, heads, operator, proxy = upstream
     agent = script_agent(api, hns.name, port, "attempt")

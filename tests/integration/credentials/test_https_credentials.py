@@ -11,13 +11,18 @@ from __future__ import annotations
 import base64
 import json
 import re
-from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from kubernetes import client
 
+from tests.integration.credentials.conftest import (
+    EgressOperator,
+    Upstream,
+    deleted_after,
+    proxied_upstream,
+)
 from tests.integration.credentials.test_sandboxed_credentials import (
     assert_nowhere,
     cluster_texts,
@@ -26,10 +31,8 @@ from tests.integration.credentials.test_sandboxed_credentials import (
     run,
     stored,
 )
-from tests.integration.objects import SHELL_SCHEMA, Agent, descriptor, pretty
-from tests.integration.servers import tls_server
-from tooladapter.devtools import SESSION, EgressProxyProcess, Namespace, OperatorProcess, node_ip
-from tooladapter.devtools.tls import make_certificates
+from tests.integration.objects import Agent, pretty, shell_tool
+from tooladapter.devtools import SESSION, Namespace
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(600)]
 
@@ -59,45 +62,27 @@ def answer(head: bytes) -> bytes:
 
 @pytest.fixture(scope="module")
 def upstream(
-    tmp_path_factory: pytest.TempPathFactory,
-    egress_operator: Callable[
-        ..., AbstractContextManager[tuple[OperatorProcess, EgressProxyProcess]]
-    ],
-) -> Iterator[tuple[int, list[bytes], OperatorProcess, EgressProxyProcess]]:
-    node = node_ip()
-    certs = make_certificates(tmp_path_factory.mktemp("tls"), [API])
-    with (
-        tls_server(node, certs, answer) as (port, heads),
-        egress_operator(PREFIX, [API], certs.ca) as (operator, proxy),
-    ):
-        yield port, heads, operator, proxy
+    tmp_path_factory: pytest.TempPathFactory, egress_operator: EgressOperator
+) -> Iterator[Upstream]:
+    with proxied_upstream(tmp_path_factory, egress_operator, PREFIX, [API], answer) as up:
+        yield up
 
 
 @pytest.fixture
-def hns(
-    api: client.ApiClient, upstream: tuple[int, list[bytes], OperatorProcess, EgressProxyProcess]
-) -> Iterator[Namespace]:
-    namespace = Namespace(api, prefix=PREFIX)
-    yield namespace
-    namespace.delete()
+def hns(api: client.ApiClient, upstream: Upstream) -> Iterator[Namespace]:
+    yield from deleted_after(Namespace(api, prefix=PREFIX))
 
 
 def tool(api: client.ApiClient, namespace: str, port: int) -> None:
     """A shell tool allowed curl and git to API:port, whose credential goes there only."""
     host = f"{API}:{port}"
-    descriptor(
+    shell_tool(
         api,
         namespace,
         "fetch",
-        kind="shell",
-        side_effect_class="sandbox",
-        inputSchema=SHELL_SCHEMA,
-        timeoutSeconds=60,
+        memory="128Mi",
+        egress=[host],
         shell={"allow": ["curl", "git", "cat"]},
-        sandbox={
-            "resources": {"limits": {"cpu": "500m", "memory": "128Mi"}},
-            "egress": {"allow": [host]},
-        },
         credentials=[
             {
                 "name": "git-token",
@@ -111,7 +96,7 @@ def tool(api: client.ApiClient, namespace: str, port: int) -> None:
 def test_curl_and_git_over_https_get_the_credential_with_no_flag_or_url_change(
     api: client.ApiClient,
     hns: Namespace,
-    upstream: tuple[int, list[bytes], OperatorProcess, EgressProxyProcess],
+    upstream: Upstream,
 ) -> None:
     port, heads, operator, proxy = upstream
     client.CoreV1Api(api).create_namespaced_secret(

@@ -8,12 +8,17 @@ from __future__ import annotations
 
 import subprocess
 from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager
 from pathlib import Path
 
 import pytest
 from kubernetes import client
 
+from tests.integration.credentials.conftest import (
+    EgressOperator,
+    Upstream,
+    deleted_after,
+    proxied_upstream,
+)
 from tests.integration.credentials.test_sandboxed_credentials import (
     assert_nowhere,
     cluster_texts,
@@ -21,9 +26,7 @@ from tests.integration.credentials.test_sandboxed_credentials import (
     stored,
 )
 from tests.integration.objects import SHELL_SCHEMA, Agent, descriptor, jobs_of, status_of
-from tests.integration.servers import tls_server
-from tooladapter.devtools import SESSION, EgressProxyProcess, Namespace, OperatorProcess, node_ip
-from tooladapter.devtools.tls import make_certificates
+from tooladapter.devtools import SESSION, Namespace
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(900)]
 
@@ -74,13 +77,8 @@ def static(root: Path) -> Callable[[bytes], bytes]:
 
 @pytest.fixture(scope="module")
 def upstream(
-    tmp_path_factory: pytest.TempPathFactory,
-    egress_operator: Callable[
-        ..., AbstractContextManager[tuple[OperatorProcess, EgressProxyProcess]]
-    ],
-) -> Iterator[tuple[int, list[bytes], OperatorProcess, EgressProxyProcess]]:
-    node = node_ip()
-    certs = make_certificates(tmp_path_factory.mktemp("tls"), [API])
+    tmp_path_factory: pytest.TempPathFactory, egress_operator: EgressOperator
+) -> Iterator[Upstream]:
     bare = bare_repository(tmp_path_factory.mktemp("git"))
     settings = {
         "TOOLADAPTER_WORKSPACE_IDLE_SECONDS": "60",
@@ -88,26 +86,21 @@ def upstream(
         "TOOLADAPTER_WARM_POOL_SIZE": "1",
         "TOOLADAPTER_WORKSPACES_PER_NAMESPACE": "2",
     }
-    with (
-        tls_server(node, certs, static(bare)) as (port, heads),
-        egress_operator(PREFIX, [API], certs.ca, settings) as (operator, proxy),
-    ):
-        yield port, heads, operator, proxy
+    with proxied_upstream(
+        tmp_path_factory, egress_operator, PREFIX, [API], static(bare), settings
+    ) as up:
+        yield up
 
 
 @pytest.fixture
-def wns(
-    api: client.ApiClient, upstream: tuple[int, list[bytes], OperatorProcess, EgressProxyProcess]
-) -> Iterator[Namespace]:
-    namespace = Namespace(api, prefix=PREFIX)
-    yield namespace
-    namespace.delete()
+def wns(api: client.ApiClient, upstream: Upstream) -> Iterator[Namespace]:
+    yield from deleted_after(Namespace(api, prefix=PREFIX))
 
 
 def test_an_attempt_clones_over_https_with_a_brokered_token_and_a_later_call_reads_it(
     api: client.ApiClient,
     wns: Namespace,
-    upstream: tuple[int, list[bytes], OperatorProcess, EgressProxyProcess],
+    upstream: Upstream,
 ) -> None:
     port, heads, operator, proxy = upstream
     client.CoreV1Api(api).create_namespaced_secret(

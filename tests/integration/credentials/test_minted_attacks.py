@@ -13,6 +13,7 @@ import pytest
 from kubernetes import client
 
 from tests.integration.conftest import Configured
+from tests.integration.credentials.conftest import deleted_after, loopback_settings
 from tests.integration.credentials.test_http_credentials import shown
 from tests.integration.credentials.test_minted_credentials import (
     API,
@@ -138,19 +139,12 @@ def test_a_token_url_that_hides_an_internal_address_is_refused_at_apply(
 def untrusting(
     configured: Callable[[Mapping[str, str]], Configured], servers: tuple[Servers, Path]
 ) -> Configured:
-    return configured(
-        {
-            "TOOLADAPTER_EGRESS_HOSTS": f"{ISSUER}=127.0.0.1,{API}=127.0.0.1",
-            "TOOLADAPTER_EGRESS_CA_FILE": str(servers[1]),
-        }
-    )
+    return configured(loopback_settings([ISSUER, API], servers[1]))
 
 
 @pytest.fixture
 def uns(api: client.ApiClient, untrusting: Configured) -> Iterator[Namespace]:
-    namespace = untrusting.namespace(api)
-    yield namespace
-    namespace.delete()
+    yield from deleted_after(untrusting.namespace(api))
 
 
 def test_a_mapped_issuer_the_platform_does_not_trust_is_never_posted_to(

@@ -12,7 +12,6 @@ from __future__ import annotations
 import base64
 import json
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
@@ -20,8 +19,20 @@ import pytest
 from kubernetes import client
 
 from tests.integration.conftest import Configured
+from tests.integration.credentials.conftest import (
+    EgressOperator,
+    deleted_after,
+    loopback_settings,
+)
 from tests.integration.credentials.test_http_credentials import echo_authorization, shown
-from tests.integration.objects import SHELL_SCHEMA, Agent, descriptor, get, pretty, status_of
+from tests.integration.objects import (
+    Agent,
+    descriptor,
+    get,
+    pretty,
+    shell_tool,
+    status_of,
+)
 from tests.integration.servers import tls_server
 from tooladapter.devtools import (
     SESSION,
@@ -93,21 +104,15 @@ def servers(
 def minting(
     configured: Callable[[Mapping[str, str]], Configured], servers: tuple[Servers, Path]
 ) -> Configured:
+    # On loopback: mapped, and trusted by the platform (a mapping alone is not).
     return configured(
-        {
-            "TOOLADAPTER_EGRESS_HOSTS": f"{ISSUER}=127.0.0.1,{API}=127.0.0.1",
-            "TOOLADAPTER_EGRESS_CA_FILE": str(servers[1]),
-            # On loopback: mapped, and trusted by the platform (a mapping alone is not).
-            "TOOLADAPTER_TRUSTED_ISSUERS": ISSUER,
-        }
+        loopback_settings([ISSUER, API], servers[1], TOOLADAPTER_TRUSTED_ISSUERS=ISSUER)
     )
 
 
 @pytest.fixture
 def mns(api: client.ApiClient, minting: Configured) -> Iterator[Namespace]:
-    namespace = minting.namespace(api)
-    yield namespace
-    namespace.delete()
+    yield from deleted_after(minting.namespace(api))
 
 
 @pytest.fixture
@@ -345,9 +350,7 @@ class Sandboxed:
 @pytest.fixture(scope="module")
 def sandboxed(
     tmp_path_factory: pytest.TempPathFactory,
-    egress_operator: Callable[
-        ..., AbstractContextManager[tuple[OperatorProcess, EgressProxyProcess]]
-    ],
+    egress_operator: EgressOperator,
 ) -> Iterator[Sandboxed]:
     node = node_ip()
     certs = make_certificates(tmp_path_factory.mktemp("tls"), [ISSUER, API])
@@ -377,9 +380,7 @@ def sandboxed(
 
 @pytest.fixture
 def sns(api: client.ApiClient, sandboxed: Sandboxed) -> Iterator[Namespace]:
-    namespace = Namespace(api, prefix=PREFIX)
-    yield namespace
-    namespace.delete()
+    yield from deleted_after(Namespace(api, prefix=PREFIX))
 
 
 def test_a_sandboxed_wget_gets_a_minted_token_per_call_revoked_after(
@@ -399,19 +400,12 @@ def test_a_sandboxed_wget_gets_a_minted_token_per_call_revoked_after(
             "revocationUrl": s.issuer.revocation_url,
         }
     }
-    descriptor(
+    shell_tool(
         api,
         sns.name,
         "fetch",
-        kind="shell",
-        side_effect_class="sandbox",
-        inputSchema=SHELL_SCHEMA,
-        timeoutSeconds=60,
+        egress=[target],
         shell={"allow": ["wget"]},
-        sandbox={
-            "resources": {"limits": {"cpu": "500m", "memory": "64Mi"}},
-            "egress": {"allow": [target]},
-        },
         credentials=[{"name": "minted", "source": source, "inject": {"hosts": [target]}}],
     )
     agent.grant(["fetch"], ["sandbox"])

@@ -14,25 +14,24 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
-from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from kubernetes import client
 
+from tests.integration.credentials.conftest import EgressOperator, deleted_after, proxied_upstream
 from tests.integration.objects import (
-    SHELL_SCHEMA,
     Agent,
     container_tool,
-    descriptor,
     get,
     jobs_of,
     pretty,
     secret_file,
+    shell_tool,
     status_of,
 )
-from tests.integration.servers import Recorder, recording_server, tls_server
+from tests.integration.servers import Recorder, recording_server
 from tooladapter.devtools import (
     SESSION,
     EgressProxyProcess,
@@ -41,7 +40,6 @@ from tooladapter.devtools import (
     node_ip,
     wait_for,
 )
-from tooladapter.devtools.tls import make_certificates
 from tooladapter.receipts.core.check import parse_receipt
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(600)]
@@ -220,17 +218,13 @@ def echo_head(head: bytes) -> bytes:
 @pytest.fixture(scope="module")
 def upstreams(
     tmp_path_factory: pytest.TempPathFactory,
-    egress_operator: Callable[
-        ..., AbstractContextManager[tuple[OperatorProcess, EgressProxyProcess]]
-    ],
+    egress_operator: EgressOperator,
 ) -> Iterator[tuple[Upstreams, OperatorProcess, EgressProxyProcess]]:
-    node = node_ip()
-    certs = make_certificates(tmp_path_factory.mktemp("tls"), [API])
     with (
-        tls_server(node, certs, echo_head) as (port, heads),
-        recording_server(node) as plain,
-        egress_operator(PREFIX, [API], certs.ca) as (operator, proxy),
+        proxied_upstream(tmp_path_factory, egress_operator, PREFIX, [API], echo_head) as up,
+        recording_server(node_ip()) as plain,
     ):
+        port, heads, operator, proxy = up
         yield Upstreams(port, heads, plain), operator, proxy
 
 
@@ -238,9 +232,7 @@ def upstreams(
 def pns(
     api: client.ApiClient, upstreams: tuple[Upstreams, OperatorProcess, EgressProxyProcess]
 ) -> Iterator[Namespace]:
-    namespace = Namespace(api, prefix=PREFIX)
-    yield namespace
-    namespace.delete()
+    yield from deleted_after(Namespace(api, prefix=PREFIX))
 
 
 @pytest.fixture
@@ -253,19 +245,12 @@ def http_shell_tool(
 ) -> None:
     """A shell tool allowed both ports of API; the Secret's value goes to the TLS one only."""
     credential = f"{API}:{ups.tls_port}"
-    descriptor(
+    shell_tool(
         api,
         namespace,
         tool_id,
-        kind="shell",
-        side_effect_class="sandbox",
-        inputSchema=SHELL_SCHEMA,
-        timeoutSeconds=60,
+        egress=[credential, f"{API}:{ups.plain.port}"],
         shell={"allow": ["wget"]},
-        sandbox={
-            "resources": {"limits": {"cpu": "500m", "memory": "64Mi"}},
-            "egress": {"allow": [credential, f"{API}:{ups.plain.port}"]},
-        },
         credentials=[
             {
                 "name": "api-key",

@@ -11,6 +11,7 @@ from tooladapter.credentials.requests import (
     carries,
     carries_url,
     hosts_allowed,
+    method_overrides,
     normalize_path,
     remove_dot_segments,
 )
@@ -96,6 +97,31 @@ def test_methods_narrow_which_requests_carry_it() -> None:
     assert carries_url(reads, "head", "https://api.example.com/")
     assert not carries_url(reads, "POST", "https://api.example.com/")
     assert carries_url(inject("api.example.com"), "DELETE", "https://api.example.com/")
+
+
+@pytest.mark.parametrize("name", ["X-HTTP-Method-Override", "x-http-method", "X-Method-Override"])
+def test_a_method_override_header_naming_a_method_not_allowed_carries_nothing(name: str) -> None:
+    # A GET that asks the server to DELETE is a DELETE to a server that honours it.
+    reads = inject("api.example.com", methods=["GET", "HEAD"])
+    url = "https://api.example.com/"
+    assert not carries_url(reads, "GET", url, method_overrides([(name, "DELETE")]))
+    assert not carries_url(reads, "GET", url, method_overrides([(name, "GET, DELETE")]))
+    assert not carries_url(reads, "GET", url, method_overrides([(name, "")]))
+    # Both the method and every override allowed: it carries.
+    assert carries_url(reads, "GET", url, method_overrides([(name, "head")]))
+    # Without `methods` any method may have it, overridden or not.
+    assert carries_url(inject("api.example.com"), "GET", url, ("DELETE",))
+
+
+def test_method_overrides_reads_every_override_header_and_nothing_else() -> None:
+    headers = [
+        ("Accept", "DELETE"),
+        ("X-HTTP-Method-Override", " put "),
+        ("X-Method-Override", "patch,delete"),
+        ("x-http-method", "post"),
+    ]
+    assert method_overrides(headers) == ("PUT", "PATCH", "DELETE", "POST")
+    assert method_overrides([("Accept", "*/*")]) == ()
 
 
 @pytest.mark.parametrize(

@@ -48,10 +48,19 @@ def test_a_narrow_cidr_is_active(entry: str) -> None:
     assert desired_status(body(sandbox(entry))).active
 
 
+def bounds_of(settings: EgressSettings) -> CidrBounds:
+    """The bounds as the descriptor controller and the brokering build them."""
+    return CidrBounds(
+        settings.descriptor_cidrs,
+        settings.descriptor_cidr_min_prefix_v4,
+        settings.descriptor_cidr_min_prefix_v6,
+    )
+
+
 def test_the_bound_is_a_setting(monkeypatch: pytest.MonkeyPatch) -> None:
-    bounds = EgressSettings(descriptor_cidr_min_prefix_v4=16).cidr_bounds
+    bounds = bounds_of(EgressSettings(descriptor_cidr_min_prefix_v4=16))
     monkeypatch.setenv("TOOLADAPTER_DESCRIPTOR_CIDR_MIN_PREFIX_IPV4", "16")
-    assert EgressSettings.from_env().cidr_bounds == bounds
+    assert bounds_of(EgressSettings.from_env()) == bounds
     assert desired_status(body(sandbox("10.1.0.0/16")), cidr_bounds=bounds).active
     assert not desired_status(body(sandbox("10.0.0.0/15")), cidr_bounds=bounds).active
     monkeypatch.setenv("TOOLADAPTER_DESCRIPTOR_CIDR_MIN_PREFIX_IPV4", "0")
@@ -62,10 +71,10 @@ def test_the_bound_is_a_setting(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_forbid_refuses_every_descriptor_cidr_and_http_ip_literal(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    bounds = EgressSettings(descriptor_cidrs="forbid").cidr_bounds
+    bounds = bounds_of(EgressSettings(descriptor_cidrs="forbid"))
     assert bounds.mode == "forbid"
     monkeypatch.setenv("TOOLADAPTER_DESCRIPTOR_CIDRS", "forbid")
-    assert EgressSettings.from_env().cidr_bounds == bounds
+    assert bounds_of(EgressSettings.from_env()) == bounds
     status = desired_status(body(sandbox("github.com", "192.0.2.7/32")), cidr_bounds=bounds)
     assert not status.active and "sandbox.egress.allow[1]" in (status.message or "")
     assert "forbid" in (status.message or "")

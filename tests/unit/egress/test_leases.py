@@ -45,7 +45,7 @@ def test_an_entry_without_a_port_matches_no_port_and_443_only(
     port: int | None, expected: bool
 ) -> None:
     table = lease(grant("api", "api.example.com"))
-    assert (table.credential_for("api.example.com", port, "GET", "/") is not None) is expected
+    assert (table.credential_for("api.example.com", port, "GET", "/", ()) is not None) is expected
 
 
 @pytest.mark.parametrize(
@@ -54,22 +54,30 @@ def test_an_entry_without_a_port_matches_no_port_and_443_only(
 )
 def test_an_entrys_port_is_honoured_exactly(port: int | None, expected: bool) -> None:
     table = lease(grant("api", "api.example.com:8443"))
-    assert (table.credential_for("api.example.com", port, "GET", "/") is not None) is expected
+    assert (table.credential_for("api.example.com", port, "GET", "/", ()) is not None) is expected
 
 
 def test_another_host_gets_nothing() -> None:
     table = lease(grant("api", "api.example.com"))
-    assert table.credential_for("other.example.com", None, "GET", "/") is None
-    assert table.credential_for("api.example.com.evil.test", None, "GET", "/") is None
+    assert table.credential_for("other.example.com", None, "GET", "/", ()) is None
+    assert table.credential_for("api.example.com.evil.test", None, "GET", "/", ()) is None
 
 
 def test_methods_and_paths_narrow_it() -> None:
     table = lease(grant("api", "api.example.com", methods=("GET",), paths=("/v1/",)))
-    assert table.credential_for("api.example.com", None, "GET", "/v1/items") is not None
-    assert table.credential_for("api.example.com", None, "POST", "/v1/items") is None
-    assert table.credential_for("api.example.com", None, "GET", "/v2/items") is None
-    assert table.credential_for("api.example.com", None, "GET", "/v1/%2e%2e/admin") is None
-    assert table.credential_for("api.example.com", None, "GET", "/v1/x?to=/admin") is not None
+    assert table.credential_for("api.example.com", None, "GET", "/v1/items", ()) is not None
+    assert table.credential_for("api.example.com", None, "POST", "/v1/items", ()) is None
+    assert table.credential_for("api.example.com", None, "GET", "/v2/items", ()) is None
+    assert table.credential_for("api.example.com", None, "GET", "/v1/%2e%2e/admin", ()) is None
+    assert table.credential_for("api.example.com", None, "GET", "/v1/x?to=/admin", ()) is not None
+
+
+def test_a_method_override_header_is_judged_as_a_method() -> None:
+    table = lease(grant("api", "api.example.com", methods=("GET",)))
+    override = [("X-HTTP-Method-Override", "DELETE")]
+    assert table.credential_for("api.example.com", None, "GET", "/", override) is None
+    allowed = [("X-Method-Override", "GET")]
+    assert table.credential_for("api.example.com", None, "GET", "/", allowed) is not None
 
 
 def test_the_first_matching_credential_wins_and_each_keeps_its_own_value() -> None:
@@ -77,8 +85,8 @@ def test_the_first_matching_credential_wins_and_each_keeps_its_own_value() -> No
         grant("reads", "api.example.com", index=0, methods=("GET",)),
         grant("writes", "api.example.com", index=1),
     )
-    read = table.credential_for("api.example.com", None, "GET", "/")
-    write = table.credential_for("api.example.com", None, "PUT", "/")
+    read = table.credential_for("api.example.com", None, "GET", "/", ())
+    write = table.credential_for("api.example.com", None, "PUT", "/", ())
     assert read is not None and read.value == "Bearer value-of-reads"
     assert write is not None and write.value == "Bearer value-of-writes"
 

@@ -220,6 +220,21 @@ async def test_another_path_or_method_in_the_tunnel_goes_up_without_the_credenti
     assert SECRET_VALUE.encode() not in head and b"Authorization: Bearer made-up" in head
 
 
+@pytest.mark.parametrize("override", ["X-HTTP-Method-Override: POST", "X-HTTP-Method: DELETE"])
+async def test_a_get_overriding_its_method_in_the_tunnel_goes_up_without_the_credential(
+    tls_rig: TlsRig, override: str
+) -> None:
+    # The credential is GET-only; a server honouring the header would act on the other.
+    port = tls_rig.upstream.port
+    plain = request("GET", "/private/repo", HOST, port)
+    overriding = plain.replace(b"\r\n\r\n", f"\r\n{override}\r\n\r\n".encode(), 1)
+    answer, _ = await through(tls_rig, HOST, overriding, trust=lease_trust(tls_rig))
+    assert answer.startswith(b"HTTP/1.1 200")
+    (head,) = tls_rig.upstream.heads
+    assert SECRET_VALUE.encode() not in head and b"Authorization: Bearer made-up" in head
+    assert override.encode() in head
+
+
 @pytest.mark.parametrize("host_header", [OTHER, f"{HOST}:1", "evil.test", None])
 async def test_a_host_inside_the_tunnel_other_than_the_connect_host_is_refused(
     tls_rig: TlsRig, host_header: str | None

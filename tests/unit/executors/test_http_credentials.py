@@ -195,6 +195,24 @@ async def test_methods_and_paths_decide_which_requests_of_the_host_carry_it(
     assert seen.auth() == [f"Bearer {VALUE}" if carries else None]
 
 
+@pytest.mark.parametrize(("verb", "carries"), [("DELETE", False), ("get", True)])
+async def test_a_method_override_header_filled_by_the_agent_is_judged_as_a_method(
+    verb: str, carries: bool
+) -> None:
+    # A GET-only credential: a GET asking the server to DELETE gets none.
+    async with server() as seen:
+        hosts = [f"{API}:{seen.port}"]
+        creds = [carried(credential(hosts, methods=["GET"]))]
+        headers = {"X-HTTP-Method-Override": "{verb}"}
+        url = f"http://{API}:{seen.port}/x"
+        outcome = await execute(
+            call_to(url, hosts, creds, arguments={"verb": verb}, headers=headers)
+        )
+
+    assert outcome.state is InvocationState.OBSERVED, outcome
+    assert seen.auth() == [f"Bearer {VALUE}" if carries else None]
+
+
 async def test_basic_sends_base64_of_user_and_value_in_the_declared_header() -> None:
     async with server() as seen:
         hosts = [f"{API}:{seen.port}"]

@@ -146,6 +146,23 @@ async def test_in_the_cluster_sandboxes_get_the_proxy_services_cluster_ip(
     ]
 
 
+async def test_the_proxy_namespace_setting_is_where_its_service_and_pods_are_found(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(lifecycle, "default_route_address", lambda: "10.244.0.9")
+    kube = Services(**{"ta-egress-proxy": "10.0.0.201"})
+    settings = dataclasses.replace(
+        EGRESS, proxy_service="ta-egress-proxy", proxy_namespace="ta-proxy"
+    )
+    address = await lifecycle.egress_proxy_address(settings, kube)  # type: ignore[arg-type]
+    assert address == "10.0.0.201" and kube.asked == [("ta-proxy", "ta-egress-proxy")]
+    peer = lifecycle.egress_peer(settings, address)
+    assert peer is not None
+    assert peer.rule()["to"][0]["namespaceSelector"] == {
+        "matchLabels": {"kubernetes.io/metadata.name": "ta-proxy"}
+    }
+
+
 async def test_a_missing_proxy_service_retries_the_start_up_and_a_headless_one_fails_closed(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -56,16 +56,31 @@ def _git(repo: Path, *args: str) -> subprocess.CompletedProcess[bytes]:
     )
 
 
+def _repository(path: Path, *, commit: bool = True) -> Path:
+    """A repository at `path` with a file `f`, committed unless `commit` is false."""
+    path.mkdir()
+    _git(path, "init", "-q")
+    (path / "f").write_text("x\n")
+    if commit:
+        _git(path, "add", "f")
+        _git(path, "commit", "-qm", "x")
+    return path
+
+
+def _refused(root: Path, shell: list[str]) -> set[str]:
+    """What the scan of `root` (run by `shell`) refuses, each path relative to `root`."""
+    result = scan_here(root, shell)
+    assert result.returncode == 0, result.stderr
+    files, whole = parse_scan(result.stdout)
+    assert whole
+    return {str(f)[len(str(root)) :] for f in findings(files)}
+
+
 @pytest.mark.parametrize(("planted", "command", "key"), RUNS)
 def test_a_planted_key_that_runs_a_program_is_refused(
     tmp_path: Path, planted: str, command: list[str], key: str
 ) -> None:
-    repo = tmp_path / "repo"
-    repo.mkdir()
-    _git(repo, "init", "-q")
-    (repo / "f").write_text("one\n")
-    _git(repo, "add", "f")
-    _git(repo, "commit", "-qm", "one")
+    repo = _repository(tmp_path / "repo")
     (repo / "f").write_text("two\n")
     _git(repo, "commit", "-qam", "two")
     mark = tmp_path / "ran"
@@ -128,12 +143,9 @@ def test_a_repository_whose_head_is_a_dangling_symlink_is_scanned(
     # git takes `HEAD -> refs/heads/<unborn>` (the old symref form) as a repository's HEAD
     # though it points nowhere; `[ -f HEAD ]` is false there, so the scan once skipped the
     # config of a repository git still opens, and a planted core.fsmonitor ran.
-    repo = tmp_path / "repo"
-    repo.mkdir()
-    _git(repo, "init", "-q")
+    repo = _repository(tmp_path / "repo", commit=False)
     mark = tmp_path / "ran"
     _git(repo, "config", "core.fsmonitor", f"touch {mark}; echo")
-    (repo / "f").write_text("x\n")
     head = repo / ".git" / "HEAD"
     head.unlink()
     head.symlink_to("refs/heads/unborn")
@@ -143,11 +155,7 @@ def test_a_repository_whose_head_is_a_dangling_symlink_is_scanned(
     assert not head.exists()
     _git(repo, "status")
     assert mark.exists()  # git opened it and ran the planted command
-    result = scan_here(tmp_path, shell)
-    assert result.returncode == 0, result.stderr
-    files, whole = parse_scan(result.stdout)
-    assert whole
-    refused = {str(f)[len(str(tmp_path)) :] for f in findings(files)}
+    refused = _refused(tmp_path, shell)
     assert any(r.startswith("/repo/.git/config: core.fsmonitor (line") for r in refused), refused
     assert "/repo/.git/hooks/post-checkout: an executable hook" in refused, refused
 
@@ -159,12 +167,7 @@ def test_a_worktrees_common_directory_without_head_is_scanned(
     # A linked worktree's git directory has HEAD; the common directory it names
     # (`commondir`) needs only objects and refs, and git reads its config and runs its
     # hooks. Without HEAD there the scan once skipped it.
-    main = tmp_path / "main"
-    main.mkdir()
-    _git(main, "init", "-q")
-    (main / "f").write_text("x\n")
-    _git(main, "add", "f")
-    _git(main, "commit", "-qm", "x")
+    main = _repository(tmp_path / "main")
     _git(main, "worktree", "add", "-q", str(tmp_path / "wt"))
     mark = tmp_path / "ran"
     _git(main, "config", "core.fsmonitor", f"touch {mark}; echo")
@@ -174,11 +177,7 @@ def test_a_worktrees_common_directory_without_head_is_scanned(
     hook.chmod(0o755)
     _git(tmp_path / "wt", "status")
     assert mark.exists()  # git read the common directory's config
-    result = scan_here(tmp_path, shell)
-    assert result.returncode == 0, result.stderr
-    files, whole = parse_scan(result.stdout)
-    assert whole
-    refused = {str(f)[len(str(tmp_path)) :] for f in findings(files)}
+    refused = _refused(tmp_path, shell)
     assert any(r.startswith("/main/.git/config: core.fsmonitor (line") for r in refused), refused
     assert "/main/.git/hooks/post-checkout: an executable hook" in refused, refused
 
@@ -189,12 +188,7 @@ def test_hooks_behind_a_symlinked_hooks_directory_are_scanned(
 ) -> None:
     # `.git/hooks -> ../../elsewhere`: git runs elsewhere/post-checkout, whose path holds
     # no `/hooks/`; the scan once listed nothing there.
-    repo = tmp_path / "repo"
-    repo.mkdir()
-    _git(repo, "init", "-q")
-    (repo / "f").write_text("x\n")
-    _git(repo, "add", "f")
-    _git(repo, "commit", "-qm", "x")
+    repo = _repository(tmp_path / "repo")
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     mark = tmp_path / "ran"
@@ -210,9 +204,5 @@ def test_hooks_behind_a_symlinked_hooks_directory_are_scanned(
     hooks.symlink_to(elsewhere)
     _git(repo, "checkout", "-q", "-b", "other")
     assert mark.exists()  # git ran the hook behind the link
-    result = scan_here(tmp_path, shell)
-    assert result.returncode == 0, result.stderr
-    files, whole = parse_scan(result.stdout)
-    assert whole
-    refused = {str(f)[len(str(tmp_path)) :] for f in findings(files)}
+    refused = _refused(tmp_path, shell)
     assert refused == {"/repo/.git/hooks/post-checkout: an executable hook"}, refused

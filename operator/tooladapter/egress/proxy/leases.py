@@ -15,12 +15,12 @@ import base64
 import hmac
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from tooladapter.credentials.requests import carries
+from tooladapter.credentials.requests import carries, method_overrides
 from tooladapter.egress.core.lease import GRANT_KEY, TOKEN_HASH_KEY, LeaseGrant, token_digest
 from tooladapter.egress.core.lease_ca import CA_CERT_KEY, CA_KEY_KEY, LeaseCA
 from tooladapter.egress.core.rules import HTTPS_PORT, AllowList, normalize_host
@@ -77,11 +77,19 @@ class Lease:
         return not self.ended.is_set() and (now or datetime.now(UTC)) < self.expires
 
     def credential_for(
-        self, host: str, port: int | None, method: str, path: str
+        self,
+        host: str,
+        port: int | None,
+        method: str,
+        path: str,
+        headers: Iterable[tuple[str, str]],
     ) -> Credential | None:
         """The credential a plain-http request carries (the proxy sends it upstream over
         TLS): the request's port (443 when it names none) must be exactly its entry's
-        (443 when the entry names none), and its method and path must match."""
+        (443 when the entry names none), and its method, every method its override
+        headers name (among `headers`: required, so no caller forgets them), and its path
+        must match."""
+        overrides = method_overrides(headers)
         for credential in self.credentials:
             if carries(
                 credential.inject,
@@ -90,6 +98,7 @@ class Lease:
                 default_port=HTTPS_PORT,
                 method=method,
                 path=path,
+                overrides=overrides,
             ):
                 return credential
         return None

@@ -297,7 +297,7 @@ class EgressProxy:
             raise EgressRefused(Verdict(EgressVerdict.BAD_REQUEST, str(exc)), 421) from None
         except BadRequest as exc:
             raise EgressRefused(Verdict(EgressVerdict.BAD_REQUEST, str(exc)), 400) from None
-        credential = lease.credential_for(host, port, head.method, target.path)
+        credential = lease.credential_for(host, port, head.method, target.path, head.headers)
         try:
             upstream = await self._dial(addresses, port, self.upstream_tls, host)
         except EgressRefused as refusal:
@@ -396,7 +396,9 @@ class EgressProxy:
             )
             await _answer(writer, 400, str(exc), head_only=head.method == "HEAD")
             return
-        credential = lease.credential_for(target.host, target.port, head.method, target.path)
+        credential = lease.credential_for(
+            target.host, target.port, head.method, target.path, head.headers
+        )
         default_port = HTTPS_PORT if credential is not None else HTTP_PORT
         port = target.port or default_port
         try:
