@@ -41,8 +41,8 @@ class FakeApi:
             raise CallerApiError(404, "not found")
         return self.objs[name]
 
-    async def merge_patch(
-        self, plural: str, namespace: str, name: str, patch: dict[str, Any]
+    async def json_patch(
+        self, plural: str, namespace: str, name: str, ops: list[dict[str, Any]]
     ) -> dict[str, Any]:
         self.patched.append(name)
         self.objs[name]["spec"]["interrupt"] = True
