@@ -247,12 +247,10 @@ class SandboxExecutor:
 
     async def interrupt(self, call: Call, run: JobRunClock | None = None) -> Outcome:
         names = LeaseNames.for_uid(call.uid)
-        pod = await self.cluster.job_pod(call.namespace, call.uid)
-        # The pod's status lags the kubelet by up to a second or more: a pod bound to a node
-        # may already have run its tool though its status still says Pending. Only a pod
-        # not yet scheduled (or none at all) proves the tool never started.
-        started = ksandbox.pod_started(pod) or ksandbox.pod_scheduled(pod)
+        before = await self.cluster.job_pod(call.namespace, call.uid)
         await self.cluster.delete("Job", call.namespace, names.job)
+        started = await self._may_have_started(call, before)
+        pod = before
         # Metered up to the interrupt when its tool's container had started.
         seconds = run.seconds() if run is not None and ksandbox.pod_started(pod) else None
         contained = call.effective_class.effects_contained
@@ -274,6 +272,30 @@ class SandboxExecutor:
             message=f"interrupted after its pod was scheduled (the tool may have run); "
             f"job {names.job} deleted",
             sandbox_seconds=seconds,
+        )
+
+    async def _may_have_started(self, call: Call, before: dict[str, Any] | None) -> bool:
+        """Whether the interrupted call's tool may have started, its Job deleted meanwhile.
+
+        The pod's status lags the kubelet by up to a second or more: a pod bound to a node
+        may already have run its tool though its status still says Pending. Only a pod
+        deleted while still unscheduled (the delete's precondition is the version read:
+        binding changes it), or no pod before nor after the Job's deletion, proves the tool
+        never started. A pod read unscheduled may be bound before the deletion of its Job
+        reaches it, and one gone after the Job's deletion may have run first: both may have
+        started."""
+        after = await self.cluster.job_pod(call.namespace, call.uid)
+        if any(ksandbox.pod_started(p) or ksandbox.pod_scheduled(p) for p in (before, after)):
+            return True
+        if after is None:
+            return before is not None
+        meta = after.get("metadata") or {}
+        version = str(meta.get("resourceVersion") or "")
+        return not (
+            version
+            and await self.cluster.delete_unscheduled_pod(
+                call.namespace, str(meta.get("name") or ""), version
+            )
         )
 
     async def outcome_of(

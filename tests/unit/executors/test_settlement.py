@@ -366,6 +366,64 @@ async def test_an_interrupt_before_any_pod_exists_is_cancelled(
     assert "never started" in outcome.message
 
 
+async def test_an_interrupt_proves_an_unscheduled_pod_never_ran_by_deleting_it_as_read(
+    cluster: FakeCluster, executor: SandboxExecutor
+) -> None:
+    call = make_call(S.EXTERNAL, interrupted=True)
+    cluster.script_job(call.uid, PENDING, pod=pod(started=False))
+
+    outcome = await settle(executor, call)
+
+    assert outcome.state == InvocationState.CANCELLED
+    assert cluster.calls_of("delete_unscheduled_pod")  # the proof: deleted at its version
+    assert cluster.pods[call.uid] is None
+
+
+async def test_a_pod_bound_between_the_interrupts_read_and_the_jobs_deletion_is_uncertain(
+    cluster: FakeCluster, executor: SandboxExecutor
+) -> None:
+    """Attack: interrupt an approved external call just as its pod is scheduled. The pod
+    was read unscheduled, then bound (the kubelet starts the tool) before the deletion of
+    its Job reached it: the call ended Cancelled though its effect may have happened."""
+    call = make_call(S.EXTERNAL, interrupted=True)
+    cluster.script_job(call.uid, PENDING, pod=pod(started=False))
+    reads = 0
+
+    def bound_after_first_read(result: Any, **_: Any) -> None:
+        nonlocal reads
+        reads += 1
+        if reads == 1:
+            body = cluster.pods[call.uid]
+            assert body is not None
+            body["spec"] = {"nodeName": "node-1"}
+            body["metadata"]["resourceVersion"] = "6"
+
+    cluster.after["job_pod"] = bound_after_first_read
+
+    outcome = await settle(executor, call)
+
+    assert (outcome.state, outcome.failure_class) == (
+        InvocationState.UNCERTAIN,
+        FailureClass.EFFECT_UNCONFIRMED,
+    )
+
+
+async def test_a_pod_gone_after_the_jobs_deletion_may_have_run(
+    cluster: FakeCluster, executor: SandboxExecutor
+) -> None:
+    call = make_call(S.EXTERNAL, interrupted=True)
+    cluster.script_job(call.uid, PENDING, pod=pod(started=False))
+
+    def gone_after_first_read(result: Any, **_: Any) -> None:
+        cluster.pods[call.uid] = None
+
+    cluster.after["job_pod"] = gone_after_first_read
+
+    outcome = await settle(executor, call)
+
+    assert outcome.state == InvocationState.UNCERTAIN
+
+
 # --------------------------------------------------------------------------- no Job at all
 
 
