@@ -248,8 +248,8 @@ class SandboxExecutor:
     async def interrupt(self, call: Call, run: JobRunClock | None = None) -> Outcome:
         names = LeaseNames.for_uid(call.uid)
         before = await self.cluster.job_pod(call.namespace, call.uid)
-        await self.cluster.delete("Job", call.namespace, names.job)
-        started = await self._may_have_started(call, before)
+        existed = await self.cluster.delete("Job", call.namespace, names.job)
+        started = await self._may_have_started(call, before, job_existed=existed)
         pod = before
         # Metered up to the interrupt when its tool's container had started.
         seconds = run.seconds() if run is not None and ksandbox.pod_started(pod) else None
@@ -274,21 +274,24 @@ class SandboxExecutor:
             sandbox_seconds=seconds,
         )
 
-    async def _may_have_started(self, call: Call, before: dict[str, Any] | None) -> bool:
+    async def _may_have_started(
+        self, call: Call, before: dict[str, Any] | None, *, job_existed: bool
+    ) -> bool:
         """Whether the interrupted call's tool may have started, its Job deleted meanwhile.
 
         The pod's status lags the kubelet by up to a second or more: a pod bound to a node
         may already have run its tool though its status still says Pending. Only a pod
         deleted while still unscheduled (the delete's precondition is the version read:
-        binding changes it), or no pod before nor after the Job's deletion, proves the tool
-        never started. A pod read unscheduled may be bound before the deletion of its Job
-        reaches it, and one gone after the Job's deletion may have run first: both may have
-        started."""
+        binding changes it), or no pod before nor after this deletion of its Job, proves the
+        tool never started. A pod read unscheduled may be bound before the deletion of its
+        Job reaches it, and one gone after the Job's deletion may have run first; a Job
+        already gone (deleted by someone else, or never made before a restart) may have
+        taken its pod with it: each may have started."""
         after = await self.cluster.job_pod(call.namespace, call.uid)
         if any(ksandbox.pod_started(p) or ksandbox.pod_scheduled(p) for p in (before, after)):
             return True
         if after is None:
-            return before is not None
+            return before is not None or not job_existed
         meta = after.get("metadata") or {}
         version = str(meta.get("resourceVersion") or "")
         return not (

@@ -424,6 +424,16 @@ async def test_a_pod_gone_after_the_jobs_deletion_may_have_run(
     assert outcome.state == InvocationState.UNCERTAIN
 
 
+async def test_an_interrupt_that_finds_its_job_already_gone_and_no_pod_is_uncertain(
+    cluster: FakeCluster, executor: SandboxExecutor
+) -> None:
+    # Deleted by someone else (its pod with it), or never made before a restart: the two
+    # cannot be told apart, so the tool may have run (as `follow` says of a vanished Job).
+    call = make_call(S.EXTERNAL, interrupted=True)
+    outcome = await asyncio.wait_for(executor.interrupt(call), 5)
+    assert outcome.state == InvocationState.UNCERTAIN
+
+
 # --------------------------------------------------------------------------- no Job at all
 
 
