@@ -41,8 +41,10 @@ def _managed(manager: str) -> dict[str, Any]:
 
 
 class Bumper:
-    """Another agent rewriting a call's managedFields as fast as it can, in a thread: each
-    write moves the call's resourceVersion and changes nothing the call depends on."""
+    """Another agent rewriting a call's managedFields as fast as it can, in a few threads:
+    each write moves the call's resourceVersion and changes nothing the call depends on."""
+
+    THREADS = 4
 
     def __init__(self, agent: Agent, name: str) -> None:
         self.objects = client.CustomObjectsApi(agent.api)
@@ -50,12 +52,13 @@ class Bumper:
         self.landed = 0
         self.refused: list[str] = []
         self.stop = threading.Event()
-        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.threads = [
+            threading.Thread(target=self._run, args=(i,), daemon=True) for i in range(self.THREADS)
+        ]
 
-    def _run(self) -> None:
-        turn = 0
+    def _run(self, turn: int) -> None:
         while not self.stop.is_set():
-            turn += 1
+            turn += self.THREADS
             try:
                 self.objects.patch_namespaced_custom_object(
                     GROUP,
@@ -63,7 +66,7 @@ class Bumper:
                     self.agent.namespace,
                     "toolinvocations",
                     self.name,
-                    _managed(f"bumper-{turn % 2}"),
+                    _managed(f"bumper-{turn % 8}"),
                     _content_type="application/merge-patch+json",
                 )
                 self.landed += 1
@@ -73,13 +76,15 @@ class Bumper:
                     return
 
     def __enter__(self) -> Bumper:
-        self.thread.start()
+        for thread in self.threads:
+            thread.start()
         wait_for(lambda: self.landed >= 3 or bool(self.refused), timeout=60, what="the first bumps")
         return self
 
     def __exit__(self, *_: object) -> None:
         self.stop.set()
-        self.thread.join(timeout=30)
+        for thread in self.threads:
+            thread.join(timeout=30)
 
 
 def test_another_agent_rewriting_a_calls_managed_fields_never_holds_its_interrupt_off(
