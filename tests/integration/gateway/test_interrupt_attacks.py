@@ -13,7 +13,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from tests.integration.flow.test_trust import running_pod
+from tests.integration.flow.test_trust import pod_of, running_pod
 from tests.integration.gateway_client import http_json, token_of
 from tests.integration.objects import Agent, get, pretty, shell_tool, status_of
 from tooladapter import GROUP, VERSION
@@ -137,3 +137,40 @@ def test_an_invocation_named_after_another_agents_call_uid_never_answers_for_it(
     assert status == 200, body
     assert body["name"] == call and body["uid"] == uid, body
     assert "IGNORE" not in str(body), body
+
+
+def _unscheduled_pod(api: client.ApiClient, namespace: str, name: str) -> client.V1Pod | None:
+    uid = get(api, namespace, "toolinvocations", name)["metadata"]["uid"]
+    pod = pod_of(api, namespace, uid)
+    if pod is None or pod.spec.node_name:
+        return None
+    conditions = pod.status.conditions or []
+    return (
+        pod if any(c.type == "PodScheduled" and c.status == "False" for c in conditions) else None
+    )
+
+
+def test_an_interrupt_of_a_call_whose_pod_waits_for_a_node_proves_the_tool_never_ran(
+    api: client.ApiClient, ns: Namespace, agent: Agent, operator: OperatorProcess
+) -> None:
+    """Cancelled only with proof: the pod deleted at the version read, while unscheduled
+    (a pod bound meanwhile would refuse that delete, and the call would be Uncertain). The
+    real API server's answer to that delete is what the proof rests on."""
+    shell_tool(api, ns.name, "huge", timeout=300, cpu_request="64", cpu="64")
+    agent.grant(["huge"], ["sandbox"])
+    call = agent.invoke("huge", {"command": "echo never"})
+    pending = wait_for(
+        lambda: _unscheduled_pod(api, ns.name, call), timeout=180, what="pod unschedulable"
+    )
+    url = f"{operator.gateway_url}/namespaces/{ns.name}/tool-invocations/{call}/interrupt"
+
+    status, _, body = http_json("POST", url, token_of(agent))
+
+    assert status == 202, body
+    ended = status_of(agent.wait(call, timeout=180))
+    assert ended["state"] == "Cancelled", pretty(ended)
+    assert "never started" in ended["message"], pretty(ended)
+    gone = client.CoreV1Api(api).list_namespaced_pod(
+        ns.name, field_selector=f"metadata.name={pending.metadata.name}"
+    )
+    assert all(p.metadata.deletion_timestamp for p in gone.items), gone.items

@@ -379,12 +379,13 @@ async def test_an_interrupt_proves_an_unscheduled_pod_never_ran_by_deleting_it_a
     assert cluster.pods[call.uid] is None
 
 
-async def test_a_pod_bound_between_the_interrupts_read_and_the_jobs_deletion_is_uncertain(
+async def test_a_pod_bound_between_the_interrupts_read_and_its_deletion_is_uncertain(
     cluster: FakeCluster, executor: SandboxExecutor
 ) -> None:
     """Attack: interrupt an approved external call just as its pod is scheduled. The pod
     was read unscheduled, then bound (the kubelet starts the tool) before the deletion of
-    its Job reached it: the call ended Cancelled though its effect may have happened."""
+    its Job reached it (through the garbage collector): the call ended Cancelled though its
+    effect may have happened."""
     call = make_call(S.EXTERNAL, interrupted=True)
     cluster.script_job(call.uid, PENDING, pod=pod(started=False))
     reads = 0
@@ -408,7 +409,7 @@ async def test_a_pod_bound_between_the_interrupts_read_and_the_jobs_deletion_is_
     )
 
 
-async def test_a_pod_gone_after_the_jobs_deletion_may_have_run(
+async def test_a_pod_gone_before_it_could_be_deleted_as_read_may_have_run(
     cluster: FakeCluster, executor: SandboxExecutor
 ) -> None:
     call = make_call(S.EXTERNAL, interrupted=True)
@@ -418,6 +419,24 @@ async def test_a_pod_gone_after_the_jobs_deletion_may_have_run(
         cluster.pods[call.uid] = None
 
     cluster.after["job_pod"] = gone_after_first_read
+
+    outcome = await settle(executor, call)
+
+    assert outcome.state == InvocationState.UNCERTAIN
+
+
+async def test_a_replacement_pod_made_before_the_jobs_deletion_is_judged_too(
+    cluster: FakeCluster, executor: SandboxExecutor
+) -> None:
+    call = make_call(S.EXTERNAL, interrupted=True)
+    cluster.script_job(call.uid, PENDING)
+    replacement = pod(started=False)
+    replacement["spec"] = {"nodeName": "node-1"}  # bound: its tool may have run
+
+    def made_meanwhile(*_: Any, **__: Any) -> None:
+        cluster.pods[call.uid] = replacement
+
+    cluster.hooks["delete"] = made_meanwhile
 
     outcome = await settle(executor, call)
 
