@@ -27,7 +27,7 @@ class FakeObjects:
             "status": {"state": state},
         }
         self.changes = list(changes or [])
-        self.patches: list[dict[str, Any]] = []
+        self.patches: list[list[dict[str, Any]]] = []
 
     def _bump(self, state: str) -> None:
         self.obj["status"]["state"] = state
@@ -119,7 +119,7 @@ async def test_a_call_whose_state_keeps_changing_gives_up_with_the_refusal() -> 
 async def test_a_write_refused_for_another_reason_is_not_tried_again() -> None:
     objects = FakeObjects("Executing")
 
-    async def refuse(*_: Any) -> dict[str, Any]:
+    async def refuse(plural: str, namespace: str, name: str, ops: Any) -> dict[str, Any]:
         objects.patches.append([])
         raise CallerApiError(422, "spec.interrupt: Invalid value")
 
