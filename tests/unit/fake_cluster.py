@@ -711,7 +711,7 @@ def pod(*, started: bool) -> Body:
     """A pod of a sandbox Job, its tool container started (running) or still waiting."""
     state = {"running": {}} if started else {"waiting": {"reason": "ContainerCreating"}}
     return {
-        "metadata": {"name": "ta-pod"},
+        "metadata": {"name": "ta-pod", "resourceVersion": "5"},
         "status": {"containerStatuses": [{"name": "tool", "state": state, "started": started}]},
     }
 

@@ -59,6 +59,11 @@ def capacity_backoff(attempt: int) -> float:
     return min(POD_MAX_DELAY_SECONDS, POD_FIRST_DELAY_SECONDS * 2.0 ** min(attempt, 16))
 
 
+def _pod_uid(pod: dict[str, Any] | None) -> object:
+    meta = (pod or {}).get("metadata") or {}
+    return meta.get("uid") or meta.get("name")
+
+
 def job_deadline(timeout_seconds: int, capacity_wait_seconds: int) -> int:
     """The Job's activeDeadlineSeconds: the pod may wait for the scheduler up to the
     capacity wait, then start, then run the tool's timeout (counted on its node)."""
@@ -248,11 +253,14 @@ class SandboxExecutor:
     async def interrupt(self, call: Call, run: JobRunClock | None = None) -> Outcome:
         names = LeaseNames.for_uid(call.uid)
         pod = await self.cluster.job_pod(call.namespace, call.uid)
-        # The pod's status lags the kubelet by up to a second or more: a pod bound to a node
-        # may already have run its tool though its status still says Pending. Only a pod
-        # not yet scheduled (or none at all) proves the tool never started.
-        started = ksandbox.pod_started(pod) or ksandbox.pod_scheduled(pod)
-        await self.cluster.delete("Job", call.namespace, names.job)
+        started = await self._may_have_started(call, pod)
+        existed = await self.cluster.delete("Job", call.namespace, names.job)
+        # A pod the Job made meanwhile (a replacement), or a Job already gone with its pod.
+        again = await self.cluster.job_pod(call.namespace, call.uid)
+        if again is not None and _pod_uid(again) != _pod_uid(pod):
+            started = await self._may_have_started(call, again) or started
+        elif pod is None and again is None and not existed:
+            started = True
         # Metered up to the interrupt when its tool's container had started.
         seconds = run.seconds() if run is not None and ksandbox.pod_started(pod) else None
         contained = call.effective_class.effects_contained
@@ -274,6 +282,29 @@ class SandboxExecutor:
             message=f"interrupted after its pod was scheduled (the tool may have run); "
             f"job {names.job} deleted",
             sandbox_seconds=seconds,
+        )
+
+    async def _may_have_started(self, call: Call, pod: dict[str, Any] | None) -> bool:
+        """Whether the tool of the interrupted call's `pod` may have started (False for no
+        pod); an unscheduled pod is deleted on the way, as read.
+
+        The pod's status lags the kubelet by up to a second or more: a pod bound to a node
+        may already have run its tool though its status still says Pending. Only a pod
+        deleted while still unscheduled (the delete's precondition is the version read:
+        binding changes it) proves the tool never started; one that changed meanwhile (bound)
+        or went (it may have run first) may have started. Deleting its Job first would not
+        do: the Job's pods go later, through the garbage collector, which a binding beats."""
+        if pod is None:
+            return False
+        if ksandbox.pod_started(pod) or ksandbox.pod_scheduled(pod):
+            return True
+        meta = pod.get("metadata") or {}
+        version = str(meta.get("resourceVersion") or "")
+        return not (
+            version
+            and await self.cluster.delete_unscheduled_pod(
+                call.namespace, str(meta.get("name") or ""), version
+            )
         )
 
     async def outcome_of(

@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from tooladapter.enums import DataLabel, InvocationState, Resource, SideEffectClass
+from tooladapter.enums import DataLabel, Resource, SideEffectClass
 from tooladapter.flow.context import FlowContext
 from tooladapter.kube.client import NotFound
 from tooladapter.kube.cluster import Cluster
@@ -31,15 +31,13 @@ from tooladapter.metrics import DATAFLOW_LABELS_DEFERRED, DATAFLOW_LABELS_PENDIN
 from tooladapter.model import DataFlowRecord, ToolDescriptorSpec
 from tooladapter.pipeline import dataflow as rule
 from tooladapter.runtime import Runtime
+from tooladapter.sandbox.warm import uses_attempt_workspace
 from tooladapter.timeutil import now_iso
 
 logger = logging.getLogger("tooladapter.invocations")
 
 #: The longest a call's end waits for its labels' write before leaving them pending.
 WRITE_SECONDS = 10.0
-
-#: The ends after which a call's result may have reached the caller.
-LABELLING_STATES = frozenset({InvocationState.OBSERVED, InvocationState.UNCERTAIN})
 
 
 def reach(ctx: FlowContext, descriptor: ToolDescriptorSpec) -> list[str]:
@@ -138,12 +136,16 @@ def labels_brought(ctx: FlowContext) -> list[DataLabel]:
 
 def write_of(ctx: FlowContext) -> rule.LabelWrite | None:
     """The labels this ended call brings into its scopes (None: none to bring)."""
-    if ctx.status.state not in LABELLING_STATES:
+    spec = ctx.spec if ctx.spec is not None else ctx.unvalidated_spec()
+    if not rule.brings_labels(
+        ctx.status.state,
+        executed=ctx.status.execution is not None,
+        attempt_workspace=uses_attempt_workspace(ctx.descriptor, spec.attempt_id),
+    ):
         return None
     labels = labels_brought(ctx)
     if not labels:
         return None
-    spec = ctx.spec if ctx.spec is not None else ctx.unvalidated_spec()
     return rule.LabelWrite(
         namespace=ctx.namespace,
         invocation=ctx.name,

@@ -76,7 +76,8 @@ OBJECT_NAME: Final = path_param(
 OBJECT_NAME_OR_UID: Final = path_param(
     "name",
     {"type": "string", "pattern": NAME_PATTERN, "maxLength": 253},
-    "The ToolInvocation's name, or its uid (metadata.uid): a name is tried first.",
+    "The ToolInvocation's name, or its uid (metadata.uid): a name is tried first, but "
+    "the invocation with that uid wins over one merely named so.",
 )
 TOOL_ID: Final = path_param(
     "toolId",

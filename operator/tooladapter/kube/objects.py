@@ -21,6 +21,8 @@ from tooladapter.kube.client import json_body
 from tooladapter.kube.errors import UserApiError
 
 Objects = list[dict[str, Any]]
+#: A JSON Patch: its operations in order.
+PatchOps = list[dict[str, Any]]
 
 
 class CustomObjects:
@@ -106,6 +108,20 @@ class CustomObjects:
             name,
             patch,
             _content_type="application/merge-patch+json",
+        )
+
+    async def json_patch(
+        self, plural: str, namespace: str, name: str, ops: PatchOps
+    ) -> dict[str, Any]:
+        """A JSON Patch (RFC 6902) of the object itself: its `test` operations make the
+        write conditional on what they test, without a resourceVersion."""
+        return await self._call(
+            self.custom.patch_namespaced_custom_object,
+            namespace,
+            plural,
+            name,
+            ops,
+            _content_type="application/json-patch+json",
         )
 
     async def merge_patch_status(

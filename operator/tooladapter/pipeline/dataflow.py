@@ -37,6 +37,7 @@ from tooladapter.enums import (
     DataFlowAction,
     DataFlowScope,
     DataLabel,
+    InvocationState,
     ScopeKind,
     SideEffectClass,
     ToolKind,
@@ -367,6 +368,22 @@ class LabelWrite:
         """Its data keys and values, as each of its scopes' stores holds them."""
         value = entry_value(tool=self.tool, at=self.at)
         return {entry_key(label, self.invocation): value for label in self.labels}
+
+
+#: Ends after which a call may have returned data: its labels enter its scopes.
+LABELLING_STATES = frozenset({InvocationState.OBSERVED, InvocationState.UNCERTAIN})
+
+
+def brings_labels(state: InvocationState, *, executed: bool, attempt_workspace: bool) -> bool:
+    """Whether a call that ended in `state` brings its labels into its scopes.
+
+    Observed and Uncertain: it may have returned data. Also a call interrupted after it
+    started executing in its attempt's workspace (`sandbox.workspace: attempt`): its end is
+    Cancelled when its class keeps effects in the sandbox, yet what its tool read may be in
+    the workspace, which the attempt's next calls read and may send out."""
+    if state in LABELLING_STATES:
+        return True
+    return state == InvocationState.CANCELLED and executed and attempt_workspace
 
 
 def pending_write_of(body: Mapping[str, object]) -> LabelWrite | None:

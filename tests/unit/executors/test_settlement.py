@@ -366,6 +366,93 @@ async def test_an_interrupt_before_any_pod_exists_is_cancelled(
     assert "never started" in outcome.message
 
 
+async def test_an_interrupt_proves_an_unscheduled_pod_never_ran_by_deleting_it_as_read(
+    cluster: FakeCluster, executor: SandboxExecutor
+) -> None:
+    call = make_call(S.EXTERNAL, interrupted=True)
+    cluster.script_job(call.uid, PENDING, pod=pod(started=False))
+
+    outcome = await settle(executor, call)
+
+    assert outcome.state == InvocationState.CANCELLED
+    assert cluster.calls_of("delete_unscheduled_pod")  # the proof: deleted at its version
+    assert cluster.pods[call.uid] is None
+
+
+async def test_a_pod_bound_between_the_interrupts_read_and_its_deletion_is_uncertain(
+    cluster: FakeCluster, executor: SandboxExecutor
+) -> None:
+    """Attack: interrupt an approved external call just as its pod is scheduled. The pod
+    was read unscheduled, then bound (the kubelet starts the tool) before the deletion of
+    its Job reached it (through the garbage collector): the call ended Cancelled though its
+    effect may have happened."""
+    call = make_call(S.EXTERNAL, interrupted=True)
+    cluster.script_job(call.uid, PENDING, pod=pod(started=False))
+    reads = 0
+
+    def bound_after_first_read(result: Any, **_: Any) -> None:
+        nonlocal reads
+        reads += 1
+        if reads == 1:
+            body = cluster.pods[call.uid]
+            assert body is not None
+            body["spec"] = {"nodeName": "node-1"}
+            body["metadata"]["resourceVersion"] = "6"
+
+    cluster.after["job_pod"] = bound_after_first_read
+
+    outcome = await settle(executor, call)
+
+    assert (outcome.state, outcome.failure_class) == (
+        InvocationState.UNCERTAIN,
+        FailureClass.EFFECT_UNCONFIRMED,
+    )
+
+
+async def test_a_pod_gone_before_it_could_be_deleted_as_read_may_have_run(
+    cluster: FakeCluster, executor: SandboxExecutor
+) -> None:
+    call = make_call(S.EXTERNAL, interrupted=True)
+    cluster.script_job(call.uid, PENDING, pod=pod(started=False))
+
+    def gone_after_first_read(result: Any, **_: Any) -> None:
+        cluster.pods[call.uid] = None
+
+    cluster.after["job_pod"] = gone_after_first_read
+
+    outcome = await settle(executor, call)
+
+    assert outcome.state == InvocationState.UNCERTAIN
+
+
+async def test_a_replacement_pod_made_before_the_jobs_deletion_is_judged_too(
+    cluster: FakeCluster, executor: SandboxExecutor
+) -> None:
+    call = make_call(S.EXTERNAL, interrupted=True)
+    cluster.script_job(call.uid, PENDING)
+    replacement = pod(started=False)
+    replacement["spec"] = {"nodeName": "node-1"}  # bound: its tool may have run
+
+    def made_meanwhile(*_: Any, **__: Any) -> None:
+        cluster.pods[call.uid] = replacement
+
+    cluster.hooks["delete"] = made_meanwhile
+
+    outcome = await settle(executor, call)
+
+    assert outcome.state == InvocationState.UNCERTAIN
+
+
+async def test_an_interrupt_that_finds_its_job_already_gone_and_no_pod_is_uncertain(
+    cluster: FakeCluster, executor: SandboxExecutor
+) -> None:
+    # Deleted by someone else (its pod with it), or never made before a restart: the two
+    # cannot be told apart, so the tool may have run (as `follow` says of a vanished Job).
+    call = make_call(S.EXTERNAL, interrupted=True)
+    outcome = await asyncio.wait_for(executor.interrupt(call), 5)
+    assert outcome.state == InvocationState.UNCERTAIN
+
+
 # --------------------------------------------------------------------------- no Job at all
 
 

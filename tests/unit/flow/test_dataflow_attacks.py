@@ -19,7 +19,9 @@ from tests.unit.fake_cluster import (
     ScriptedExecutor,
     descriptor,
     invocation,
+    make_runtime,
     policy,
+    shell_descriptor,
 )
 from tests.unit.flow.test_dataflow import (
     call,
@@ -28,7 +30,8 @@ from tests.unit.flow.test_dataflow import (
     sent,
     waiting_for_approval,
 )
-from tooladapter.enums import InvocationState, ScopeKind, ToolKind
+from tooladapter.enums import FailureClass, InvocationState, ScopeKind, ToolKind
+from tooladapter.executors import Outcome
 from tooladapter.pipeline import dataflow as rule
 
 
@@ -156,3 +159,35 @@ async def test_another_run_id_under_scope_caller_is_gated_and_a_clean_caller_is_
         h, "send-4", "send", runId="run-c", caller="system:serviceaccount:team-a:other-agent"
     )
     assert other["state"] == "Observed", other
+
+
+async def test_a_read_interrupted_in_its_attempts_workspace_brings_its_labels() -> None:
+    """Attack: interrupt a private read while its tool runs in the attempt's workspace. A
+    sandbox-class call ends Cancelled (its effects stay in its sandbox) and brought no
+    label, yet the tool had left the data in /workspace for the attempt's next call."""
+    interrupted = Outcome(
+        InvocationState.CANCELLED,
+        failure_class=FailureClass.CANCELLED,
+        message="interrupted inside its own sandbox only",
+    )
+    h = make_runtime(executors={ToolKind.SHELL: ScriptedExecutor(interrupted)})
+    sandbox = {
+        "resources": {"limits": {"cpu": "500m", "memory": "64Mi"}},
+        "egress": {"allow": []},
+        "workspace": "attempt",
+    }
+    h.publish(shell_descriptor("dump", sandbox=sandbox, dataFlow={"labels": ["private"]}))
+    h.cluster.grant(tools=["dump"], classes=["sandbox"])
+
+    stored = await h.run(
+        h.submit(
+            invocation(
+                "dump-1", tool="dump", arguments={"command": "cat"}, runId="r", attemptId="a"
+            )
+        )
+    )
+
+    assert stored["status"]["state"] == "Cancelled", stored["status"]
+    scopes = rule.recorded_scopes(namespace=NAMESPACE, caller=CALLER, run_id="r", attempt_id="a")
+    attempt = next(s for s in scopes if s.kind == ScopeKind.ATTEMPT)
+    assert list(h.cluster.config_maps[(NAMESPACE, attempt.store_name)]) == ["private.dump-1"]

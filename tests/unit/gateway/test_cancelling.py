@@ -15,6 +15,7 @@ from tooladapter.gateway.cancelling import GRACE_SECONDS, CallTracker, McpCalls
 from tooladapter.gateway.context import Caller
 from tooladapter.gateway.mcp_endpoint import SessionSeal, derived_key
 from tooladapter.gateway.params import is_uid
+from tooladapter.gateway.routes.invocations import resolve_invocation
 from tooladapter.kube.callers import CallerIdentity
 from tooladapter.kube.errors import CallerApiError
 from tooladapter.mcp.core.cancels import CALL_LABEL
@@ -41,8 +42,8 @@ class FakeApi:
             raise CallerApiError(404, "not found")
         return self.objs[name]
 
-    async def merge_patch(
-        self, plural: str, namespace: str, name: str, patch: dict[str, Any]
+    async def json_patch(
+        self, plural: str, namespace: str, name: str, ops: list[dict[str, Any]]
     ) -> dict[str, Any]:
         self.patched.append(name)
         self.objs[name]["spec"]["interrupt"] = True
@@ -180,3 +181,49 @@ def test_a_uid_is_told_from_a_name() -> None:
         "0b7f6a2e5c1d4e8f9a3b2c4d6e8f0a1b",
     ):
         assert not is_uid(value), value
+
+
+# ------------------------------------------------------------------ GET by name or uid
+
+UID_B = "0b7f6a2e-5c1d-4e8f-9a3b-2c4d6e8f0a1b"
+
+
+class Namespace:
+    """Invocations by name, each with its uid, read as a caller who may read them all."""
+
+    def __init__(self, *pairs: tuple[str, str]) -> None:
+        self.objs = {name: {"metadata": {"name": name, "uid": uid}} for name, uid in pairs}
+        self.reads: list[str] = []
+
+    async def read(self, name: str) -> dict[str, Any]:
+        self.reads.append(name)
+        if name not in self.objs:
+            raise CallerApiError(404, "not found")
+        return self.objs[name]
+
+    async def name_of_uid(self, uid: str) -> str | None:
+        return next((n for n, o in self.objs.items() if o["metadata"]["uid"] == uid), None)
+
+
+async def test_a_uid_reads_the_invocation_that_has_it() -> None:
+    ns = Namespace(("call-b", UID_B))
+    found = await resolve_invocation(UID_B, ns.read, ns.name_of_uid)
+    assert found["metadata"]["name"] == "call-b"
+    assert (await resolve_invocation("call-b", ns.read, ns.name_of_uid)) is ns.objs["call-b"]
+
+
+async def test_an_invocation_named_after_another_calls_uid_is_never_read_for_that_uid() -> None:
+    """Attack: agent A creates an invocation named after agent B's call's uid (uids are on
+    every listing); B's harness reading its call by uid through the gateway was handed A's
+    object, with A's result (outside B's data-flow scope)."""
+    ns = Namespace(("call-b", UID_B), (UID_B, "1a2b3c4d-0000-4000-8000-000000000001"))
+    found = await resolve_invocation(UID_B, ns.read, ns.name_of_uid)
+    assert found["metadata"]["name"] == "call-b"
+
+
+async def test_a_uid_shaped_name_with_no_call_of_that_uid_is_read_by_name() -> None:
+    ns = Namespace((UID_B, "1a2b3c4d-0000-4000-8000-000000000001"))
+    found = await resolve_invocation(UID_B, ns.read, ns.name_of_uid)
+    assert found is ns.objs[UID_B]
+    with pytest.raises(CallerApiError):
+        await resolve_invocation("1a2b3c4d-0000-4000-8000-00000000ffff", ns.read, ns.name_of_uid)

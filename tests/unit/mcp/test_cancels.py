@@ -8,7 +8,7 @@ import json
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tooladapter.mcp.core.cancels import call_key, cancelled_request_ids
+from tooladapter.mcp.core.cancels import MAX_CANCELLED_PER_BODY, call_key, cancelled_request_ids
 
 
 def _cancel(request_id: object, **extra: object) -> dict[str, object]:
@@ -61,3 +61,13 @@ def test_nothing_else_cancels_anything() -> None:
 def test_any_body_is_read_without_an_error(body: bytes) -> None:
     found = cancelled_request_ids(b"notifications/cancelled" + body)
     assert all(isinstance(i, str | int) and not isinstance(i, bool) for i in found)
+
+
+def test_a_batch_of_many_cancellations_cancels_a_bounded_number_of_ids_each_once() -> None:
+    """Attack: one 4 MB batch of `notifications/cancelled` would make the gateway list the
+    caller's invocations once per id (tens of thousands of API calls for one request)."""
+    batch = [_cancel(i) for i in range(50_000)] + [_cancel(1), _cancel("1")]
+    found = cancelled_request_ids(json.dumps(batch).encode())
+    assert found == list(range(MAX_CANCELLED_PER_BODY))
+    repeated = [_cancel(1)] * 1000 + [_cancel("1")]
+    assert cancelled_request_ids(json.dumps(repeated).encode()) == [1, "1"]

@@ -6,7 +6,14 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from tooladapter.enums import DataFlowAction, DataFlowScope, DataLabel, ScopeKind, SideEffectClass
+from tooladapter.enums import (
+    DataFlowAction,
+    DataFlowScope,
+    DataLabel,
+    InvocationState,
+    ScopeKind,
+    SideEffectClass,
+)
 from tooladapter.model import LabelSource, ToolDescriptorSpec, ToolPolicySpec
 from tooladapter.pipeline import dataflow as rule
 from tooladapter.pipeline.policy import PolicyDecision, evaluate_policies
@@ -336,3 +343,18 @@ def test_what_cannot_be_read_is_kept_and_retention_off_keeps_runs() -> None:
         retention_seconds=0,
         present=lambda _: False,
     )
+
+
+def test_a_call_interrupted_in_its_attempts_workspace_after_it_started_brings_its_labels() -> None:
+    """Attack: an agent interrupts its private read while the tool runs in the attempt's
+    workspace (a sandbox-class tool ends Cancelled: its effects stay in its sandbox). The
+    tool had copied the data into /workspace; the attempt's next call, a sink, read it and
+    sent it out unseen, since a Cancelled call brought no label."""
+    assert rule.brings_labels(InvocationState.CANCELLED, executed=True, attempt_workspace=True)
+    # Nothing ran, or nothing of it stays behind (its own sandbox is gone): no label.
+    assert not rule.brings_labels(InvocationState.CANCELLED, executed=False, attempt_workspace=True)
+    assert not rule.brings_labels(InvocationState.CANCELLED, executed=True, attempt_workspace=False)
+    for state in (InvocationState.OBSERVED, InvocationState.UNCERTAIN):
+        assert rule.brings_labels(state, executed=True, attempt_workspace=False)
+    for state in (InvocationState.DENIED, InvocationState.FAILED):
+        assert not rule.brings_labels(state, executed=False, attempt_workspace=True)

@@ -34,9 +34,16 @@ def test_a_call_that_has_not_ended_is_interrupted_once(state: str | None) -> Non
     assert standing(_call(state, interrupt=True)) is InterruptStanding.ALREADY_REQUESTED
 
 
-def test_the_patch_sets_only_the_interrupt_on_the_version_it_was_decided_on() -> None:
-    assert interrupt_patch(_call("Executing", version="42")) == {
-        "spec": {"interrupt": True},
-        "metadata": {"resourceVersion": "42"},
-    }
-    assert interrupt_patch({"spec": {}}) == {"spec": {"interrupt": True}}
+def test_the_patch_sets_only_the_interrupt_while_the_call_stands_as_decided_on() -> None:
+    obj = _call("Executing", version="42")
+    obj["metadata"]["uid"] = "u1"
+    assert interrupt_patch(obj) == [
+        {"op": "test", "path": "/metadata/uid", "value": "u1"},
+        {"op": "test", "path": "/status/state", "value": "Executing"},
+        {"op": "add", "path": "/spec/interrupt", "value": True},
+    ]
+    # Never the resourceVersion: anyone with patch can move it (managedFields).
+    assert "resourceVersion" not in str(interrupt_patch(obj))
+    assert interrupt_patch({"spec": {}}) == [
+        {"op": "add", "path": "/spec/interrupt", "value": True}
+    ]

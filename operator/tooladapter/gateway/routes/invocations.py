@@ -13,14 +13,17 @@ who may confirm, and the operator records it on a new receipt. An interrupt is t
 (the call's own caller, or `update` on `toolinvocations/interrupt`).
 
 Reading by uid (the reference's GetToolInvocation takes an id): a name is tried first; a
-uid-shaped value that names nothing is looked up among the namespace's invocations with the
-operator's own client, and the invocation found is then read with the caller's token, so
-the caller's rights are exactly those of a read by name.
+uid-shaped value that names nothing, or names an invocation whose uid it is not, is looked
+up among the namespace's invocations with the operator's own client, and the invocation
+with that uid, when there is one, is then read with the caller's token, so the caller's
+rights are exactly those of a read by name, and an invocation named after another's uid
+never stands in for it (`resolve_invocation`).
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from typing import Any, Final
 
 from aiohttp import web
@@ -40,6 +43,7 @@ from tooladapter.gateway.openapi import (
     problems,
     ref,
 )
+from tooladapter.gateway.params import is_uid
 from tooladapter.gateway.views.problems import ProblemKind, kind_for_api_status
 from tooladapter.gateway.views.tools import invocation_view
 from tooladapter.kube.callers import CallerApiError
@@ -133,30 +137,61 @@ async def _name_of_uid(kube: Kube, namespace: str, uid: str) -> str | None:
     return None
 
 
+#: Reads an invocation by name as the caller; finds the name of a uid (None: none has it).
+ReadAs = Callable[[str], Awaitable[dict[str, Any]]]
+NameOfUid = Callable[[str], Awaitable[str | None]]
+
+
+async def resolve_invocation(key: str, read: ReadAs, name_of_uid: NameOfUid) -> dict[str, Any]:
+    """The invocation `key` names: by name, else by uid, read as the caller (`read`).
+
+    A uid-shaped key that is also some invocation's name is answered with the invocation
+    whose uid it is, when there is one: anyone who may create invocations may name one
+    after another call's uid (the namespace's uids are on every listing), and a reader who
+    asked for that call by its uid must not be handed the impostor's object and result."""
+    try:
+        named = await read(key)
+    except CallerApiError as exc:
+        if exc.status != 404 or not is_uid(key):
+            raise
+        found = await name_of_uid(key)
+        if found is None:
+            raise
+        return await read(found)
+    if not is_uid(key) or (named.get("metadata") or {}).get("uid") == key:
+        return named
+    found = await name_of_uid(key)
+    return named if found is None or found == key else await read(found)
+
+
 async def get_invocation(request: web.Request) -> web.Response:
     namespace, key = params.namespace(request), params.object_name(request)
     caller = caller_of(request)
+    kube = deps_of(request).kube
+    by_uid = False
+
+    async def read(name: str) -> dict[str, Any]:
+        nonlocal by_uid
+        by_uid = name != key
+        return await caller.api.get(Resource.INVOCATIONS, namespace, name)
+
+    async def name_of_uid(uid: str) -> str | None:
+        return await _name_of_uid(kube, namespace, uid)
+
     try:
-        obj = await caller.api.get(Resource.INVOCATIONS, namespace, key)
+        obj = await resolve_invocation(key, read, name_of_uid)
     except CallerApiError as exc:
-        if exc.status != 404 or not params.is_uid(key):
-            raise from_api(exc, f"reading tool invocation {namespace}/{key}") from exc
-        name = await _name_of_uid(deps_of(request).kube, namespace, key)
-        if name is None:
-            raise from_api(
-                exc, f"reading tool invocation {namespace}/{key} (no name nor uid {key})"
-            ) from exc
-        try:
-            obj = await caller.api.get(Resource.INVOCATIONS, namespace, name)
-        except CallerApiError as again:
+        if by_uid and exc.status in (403, 404):
             # The caller's own read decides; a refusal does not name the invocation.
-            if again.status in (403, 404):
-                raise ProblemError(
-                    kind_for_api_status(again.status),
-                    f"the tool invocation with uid {key} in {namespace}: "
-                    + ("the caller may not read it" if again.status == 403 else "not found"),
-                ) from again
-            raise from_api(again, f"reading the tool invocation with uid {key}") from again
+            raise ProblemError(
+                kind_for_api_status(exc.status),
+                f"the tool invocation with uid {key} in {namespace}: "
+                + ("the caller may not read it" if exc.status == 403 else "not found"),
+            ) from exc
+        if by_uid:
+            raise from_api(exc, f"reading the tool invocation with uid {key}") from exc
+        detail = f" (no name nor uid {key})" if is_uid(key) else ""
+        raise from_api(exc, f"reading tool invocation {namespace}/{key}{detail}") from exc
     return web.json_response(invocation_view(obj))
 
 

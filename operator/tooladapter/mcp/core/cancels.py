@@ -23,6 +23,11 @@ from typing import Any, Final
 #: Label of an invocation created by a handshake-era tools/call: its `call_key`.
 CALL_LABEL: Final = "tooladapter.dev/mcp-call"
 
+#: The most request ids one posted body cancels. Each id not in this replica's table costs
+#: a listing at the API server: a 4 MB batch of cancellations must not cost 60,000 of them
+#: (a client cancels the few calls it has in flight; its further ids are ignored).
+MAX_CANCELLED_PER_BODY: Final = 16
+
 RequestId = str | int
 
 
@@ -47,7 +52,8 @@ def _request_id(message: Any) -> RequestId | None:
 
 def cancelled_request_ids(body: bytes) -> list[RequestId]:
     """The request ids a posted body cancels: one `notifications/cancelled`, or those in a
-    batch (2025-03-26); [] for anything else (the SDK answers what it is)."""
+    batch (2025-03-26), each once and at most `MAX_CANCELLED_PER_BODY`; [] for anything
+    else (the SDK answers what it is)."""
     if b"notifications/cancelled" not in body:
         return []
     try:
@@ -55,4 +61,15 @@ def cancelled_request_ids(body: bytes) -> list[RequestId]:
     except (ValueError, RecursionError):
         return []
     messages = message if isinstance(message, list) else [message]
-    return [found for m in messages if (found := _request_id(m)) is not None]
+    ids: list[RequestId] = []
+    seen: set[str] = set()
+    for m in messages:
+        found = _request_id(m)
+        # 1 and "1" are two ids (JSON-RPC): compared in their JSON form.
+        if found is None or (text := json.dumps(found)) in seen:
+            continue
+        seen.add(text)
+        ids.append(found)
+        if len(ids) >= MAX_CANCELLED_PER_BODY:
+            break
+    return ids

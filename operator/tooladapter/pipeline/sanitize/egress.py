@@ -4,8 +4,11 @@ The proxy's records (`status.egress`) name hosts and reasons partly chosen by th
 (the host it asked for, the SNI it sent), so before they join the result they are treated
 like a tool's output: every brokered value and known secret format redacted, every
 character that does not print shown as `\\uXXXX` (no line break, bidirectional control or
-zero-width character can reshape what the agent reads), each bounded. Only refusals are
-carried: the allowed connections are the tool's business, and stay in `status.egress`.
+zero-width character can reshape what the agent reads), each bounded. A "host" that is no
+host name (the proxy records the raw request target of a request it could not parse: any
+text without spaces) is not carried at all, here or quoted in its reason: it would put the
+sandbox's words into tooladapter's own block. Only refusals are carried: the allowed
+connections are the tool's business, and stay in `status.egress`.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Final
 
+from tooladapter.egress.core.hosts import host_name_problem, is_ip
 from tooladapter.enums import EgressVerdict
 from tooladapter.model import EgressRecord, EgressRefusal, EgressUse
 from tooladapter.pipeline.sanitize.redaction import bounded_message
@@ -37,16 +41,30 @@ def refusals(rows: Iterable[EgressUse], secrets: Sequence[str] = ()) -> list[Egr
     for row in rows:
         if row.verdict == EgressVerdict.ALLOWED:
             continue
+        host, reason = row.host, row.reason
+        if host and not is_host(host):
+            shown = not_a_host(host)
+            host, reason = shown, reason.replace(host, shown)
         out.append(
             EgressRefusal(
-                host=_clean(row.host, secrets, MAX_HOST_CHARS),
+                host=_clean(host, secrets, MAX_HOST_CHARS),
                 port=row.port,
                 verdict=row.verdict,
-                reason=_clean(row.reason, secrets, MAX_REASON_CHARS),
+                reason=_clean(reason, secrets, MAX_REASON_CHARS),
                 connections=row.connections,
             )
         )
     return out
+
+
+def is_host(host: str) -> bool:
+    """A host name (RFC 1123) or an IP literal, as a sandbox may ask for one."""
+    return is_ip(host.strip("[]")) or host_name_problem(host.lower()) is None
+
+
+def not_a_host(host: str) -> str:
+    """What stands for a raw target that is no host name: its length only."""
+    return f"(not a host name: {len(host)} characters)"
 
 
 def redacted_records(records: Iterable[EgressRecord], secrets: Sequence[str]) -> list[EgressRecord]:
@@ -88,6 +106,8 @@ def refusal_line(refusal: EgressRefusal) -> str:
 __all__ = [
     "MAX_HOST_CHARS",
     "MAX_REASON_CHARS",
+    "is_host",
+    "not_a_host",
     "printable",
     "redacted_records",
     "refusal_line",
