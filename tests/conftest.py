@@ -1,5 +1,6 @@
-"""Suite-wide rule: under `make test` (TOOLADAPTER_REQUIRE_CLUSTER=1) a skipped test is a
-failed test, so nothing that did not run can be counted as passing."""
+"""Suite-wide rules: under `make test` (TOOLADAPTER_REQUIRE_CLUSTER=1) a skipped test is a
+failed test, so nothing that did not run can be counted as passing; property tests have no
+per-example deadline."""
 
 from __future__ import annotations
 
@@ -9,6 +10,12 @@ from typing import Any
 
 import pluggy
 import pytest
+from hypothesis import settings
+
+# Property tests judge results, never speed: hypothesis's per-example deadline (200 ms) is a
+# timed assertion, and on a loaded node it failed examples that were right.
+settings.register_profile("tooladapter", deadline=None)
+settings.load_profile("tooladapter")
 
 
 @pytest.hookimpl(hookwrapper=True)

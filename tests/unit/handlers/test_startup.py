@@ -87,6 +87,7 @@ def test_events_are_reported_by_tooladapter_not_kopf() -> None:
     assert settings.posting.reporting_instance == socket.gethostname()
 
 
+@pytest.mark.timeout(90)  # a fresh interpreter starts the operator: seconds on a loaded node
 def test_tooladapter_run_on_a_taken_metrics_port_exits_with_one_line() -> None:
     with socket.socket() as holder:
         holder.bind(("", 0))

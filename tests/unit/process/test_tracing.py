@@ -76,6 +76,7 @@ def test_with_tracing_off_nothing_is_emitted_and_no_traceparent_is_made(
     assert tracing.traceparent("uid-1") is None
 
 
+@pytest.mark.timeout(60)  # a fresh interpreter imports the operator: seconds on a loaded node
 def test_off_the_operator_never_imports_the_sdk() -> None:
     code = (
         "import sys, tooladapter.tracing as t, tooladapter.flow, tooladapter.handlers.lifecycle\n"
