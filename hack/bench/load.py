@@ -112,10 +112,11 @@ class Loads(BenchBase):
             result["apiserver_writes_by_resource"] = writes
             result["apiserver_requests_per_call"] = round(sum(moved.values()) / finished, 3)
             result["apiserver_requests_by_resource"] = moved
+            top = dict(sorted(moved.items(), key=lambda kv: -kv[1])[:8])
             print(
                 f"  {kind:>15} @ {rate:>5.0f}/s: API server requests/call "
                 f"{result['apiserver_requests_per_call']} "
-                f"(writes {result['apiserver_writes_per_call']}): {moved}",
+                f"(writes {result['apiserver_writes_per_call']}; most: {top})",
                 flush=True,
             )
         if own0 is not None and own1 is not None:
