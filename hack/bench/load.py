@@ -24,6 +24,17 @@ from .floor import floor_terminal
 from .procfs import Meter
 from .stats import latency_summary, ms, pct, stage_breakdown
 
+#: The verbs that write (the rest read: GET, LIST, WATCH).
+WRITE_VERBS = frozenset(
+    {"POST", "PUT", "PATCH", "DELETE", "DELETECOLLECTION", "APPLY", "CREATE", "UPDATE"}
+)
+
+
+def delta(before: dict[str, int], after: dict[str, int]) -> dict[str, int]:
+    """What each counter moved by (only those that moved)."""
+    moved = {k: after.get(k, 0) - before.get(k, 0) for k in after}
+    return {k: v for k, v in sorted(moved.items()) if v > 0}
+
 
 class Loads(BenchBase):
     async def offered_load(
@@ -60,7 +71,8 @@ class Loads(BenchBase):
             pids["floor-controller"] = self.floor_proc.pid
         meter = Meter(pids)
         gc0 = await self.apiserver_gc_cycles()
-        writes0 = await self.apiserver_writes()
+        requests0 = await self.apiserver_requests()
+        own0 = await self.operator_requests()
         bench_cpu0 = time.process_time()
         pyspy = None
         if self.cfg.pyspy and kind != "floor" and rate == max(self.cfg.loads):
@@ -74,7 +86,8 @@ class Loads(BenchBase):
         resources = meter.stop()
         resources["cpu_s"]["bench-client"] = round(time.process_time() - bench_cpu0, 2)
         gc1 = await self.apiserver_gc_cycles()
-        writes1 = await self.apiserver_writes()
+        requests1 = await self.apiserver_requests()
+        own1 = await self.operator_requests()
         watcher.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await watcher
@@ -87,18 +100,37 @@ class Loads(BenchBase):
             # rate follows what each call makes it allocate.
             result["apiserver_gc_cycles"] = gc1 - gc0
             print(f"  {kind:>15} @ {rate:>5.0f}/s: API server GC cycles {gc1 - gc0}", flush=True)
-        if writes0 is not None and writes1 is not None:
-            # Every write the API server took during the phase (the clients' creates too),
-            # per call, and by resource: what an operator change adds per call shows here
-            # (issue 30: signed, chained receipts add none in steady state).
-            moved = {k: writes1.get(k, 0) - writes0.get(k, 0) for k in writes1}
-            moved = {k: v for k, v in sorted(moved.items()) if v > 0}
-            finished = max(1, len(calls))
-            result["apiserver_writes_per_call"] = round(sum(moved.values()) / finished, 3)
-            result["apiserver_writes_by_resource"] = moved
+        finished = max(1, len(calls))
+        if requests0 is not None and requests1 is not None:
+            # Every request the API server answered during the phase (the clients' creates
+            # too; cluster-wide, so other clients' count as well), per call and by resource:
+            # what an operator change adds per call shows here (issue 30: signed, chained
+            # receipts add no write in steady state; issue 41: reads too, against the floor).
+            moved = delta(requests0, requests1)
+            writes = {k: v for k, v in moved.items() if k.rsplit(" ", 1)[-1] in WRITE_VERBS}
+            result["apiserver_writes_per_call"] = round(sum(writes.values()) / finished, 3)
+            result["apiserver_writes_by_resource"] = writes
+            result["apiserver_requests_per_call"] = round(sum(moved.values()) / finished, 3)
+            result["apiserver_requests_by_resource"] = moved
+            top = dict(sorted(moved.items(), key=lambda kv: -kv[1])[:8])
             print(
-                f"  {kind:>15} @ {rate:>5.0f}/s: API server writes/call "
-                f"{result['apiserver_writes_per_call']} ({moved})",
+                f"  {kind:>15} @ {rate:>5.0f}/s: API server requests/call "
+                f"{result['apiserver_requests_per_call']} "
+                f"(writes {result['apiserver_writes_per_call']}; most: {top})",
+                flush=True,
+            )
+        if own0 is not None and own1 is not None:
+            # The operator's own requests (its tooladapter_api_requests_total): attributed,
+            # whatever else runs on the cluster.
+            own = delta(own0, own1)
+            result["operator_requests_per_call"] = round(sum(own.values()) / finished, 3)
+            result["operator_requests_by_resource_per_call"] = {
+                k: round(v / finished, 3) for k, v in own.items()
+            }
+            print(
+                f"  {kind:>15} @ {rate:>5.0f}/s: operator requests/call "
+                f"{result['operator_requests_per_call']}: "
+                f"{result['operator_requests_by_resource_per_call']}",
                 flush=True,
             )
         if self.cfg.timeline:
@@ -122,9 +154,9 @@ class Loads(BenchBase):
                 return int(float(line.split()[-1]))
         return None
 
-    async def apiserver_writes(self) -> dict[str, int] | None:
-        """Writes (POST, PUT, PATCH, DELETE) the API server answered so far, by
-        `resource[/subresource] VERB` (its /metrics), None if unreadable."""
+    async def apiserver_requests(self) -> dict[str, int] | None:
+        """Requests the API server answered so far, by `resource[/subresource] VERB` (its
+        /metrics: `apiserver_request_total`, every verb), None if unreadable."""
         assert self.kube is not None
         try:
             status, data = await self.kube.raw("/metrics", timeout=30)
@@ -137,15 +169,32 @@ class Loads(BenchBase):
             if not line.startswith("apiserver_request_total{"):
                 continue
             labels = dict(re.findall(r'(\w+)="([^"]*)"', line.split("}", 1)[0]))
-            verb = labels.get("verb", "")
-            if verb not in ("POST", "PUT", "PATCH", "DELETE"):
-                continue
-            resource = labels.get("resource", "")
+            resource = labels.get("resource", "") or labels.get("group", "") or "other"
             if labels.get("subresource"):
                 resource += "/" + labels["subresource"]
-            key = f"{resource} {verb}"
+            key = f"{resource} {labels.get('verb', '')}"
             counts[key] = counts.get(key, 0) + int(float(line.rsplit(" ", 1)[-1]))
         return counts
+
+    async def operator_requests(self) -> dict[str, int] | None:
+        """The operator's own requests so far, by `resource VERB` (its
+        `tooladapter_api_requests_total`), None if unreadable or not counted."""
+        assert self.operator is not None
+        url = f"http://127.0.0.1:{self.operator.metrics_port}/metrics"
+        try:
+            async with aiohttp.ClientSession() as session:
+                async with session.get(url, timeout=aiohttp.ClientTimeout(total=10)) as resp:
+                    text = await resp.text()
+        except (aiohttp.ClientError, TimeoutError):
+            return None
+        counts: dict[str, int] = {}
+        for line in text.splitlines():
+            if not line.startswith("tooladapter_api_requests_total{"):
+                continue
+            labels = dict(re.findall(r'(\w+)="([^"]*)"', line.split("}", 1)[0]))
+            key = f"{labels.get('resource', '')} {labels.get('verb', '')}"
+            counts[key] = counts.get(key, 0) + int(float(line.rsplit(" ", 1)[-1]))
+        return counts if counts else None
 
     def write_timeline(self, kind: str, rate: float, calls: list[Call]) -> None:
         """Each call's times (unix seconds; startedAt/endedAt as the operator wrote them)."""

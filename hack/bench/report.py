@@ -23,6 +23,16 @@ def ratios_vs_floor(report: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
                     for p in ("p50_ms", "p95_ms", "p99_ms")
                 },
                 "achieved_ratio": ratio(ours["achieved_per_s"], floor["achieved_per_s"]),
+                # What a call costs the API server against the floor's (issue 41).
+                "requests_per_call": ours.get("apiserver_requests_per_call"),
+                "floor_requests_per_call": floor.get("apiserver_requests_per_call"),
+                "requests_ratio": ratio(
+                    ours.get("apiserver_requests_per_call"),
+                    floor.get("apiserver_requests_per_call"),
+                ),
+                "apiserver_cpu_ratio": ratio(
+                    ours.get("apiserver_cpu_ms_per_call"), floor.get("apiserver_cpu_ms_per_call")
+                ),
             }
             for ours in rows
             if (floor := floors.get(ours["offered_per_s"])) is not None
@@ -83,13 +93,18 @@ def print_table(report: dict[str, Any]) -> None:
     ratios = report.get("ratios_vs_floor") or {}
     if ratios:
         print("Ratios ours / floor (goal <= 3x):")
-        print(f"  {'tool':<15} {'load/s':>7} {'p50':>6} {'p95':>6} {'p99':>6} {'thru':>6}")
+        print(
+            f"  {'tool':<15} {'load/s':>7} {'p50':>6} {'p95':>6} {'p99':>6} {'thru':>6} "
+            f"{'req/call (floor)':>17} {'req':>6} {'apiCPU':>6}"
+        )
         for tool, rows in ratios.items():
             for r in rows:
+                reqs = f"{_f(r.get('requests_per_call'))} ({_f(r.get('floor_requests_per_call'))})"
                 print(
                     f"  {tool:<15} {r['offered_per_s']:>7.0f} {_f(r['p50_ms_ratio']):>6} "
                     f"{_f(r['p95_ms_ratio']):>6} {_f(r['p99_ms_ratio']):>6} "
-                    f"{_f(r['achieved_ratio']):>6}"
+                    f"{_f(r['achieved_ratio']):>6} {reqs:>17} {_f(r.get('requests_ratio')):>6} "
+                    f"{_f(r.get('apiserver_cpu_ratio')):>6}"
                 )
     sandbox = report.get("sandbox")
     if sandbox:

@@ -23,6 +23,10 @@ SEGMENT_NOTES = {
     "the watch event back to the client",
     "execute:observed -> client saw terminal": "receipt built and stored, the one status "
     "PATCH, the watch event back to the client",
+    "audit:receipt -> status PATCH sent": "receipt built, signed, chained and stored (the "
+    "store's threads, one trip per namespace chain at a time)",
+    "status PATCH sent -> client saw terminal": "the one status PATCH, the watch event back "
+    "to the client (the API server's part)",
 }
 
 
@@ -72,6 +76,13 @@ def stage_breakdown(records: list[Call]) -> dict[str, Any]:
         marks += [
             (f"{s['stage']}:{s['outcome']}", iso_ts(s.get("time"))) for s in st.get("stages") or []
         ]
+        # The end's conditions are stamped as its status PATCH is made (after the receipt's
+        # trip to the store): splits the operator's part of the last segment from the
+        # API server's (the PATCH and the watch event back).
+        stamps = [iso_ts(c.get("lastTransitionTime")) for c in st.get("conditions") or []]
+        written = max((t for t in stamps if t is not None), default=None)
+        if written is not None:
+            marks.append(("status PATCH sent", written))
         marks.append(("client saw terminal", rec.done))
         prev_name, prev_t = marks[0]
         for name, t in marks[1:]:

@@ -206,3 +206,14 @@ WARM_GAVE_WAY = Counter(
     "Idle warm sandbox pods deleted to make room for a call that waited for capacity.",
     ["kind", "reason"],
 )
+
+#: Not one of the reference's: what the operator asks of the API server (`kube.metering`),
+#: so a call's cost is attributed on a shared cluster. Bounded: the verbs (GET, LIST, WATCH,
+#: POST, PUT, PATCH, DELETE) x the resources the operator uses.
+API_REQUESTS = Counter(
+    "tooladapter_api_requests",
+    "Requests the operator sent the API server, by verb (GET one object, LIST, WATCH, "
+    "POST, PUT, PATCH, DELETE) and resource (with its subresource, e.g. "
+    "toolinvocations/status).",
+    ["verb", "resource"],
+)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable, Callable
 from functools import partial
 from typing import Any
 
@@ -129,7 +130,8 @@ async def claim_idempotency_key(ctx: FlowContext) -> bool:
     if claim.won:
         return await check_key_index(ctx, hashed)
     refuse_reused_key(ctx, claim.winner_name, claim.request_hash, hashed)
-    if ctx.status.duplicate_of != claim.winner_name:
+    noted = ctx.status.duplicate_of == claim.winner_name
+    if not noted:
         ctx.status.duplicate_of = claim.winner_name
         ctx.status.duplicate_of_uid = claim.winner_uid
         ctx.record(
@@ -137,9 +139,13 @@ async def claim_idempotency_key(ctx: FlowContext) -> bool:
             StageOutcome.DUPLICATE,
             f"key already claimed by {claim.winner_name}: this call ends as it does",
         )
-        await ctx.commit()
+    # The wait is written (seen while it lasts) only if there is one: a retry of a call
+    # that already ended is written once, at its end.
+    waiting = None if noted else ctx.commit
     async with ctx.without_slot():
-        winner = await wait_for_terminal(ctx, claim.winner_name, claim.winner_uid)
+        winner = await wait_for_terminal(
+            ctx, claim.winner_name, claim.winner_uid, before_waiting=waiting
+        )
     wstatus = (winner or {}).get("status") or {}
     # A claim made before claims kept their request: compare with the first call's own.
     refuse_reused_key(ctx, claim.winner_name, wstatus.get("requestHash"), hashed)
@@ -318,8 +324,15 @@ async def unconfirmed_message(ctx: FlowContext, held: str) -> str:
     )
 
 
-async def wait_for_terminal(ctx: FlowContext, name: str, uid: str) -> dict[str, Any] | None:
-    """Wait (on watch notifications, re-reading the object) until `name` has ended."""
+async def wait_for_terminal(
+    ctx: FlowContext,
+    name: str,
+    uid: str,
+    *,
+    before_waiting: Callable[[], Awaitable[None]] | None = None,
+) -> dict[str, Any] | None:
+    """Wait (on watch notifications, re-reading the object) until `name` has ended;
+    `before_waiting` runs once, only when `name` is found not ended yet."""
     signal = ctx.rt.catalog.changed(ctx.namespace, invocation_key(name))
     while True:
         signal.clear()
@@ -332,6 +345,9 @@ async def wait_for_terminal(ctx: FlowContext, name: str, uid: str) -> dict[str, 
         state = (obj.get("status") or {}).get("state")
         if state and InvocationState(state).terminal:
             return obj
+        if before_waiting is not None:
+            await before_waiting()
+            before_waiting = None
         try:
             await asyncio.wait_for(signal.wait(), timeout=WINNER_POLL_SECONDS)
         except TimeoutError:

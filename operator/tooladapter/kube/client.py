@@ -22,6 +22,7 @@ from tooladapter.kube.errors import (
     api_errors,
     is_transient,
 )
+from tooladapter.kube.metering import meter
 
 
 def watch_options(seconds: int) -> dict[str, Any]:
@@ -81,6 +82,7 @@ class Kube:
             # ~/.netrc in a worker thread on every request; with neither configured that can
             # change nothing, and it was the operator's largest avoidable cost per API call.
             api.rest_client.pool_manager._trust_env = False
+        meter(api)
         return cls(api=api)
 
     async def close(self) -> None:
