@@ -191,9 +191,10 @@ async def _until_pod_ended(
                         if pod_ended(pod):
                             return
         except (TimeoutError, KubeError):
-            await asyncio.sleep(0.5)  # re-list and re-watch, gently when the server refuses
+            pass  # re-list and re-watch: watches expire and resourceVersions go stale
         finally:
             w.stop()
+        await asyncio.sleep(0.5)  # gently: a watch the server keeps ending is no busy loop
 
 
 async def wait_for_job(
