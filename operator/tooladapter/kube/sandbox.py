@@ -130,15 +130,60 @@ def job_running(job: dict[str, Any]) -> bool:
     return bool((job.get("status") or {}).get("ready"))
 
 
+#: Kubernetes' timestamps have whole seconds: a tool that exited this long before its
+#: pod's deadline cannot have been stopped by it.
+_DEADLINE_MARGIN_SECONDS = 2
+
+
+def tool_answered(pod: dict[str, Any] | None) -> bool:
+    """Whether the tool's container exited 0 on its own: terminated with exit code 0 while
+    nothing was stopping the pod (no deletion, no DisruptionTarget, no deadline reached or
+    near, so no SIGTERM a tool could answer with 0).
+
+    The kubelet reports the pod's terminal phase only after it has stopped the pod's
+    sandbox, about a second after the container's end; with restartPolicy Never nothing
+    runs in the pod again, so the tool's own exit is its end."""
+    if not pod:
+        return False
+    meta, spec, status = (pod.get(k) or {} for k in ("metadata", "spec", "status"))
+    if meta.get("deletionTimestamp") or status.get("reason") == "DeadlineExceeded":
+        return False
+    for cond in status.get("conditions") or []:
+        if cond.get("type") == "DisruptionTarget" and cond.get("status") == "True":
+            return False
+    terminated = next(
+        (
+            (c.get("state") or {}).get("terminated")
+            for c in status.get("containerStatuses") or []
+            if c.get("name") == CONTAINER_NAME
+        ),
+        None,
+    )
+    if not terminated or terminated.get("exitCode") != 0:
+        return False
+    deadline = spec.get("activeDeadlineSeconds")
+    if deadline is None:
+        return True
+    try:
+        ran = parse_time(terminated["finishedAt"]) - parse_time(status["startTime"])
+    except (KeyError, TypeError, ValueError):
+        return False  # no proof it ended before its deadline: the pod's phase decides
+    return bool(ran.total_seconds() < int(deadline) - _DEADLINE_MARGIN_SECONDS)
+
+
 def pod_ended(pod: dict[str, Any] | None) -> bool:
-    """Whether the pod is terminal (Succeeded or Failed): with restartPolicy Never nothing in
-    it runs again, and the Job (backoffLimit 0) makes no other."""
-    return ((pod or {}).get("status") or {}).get("phase") in ("Succeeded", "Failed")
+    """Whether the tool's end is known: the pod is terminal (Succeeded or Failed; with
+    restartPolicy Never nothing in it runs again, and the Job, backoffLimit 0, makes no
+    other), or its tool answered (`tool_answered`)."""
+    phase = ((pod or {}).get("status") or {}).get("phase")
+    return phase in ("Succeeded", "Failed") or tool_answered(pod)
 
 
 def pod_succeeded(pod: dict[str, Any] | None) -> bool:
-    """Every container of the pod ended with exit code 0 (the tool's answered)."""
-    return ((pod or {}).get("status") or {}).get("phase") == "Succeeded"
+    """Every container of the pod ended with exit code 0, or the tool's did on its own
+    before the pod's phase says so (`tool_answered`): the tool answered."""
+    phase = ((pod or {}).get("status") or {}).get("phase")
+    return phase == "Succeeded" or tool_answered(pod)
 
 
 def _of_job(pod: dict[str, Any], job: str) -> bool:
@@ -482,5 +527,6 @@ __all__ = [
     "pod_succeeded",
     "pod_unschedulable",
     "read_secret_keys",
+    "tool_answered",
     "wait_for_job",
 ]

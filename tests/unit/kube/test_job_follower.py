@@ -28,6 +28,54 @@ def test_only_a_terminal_pod_has_ended_and_only_a_succeeded_one_answered() -> No
     assert not ksandbox.pod_ended(None) and not ksandbox.pod_ended({})
 
 
+def answered(
+    *,
+    exit_code: int = 0,
+    finished: str = "2026-12-06T10:00:03Z",
+    deadline: int | None = 60,
+    **extra: Any,
+) -> dict[str, Any]:
+    """A Running pod (its phase not yet terminal) whose tool's container terminated."""
+    terminated = {"exitCode": exit_code, "finishedAt": finished}
+    status: dict[str, Any] = {
+        "phase": "Running",
+        "startTime": "2026-12-06T10:00:00Z",
+        "containerStatuses": [{"name": "tool", "state": {"terminated": terminated}}],
+        **extra.pop("status", {}),
+    }
+    spec = {} if deadline is None else {"activeDeadlineSeconds": deadline}
+    return {"metadata": extra.pop("metadata", {}), "spec": spec, "status": status}
+
+
+def test_a_tool_that_exited_0_on_its_own_has_answered_before_the_pods_phase_says_so() -> None:
+    """The kubelet writes the terminal phase only once the pod's sandbox is stopped, about a
+    second after the tool's end; the tool's own exit 0 is its end already."""
+    assert ksandbox.tool_answered(answered()) and ksandbox.pod_ended(answered())
+    assert ksandbox.pod_succeeded(answered())
+    assert ksandbox.tool_answered(answered(deadline=None))
+    # Anything else waits for the pod's phase: a non-zero exit (OOM kill, the gate, the
+    # deadline's SIGKILL carry their reason there) ...
+    assert not ksandbox.pod_ended(answered(exit_code=137))
+    # ... and an exit 0 while something was stopping the pod (a tool may answer SIGTERM
+    # with 0): deleted, disrupted, at its deadline or within the timestamps' margin of it.
+    stopping = [
+        answered(metadata={"deletionTimestamp": "2026-12-06T10:00:02Z"}),
+        answered(status={"conditions": [{"type": "DisruptionTarget", "status": "True"}]}),
+        answered(status={"reason": "DeadlineExceeded"}),
+        answered(finished="2026-12-06T10:00:59Z"),
+        answered(finished="2026-12-06T10:00:58Z"),
+        answered(finished="not a time"),
+    ]
+    for pod in stopping:
+        assert not ksandbox.tool_answered(pod), pod
+        assert not ksandbox.pod_ended(pod) and not ksandbox.pod_succeeded(pod), pod
+    assert ksandbox.tool_answered(answered(finished="2026-12-06T10:00:57Z"))
+    # A tool still running, or a gate still probing, has not.
+    running = answered()
+    running["status"]["containerStatuses"][0]["state"] = {"running": {}}
+    assert not ksandbox.pod_ended(running)
+
+
 def test_only_the_jobs_own_pod_counts_not_a_look_alike_by_label() -> None:
     assert ksandbox._of_job(pod("Succeeded"), "ta-job")
     assert not ksandbox._of_job(pod("Succeeded", owner="other"), "ta-job")
