@@ -63,6 +63,8 @@ PER_AGENT = 4
 FIRST_CALLS = int(os.environ.get("BENCH_FIRST_CALLS", "3"))
 #: How long after a descriptor became active the first call of a new namespace is made.
 FIRST_CALL_AFTER_SECONDS = 10.0
+#: The rows to measure (comma-separated labels, e.g. "bare pod,cold Job"); empty: all.
+ROWS = {r.strip() for r in os.environ.get("BENCH_SANDBOX_ROWS", "").split(",") if r.strip()}
 SANDBOX_IMAGE = os.environ.get("TOOLADAPTER_SANDBOX_IMAGE", "localhost/tooladapter-sandbox:dev")
 
 
@@ -302,6 +304,8 @@ class SandboxBench:
     ) -> None:
         """Sequential: SEQUENTIAL calls one after another; parallel: PARALLEL agents at once,
         PER_AGENT calls each. `run(agent, call)` makes one timed call."""
+        if ROWS and label not in ROWS:
+            return
         results: dict[str, Any] = {}
         fallbacks = 0
         assert self.operator is not None and self.operator.proc is not None
@@ -344,6 +348,8 @@ class SandboxBench:
 
     def first_calls(self) -> None:
         """A new namespace, its descriptor made active, 10 s, one call: FIRST_CALLS times."""
+        if ROWS and "first call" not in ROWS:
+            return
         times: list[float] = []
         failures: list[str] = []
         fallbacks = 0
@@ -403,14 +409,16 @@ class SandboxBench:
         self.column("cold Job", by_agent("cold"), warm=False)
         self.column("pool", by_agent("warm"), warm=True)
         tag = os.urandom(3).hex()
-        for index, tenant in enumerate(agents):
+        for index, tenant in enumerate(agents if not ROWS or "attempt" in ROWS else []):
             self.call(tenant, "attempt", attempt=f"a-{tag}-{index}")  # untimed: it exists
         self.column(
             "attempt",
             lambda index, _r: self.call(agents[index], "attempt", attempt=f"a-{tag}-{index}"),
             warm=True,
         )
-        if gvisor.returncode == 0:
+        if ROWS and "gvisor" not in ROWS:
+            pass
+        elif gvisor.returncode == 0:
             self.tool(main, "gvisor", kind="GVisor", egress={"allow": []})
             self.column("gvisor", by_agent("gvisor"), warm=True)
         else:

@@ -44,7 +44,9 @@ LATENCY = Histogram(
 SANDBOX_SECONDS = Counter(
     "tooladapter_sandbox_seconds",
     "Seconds sandboxes ran their tool, per tenant, on the operator's own clock to the "
-    "millisecond (from the pod Ready past its network gate, or the exec in a warm pod, to "
+    "millisecond (from the tool's container started, past an init container's network "
+    "gate or with the gate's probe where it runs in that container, or the exec in a warm "
+    "pod, to "
     "the end seen; a call killed at its deadline counts its whole run): the reference's "
     "SandboxMinutes usage meter, counted when the call ends, the receipt's usage too.",
     ["tenant"],

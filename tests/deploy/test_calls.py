@@ -66,8 +66,12 @@ def test_a_sandboxed_shell_call_runs_its_job_behind_the_network_gate(
     assert status["state"] == "Observed", status
     assert status["result"]["content"].strip() == "hello from the sandbox"
     # Its pod waited for its NetworkPolicy by probing the leader's canary at the leader
-    # pod's own address (POD_IP), which the policy then cut off.
+    # pod's own address (POD_IP), which the policy then cut off: in the tool's own
+    # container (the tool has the sandbox image, the gate's), before its argv was exec'd.
     (job,) = jobs_of(api, tenant.name)
-    (gate,) = job.spec.template.spec.init_containers
-    assert gate.name == "network-gate"
-    assert gate.command[4] == release.leader_pod().status.pod_ip
+    pod_spec = job.spec.template.spec
+    assert not pod_spec.init_containers
+    (tool,) = pod_spec.containers
+    assert tool.command[:2] == ["/bin/sh", "-c"] and tool.command[3] == "gate"
+    assert tool.command[4] == release.leader_pod().status.pod_ip
+    assert " ".join(tool.command[7:]) == "echo hello from the sandbox"  # the argv, whole

@@ -612,6 +612,7 @@ class FakeCluster:
         *,
         timeout: float,
         seen: Callable[[Body], None] | None = None,
+        uid: str | None = None,
     ) -> Body | None:
         for sighting in self.job_sightings.get(name, []):
             if seen is not None:
@@ -750,6 +751,7 @@ def pod_result(
     started: bool = True,
     gate_failed: bool = False,
     name: str | None = "ta-pod",
+    succeeded: bool = False,
 ) -> PodOutcome:
     return PodOutcome(
         name=name,
@@ -758,6 +760,7 @@ def pod_result(
         reason=reason,
         log=log,
         gate_failed=gate_failed,
+        succeeded=succeeded,
     )
 
 

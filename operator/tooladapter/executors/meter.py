@@ -5,8 +5,9 @@ by them meters 0, and a Job killed at its deadline loses its pod and with it bot
 the most expensive calls metered nothing. The operator measures instead, with a monotonic
 clock, from when the tool may start to when the operator saw its end:
 
-- a Job: from the first state of the Job that shows its pod Ready (the network gate
-  passed, the tool's container runs); when the Job ended before the operator saw it Ready
+- a Job: from the first state of the Job that shows its pod Ready, or of the pod that
+  shows the tool's container started (the network gate passed, or, where the gate runs in
+  the tool's container, about to); when the Job ended before the operator saw it Ready
   (a quick call), from the last state it saw before the end, so the span holds the whole
   run (an upper bound, never 0);
 - a warm pod (a pool's, an attempt's workspace): from the moment the exec began.
@@ -23,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from tooladapter.kube.sandbox import job_finished, job_running
+from tooladapter.kube.sandbox import job_finished, job_running, pod_ended, pod_started
 
 #: The meter's resolution, and what a tool that started is metered at least.
 MIN_SECONDS = 0.001
@@ -49,12 +50,19 @@ class JobRunClock:
     ended: float | None = None
 
     def saw(self, job: dict[str, Any]) -> None:
-        """A state of the Job, as it arrives (`Cluster.wait_for_job`'s `seen`)."""
+        """A state of the Job or of its pod (`kind` Pod), as it arrives
+        (`Cluster.wait_for_job`'s `seen`). The pod says it first: the Job controller
+        writes the Job's ready count and end a second or so after the pod changed."""
+        if self.ended is not None:
+            return  # the end is seen: later sightings (the Job catching up) change nothing
         now = self.clock()
-        if job_finished(job):
-            if self.ended is None:
-                self.ended = now
-        elif job_running(job):
+        if job.get("kind") == "Pod":
+            ended, running = pod_ended(job), pod_started(job)
+        else:
+            ended, running = job_finished(job) is not None, job_running(job)
+        if ended:
+            self.ended = now
+        elif running:
             if self.running is None:
                 self.running = now
         elif self.running is None:

@@ -164,6 +164,8 @@ class SandboxExecutor:
                 names.job,
                 timeout=deadline + SCHEDULING_MARGIN_SECONDS,
                 seen=run.saw,
+                # Its pod too: the tool's end is known a second before the Job says so.
+                uid=call.uid,
             )
         )
         interrupt = asyncio.ensure_future(call.interrupted.wait())
@@ -320,9 +322,13 @@ class SandboxExecutor:
         )
 
     def settle(self, call: Call, job: dict[str, Any], result: ksandbox.PodOutcome) -> Outcome:
-        """The outcome of a finished Job, from its pod's end."""
+        """The outcome of a finished Job (or of one whose pod ended), from its pod's end.
+
+        A Job the controller has not yet marked whose pod Succeeded is Complete in all but
+        name: the pod's phase says every container exited 0, and with completions 1 and
+        backoffLimit 0 the Job makes no other pod."""
         finished = ksandbox.job_finished(job)
-        if finished == "Complete":
+        if finished == "Complete" or (finished is None and result.succeeded):
             # No `structured_bytes`: what the tool prints is the agent's, and its structured
             # form is sanitized off the event loop, in the tenant's turn.
             return Outcome.observed(

@@ -170,9 +170,12 @@ class Cluster(Protocol):
         *,
         timeout: float,
         seen: ksandbox.JobSighting | None = None,
+        uid: str | None = None,
     ) -> Body | None:
         """The finished Job; None when it vanished; `TimeoutError` past `timeout`. `seen`
-        gets every state of the Job the follower sees, as it arrives (the run meter)."""
+        gets every state of the Job the follower sees, as it arrives (the run meter). With
+        `uid` the Job's pod is followed too (its states seen, `kind` Pod), and the Job is
+        returned as it is once the pod is terminal, finished or not."""
 
     async def job_pod(self, namespace: str, uid: str) -> Body | None: ...
 
@@ -360,8 +363,11 @@ class KubeCluster:
         *,
         timeout: float,
         seen: ksandbox.JobSighting | None = None,
+        uid: str | None = None,
     ) -> Body | None:
-        return await ksandbox.wait_for_job(self.kube, namespace, name, timeout=timeout, seen=seen)
+        return await ksandbox.wait_for_job(
+            self.kube, namespace, name, timeout=timeout, seen=seen, uid=uid
+        )
 
     async def job_pod(self, namespace: str, uid: str) -> Body | None:
         return await ksandbox.job_pod(self.kube, namespace, uid)

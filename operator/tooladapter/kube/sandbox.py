@@ -130,6 +130,118 @@ def job_running(job: dict[str, Any]) -> bool:
     return bool((job.get("status") or {}).get("ready"))
 
 
+#: Kubernetes' timestamps have whole seconds: a tool that exited this long before its
+#: pod's deadline cannot have been stopped by it.
+_DEADLINE_MARGIN_SECONDS = 2
+
+
+def tool_answered(pod: dict[str, Any] | None) -> bool:
+    """Whether the tool's container exited 0 on its own: terminated with exit code 0 while
+    nothing was stopping the pod (no deletion, no DisruptionTarget, no deadline reached or
+    near, so no SIGTERM a tool could answer with 0).
+
+    The kubelet reports the pod's terminal phase only after it has stopped the pod's
+    sandbox, about a second after the container's end; with restartPolicy Never nothing
+    runs in the pod again, so the tool's own exit is its end."""
+    if not pod:
+        return False
+    meta, spec, status = (pod.get(k) or {} for k in ("metadata", "spec", "status"))
+    if meta.get("deletionTimestamp") or status.get("reason") == "DeadlineExceeded":
+        return False
+    for cond in status.get("conditions") or []:
+        if cond.get("type") == "DisruptionTarget" and cond.get("status") == "True":
+            return False
+    terminated = next(
+        (
+            (c.get("state") or {}).get("terminated")
+            for c in status.get("containerStatuses") or []
+            if c.get("name") == CONTAINER_NAME
+        ),
+        None,
+    )
+    if not terminated or terminated.get("exitCode") != 0:
+        return False
+    deadline = spec.get("activeDeadlineSeconds")
+    if deadline is None:
+        return True
+    try:
+        ran = parse_time(terminated["finishedAt"]) - parse_time(status["startTime"])
+    except (KeyError, TypeError, ValueError):
+        return False  # no proof it ended before its deadline: the pod's phase decides
+    return bool(ran.total_seconds() < int(deadline) - _DEADLINE_MARGIN_SECONDS)
+
+
+def pod_ended(pod: dict[str, Any] | None) -> bool:
+    """Whether the tool's end is known: the pod is terminal (Succeeded or Failed; with
+    restartPolicy Never nothing in it runs again, and the Job, backoffLimit 0, makes no
+    other), or its tool answered (`tool_answered`)."""
+    phase = ((pod or {}).get("status") or {}).get("phase")
+    return phase in ("Succeeded", "Failed") or tool_answered(pod)
+
+
+def pod_succeeded(pod: dict[str, Any] | None) -> bool:
+    """Every container of the pod ended with exit code 0, or the tool's did on its own
+    before the pod's phase says so (`tool_answered`): the tool answered."""
+    phase = ((pod or {}).get("status") or {}).get("phase")
+    return phase == "Succeeded" or tool_answered(pod)
+
+
+def _of_job(pod: dict[str, Any], job: str) -> bool:
+    """The pod is the Job's own (its controller reference), not a look-alike by label."""
+    for ref in (pod.get("metadata") or {}).get("ownerReferences") or []:
+        if ref.get("controller") and ref.get("kind") == "Job" and ref.get("name") == job:
+            return True
+    return False
+
+
+async def _until_pod_ended(
+    kube: Kube, namespace: str, job: str, uid: str, seen: JobSighting | None
+) -> None:
+    """Return once the Job's pod is terminal (by list and watch of the call's pods).
+
+    The Job controller batches pod updates (a sync a second after a pod changes) and then
+    writes the Job's counts and conditions: following the pod itself learns of the tool's
+    end about a second sooner. Errors and expired watches only start it over; a pod that
+    disappears before its end leaves the decision to the Job's follower."""
+    selector = f"{LABEL_INVOCATION_UID}={uid}"
+    while True:
+        w = watch.Watch()
+        try:
+            with api_errors():
+                pods = await kube.core.list_namespaced_pod(namespace, label_selector=selector)
+            for item in pods.items:
+                pod = {**kube.api.sanitize_for_serialization(item), "kind": "Pod"}
+                if _of_job(pod, job):
+                    if seen is not None:
+                        seen(pod)
+                    if pod_ended(pod):
+                        return
+            async with asyncio.timeout(60):
+                with api_errors():
+                    async for event in w.stream(
+                        kube.core.list_namespaced_pod,
+                        namespace,
+                        label_selector=selector,
+                        resource_version=pods.metadata.resource_version,
+                        timeout_seconds=61,
+                    ):
+                        pod = {
+                            **kube.api.sanitize_for_serialization(event["object"]),
+                            "kind": "Pod",
+                        }
+                        if event["type"] == "DELETED" or not _of_job(pod, job):
+                            continue
+                        if seen is not None:
+                            seen(pod)
+                        if pod_ended(pod):
+                            return
+        except (TimeoutError, KubeError):
+            pass  # re-list and re-watch: watches expire and resourceVersions go stale
+        finally:
+            w.stop()
+        await asyncio.sleep(0.5)  # gently: a watch the server keeps ending is no busy loop
+
+
 async def wait_for_job(
     kube: Kube,
     namespace: str,
@@ -137,9 +249,45 @@ async def wait_for_job(
     *,
     timeout: float,
     seen: JobSighting | None = None,
+    uid: str | None = None,
 ) -> dict[str, Any] | None:
     """Follow a Job by watch until it is Complete or Failed; None when it disappears.
-    `seen` gets every state of the Job read or watched, the moment it arrives."""
+    `seen` gets every state of the Job (and, with `uid`, of its pod, `kind` Pod) read or
+    watched, the moment it arrives.
+
+    With `uid` (the call's, its pod's label) the Job's pod is followed too, and once the
+    pod is terminal the Job is returned as it is then, finished or not: the pod's end is
+    the tool's (`executors.sandbox.SandboxExecutor.settle` reads it from the pod)."""
+    if uid is None:
+        return await _until_job_finished(kube, namespace, name, timeout=timeout, seen=seen)
+    job_end = asyncio.ensure_future(
+        _until_job_finished(kube, namespace, name, timeout=timeout, seen=seen)
+    )
+    pod_end = asyncio.ensure_future(_until_pod_ended(kube, namespace, name, uid, seen))
+    try:
+        await asyncio.wait({job_end, pod_end}, return_when=asyncio.FIRST_COMPLETED)
+        if job_end.done() or pod_end.exception() is not None:
+            # The Job's end came first, or the pod's follower broke (not an end): the
+            # Job's follower decides.
+            return await job_end
+    finally:
+        pod_end.cancel()
+        job_end.cancel()
+    job = await get_job(kube, namespace, name)
+    if job is not None and seen is not None:
+        seen(job)
+    return job
+
+
+async def _until_job_finished(
+    kube: Kube,
+    namespace: str,
+    name: str,
+    *,
+    timeout: float,
+    seen: JobSighting | None = None,
+) -> dict[str, Any] | None:
+    """Follow a Job by watch until it is Complete or Failed; None when it disappears."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
     while True:
@@ -190,6 +338,8 @@ class PodOutcome:
     #: When the tool's container started and finished (RFC 3339, from its terminated state).
     started_at: str | None = None
     finished_at: str | None = None
+    #: The pod's phase is Succeeded: every container exited 0, the tool ran to its end.
+    succeeded: bool = False
 
     @property
     def run_seconds(self) -> float | None:
@@ -332,6 +482,7 @@ async def pod_outcome(kube: Kube, namespace: str, uid: str, *, max_bytes: int) -
         deadline_exceeded=(pod.get("status") or {}).get("reason") == "DeadlineExceeded",
         started_at=started_at,
         finished_at=finished_at,
+        succeeded=pod_succeeded(pod),
     )
 
 
@@ -370,9 +521,12 @@ __all__ = [
     "job_pod",
     "job_running",
     "list_managed",
+    "pod_ended",
     "pod_outcome",
     "pod_started",
+    "pod_succeeded",
     "pod_unschedulable",
     "read_secret_keys",
+    "tool_answered",
     "wait_for_job",
 ]

@@ -34,6 +34,7 @@ from tooladapter.sandbox.podspec import (
     CONTAINER_NAME,
     TOOLADAPTER_DIR,
     TOOLADAPTER_VOLUME,
+    gated_command,
     home_volume,
     restricted_pod_spec,
     sandbox_env,
@@ -273,6 +274,10 @@ def build_job(
     of the call's namespace (never copied there by the operator); `egress_ca`: the lease
     has a CA (HTTP credentials), whose bundle the pod trusts (`egress_ca_trust`).
 
+    `network_gate` (the canary) holds the tool until the pod's NetworkPolicy is enforced:
+    in the tool's container before its argv is exec'd when the tool's image is
+    `gate_image`, else in an init container of `gate_image`.
+
     The tool's timeout is the pod's own activeDeadlineSeconds, which the kubelet counts
     from the pod's start on its node: a pod waiting for the scheduler uses none of it.
     The Job's (`job_deadline_seconds`, default the timeout) bounds the wait and the start
@@ -316,10 +321,15 @@ def build_job(
             }
         )
     ca_env = egress_ca_trust(uid, mounts, volumes) if egress_ca else []
+    # The gate runs in the tool's own container where its image is the gate's (one
+    # container start fewer, `podspec.GATE_EXEC`); any other image keeps the init container.
+    inline_gate = network_gate is not None and bool(argv) and (gate_image or image) == image
     container = tool_container(
         image=image,
         image_pull_policy=image_pull_policy,
-        command=argv,
+        command=gated_command(network_gate, argv)
+        if inline_gate and network_gate is not None
+        else argv,
         env=[
             *sandbox_env(),
             {"name": "TOOLADAPTER_ARGUMENTS", "value": ARGUMENTS_FILE},
@@ -334,7 +344,7 @@ def build_job(
         container=container,
         volumes=volumes,
         grace_seconds=5,
-        network_gate=network_gate,
+        network_gate=None if inline_gate else network_gate,
         gate_image=gate_image or image,
         image_pull_policy=image_pull_policy,
         runtime_class=runtime_class,

@@ -33,7 +33,7 @@ GATE_CONTAINER_NAME = "network-gate"
 GATE_PROBE = (
     "if command -v curl >/dev/null 2>&1; then "
     'reachable() { case "$1" in *:*) h="[$1]" ;; *) h="$1" ;; esac; '
-    '[ "$(curl -s -o /dev/null --noproxy "*" --connect-timeout 1 --max-time 2 '
+    '[ "$(curl -q -s -o /dev/null --noproxy "*" --connect-timeout 1 --max-time 2 '
     '-w "%{time_connect}" "http://$h:$2/" </dev/null 2>/dev/null)" != "0.000000" ]; }; '
     "else "
     'reachable() { nc -w 1 "$1" "$2" </dev/null >/dev/null 2>&1; }; '
@@ -46,6 +46,14 @@ GATE_SCRIPT = GATE_PROBE + (
     "sleep 0.1; done"
 )
 GATE_ATTEMPTS = 300
+#: The gate in the tool's own container: the same probe, then the tool's argv (after the
+#: gate's three arguments) exec'd in place of the shell, so the tool is PID 1 as it would
+#: be alone. It saves an init container's start and the kubelet's notice of its exit
+#: (its pod lifecycle relist, up to a second) on every cold call. Only for the image the
+#: gate's own init container runs in (it has the shell and the probe), and only a tool
+#: whose argv is known (an empty command is the image's entrypoint, which a shell cannot
+#: exec by name). `curl -q`: no `.curlrc` read, whatever HOME holds.
+GATE_EXEC = GATE_SCRIPT + '; shift 3; exec "$@"'
 
 #: The volume every sandbox's tool works in (an emptyDir bounded by the profile's size).
 WORKSPACE_VOLUME = "workspace"
@@ -177,6 +185,13 @@ def gate_container(
         },
         "securityContext": container_security(),
     }
+
+
+def gated_command(network_gate: tuple[str, int], argv: Sequence[str]) -> list[str]:
+    """The tool's command behind the gate in its own container (`GATE_EXEC`): argv is
+    passed as the shell's positional parameters and exec'd as "$@", never spliced in."""
+    host, port = network_gate
+    return ["/bin/sh", "-c", GATE_EXEC, "gate", host, str(port), str(GATE_ATTEMPTS), *argv]
 
 
 def restricted_pod_spec(

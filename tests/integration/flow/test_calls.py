@@ -304,7 +304,12 @@ def test_sandbox_limits_timeouts_security_context_and_network_policy(
     assert sc.run_as_non_root and sc.read_only_root_filesystem
     assert sc.allow_privilege_escalation is False and sc.capabilities.drop == ["ALL"]
     assert sc.seccomp_profile.type == "RuntimeDefault"
-    assert container.command == ["tail", "-c", "200000000", "/dev/zero"]
+    # The argv whole, exec'd by the network gate in the tool's own container once the
+    # pod's NetworkPolicy is enforced (the tool has the sandbox image, the gate's).
+    assert not pod.init_containers
+    command = list(container.command or [])
+    assert command[:2] == ["/bin/sh", "-c"] and command[3] == "gate"
+    assert command[7:] == ["tail", "-c", "200000000", "/dev/zero"]
     policy = client.NetworkingV1Api(api).read_namespaced_network_policy(f"ta-{uid}", ns.name)
     assert sorted(policy.spec.policy_types or []) == ["Egress", "Ingress"]
     assert not policy.spec.egress and not policy.spec.ingress

@@ -191,6 +191,32 @@ def test_the_run_clock_keeps_the_first_ready_and_the_last_quiet_sighting() -> No
     assert run.seconds() == 6.0
 
 
+def pod_state(phase: str, tool: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The Job's pod as its follower sees it (`kind` Pod): its phase, the tool's state."""
+    statuses = [{"name": "tool", "state": tool}] if tool is not None else []
+    return {"kind": "Pod", "status": {"phase": phase, "containerStatuses": statuses}}
+
+
+def test_the_run_clock_reads_the_pod_before_the_job_catches_up() -> None:
+    """The pod's states arrive a second before the Job's ready count and end (the Job
+    controller batches pod updates): the span runs from the tool's container seen started
+    to the pod seen terminal, and the Job's later states change nothing."""
+    run = JobRunClock(stepping(1.0, 2.0, 2.5, 3.0, 8.0, 9.0))
+    run.saw(pod_state("Pending", {"waiting": {"reason": "ContainerCreating"}}))
+    run.saw(pod_state("Running", {"running": {}}))
+    run.saw(job_state(ready=1))
+    run.saw(pod_state("Succeeded", {"terminated": {"exitCode": 0}}))
+    run.saw(job_state(ready=1))  # read once the pod ended: not yet marked by its controller
+    run.saw(finished_job())
+    assert (run.quiet, run.running, run.ended) == (1.0, 2.0, 3.0)
+    assert run.seconds() == 1.0
+    # A pod that failed ends the span as well.
+    failed = JobRunClock(stepping(5.0, 5.25))
+    failed.saw(pod_state("Pending"))
+    failed.saw(pod_state("Failed", {"terminated": {"exitCode": 3}}))
+    assert failed.seconds() == 0.25
+
+
 def test_a_warm_call_meters_from_the_exec_to_its_answer() -> None:
     kube = FakeWarmKube()
     existing_workspace(kube)

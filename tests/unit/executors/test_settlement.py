@@ -222,6 +222,63 @@ async def test_a_non_zero_exit_is_a_tool_error_whatever_the_class(
     assert (outcome.exit_code, outcome.output) == (2, b"no such file")
 
 
+def running_job() -> dict[str, Any]:
+    """A Job the Job controller has not yet marked (it batches pod updates by a second)."""
+    return {"kind": "Job", "metadata": {"name": "job"}, "status": {"active": 1}}
+
+
+async def test_a_job_whose_pod_succeeded_is_observed_before_the_controller_marks_it(
+    cluster: FakeCluster, executor: SandboxExecutor
+) -> None:
+    """The follower returns the Job as it is once its pod ended (`kube.sandbox.wait_for_job`
+    with the call's uid): a pod Succeeded is the tool's end, Complete in all but name."""
+    call = make_call(S.SHARED_WRITE)
+    cluster.script_job(call.uid, running_job(), outcome=pod_result(log=b"done", succeeded=True))
+
+    outcome = await settle(executor, call)
+
+    assert outcome.state == InvocationState.OBSERVED
+    assert (outcome.output, outcome.exit_code) == (b"done", 0)
+    assert cluster.calls_of("wait_for_job")[0]["uid"] == call.uid
+
+
+@pytest.mark.parametrize("effective", [S.SANDBOX, S.SHARED_WRITE])
+async def test_a_job_whose_pod_failed_settles_from_the_pod_as_the_finished_job_would(
+    cluster: FakeCluster, executor: SandboxExecutor, effective: SideEffectClass
+) -> None:
+    # The tool's own error answer.
+    call = make_call(effective)
+    cluster.script_job(call.uid, running_job(), outcome=pod_result(exit_code=3, log=b"no"))
+    outcome = await settle(executor, call)
+    assert (outcome.state, outcome.exit_code, outcome.is_error) == (
+        InvocationState.OBSERVED,
+        3,
+        True,
+    )
+    # A failed gate init container: never started.
+    call = make_call(effective)
+    cluster.script_job(
+        call.uid,
+        running_job(),
+        outcome=pod_result(exit_code=None, reason="", started=False, gate_failed=True),
+    )
+    outcome = await settle(executor, call)
+    assert (outcome.state, outcome.failure_class) == (
+        InvocationState.FAILED,
+        FailureClass.TRANSIENT,
+    )
+    # Neither Succeeded nor an exit code (the pod read after its end is gone): never
+    # Observed, and Failed only where the class contains its effects.
+    call = make_call(effective)
+    cluster.script_job(
+        call.uid, running_job(), outcome=pod_result(exit_code=None, reason="", name="ta-pod")
+    )
+    outcome = await settle(executor, call)
+    assert outcome.state == (
+        InvocationState.FAILED if effective == S.SANDBOX else InvocationState.UNCERTAIN
+    )
+
+
 async def test_a_failed_network_gate_is_transient_because_the_tool_never_ran(
     cluster: FakeCluster, executor: SandboxExecutor
 ) -> None:

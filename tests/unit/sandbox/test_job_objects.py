@@ -17,7 +17,12 @@ from tooladapter.sandbox.job import (
     network_gate_for,
     split_egress,
 )
-from tooladapter.sandbox.podspec import GATE_CONTAINER_NAME
+from tooladapter.sandbox.podspec import (
+    GATE_ATTEMPTS,
+    GATE_CONTAINER_NAME,
+    GATE_EXEC,
+    GATE_SCRIPT,
+)
 from tooladapter.settings import Settings
 
 UID = "0b7c6a52-6a3e-4a3b-9f0e-1c2d3e4f5a6b"
@@ -173,7 +178,10 @@ def test_the_network_gate_waits_for_enforcement_whatever_the_allow_list() -> Non
         {"protocol": "SCTP"},
     ]
     assert network_gate_for(None, []) is None
-    init = job(network_gate=canary)["spec"]["template"]["spec"]["initContainers"][0]
+    # A tool of its own image: the gate is an init container of the gate's image.
+    init = job(network_gate=canary, gate_image="gate-img")["spec"]["template"]["spec"][
+        "initContainers"
+    ][0]
     assert init["name"] == GATE_CONTAINER_NAME
     # Host and port are positional parameters of a fixed script, never spliced into it.
     assert init["command"][:2] == ["/bin/sh", "-c"] and init["command"][4:6] == [
@@ -181,7 +189,40 @@ def test_the_network_gate_waits_for_enforcement_whatever_the_allow_list() -> Non
         "4242",
     ]
     assert "192.0.2.2" not in init["command"][2]
+    assert init["image"] == "gate-img"
     assert "initContainers" not in job()["spec"]["template"]["spec"]
+
+
+def test_a_tool_of_the_gates_image_is_gated_in_its_own_container_before_its_argv() -> None:
+    canary = ("192.0.2.2", 4242)
+    image = "localhost/tooladapter-sandbox:dev"
+    pod = job(network_gate=canary, gate_image=image)["spec"]["template"]["spec"]
+    assert "initContainers" not in pod
+    (tool,) = pod["containers"]
+    # The gate's script, its host, port and attempts as parameters, then the argv whole.
+    assert tool["command"] == [
+        "/bin/sh",
+        "-c",
+        GATE_EXEC,
+        "gate",
+        "192.0.2.2",
+        "4242",
+        str(GATE_ATTEMPTS),
+        "echo",
+        "a; rm -rf /",
+    ]
+    assert GATE_EXEC.startswith(GATE_SCRIPT) and GATE_EXEC.endswith('shift 3; exec "$@"')
+    # The podFailurePolicy still names the tool's container: a failed gate fails the Job.
+    assert (
+        job(network_gate=canary)["spec"]["podFailurePolicy"]["rules"][1]["onExitCodes"][
+            "containerName"
+        ]
+        == tool["name"]
+    )
+    # No argv (the image's own entrypoint): the shell could not exec it, so an init container.
+    bare = job(network_gate=canary, gate_image=image, argv=[])["spec"]["template"]["spec"]
+    assert [c["name"] for c in bare["initContainers"]] == [GATE_CONTAINER_NAME]
+    assert bare["containers"][0]["command"] == []
 
 
 def test_the_runtime_class_comes_from_the_descriptor_or_the_kind_mapping() -> None:
@@ -204,6 +245,7 @@ def test_registry_images_are_pulled_with_the_named_pull_secrets_and_policy() -> 
         image_pull_policy="Always",
         image_pull_secrets=["regcred", "mirror"],
         network_gate=("10.0.0.5", 8181),
+        gate_image="registry.example:5000/gate:0.1.0",
     )["spec"]["template"]["spec"]
     assert pod["imagePullSecrets"] == [{"name": "regcred"}, {"name": "mirror"}]
     for c in [*pod["initContainers"], *pod["containers"]]:

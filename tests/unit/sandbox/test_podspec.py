@@ -17,12 +17,15 @@ import pytest
 from tooladapter.model import Credential, ResourceQuantities, Resources, SandboxSpec
 from tooladapter.sandbox.job import build_job
 from tooladapter.sandbox.podspec import (
+    GATE_ATTEMPTS,
     GATE_CONTAINER_NAME,
+    GATE_EXEC,
     GATE_SCRIPT,
     HOME_DIR,
     SANDBOX_UID,
     TOOLADAPTER_DIR,
     WORKSPACE,
+    gated_command,
 )
 from tooladapter.sandbox.warm import STATE_ATTEMPT, STATE_POOL, build_warm_pod, profile_for
 
@@ -97,6 +100,7 @@ def warm_pod(*, state: str) -> dict[str, Any]:
 
 PODS = {
     "job": lambda: job_pod(),
+    "job of its own image": lambda: job_pod(gate_image="gate-img"),
     "job with credentials": lambda: job_pod(credential_files=[CREDENTIAL_FILE]),
     "pool": lambda: warm_pod(state=STATE_POOL),
     "workspace": lambda: warm_pod(state=STATE_ATTEMPT),
@@ -118,8 +122,12 @@ def test_every_sandbox_pod_is_restricted_at_pod_level(pod: dict[str, Any]) -> No
 
 
 def test_every_container_of_a_sandbox_pod_is_restricted(pod: dict[str, Any]) -> None:
-    containers = [*pod["initContainers"], *pod["containers"]]
-    assert [c["name"] for c in containers] == [GATE_CONTAINER_NAME, "tool"]
+    containers = [*pod.get("initContainers", []), *pod["containers"]]
+    names = [c["name"] for c in containers]
+    # Gated either way: by an init container, or in the tool's own before its argv runs.
+    assert names == [GATE_CONTAINER_NAME, "tool"] or (
+        names == ["tool"] and containers[0]["command"][:3] == ["/bin/sh", "-c", GATE_EXEC]
+    )
     for container in containers:
         assert container["securityContext"] == CONTAINER_SECURITY
         assert container["securityContext"]["readOnlyRootFilesystem"] is True
@@ -183,12 +191,20 @@ def test_only_a_job_mounts_brokered_credentials_read_only() -> None:
 def test_the_kinds_differ_only_where_their_use_differs() -> None:
     """What a Job and a warm pod do not share, said once: how the arguments arrive (a
     read-only downward API file, or written per call into a writable emptyDir), the Job's
-    termination message, and how long a pod may take to stop."""
-    job, warm = job_pod(), warm_pod(state=STATE_POOL)
+    termination message, how long a pod may take to stop, and where a Job's gate runs
+    when its tool has the gate's image (in the tool's container: a warm pod's gate must
+    end before the pod is Ready and handed out, so it stays an init container)."""
+    job, warm = job_pod(image="tool-img", gate_image="img"), warm_pod(state=STATE_POOL)
     shared = ("restartPolicy", "automountServiceAccountToken", "enableServiceLinks")
     assert {k: job[k] for k in shared} == {k: warm[k] for k in shared}
     assert job["securityContext"] == warm["securityContext"]
     assert job["initContainers"] == warm["initContainers"]
+    (gate,) = warm["initContainers"]
+    inline = job_pod(image="img", gate_image="img")["containers"][0]["command"]
+    assert inline[:2] == gate["command"][:2] and inline[2] == gate["command"][2] + (
+        '; shift 3; exec "$@"'
+    )
+    assert inline[3:7] == gate["command"][3:7] and inline[7:] == ["echo", "x"]
     assert (job["terminationGracePeriodSeconds"], warm["terminationGracePeriodSeconds"]) == (5, 1)
     job_tool, warm_tool = job["containers"][0], warm["containers"][0]
     assert job_tool["terminationMessagePolicy"] == "File"
@@ -284,3 +300,46 @@ def test_the_gate_takes_only_a_completed_handshake_for_reachable() -> None:
     assert '-w "%{time_connect}"' in GATE_SCRIPT and '!= "0.000000"' in GATE_SCRIPT
     assert "--connect-timeout 1 " in GATE_SCRIPT  # no sooner than nc -w 1 gave up
     assert '--noproxy "*"' in GATE_SCRIPT
+
+
+def run_gated(port: int, argv: list[str], *, attempts: int = 3) -> subprocess.CompletedProcess[str]:
+    """The tool's container as a Job of the gate's image runs it (`podspec.gated_command`)."""
+    command = gated_command(("127.0.0.1", port), argv)
+    command[command.index(str(GATE_ATTEMPTS))] = str(attempts)
+    return subprocess.run(
+        command,
+        capture_output=True,
+        text=True,
+        env={"PATH": os.environ["PATH"]},
+        timeout=30,
+        check=False,
+    )
+
+
+def test_the_gate_in_the_tools_container_execs_its_argv_only_once_the_canary_is_cut_off(
+    canary: int, tmp_path: Path
+) -> None:
+    assert shutil.which("curl"), "curl (as in the sandbox image) is needed to run the gate"
+    marker = tmp_path / "ran"
+    # The argv arrives whole, as positional parameters: quotes, `;` and `$` stay data.
+    argv = ["/bin/sh", "-c", 'printf "%s|" "$@" > "$0"; echo "$$"', str(marker), "a b", "$HOME;x"]
+    held = run_gated(canary, argv)
+    assert held.returncode == 1 and "egress policy not enforced" in held.stderr
+    assert not marker.exists(), "the tool ran while the canary still answered"
+    opened = run_gated(closed_port(), argv)
+    assert opened.returncode == 0, opened.stderr
+    assert marker.read_text() == "a b|$HOME;x|"
+
+
+def test_the_gate_in_the_tools_container_hands_the_tool_its_exit_code_and_pid() -> None:
+    # exec: the tool replaces the gate's shell (the same process, PID 1 in the container),
+    # and its exit code is the container's.
+    command = gated_command(("127.0.0.1", closed_port()), ["/bin/sh", "-c", "echo $$; exit 7"])
+    with subprocess.Popen(
+        command, stdout=subprocess.PIPE, text=True, env={"PATH": os.environ["PATH"]}
+    ) as gate:
+        out, _ = gate.communicate(timeout=30)
+    assert gate.returncode == 7
+    assert out.split() == [str(gate.pid)]
+    unchanged = gated_command(("192.0.2.2", 4000), ["echo", "a; rm -rf /"])
+    assert unchanged[-2:] == ["echo", "a; rm -rf /"] and "rm" not in unchanged[2]
