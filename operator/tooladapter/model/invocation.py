@@ -397,7 +397,8 @@ class ExecutionRecord(Model):
     """Attempts made under the descriptor's retryPolicy (1: no retry so far)."""
     sandbox_seconds: float | None = None
     """How long the sandbox's tool ran, on the operator's own clock to the millisecond: from
-    when it may start (its pod Ready past the network gate, or the exec in a warm pod) to
+    when it may start (its tool's container started, past an init container's network gate
+    or with the gate's probe where it runs in that container, or the exec in a warm pod) to
     when its end was seen; a call killed at its deadline counts its whole run, and a tool
     that started counts at least 0.001. The one value tooladapter_sandbox_seconds_total and
     the receipt's usage meter."""
