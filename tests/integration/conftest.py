@@ -56,6 +56,46 @@ def api() -> client.ApiClient:
     return admin_client()
 
 
+#: What the operator keeps finalizers on (its `settle` finalizer, kopf's own).
+FINALIZED = ("toolinvocations", "tooldescriptors", "toolapprovals", "toolpolicies", "mcpservers")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def no_finalizer_outlives_its_operator(api: client.ApiClient) -> Iterator[None]:
+    """After every operator of this session stopped (this fixture is torn down last): the
+    objects left in this session's deleted namespaces lose the operator's finalizers. A test
+    deletes its namespace without waiting, and its operator may stop before it lets a call
+    go; nothing would then ever remove the finalizer, the namespace would stay Terminating,
+    and `make uninstall` would wait for ever on the CRDs (seen in CI)."""
+    yield
+    core = client.CoreV1Api(api)
+    custom = client.CustomObjectsApi(api)
+    for namespace in core.list_namespace(label_selector="tooladapter.dev/test=true").items:
+        name = str(namespace.metadata.name)
+        if not name.startswith(SESSION) or namespace.metadata.deletion_timestamp is None:
+            continue  # another worker's, or not deleted by its test
+        for plural in FINALIZED:
+            with contextlib.suppress(client.ApiException):
+                listed: dict[str, Any] = custom.list_namespaced_custom_object(  # type: ignore[assignment]  # a dict, as the API server sent it
+                    "tooladapter.dev", "v1alpha1", name, plural
+                )
+                for item in listed.get("items", []):
+                    kept = [
+                        f
+                        for f in item["metadata"].get("finalizers") or []
+                        if not f.startswith("tooladapter.dev/")
+                    ]
+                    if kept != (item["metadata"].get("finalizers") or []):
+                        custom.patch_namespaced_custom_object(
+                            "tooladapter.dev",
+                            "v1alpha1",
+                            name,
+                            plural,
+                            item["metadata"]["name"],
+                            {"metadata": {"finalizers": kept or None}},
+                        )
+
+
 @pytest.fixture(scope="session")
 def operator(
     api: client.ApiClient, tmp_path_factory: pytest.TempPathFactory
