@@ -57,6 +57,8 @@ def test_an_invocation_is_read_by_its_uid_with_the_rights_of_a_read_by_name(
     shell_tool(api, ns.name, "echo")
     agent.grant(["echo"], ["sandbox"])
     call = agent.invoke("echo", {"command": "echo hi"})
+    # Ended first: the two reads below compare whole objects, which a running call changes.
+    agent.wait(call)
     uid = get(api, ns.name, "toolinvocations", call)["metadata"]["uid"]
     base = f"{operator.gateway_url}/namespaces/{ns.name}/tool-invocations"
     token = token_of(agent)
