@@ -13,7 +13,7 @@ import base64
 import json
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from kubernetes import client
@@ -27,23 +27,25 @@ from tests.integration.credentials.conftest import (
 from tests.integration.credentials.test_http_credentials import echo_authorization, shown
 from tests.integration.objects import (
     Agent,
+    custom,
     descriptor,
-    get,
     pretty,
     shell_tool,
     status_of,
 )
 from tests.integration.servers import tls_server
+from tests.token_urls import ACCEPTED, REFUSED
+from tooladapter import GROUP, VERSION
 from tooladapter.devtools import (
     SESSION,
     EgressProxyProcess,
     Namespace,
     OperatorProcess,
     node_ip,
-    wait_for,
 )
 from tooladapter.devtools.oauth import OAuthServer
 from tooladapter.devtools.tls import make_certificates
+from tooladapter.pipeline.validation.credentials import internal_literal
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(300)]
 
@@ -141,23 +143,37 @@ def source_of(kind: str, s: Servers, token_url: str | None = None) -> dict[str, 
     return {kind: common}
 
 
+def tool_spec(s: Servers, source: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "toolId": "items",
+        "version": "1.0.0",
+        "description": "items",
+        "sideEffectClass": "read",
+        "kind": "http",
+        "inputSchema": {"type": "object", "additionalProperties": False},
+        "http": {
+            "method": "GET",
+            "url": f"https://{API}:{s.api_port}/v1/items",
+            "allowedHosts": [f"{API}:{s.api_port}"],
+        },
+        "credentials": [
+            {"name": "minted", "source": source, "inject": {"hosts": [f"{API}:{s.api_port}"]}}
+        ],
+    }
+
+
 def api_tool(
     api: client.ApiClient, namespace: str, s: Servers, source: dict[str, Any], **kw: Any
 ) -> dict[str, Any]:
+    spec = tool_spec(s, source)
     return descriptor(
         api,
         namespace,
         "items",
         kind="http",
-        inputSchema={"type": "object", "additionalProperties": False},
-        http={
-            "method": "GET",
-            "url": f"https://{API}:{s.api_port}/v1/items",
-            "allowedHosts": [f"{API}:{s.api_port}"],
-        },
-        credentials=[
-            {"name": "minted", "source": source, "inject": {"hosts": [f"{API}:{s.api_port}"]}}
-        ],
+        inputSchema=spec["inputSchema"],
+        http=spec["http"],
+        credentials=spec["credentials"],
         **kw,
     )
 
@@ -295,41 +311,77 @@ def test_a_token_url_that_is_not_https_is_refused_at_apply(
 
 
 def test_a_token_url_on_a_private_address_is_refused_at_apply(
-    api: client.ApiClient,
-    mns: Namespace,
-    magent: Agent,
-    servers: tuple[Servers, Path],
+    api: client.ApiClient, mns: Namespace, servers: tuple[Servers, Path]
 ) -> None:
     """The operator posts client secrets to the token URL: a tenant naming an internal
-    address literally gets a descriptor that never becomes active, the field named, and a
-    call of it is Denied before anything is sent (the CRD cannot afford this check; an
-    internal issuer is named by host name and trusted by the platform)."""
+    address literally is refused at apply with the field named (the admission policy
+    tooladapter-issuer-addresses; an internal issuer is named by a host name the platform
+    trusts), and nothing is stored."""
     s = servers[0]
     client_secret(api, mns.name)
     private = "https://10.1.2.3/oauth/token"
-    obj = api_tool(
-        api, mns.name, s, source_of("oauth2ClientCredentials", s, private), wait_active=False
+    with pytest.raises(client.ApiException) as refused:
+        api_tool(
+            api, mns.name, s, source_of("oauth2ClientCredentials", s, private), wait_active=False
+        )
+    body = refused.value.body or ""
+    assert refused.value.status == 422, body
+    assert "spec.credentials[minted].source.oauth2ClientCredentials.tokenUrl: 10.1.2.3" in body
+    assert "TOOLADAPTER_TRUSTED_ISSUERS" in body
+    stored = cast(
+        dict[str, Any],
+        custom(api).list_namespaced_custom_object(GROUP, VERSION, mns.name, "tooldescriptors"),
     )
-    name = obj["metadata"]["name"]
+    assert [o["metadata"]["name"] for o in stored["items"]] == []
 
-    def refused() -> dict[str, Any] | None:
-        status = get(api, mns.name, "tooldescriptors", name).get("status") or {}
-        return status if status.get("message") and not status.get("active") else None
 
-    status = wait_for(refused, timeout=90, what="the descriptor judged")
-    assert "oauth2ClientCredentials.tokenUrl" in status["message"], status
-    assert "10.1.2.3 is not a public address" in status["message"], status
-    magent.grant(["items"], ["read"])
-    before = len(s.issuer.tokens())
-    call = status_of(magent.wait(magent.invoke("items", {}), timeout=120))
-    assert call["state"] == "Denied", pretty(call)
-    assert len(s.issuer.tokens()) == before
+def test_the_admission_policy_and_the_operator_judge_every_token_url_alike(
+    api: client.ApiClient, mns: Namespace, servers: tuple[Servers, Path]
+) -> None:
+    """Each URL the operator's own check refuses (loopback, private, reserved, spelt
+    loosely, a user in it) is refused at apply too, in either URL field of either minted
+    source, and each it accepts is accepted (server-side dry runs)."""
+    s = servers[0]
+    objects = custom(api)
+    verdicts: dict[tuple[str, str, str], bool] = {}
+    cases = [(url, True) for url, _ in REFUSED] + [(url, False) for url in ACCEPTED]
+    for url, internal in cases:
+        assert (internal_literal(url) is not None) == internal, url
+        for kind, field in (
+            ("oauth2ClientCredentials", "tokenUrl"),
+            ("tokenExchange", "revocationUrl"),
+        ):
+            source = source_of(kind, s)
+            source[kind][field] = url
+            body = {
+                "apiVersion": "tooladapter.dev/v1alpha1",
+                "kind": "ToolDescriptor",
+                "metadata": {"name": "judged", "namespace": mns.name},
+                "spec": tool_spec(s, source),
+            }
+            try:
+                objects.create_namespaced_custom_object(
+                    GROUP,
+                    VERSION,
+                    mns.name,
+                    "tooldescriptors",
+                    body,
+                    dry_run="All",
+                )
+                verdicts[(url, kind, field)] = False
+            except client.ApiException as e:
+                assert e.status == 422, e.body
+                assert f"spec.credentials[minted].source.{kind}.{field}" in (e.body or "")
+                verdicts[(url, kind, field)] = True
+    wrong = {k: v for k, v in verdicts.items() if v != (internal_literal(k[0]) is not None)}
+    assert wrong == {}, wrong
 
 
 # --------------------------------------------------------------------------- sandboxes
-# A shell tool's `wget` goes through the egress proxy, which adds the minted token to the
-# requests to the API (plain http from the sandbox, TLS from the proxy on): the issuer, the
-# API and the proxy's upstream all on this node's address.
+# A shell tool's `curl` over https (the proxy ends TLS under the lease's CA) and `wget` over
+# plain http go through the egress proxy, which adds the minted token to the requests to the
+# API (TLS from the proxy on): the issuer, the API and the proxy's upstream all on this
+# node's address.
 
 PREFIX = f"{SESSION}mt"
 
@@ -383,8 +435,15 @@ def sns(api: client.ApiClient, sandboxed: Sandboxed) -> Iterator[Namespace]:
     yield from deleted_after(Namespace(api, prefix=PREFIX))
 
 
-def test_a_sandboxed_wget_gets_a_minted_token_per_call_revoked_after(
-    api: client.ApiClient, sns: Namespace, sandboxed: Sandboxed
+@pytest.mark.parametrize(
+    ("program", "command"),
+    [
+        ("curl", "curl -sS https://{target}/v1/items"),
+        ("wget", "wget -q -O - http://{target}/v1/items"),
+    ],
+)
+def test_a_sandboxed_curl_or_wget_gets_a_minted_token_per_call_revoked_after(
+    api: client.ApiClient, sns: Namespace, sandboxed: Sandboxed, program: str, command: str
 ) -> None:
     s = sandboxed
     agent = Agent.create(api, sns.name, "agent-1")
@@ -405,15 +464,15 @@ def test_a_sandboxed_wget_gets_a_minted_token_per_call_revoked_after(
         sns.name,
         "fetch",
         egress=[target],
-        shell={"allow": ["wget"]},
+        shell={"allow": [program]},
         credentials=[{"name": "minted", "source": source, "inject": {"hosts": [target]}}],
     )
     agent.grant(["fetch"], ["sandbox"])
     before = len(s.api_heads)
-    command = {"command": f"wget -q -O - http://{target}/v1/items"}
+    arguments = {"command": command.format(target=target)}
 
     statuses = [
-        status_of(agent.wait(agent.invoke("fetch", command), timeout=180)) for _ in range(2)
+        status_of(agent.wait(agent.invoke("fetch", arguments), timeout=180)) for _ in range(2)
     ]
 
     for status in statuses:

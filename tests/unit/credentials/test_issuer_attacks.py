@@ -9,6 +9,7 @@ import json
 
 import pytest
 
+from tests.token_urls import ACCEPTED, REFUSED
 from tooladapter.credentials.issuers import (
     IssuerRefused,
     IssuerUnreachable,
@@ -21,44 +22,13 @@ from tooladapter.pipeline.validation.credentials import check_credentials, inter
 SECRET = "client-s3cret-value"
 
 
-@pytest.mark.parametrize(
-    ("url", "why"),
-    [
-        ("https://localhost./token", "this machine"),
-        ("https://LOCALHOST/token", "this machine"),
-        ("https://issuer.localhost/token", "this machine"),
-        ("https://10.1.2.3/token", "not a public address"),
-        ("https://[::ffff:10.0.0.1]/token", "not a public address"),
-        ("https://[::1]/token", "not a public address"),
-        ("https://169.254.169.254/token", "not a public address"),
-        # IPv4 inside IPv6 that a router delivers to the IPv4 address (NAT64, 6to4).
-        ("https://[64:ff9b::a00:1]/token", "not a public address"),
-        ("https://[2002:a00:1::]/token", "not a public address"),
-        # What a resolver reads as 10.0.0.1 or 127.0.0.1 (inet_aton's spellings).
-        ("https://167772161/token", "non-canonical"),
-        ("https://0x7f000001/token", "non-canonical"),
-        ("https://0177.0.0.1/token", "non-canonical"),
-        ("https://127.1/token", "non-canonical"),
-        ("https://0/token", "non-canonical"),
-        # Credentials in the URL: which part is the host would depend on the parser.
-        ("https://issuer.example.com@10.0.0.1/token", "user or password"),
-        ("https://user:pass@issuer.example.com/token", "user or password"),
-    ],
-)
+@pytest.mark.parametrize(("url", "why"), REFUSED)
 def test_an_internal_or_ambiguous_token_url_is_refused(url: str, why: str) -> None:
     problem = internal_literal(url)
     assert problem is not None and why in problem, problem
 
 
-@pytest.mark.parametrize(
-    "url",
-    [
-        "https://issuer.example.com/token",
-        "https://issuer.example.com:8443/oauth/token",
-        "https://8.8.8.8/token",
-        "https://123.example.com/token",  # a name that starts with digits is a name
-    ],
-)
+@pytest.mark.parametrize("url", ACCEPTED)
 def test_a_public_token_url_is_accepted(url: str) -> None:
     assert internal_literal(url) is None
 

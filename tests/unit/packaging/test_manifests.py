@@ -144,6 +144,7 @@ def test_every_policy_is_bound_fail_closed() -> None:
         "tooladapter-invocation-status",
         "tooladapter-invocation-metadata",
         "tooladapter-secret-references",
+        "tooladapter-issuer-addresses",
     }
     for name, policy in policies.items():
         assert policy["apiVersion"] == "admissionregistration.k8s.io/v1"
@@ -190,6 +191,18 @@ def test_status_policy_covers_every_status_field() -> None:
     compared = set(re.findall(r"object\.\?status\.\?(\w+) == oldObject", expression))
     fields = {info.alias or name for name, info in model.ToolInvocationStatus.model_fields.items()}
     assert compared == fields - {"effectConfirmation"}
+
+
+def test_issuer_urls_are_judged_in_every_field_that_names_one() -> None:
+    """The policy reads every URL the operator posts a client secret or a token to."""
+    policy = _by_kind("ValidatingAdmissionPolicy")["tooladapter-issuer-addresses"]
+    (rule,) = policy["spec"]["matchConstraints"]["resourceRules"]
+    assert set(rule["resources"]) == {"tooldescriptors", "mcpservers"}
+    assert set(rule["operations"]) == {"CREATE", "UPDATE"}
+    text = yaml.safe_dump(policy["spec"])
+    for source in ("oauth2ClientCredentials", "tokenExchange"):
+        for field in ("tokenUrl", "revocationUrl"):
+            assert f"c.source.{source}.{field}" in text, (source, field)
 
 
 def test_secret_references_are_authorised_for_the_writer() -> None:

@@ -28,6 +28,9 @@ SHIPPED: dict[tuple[AdmissionKind, str], str] = {
     (AdmissionKind.POLICY, "tooladapter-invocation-status"): (
         "sha256:93361ae1a9f05b0549e898f484a1b1d4156ce98d74ae31467f0edadc6007c858"
     ),
+    (AdmissionKind.POLICY, "tooladapter-issuer-addresses"): (
+        "sha256:aaba8822a6e608bdef8e00df750ab49eeb2302f08c6ece1d5f881a8d22b8b6d9"
+    ),
     (AdmissionKind.POLICY, "tooladapter-mcpserver-activation"): (
         "sha256:22055c63bc70f4614f06f859ce673560176cafdb6367bffd67c7176c34e5fa15"
     ),
@@ -54,6 +57,9 @@ SHIPPED: dict[tuple[AdmissionKind, str], str] = {
     ),
     (AdmissionKind.BINDING, "tooladapter-invocation-status"): (
         "sha256:89700237982401ab2b6fa2b51b929bbd8e7cb387c21c0382bc4884e12404772a"
+    ),
+    (AdmissionKind.BINDING, "tooladapter-issuer-addresses"): (
+        "sha256:241e38e0e7c1c83c7a995034d7efec063bdd1545e5b990fde45bd4387d855c6b"
     ),
     (AdmissionKind.BINDING, "tooladapter-mcpserver-activation"): (
         "sha256:ca01c1600bff5409daa4c4bb3806d45e0b861a066ae203f1ee0507fe2a62b35e"
