@@ -117,6 +117,13 @@ class Followers:
         return asyncio.ensure_future(run)
 
 
+async def settled() -> None:
+    """Run every callback the resolved futures made ready (no I/O here: a few passes of the
+    loop are all the followers need to react, so a task still pending after them waits)."""
+    for _ in range(20):
+        await asyncio.sleep(0)
+
+
 async def test_the_pods_end_returns_the_job_as_it_is_then(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -149,7 +156,7 @@ async def test_a_broken_pod_follower_leaves_the_decision_to_the_jobs(
     task = f.follow()
     await asyncio.sleep(0)
     f.pod_end.set_exception(RuntimeError("watch broke"))
-    await asyncio.sleep(0.05)
+    await settled()
     assert not task.done(), "a broken pod follower is no end"
     f.job_end.set_result(None)  # the Job vanished
     assert await task is None
@@ -159,7 +166,7 @@ async def test_without_a_uid_only_the_job_is_followed(monkeypatch: pytest.Monkey
     f = Followers(monkeypatch)
     task = f.follow(uid=None)
     f.pod_end.set_result(None)
-    await asyncio.sleep(0.05)
+    await settled()
     assert not task.done()
     f.job_end.set_result(DONE)
     assert await task == DONE
