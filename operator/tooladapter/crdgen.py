@@ -116,10 +116,12 @@ SELECTABLE_FIELDS: dict[str, list[str]] = {
 }
 
 #: Kinds whose spec is immutable after creation except for these fields (wire names).
-IMMUTABLE_SPEC_EXCEPT: dict[str, tuple[str, ...]] = {"ToolInvocation": ("interrupt",)}
+IMMUTABLE_SPEC_EXCEPT: dict[str, tuple[str, ...]] = {
+    "ToolInvocation": ("interrupt", "releaseWorkspace")
+}
 
 #: Extra spec rules per kind that are about one-way fields (set once, never unset).
-ONE_WAY_FLAGS: dict[str, tuple[str, ...]] = {"ToolInvocation": ("interrupt",)}
+ONE_WAY_FLAGS: dict[str, tuple[str, ...]] = {"ToolInvocation": ("interrupt", "releaseWorkspace")}
 
 #: Schema keywords copied as they are (after conversion of their values where nested).
 _KEEP = frozenset(

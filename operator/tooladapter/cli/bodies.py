@@ -46,6 +46,7 @@ def invocation_body(
     attempt_id: str | None = None,
     idempotency_key: str | None = None,
     dry_run: bool = False,
+    release_workspace: bool = False,
 ) -> dict[str, Any]:
     caller: dict[str, Any] = {"kind": caller_kind(username), "name": username}
     if groups:
@@ -61,6 +62,7 @@ def invocation_body(
         attemptId=attempt_id,
         idempotencyKey=idempotency_key,
         dryRun=dry_run,
+        releaseWorkspace=release_workspace,
     )
     metadata = {"name": name} if name else {"generateName": generate_name}
     return {"apiVersion": API_VERSION, "kind": "ToolInvocation", "metadata": metadata, "spec": spec}

@@ -44,6 +44,7 @@ class Call:
     tool_version: str | None
     run_id: str | None
     attempt_id: str | None
+    release_workspace: bool
     name: str | None
     wait: bool
     timeout: float
@@ -72,6 +73,12 @@ def call_options(func: Callable[..., Any]) -> Callable[..., Any]:
             envvar="TOOLADAPTER_ATTEMPT_ID",
             help="spec.attemptId ($TOOLADAPTER_ATTEMPT_ID): calls of one attempt share its "
             "workspace (tools with sandbox.workspace: attempt).",
+        ),
+        click.option(
+            "--release-workspace",
+            is_flag=True,
+            help="Release the attempt's workspace once this call ends (spec.releaseWorkspace; "
+            "needs --attempt-id): the attempt's last call.",
         ),
         click.option("--name", help="Name of the ToolInvocation (default: generated)."),
         *wait_options(
@@ -105,6 +112,12 @@ async def _call(
     interrupt_on_exit: bool = False,
 ) -> ExitCode:
     tool_id, timeout = call.tool_id, call.timeout
+    if call.release_workspace and not call.attempt_id:
+        raise CliError(
+            "--release-workspace releases an attempt's workspace: give --attempt-id "
+            "($TOOLADAPTER_ATTEMPT_ID)",
+            ExitCode.USAGE,
+        )
     arguments = parse_arguments(call.pairs, call.args_json)
     async with settings.connect() as api:
         me = await api.whoami()
@@ -119,6 +132,7 @@ async def _call(
             name=call.name,
             run_id=call.run_id,
             attempt_id=call.attempt_id,
+            release_workspace=call.release_workspace,
             idempotency_key=idempotency_key,
             dry_run=dry_run,
         )

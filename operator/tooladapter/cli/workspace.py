@@ -8,15 +8,19 @@ caller takes verb `release` on the virtual resource `workspaces`.
 With `--gateway` (or $TOOLADAPTER_GATEWAY_URL) the gateway asks and deletes
 (`DELETE /namespaces/{ns}/attempts/{attemptId}/workspace`, with your own bearer token): the
 operator deletes the pods, so no pod rights are needed. Without it, the command asks the same
-question with a SelfSubjectAccessReview (refused: nothing is deleted) and then deletes the
-workspace's pods, found by the hash of namespace, caller and attemptId
-(`sandbox.warm.workspace_key`), as the kubeconfig's user: that also takes `list` and
-`delete` on pods in the namespace, which a person running agents usually holds (`edit`)
-and an agent's ServiceAccount does not (it uses the gateway).
+question with a SelfSubjectAccessReview (refused: nothing is deleted), then:
+
+- holding `list` and `delete` on pods (a person with `edit`), it deletes the workspace's
+  pods, found by the hash of namespace, caller and attemptId (`sandbox.warm.workspace_key`);
+- else (an agent's ServiceAccount), it sets `spec.releaseWorkspace` on the attempt's newest
+  call (admission lets only its caller, or a holder of `release` on `workspaces`, do so)
+  and the operator releases the workspace once that call has ended, recording when in
+  `status.workspaceReleasedAt` (`handlers/workspace_release.py`).
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 from urllib.parse import quote
@@ -26,7 +30,7 @@ import click
 
 from tooladapter.cli.context import Settings, common_options, run_async
 from tooladapter.cli.exitcodes import CliError, ExitCode
-from tooladapter.enums import Resource
+from tooladapter.enums import InvocationState, Resource
 from tooladapter.kube.errors import UserApiError
 from tooladapter.kube.user import UserApi
 
@@ -99,6 +103,10 @@ async def _as_user(api: UserApi, *, attempt_id: str, caller: str | None) -> dict
     # commands nothing.
     from tooladapter.sandbox.warm import LABEL_WORKSPACE, workspace_key
 
+    if not (
+        await api.can_i("list", "pods", group="") and await api.can_i("delete", "pods", group="")
+    ):
+        return await _through_a_call(api, attempt_id=attempt_id, owner=owner)
     key = workspace_key(api.namespace, owner, attempt_id)
     released: list[str] = []
     try:
@@ -123,6 +131,80 @@ async def _as_user(api: UserApi, *, attempt_id: str, caller: str | None) -> dict
     }
 
 
+#: How long the command waits for the operator to record the release of an ended call.
+RECORD_WAIT_SECONDS = 60.0
+
+
+def release_patch(call: dict[str, Any]) -> list[dict[str, Any]]:
+    """The JSON Patch asking the operator to release the workspace of `call`'s attempt,
+    applied only to the call as read (its uid)."""
+    return [
+        {"op": "test", "path": "/metadata/uid", "value": call["metadata"]["uid"]},
+        {"op": "add", "path": "/spec/releaseWorkspace", "value": True},
+    ]
+
+
+def newest_call(calls: list[dict[str, Any]], attempt_id: str) -> dict[str, Any] | None:
+    """The attempt's newest call among `calls` (one caller's), if any (dry runs aside)."""
+    mine = [
+        c
+        for c in calls
+        if (c.get("spec") or {}).get("attemptId") == attempt_id
+        and not (c.get("spec") or {}).get("dryRun")  # a dry run releases nothing
+    ]
+    return max(mine, key=lambda c: c["metadata"].get("creationTimestamp") or "", default=None)
+
+
+async def _through_a_call(api: UserApi, *, attempt_id: str, owner: str) -> dict[str, Any]:
+    """Release through `spec.releaseWorkspace` on the attempt's newest call (see the
+    module): no pod rights needed, the operator deletes the pods."""
+    calls = await api.list_where(str(Resource.INVOCATIONS), "spec.caller.name", owner)
+    call = newest_call(calls, attempt_id)
+    if call is None:
+        raise CliError(
+            f"no call of attempt {attempt_id!r} of {owner} in {api.namespace}: nothing to release",
+            ExitCode.NOT_FOUND,
+        )
+    name = call["metadata"]["name"]
+    recorded = (call.get("status") or {}).get("workspaceReleasedAt")
+    if recorded:
+        raise CliError(
+            f"the workspace of attempt {attempt_id!r} of {owner} was released at {recorded} "
+            f"(call {name}) and no call of the attempt made one since",
+            ExitCode.NOT_FOUND,
+        )
+    try:
+        call = await api.json_patch(str(Resource.INVOCATIONS), name, release_patch(call))
+    except UserApiError as err:
+        if err.status == 403:
+            raise CliError(err.message, ExitCode.FORBIDDEN) from err
+        raise
+    answer: dict[str, Any] = {
+        "namespace": api.namespace,
+        "attemptId": attempt_id,
+        "caller": owner,
+        "throughCall": name,
+    }
+    state = str((call.get("status") or {}).get("state") or "")
+    if not (state and InvocationState(state).terminal):
+        answer["releasedAt"] = None  # once the call ends
+        return answer
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + RECORD_WAIT_SECONDS
+    while loop.time() < deadline:
+        released_at = ((await api.get(str(Resource.INVOCATIONS), name)).get("status") or {}).get(
+            "workspaceReleasedAt"
+        )
+        if released_at:
+            answer["releasedAt"] = released_at
+            return answer
+        await asyncio.sleep(0.5)
+    raise CliError(
+        f"asked the operator to release the workspace of attempt {attempt_id!r} through call "
+        f"{name}, and it has not recorded it in {RECORD_WAIT_SECONDS:.0f} s: is it running?"
+    )
+
+
 async def _release(
     settings: Settings, *, gateway: str | None, attempt_id: str, caller: str | None
 ) -> ExitCode:
@@ -138,6 +220,16 @@ async def _release(
         namespace = api.namespace
     if settings.structured:
         settings.emit(answer)
+    elif "throughCall" in answer and answer.get("releasedAt") is None:
+        click.echo(
+            f"the workspace of attempt {attempt_id} of {answer.get('caller')} in {namespace} "
+            f"is released once call {answer['throughCall']} ends"
+        )
+    elif "throughCall" in answer:
+        click.echo(
+            f"released the workspace of attempt {attempt_id} of {answer.get('caller')} in "
+            f"{namespace} at {answer['releasedAt']} (through call {answer['throughCall']})"
+        )
     else:
         click.echo(
             f"released the workspace of attempt {attempt_id} of {answer.get('caller')} in "
@@ -164,7 +256,9 @@ def workspace() -> None:
     envvar="TOOLADAPTER_GATEWAY_URL",
     default=None,
     help="Release through the tooladapter gateway ($TOOLADAPTER_GATEWAY_URL): the operator "
-    "deletes the pods. Without it, they are deleted as you (list and delete on pods).",
+    "deletes the pods. Without it, they are deleted as you (list and delete on pods), or, "
+    "without pod rights, the operator releases them at spec.releaseWorkspace on the "
+    "attempt's newest call.",
 )
 @click.pass_obj
 def release(

@@ -865,12 +865,20 @@ class WarmSandboxes:
 
     # ------------------------------------------------------------------ upkeep
 
-    async def release(self, namespace: str, caller: str, attempt_id: str) -> list[str]:
+    async def release(
+        self, namespace: str, caller: str, attempt_id: str, *, made_before: str | None = None
+    ) -> list[str]:
         """Release an attempt's workspace now: its pod (and volume) deleted. The names of
-        the pods deleted (none: there was none)."""
+        the pods deleted (none: there was none). `made_before` (RFC 3339): only pods made
+        before then (a later call's new workspace stays; a pod's creationTimestamp has whole
+        seconds, so one made in the same second stays too)."""
         key = workspace_key(namespace, caller, attempt_id)
+        before = parse_time(made_before).replace(microsecond=0) if made_before is not None else None
         gone: list[str] = []
         for pod in await self.kube.list_pods(namespace, f"{LABEL_WORKSPACE}={key}"):
+            created = pod["metadata"].get("creationTimestamp")
+            if before is not None and (not created or parse_time(created) >= before):
+                continue
             if await self.kube.delete_pod(namespace, pod["metadata"]["name"]):
                 gone.append(pod["metadata"]["name"])
         return gone

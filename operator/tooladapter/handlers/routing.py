@@ -19,7 +19,13 @@ from tooladapter.enums import InvocationState, Resource
 from tooladapter.events import namespace_ref
 from tooladapter.flow import dataflow, release_finalizer, run_invocation, run_queued_invocation
 from tooladapter.flow.context import FINALIZER
-from tooladapter.handlers import confirmations, descriptors, policies, workers
+from tooladapter.handlers import (
+    confirmations,
+    descriptors,
+    policies,
+    workers,
+    workspace_release,
+)
 from tooladapter.kube.client import is_transient
 from tooladapter.kube.watching import Watcher, watched_namespace
 from tooladapter.pipeline.classification import LABEL_ENVIRONMENT, environment_class
@@ -91,6 +97,8 @@ def invocation_event(rt: Runtime, event: RawEvent) -> None:
         rt.unfinished.pop(uid, None)
         # Labels it still owes its scopes (a restart, a namespace taken over): taken up.
         dataflow.observe_pending(rt, raw)
+        if workspace_release.wanted(raw):
+            rt.spawn(workspace_release.task_key(uid), workspace_release.release(rt, thaw(raw)))
         if uid in rt.tasks:
             return
         if confirmations.needs_recording(raw):

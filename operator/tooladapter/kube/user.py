@@ -120,6 +120,11 @@ class UserApi:
         dropped (a `spec.dryRun` pruned by an older CRD would make a preview a real call)."""
         return await self.objects.create(plural, self.namespace, body, field_validation="Strict")
 
+    async def json_patch(self, plural: str, name: str, ops: list[dict[str, Any]]) -> dict[str, Any]:
+        """A JSON Patch of the object as the user (its `test` operations make it
+        conditional; admission decides what may change)."""
+        return await self.objects.json_patch(plural, self.namespace, name, ops)
+
     async def patch_status(self, plural: str, name: str, status: dict[str, Any]) -> dict[str, Any]:
         """A JSON merge patch of the status subresource (admission decides what may change)."""
         return await self.objects.merge_patch_status(plural, self.namespace, name, status)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import Field
+from pydantic import ConfigDict, Field
 
 from tooladapter.enums import (
     EgressVerdict,
@@ -59,7 +59,22 @@ class Caller(Model):
 
 
 class ToolInvocationSpec(Model):
-    """Immutable once created, except `interrupt`, which may only go from false to true."""
+    """Immutable once created, except `interrupt` and `releaseWorkspace`, which may only go
+    from false to true."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    "rule": "!has(self.releaseWorkspace) || !self.releaseWorkspace || "
+                    "has(self.attemptId)",
+                    "message": "spec.releaseWorkspace needs spec.attemptId: the attempt "
+                    "whose workspace it releases",
+                    "fieldPath": ".releaseWorkspace",
+                }
+            ]
+        }
+    )
 
     tool: ToolRef
     """The tool and version to call."""
@@ -88,7 +103,12 @@ class ToolInvocationSpec(Model):
     environment_id: str | None = Field(default=None, max_length=128)
     """The caller's environment, recorded on the receipt."""
     interrupt: bool = False
-    """Set to true to stop the call (the only spec field that may change; never back to false)."""
+    """Set to true to stop the call (may change after create, never back to false)."""
+    release_workspace: bool = False
+    """Set to true (at create, or later by the caller) to release the attempt's workspace
+    (spec.attemptId: its pod and volume deleted) once this call has ended: what `tooladapter
+    workspace release` does without a gateway or pod rights. Never back to false; the
+    operator records when in status.workspaceReleasedAt."""
     dry_run: bool = False
     """Evaluate the call without executing it: it ends Previewed with status.preview saying what
     a real call would meet (validation, policy, class, permission, approval, sandbox). No
@@ -485,6 +505,9 @@ class ToolInvocationStatus(Model):
     """The uid of the call named by duplicateOf."""
     effect_confirmation: EffectConfirmation | None = None
     """An operator's statement on an Uncertain effect."""
+    workspace_released_at: str | None = None
+    """When the operator released the attempt's workspace at spec.releaseWorkspace (RFC 3339;
+    the workspace pods made before then were deleted)."""
     egress: list[EgressUse] = Field(default_factory=list)
     """Connections through the egress proxy counted per verdict, host and port: allowed
     hosts and refused ones listed separately and capped, each beyond its cap in one

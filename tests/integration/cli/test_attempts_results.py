@@ -166,12 +166,17 @@ def test_an_attempts_calls_share_a_file_and_release_without_a_gateway_frees_it(
     assert server.hits["/into-workspace"] == 1
     (pod,) = workspace_pods(api, ans.name, dev.user, "a1")
 
-    # Without a gateway, the same rights as the gateway's: an agent that may call the tool
-    # but not delete pods is pointed to the gateway; a colleague who may delete pods may not
-    # name another caller's workspace (release on workspaces); nothing is deleted.
+    # Without a gateway, the same rights as the gateway's: an agent that may call tools but
+    # not delete pods may not name another caller's workspace, and has no attempt a1 of its
+    # own; a colleague who may delete pods may not name another caller's workspace (release
+    # on workspaces); nothing is deleted.
     agent = Agent.create(api, ans.name, "agent-1")
-    refused = Cli(tmp_path, api, agent)("workspace", "release", "a1")
+    refused = Cli(tmp_path, api, agent)("workspace", "release", "a1", "--caller", dev.user)
     assert refused.returncode == 9, explain(refused)
+    assert "release on workspaces" in refused.stderr, explain(refused)
+    none = Cli(tmp_path, api, agent)("workspace", "release", "a1")
+    assert none.returncode == 8, explain(none)
+    assert "no call of attempt 'a1'" in none.stderr, explain(none)
     colleague = person(api, ans.name, "dev-2")
     named = Cli(tmp_path, api, colleague)("workspace", "release", "a1", "--caller", dev.user)
     assert named.returncode == 9, explain(named)
@@ -200,6 +205,67 @@ def test_an_attempts_calls_share_a_file_and_release_without_a_gateway_frees_it(
     assert "hello from the node" not in json.dumps(fresh["result"]), pretty(fresh)
     again = cli("workspace", "release", "a1")
     assert again.returncode == 0, explain(again)
+
+
+def test_an_agent_releases_its_attempts_workspace_with_its_kubeconfig_alone(
+    api: client.ApiClient, ans: Namespace, env: Env, tmp_path: Path
+) -> None:
+    """An agent's ServiceAccount holds no pod rights and no gateway is given: `workspace
+    release` sets spec.releaseWorkspace on the attempt's newest call and the operator deletes
+    the pods; `invoke --release-workspace` does it at the attempt's last call. No other agent
+    may set it on the agent's call (admission), nor name its workspace."""
+    server, _, _ = env
+    attempt_tool(api, ans.name, server.port)
+    agent = Agent.create(api, ans.name, "agent-2")
+    agent.grant(["ws"], ["sandbox"])
+    cli = Cli(tmp_path, api, agent)
+    made = cli.json("invoke", "ws", "--attempt-id", "b1", "--arg", "command=seq 1 3")
+    assert made["state"] == "Observed", pretty(made)
+    (pod,) = workspace_pods(api, ans.name, agent.user, "b1")
+
+    other = Agent.create(api, ans.name, "agent-3")
+    other.grant(["ws"], ["sandbox"])
+    named = Cli(tmp_path, api, other)("workspace", "release", "b1", "--caller", agent.user)
+    assert named.returncode == 9, explain(named)
+    with pytest.raises(client.ApiException) as forged:
+        client.CustomObjectsApi(other.api).patch_namespaced_custom_object(
+            "tooladapter.dev",
+            "v1alpha1",
+            ans.name,
+            "toolinvocations",
+            made["name"],
+            {"spec": {"releaseWorkspace": True}},
+        )
+    assert forged.value.status == 403, forged.value.body
+    assert "may set spec.releaseWorkspace" in (forged.value.body or ""), forged.value.body
+    assert workspace_pods(api, ans.name, agent.user, "b1") == [pod]
+
+    released = cli.json("workspace", "release", "b1")
+    assert released["throughCall"] == made["name"] and released["releasedAt"], released
+    wait_for(
+        lambda: not workspace_pods(api, ans.name, agent.user, "b1"),
+        timeout=120,
+        what="the released workspace's pod gone",
+    )
+    status = get(api, ans.name, "toolinvocations", made["name"])["status"]
+    assert status["workspaceReleasedAt"] == released["releasedAt"], pretty(status)
+    again = cli("workspace", "release", "b1")
+    assert again.returncode == 8 and "was released at" in again.stderr, explain(again)
+
+    last = cli.json(
+        "invoke", "ws", "--attempt-id", "b2", "--release-workspace", "--arg", "command=seq 1 2"
+    )
+    assert last["state"] == "Observed", pretty(last)
+    wait_for(
+        lambda: (
+            not workspace_pods(api, ans.name, agent.user, "b2")
+            and (get(api, ans.name, "toolinvocations", last["name"])["status"] or {}).get(
+                "workspaceReleasedAt"
+            )
+        ),
+        timeout=120,
+        what="the last call's workspace released",
+    )
 
 
 def test_a_100kb_result_is_read_whole_by_who_may_read_the_call_and_no_one_else(

@@ -160,9 +160,30 @@ class FakeUser:
     async def whoami(self) -> Identity:
         return Identity(ME, ())
 
-    async def can_i(self, verb: str, resource: str, name: str | None = None) -> bool:
+    patches: list[tuple[str, list[dict[str, Any]]]] = field(default_factory=list)
+    #: What the operator does on spec.releaseWorkspace of an ended call: records the time.
+    operator_records: bool = True
+
+    async def can_i(
+        self, verb: str, resource: str, name: str | None = None, *, group: str = "x"
+    ) -> bool:
+        if resource == "pods":
+            assert group == "", "pods are in the core group"
+            return self.pod_rights
         self.asked.append((verb, resource))
         return (verb, resource) in self.allowed
+
+    async def list_where(self, plural: str, path: str, value: str) -> list[dict[str, Any]]:
+        assert (plural, path) == ("toolinvocations", "spec.caller.name")
+        return [o for o in self.objects.values() if o["spec"]["caller"]["name"] == value]
+
+    async def json_patch(self, plural: str, name: str, ops: list[dict[str, Any]]) -> dict[str, Any]:
+        self.patches.append((name, ops))
+        obj = self.objects[name]
+        obj["spec"]["releaseWorkspace"] = True
+        if self.operator_records and obj["status"]["state"] == "Observed":
+            obj["status"]["workspaceReleasedAt"] = "2026-12-06T10:00:00.000000Z"
+        return obj
 
     async def pod_names(self, selector: str) -> list[str]:
         if not self.pod_rights:
@@ -226,13 +247,50 @@ def test_release_without_a_gateway_asks_the_gateways_question_first(user: FakeUs
     assert user.deleted == ["ta-warm-3"]
 
 
-def test_release_without_pod_rights_points_to_the_gateway(
+def attempt_call(name: str, attempt: str, created: str, state: str = "Observed") -> dict[str, Any]:
+    return {
+        "metadata": {"name": name, "uid": f"uid-{name}", "creationTimestamp": created},
+        "spec": {"caller": {"name": ME}, "attemptId": attempt},
+        "status": {"state": state},
+    }
+
+
+def test_release_without_pod_rights_asks_the_operator_through_the_attempts_newest_call(
     user: FakeUser, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    """An agent's ServiceAccount: no pod rights, no gateway."""
     user.allowed = {("create", "toolinvocations")}
     user.pod_rights = False
-    assert exit_of(["workspace", "release", "a1"]) == ExitCode.FORBIDDEN
-    assert "--gateway" in capsys.readouterr().err
+    # No call of the attempt: nothing to release, nothing patched.
+    assert exit_of(["workspace", "release", "a1"]) == ExitCode.NOT_FOUND
+    assert "no call of attempt 'a1'" in capsys.readouterr().err and user.patches == []
+    user.objects["c1"] = attempt_call("c1", "a1", "2026-12-06T09:00:00Z")
+    user.objects["c2"] = attempt_call("c2", "a1", "2026-12-06T09:05:00Z")
+    user.objects["dry"] = attempt_call("dry", "a1", "2026-12-06T09:09:00Z")
+    user.objects["dry"]["spec"]["dryRun"] = True
+    user.objects["b"] = attempt_call("b", "b1", "2026-12-06T09:10:00Z")
+    assert exit_of(["workspace", "release", "a1", "-o", "json"]) == 0
+    answer = json.loads(capsys.readouterr().out)
+    assert answer == {
+        "namespace": "t",
+        "attemptId": "a1",
+        "caller": ME,
+        "throughCall": "c2",
+        "releasedAt": "2026-12-06T10:00:00.000000Z",
+    }
+    ((name, ops),) = user.patches
+    assert name == "c2"
+    assert ops == [
+        {"op": "test", "path": "/metadata/uid", "value": "uid-c2"},
+        {"op": "add", "path": "/spec/releaseWorkspace", "value": True},
+    ]
+    # Recorded already, and no call of the attempt since: 8, as the gateway's 404.
+    assert exit_of(["workspace", "release", "a1"]) == ExitCode.NOT_FOUND
+    assert "was released at" in capsys.readouterr().err
+    # A call still running: released once it ends.
+    user.objects["c3"] = attempt_call("c3", "a1", "2026-12-06T09:20:00Z", state="Executing")
+    assert exit_of(["workspace", "release", "a1"]) == 0
+    assert "is released once call c3 ends" in capsys.readouterr().out
 
 
 def test_result_prints_an_inline_result_and_reads_a_large_one_checked(

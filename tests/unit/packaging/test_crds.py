@@ -263,16 +263,22 @@ def test_a_stage_without_detail_is_stored_without_one() -> None:
 # --------------------------------------------------------------------------- CEL rules
 
 
-def test_invocation_spec_immutable_except_interrupt() -> None:
+ONE_WAY = ("interrupt", "releaseWorkspace")
+
+
+def test_invocation_spec_immutable_except_its_one_way_flags() -> None:
     spec = _schema(_crds()["ToolInvocation"])["properties"]["spec"]
     rules = _rules(spec)
     for name in spec["properties"]:
         mentioned = [r for r in rules if f"self.{name} == oldSelf.{name}" in r]
-        if name == "interrupt":
+        if name in ONE_WAY:
             assert not mentioned
         else:
             assert mentioned, f"spec.{name} has no immutability rule"
-    assert any("oldSelf.interrupt" in r and "self.interrupt" in r for r in rules)
+    for flag in ONE_WAY:
+        assert any(f"oldSelf.{flag}" in r and f"self.{flag}" in r for r in rules), flag
+    # A release names the attempt whose workspace it releases.
+    assert "!has(self.releaseWorkspace) || !self.releaseWorkspace || has(self.attemptId)" in rules
 
 
 def test_invocation_immutability_is_one_rule_that_short_circuits_on_an_unchanged_spec() -> None:
@@ -282,9 +288,9 @@ def test_invocation_immutability_is_one_rule_that_short_circuits_on_an_unchanged
     assert immutability["rule"].startswith("self == oldSelf || (")
     for name in spec["properties"]:
         text = (
-            "spec.interrupt cannot be reset to false once set"
-            if name == "interrupt"
-            else f"spec.{name} is immutable (only spec.interrupt may change)"
+            f"spec.{name} cannot be reset to false once set"
+            if name in ONE_WAY
+            else f"spec.{name} is immutable (only spec.interrupt, spec.releaseWorkspace may change)"
         )
         assert f"'{text}'" in immutability["messageExpression"]
 

@@ -145,6 +145,7 @@ def test_every_policy_is_bound_fail_closed() -> None:
         "tooladapter-invocation-metadata",
         "tooladapter-secret-references",
         "tooladapter-issuer-addresses",
+        "tooladapter-invocation-release",
     }
     for name, policy in policies.items():
         assert policy["apiVersion"] == "admissionregistration.k8s.io/v1"

@@ -40,7 +40,7 @@ def as_stored() -> dict[Key, Observed]:
 
 
 def test_the_shipped_objects_as_stored_with_the_api_servers_defaults_are_intact() -> None:
-    assert len(as_stored()) == 20
+    assert len(as_stored()) == 22
     assert compare(as_stored()) == ()
 
 
@@ -80,7 +80,7 @@ def test_another_release_prefix_and_namespace_verify_their_own_objects() -> None
         observed[(kind, deployed_name(name, "second"))] = Observed(renamed, LONG_AGO)
     assert compare(observed, prefix="second", namespace="elsewhere") == ()
     # The first release's objects do not stand in for the second's.
-    assert len(compare(as_stored(), prefix="second", namespace="elsewhere")) == 20
+    assert len(compare(as_stored(), prefix="second", namespace="elsewhere")) == 22
 
 
 def test_a_guard_never_compared_refuses_every_call() -> None:

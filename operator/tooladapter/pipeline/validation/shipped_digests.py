@@ -14,7 +14,7 @@ SHIPPED: dict[tuple[AdmissionKind, str], str] = {
         "sha256:3ec832db4d917e25c09100fa1e4421c11dbe475fb69e8db01d4987aa45daa4cc"
     ),
     (AdmissionKind.POLICY, "tooladapter-invocation-arguments-unchanged"): (
-        "sha256:4ac74f926cc082878fb1c5703629d93812e5190b0f073d369ebf8b39d7fc4e79"
+        "sha256:e3e8d2496fbe897f1e850e9fc102ea4e575dbf5211de4cb6c1f4987fe9efd62c"
     ),
     (AdmissionKind.POLICY, "tooladapter-invocation-caller"): (
         "sha256:d9e7ca8cac412239d6ce8c0c560dd73635e4ce6fd20bbd7c9bae605c6ba31099"
@@ -23,10 +23,13 @@ SHIPPED: dict[tuple[AdmissionKind, str], str] = {
         "sha256:9df57d45d887923b297a5fdbc3015d75121035060c4139bbfb4bd197fbc5aec8"
     ),
     (AdmissionKind.POLICY, "tooladapter-invocation-metadata"): (
-        "sha256:6f3a74df494a14909ec20ef46fd0fb07561ccc4e6b3aa41045bddc1a0e6dd653"
+        "sha256:d61c9e73ca8c394b7450d0a3cc8368b0f01bbe6a5bd934b19f5b8e93695c8c5c"
+    ),
+    (AdmissionKind.POLICY, "tooladapter-invocation-release"): (
+        "sha256:4752611be3e5182a3c1e8130c3ba4095b1b7a88b86a251e8d4ad648150f7861d"
     ),
     (AdmissionKind.POLICY, "tooladapter-invocation-status"): (
-        "sha256:93361ae1a9f05b0549e898f484a1b1d4156ce98d74ae31467f0edadc6007c858"
+        "sha256:deeed04fbad02c82eb4cb159863f2fdb042098569854fc8ad3d9e9dc98626b7c"
     ),
     (AdmissionKind.POLICY, "tooladapter-issuer-addresses"): (
         "sha256:aaba8822a6e608bdef8e00df750ab49eeb2302f08c6ece1d5f881a8d22b8b6d9"
@@ -54,6 +57,9 @@ SHIPPED: dict[tuple[AdmissionKind, str], str] = {
     ),
     (AdmissionKind.BINDING, "tooladapter-invocation-metadata"): (
         "sha256:83fa0e54f5f049ca5af46a78c0f0a5ef939169c50ee84d4b2a80e6d73290a925"
+    ),
+    (AdmissionKind.BINDING, "tooladapter-invocation-release"): (
+        "sha256:a5c4bec08cc25db11dc93172923749467850e82b1e6007dc78b2b7ac8676720e"
     ),
     (AdmissionKind.BINDING, "tooladapter-invocation-status"): (
         "sha256:89700237982401ab2b6fa2b51b929bbd8e7cb387c21c0382bc4884e12404772a"
