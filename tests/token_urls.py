@@ -27,6 +27,19 @@ REFUSED: list[tuple[str, str]] = [
     ("https://0177.0.0.1/token", "non-canonical"),
     ("https://127.1/token", "non-canonical"),
     ("https://0/token", "non-canonical"),
+    # Ranges a translator or the network delivers elsewhere, refused whole (attack pass).
+    ("https://[64:ff9b:1::a00:1]/token", "not a public address"),
+    ("https://[::ffff:0:a9fe:a9fe]/token", "not a public address"),
+    ("https://192.88.99.1/token", "not a public address"),
+    ("https://[3fff::1]/token", "not a public address"),
+    ("https://[fec0::1]/token", "not a public address"),
+    # Spellings a URL library maps onto 127.0.0.1 or localhost (attack pass).
+    ("https://\uff11\uff12\uff17.\uff10.\uff10.\uff11/token", "not an ASCII host name"),
+    ("https://127\u30020\u30020\u30021/token", "not an ASCII host name"),
+    (
+        "https://\u24db\u24de\u24d2\u24d0\u24db\u24d7\u24de\u24e2\u24e3/token",
+        "not an ASCII host name",
+    ),
     # Credentials in the URL: which part is the host would depend on the parser.
     ("https://issuer.example.com@10.0.0.1/token", "user or password"),
     ("https://user:pass@issuer.example.com/token", "user or password"),

@@ -206,10 +206,16 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo) -> None:
         executors=executors,
         events=KopfEvents(),
         kube=kube,
-        # Shared with the gateway: the page says when identity is broken.
-        admission=memo["gateway"].deps.admission,
-        # Shared with the gateway: its dry runs count the labels still pending.
-        pending_labels=memo["gateway"].deps.pending_labels,
+        # Shared with the gateway (when one serves: TOOLADAPTER_GATEWAY_PORT=0 turns it off):
+        # the page says when identity is broken, its dry runs count the labels pending.
+        **(
+            {
+                "admission": memo["gateway"].deps.admission,
+                "pending_labels": memo["gateway"].deps.pending_labels,
+            }
+            if memo.get("gateway") is not None
+            else {}
+        ),
         chains=keeper.chains,
         keeper=keeper,
         outbox=Outbox(

@@ -67,7 +67,7 @@ class ToolInvocationSpec(Model):
             "x-kubernetes-validations": [
                 {
                     "rule": "!has(self.releaseWorkspace) || !self.releaseWorkspace || "
-                    "has(self.attemptId)",
+                    "(has(self.attemptId) && size(self.attemptId) > 0)",
                     "message": "spec.releaseWorkspace needs spec.attemptId: the attempt "
                     "whose workspace it releases",
                     "fieldPath": ".releaseWorkspace",

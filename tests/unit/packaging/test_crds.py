@@ -278,7 +278,10 @@ def test_invocation_spec_immutable_except_its_one_way_flags() -> None:
     for flag in ONE_WAY:
         assert any(f"oldSelf.{flag}" in r and f"self.{flag}" in r for r in rules), flag
     # A release names the attempt whose workspace it releases.
-    assert "!has(self.releaseWorkspace) || !self.releaseWorkspace || has(self.attemptId)" in rules
+    assert (
+        "!has(self.releaseWorkspace) || !self.releaseWorkspace || "
+        "(has(self.attemptId) && size(self.attemptId) > 0)"
+    ) in rules
 
 
 def test_invocation_immutability_is_one_rule_that_short_circuits_on_an_unchanged_spec() -> None:

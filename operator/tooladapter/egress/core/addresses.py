@@ -65,9 +65,17 @@ _RANGES: Final[tuple[tuple[str, tuple[IPNetwork, ...]], ...]] = tuple(
                 "198.51.100.0/24",
                 "203.0.113.0/24",
                 "240.0.0.0/4",
+                "192.88.99.0/24",  # the deprecated 6to4 relay anycast (RFC 7526)
                 "100::/64",
                 "2001::/23",
                 "2001:db8::/32",
+                "3fff::/20",  # documentation (RFC 9637)
+                "5f00::/16",  # SRv6 SIDs (RFC 9602)
+                # Local-use NAT64 (RFC 8215) and IPv4-translated addresses (RFC 2765): a
+                # translator delivers them to an IPv4 address of its network, so the whole
+                # range is refused rather than the address inside judged.
+                "64:ff9b:1::/48",
+                "::ffff:0:0:0/96",
             ),
         ),
     )

@@ -129,7 +129,15 @@ def internal_literal(url: str) -> str | None:
     if parts.username is not None or parts.password is not None:
         # Which part is the host then depends on the parser; the operator refuses it too.
         return "holds a user or password: a token endpoint's URL names only its host"
-    host = (parts.hostname or "").rstrip(".").lower()
+    raw_host = parts.hostname or ""
+    if not raw_host.isascii():
+        # Resolvers and URL libraries map other spellings (fullwidth digits, ideographic
+        # dots, circled letters) onto an address or `localhost`; the name to use is ASCII.
+        return (
+            f"{raw_host!r} is not an ASCII host name: name the issuer in its ASCII (IDNA "
+            "xn--) form"
+        )
+    host = raw_host.rstrip(".").lower()
     if host == "localhost" or host.endswith(".localhost"):
         return f"{host!r} is this machine: name a public issuer, or a trusted one by name"
     try:
