@@ -134,8 +134,7 @@ def internal_literal(url: str) -> str | None:
         # Resolvers and URL libraries map other spellings (fullwidth digits, ideographic
         # dots, circled letters) onto an address or `localhost`; the name to use is ASCII.
         return (
-            f"{raw_host!r} is not an ASCII host name: name the issuer in its ASCII (IDNA "
-            "xn--) form"
+            f"{raw_host!r} is not an ASCII host name: name the issuer in its ASCII (IDNA xn--) form"
         )
     host = raw_host.rstrip(".").lower()
     if host == "localhost" or host.endswith(".localhost"):
