@@ -11,7 +11,10 @@ at all, so pools are sized from demand as shipped):
   call out of warm pods; the entry is TEST-NET and never used);
 - pool: a call-workspace tool; nothing waits for a ready pod: what demand sizing gives;
 - attempt: calls of one attempt after its first (the workspace pod is there);
-- gvisor: a `GVisor` tool (RuntimeClass gvisor, its own pool), when the cluster has it.
+- gvisor: a `GVisor` tool (RuntimeClass gvisor, its own pool), when the cluster has it;
+- credentialed: a tool carrying a Secret's value as a header, injected by the egress proxy
+  into its `wget` of an API on the node's address (a pool pod, as the pool row; its own
+  profile, so its own pool).
 
 Each row sequential (`BENCH_SANDBOX_CALLS`, default 20, one call after another) and with
 5 agents at once (4 calls each); p50/p95 of create-to-terminal: from just before the POST to
@@ -46,6 +49,7 @@ from tooladapter.devtools import (
     OperatorProcess,
     admin_client,
     client_with_token,
+    free_port,
     node_ip,
     sa_user,
     token_for,
@@ -53,6 +57,7 @@ from tooladapter.devtools import (
 )
 
 from .procfs import proc_cpu_seconds
+from .setup import helper
 
 GROUP, VERSION = "tooladapter.dev", "v1alpha1"
 PREFIX = "tabench-sbx"
@@ -66,6 +71,8 @@ FIRST_CALL_AFTER_SECONDS = 10.0
 #: The rows to measure (comma-separated labels, e.g. "bare pod,cold Job"); empty: all.
 ROWS = {r.strip() for r in os.environ.get("BENCH_SANDBOX_ROWS", "").split(",") if r.strip()}
 SANDBOX_IMAGE = os.environ.get("TOOLADAPTER_SANDBOX_IMAGE", "localhost/tooladapter-sandbox:dev")
+#: The credentialed row's API: a test name the egress proxy maps to the node's address.
+API_HOST = "api.bench.test"
 
 
 def _pct(values: list[float], q: float) -> float | None:
@@ -103,13 +110,19 @@ class SandboxBench:
         self.report: dict[str, Any] = {"columns": {}, "unavailable": {}, "cold_fallbacks": {}}
         self.proxy: EgressProxyProcess | None = None
         self.operator: OperatorProcess | None = None
+        self.api_server: subprocess.Popen[bytes] | None = None
+        self.api_port = free_port("0.0.0.0")
         self.tenants: list[Tenant] = []
 
     # ------------------------------------------------------------------ set-up
 
     def start(self) -> None:
         scope = {"TOOLADAPTER_NAMESPACES": f"{PREFIX}-*"}
-        self.proxy = EgressProxyProcess(self.workdir / "proxy", scope)
+        with (self.workdir / "api-server.log").open("ab") as log:
+            self.api_server = helper("http-server", node_ip(), str(self.api_port), log=log)
+        self.proxy = EgressProxyProcess(
+            self.workdir / "proxy", {**scope, "TOOLADAPTER_EGRESS_HOSTS": f"{API_HOST}={node_ip()}"}
+        )
         (self.workdir / "proxy").mkdir()
         self.proxy.start()
         (self.workdir / "operator").mkdir()
@@ -125,6 +138,29 @@ class SandboxBench:
         )
         self.operator.env.pop("TOOLADAPTER_WARM_POOL_SIZE", None)
         self.operator.start()
+
+    def credentialed_tool(self, tenant: Tenant) -> str:
+        """The credentialed row's tool: a Secret's value as `Authorization: Bearer` on the
+        requests to the API, which the egress proxy adds; returns the call's command."""
+        target = f"{API_HOST}:{self.api_port}"
+        self.core.create_namespaced_secret(
+            tenant.ns.name,
+            {"metadata": {"name": "bench-api"}, "stringData": {"token": "bench-token-value"}},  # type: ignore[arg-type]  # the client sends a dict body as is
+        )
+        self.tool(
+            tenant,
+            "credentialed",
+            shell_allow=["wget"],
+            credentials=[
+                {
+                    "name": "api",
+                    "source": {"secretKeyRef": {"name": "bench-api", "key": "token"}},
+                    "inject": {"hosts": [target]},
+                }
+            ],
+            egress={"allow": [target]},
+        )
+        return f"wget -q -O - http://{target}/bench"
 
     def tenant(self) -> Tenant:
         ns = Namespace(self.admin, prefix=PREFIX)
@@ -167,9 +203,17 @@ class SandboxBench:
             )
         return tenant
 
-    def tool(self, tenant: Tenant, tool_id: str, **sandbox: Any) -> None:
+    def tool(
+        self,
+        tenant: Tenant,
+        tool_id: str,
+        *,
+        shell_allow: list[str] | None = None,
+        credentials: list[dict[str, Any]] | None = None,
+        **sandbox: Any,
+    ) -> None:
         namespace = tenant.ns.name
-        body = {
+        body: dict[str, Any] = {
             "apiVersion": f"{GROUP}/{VERSION}",
             "kind": "ToolDescriptor",
             "metadata": {"name": f"{tool_id}-1-0-0"},
@@ -184,7 +228,7 @@ class SandboxBench:
                     "required": ["command"],
                 },
                 "timeoutSeconds": 60,
-                "shell": {"allow": ["echo", "uname"]},
+                "shell": {"allow": shell_allow or ["echo", "uname"]},
                 "sandbox": {
                     "resources": {
                         "requests": {"cpu": "10m", "memory": "16Mi"},
@@ -194,6 +238,8 @@ class SandboxBench:
                 },
             },
         }
+        if credentials:
+            body["spec"]["credentials"] = credentials
         self.custom.create_namespaced_custom_object(
             GROUP, VERSION, namespace, "tooldescriptors", body
         )
@@ -212,14 +258,19 @@ class SandboxBench:
     # ------------------------------------------------------------------ one call
 
     def call(
-        self, tenant: Tenant, tool: str, *, attempt: str | None = None
+        self,
+        tenant: Tenant,
+        tool: str,
+        *,
+        attempt: str | None = None,
+        command: str = "echo bench",
     ) -> tuple[float, dict[str, Any]]:
         api = client.CustomObjectsApi(tenant.agent)
         namespace = tenant.ns.name
         name = f"{tool}-{os.urandom(5).hex()}"
         spec: dict[str, Any] = {
             "tool": {"id": tool, "version": "1.0.0"},
-            "arguments": {"command": "echo bench"},
+            "arguments": {"command": command},
             "caller": {"kind": "agent", "name": tenant.user},
         }
         if attempt:
@@ -423,7 +474,17 @@ class SandboxBench:
             self.column("gvisor", by_agent("gvisor"), warm=True)
         else:
             self.report["unavailable"]["gvisor"] = (gvisor.stderr or gvisor.stdout).strip()
-        self.report["unavailable"]["credentialed"] = "not measured by this bench yet"
+        if not ROWS or "credentialed" in ROWS:
+            command = self.credentialed_tool(main)
+
+            def credentialed(index: int, _round: int) -> tuple[float, dict[str, Any]]:
+                seconds, status = self.call(agents[index], "credentialed", command=command)
+                if status.get("state") == "Observed" and not status.get("credentials"):
+                    # Counted as a failure: the row times calls that carried it.
+                    status = {**status, "state": "Failed", "message": "no credential carried"}
+                return seconds, status
+
+            self.column("credentialed", credentialed, warm=True)
         self.idle_cost()
         self.report["machine"]["loadavg_after"] = list(os.getloadavg())
 
@@ -433,6 +494,9 @@ class SandboxBench:
         for proc in (self.operator, self.proxy):
             if proc is not None:
                 proc.stop()
+        if self.api_server is not None:
+            self.api_server.terminate()
+            self.api_server.wait(timeout=10)
 
 
 def print_table(report: dict[str, Any]) -> None:
