@@ -115,8 +115,12 @@ def test_container_over_memory_limit_is_oomkilled(core: Any, namespace: str) -> 
         return None
 
     state = wait_until("container hog to terminate", terminated, timeout=120)
-    assert state.reason == "OOMKilled", (state.reason, state.exit_code, state.message)
-    assert state.exit_code == 137
+    # Killed by SIGKILL (128 + 9): nothing else signals dd here (no deadline, no deletion).
+    assert state.exit_code == 137, (state.reason, state.exit_code, state.message)
+    # The runtime names the OOM kill when its OOM event is read before the exit; when the
+    # exit is seen first (a race in containerd's cgroup v2 event handling, seen once in CI)
+    # the reason is the generic "Error" for the same SIGKILL.
+    assert state.reason in ("OOMKilled", "Error"), (state.reason, state.exit_code, state.message)
 
 
 def test_job_past_active_deadline_fails_with_deadline_exceeded(batch: Any, namespace: str) -> None:
