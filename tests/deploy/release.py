@@ -127,6 +127,22 @@ class Release:
 
         return wait_for(found, timeout=120, what="a pod of the release holding the Lease")
 
+    def upgrade(self, *values: str) -> None:
+        """`helm upgrade --reuse-values` with `values` (`--set=...` flags), waiting for the
+        roll."""
+        run(
+            helm(),
+            "upgrade",
+            self.name,
+            str(CHART),
+            "--namespace",
+            self.namespace,
+            "--reuse-values",
+            *values,
+            "--wait",
+            "--timeout=5m",
+        )
+
     def wait_ready(self, replicas: int, timeout: float = 300) -> None:
         def ready() -> bool:
             pods = self.pods()

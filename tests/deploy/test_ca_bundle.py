@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 
-from tests.deploy.release import CHART, Release, helm, run
+from tests.deploy.release import Release
 from tests.integration.objects import Agent, descriptor, pretty, status_of
 from tests.integration.servers import tls_server
 from tooladapter.devtools import Namespace, node_ip, tls
@@ -43,18 +43,7 @@ def bundled(
         if e.status != 409:
             raise
         core.replace_namespaced_config_map(CONFIGMAP, release.namespace, body)  # type: ignore[arg-type]
-    run(
-        helm(),
-        "upgrade",
-        release.name,
-        str(CHART),
-        "--namespace",
-        release.namespace,
-        "--reuse-values",
-        f"--set=caBundle.configMap={CONFIGMAP}",
-        "--wait",
-        "--timeout=5m",
-    )
+    release.upgrade(f"--set=caBundle.configMap={CONFIGMAP}")
     release.wait_ready(int(release.values()["replicas"]))
     yield private, other
 

@@ -18,7 +18,7 @@ from typing import Any, cast
 import pytest
 from kubernetes import client
 
-from tests.deploy.release import CHART, Release, helm, run
+from tests.deploy.release import Release, run
 from tests.integration.objects import Agent, descriptor, get, pretty, status_of
 from tests.integration.servers import Recorder
 from tooladapter.devtools import Namespace, node_ip, wait_for
@@ -31,18 +31,7 @@ ARTIFACTS = "/var/lib/tooladapter/artifacts"
 
 
 def set_hosts(release: Release, hosts: str) -> None:
-    run(
-        helm(),
-        "upgrade",
-        release.name,
-        str(CHART),
-        "--namespace",
-        release.namespace,
-        "--reuse-values",
-        f"--set-string=egressProxy.hosts={hosts}",
-        "--wait",
-        "--timeout=5m",
-    )
+    release.upgrade(f"--set-string=egressProxy.hosts={hosts}")
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,7 @@ import pytest
 from kubernetes import client
 
 from tests.deploy.calls import Load, agent_for, check_once_each, effect_tool, wait_all_terminal
-from tests.deploy.release import CHART, Release, helm, run, token
+from tests.deploy.release import Release, token
 from tests.integration.servers import Recorder
 from tooladapter.devtools import Namespace, wait_for
 
@@ -32,18 +32,7 @@ def test_helm_upgrade_with_a_changed_value_rolls_every_pod_and_loses_no_call(
     load = Load(agent, CALLS, RATE, tag=f"u{token()}")
     load.start()
     wait_for(lambda: load.created() >= 5, timeout=60, what="the load under way")
-    run(
-        helm(),
-        "upgrade",
-        release.name,
-        str(CHART),
-        "--namespace",
-        release.namespace,
-        "--reuse-values",
-        f"--set=settings.sandboxRetainSeconds={retain}",
-        "--wait",
-        "--timeout=5m",
-    )
+    release.upgrade(f"--set=settings.sandboxRetainSeconds={retain}")
     load.join()
 
     replicas = int(release.values()["replicas"])

@@ -189,16 +189,15 @@ async def _through_a_call(api: UserApi, *, attempt_id: str, owner: str) -> dict[
     if not (state and InvocationState(state).terminal):
         answer["releasedAt"] = None  # once the call ends
         return answer
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + RECORD_WAIT_SECONDS
-    while loop.time() < deadline:
-        released_at = ((await api.get(str(Resource.INVOCATIONS), name)).get("status") or {}).get(
-            "workspaceReleasedAt"
-        )
-        if released_at:
-            answer["releasedAt"] = released_at
-            return answer
-        await asyncio.sleep(0.5)
+    try:
+        async with asyncio.timeout(RECORD_WAIT_SECONDS):
+            async for obj in api.follow(str(Resource.INVOCATIONS), name):
+                released_at = (obj.get("status") or {}).get("workspaceReleasedAt")
+                if released_at:
+                    answer["releasedAt"] = released_at
+                    return answer
+    except TimeoutError:
+        pass
     raise CliError(
         f"asked the operator to release the workspace of attempt {attempt_id!r} through call "
         f"{name}, and it has not recorded it in {RECORD_WAIT_SECONDS:.0f} s: is it running?"

@@ -196,6 +196,9 @@ class FakeUser:
         self.deleted.append(name)
         return self.pods.pop(name, None) is not None
 
+    async def follow(self, plural: str, name: str) -> AsyncIterator[dict[str, Any]]:
+        yield await self.get(plural, name)
+
     async def get(self, plural: str, name: str) -> dict[str, Any]:
         if name not in self.objects:
             raise UserApiError(404, f"{plural} {name!r} not found")
