@@ -32,7 +32,7 @@ SHIPPED: dict[tuple[AdmissionKind, str], str] = {
         "sha256:deeed04fbad02c82eb4cb159863f2fdb042098569854fc8ad3d9e9dc98626b7c"
     ),
     (AdmissionKind.POLICY, "tooladapter-issuer-addresses"): (
-        "sha256:52e44fc0124fe2954d9f07636d0194dc51fe4da2df0af83c95dd1d2f09381871"
+        "sha256:e4a8cf70172e255b593b340252148847a6dd058b926f59bfe3b32275261ae76a"
     ),
     (AdmissionKind.POLICY, "tooladapter-mcpserver-activation"): (
         "sha256:22055c63bc70f4614f06f859ce673560176cafdb6367bffd67c7176c34e5fa15"
