@@ -177,29 +177,33 @@ mcp-ts-client:
 
 # Three workers, a test file each at a time (`--dist loadfile`: a module's operator stays in one
 # worker). Most of a test's time is spent waiting on the cluster (pods starting, watches), so
-# a third worker on two cores pays: 341 tests in 676 s against 850 s with two. Every worker has its own session prefix, operator and namespaces. Tests that read
-# or change what the whole cluster shares (marker `cluster_wide`) run after, alone.
+# a third worker on two cores pays: 341 tests in 676 s against 850 s with two. The cluster's
+# own checks (tests/cluster) run among them. Every worker has its own session prefix,
+# operator and namespaces. Tests that read or change what the whole cluster shares (marker
+# `cluster_wide`) run after, alone.
 INTEGRATION_WORKERS ?= 3
 integration: venv s3-server browser otel-collector oauth-server mcp-ts-client
-	TOOLADAPTER_REQUIRE_CLUSTER=1 $(VENV)/bin/pytest -q -m "not cluster_down" tests/cluster
 	TOOLADAPTER_REQUIRE_CLUSTER=1 $(VENV)/bin/pytest -q -m "not cluster_down and not cluster_wide" \
 	  -n $(INTEGRATION_WORKERS) --dist loadfile --durations=30 \
-	  --junitxml=$(ROOT)/.cluster/integration-junit.xml tests/integration
+	  --junitxml=$(ROOT)/.cluster/integration-junit.xml tests/cluster tests/integration
 	TOOLADAPTER_REQUIRE_CLUSTER=1 $(VENV)/bin/pytest -q -m "cluster_wide" tests/integration
 
 # The host-process suite first (it reads the operator's log and artifacts and kills its
 # process), then what `make install` applied is removed and the Helm-installed operator is
 # tested (tests/deploy); kubectl-applied and Helm-owned objects never coexist.
-# The Go builds (cluster binaries, SeaweedFS, the collector, the OAuth server; no-ops when cached) start first,
-# in the background: lint and most unit tests need none of them. A cold build spends much of
+# The Go builds (cluster binaries, SeaweedFS, the collector, the OAuth server; no-ops when
+# cached) start first, in the background, before even the virtualenv (its downloads overlap
+# their compiling): lint and most unit tests need none of them. A cold build spends much of
 # its time downloading modules: hack/prefetch.sh fetches every build's modules at once while
-# the first build compiles (4.6 GB in 134 s here, against about 70 s for SeaweedFS's alone). `unit` waits for them through helm's build lock.
+# the first build compiles (4.6 GB in 134 s here, against about 70 s for SeaweedFS's alone).
+# `unit` waits for them through helm's build lock.
 BUILD_LOG := $(ROOT)/.cluster/prebuild.log
-test: venv
+test:
 	@mkdir -p $(ROOT)/.cluster
 	@hack/prefetch.sh >$(ROOT)/.cluster/prefetch.log 2>&1 &
 	@( $(CLUSTER_SCRIPTS)/build.sh && hack/s3/build.sh && hack/otel/build.sh && hack/oauth/build.sh ) >$(BUILD_LOG) 2>&1 & \
 	  echo "builds in the background (log: $(BUILD_LOG)); every Go module they need is fetched at once beside them (log: $(ROOT)/.cluster/prefetch.log)"
+	$(MAKE) --no-print-directory venv
 	$(MAKE) --no-print-directory lint
 	$(MAKE) --no-print-directory unit
 	@if [ "$(KUBECONFIG)" = "$(LOCAL_KUBECONFIG)" ]; then $(MAKE) --no-print-directory cluster-up; fi
