@@ -196,7 +196,8 @@ integration: venv s3-server browser otel-collector oauth-server mcp-ts-client
 # their compiling): lint and most unit tests need none of them. A cold build spends much of
 # its time downloading modules: hack/prefetch.sh fetches every build's modules at once while
 # the first build compiles (4.6 GB in 134 s here, against about 70 s for SeaweedFS's alone).
-# `unit` waits for them through helm's build lock.
+# `unit` waits for them through helm's build lock. The local cluster's images are built
+# beside lint too (their downloads and layers need no cluster; cluster-up imports them).
 BUILD_LOG := $(ROOT)/.cluster/prebuild.log
 test:
 	@mkdir -p $(ROOT)/.cluster
@@ -204,6 +205,9 @@ test:
 	@( $(CLUSTER_SCRIPTS)/build.sh && hack/s3/build.sh && hack/otel/build.sh && hack/oauth/build.sh ) >$(BUILD_LOG) 2>&1 & \
 	  echo "builds in the background (log: $(BUILD_LOG)); every Go module they need is fetched at once beside them (log: $(ROOT)/.cluster/prefetch.log)"
 	$(MAKE) --no-print-directory venv
+	@if [ "$(KUBECONFIG)" = "$(LOCAL_KUBECONFIG)" ]; then \
+	  $(CLUSTER_SCRIPTS)/images.sh --archives >$(ROOT)/.cluster/images.log 2>&1 & \
+	  echo "images in the background (log: $(ROOT)/.cluster/images.log)"; fi
 	$(MAKE) --no-print-directory lint
 	$(MAKE) --no-print-directory unit
 	@if [ "$(KUBECONFIG)" = "$(LOCAL_KUBECONFIG)" ]; then $(MAKE) --no-print-directory cluster-up; fi
