@@ -33,9 +33,8 @@ from tooladapter.kube.client import NotFound
 from tooladapter.memory import release_free_heap
 from tooladapter.naming import ANNOTATION_INVOCATION_REF, LABEL_INVOCATION_UID, LeaseNames
 from tooladapter.pipeline import dataflow as flowrule
-from tooladapter.pipeline.retention import claim_expired
+from tooladapter.pipeline.retention import claim_expired, claim_sweep_seconds
 from tooladapter.runtime import Runtime
-from tooladapter.settings import Settings
 from tooladapter.timeutil import parse_time
 
 logger = logging.getLogger("tooladapter.workers")
@@ -342,15 +341,11 @@ def invocation_of(meta: dict[str, Any]) -> tuple[str, dict[str, Any] | None] | N
     return meta["namespace"], owner
 
 
-def claim_sweep_seconds(settings: Settings) -> float:
-    """How often idempotency claims are listed: once a minute, or once a retention when it
-    is shorter (0, keep forever: the minute), never more often than the reconcilers."""
-    retention = settings.retention.idempotency_seconds or 60
-    return max(settings.reconcile_interval_seconds, min(60, retention))
-
-
 def start_workers(rt: Runtime) -> None:
     interval = rt.settings.reconcile_interval_seconds
+    claim_sweep = claim_sweep_seconds(
+        retention_seconds=rt.settings.retention.idempotency_seconds, reconcile_seconds=interval
+    )
     rt.workers += [
         asyncio.create_task(every(interval, reconcile_uncertain, rt, "uncertain-reconciler")),
         asyncio.create_task(every(interval, reap_sandboxes, rt, "sandbox-reaper")),
@@ -361,13 +356,8 @@ def start_workers(rt: Runtime) -> None:
         asyncio.create_task(every(max(interval, 60), collect_scope_stores, rt, "dataflow-stores")),
         # Candidates come from the census (memory): as often as the other reconcilers.
         asyncio.create_task(every(interval, apply_retention, rt, "retention")),
-        # Claims are listed from the API server: at most once a minute, or as often as
-        # their retention when that is shorter (a claim then outlives it by one sweep).
-        asyncio.create_task(
-            every(
-                claim_sweep_seconds(rt.settings), expire_idempotency_claims, rt, "claim-retention"
-            )
-        ),
+        # Claims are listed from the API server: `claim_sweep_seconds`.
+        asyncio.create_task(every(claim_sweep, expire_idempotency_claims, rt, "claim-retention")),
     ]
     if rt.kube is not None:
         # The admission policies, on every change and every `relist_seconds` (`identity`).

@@ -107,3 +107,16 @@ def claim_expired(
         # older than this rule): counted from the claim's creation.
         age = _age(claim.created, now)
     return age is not None and age >= retention_seconds
+
+
+#: Claims are listed from the API server, so at most this often unless their retention is
+#: shorter.
+CLAIM_SWEEP_SECONDS = 60
+
+
+def claim_sweep_seconds(*, retention_seconds: int, reconcile_seconds: int) -> int:
+    """How often idempotency claims are listed: once a minute, or once a retention when it
+    is shorter (a claim then outlives it by at most one sweep; 0, kept forever: the
+    minute), never more often than the reconcilers run."""
+    retention = retention_seconds or CLAIM_SWEEP_SECONDS
+    return max(reconcile_seconds, min(CLAIM_SWEEP_SECONDS, retention))

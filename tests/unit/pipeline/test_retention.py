@@ -20,7 +20,12 @@ from tests.unit.fake_cluster import (
 from tooladapter.enums import FailureClass, InvocationState, Resource, ToolKind
 from tooladapter.executors import Outcome
 from tooladapter.handlers.workers import apply_retention, expire_idempotency_claims
-from tooladapter.pipeline.retention import ClaimRecord, claim_expired, invocation_expired
+from tooladapter.pipeline.retention import (
+    ClaimRecord,
+    claim_expired,
+    claim_sweep_seconds,
+    invocation_expired,
+)
 from tooladapter.settings import RetentionSettings, Settings
 from tooladapter.timeutil import to_iso
 
@@ -294,3 +299,22 @@ def test_the_census_keeps_calls_that_must_stay_out_of_retention() -> None:
         )
     (candidate,) = h.rt.census.ended_before(datetime.now(UTC).timestamp())
     assert (candidate.name, candidate.resource_version) == ("done", "7")
+
+
+@pytest.mark.parametrize(
+    ("retention", "interval", "expected"),
+    [
+        (86_400, 30, 60),  # the defaults: once a minute
+        (0, 30, 60),  # kept forever: still swept once a minute (nothing expires)
+        (2, 2, 2),  # a short retention is swept as often as it lasts
+        (10, 30, 30),  # but never more often than the reconcilers run
+        (3600, 120, 120),  # a slow reconcile interval is kept
+    ],
+)
+def test_the_claim_sweep_follows_a_shorter_retention(
+    retention: int, interval: int, expected: int
+) -> None:
+    """Claims are listed once a minute in production, once a retention when that is
+    shorter (a claim outlives its retention by at most one sweep), never faster than the
+    reconcilers."""
+    assert claim_sweep_seconds(retention_seconds=retention, reconcile_seconds=interval) == expected
