@@ -16,7 +16,9 @@ The receipt is stored before its link claims a number, so a link never names a r
 that was not written; a writer that loses the number leaves its receipt in the store,
 named by no link and so never served (`receipts.service.reader.stored_receipt`).
 
-Blocking (store I/O): called on the store's threads, serialised per chain by a lock.
+Blocking (store I/O): called on the store's threads, serialised per chain by a lock; the
+receipts that wait meanwhile are gathered on the event loop (`AppendQueue`) and appended in
+one batch, one round of fsyncs for all of them.
 """
 
 from __future__ import annotations
@@ -24,7 +26,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any, Final
 
 from tooladapter.artifacts.index import incarnation_prefix
@@ -32,7 +35,9 @@ from tooladapter.artifacts.protocol import (
     ArtifactStore,
     ArtifactStoreError,
     CorruptArtifact,
+    content_ref,
     digest_of,
+    put_all,
 )
 from tooladapter.receipts.core.chain import Head, Linked, link
 from tooladapter.receipts.core.signing import Signer, seal
@@ -141,6 +146,27 @@ def incarnations(store: ArtifactStore, namespace: str) -> list[str]:
     return sorted(found)
 
 
+#: A link made: the signed receipt's bytes, its reference and its sequence number.
+Appended = tuple[bytes, str, int]
+
+
+@dataclass
+class AppendQueue:
+    """Receipts waiting to join one chain, gathered on the event loop while a trip of that
+    chain is on the store's threads; the next trip appends them all (`append_all`).
+
+    Appends to one chain are one at a time (`_lock`), so without the queue a namespace's
+    calls ending at once each waited for the one before it, an fsync round apiece, and a
+    flood of them held the store's few shared threads that every other namespace's
+    receipts need. Gathered, one trip of the chain is on those threads at a time and
+    carries every receipt that came meanwhile, for one round of fsyncs."""
+
+    #: What waits: each entry is the writer's (`receipts.service.writer`).
+    waiting: list[Any] = field(default_factory=list)
+    #: The task taking the waiting receipts to the store (None: none is running).
+    drain: asyncio.Task[None] | None = None
+
+
 class ReceiptChains:
     """The chains this process appends to, their heads in memory."""
 
@@ -158,7 +184,7 @@ class ReceiptChains:
         #: Heads published before this start (`kube.receipt_keys`): where `discover` starts.
         self._hints: dict[tuple[str, str], Head] = dict(hints or {})
         self._locks: dict[tuple[str, str], threading.Lock] = {}
-        self._turns: dict[tuple[str, str], asyncio.Lock] = {}
+        self._queues: dict[tuple[str, str], AppendQueue] = {}
         self._guard = threading.Lock()
         #: Chains whose head moved since the last publication.
         self.changed: set[tuple[str, str]] = set()
@@ -200,13 +226,11 @@ class ReceiptChains:
                     self._heads[key] = head
             return head
 
-    def turn(self, namespace: str, uid: str) -> asyncio.Lock:
-        """The chain's turn on the store's threads, taken on the event loop before a trip
-        that appends to it. Appends to one chain wait for each other (`_lock`); without the
-        turn they would wait on the store's few shared threads, and one namespace's flood
-        of calls ending would hold every thread and every other namespace's receipts."""
+    def queue(self, namespace: str, uid: str) -> AppendQueue:
+        """The chain's receipts waiting on the event loop for its next trip to the store's
+        threads (`AppendQueue`)."""
         with self._guard:
-            return self._turns.setdefault((namespace, uid), asyncio.Lock())
+            return self._queues.setdefault((namespace, uid), AppendQueue())
 
     def _lock(self, key: tuple[str, str]) -> threading.Lock:
         with self._guard:
@@ -216,48 +240,100 @@ class ReceiptChains:
         self, receipt: Mapping[str, Any], *, namespace: str, uid: str
     ) -> tuple[bytes, str, int]:
         """Sign `receipt` as the next link of the chain of (namespace, uid), store it and
-        claim its number: its bytes, reference and sequence number. The receipt is stored
-        first, so a claimed link always names stored bytes; storing them again (a trip made
-        again) is idempotent."""
+        claim its number: its bytes, reference and sequence number."""
+        made: list[Appended] = []
+        self.append_all([receipt], namespace=namespace, uid=uid, into=made)
+        return made[0]
+
+    def append_all(
+        self,
+        receipts: Sequence[Mapping[str, Any]],
+        *,
+        namespace: str,
+        uid: str,
+        into: list[Appended],
+    ) -> None:
+        """Sign each of `receipts` not yet in `into` as the next links of the chain of
+        (namespace, uid), store them and claim their numbers, adding each link made to
+        `into` (its bytes, reference and sequence number) as it is claimed: a trip made
+        again after a refusal goes on where this one stopped, never making a link twice.
+
+        The receipts are stored before their links claim numbers, so a claimed link always
+        names stored bytes; the whole batch is one round of fsyncs (`protocol.put_all`)."""
         key = (namespace, uid)
         with self._lock(key):
             head = self._heads.get(key)
             if head is None:
                 head = self.discover(namespace, uid)
-            while True:
-                seq = head.sequence + 1
-                body = dict(receipt)
-                body["chain"] = link(
-                    namespace=namespace,
-                    incarnation=uid,
-                    sequence=seq,
-                    previous=head.ref,
-                    signed_at=now_iso(),
-                )
-                data = seal(body, self.signer())
-                ref = self.store.put(data)
+            while len(into) < len(receipts):
+                batch: list[Appended] = []
+                end = head
+                for receipt in receipts[len(into) :]:
+                    body = dict(receipt)
+                    body["chain"] = link(
+                        namespace=namespace,
+                        incarnation=uid,
+                        sequence=end.sequence + 1,
+                        previous=end.ref,
+                        signed_at=now_iso(),
+                    )
+                    data = seal(body, self.signer())
+                    made = (data, content_ref(data), end.sequence + 1)
+                    batch.append(made)
+                    end = Head(made[2], made[1])
                 try:
-                    self.store.put_key(chain_key(namespace, uid, seq), link_bytes(ref))
-                except CorruptArtifact:
-                    # Another writer claimed this number first: follow the chain to its
-                    # end and sign again after it. Never a fork; the receipt just stored
-                    # is named by no link, so no reader serves it.
+                    claimed = put_all(
+                        self.store,
+                        [data for data, _, _ in batch],
+                        [(chain_key(namespace, uid, s), link_bytes(r)) for _, r, s in batch],
+                    )
+                except Exception:
+                    # The store failed part way: the links it made before are kept (the trip
+                    # made again goes on after them), never signed a second time.
+                    self._claimed(key, batch, into, self._made(namespace, uid, batch))
+                    raise
+                head = self._claimed(key, batch, into, claimed) or head
+                if claimed < len(batch):
+                    # Another writer claimed the next number first: follow the chain to its
+                    # end and sign the rest again after it. Never a fork; the receipts just
+                    # stored past it are named by no link, so no reader serves them.
                     self.conflicts += 1
                     logger.info(
                         "receipt chain %s/%s: sequence %d was claimed by another writer; "
                         "following it",
                         namespace,
                         uid,
-                        seq,
+                        head.sequence + 1,
                     )
                     head = self.forward(namespace, uid, head)
-                    continue
-                break
-            new = Head(seq, ref)
-            with self._guard:
-                self._heads[key] = new
-                self.changed.add(key)
-            return data, ref, seq
+
+    def _claimed(
+        self, key: tuple[str, str], batch: list[Appended], into: list[Appended], claimed: int
+    ) -> Head | None:
+        """The first `claimed` links of `batch` made: added to `into`, the head moved to the
+        last of them (None: none was made)."""
+        if not claimed:
+            return None
+        into.extend(batch[:claimed])
+        _, ref, sequence = batch[claimed - 1]
+        head = Head(sequence, ref)
+        with self._guard:
+            self._heads[key] = head
+            self.changed.add(key)
+        return head
+
+    def _made(self, namespace: str, uid: str, batch: list[Appended]) -> int:
+        """How many of `batch`'s links, from its first, the store holds as made (0 when it
+        cannot be read either)."""
+        made = 0
+        try:
+            for _, ref, sequence in batch:
+                if linked_ref(self.store, namespace, uid, sequence) != ref:
+                    break
+                made += 1
+        except Exception:
+            logger.warning("receipt chain %s/%s: its links could not be read", namespace, uid)
+        return made
 
     def forward(self, namespace: str, uid: str, head: Head) -> Head:
         """The chain's end, read on from `head` (a link at a time, up to `PROBE_LIMIT`, then

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from tooladapter.artifacts.protocol import (
@@ -16,20 +18,34 @@ from tooladapter.artifacts.protocol import (
     verified,
 )
 
+#: Threads that fsync a batch's files at once (`put_all`): concurrent fsyncs of one file
+#: system share a journal commit, so a batch costs about one fsync, not one per file.
+_FSYNC = ThreadPoolExecutor(max_workers=8, thread_name_prefix="tooladapter-fsync")
 
-def _synced_temp(folder: Path, data: bytes) -> str:
-    """A hidden temporary file in `folder` holding `data`, fsynced: the caller renames or
-    links it into place (and removes it when that fails)."""
+
+def _temp(folder: Path, data: bytes, *, sync: bool = True) -> str:
+    """A hidden temporary file in `folder` holding `data` (fsynced unless `sync` is False:
+    the caller syncs it): the caller renames or links it into place (and removes it when
+    that fails)."""
     fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-")
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
             fh.flush()
-            os.fsync(fh.fileno())
+            if sync:
+                os.fsync(fh.fileno())
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
     return tmp
+
+
+def _fsync_path(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 class LocalArtifactStore:
@@ -56,7 +72,7 @@ class LocalArtifactStore:
                 raise CorruptArtifact(f"{path} holds {path.stat().st_size} bytes, not {len(data)}")
             return ref
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = _synced_temp(path.parent, data)
+        tmp = _temp(path.parent, data)
         try:
             os.replace(tmp, path)
         except BaseException:
@@ -77,7 +93,7 @@ class LocalArtifactStore:
             self._same(path, data)
             return
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = _synced_temp(path.parent, data)
+        tmp = _temp(path.parent, data)
         try:
             try:
                 # link(2), unlike rename(2), refuses an existing name: write-once.
@@ -86,6 +102,52 @@ class LocalArtifactStore:
                 self._same(path, data)
         finally:
             Path(tmp).unlink(missing_ok=True)
+
+    def put_all(self, datas: Sequence[bytes], keys: Sequence[tuple[str, bytes]] = ()) -> int:
+        """`put` of every `datas`, then `put_key` of each of `keys` in order, stopping at the
+        first key that holds other bytes: how many keys were stored. Every file is written,
+        then all are fsynced at once, before any name appears: a receipt and its chain link
+        (or a batch of them) cost one round of fsyncs, and a name never outlives its bytes."""
+        temps: list[str] = []
+        try:
+            moves: list[tuple[str, Path]] = []
+            for data in datas:
+                path = self.path_of(content_ref(data))
+                if path.exists():
+                    if path.stat().st_size != len(data):
+                        raise CorruptArtifact(
+                            f"{path} holds {path.stat().st_size} bytes, not {len(data)}"
+                        )
+                    continue
+                path.parent.mkdir(parents=True, exist_ok=True)
+                temps.append(_temp(path.parent, data, sync=False))
+                moves.append((temps[-1], path))
+            links: list[tuple[str | None, Path, bytes]] = []
+            for key, data in keys:
+                path = self.root / index_key(key)
+                if path.exists():
+                    links.append((None, path, data))
+                    continue
+                path.parent.mkdir(parents=True, exist_ok=True)
+                linked = _temp(path.parent, data, sync=False)
+                temps.append(linked)
+                links.append((linked, path, data))
+            list(_FSYNC.map(_fsync_path, temps))
+            for tmp, path in moves:
+                os.replace(tmp, path)
+            for stored, (source, path, data) in enumerate(links):
+                try:
+                    if source is None:
+                        raise FileExistsError(path)
+                    # link(2), unlike rename(2), refuses an existing name: write-once.
+                    os.link(source, path)
+                except FileExistsError:
+                    if path.read_bytes() != data:
+                        return stored
+            return len(links)
+        finally:
+            for tmp in temps:
+                Path(tmp).unlink(missing_ok=True)
 
     @staticmethod
     def _same(path: Path, data: bytes) -> None:

@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Sequence
 from enum import StrEnum
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 _HEX = frozenset("0123456789abcdef")
 #: A named key's segments: no `.`/`..`, no hidden files (the file store's temporaries).
@@ -56,6 +57,30 @@ class ArtifactStore(Protocol):
 
     def list(self, prefix: str) -> list[str]:
         """The keys under the folder `prefix` (`index/.../`), sorted. Blocking."""
+
+
+@runtime_checkable
+class BatchingStore(Protocol):
+    """A store that stores a batch with one round of syncs (`put_all`)."""
+
+    def put_all(self, datas: Sequence[bytes], keys: Sequence[tuple[str, bytes]] = ()) -> int:
+        """`put` of every `datas`, then `put_key` of each of `keys` in order, stopping at
+        the first key that holds other bytes: how many keys were stored. Blocking."""
+
+
+def put_all(store: ArtifactStore, datas: Sequence[bytes], keys: Sequence[tuple[str, bytes]]) -> int:
+    """Every `datas` stored, then each of `keys` in order up to the first that holds other
+    bytes: how many keys were stored (the store's own batch when it has one)."""
+    if isinstance(store, BatchingStore):
+        return store.put_all(datas, keys)
+    for data in datas:
+        store.put(data)
+    for stored, (key, value) in enumerate(keys):
+        try:
+            store.put_key(key, value)
+        except CorruptArtifact:
+            return stored
+    return len(keys)
 
 
 class ArtifactStoreError(Exception):

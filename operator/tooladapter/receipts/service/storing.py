@@ -51,13 +51,19 @@ async def store_all(
 
     def run() -> None:
         for kind, write in writes:
-            try:
-                write()
-            except Exception as exc:
-                raise _WriteFailed(kind, exc) from exc
+            as_kind(kind, write)
 
     if writes:
         await until_stored(run, ArtifactKind.RECEIPT, of=of, on_failure=on_failure)
+
+
+def as_kind(kind: ArtifactKind, write: Callable[[], object]) -> None:
+    """`write()`, a failure of it named by the artifact's kind (as `until_stored` reports
+    it): for a trip that makes writes of several kinds."""
+    try:
+        write()
+    except Exception as exc:
+        raise _WriteFailed(kind, exc) from exc
 
 
 async def read_once(read: Callable[[], T]) -> T:

@@ -9,15 +9,16 @@ Used by the flow (every call's end) and by an operator's confirmation of an Unce
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
 from tooladapter import offload
 from tooladapter.artifacts import ArtifactStore, Space, content_ref
-from tooladapter.artifacts.chain import ReceiptChains
+from tooladapter.artifacts.chain import Appended, AppendQueue, ReceiptChains
 from tooladapter.artifacts.index import (
     approved_call_key,
     arguments_document,
@@ -37,7 +38,7 @@ from tooladapter.model import (
 )
 from tooladapter.receipts.core.record import build_receipt
 from tooladapter.receipts.core.signing import seal
-from tooladapter.receipts.service.storing import OnFailure, store_all
+from tooladapter.receipts.service.storing import OnFailure, as_kind, store_all, until_stored
 from tooladapter.timeutil import parse_time
 
 logger = logging.getLogger("tooladapter.invocations")
@@ -121,9 +122,11 @@ class ReceiptWriter:
 
         `results` (artifacts status names already) are stored first, in the results' key
         space (`Space.RESULTS`): never read, served or verified as a receipt. Everything goes in one
-        trip to the store's threads (it was up to five): a trip may wait for the GIL behind a
-        busy event loop, up to `sys.getswitchinterval()` each way. Every write is idempotent
-        (by content hash, or write-once with the same bytes), so a refused trip is made again.
+        trip to the store's threads (it was up to five), shared with the other receipts of the
+        chain that wait meanwhile (`AppendQueue`): a trip may wait for the GIL behind a busy
+        event loop, up to `sys.getswitchinterval()` each way, and each costs a round of fsyncs.
+        Every write is idempotent (by content hash, or write-once with the same bytes), so a
+        refused trip is made again.
 
         The stored receipt is signed, as the next link of its namespace incarnation's chain
         (`artifacts.chain`, which stores it once); `status.receipt.sequence` names its link."""
@@ -152,28 +155,8 @@ class ReceiptWriter:
         # where every other call would wait, unless they are small.
         arguments = getattr(entry.spec, "arguments", None) or {}
         receipt = await offload.run(namespace, offload.rough_size(arguments), canonical_receipt)
-        # Signed and chained on the store's thread, in the same trip as the other writes:
-        # the link's number is only known once the store took it (`artifacts.chain`). Kept
-        # once made, so a trip made again after a refusal re-stores that link, never a
-        # second one.
-        sealed: list[tuple[bytes, str, int]] = []
 
-        def seal_and_store() -> None:
-            if sealed:
-                store.put(sealed[0][0])
-                return
-            if namespace_uid:
-                # Stored once, by its hash, before its link names it (`artifacts.chain`).
-                sealed.append(chains.append(receipt, namespace=namespace, uid=namespace_uid))
-            else:
-                # No incarnation known: signed, but outside any chain (`chain: null`).
-                receipt["chain"] = None
-                signed = seal(receipt, chains.signer())
-                sealed.append((signed, content_ref(signed), 0))
-                store.put(signed)
-
-        def index_writes() -> None:
-            own_ref = sealed[0][1]
+        def index_writes(own_ref: str) -> None:
             approved = approved_call_key(receipt, own_ref)
             for key in entries_of(receipt, own_ref):
                 value = entry_bytes(own_ref)
@@ -192,22 +175,32 @@ class ReceiptWriter:
             if keyed is not None:
                 store.put_key(*keyed)
 
-        writes: list[tuple[ArtifactKind, Callable[[], object]]] = [
-            *(
-                (ArtifactKind.RESULT, partial(store.put, result, Space.RESULTS))
-                for result in results
-            ),
-            (ArtifactKind.RECEIPT, seal_and_store),
-            (ArtifactKind.INDEX, index_writes),
-        ]
+        store_results = [partial(store.put, result, Space.RESULTS) for result in results]
         if namespace_uid:
-            # One trip per chain on the store's threads at a time: the others of this chain
-            # wait here, on the loop, never on a thread another namespace's receipt needs.
-            async with chains.turn(namespace, namespace_uid):
-                await store_all(writes, of=entry.of, on_failure=on_failure)
+            # Signed, stored once by its hash and linked (`artifacts.chain`) in a trip that
+            # carries every receipt of the chain waiting meanwhile (`AppendQueue`).
+            own_ref, sequence = await self._chained(
+                _Chained(
+                    receipt=receipt,
+                    before=store_results,
+                    after=index_writes,
+                    of=entry.of,
+                    on_failure=on_failure,
+                    namespace=namespace,
+                    uid=namespace_uid,
+                )
+            )
         else:
+            # No incarnation known: signed, but outside any chain (`chain: null`).
+            receipt["chain"] = None
+            signed = seal(receipt, chains.signer())
+            own_ref, sequence = content_ref(signed), 0
+            writes: list[tuple[ArtifactKind, Callable[[], object]]] = [
+                *((ArtifactKind.RESULT, put) for put in store_results),
+                (ArtifactKind.RECEIPT, partial(store.put, signed)),
+                (ArtifactKind.INDEX, partial(index_writes, own_ref)),
+            ]
             await store_all(writes, of=entry.of, on_failure=on_failure)
-        own_ref, sequence = sealed[0][1], sealed[0][2]
         status.audit_ref = own_ref
         if not (status.duplicate_of and status.receipt_ref):
             status.receipt_ref = own_ref
@@ -218,3 +211,90 @@ class ReceiptWriter:
             written_at=entry.written_at,
             sequence=sequence or None,
         )
+
+    async def _chained(self, job: _Chained) -> tuple[str, int]:
+        """`job`'s receipt appended to its chain, with its results before and its index
+        entries after, in the next trip of that chain: its reference and sequence number."""
+        queue = self.chains.queue(job.namespace, job.uid)
+        queue.waiting.append(job)
+        if queue.drain is None:
+            queue.drain = asyncio.create_task(self._drain(queue, job.namespace, job.uid))
+        return await job.done
+
+    async def _drain(self, queue: AppendQueue, namespace: str, uid: str) -> None:
+        """Trips of one chain, one at a time, each taking every receipt waiting then; a
+        trip the store refuses is made again (`until_stored`), going on from the links it
+        made."""
+        try:
+            while queue.waiting:
+                batch: list[_Chained] = queue.waiting[:MAX_BATCH]
+                del queue.waiting[: len(batch)]
+                made: list[Appended] = []
+                failing = [job.on_failure for job in batch if job.on_failure is not None]
+
+                def trip(batch: list[_Chained] = batch, made: list[Appended] = made) -> None:
+                    for job in batch:
+                        for put in job.before:
+                            as_kind(ArtifactKind.RESULT, put)
+                    as_kind(
+                        ArtifactKind.RECEIPT,
+                        partial(
+                            self.chains.append_all,
+                            [job.receipt for job in batch],
+                            namespace=namespace,
+                            uid=uid,
+                            into=made,
+                        ),
+                    )
+                    for job, (_, ref, _) in zip(batch, made, strict=True):
+                        as_kind(ArtifactKind.INDEX, partial(job.after, ref))
+
+                def tell(
+                    kind: ArtifactKind, exc: Exception, failing: list[OnFailure] = failing
+                ) -> None:
+                    for on_failure in failing:
+                        on_failure(kind, exc)
+
+                try:
+                    await until_stored(
+                        trip,
+                        ArtifactKind.RECEIPT,
+                        of=batch[0].of if len(batch) == 1 else f"{len(batch)} calls of {namespace}",
+                        on_failure=tell if failing else None,
+                    )
+                except BaseException as exc:
+                    for job in batch:
+                        if not job.done.done():
+                            job.done.set_exception(exc)
+                    raise
+                for job, (_, ref, sequence) in zip(batch, made, strict=True):
+                    if not job.done.done():
+                        job.done.set_result((ref, sequence))
+        finally:
+            queue.drain = None
+            for job in queue.waiting:
+                # Left by a drain that ended early (cancelled: the operator stops).
+                if not job.done.done():
+                    job.done.cancel()
+            queue.waiting.clear()
+
+
+#: Receipts one trip of a chain carries at most (its fsync round and its signing time).
+MAX_BATCH = 64
+
+
+@dataclass
+class _Chained:
+    """One call's receipt waiting for its chain's trip: the results stored before it, the
+    index entries after (given its reference), and who hears of the store's refusal."""
+
+    receipt: dict[str, Any]
+    before: Sequence[Callable[[], object]]
+    after: Callable[[str], None]
+    of: str
+    on_failure: OnFailure | None
+    namespace: str
+    uid: str
+    done: asyncio.Future[tuple[str, int]] = field(
+        default_factory=lambda: asyncio.get_running_loop().create_future()
+    )
