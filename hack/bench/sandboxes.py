@@ -385,6 +385,9 @@ class SandboxBench:
                 if warm and start != "warm":
                     fallbacks += 1
             results[mode] = summary(times)
+            # Each call's time in the order made (sequential) or finished (parallel): which
+            # calls of a row were slow, not only how many.
+            results[mode]["times"] = [round(t, 3) for t in times]
             if label != "bare pod":
                 # The operator's CPU over the row (its calls and its upkeep meanwhile: pools,
                 # reaping) per 1,000 calls, beside part 1's read calls (`cpu s/1k`).

@@ -16,10 +16,16 @@ from tooladapter.settings import Settings
 #: it may be missing) raises RecursionError in the watch and stops the operator for every
 #: tenant; above it the event decodes and validation denies the call.
 RECURSION_LIMIT = 12_000
+#: How long a thread that wants the GIL waits before the holder is asked to let go (Python's
+#: default is 5 ms). Every call's end waits on the loop for a store thread's trip, and the
+#: store's and the large jobs' threads (`offload`) take the GIL from the loop: at 5 ms each
+#: hand-over could hold a call's end, or every other tenant's turn on the loop, that long.
+SWITCH_INTERVAL_SECONDS = 0.001
 
 
 def run(extra: list[str]) -> None:
     sys.setrecursionlimit(max(sys.getrecursionlimit(), RECURSION_LIMIT))
+    sys.setswitchinterval(SWITCH_INTERVAL_SECONDS)
     # kopf imports the synchronous `kubernetes` client, when installed, only to recognise its
     # model types and to log in through it. The operator uses kubernetes_asyncio alone (kopf
     # logs in through that as well): not loading it keeps ~14 MB out of the operator's RSS.

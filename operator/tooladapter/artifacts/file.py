@@ -132,7 +132,13 @@ class LocalArtifactStore:
                 linked = _temp(path.parent, data, sync=False)
                 temps.append(linked)
                 links.append((linked, path, data))
-            list(_FSYNC.map(_fsync_path, temps))
+            # All but the last on the fsync threads, the last here: a lone receipt and its
+            # link wake one thread, not two.
+            syncing = [_FSYNC.submit(_fsync_path, tmp) for tmp in temps[:-1]]
+            if temps:
+                _fsync_path(temps[-1])
+            for future in syncing:
+                future.result()
             for tmp, path in moves:
                 os.replace(tmp, path)
             for stored, (source, path, data) in enumerate(links):
