@@ -54,6 +54,13 @@ GATE_ATTEMPTS = 300
 #: whose argv is known (an empty command is the image's entrypoint, which a shell cannot
 #: exec by name). `curl -q`: no `.curlrc` read, whatever HOME holds.
 GATE_EXEC = GATE_SCRIPT + '; shift 3; exec "$@"'
+#: Where a warm pod's gate, run in the pod's own container before its holder, marks that
+#: it passed: the container's startup probe (`gate_passed_probe`) reads it, so the pod is
+#: Ready, and handed to a call, only after. Nothing of a call runs in a pod before Ready.
+GATE_PASSED = f"{TOOLADAPTER_DIR}/gate-passed"
+#: A warm pod's gate in its own container: the probe, the mark, then its holder command
+#: (the arguments after the gate's three) exec'd in place of the shell.
+GATE_THEN_HOLD = GATE_SCRIPT + f'; : > {GATE_PASSED} && shift 3 && exec "$@"'
 
 #: The volume every sandbox's tool works in (an emptyDir bounded by the profile's size).
 WORKSPACE_VOLUME = "workspace"
@@ -184,6 +191,24 @@ def gate_container(
             "limits": {"cpu": "100m", "memory": "16Mi"},
         },
         "securityContext": container_security(),
+    }
+
+
+def gated_holder(network_gate: tuple[str, int], holder: Sequence[str]) -> list[str]:
+    """A warm pod's command behind the gate in its own container (`GATE_THEN_HOLD`)."""
+    host, port = network_gate
+    return ["/bin/sh", "-c", GATE_THEN_HOLD, "gate", host, str(port), str(GATE_ATTEMPTS), *holder]
+
+
+def gate_passed_probe() -> dict[str, Any]:
+    """The startup probe of a warm pod gated in its own container: started (so Ready) once
+    the gate marked that it passed. It stops probing once it succeeds; a gate that never
+    passes ends the container (`GATE_SCRIPT` exits) or, hung, the probe's bound does."""
+    return {
+        "exec": {"command": ["/bin/sh", "-c", f'[ -e "{GATE_PASSED}" ]']},
+        "periodSeconds": 1,
+        "timeoutSeconds": 1,
+        "failureThreshold": GATE_ATTEMPTS,
     }
 
 

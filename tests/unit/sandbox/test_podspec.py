@@ -20,14 +20,24 @@ from tooladapter.sandbox.podspec import (
     GATE_ATTEMPTS,
     GATE_CONTAINER_NAME,
     GATE_EXEC,
+    GATE_PASSED,
     GATE_SCRIPT,
+    GATE_THEN_HOLD,
     HOME_DIR,
     SANDBOX_UID,
     TOOLADAPTER_DIR,
     WORKSPACE,
+    gate_passed_probe,
     gated_command,
+    gated_holder,
 )
-from tooladapter.sandbox.warm import STATE_ATTEMPT, STATE_POOL, build_warm_pod, profile_for
+from tooladapter.sandbox.warm import (
+    HOLDER_COMMAND,
+    STATE_ATTEMPT,
+    STATE_POOL,
+    build_warm_pod,
+    profile_for,
+)
 
 SANDBOX = SandboxSpec(
     resources=Resources(
@@ -84,7 +94,7 @@ CREDENTIAL_FILE = Credential.model_validate(
 )
 
 
-def warm_pod(*, state: str) -> dict[str, Any]:
+def warm_pod(*, state: str, gate_image: str = "img") -> dict[str, Any]:
     profile = profile_for(
         SANDBOX,
         image="img",
@@ -93,7 +103,7 @@ def warm_pod(*, state: str) -> dict[str, Any]:
         image_pull_policy="IfNotPresent",
     )
     spec: dict[str, Any] = build_warm_pod(
-        namespace="ns", profile=profile, network_gate=GATE, gate_image="img", state=state
+        namespace="ns", profile=profile, network_gate=GATE, gate_image=gate_image, state=state
     )["spec"]
     return spec
 
@@ -124,9 +134,17 @@ def test_every_sandbox_pod_is_restricted_at_pod_level(pod: dict[str, Any]) -> No
 def test_every_container_of_a_sandbox_pod_is_restricted(pod: dict[str, Any]) -> None:
     containers = [*pod.get("initContainers", []), *pod["containers"]]
     names = [c["name"] for c in containers]
-    # Gated either way: by an init container, or in the tool's own before its argv runs.
-    assert names == [GATE_CONTAINER_NAME, "tool"] or (
-        names == ["tool"] and containers[0]["command"][:3] == ["/bin/sh", "-c", GATE_EXEC]
+    # Gated either way: by an init container, or in the tool's own before its argv runs
+    # (a warm pod's before its holder, its Ready held by the gate's mark).
+    command = containers[-1]["command"][:3]
+    assert (
+        names == [GATE_CONTAINER_NAME, "tool"]
+        or (names == ["tool"] and command == ["/bin/sh", "-c", GATE_EXEC])
+        or (
+            names == ["tool"]
+            and command == ["/bin/sh", "-c", GATE_THEN_HOLD]
+            and containers[0]["startupProbe"] == gate_passed_probe()
+        )
     )
     for container in containers:
         assert container["securityContext"] == CONTAINER_SECURITY
@@ -191,20 +209,29 @@ def test_only_a_job_mounts_brokered_credentials_read_only() -> None:
 def test_the_kinds_differ_only_where_their_use_differs() -> None:
     """What a Job and a warm pod do not share, said once: how the arguments arrive (a
     read-only downward API file, or written per call into a writable emptyDir), the Job's
-    termination message, how long a pod may take to stop, and where a Job's gate runs
-    when its tool has the gate's image (in the tool's container: a warm pod's gate must
-    end before the pod is Ready and handed out, so it stays an init container)."""
+    termination message, how long a pod may take to stop, and how the gate runs in the
+    tool's container when the tool has the gate's image: a Job's execs the tool's argv
+    after it; a warm pod's marks that it passed and execs the holder, and the pod's startup
+    probe holds its Ready (so its handing out) until that mark."""
     job, warm = job_pod(image="tool-img", gate_image="img"), warm_pod(state=STATE_POOL)
     shared = ("restartPolicy", "automountServiceAccountToken", "enableServiceLinks")
     assert {k: job[k] for k in shared} == {k: warm[k] for k in shared}
     assert job["securityContext"] == warm["securityContext"]
-    assert job["initContainers"] == warm["initContainers"]
-    (gate,) = warm["initContainers"]
+    (gate,) = job["initContainers"]
+    assert "initContainers" not in warm
     inline = job_pod(image="img", gate_image="img")["containers"][0]["command"]
     assert inline[:2] == gate["command"][:2] and inline[2] == gate["command"][2] + (
         '; shift 3; exec "$@"'
     )
     assert inline[3:7] == gate["command"][3:7] and inline[7:] == ["echo", "x"]
+    held = warm["containers"][0]["command"]
+    assert held[2] == gate["command"][2] + f'; : > {GATE_PASSED} && shift 3 && exec "$@"'
+    assert held[3:7] == gate["command"][3:7] and held[7:] == HOLDER_COMMAND
+    # Of another image than the gate's, a warm pod keeps the gate's init container.
+    other = warm_pod(state=STATE_POOL, gate_image="gate-img")
+    assert other["initContainers"][0]["command"] == gate["command"]
+    assert other["containers"][0]["command"] == HOLDER_COMMAND
+    assert "startupProbe" not in other["containers"][0]
     assert (job["terminationGracePeriodSeconds"], warm["terminationGracePeriodSeconds"]) == (5, 1)
     job_tool, warm_tool = job["containers"][0], warm["containers"][0]
     assert job_tool["terminationMessagePolicy"] == "File"
@@ -343,3 +370,39 @@ def test_the_gate_in_the_tools_container_hands_the_tool_its_exit_code_and_pid() 
     assert out.split() == [str(gate.pid)]
     unchanged = gated_command(("192.0.2.2", 4000), ["echo", "a; rm -rf /"])
     assert unchanged[-2:] == ["echo", "a; rm -rf /"] and "rm" not in unchanged[2]
+
+
+def run_gated_holder(
+    port: int, mark: Path, *, attempts: int = 3
+) -> subprocess.CompletedProcess[str]:
+    """A warm pod's container as it starts (`podspec.gated_holder`), its mark at `mark`
+    and its holder a shell that says it runs."""
+    command = gated_holder(("127.0.0.1", port), ["/bin/sh", "-c", 'echo "holding $$"'])
+    command[2] = command[2].replace(GATE_PASSED, str(mark))
+    command[command.index(str(GATE_ATTEMPTS))] = str(attempts)
+    return subprocess.run(
+        command, capture_output=True, text=True, env={"PATH": os.environ["PATH"]}, timeout=30
+    )
+
+
+def test_a_warm_pods_gate_marks_and_holds_only_once_the_canary_is_cut_off(
+    canary: int, tmp_path: Path
+) -> None:
+    assert shutil.which("curl"), "curl (as in the sandbox image) is needed to run the gate"
+    mark = tmp_path / "gate-passed"
+    held = run_gated_holder(canary, mark)
+    assert held.returncode == 1 and "egress policy not enforced" in held.stderr
+    assert not mark.exists() and "holding" not in held.stdout  # never Ready, never held
+    opened = run_gated_holder(closed_port(), mark)
+    assert opened.returncode == 0, opened.stderr
+    assert mark.exists() and opened.stdout.startswith("holding ")
+    # The startup probe reads that mark, and only it.
+    probe = gate_passed_probe()
+    assert probe["exec"]["command"] == ["/bin/sh", "-c", f'[ -e "{GATE_PASSED}" ]']
+    assert probe["periodSeconds"] == 1
+
+
+def test_a_warm_pods_gate_that_cannot_mark_never_starts_its_holder(tmp_path: Path) -> None:
+    # The mark's folder missing (the volume not writable): no mark, so no holder either.
+    failed = run_gated_holder(closed_port(), tmp_path / "missing" / "gate-passed")
+    assert failed.returncode != 0 and "holding" not in failed.stdout

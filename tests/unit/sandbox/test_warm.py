@@ -148,7 +148,7 @@ def test_a_warm_pod_is_restricted_gated_and_bounded() -> None:
     assert ctx["allowPrivilegeEscalation"] is False and ctx["readOnlyRootFilesystem"] is True
     assert ctx["capabilities"] == {"drop": ["ALL"]}
     assert container["command"][-1] == HOLDER_SCRIPT and "chmod 0111" in container["command"][2]
-    (gate,) = spec["initContainers"]
+    (gate,) = spec["initContainers"]  # the tool's image is not the gate's: an init container
     assert gate["command"][-3:] == ["192.0.2.2", "4000", "300"]
     assert {"name": "workspace", "emptyDir": {"sizeLimit": "1Gi"}} in spec["volumes"]
     assert not any("secret" in v for v in spec["volumes"])
