@@ -242,7 +242,7 @@ class ReceiptChains:
         """Sign `receipt` as the next link of the chain of (namespace, uid), store it and
         claim its number: its bytes, reference and sequence number."""
         made: list[Appended] = []
-        self.append_all([receipt], namespace=namespace, uid=uid, into=made)
+        self.append_all([receipt], namespace=namespace, uid=uid, into=made, signed=[])
         return made[0]
 
     def append_all(
@@ -252,11 +252,17 @@ class ReceiptChains:
         namespace: str,
         uid: str,
         into: list[Appended],
+        signed: list[Appended],
     ) -> None:
         """Sign each of `receipts` not yet in `into` as the next links of the chain of
         (namespace, uid), store them and claim their numbers, adding each link made to
-        `into` (its bytes, reference and sequence number) as it is claimed: a trip made
-        again after a refusal goes on where this one stopped, never making a link twice.
+        `into` (its bytes, reference and sequence number).
+
+        `signed` keeps the links signed but not yet known to be claimed: a trip the store
+        failed part way is made again with the same bytes (a link it did make is the same
+        bytes at the same number, so storing it again is a no-op), and only a number that
+        holds other bytes (another writer's) makes the rest be signed again after it. So
+        no receipt of a batch is ever linked twice, whatever the store could tell.
 
         The receipts are stored before their links claim numbers, so a claimed link always
         names stored bytes; the whole batch is one round of fsyncs (`protocol.put_all`)."""
@@ -266,32 +272,15 @@ class ReceiptChains:
             if head is None:
                 head = self.discover(namespace, uid)
             while len(into) < len(receipts):
-                batch: list[Appended] = []
-                end = head
-                for receipt in receipts[len(into) :]:
-                    body = dict(receipt)
-                    body["chain"] = link(
-                        namespace=namespace,
-                        incarnation=uid,
-                        sequence=end.sequence + 1,
-                        previous=end.ref,
-                        signed_at=now_iso(),
-                    )
-                    data = seal(body, self.signer())
-                    made = (data, content_ref(data), end.sequence + 1)
-                    batch.append(made)
-                    end = Head(made[2], made[1])
-                try:
-                    claimed = put_all(
-                        self.store,
-                        [data for data, _, _ in batch],
-                        [(chain_key(namespace, uid, s), link_bytes(r)) for _, r, s in batch],
-                    )
-                except Exception:
-                    # The store failed part way: the links it made before are kept (the trip
-                    # made again goes on after them), never signed a second time.
-                    self._claimed(key, batch, into, self._made(namespace, uid, batch))
-                    raise
+                if not signed:
+                    signed[:] = self._signed(receipts[len(into) :], namespace, uid, head)
+                batch = list(signed)
+                claimed = put_all(
+                    self.store,
+                    [data for data, _, _ in batch],
+                    [(chain_key(namespace, uid, s), link_bytes(r)) for _, r, s in batch],
+                )
+                signed.clear()
                 head = self._claimed(key, batch, into, claimed) or head
                 if claimed < len(batch):
                     # Another writer claimed the next number first: follow the chain to its
@@ -307,6 +296,27 @@ class ReceiptChains:
                     )
                     head = self.forward(namespace, uid, head)
 
+    def _signed(
+        self, receipts: Sequence[Mapping[str, Any]], namespace: str, uid: str, head: Head
+    ) -> list[Appended]:
+        """`receipts` signed as the links after `head`, in order."""
+        batch: list[Appended] = []
+        end = head
+        for receipt in receipts:
+            body = dict(receipt)
+            body["chain"] = link(
+                namespace=namespace,
+                incarnation=uid,
+                sequence=end.sequence + 1,
+                previous=end.ref,
+                signed_at=now_iso(),
+            )
+            data = seal(body, self.signer())
+            made = (data, content_ref(data), end.sequence + 1)
+            batch.append(made)
+            end = Head(made[2], made[1])
+        return batch
+
     def _claimed(
         self, key: tuple[str, str], batch: list[Appended], into: list[Appended], claimed: int
     ) -> Head | None:
@@ -321,19 +331,6 @@ class ReceiptChains:
             self._heads[key] = head
             self.changed.add(key)
         return head
-
-    def _made(self, namespace: str, uid: str, batch: list[Appended]) -> int:
-        """How many of `batch`'s links, from its first, the store holds as made (0 when it
-        cannot be read either)."""
-        made = 0
-        try:
-            for _, ref, sequence in batch:
-                if linked_ref(self.store, namespace, uid, sequence) != ref:
-                    break
-                made += 1
-        except Exception:
-            logger.warning("receipt chain %s/%s: its links could not be read", namespace, uid)
-        return made
 
     def forward(self, namespace: str, uid: str, head: Head) -> Head:
         """The chain's end, read on from `head` (a link at a time, up to `PROBE_LIMIT`, then

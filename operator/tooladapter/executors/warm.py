@@ -84,6 +84,8 @@ from tooladapter.sandbox.warm import (
     build_warm_pod,
     build_warm_policy,
     check_command,
+    gate_not_passed,
+    gated_in_container,
     not_started,
     pod_ended,
     pod_ready,
@@ -693,7 +695,7 @@ class WarmSandboxes:
         name = pod["metadata"]["name"]
         run = SandboxRun(SandboxStart.COLD if made else SandboxStart.WARM, name, workspace)
         try:
-            outcome = await self._run_in(call, name, workspace)
+            outcome = await self._run_in(call, name, workspace, gate_mark=gated_in_container(pod))
         finally:
             if workspace is None:
                 # A pool pod serves one call: nothing of it reaches another. Its label
@@ -708,12 +710,14 @@ class WarmSandboxes:
         except Exception:
             logger.warning("deleting warm pod %s/%s failed", namespace, name, exc_info=True)
 
-    async def _run_in(self, call: Call, name: str, workspace: WorkspaceLease | None) -> Outcome:
+    async def _run_in(
+        self, call: Call, name: str, workspace: WorkspaceLease | None, *, gate_mark: bool
+    ) -> Outcome:
         lost = "; the attempt's workspace may have changed" if workspace is not None else ""
         try:
             url, bundle = await self.proxy_inputs(call)
             stdin = run_input(url, call.arguments, bundle)
-            command = run_command(call.argv)
+            command = run_command(call.argv, gate_mark=gate_mark)
         except (NotFound, ValueError) as exc:
             return Outcome.failed(
                 FailureClass.INTERNAL, f"the warm sandbox call could not be set up: {exc}"
@@ -777,6 +781,12 @@ class WarmSandboxes:
                     f"({type(exc).__name__}: {exc}; {left}){lost}",
                 ),
                 sandbox_seconds=seconds,
+            )
+        if not_started(result.stderr) and gate_not_passed(result.stderr):
+            return Outcome.failed(
+                FailureClass.TRANSIENT,
+                f"warm sandbox {name} was handed out before its network gate passed (its "
+                "egress rules were not yet proven enforced inside it); the tool never started",
             )
         if not_started(result.stderr):
             return Outcome.failed(

@@ -50,6 +50,8 @@ from tooladapter.sandbox.gitconfig import EMIT_SCRIPT, SCAN_SCRIPT
 from tooladapter.sandbox.job import ProxyPeer, split_egress
 from tooladapter.sandbox.podspec import (
     CONFIG_ENV,
+    GATE_PASSED,
+    GATE_THEN_HOLD,
     HOME_DIR,
     SHARED_MEMORY,
     TOOLADAPTER_DIR,
@@ -151,7 +153,8 @@ _REPORT = f'echo "{STOPPED_MARK}$n" >&2; '
 #: after the kill of each call's start and end, so only `/workspace` carries from one
 #: call to the next (HOME, TMPDIR, the call's arguments, shared memory: a `.git` symlink or
 #: `gitdir:` file in the workspace that points there finds nothing). The holder's shell
-#: (PID 1 runs from it) stays.
+#: (PID 1 runs from it) stays, and so does the network gate's mark (`podspec.GATE_PASSED`),
+#: which every call of a pod gated in its own container checks before it starts.
 CLEARED = (HOME_DIR, TOOLADAPTER_DIR, *SHARED_MEMORY)
 #: Empties `CLEARED` (the holder's shell kept); `$left` is then what could not be removed.
 #: Modes first: a directory the tool made unreadable is still its own to open up (never
@@ -159,7 +162,7 @@ CLEARED = (HOME_DIR, TOOLADAPTER_DIR, *SHARED_MEMORY)
 CLEAR_SCRIPT = (
     f'left=; for d in {" ".join(CLEARED)}; do [ -d "$d" ] || continue; '
     'for e in "$d"/* "$d"/.[!.]* "$d"/..?*; do '
-    f'[ "$e" = {HOLDER_SHELL} ] && continue; '
+    f'[ "$e" = {HOLDER_SHELL} ] && continue; [ "$e" = {GATE_PASSED} ] && continue; '
     '[ -e "$e" ] || [ -L "$e" ] || continue; '
     '[ -L "$e" ] || chmod -R u+rwx "$e" 2>/dev/null; rm -rf "$e" 2>/dev/null; '
     '{ [ -e "$e" ] || [ -L "$e" ]; } && left="$left $e"; done; done; '
@@ -521,11 +524,33 @@ def ca_bundle_input(ca_bundle: str | None) -> bytes:
     return f"{len(data)}\n".encode() + data
 
 
-def run_command(argv: Sequence[str]) -> list[str]:
-    """The exec command of one call: `RUN_SCRIPT` with the tool's argv as its arguments."""
+#: Before a call in a pod gated in its own container: its gate must have marked that it
+#: passed. The pod is handed out only once Ready, and Ready waits for that mark (the startup
+#: probe); this holds the tool back even if the kubelet took the container for started
+#: without its probe (a kubelet restart during the gate), and fails the call as never
+#: started.
+GATE_CHECK = f'[ -e "{GATE_PASSED}" ] || {{ echo "{NOT_STARTED_MARK}gate" >&2; exit 125; }}; '
+
+
+def gate_not_passed(stderr: bytes) -> bool:
+    """The run stopped at `GATE_CHECK`: the pod's gate had not marked that it passed."""
+    return f"{NOT_STARTED_MARK}gate".encode() in stderr
+
+
+def gated_in_container(pod: Mapping[str, Any]) -> bool:
+    """Whether a warm pod runs its network gate in its own container (`GATE_THEN_HOLD`)."""
+    containers = (pod.get("spec") or {}).get("containers") or []
+    command = (containers[0] or {}).get("command") if containers else None
+    return isinstance(command, list) and command[:3] == ["/bin/sh", "-c", GATE_THEN_HOLD]
+
+
+def run_command(argv: Sequence[str], *, gate_mark: bool = False) -> list[str]:
+    """The exec command of one call: `RUN_SCRIPT` with the tool's argv as its arguments
+    (`gate_mark`: first the gate's mark is checked, `GATE_CHECK`)."""
     if not argv:
         raise ValueError("a sandboxed call needs a command")
-    return ["/bin/sh", "-c", RUN_SCRIPT, "tooladapter-call", *argv]
+    script = GATE_CHECK + RUN_SCRIPT if gate_mark else RUN_SCRIPT
+    return ["/bin/sh", "-c", script, "tooladapter-call", *argv]
 
 
 def exit_code_of(status: Mapping[str, Any]) -> int | None:

@@ -164,28 +164,37 @@ async def test_a_refused_batch_tells_every_call_and_is_stored_once(
 
 
 def test_a_batch_the_store_fails_part_way_keeps_the_links_it_made(signer: Signer) -> None:
-    """A trip made again goes on after the links the failed one made: no receipt of the
-    batch is signed and linked twice."""
+    """A trip made again stores the same signed bytes: the links the failed one made are
+    found made (the same bytes at their numbers), and no receipt of the batch is signed and
+    linked twice, even when the store cannot be read back meanwhile (the same outage)."""
     store = MemoryStore()
-    original = store.put_key
-    failed = False
+    put_key, get_key = store.put_key, store.get_key
+    outage = {"link 3": True, "reads": False}
 
     def fails_third(key: str, data: bytes) -> None:
-        nonlocal failed
-        if key == chain_key(NS, UID, 3) and not failed:
-            failed = True
-            raise OSError(5, "Input/output error")
-        original(key, data)
+        if key == chain_key(NS, UID, 3) and outage["link 3"]:
+            outage["link 3"], outage["reads"] = False, True
+            raise OSError(110, "Connection timed out")
+        put_key(key, data)
+
+    def unreadable(key: str) -> bytes:
+        if outage["reads"]:
+            raise OSError(110, "Connection timed out")
+        return get_key(key)
 
     store.put_key = fails_third  # type: ignore[method-assign]
+    store.get_key = unreadable  # type: ignore[method-assign]
     chains = ReceiptChains(store, lambda: signer)
     receipts = [receipt(n) for n in range(5)]
     made: list[Appended] = []
+    signed: list[Appended] = []
     with pytest.raises(OSError):
-        chains.append_all(receipts, namespace=NS, uid=UID, into=made)
-    assert [seq for _, _, seq in made] == [1, 2]
-    chains.append_all(receipts, namespace=NS, uid=UID, into=made)
-    assert [seq for _, _, seq in made] == [1, 2, 3, 4, 5]
+        chains.append_all(receipts, namespace=NS, uid=UID, into=made, signed=signed)
+    assert [seq for _, _, seq in signed] == [1, 2, 3, 4, 5]  # kept for the trip made again
+    first = list(signed)
+    outage["reads"] = False
+    chains.append_all(receipts, namespace=NS, uid=UID, into=made, signed=signed)
+    assert made == first and not signed
     assert linked_ids(store) == [f"uid-{n}" for n in range(5)]
     assert chain_ok(store, signer)
 
@@ -196,7 +205,7 @@ def test_a_batch_that_lost_a_number_follows_the_winner(signer: Signer) -> None:
     first.append(receipt(0), namespace=NS, uid=UID)
     second.append(receipt(1), namespace=NS, uid=UID)  # takes 2, which `first` thinks free
     made: list[Appended] = []
-    first.append_all([receipt(n) for n in (2, 3, 4)], namespace=NS, uid=UID, into=made)
+    first.append_all([receipt(n) for n in (2, 3, 4)], namespace=NS, uid=UID, into=made, signed=[])
     assert [seq for _, _, seq in made] == [3, 4, 5] and first.conflicts == 1
     assert linked_ids(store) == [f"uid-{n}" for n in range(5)]
     assert chain_ok(store, signer)
@@ -256,3 +265,104 @@ def test_no_name_of_a_batch_appears_before_all_its_bytes_are_synced(
     keys = [(f"index/ns/a/u/chain/00000000000{n}", f"{n}".encode()) for n in (1, 2, 3)]
     assert put_all(store, [b"a", b"b", b"c"], keys) == 3
     assert order == ["sync"] * 6 + ["name"] * 6
+
+
+async def settled(chains: ReceiptChains) -> None:
+    """Until the chain's drain has taken every receipt that waited."""
+    drain = chains.queue(NS, UID).drain
+    if drain is not None:
+        await drain
+
+
+async def test_a_call_whose_end_was_cancelled_while_waiting_is_not_linked(
+    signer: Signer,
+) -> None:
+    """Hit (attack pass on the batches): a call's end cancelled (the operator stopping)
+    while its receipt waited was still signed and linked, and its resumed end linked a
+    second receipt of the same call."""
+    store = GatedStore()
+    chains = ReceiptChains(store, lambda: signer)
+    writer = ReceiptWriter(store, chains)
+    first = asyncio.create_task(writer.write(entry(0)))
+    await asyncio.to_thread(store.waiting.wait, 10)
+    second = asyncio.create_task(writer.write(entry(1)))
+    await asyncio.sleep(0)  # its receipt waits for the chain's next trip
+    second.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await second
+    store.gate.set()
+    await first
+    await settled(chains)
+    assert linked_ids(store) == ["uid-0"]
+    await writer.write(entry(1))  # the end, resumed
+    assert linked_ids(store) == ["uid-0", "uid-1"]
+
+
+async def test_a_refused_write_of_one_call_is_told_to_that_call_only(
+    signer: Signer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Hit: one call's refused result write was told (a warning event) to every call of
+    its batch, each with that call's error text."""
+    monkeypatch.setattr(storing, "STORE_RETRY_DELAYS", (0,))
+    store = GatedStore()
+    private = b"call-2's result"
+
+    def refuse_once(data: bytes) -> None:
+        if data == private and not told:
+            raise OSError(27, "File too large: call-2's result")
+
+    chains = ReceiptChains(store, lambda: signer)
+    writer = ReceiptWriter(store, chains)
+    told: list[tuple[str, str]] = []
+
+    def teller(name: str) -> storing.OnFailure:
+        return lambda kind, exc: told.append((name, str(exc)))
+
+    first = asyncio.create_task(writer.write(entry(0)))
+    await asyncio.to_thread(store.waiting.wait, 10)
+    store.hook = refuse_once
+    rest = [
+        asyncio.create_task(
+            writer.write(
+                entry(n), results=[private] if n == 2 else [], on_failure=teller(f"call-{n}")
+            )
+        )
+        for n in (1, 2, 3)
+    ]
+    await asyncio.sleep(0)
+    store.gate.set()
+    await asyncio.gather(first, *rest)
+    assert [name for name, _ in told] == ["call-2"]
+    assert linked_ids(store) == [f"uid-{n}" for n in range(4)]
+
+
+async def test_a_teller_that_fails_stops_no_receipt(
+    signer: Signer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Hit: an exception out of one call's `on_failure` ended the chain's drain, failing its
+    batch mates whose receipts were stored and cancelling the calls queued behind it."""
+    monkeypatch.setattr(storing, "STORE_RETRY_DELAYS", (0,))
+    store = GatedStore()
+    refused: list[bytes] = []
+
+    def refuse_once(data: bytes) -> None:
+        if data == b"fail-me" and not refused:
+            refused.append(data)
+            raise OSError(5, "Input/output error")
+
+    def broken(kind: ArtifactKind, exc: Exception) -> None:
+        raise RuntimeError("the event poster broke")
+
+    chains = ReceiptChains(store, lambda: signer)
+    writer = ReceiptWriter(store, chains)
+    first = asyncio.create_task(writer.write(entry(0)))
+    await asyncio.to_thread(store.waiting.wait, 10)
+    store.hook = refuse_once
+    batch = [
+        asyncio.create_task(writer.write(entry(1), results=[b"fail-me"], on_failure=broken)),
+        asyncio.create_task(writer.write(entry(2))),
+    ]
+    await asyncio.sleep(0)
+    store.gate.set()
+    assert await asyncio.gather(first, *batch, return_exceptions=True) == [None, None, None]
+    assert refused and linked_ids(store) == ["uid-0", "uid-1", "uid-2"]

@@ -42,7 +42,13 @@ from tooladapter.sandbox.gitconfig import (
     refusal,
     refused_entries,
 )
-from tooladapter.sandbox.podspec import CONFIG_ENV, HOME_DIR, SHARED_MEMORY, TOOLADAPTER_DIR
+from tooladapter.sandbox.podspec import (
+    CONFIG_ENV,
+    GATE_PASSED,
+    HOME_DIR,
+    SHARED_MEMORY,
+    TOOLADAPTER_DIR,
+)
 from tooladapter.sandbox.warm import (
     ARGUMENTS_FILE,
     CHECK_SCRIPT,
@@ -420,6 +426,9 @@ def test_everything_but_the_workspace_and_the_holder_is_emptied_between_calls(
     (tooladapter / "call" / "arguments.json").write_text("{}")
     holder = tooladapter / HOLDER_SHELL.rsplit("/", 1)[1]
     holder.write_text("holder")
+    # The network gate's mark stays too: every call of an inline-gated pod checks it.
+    mark = tooladapter / GATE_PASSED.rsplit("/", 1)[1]
+    mark.write_text("")
     keep = tmp_path / "workspace-file"
     keep.write_text("data")
     (places["/dev/shm"] / "link").symlink_to(keep)
@@ -427,7 +436,7 @@ def test_everything_but_the_workspace_and_the_holder_is_emptied_between_calls(
         ["/bin/sh", "-c", script + 'echo "left:$left"'], capture_output=True, check=False
     )
     assert result.stdout == b"left:\n", result.stderr
-    assert sorted(p.name for p in tooladapter.iterdir()) == [holder.name]
+    assert sorted(p.name for p in tooladapter.iterdir()) == sorted([holder.name, mark.name])
     for place in (home, *[places[d] for d in SHARED_MEMORY]):
         assert list(place.iterdir()) == []
     # A symlink is removed, never followed: its target in the workspace is untouched.

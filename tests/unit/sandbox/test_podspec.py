@@ -32,10 +32,12 @@ from tooladapter.sandbox.podspec import (
     gated_holder,
 )
 from tooladapter.sandbox.warm import (
+    GATE_CHECK,
     HOLDER_COMMAND,
     STATE_ATTEMPT,
     STATE_POOL,
     build_warm_pod,
+    gate_not_passed,
     profile_for,
 )
 
@@ -406,3 +408,16 @@ def test_a_warm_pods_gate_that_cannot_mark_never_starts_its_holder(tmp_path: Pat
     # The mark's folder missing (the volume not writable): no mark, so no holder either.
     failed = run_gated_holder(closed_port(), tmp_path / "missing" / "gate-passed")
     assert failed.returncode != 0 and "holding" not in failed.stdout
+
+
+def test_a_call_in_an_inline_gated_pod_starts_only_past_the_gates_mark(tmp_path: Path) -> None:
+    """`GATE_CHECK`, run as a call's first step (only the check: the rest of the run
+    script kills every process of its user)."""
+    mark = tmp_path / "gate-passed"
+    check = GATE_CHECK.replace(GATE_PASSED, str(mark)) + "echo started"
+    refused = subprocess.run(["/bin/sh", "-c", check], capture_output=True, text=True)
+    assert refused.returncode == 125 and "started" not in refused.stdout
+    assert gate_not_passed(refused.stderr.encode())
+    mark.write_text("")
+    passed = subprocess.run(["/bin/sh", "-c", check], capture_output=True, text=True)
+    assert passed.returncode == 0 and passed.stdout == "started\n"

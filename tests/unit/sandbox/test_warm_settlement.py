@@ -15,12 +15,16 @@ from tooladapter.kube.client import Conflict
 from tooladapter.kube.warm import ExecResult
 from tooladapter.model import ToolDescriptorSpec
 from tooladapter.sandbox.warm import (
+    GATE_CHECK,
     LABEL_CALL,
     LABEL_PROFILE,
     LABEL_STATE,
     LABEL_WORKSPACE,
+    NOT_STARTED_MARK,
     STATE_POOL,
     STOP_SCRIPT,
+    build_warm_pod,
+    gated_in_container,
     workspace_key,
 )
 from tooladapter.settings import Settings, WarmSettings
@@ -345,3 +349,41 @@ def test_a_resumed_warm_call_is_stopped_never_run_again() -> None:
     assert "workspace may have changed" in outcome.message
     assert kube.stops == 1 and all(c[2] == STOP_SCRIPT for _, c, _ in kube.execs)
     assert asyncio.run(warm(FakeWarmKube()).resume(call(tool()))) is None
+
+
+def test_a_pod_gated_in_its_own_container_runs_a_call_only_past_the_gates_mark() -> None:
+    """Attack pass on the inline gate: Ready rests on the kubelet's startup probe, and a
+    kubelet restart during the gate may take the container for started without it. Every
+    call in such a pod checks the gate's mark first; without it the call fails as never
+    started, whatever the pod's Ready says."""
+    kube = FakeWarmKube()
+    profile = warm(kube).profile(call(tool()), attempt=True)
+    pod = build_warm_pod(
+        namespace="ns",
+        profile=profile,
+        network_gate=("192.0.2.2", 4000),
+        gate_image=Settings().sandbox.image,
+    )
+    labels = {
+        LABEL_STATE: "attempt",
+        LABEL_WORKSPACE: workspace_key("ns", "alice", "a1"),
+        LABEL_PROFILE: profile.key,
+    }
+    kube.add("ws-1", labels, spec=pod["spec"])
+    refused = ExecResult(b"", f"{NOT_STARTED_MARK}gate\n".encode(), 125, {"status": "Failure"})
+    kube.answers = [refused]
+    outcome = asyncio.run(warm(kube).run(call(tool())))
+    assert outcome is not None and outcome.state == InvocationState.FAILED
+    assert outcome.failure_class == FailureClass.TRANSIENT
+    assert "before its network gate passed" in (outcome.message or "")
+    (_, command, _) = kube.execs[0]
+    assert command[2].startswith(GATE_CHECK)
+    # A pod gated by an init container (another image) has no mark to check.
+    assert not gated_in_container(
+        build_warm_pod(
+            namespace="ns",
+            profile=profile,
+            network_gate=("192.0.2.2", 4000),
+            gate_image="another-image",
+        )
+    )

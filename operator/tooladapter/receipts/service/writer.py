@@ -224,18 +224,34 @@ class ReceiptWriter:
     async def _drain(self, queue: AppendQueue, namespace: str, uid: str) -> None:
         """Trips of one chain, one at a time, each taking every receipt waiting then; a
         trip the store refuses is made again (`until_stored`), going on from the links it
-        made."""
+        made. A call whose end was cancelled while it waited is left out (its end, resumed,
+        writes its receipt then: never two links for one call)."""
         try:
             while queue.waiting:
-                batch: list[_Chained] = queue.waiting[:MAX_BATCH]
-                del queue.waiting[: len(batch)]
+                taken = queue.waiting[:MAX_BATCH]
+                del queue.waiting[: len(taken)]
+                batch: list[_Chained] = [job for job in taken if not job.done.done()]
+                if not batch:
+                    continue
                 made: list[Appended] = []
-                failing = [job.on_failure for job in batch if job.on_failure is not None]
+                # Signed but not yet known to be linked: a trip made again stores these same
+                # bytes, never signs them anew (`ReceiptChains.append_all`).
+                signed: list[Appended] = []
+                # Whose own write (results, index entries) the store refused, if one's: only
+                # that call hears of it, never its error under another call's name.
+                culprit: list[_Chained | None] = [None]
 
-                def trip(batch: list[_Chained] = batch, made: list[Appended] = made) -> None:
+                def trip(
+                    batch: list[_Chained] = batch,
+                    made: list[Appended] = made,
+                    signed: list[Appended] = signed,
+                    culprit: list[_Chained | None] = culprit,
+                ) -> None:
                     for job in batch:
+                        culprit[0] = job
                         for put in job.before:
                             as_kind(ArtifactKind.RESULT, put)
+                    culprit[0] = None
                     as_kind(
                         ArtifactKind.RECEIPT,
                         partial(
@@ -244,29 +260,45 @@ class ReceiptWriter:
                             namespace=namespace,
                             uid=uid,
                             into=made,
+                            signed=signed,
                         ),
                     )
                     for job, (_, ref, _) in zip(batch, made, strict=True):
+                        culprit[0] = job
                         as_kind(ArtifactKind.INDEX, partial(job.after, ref))
+                    culprit[0] = None
 
                 def tell(
-                    kind: ArtifactKind, exc: Exception, failing: list[OnFailure] = failing
+                    kind: ArtifactKind,
+                    exc: Exception,
+                    batch: list[_Chained] = batch,
+                    culprit: list[_Chained | None] = culprit,
                 ) -> None:
-                    for on_failure in failing:
-                        on_failure(kind, exc)
+                    for job in [culprit[0]] if culprit[0] is not None else batch:
+                        if job.on_failure is None:
+                            continue
+                        try:
+                            job.on_failure(kind, exc)
+                        except Exception:
+                            # Telling is best effort: it never stops the receipts' trip.
+                            logger.warning("%s: telling of a store refusal failed", job.of)
 
                 try:
                     await until_stored(
                         trip,
                         ArtifactKind.RECEIPT,
                         of=batch[0].of if len(batch) == 1 else f"{len(batch)} calls of {namespace}",
-                        on_failure=tell if failing else None,
+                        on_failure=tell,
                     )
-                except BaseException as exc:
+                except asyncio.CancelledError:
+                    for job in batch:
+                        job.done.cancel()
+                    raise
+                except Exception as exc:  # until_stored retries every Exception: a bug
                     for job in batch:
                         if not job.done.done():
                             job.done.set_exception(exc)
-                    raise
+                    continue
                 for job, (_, ref, sequence) in zip(batch, made, strict=True):
                     if not job.done.done():
                         job.done.set_result((ref, sequence))
