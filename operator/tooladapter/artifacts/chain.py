@@ -296,6 +296,22 @@ class ReceiptChains:
                     )
                     head = self.forward(namespace, uid, head)
 
+    def confirm_signed(
+        self, namespace: str, uid: str, *, into: list[Appended], signed: list[Appended]
+    ) -> None:
+        """Of `signed` (a batch whose trip failed), the links the store holds as made, in
+        order, moved to `into`; the rest dropped, to be signed anew. Raises when the store
+        cannot be read (nothing is assumed made, nor unmade)."""
+        key = (namespace, uid)
+        with self._lock(key):
+            made = 0
+            for _, ref, sequence in signed:
+                if linked_ref(self.store, namespace, uid, sequence) != ref:
+                    break
+                made += 1
+            self._claimed(key, list(signed), into, made)
+            signed.clear()
+
     def _signed(
         self, receipts: Sequence[Mapping[str, Any]], namespace: str, uid: str, head: Head
     ) -> list[Appended]:

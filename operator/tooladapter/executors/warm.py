@@ -785,8 +785,9 @@ class WarmSandboxes:
         if not_started(result.stderr) and gate_not_passed(result.stderr):
             return Outcome.failed(
                 FailureClass.TRANSIENT,
-                f"warm sandbox {name} was handed out before its network gate passed (its "
-                "egress rules were not yet proven enforced inside it); the tool never started",
+                f"warm sandbox {name} holds no mark of its network gate having passed (handed "
+                "out before it did, or the mark was removed by an earlier call of the "
+                "attempt); the tool never started",
             )
         if not_started(result.stderr):
             return Outcome.failed(

@@ -51,7 +51,6 @@ from tooladapter.sandbox.job import ProxyPeer, split_egress
 from tooladapter.sandbox.podspec import (
     CONFIG_ENV,
     GATE_PASSED,
-    GATE_THEN_HOLD,
     HOME_DIR,
     SHARED_MEMORY,
     TOOLADAPTER_DIR,
@@ -162,7 +161,9 @@ CLEARED = (HOME_DIR, TOOLADAPTER_DIR, *SHARED_MEMORY)
 CLEAR_SCRIPT = (
     f'left=; for d in {" ".join(CLEARED)}; do [ -d "$d" ] || continue; '
     'for e in "$d"/* "$d"/.[!.]* "$d"/..?*; do '
-    f'[ "$e" = {HOLDER_SHELL} ] && continue; [ "$e" = {GATE_PASSED} ] && continue; '
+    f'[ "$e" = {HOLDER_SHELL} ] && continue; '
+    # The gate's mark stays only as what the gate made: an empty regular file, no link.
+    f'[ "$e" = {GATE_PASSED} ] && [ -f "$e" ] && ! [ -L "$e" ] && ! [ -s "$e" ] && continue; '
     '[ -e "$e" ] || [ -L "$e" ] || continue; '
     '[ -L "$e" ] || chmod -R u+rwx "$e" 2>/dev/null; rm -rf "$e" 2>/dev/null; '
     '{ [ -e "$e" ] || [ -L "$e" ]; } && left="$left $e"; done; done; '
@@ -538,10 +539,16 @@ def gate_not_passed(stderr: bytes) -> bool:
 
 
 def gated_in_container(pod: Mapping[str, Any]) -> bool:
-    """Whether a warm pod runs its network gate in its own container (`GATE_THEN_HOLD`)."""
+    """Whether a warm pod runs its network gate in its own container: its startup probe
+    reads the gate's mark (`podspec.gate_passed_probe`). Read off the probe, not the gate's
+    script, so a pod an operator of another version made is still checked."""
     containers = (pod.get("spec") or {}).get("containers") or []
-    command = (containers[0] or {}).get("command") if containers else None
-    return isinstance(command, list) and command[:3] == ["/bin/sh", "-c", GATE_THEN_HOLD]
+    for container in containers:
+        probe = (container or {}).get("startupProbe") or {}
+        command = (probe.get("exec") or {}).get("command") or []
+        if any(GATE_PASSED in str(part) for part in command):
+            return True
+    return False
 
 
 def run_command(argv: Sequence[str], *, gate_mark: bool = False) -> list[str]:

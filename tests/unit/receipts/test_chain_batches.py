@@ -366,3 +366,36 @@ async def test_a_teller_that_fails_stops_no_receipt(
     store.gate.set()
     assert await asyncio.gather(first, *batch, return_exceptions=True) == [None, None, None]
     assert refused and linked_ids(store) == ["uid-0", "uid-1", "uid-2"]
+
+
+async def test_a_call_cancelled_while_its_trip_is_made_again_is_not_linked(
+    signer: Signer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Hit (second attack pass): a call's end cancelled while the store refused its trip
+    (retried for as long as an outage lasts) was still signed and linked once the store
+    came back, and its resumed end linked a second receipt of the same call."""
+    monkeypatch.setattr(storing, "STORE_RETRY_DELAYS", (0,))
+    store = MemoryStore()
+    refused = threading.Event()
+    down = threading.Event()
+    down.set()
+
+    def outage(data: bytes) -> None:
+        if down.is_set():
+            refused.set()
+            raise OSError(110, "Connection timed out")
+
+    store.hook = outage
+    chains = ReceiptChains(store, lambda: signer)
+    writer = ReceiptWriter(store, chains)
+    end = asyncio.create_task(writer.write(entry(1)))
+    await asyncio.to_thread(refused.wait, 10)
+    assert refused.is_set()
+    end.cancel()  # while its trip is being made again
+    with pytest.raises(asyncio.CancelledError):
+        await end
+    down.clear()
+    await settled(chains)
+    assert linked_ids(store) == []
+    await writer.write(entry(1))  # the end, resumed
+    assert linked_ids(store) == ["uid-1"]

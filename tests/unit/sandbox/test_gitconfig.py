@@ -549,3 +549,30 @@ def test_the_docs_list_every_refused_key() -> None:
         )
         for form in forms:
             assert form in listed, form
+
+
+def test_the_gates_mark_is_kept_only_as_the_gate_made_it(tmp_path: Path) -> None:
+    """Hit (second attack pass): the clearing skipped the mark's path whatever it was, so a
+    tool of an attempt could keep data there, or an unreadable directory, between calls."""
+    tooladapter = tmp_path / "tooladapter"
+    tooladapter.mkdir()
+    script = CLEAR_SCRIPT.replace(TOOLADAPTER_DIR, str(tooladapter))
+    for d in (HOME_DIR, *SHARED_MEMORY):
+        script = script.replace(d, str(tmp_path / "absent"))
+    mark = tooladapter / GATE_PASSED.rsplit("/", 1)[1]
+    for planted in ("directory", "data", "symlink"):
+        if planted == "directory":
+            (mark / "config").mkdir(parents=True)
+            mark.chmod(0o000)
+        elif planted == "data":
+            mark.write_text("[core]\nfsmonitor = x\n")
+        else:
+            mark.symlink_to(tmp_path)
+        result = subprocess.run(
+            ["/bin/sh", "-c", script + 'echo "left:$left"'], capture_output=True, check=False
+        )
+        assert result.stdout == b"left:\n", (planted, result.stderr)
+        assert not mark.exists() and not mark.is_symlink(), planted
+    mark.write_text("")  # what the gate made: kept
+    subprocess.run(["/bin/sh", "-c", script], check=True)
+    assert mark.exists()

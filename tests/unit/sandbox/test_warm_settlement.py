@@ -375,7 +375,7 @@ def test_a_pod_gated_in_its_own_container_runs_a_call_only_past_the_gates_mark()
     outcome = asyncio.run(warm(kube).run(call(tool())))
     assert outcome is not None and outcome.state == InvocationState.FAILED
     assert outcome.failure_class == FailureClass.TRANSIENT
-    assert "before its network gate passed" in (outcome.message or "")
+    assert "no mark of its network gate" in (outcome.message or "")
     (_, command, _) = kube.execs[0]
     assert command[2].startswith(GATE_CHECK)
     # A pod gated by an init container (another image) has no mark to check.

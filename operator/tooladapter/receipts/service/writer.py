@@ -247,6 +247,16 @@ class ReceiptWriter:
                     signed: list[Appended] = signed,
                     culprit: list[_Chained | None] = culprit,
                 ) -> None:
+                    # A call whose end was cancelled while its trip was refused is left out
+                    # (its resumed end links its only receipt), unless its link was made:
+                    # what was signed is first checked against the store (`confirm_signed`).
+                    rest = batch[len(made) :]
+                    if signed and any(job.done.cancelled() for job in rest):
+                        self.chains.confirm_signed(namespace, uid, into=made, signed=signed)
+                    if not signed:
+                        batch[len(made) :] = [
+                            j for j in batch[len(made) :] if not j.done.cancelled()
+                        ]
                     for job in batch:
                         culprit[0] = job
                         for put in job.before:
