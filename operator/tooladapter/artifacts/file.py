@@ -23,17 +23,14 @@ from tooladapter.artifacts.protocol import (
 _FSYNC = ThreadPoolExecutor(max_workers=8, thread_name_prefix="tooladapter-fsync")
 
 
-def _temp(folder: Path, data: bytes, *, sync: bool = True) -> str:
-    """A hidden temporary file in `folder` holding `data` (fsynced unless `sync` is False:
-    the caller syncs it): the caller renames or links it into place (and removes it when
-    that fails)."""
+def _temp(folder: Path, data: bytes) -> str:
+    """A hidden temporary file in `folder` holding `data`, not yet fsynced: the caller
+    syncs it, then renames or links it into place (and removes it when that fails)."""
     fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-")
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
             fh.flush()
-            if sync:
-                os.fsync(fh.fileno())
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
@@ -64,20 +61,7 @@ class LocalArtifactStore:
 
     def put(self, data: bytes, space: Space = Space.RECEIPTS) -> str:
         ref = content_ref(data)
-        path = self.path_of(ref, space)
-        if path.exists():
-            # Its name is its hash: another size is damage, which a write-once store never
-            # repairs by overwriting.
-            if path.stat().st_size != len(data):
-                raise CorruptArtifact(f"{path} holds {path.stat().st_size} bytes, not {len(data)}")
-            return ref
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = _temp(path.parent, data)
-        try:
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        self._store([(data, self.path_of(ref, space))])
         return ref
 
     def get(self, ref: str, space: Space = Space.RECEIPTS) -> bytes:
@@ -88,39 +72,38 @@ class LocalArtifactStore:
             raise KeyError(ref) from None
 
     def put_key(self, key: str, data: bytes) -> None:
-        path = self.root / index_key(key)
-        if path.exists():
-            self._same(path, data)
-            return
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = _temp(path.parent, data)
-        try:
-            try:
-                # link(2), unlike rename(2), refuses an existing name: write-once.
-                os.link(tmp, path)
-            except FileExistsError:
-                self._same(path, data)
-        finally:
-            Path(tmp).unlink(missing_ok=True)
+        if not self._store((), [(key, data)]):
+            raise CorruptArtifact(
+                f"{self.root / index_key(key)} already holds other bytes (never overwritten)"
+            )
 
     def put_all(self, datas: Sequence[bytes], keys: Sequence[tuple[str, bytes]] = ()) -> int:
         """`put` of every `datas`, then `put_key` of each of `keys` in order, stopping at the
         first key that holds other bytes: how many keys were stored. Every file is written,
         then all are fsynced at once, before any name appears: a receipt and its chain link
         (or a batch of them) cost one round of fsyncs, and a name never outlives its bytes."""
+        return self._store([(data, self.path_of(content_ref(data))) for data in datas], keys)
+
+    def _store(
+        self, contents: Sequence[tuple[bytes, Path]], keys: Sequence[tuple[str, bytes]] = ()
+    ) -> int:
+        """`contents` (bytes at the path of their hash: renamed into place, idempotent), then
+        `keys` (linked, write-once) in order up to the first that holds other bytes: how many
+        keys were stored. Every file fsynced before any name appears."""
         temps: list[str] = []
         try:
             moves: list[tuple[str, Path]] = []
-            for data in datas:
-                path = self.path_of(content_ref(data))
+            for data, path in contents:
                 if path.exists():
+                    # Its name is its hash: another size is damage, which a write-once
+                    # store never repairs by overwriting.
                     if path.stat().st_size != len(data):
                         raise CorruptArtifact(
                             f"{path} holds {path.stat().st_size} bytes, not {len(data)}"
                         )
                     continue
                 path.parent.mkdir(parents=True, exist_ok=True)
-                temps.append(_temp(path.parent, data, sync=False))
+                temps.append(_temp(path.parent, data))
                 moves.append((temps[-1], path))
             links: list[tuple[str | None, Path, bytes]] = []
             for key, data in keys:
@@ -129,7 +112,7 @@ class LocalArtifactStore:
                     links.append((None, path, data))
                     continue
                 path.parent.mkdir(parents=True, exist_ok=True)
-                linked = _temp(path.parent, data, sync=False)
+                linked = _temp(path.parent, data)
                 temps.append(linked)
                 links.append((linked, path, data))
             # All but the last on the fsync threads, the last here: a lone receipt and its
@@ -154,11 +137,6 @@ class LocalArtifactStore:
         finally:
             for tmp in temps:
                 Path(tmp).unlink(missing_ok=True)
-
-    @staticmethod
-    def _same(path: Path, data: bytes) -> None:
-        if path.read_bytes() != data:
-            raise CorruptArtifact(f"{path} already holds other bytes (never overwritten)")
 
     def get_key(self, key: str) -> bytes:
         try:

@@ -782,19 +782,16 @@ class WarmSandboxes:
                 ),
                 sandbox_seconds=seconds,
             )
-        if not_started(result.stderr) and gate_not_passed(result.stderr):
-            return Outcome.failed(
-                FailureClass.TRANSIENT,
-                f"warm sandbox {name} holds no mark of its network gate having passed (handed "
-                "out before it did, or the mark was removed by an earlier call of the "
-                "attempt); the tool never started",
-            )
         if not_started(result.stderr):
+            why = (
+                "holds no mark of its network gate having passed (handed out before it did, "
+                "or the mark was removed by an earlier call of the attempt)"
+                if gate_not_passed(result.stderr)
+                else "could not be readied for the call (an earlier call's processes could "
+                "not be stopped, or its files not written)"
+            )
             return Outcome.failed(
-                FailureClass.TRANSIENT,
-                f"warm sandbox {name} could not be readied for the call (an earlier call's "
-                "processes could not be stopped, or its files not written); the tool never "
-                "started",
+                FailureClass.TRANSIENT, f"warm sandbox {name} {why}; the tool never started"
             )
         remaining = processes_left(result.stderr)
         if remaining != 0 or workspace is not None:

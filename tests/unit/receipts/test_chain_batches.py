@@ -14,6 +14,7 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from tests.unit.fake_cluster import MemoryStore
+from tests.unit.receipts.test_chain import NS, UID, receipt
 from tooladapter.artifacts import LocalArtifactStore, content_ref
 from tooladapter.artifacts.chain import Appended, ReceiptChains, chain_key, chain_prefix, read_chain
 from tooladapter.artifacts.protocol import put_all
@@ -23,20 +24,6 @@ from tooladapter.receipts.core.chain import verify
 from tooladapter.receipts.core.signing import KeySet, PublicKey, Signer
 from tooladapter.receipts.service import storing
 from tooladapter.receipts.service.writer import ReceiptInput, ReceiptWriter
-
-NS, UID = "team-a", "00000000-0000-4000-8000-000000000001"
-
-
-def receipt(n: int) -> dict[str, Any]:
-    return {
-        "schema": "tool-invocation-v1",
-        "invocationId": f"uid-{n}",
-        "invocationName": f"call-{n}",
-        "tenantId": NS,
-        "tenantUid": UID,
-        "state": "Observed",
-        "writtenAt": "2026-12-07T01:00:00Z",
-    }
 
 
 @pytest.fixture
