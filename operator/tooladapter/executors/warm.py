@@ -9,8 +9,11 @@ before. See `pipeline.warm` for what keeps a warm pod as safe as a Job.
   attempt queue (`attempts`) lets one call of the attempt run at a time, so the pod never
   runs two calls at once; every process of a call is killed at its end.
 - Any other call takes a ready pool pod of its profile (a claim: one label patch against
-  the pod's resourceVersion) and the pod is deleted after that one call; the pool is
-  refilled in the background.
+  the pod's resourceVersion): a new one, or one its own caller's earlier call handed back.
+  After the call, an exec the tool never saw stops every process of it and empties every
+  place the sandbox user can write, the workspace too (`RECYCLE_SCRIPT`); only a pod
+  shown clean that way goes back to the pool, and then for that caller's calls alone.
+  Any other end deletes the pod. The pool is resized in the background.
 
 Settling follows the Job's rules: the tool's exit is its answer (Observed); a call whose
 answer was lost (a lost exec stream, an operator restart) is unconfirmed, and an attempt's
@@ -58,6 +61,7 @@ from tooladapter.sandbox.job import ProxyPeer, runtime_class_for
 from tooladapter.sandbox.pool_sizing import (
     PoolBounds,
     PoolDemand,
+    Use,
     desired_size,
     pod_amounts,
     pod_requests,
@@ -67,11 +71,13 @@ from tooladapter.sandbox.pool_sizing import (
 from tooladapter.sandbox.warm import (
     ANNOTATION_ATTEMPT,
     ANNOTATION_CALLER,
+    ANNOTATION_CALLS,
     ANNOTATION_CLAIMED_AT,
     ANNOTATION_LAST_USED,
     ANNOTATION_PROFILE,
     ANNOTATION_SIZE,
     LABEL_CALL,
+    LABEL_CALLER,
     LABEL_PROFILE,
     LABEL_STATE,
     LABEL_WARM,
@@ -83,6 +89,7 @@ from tooladapter.sandbox.warm import (
     Profile,
     build_warm_pod,
     build_warm_policy,
+    caller_key,
     check_command,
     gate_not_passed,
     gated_in_container,
@@ -92,6 +99,8 @@ from tooladapter.sandbox.warm import (
     processes_left,
     profile_for,
     profile_from_annotation,
+    recycle_command,
+    recycled,
     run_command,
     run_input,
     uses_attempt_workspace,
@@ -113,6 +122,8 @@ STOP_TIMEOUT_SECONDS = 30
 #: Time and bytes the check of a workspace's git configuration may take (`check_workspace`).
 CHECK_TIMEOUT_SECONDS = 60
 CHECK_MAX_BYTES = 4 << 20
+#: A pool pod serves at most this many calls, then is deleted (a new one starts).
+MOST_CALLS_PER_POD = 100
 
 
 @dataclass(frozen=True)
@@ -133,11 +144,20 @@ class Pool:
     profile: Profile
     #: When a descriptor of the profile became active (or the pool was adopted), monotonic.
     started_at: float | None = None
-    #: When its recent calls came (monotonic), the newest last.
-    uses: tuple[float, ...] = ()
+    #: Its recent calls, the newest last.
+    uses: tuple[Use, ...] = ()
+    #: Its calls running or waiting for a pod now.
+    in_flight: int = 0
     refilling: asyncio.Lock = field(default_factory=asyncio.Lock)
     #: A resize was asked for while one ran: it runs once more (demand grew meanwhile).
     again: bool = False
+    #: Set (and replaced) each time a pod is handed back (`WarmSandboxes.recycle`): wakes
+    #: the calls waiting for one (`claim_starting`).
+    returned: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def hand_back(self) -> None:
+        event, self.returned = self.returned, asyncio.Event()
+        event.set()
 
     def demand(self) -> PoolDemand:
         return PoolDemand(self.started_at, self.uses)
@@ -149,6 +169,8 @@ PRESSURE_SECONDS = 60.0
 #: How long a call with no ready pool pod waits for one that is starting (scheduled, past
 #: its image pull most likely) before it runs in a Job of its own.
 STARTING_WAIT_SECONDS = 10.0
+#: While a call waits for a pool pod, the pool's pods are listed again this often.
+RELIST_SECONDS = 1.0
 #: Uses older than this are forgotten (the demand window is shorter).
 USES_KEPT_SECONDS = 120.0
 
@@ -182,6 +204,8 @@ class WarmSandboxes:
         #: Pool pods per (namespace, profile key) cluster-wide, as last listed (`maintain`),
         #: for the cluster-wide cap.
         self.census: dict[tuple[str, str], int] = {}
+        #: Pods being readied for their caller's next call (`recycle`): upkeep leaves them.
+        self.recycling: set[tuple[str, str]] = set()
 
     # ------------------------------------------------------------------ choosing
 
@@ -215,10 +239,6 @@ class WarmSandboxes:
                 )
             return None
         profile = self.profile(call, attempt=attempt)
-        if not attempt:
-            # A call that is not an attempt's takes a pool pod: demand. (An attempt's call
-            # is demand only when it makes its workspace: `workspace_pod`.)
-            self.want(call.namespace, profile)
         if attempt:
             try:
                 pod, workspace, made = await self.workspace_pod(call, profile)
@@ -240,26 +260,39 @@ class WarmSandboxes:
             return await self.run_in(call, pod, workspace, made=made)
         if self.settings.warm.pool_size <= 0:
             return None
-        claimed = await self.claim(call, profile)
-        if claimed is None:
-            claimed = await self.claim_starting(call, profile)
-        if claimed is None:
-            return None
-        return await self.run_in(call, claimed, None)
+        # A call that is not an attempt's takes a pool pod: demand, counted while it runs.
+        # (An attempt's call is demand only when it makes its workspace: `workspace_pod`.)
+        pool = self.pool_of(call.namespace, profile)
+        pool.in_flight += 1
+        try:
+            self.want(call.namespace, profile)
+            claimed = await self.claim(call, profile)
+            if claimed is None:
+                claimed = await self.claim_starting(call, profile)
+            if claimed is None:
+                return None
+            return await self.run_in(call, claimed, None)
+        finally:
+            pool.in_flight -= 1
+
+    def pool_of(self, namespace: str, profile: Profile) -> Pool:
+        pool = self.pools.get((namespace, profile.key))
+        if pool is None:
+            pool = self.pools[(namespace, profile.key)] = Pool(namespace, profile)
+        return pool
 
     def want(self, namespace: str, profile: Profile, *, started: bool = False) -> None:
         """A call of this profile was seen (or, `started`, a descriptor of it became
         active): keep (or start) its pool, resized now."""
         if self.settings.warm.pool_size <= 0:
             return
-        pool = self.pools.get((namespace, profile.key))
-        if pool is None:
-            pool = self.pools[(namespace, profile.key)] = Pool(namespace, profile)
+        pool = self.pool_of(namespace, profile)
         now = time.monotonic()
         if started:
             pool.started_at = now
         else:
-            pool.uses = (*trim_uses(pool.uses, now, USES_KEPT_SECONDS), now)
+            use = Use(now, max(1, pool.in_flight))
+            pool.uses = (*trim_uses(pool.uses, now, USES_KEPT_SECONDS), use)
         self.spawn(self.refill(pool))
 
     def activated(self, namespace: str, descriptor: ToolDescriptorSpec) -> None:
@@ -377,13 +410,18 @@ class WarmSandboxes:
 
     async def _resize(self, pool: Pool) -> None:
         try:
-            pods = await self.pool_pods(pool.namespace, pool.profile.key)
-            wanted = await self.desired(pool, len(pods))
-            for _ in range(wanted - len(pods)):
+            pods, serving = await self.profile_pods(pool.namespace, pool.profile.key)
+            held = len(pods) + serving
+            wanted = await self.desired(pool, held)
+            for _ in range(wanted - held):
                 await self.create_pod(pool.namespace, pool.profile, state=STATE_POOL)
-            # Starting pods go first: they serve no call yet.
-            surplus = sorted(pods, key=lambda p: (pod_ready(p), p["metadata"]["name"]))
-            for pod in surplus[: max(0, len(pods) - wanted)]:
+            # Starting pods go first (they serve no call yet), then those handed back, the
+            # least recently used first (they serve one caller; a new pod serves any).
+            surplus = sorted(
+                pods,
+                key=lambda p: (pod_ready(p), not pod_caller(p), last_used(p), pod_name(p)),
+            )
+            for pod in surplus[: max(0, held - wanted)]:
                 meta = pod["metadata"]
                 await self.kube.delete_pod(
                     pool.namespace, meta["name"], resource_version=meta["resourceVersion"]
@@ -417,6 +455,18 @@ class WarmSandboxes:
         )
         return [p for p in pods if not pod_ended(p)]
 
+    async def profile_pods(self, namespace: str, key: str) -> tuple[list[dict[str, Any]], int]:
+        """The pool's pods (ready to claim, or starting), and how many of its pods serve a
+        call now (they come back to it when shown clean)."""
+        pods = [
+            p
+            for p in await self.kube.list_pods(namespace, f"{LABEL_PROFILE}={key}")
+            if not pod_ended(p)
+        ]
+        states = [(p["metadata"].get("labels") or {}).get(LABEL_STATE) for p in pods]
+        pool = [p for p, state in zip(pods, states, strict=True) if state == STATE_POOL]
+        return pool, states.count(STATE_CALL)
+
     async def claim(
         self, call: Call, profile: Profile, *, workspace: str | None = None
     ) -> dict[str, Any] | None:
@@ -428,9 +478,21 @@ class WarmSandboxes:
         if workspace:
             labels[LABEL_WORKSPACE] = workspace
             annotations.update(self.workspace_annotations(call, profile))
-        for pod in await self.pool_pods(call.namespace, profile.key):
-            if not pod_ready(pod):
-                continue
+        mine = caller_key(call.namespace, call.caller)
+        ready = [p for p in await self.pool_pods(call.namespace, profile.key) if pod_ready(p)]
+        # The caller's own pods first (handed back after its earlier calls), then new ones;
+        # a pod another caller's call ran in is never this caller's.
+        ours = sorted(
+            (p for p in ready if pod_caller(p) in (None, mine)),
+            key=lambda p: (pod_caller(p) != mine, pod_name(p)),
+        )
+        if not ours:
+            theirs = [p for p in ready if pod_caller(p) not in (None, mine)]
+            if theirs:
+                # Other callers hold every ready pod: the least recently used goes, so the
+                # pool makes a new one (anyone's) in its place.
+                self.spawn(self.make_way(call.namespace, min(theirs, key=last_used), profile))
+        for pod in ours:
             try:
                 claimed = await self.kube.patch_pod(
                     pod,
@@ -447,29 +509,45 @@ class WarmSandboxes:
 
     async def claim_starting(self, call: Call, profile: Profile) -> dict[str, Any] | None:
         """No pool pod was ready: wait up to `STARTING_WAIT_SECONDS` for one of the pool's
-        starting pods (nearer their start than a new Job), the oldest first, claiming any
-        that is ready; None when none became ready in time (the call runs cold)."""
+        starting pods (nearer their start than a new Job), the oldest first, or for a pod
+        another call of the pool hands back, claiming any that is ready; None when none
+        came in time (the call runs cold)."""
         deadline = time.monotonic() + STARTING_WAIT_SECONDS
-        waited: set[str] = set()
+        failed: set[str] = set()
+        pool = self.pool_of(call.namespace, profile)
         while True:
+            returned = pool.returned
             starting = [
                 p
                 for p in await self.pool_pods(call.namespace, profile.key)
-                if not pod_ready(p)
-                and not pod_unschedulable(p)
-                and p["metadata"]["name"] not in waited
+                if not pod_ready(p) and not pod_unschedulable(p) and pod_name(p) not in failed
             ]
             remaining = deadline - time.monotonic()
-            if not starting or remaining <= 0:
+            # Other calls of the pool may hand their pods back.
+            others = pool.in_flight > 1 or bool(self.recycling)
+            if (not starting and not others) or remaining <= 0:
                 return None
-            oldest = min(starting, key=lambda p: p["metadata"].get("creationTimestamp") or "")
-            waited.add(oldest["metadata"]["name"])
-            try:
-                await self.kube.wait_ready(
-                    call.namespace, oldest["metadata"]["name"], timeout=remaining
+            waits: list[asyncio.Future[Any]] = [asyncio.ensure_future(returned.wait())]
+            if starting:
+                oldest = min(starting, key=lambda p: p["metadata"].get("creationTimestamp") or "")
+                waits.append(
+                    asyncio.ensure_future(
+                        self.kube.wait_ready(call.namespace, pod_name(oldest), timeout=remaining)
+                    )
                 )
-            except (RuntimeError, TimeoutError, NotFound):
-                pass  # gone or slow: another may be ready by now
+            try:
+                # Looked at again each `RELIST_SECONDS`: a pod the pool started meanwhile.
+                await asyncio.wait(
+                    waits,
+                    timeout=min(remaining, RELIST_SECONDS),
+                    return_when=asyncio.FIRST_COMPLETED,
+                )
+            finally:
+                for waiting in waits:
+                    waiting.cancel()
+            if starting and waits[1].done() and not waits[1].cancelled():
+                if waits[1].exception() is not None:
+                    failed.add(pod_name(oldest))  # gone or failing: wait for another
             claimed = await self.claim(call, profile)
             if claimed is not None:
                 return claimed
@@ -694,15 +772,84 @@ class WarmSandboxes:
         so said on the receipt), not taken ready."""
         name = pod["metadata"]["name"]
         run = SandboxRun(SandboxStart.COLD if made else SandboxStart.WARM, name, workspace)
+        clean = False
         try:
-            outcome = await self._run_in(call, name, workspace, gate_mark=gated_in_container(pod))
+            outcome, clean = await self._run_in(
+                call, name, workspace, gate_mark=gated_in_container(pod)
+            )
         finally:
             if workspace is None:
-                # A pool pod serves one call: nothing of it reaches another. Its label
-                # (state `call`) keeps it from every claim, so the deletion need not hold
-                # up the call's end; upkeep deletes it if this one fails.
-                self.spawn(self.forget_pod(call.namespace, name))
+                # Its label (state `call`) keeps the pod from every claim, so neither its
+                # recycling nor its deletion holds up the call's end; upkeep deletes it if
+                # both fail.
+                if clean:
+                    # Counted from now: a call that finds no pod waits for this one.
+                    self.recycling.add((call.namespace, name))
+                    self.spawn(self.recycle(call, pod))
+                else:
+                    self.spawn(self.forget_pod(call.namespace, name))
         return replace(outcome, sandbox_run=run)
+
+    async def recycle(self, call: Call, pod: dict[str, Any]) -> None:
+        """Hand a pool pod back for its caller's next call, once an exec of its own (the
+        tool never saw it) showed it clean (`RECYCLE_SCRIPT`); else delete it."""
+        meta = pod["metadata"]
+        namespace, name = call.namespace, meta["name"]
+        served = served_calls(pod) + 1
+        try:
+            if served < MOST_CALLS_PER_POD:
+                async with asyncio.timeout(STOP_TIMEOUT_SECONDS):
+                    result = await self.kube.exec(
+                        namespace, name, recycle_command(), stdin=b"", max_bytes=0
+                    )
+                if recycled(result.exit_code, result.stderr):
+                    await self.kube.patch_pod(
+                        pod,
+                        {
+                            "metadata": {
+                                "labels": {
+                                    LABEL_STATE: STATE_POOL,
+                                    LABEL_CALL: None,
+                                    LABEL_CALLER: caller_key(namespace, call.caller),
+                                },
+                                "annotations": {
+                                    ANNOTATION_INVOCATION: None,
+                                    ANNOTATION_CLAIMED_AT: None,
+                                    ANNOTATION_LAST_USED: now_iso(),
+                                    ANNOTATION_CALLS: str(served),
+                                },
+                            }
+                        },
+                    )
+                    pool = self.pools.get(
+                        (namespace, (meta.get("labels") or {}).get(LABEL_PROFILE, ""))
+                    )
+                    if pool is not None:
+                        pool.hand_back()
+                    return
+                logger.info(
+                    "warm pod %s/%s was not shown clean after its call (exit %s): deleted",
+                    namespace,
+                    name,
+                    result.exit_code,
+                )
+        except Exception:
+            logger.warning("recycling warm pod %s/%s failed", namespace, name, exc_info=True)
+        finally:
+            self.recycling.discard((namespace, name))
+        await self.forget_pod(namespace, name)
+
+    async def make_way(self, namespace: str, pod: dict[str, Any], profile: Profile) -> None:
+        """Delete a ready pod another caller's calls hold (as listed: one claimed meanwhile
+        stays), and resize the pool, which makes a new pod in its place."""
+        meta = pod["metadata"]
+        try:
+            await self.kube.delete_pod(
+                namespace, meta["name"], resource_version=meta.get("resourceVersion")
+            )
+        except Exception:
+            logger.warning("deleting warm pod %s/%s failed", namespace, meta["name"])
+        await self.refill(self.pool_of(namespace, profile))
 
     async def forget_pod(self, namespace: str, name: str) -> None:
         try:
@@ -712,7 +859,9 @@ class WarmSandboxes:
 
     async def _run_in(
         self, call: Call, name: str, workspace: WorkspaceLease | None, *, gate_mark: bool
-    ) -> Outcome:
+    ) -> tuple[Outcome, bool]:
+        """The call's outcome, and whether the tool's exec came to a clean end (it exited
+        and its script stopped what it left): only then may a pool pod be recycled."""
         lost = "; the attempt's workspace may have changed" if workspace is not None else ""
         try:
             url, bundle = await self.proxy_inputs(call)
@@ -721,7 +870,7 @@ class WarmSandboxes:
         except (NotFound, ValueError) as exc:
             return Outcome.failed(
                 FailureClass.INTERNAL, f"the warm sandbox call could not be set up: {exc}"
-            )
+            ), False
         # The tool may start once the exec begins: the run meter counts from here, on the
         # operator's own clock (`executors.meter`).
         started = self.clock()
@@ -760,7 +909,7 @@ class WarmSandboxes:
                     ),
                     message=f"interrupted while the tool ran in warm sandbox {name} ({left}){lost}",
                     sandbox_seconds=seconds,
-                )
+                ), False
             return replace(
                 unconfirmed_for(
                     call.effective_class,
@@ -769,7 +918,7 @@ class WarmSandboxes:
                     failure=FailureClass.TIMEOUT,
                 ),
                 sandbox_seconds=seconds,
-            )
+            ), False
         try:
             result: ExecResult = execution.result()
         except Exception as exc:
@@ -781,7 +930,7 @@ class WarmSandboxes:
                     f"({type(exc).__name__}: {exc}; {left}){lost}",
                 ),
                 sandbox_seconds=seconds,
-            )
+            ), False
         if not_started(result.stderr):
             why = (
                 "holds no mark of its network gate having passed (handed out before it did, "
@@ -792,7 +941,7 @@ class WarmSandboxes:
             )
             return Outcome.failed(
                 FailureClass.TRANSIENT, f"warm sandbox {name} {why}; the tool never started"
-            )
+            ), False
         remaining = processes_left(result.stderr)
         if remaining != 0 or workspace is not None:
             # The run script did not report a clean end, or the pod lives on as the
@@ -809,12 +958,13 @@ class WarmSandboxes:
                     f"({result.status.get('message') or 'no message'}){lost}",
                 ),
                 sandbox_seconds=seconds,
-            )
+            ), False
         if workspace is not None:
             # Off the call's path: only the idle release reads it, and a call of the
             # attempt that runs or waits keeps the workspace anyway (`busy`).
             self.spawn(self.touch(call.namespace, name))
-        return replace(exited(result.stdout, result.exit_code), sandbox_seconds=seconds)
+        answer = replace(exited(result.stdout, result.exit_code), sandbox_seconds=seconds)
+        return answer, remaining == 0
 
     async def stop(self, namespace: str, name: str, workspace: WorkspaceLease | None) -> str:
         """Kill every process a call left in the pod; a pod where that cannot be shown is
@@ -935,7 +1085,7 @@ class WarmSandboxes:
                     ):
                         await self.kube.delete_pod(namespace, name)
                         logger.info("released idle workspace %s/%s", namespace, name)
-                elif state == STATE_CALL:
+                elif state == STATE_CALL and (namespace, name) not in self.recycling:
                     invocation = annotations.get(ANNOTATION_INVOCATION, "")
                     if await call_ended(namespace, invocation, labels.get(LABEL_CALL, "")):
                         await self.kube.delete_pod(namespace, name)
@@ -955,9 +1105,9 @@ class WarmSandboxes:
 
     def adopt(self, pods: list[dict[str, Any]], serves: Callable[[str], bool]) -> None:
         """Pools this process does not know yet (it restarted, or took the namespace over)
-        are taken up from their pods: the idle time counts from the newest pod's creation,
-        since a pool pod is made anew after each call. Pods whose profile cannot be read
-        are drained (`maintain`)."""
+        are taken up from their pods: the idle time counts from the latest a pod was made
+        or handed back after a call (`last_used`). Pods whose profile cannot be read are
+        drained (`maintain`)."""
         if self.settings.warm.pool_size <= 0:
             return
         now, wall = time.monotonic(), time.time()
@@ -966,7 +1116,7 @@ class WarmSandboxes:
             meta = pod["metadata"]
             labels = meta.get("labels") or {}
             key = (meta["namespace"], labels.get(LABEL_PROFILE, ""))
-            created = meta.get("creationTimestamp")
+            created = meta.get("creationTimestamp") and last_used(pod)
             if (
                 labels.get(LABEL_STATE) != STATE_POOL
                 or pod_ended(pod)
@@ -1013,7 +1163,8 @@ class WarmSandboxes:
 
 
 def last_used(pod: dict[str, Any]) -> str:
-    """When a workspace was last used (RFC 3339, so it sorts), for the oldest first."""
+    """When a workspace or a recycled pool pod was last used (RFC 3339, so it sorts; a new
+    pod's creation), for the oldest first."""
     meta = pod["metadata"]
     annotations = meta.get("annotations") or {}
     return str(
@@ -1022,6 +1173,23 @@ def last_used(pod: dict[str, Any]) -> str:
         or meta.get("creationTimestamp")
         or ""
     )
+
+
+def pod_name(pod: dict[str, Any]) -> str:
+    return str(pod["metadata"]["name"])
+
+
+def pod_caller(pod: dict[str, Any]) -> str | None:
+    """The caller (`caller_key`) a recycled pool pod serves; None: a new pod (anyone's)."""
+    return (pod["metadata"].get("labels") or {}).get(LABEL_CALLER)
+
+
+def served_calls(pod: dict[str, Any]) -> int:
+    """How many calls a pool pod has served (`ANNOTATION_CALLS`)."""
+    try:
+        return int((pod["metadata"].get("annotations") or {}).get(ANNOTATION_CALLS) or 0)
+    except ValueError:
+        return MOST_CALLS_PER_POD
 
 
 def pod_unschedulable(pod: dict[str, Any]) -> bool:

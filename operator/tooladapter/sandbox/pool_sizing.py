@@ -1,9 +1,10 @@
 """How many pods a warm pool should hold: a pure function of demand, idle time and caps.
 
 A pool (one namespace, one sandbox profile) starts with one pod when a descriptor of its
-profile becomes active in the namespace, grows with its recent use (each call consumes a
-pod, so the pool holds what calls take while new pods start: two per recent call), and
-shrinks to zero once nothing used it for `idle_seconds`. It never grows past its own
+profile becomes active in the namespace, grows with its recent use, and shrinks to zero
+once nothing used it for `idle_seconds`. A call borrows a pod and, once the pod is shown
+clean, hands it back for its caller's next call (`sandbox.warm.RECYCLE_SCRIPT`), so the
+pool holds as many pods as its calls ran at once lately, and one spare. It never grows past its own
 bound (`most`), the cluster-wide room left for pool pods (`room`), or what the
 namespace's ResourceQuotas can give without taking the share a call could need
 (`quota_room`): pool pods go first.
@@ -20,16 +21,24 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
+from typing import NamedTuple
 
 from tooladapter.sandbox.warm import quantity_value
 
-#: Calls in this many seconds count as recent demand: about the time a new pool pod takes
-#: to be ready, so the pool holds what calls take while it refills.
+#: Calls in this many seconds count as recent demand: a burst's pods are kept between its
+#: waves, and a pod that starts for it is ready (seconds) well within it.
 DEMAND_WINDOW_SECONDS = 30.0
-#: Pods a pool adds per recent call: each call takes one pod and the next call of a burst
-#: comes before a new pod is ready (a pod start is seconds, a warm call a fraction of one),
-#: so the pool grows ahead of the burst rather than one pod behind it.
-PODS_PER_USE = 2
+#: Pods a pool holds beyond the most calls it ran at once lately: the next caller's (a
+#: recycled pod serves only its own caller), and the next call while a pod is recycled.
+SPARE_PODS = 1
+
+
+class Use(NamedTuple):
+    """One call of the pool: when it came (monotonic seconds), and how many of the pool's
+    calls were in flight then, itself included."""
+
+    at: float
+    in_flight: int = 1
 
 
 @dataclass(frozen=True)
@@ -38,10 +47,10 @@ class PoolDemand:
     (or the pool was adopted after a restart), and the times of its recent calls."""
 
     started_at: float | None = None
-    uses: tuple[float, ...] = ()
+    uses: tuple[Use, ...] = ()
 
     def last_seen(self) -> float | None:
-        times = [t for t in (self.started_at, *self.uses) if t is not None]
+        times = [t for t in (self.started_at, *(u.at for u in self.uses)) if t is not None]
         return max(times) if times else None
 
 
@@ -55,8 +64,10 @@ class PoolBounds:
     window_seconds: float = DEMAND_WINDOW_SECONDS
 
 
-def recent_uses(demand: PoolDemand, now: float, window_seconds: float) -> int:
-    return sum(1 for t in demand.uses if now - window_seconds <= t <= now)
+def recent_peak(demand: PoolDemand, now: float, window_seconds: float) -> int:
+    """The most calls the pool ran at once in the window (0: no call)."""
+    recent = (u.in_flight for u in demand.uses if now - window_seconds <= u.at <= now)
+    return max(recent, default=0)
 
 
 def desired_size(
@@ -68,23 +79,23 @@ def desired_size(
     quota_room: int | None = None,
     pressured: bool = False,
 ) -> int:
-    """The pods the pool should hold now (ready or starting). `room`: the pods the
+    """The pods the pool should hold now (ready, starting, or serving a call). `room`: the pods the
     cluster-wide cap leaves this pool (its own pods included); `quota_room`: the pods the
     namespace's quotas leave it (None: no quota); `pressured`: a call of the namespace
     waits for capacity, so pools give way (zero)."""
     last = demand.last_seen()
     if bounds.most <= 0 or pressured or last is None or now - last > bounds.idle_seconds:
         return 0
-    wanted = 1 + PODS_PER_USE * recent_uses(demand, now, bounds.window_seconds)
+    wanted = SPARE_PODS + recent_peak(demand, now, bounds.window_seconds)
     limits = [bounds.most, max(room, 0)]
     if quota_room is not None:
         limits.append(max(quota_room, 0))
     return max(0, min(wanted, *limits))
 
 
-def trim_uses(uses: Iterable[float], now: float, keep_seconds: float) -> tuple[float, ...]:
+def trim_uses(uses: Iterable[Use], now: float, keep_seconds: float) -> tuple[Use, ...]:
     """The uses still worth keeping (newer than `keep_seconds`), the newest last."""
-    return tuple(sorted(t for t in uses if now - t <= keep_seconds))
+    return tuple(sorted(u for u in uses if now - u.at <= keep_seconds))
 
 
 # ---------------------------------------------------------------------- quotas
@@ -142,14 +153,15 @@ def quota_room(
 
 __all__ = [
     "DEMAND_WINDOW_SECONDS",
-    "PODS_PER_USE",
+    "SPARE_PODS",
     "PoolBounds",
     "PoolDemand",
+    "Use",
     "desired_size",
     "pod_amounts",
     "pod_requests",
     "quota_room",
-    "recent_uses",
+    "recent_peak",
     "trim_uses",
 ]
 

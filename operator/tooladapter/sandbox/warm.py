@@ -76,7 +76,12 @@ LABEL_STATE = "tooladapter.dev/warm-state"
 LABEL_CALL = "tooladapter.dev/warm-call"
 #: The workspace key (`workspace_key`) of an attempt's pod.
 LABEL_WORKSPACE = "tooladapter.dev/workspace"
+#: The caller (`caller_key`) whose call a pool pod served: once recycled, it serves only
+#: that caller's calls (nothing crosses callers).
+LABEL_CALLER = "tooladapter.dev/warm-caller"
 ANNOTATION_CALLER = "tooladapter.dev/caller"
+#: How many calls a pool pod has served.
+ANNOTATION_CALLS = "tooladapter.dev/warm-calls"
 ANNOTATION_ATTEMPT = "tooladapter.dev/attempt-id"
 ANNOTATION_CLAIMED_AT = "tooladapter.dev/claimed-at"
 ANNOTATION_LAST_USED = "tooladapter.dev/last-used-at"
@@ -155,19 +160,25 @@ _REPORT = f'echo "{STOPPED_MARK}$n" >&2; '
 #: (PID 1 runs from it) stays, and so does the network gate's mark (`podspec.GATE_PASSED`),
 #: which every call of a pod gated in its own container checks before it starts.
 CLEARED = (HOME_DIR, TOOLADAPTER_DIR, *SHARED_MEMORY)
-#: Empties `CLEARED` (the holder's shell kept); `$left` is then what could not be removed.
-#: Modes first: a directory the tool made unreadable is still its own to open up (never
-#: through a symlink, which could point into the workspace).
-CLEAR_SCRIPT = (
-    f'left=; for d in {" ".join(CLEARED)}; do [ -d "$d" ] || continue; '
-    'for e in "$d"/* "$d"/.[!.]* "$d"/..?*; do '
-    f'[ "$e" = {HOLDER_SHELL} ] && continue; '
-    # The gate's mark stays only as what the gate made: an empty regular file, no link.
-    f'[ "$e" = {GATE_PASSED} ] && [ -f "$e" ] && ! [ -L "$e" ] && ! [ -s "$e" ] && continue; '
-    '[ -e "$e" ] || [ -L "$e" ] || continue; '
-    '[ -L "$e" ] || chmod -R u+rwx "$e" 2>/dev/null; rm -rf "$e" 2>/dev/null; '
-    '{ [ -e "$e" ] || [ -L "$e" ]; } && left="$left $e"; done; done; '
-)
+
+
+def clear_script(dirs: Sequence[str]) -> str:
+    """Empties `dirs` (the holder's shell kept); `$left` is then what could not be removed.
+    Modes first: a directory the tool made unreadable is still its own to open up (never
+    through a symlink, which could point into the workspace)."""
+    return (
+        f'left=; for d in {" ".join(dirs)}; do [ -d "$d" ] || continue; '
+        'for e in "$d"/* "$d"/.[!.]* "$d"/..?*; do '
+        f'[ "$e" = {HOLDER_SHELL} ] && continue; '
+        # The gate's mark stays only as what the gate made: an empty regular file, no link.
+        f'[ "$e" = {GATE_PASSED} ] && [ -f "$e" ] && ! [ -L "$e" ] && ! [ -s "$e" ] && continue; '
+        '[ -e "$e" ] || [ -L "$e" ] || continue; '
+        '[ -L "$e" ] || chmod -R u+rwx "$e" 2>/dev/null; rm -rf "$e" 2>/dev/null; '
+        '{ [ -e "$e" ] || [ -L "$e" ]; } && left="$left $e"; done; done; '
+    )
+
+
+CLEAR_SCRIPT = clear_script(CLEARED)
 #: The per-call environment: HOME and TMPDIR outside the workspace, no user config read
 #: from anywhere the tool writes (`podspec.CONFIG_ENV`; the pod's env says the same, set
 #: again here so the run does not depend on how an older operator made the pod).
@@ -222,6 +233,46 @@ STOP_SCRIPT = _COUNT + _STOP + CLEAR_SCRIPT + _REPORT + "exit 0"
 #: left running is stopped first (so nothing writes after the listing), then the workspace's
 #: git configuration is listed. Exit 4: processes were left.
 CHECK_SCRIPT = _COUNT + _STOP + '[ "$n" = 0 ] || exit 4; ' + SCAN_SCRIPT
+
+#: What the recycle script writes on stderr, last, when the pod is as clean as a new one.
+RECYCLED_MARK = "tooladapter-recycled"
+#: The kubelet's termination-message file: every user may write it (mode 0666) and it
+#: outlives the processes that did.
+TERMINATION_LOG = "/dev/termination-log"
+#: System V IPC objects (the pod's IPC namespace) outlive their processes: a recycled pod
+#: holds none. Each file is a header line, then a line per object; a file that cannot be
+#: read fails the check (closed).
+_NO_SYSV_IPC = (
+    "for f in /proc/sysvipc/shm /proc/sysvipc/sem /proc/sysvipc/msg; do "
+    '[ -r "$f" ] || exit 7; c=0; while IFS= read -r l; do c=$((c+1)); done < "$f"; '
+    '[ "$c" -gt 1 ] && exit 7; done; '
+)
+#: After a pool pod's call, in an exec of its own that the tool never saw: every process
+#: of the call is stopped and none is left (exit 4), every place the sandbox user can write
+#: is emptied, the workspace too (exit 5), the termination-message file is emptied (exit
+#: 6), and no System V IPC object is left (exit 7). Only then is `RECYCLED_MARK` written
+#: and the pod handed back to its pool (`executors.warm.WarmSandboxes.recycle`): its next
+#: call finds it as a new pod, but for its holder and its passed gate.
+RECYCLE_SCRIPT = (
+    _COUNT
+    + _STOP
+    + '[ "$n" = 0 ] || exit 4; '
+    + clear_script((*CLEARED, WORKSPACE))
+    + '[ -z "$left" ] || exit 5; '
+    + f": > {TERMINATION_LOG} 2>/dev/null; [ -s {TERMINATION_LOG} ] && exit 6; "
+    + _NO_SYSV_IPC
+    + f'echo "{RECYCLED_MARK}" >&2; exit 0'
+)
+
+
+def recycle_command() -> list[str]:
+    """The exec command that readies a pool pod for its caller's next call."""
+    return ["/bin/sh", "-c", RECYCLE_SCRIPT]
+
+
+def recycled(exit_code: int | None, stderr: bytes) -> bool:
+    """The recycle script reached its end: exit 0 and its mark last on stderr."""
+    return exit_code == 0 and stderr.rstrip().endswith(RECYCLED_MARK.encode())
 
 
 def check_command() -> list[str]:
@@ -389,6 +440,13 @@ def workspace_key(namespace: str, caller: str, attempt_id: str) -> str:
     """The label value naming one attempt's workspace: the attempt id is the agent's own
     text, so it is hashed with its caller and namespace (never used raw in a name)."""
     doc = json.dumps([namespace, caller, attempt_id], separators=(",", ":"))
+    return hashlib.sha256(doc.encode()).hexdigest()[:40]
+
+
+def caller_key(namespace: str, caller: str) -> str:
+    """The label value naming the caller a recycled pool pod serves (hashed: a caller's
+    name may hold characters no label value may)."""
+    doc = json.dumps([namespace, caller], separators=(",", ":"))
     return hashlib.sha256(doc.encode()).hexdigest()[:40]
 
 
@@ -616,6 +674,7 @@ def pod_ended(pod: Mapping[str, Any] | None) -> bool:
 __all__ = [
     "ANNOTATION_ATTEMPT",
     "ANNOTATION_CALLER",
+    "ANNOTATION_CALLS",
     "ANNOTATION_CLAIMED_AT",
     "ANNOTATION_LAST_USED",
     "ANNOTATION_PROFILE",
@@ -625,10 +684,13 @@ __all__ = [
     "CLEAR_SCRIPT",
     "HOLDER_SCRIPT",
     "LABEL_CALL",
+    "LABEL_CALLER",
     "LABEL_PROFILE",
     "LABEL_STATE",
     "LABEL_WARM",
     "LABEL_WORKSPACE",
+    "RECYCLED_MARK",
+    "RECYCLE_SCRIPT",
     "RUN_SCRIPT",
     "SETUP_FAILED",
     "STARTED_MARK",
@@ -640,7 +702,9 @@ __all__ = [
     "Profile",
     "build_warm_pod",
     "build_warm_policy",
+    "caller_key",
     "check_command",
+    "clear_script",
     "exit_code_of",
     "not_started",
     "pod_ended",
@@ -648,6 +712,8 @@ __all__ = [
     "processes_left",
     "profile_for",
     "profile_from_annotation",
+    "recycle_command",
+    "recycled",
     "run_command",
     "run_input",
     "uses_attempt_workspace",

@@ -39,7 +39,13 @@ from tooladapter.devtools import (
     node_ip,
     wait_for,
 )
-from tooladapter.sandbox.warm import LABEL_CALL, LABEL_WORKSPACE, workspace_key
+from tooladapter.sandbox.warm import (
+    LABEL_CALL,
+    LABEL_CALLER,
+    LABEL_WORKSPACE,
+    caller_key,
+    workspace_key,
+)
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(900)]
 
@@ -512,10 +518,11 @@ def test_a_call_superseded_while_it_waited_for_the_workspace_is_denied_at_fencin
     assert "stale" not in after["result"].get("content", "")
 
 
-def pool_pods(api: client.ApiClient, namespace: str) -> list[Any]:
-    pods = client.CoreV1Api(api).list_namespaced_pod(
-        namespace, label_selector="tooladapter.dev/warm-state=pool"
-    )
+def pool_pods(api: client.ApiClient, namespace: str, *, caller: str | None = None) -> list[Any]:
+    selector = "tooladapter.dev/warm-state=pool"
+    if caller is not None:
+        selector += f",{LABEL_CALLER}={caller}"
+    pods = client.CoreV1Api(api).list_namespaced_pod(namespace, label_selector=selector)
     return [
         p
         for p in pods.items
@@ -524,7 +531,20 @@ def pool_pods(api: client.ApiClient, namespace: str) -> list[Any]:
     ]
 
 
-def test_a_pool_pod_serves_one_call_past_the_gate_and_reaches_nothing_but_the_proxy(
+#: What a call leaves behind in every place the sandbox user can write, and a process.
+PLANT = (
+    "echo w > /workspace/planted-w; mkdir -p /workspace/.d && echo x > /workspace/.d/planted-x; "
+    "echo h > $HOME/planted-h; echo s > /dev/shm/planted-s; "
+    "echo planted-t > /dev/termination-log; "
+    "(setsid sleep 297 >/dev/null 2>&1 &); (sleep 298 >/dev/null 2>&1 &); echo planted"
+)
+#: What the next call in the pod finds of it.
+LOOK = (
+    "ls -A /workspace $HOME /dev/shm /dev/mqueue; cat /dev/termination-log; ps -o args; echo looked"
+)
+
+
+def test_a_pool_pod_is_handed_back_clean_to_its_caller_alone_past_the_gate(
     api: client.ApiClient,
     wns: Namespace,
     server: Recorder,
@@ -545,31 +565,47 @@ def test_a_pool_pod_serves_one_call_past_the_gate_and_reaches_nothing_but_the_pr
             "egress": {"allow": [f"{API}:{port}"]},
         },
     )
-    (alice,) = agents(api, wns.name, "pooled", "alice")
+    alice, bob = agents(api, wns.name, "pooled", "alice", "bob")
     first = run(alice, "pooled", "true", "p1")  # a call of the profile: its pool starts
     assert first["state"] == "Observed", explain(first, warm)
     wait_for(lambda: pool_pods(api, wns.name), timeout=120, what="a ready pool pod")
-    (ready,) = pool_pods(api, wns.name)
     node = node_ip()
     # Through the proxy with the call's own grant: allowed. Around it: nothing answers.
     script = (
         f"wget -q -O - http://{API}:{port}/pooled; echo; "
         f"wget -Y off -q -T 3 -O - http://{node}:{port}/direct && echo direct-reached; "
-        "echo done"
+        f"{PLANT}; echo done"
     )
     second = run(alice, "pooled", script, "p1")
     assert second["state"] == "Observed", explain(second, warm)
     assert second["sandboxLease"]["start"] == "warm"
-    assert second["sandboxLease"]["sandboxName"] == ready.metadata.name
+    used = second["sandboxLease"]["sandboxName"]
     content = second["result"]["content"]
-    assert "hello from the node" in content and "done" in content
+    assert "hello from the node" in content and "planted\n" in content and "done" in content
     assert "direct-reached" not in content and server.hits["/direct"] == 0
-    # One call per pool pod: it goes, and nothing of it serves another call.
+    # Handed back, shown clean, for alice alone.
+    mine = caller_key(wns.name, alice.user)
     wait_for(
-        lambda: not _pod_exists(api, wns.name, ready.metadata.name),
-        timeout=120,
-        what="the used pool pod deleted",
+        lambda: used in {p.metadata.name for p in pool_pods(api, wns.name, caller=mine)},
+        timeout=60,
+        what="the used pod handed back for alice",
     )
+    third = run(alice, "pooled", LOOK, "p1")
+    assert third["state"] == "Observed", explain(third, warm)
+    assert third["sandboxLease"]["sandboxName"] == used
+    seen = third["result"]["content"]
+    assert "looked" in seen, seen
+    for left in ("planted", "sleep 29", ".d"):
+        assert left not in seen, seen
+    # Bob never gets alice's pod: it makes way for a new one, or he runs cold meanwhile.
+    wait_for(
+        lambda: used in {p.metadata.name for p in pool_pods(api, wns.name, caller=mine)},
+        timeout=60,
+        what="the pod handed back for alice again",
+    )
+    theirs = run(bob, "pooled", LOOK, "p1")
+    assert theirs["state"] == "Observed", explain(theirs, warm)
+    assert theirs["sandboxLease"]["sandboxName"] != used
 
 
 def test_a_call_with_cidr_egress_never_runs_warm(

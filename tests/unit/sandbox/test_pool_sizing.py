@@ -8,6 +8,7 @@ from decimal import Decimal
 from tooladapter.sandbox.pool_sizing import (
     PoolBounds,
     PoolDemand,
+    Use,
     desired_size,
     pod_amounts,
     pod_requests,
@@ -26,28 +27,33 @@ def test_a_pool_nobody_asked_for_holds_nothing() -> None:
     assert desired_size(PoolDemand(), 110.0, BOUNDS, room=16) == 0
 
 
-def test_a_pool_grows_with_recent_calls_up_to_its_bound() -> None:
-    one = PoolDemand(started_at=0.0, uses=(100.0,))
-    assert desired_size(one, 101.0, BOUNDS, room=16) == 3  # two pods per recent call
-    three = PoolDemand(started_at=0.0, uses=(100.0, 101.0, 102.0))
-    assert desired_size(three, 103.0, BOUNDS, room=16) == 7
-    many = PoolDemand(started_at=0.0, uses=tuple(100.0 + i / 10 for i in range(20)))
-    assert desired_size(many, 103.0, BOUNDS, room=16) == 8
+def test_a_pool_holds_the_most_calls_it_ran_at_once_lately_and_one_spare() -> None:
+    # A call borrows a pod and hands it back (recycled), so calls one after another need
+    # the pod they use and one spare, however many they are.
+    one = PoolDemand(started_at=0.0, uses=(Use(100.0, 1),))
+    assert desired_size(one, 101.0, BOUNDS, room=16) == 2
+    in_a_row = PoolDemand(started_at=0.0, uses=tuple(Use(100.0 + i / 2, 1) for i in range(20)))
+    assert desired_size(in_a_row, 111.0, BOUNDS, room=16) == 2
+    burst = PoolDemand(started_at=0.0, uses=(Use(100.0, 1), Use(100.1, 5), Use(100.2, 3)))
+    assert desired_size(burst, 103.0, BOUNDS, room=16) == 6
+    crowd = PoolDemand(started_at=0.0, uses=(Use(100.0, 20),))
+    assert desired_size(crowd, 103.0, BOUNDS, room=16) == 8  # its bound
 
 
 def test_calls_older_than_the_window_no_longer_count() -> None:
-    demand = PoolDemand(started_at=0.0, uses=(100.0, 101.0, 102.0))
+    demand = PoolDemand(started_at=0.0, uses=(Use(100.0, 5), Use(101.0, 2)))
+    assert desired_size(demand, 130.5, BOUNDS, room=16) == 3
     assert desired_size(demand, 140.0, BOUNDS, room=16) == 1
 
 
 def test_a_pool_shrinks_to_zero_once_idle() -> None:
-    demand = PoolDemand(started_at=0.0, uses=(100.0,))
+    demand = PoolDemand(started_at=0.0, uses=(Use(100.0),))
     assert desired_size(demand, 700.0, BOUNDS, room=16) == 1
     assert desired_size(demand, 700.5, BOUNDS, room=16) == 0
 
 
 def test_the_cluster_wide_cap_and_the_quota_bound_the_pool() -> None:
-    demand = PoolDemand(started_at=0.0, uses=(100.0, 101.0, 102.0))
+    demand = PoolDemand(started_at=0.0, uses=(Use(100.0, 3), Use(101.0, 4)))
     assert desired_size(demand, 103.0, BOUNDS, room=2) == 2
     assert desired_size(demand, 103.0, BOUNDS, room=-3) == 0
     assert desired_size(demand, 103.0, BOUNDS, room=16, quota_room=1) == 1
@@ -62,7 +68,8 @@ def test_pools_give_way_while_a_call_waits_and_size_zero_turns_them_off() -> Non
 
 
 def test_old_uses_are_trimmed() -> None:
-    assert trim_uses((1.0, 50.0, 100.0), 120.0, 60.0) == (100.0,)
+    uses = (Use(1.0), Use(50.0, 3), Use(100.0, 2))
+    assert trim_uses(uses, 120.0, 60.0) == (Use(100.0, 2),)
 
 
 IDLE = {"requests": {"cpu": "10m", "memory": "32Mi"}, "limits": {"cpu": "500m", "memory": "256Mi"}}

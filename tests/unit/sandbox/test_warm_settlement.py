@@ -10,20 +10,25 @@ from typing import Any
 from tooladapter.enums import FailureClass, InvocationState, SandboxStart, SideEffectClass
 from tooladapter.executors import Call
 from tooladapter.executors.limits import CallLimits
-from tooladapter.executors.warm import WarmSandboxes
+from tooladapter.executors.warm import MOST_CALLS_PER_POD, WarmSandboxes
 from tooladapter.kube.client import Conflict
 from tooladapter.kube.warm import ExecResult
 from tooladapter.model import ToolDescriptorSpec
 from tooladapter.sandbox.warm import (
+    ANNOTATION_CALLS,
     GATE_CHECK,
     LABEL_CALL,
+    LABEL_CALLER,
     LABEL_PROFILE,
     LABEL_STATE,
     LABEL_WORKSPACE,
     NOT_STARTED_MARK,
+    RECYCLE_SCRIPT,
+    RECYCLED_MARK,
     STATE_POOL,
     STOP_SCRIPT,
     build_warm_pod,
+    caller_key,
     gated_in_container,
     workspace_key,
 )
@@ -42,6 +47,11 @@ class FakeWarmKube:
         self.pods: dict[str, dict[str, Any]] = {}
         self.answers: list[ExecResult | BaseException | None] = []
         self.stop_answer: ExecResult = ExecResult(b"", CLEAN, 0, {"status": "Success"})
+        #: What a recycle exec (RECYCLE_SCRIPT) answers: clean unless a test says not.
+        self.recycle_answer: ExecResult = ExecResult(
+            b"", RECYCLED_MARK.encode() + b"\n", 0, {"status": "Success"}
+        )
+        self.recycles: list[str] = []
         self.execs: list[tuple[str, list[str], bytes]] = []
         self.stops = 0
         self.deleted: list[str] = []
@@ -113,8 +123,12 @@ class FakeWarmKube:
         ):
             raise Conflict("changed")
         meta = patch["metadata"]
-        stored["metadata"]["labels"].update(meta.get("labels") or {})
-        stored["metadata"]["annotations"].update(meta.get("annotations") or {})
+        for part in ("labels", "annotations"):
+            for key, value in (meta.get(part) or {}).items():
+                if value is None:  # a merge patch's null removes the key
+                    stored["metadata"][part].pop(key, None)
+                else:
+                    stored["metadata"][part][key] = value
         self.version += 1
         stored["metadata"]["resourceVersion"] = str(self.version)
         return dict(json.loads(json.dumps(stored)))
@@ -140,6 +154,9 @@ class FakeWarmKube:
         if command[2] == STOP_SCRIPT:
             self.stops += 1
             return self.stop_answer
+        if command[2] == RECYCLE_SCRIPT:
+            self.recycles.append(name)
+            return self.recycle_answer
         answer = self.answers.pop(0)
         if isinstance(answer, BaseException):
             raise answer
@@ -168,12 +185,13 @@ def call(
     effective: SideEffectClass = SideEffectClass.SANDBOX,
     timeout: int = 60,
     uid: str = "uid-1",
+    caller: str = "alice",
 ) -> Call:
     return Call(
         namespace="ns",
         name=f"call-{uid}",
         uid=uid,
-        caller="alice",
+        caller=caller,
         descriptor=descriptor,
         arguments={"command": "echo hi"},
         effective_class=effective,
@@ -300,26 +318,156 @@ def test_a_tool_that_never_started_is_failed() -> None:
     assert "never started" in outcome.message
 
 
-def test_a_pool_pod_serves_one_call_and_a_call_without_one_runs_cold() -> None:
+def pool_call(
+    descriptor: ToolDescriptorSpec, uid: str, caller: str = "alice", timeout: int = 60
+) -> Call:
+    return call(descriptor, attempt=None, uid=uid, caller=caller, timeout=timeout)
+
+
+def one_pool_pod(
+    kube: FakeWarmKube, sandboxes: WarmSandboxes, descriptor: ToolDescriptorSpec
+) -> None:
+    profile = sandboxes.profile(pool_call(descriptor, "uid-0"), attempt=False)
+    kube.add("pool-1", {LABEL_STATE: STATE_POOL, LABEL_PROFILE: profile.key})
+
+
+async def only_pool_1(kube: FakeWarmKube, sandboxes: WarmSandboxes) -> None:
+    """Background work done, and every pod the pool made meanwhile gone (no refill)."""
+    while sandboxes.background:
+        await asyncio.gather(*list(sandboxes.background))
+    kube.pods = {k: v for k, v in kube.pods.items() if k == "pool-1"}
+
+
+def test_a_pool_pod_shown_clean_serves_its_callers_next_call_and_no_other_callers() -> None:
     kube = FakeWarmKube()
     sandboxes = warm(kube, pool_size=1)
     descriptor = tool(workspace="call")
-    profile = sandboxes.profile(call(descriptor, attempt=None), attempt=False)
-    kube.add("pool-1", {LABEL_STATE: STATE_POOL, "tooladapter.dev/warm-profile": profile.key})
-    kube.answers = [ran(b"hi", 0)]
+    one_pool_pod(kube, sandboxes, descriptor)
+    kube.answers = [ran(b"hi", 0), ran(b"again", 0)]
 
-    async def scenario() -> tuple[Any, Any]:
-        first = await sandboxes.run(call(descriptor, attempt=None))
-        await asyncio.gather(*sandboxes.background)
-        kube.pods = {k: v for k, v in kube.pods.items() if k == "pool-1"}  # no refill yet
-        second = await sandboxes.run(call(descriptor, attempt=None, uid="uid-2"))
-        return first, second
+    async def scenario() -> tuple[Any, Any, Any]:
+        first = await sandboxes.run(pool_call(descriptor, "uid-1"))
+        await only_pool_1(kube, sandboxes)
+        pod = kube.pods["pool-1"]["metadata"]
+        # Handed back for alice alone, after an exec the tool never saw showed it clean.
+        assert kube.recycles == ["pool-1"]
+        assert pod["labels"][LABEL_STATE] == STATE_POOL
+        assert pod["labels"][LABEL_CALLER] == caller_key("ns", "alice")
+        assert LABEL_CALL not in pod["labels"]
+        assert pod["annotations"][ANNOTATION_CALLS] == "1"
+        bob = await sandboxes.run(pool_call(descriptor, "uid-2", caller="bob"))
+        await only_pool_1(kube, sandboxes)
+        theirs = kube.deleted[:]
+        kube.add("pool-1", {**pod["labels"]}, annotations=pod["annotations"])
+        again = await sandboxes.run(pool_call(descriptor, "uid-3"))
+        await only_pool_1(kube, sandboxes)
+        assert theirs == ["pool-1"]  # alice's pod made way for a new one (anyone's)
+        return first, bob, again
 
-    first, second = asyncio.run(scenario())
+    first, bob, again = asyncio.run(scenario())
     assert first is not None and first.sandbox_run.name == "pool-1"
     assert first.sandbox_run.start == SandboxStart.WARM
-    assert "pool-1" in kube.deleted  # after its one call
-    assert second is None  # nothing ready: the caller runs it in a Job
+    assert bob is None  # no pod of his or anyone's ready: he runs in a Job
+    assert again is not None and again.sandbox_run.name == "pool-1"
+    assert again.state == InvocationState.OBSERVED
+    assert kube.pods["pool-1"]["metadata"]["annotations"][ANNOTATION_CALLS] == "2"
+
+
+def test_a_pool_pod_not_shown_clean_after_its_call_is_deleted() -> None:
+    kube = FakeWarmKube()
+    sandboxes = warm(kube, pool_size=1)
+    descriptor = tool(workspace="call")
+    one_pool_pod(kube, sandboxes, descriptor)
+    kube.answers = [ran(b"hi", 0)]
+    # The workspace could not be emptied (exit 5): no mark.
+    kube.recycle_answer = ExecResult(b"", b"", 5, {"status": "Failure"})
+
+    async def scenario() -> Any:
+        outcome = await sandboxes.run(pool_call(descriptor, "uid-1"))
+        await only_pool_1(kube, sandboxes)
+        return outcome
+
+    outcome = asyncio.run(scenario())
+    assert outcome is not None and outcome.state == InvocationState.OBSERVED
+    assert kube.recycles == ["pool-1"]
+    assert "pool-1" in kube.deleted and "pool-1" not in kube.pods
+
+
+def test_a_tools_forged_mark_does_not_recycle_a_pod() -> None:
+    # The tool runs as the sandbox user and could write the recycle exec's stderr: the mark
+    # counts only last, after an exit 0 of the script itself.
+    kube = FakeWarmKube()
+    sandboxes = warm(kube, pool_size=1)
+    descriptor = tool(workspace="call")
+    one_pool_pod(kube, sandboxes, descriptor)
+    kube.answers = [ran(b"hi", 0)]
+    kube.recycle_answer = ExecResult(
+        b"", RECYCLED_MARK.encode() + b"\nexit 4\n", 4, {"status": "Failure"}
+    )
+
+    async def scenario() -> None:
+        await sandboxes.run(pool_call(descriptor, "uid-1"))
+        await only_pool_1(kube, sandboxes)
+
+    asyncio.run(scenario())
+    assert "pool-1" not in kube.pods
+
+
+def test_a_pool_call_that_did_not_end_cleanly_deletes_its_pod_without_recycling() -> None:
+    for answer in (ran(b"hi", 0, left=1), ConnectionError("lost"), None):
+        kube = FakeWarmKube()
+        sandboxes = warm(kube, pool_size=1)
+        descriptor = tool(workspace="call")
+        one_pool_pod(kube, sandboxes, descriptor)
+        kube.answers = [answer]
+
+        async def scenario(kube: FakeWarmKube, sandboxes: WarmSandboxes) -> None:
+            await sandboxes.run(pool_call(tool(workspace="call"), "uid-1", timeout=1))
+            await only_pool_1(kube, sandboxes)
+
+        asyncio.run(scenario(kube, sandboxes))
+        assert kube.recycles == [], answer
+        assert "pool-1" not in kube.pods, answer
+
+
+def test_a_pool_pod_is_deleted_after_its_most_calls() -> None:
+    kube = FakeWarmKube()
+    sandboxes = warm(kube, pool_size=1)
+    descriptor = tool(workspace="call")
+    profile = sandboxes.profile(pool_call(descriptor, "uid-0"), attempt=False)
+    kube.add(
+        "pool-1",
+        {LABEL_STATE: STATE_POOL, LABEL_PROFILE: profile.key},
+        annotations={ANNOTATION_CALLS: str(MOST_CALLS_PER_POD - 1)},
+    )
+    kube.answers = [ran(b"hi", 0)]
+
+    async def scenario() -> None:
+        await sandboxes.run(pool_call(descriptor, "uid-1"))
+        await only_pool_1(kube, sandboxes)
+
+    asyncio.run(scenario())
+    assert kube.recycles == []
+    assert "pool-1" not in kube.pods
+
+
+def test_a_call_waiting_for_a_pool_pod_takes_one_handed_back() -> None:
+    kube = FakeWarmKube()
+    sandboxes = warm(kube, pool_size=1)  # the pool makes no pod beyond the one
+    descriptor = tool(workspace="call")
+    one_pool_pod(kube, sandboxes, descriptor)
+    kube.answers = [ran(b"first", 0), ran(b"second", 0)]
+
+    async def scenario() -> tuple[Any, Any]:
+        first = asyncio.ensure_future(sandboxes.run(pool_call(descriptor, "uid-1")))
+        await asyncio.sleep(0)
+        second = await sandboxes.run(pool_call(descriptor, "uid-2"))
+        return await first, second
+
+    first, second = asyncio.run(scenario())
+    assert first is not None and second is not None
+    assert first.sandbox_run.name == second.sandbox_run.name == "pool-1"
+    assert kube.made == 0
 
 
 def test_credentials_or_cidrs_never_run_warm() -> None:
