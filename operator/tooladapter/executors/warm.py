@@ -10,10 +10,13 @@ before. See `pipeline.warm` for what keeps a warm pod as safe as a Job.
   runs two calls at once; every process of a call is killed at its end.
 - Any other call takes a ready pool pod of its profile (a claim: one label patch against
   the pod's resourceVersion): a new one, or one its own caller's earlier call handed back.
-  After the call, an exec the tool never saw stops every process of it and empties every
-  place the sandbox user can write, the workspace too (`RECYCLE_SCRIPT`); only a pod
-  shown clean that way goes back to the pool, and then for that caller's calls alone.
-  Any other end deletes the pod. The pool is resized in the background.
+  A call that ended cleanly (its script stopped every process it left and emptied every
+  place the sandbox user can write, the workspace too) hands its pod back to its caller
+  alone: to a call of theirs waiting, else to the pool. Each call's run script
+  (`POOL_RUN_SCRIPT`) does that stopping and emptying again before its tool starts, in an
+  exec no earlier tool saw, and checks that nothing is left (no IPC object, no
+  termination message); when something is, the tool never starts there and the call runs
+  in a Job. Any other end deletes the pod. The pool is resized in the background.
 
 Settling follows the Job's rules: the tool's exit is its answer (Observed); a call whose
 answer was lost (a lost exec stream, an operator restart) is unconfirmed, and an attempt's
@@ -26,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
 from decimal import Decimal
@@ -91,6 +95,7 @@ from tooladapter.sandbox.warm import (
     build_warm_policy,
     caller_key,
     check_command,
+    earlier_call_left,
     gate_not_passed,
     gated_in_container,
     not_started,
@@ -99,8 +104,6 @@ from tooladapter.sandbox.warm import (
     processes_left,
     profile_for,
     profile_from_annotation,
-    recycle_command,
-    recycled,
     run_command,
     run_input,
     uses_attempt_workspace,
@@ -136,6 +139,10 @@ class WorkspaceCheck:
     unchecked: str | None = None
 
 
+#: A pod handed from a call that ended to one that waits, and the annotations its use adds.
+Handed = tuple[dict[str, Any], dict[str, str]]
+
+
 @dataclass
 class Pool:
     """One namespace's pool of one profile, and the demand it saw (`pool_sizing`)."""
@@ -151,13 +158,25 @@ class Pool:
     refilling: asyncio.Lock = field(default_factory=asyncio.Lock)
     #: A resize was asked for while one ran: it runs once more (demand grew meanwhile).
     again: bool = False
-    #: Set (and replaced) each time a pod is handed back (`WarmSandboxes.recycle`): wakes
+    #: Set (and replaced) each time a pod is handed back (`WarmSandboxes.hand_back`): wakes
     #: the calls waiting for one (`claim_starting`).
     returned: asyncio.Event = field(default_factory=asyncio.Event)
+
+    #: Per caller (`caller_key`): the calls waiting for a pod, the longest first; a pod
+    #: its caller's call ended with goes to the first of them (`WarmSandboxes.hand_back`).
+    waiters: dict[str, deque[asyncio.Future[Handed]]] = field(default_factory=dict)
 
     def hand_back(self) -> None:
         event, self.returned = self.returned, asyncio.Event()
         event.set()
+
+    def take_waiter(self, caller: str) -> asyncio.Future[Handed] | None:
+        queue = self.waiters.get(caller)
+        while queue:
+            waiter = queue.popleft()
+            if not waiter.done():
+                return waiter
+        return None
 
     def demand(self) -> PoolDemand:
         return PoolDemand(self.started_at, self.uses)
@@ -204,7 +223,7 @@ class WarmSandboxes:
         #: Pool pods per (namespace, profile key) cluster-wide, as last listed (`maintain`),
         #: for the cluster-wide cap.
         self.census: dict[tuple[str, str], int] = {}
-        #: Pods being readied for their caller's next call (`recycle`): upkeep leaves them.
+        #: Pods on their way back to their caller (`hand_back`): upkeep leaves them.
         self.recycling: set[tuple[str, str]] = set()
 
     # ------------------------------------------------------------------ choosing
@@ -271,7 +290,7 @@ class WarmSandboxes:
                 claimed = await self.claim_starting(call, profile)
             if claimed is None:
                 return None
-            return await self.run_in(call, claimed, None)
+            return await self.run_pooled(call, claimed)
         finally:
             pool.in_flight -= 1
 
@@ -508,49 +527,92 @@ class WarmSandboxes:
         return None
 
     async def claim_starting(self, call: Call, profile: Profile) -> dict[str, Any] | None:
-        """No pool pod was ready: wait up to `STARTING_WAIT_SECONDS` for one of the pool's
-        starting pods (nearer their start than a new Job), the oldest first, or for a pod
-        another call of the pool hands back, claiming any that is ready; None when none
-        came in time (the call runs cold)."""
+        """No pool pod was ready: wait up to `STARTING_WAIT_SECONDS` for a pod another call
+        of the caller's hands back (the longest waiting call first, `hand_back`), or for one
+        of the pool's starting pods (nearer their start than a new Job), the oldest first,
+        claiming any that is ready; None when none came in time (the call runs cold)."""
         deadline = time.monotonic() + STARTING_WAIT_SECONDS
         failed: set[str] = set()
         pool = self.pool_of(call.namespace, profile)
-        while True:
-            returned = pool.returned
-            starting = [
-                p
-                for p in await self.pool_pods(call.namespace, profile.key)
-                if not pod_ready(p) and not pod_unschedulable(p) and pod_name(p) not in failed
-            ]
-            remaining = deadline - time.monotonic()
-            # Other calls of the pool may hand their pods back.
-            others = pool.in_flight > 1 or bool(self.recycling)
-            if (not starting and not others) or remaining <= 0:
-                return None
-            waits: list[asyncio.Future[Any]] = [asyncio.ensure_future(returned.wait())]
-            if starting:
-                oldest = min(starting, key=lambda p: p["metadata"].get("creationTimestamp") or "")
-                waits.append(
-                    asyncio.ensure_future(
-                        self.kube.wait_ready(call.namespace, pod_name(oldest), timeout=remaining)
+        mine = caller_key(call.namespace, call.caller)
+        handed: asyncio.Future[Handed] = asyncio.get_running_loop().create_future()
+        pool.waiters.setdefault(mine, deque()).append(handed)
+        taken = False
+        try:
+            while True:
+                returned = pool.returned
+                starting = [
+                    p
+                    for p in await self.pool_pods(call.namespace, profile.key)
+                    if not pod_ready(p) and not pod_unschedulable(p) and pod_name(p) not in failed
+                ]
+                remaining = deadline - time.monotonic()
+                # Other calls of the pool may hand their pods back.
+                others = pool.in_flight > 1 or bool(self.recycling)
+                if (not starting and not others and not handed.done()) or remaining <= 0:
+                    return None
+                helpers: list[asyncio.Future[Any]] = [asyncio.ensure_future(returned.wait())]
+                if starting:
+                    oldest = min(
+                        starting, key=lambda p: p["metadata"].get("creationTimestamp") or ""
                     )
-                )
-            try:
-                # Looked at again each `RELIST_SECONDS`: a pod the pool started meanwhile.
-                await asyncio.wait(
-                    waits,
-                    timeout=min(remaining, RELIST_SECONDS),
-                    return_when=asyncio.FIRST_COMPLETED,
-                )
-            finally:
-                for waiting in waits:
-                    waiting.cancel()
-            if starting and waits[1].done() and not waits[1].cancelled():
-                if waits[1].exception() is not None:
-                    failed.add(pod_name(oldest))  # gone or failing: wait for another
-            claimed = await self.claim(call, profile)
-            if claimed is not None:
-                return claimed
+                    helpers.append(
+                        asyncio.ensure_future(
+                            self.kube.wait_ready(
+                                call.namespace, pod_name(oldest), timeout=remaining
+                            )
+                        )
+                    )
+                try:
+                    # Looked at again each `RELIST_SECONDS`: a pod the pool started meanwhile.
+                    await asyncio.wait(
+                        [handed, *helpers],
+                        timeout=min(remaining, RELIST_SECONDS),
+                        return_when=asyncio.FIRST_COMPLETED,
+                    )
+                finally:
+                    for helper in helpers:
+                        helper.cancel()
+                if starting and helpers[1].done() and not helpers[1].cancelled():
+                    if helpers[1].exception() is not None:
+                        failed.add(pod_name(oldest))  # gone or failing: wait for another
+                if handed.done():
+                    taken = True
+                    claimed = await self.take_handed(call, *handed.result())
+                    if claimed is not None:
+                        return claimed
+                    handed = asyncio.get_running_loop().create_future()
+                    pool.waiters.setdefault(mine, deque()).append(handed)
+                    taken = False
+                claimed = await self.claim(call, profile)
+                if claimed is not None:
+                    return claimed
+        finally:
+            queue = pool.waiters.get(mine)
+            if queue is not None and handed in queue:
+                queue.remove(handed)
+            if handed.done() and not handed.cancelled() and not taken:
+                # A pod was handed to this call as it stopped waiting: back to the pool.
+                pod, used = handed.result()
+                self.spawn(self.hand_back(call, pod, used=used))
+            elif not handed.done():
+                handed.cancel()
+
+    async def take_handed(
+        self, call: Call, pod: dict[str, Any], used: dict[str, str]
+    ) -> dict[str, Any] | None:
+        """Claim a pod an ended call of the caller's handed to this one (no one else could
+        take it: its state is still `call`). None: it is gone."""
+        labels = {LABEL_STATE: STATE_CALL, LABEL_CALL: call.uid}
+        annotations = {ANNOTATION_INVOCATION: call.name, ANNOTATION_CLAIMED_AT: now_iso(), **used}
+        try:
+            return await self.kube.patch_pod(
+                pod, {"metadata": {"labels": labels, "annotations": annotations}}
+            )
+        except Exception:
+            logger.warning("taking handed warm pod %s failed", pod_name(pod), exc_info=True)
+            await self.forget_pod(call.namespace, pod_name(pod))
+            return None
 
     async def give_way(self, namespace: str, reason: str) -> list[str]:
         """A call of `namespace` waits for capacity (`reason`: `quota` or `unschedulable`):
@@ -764,77 +826,82 @@ class WarmSandboxes:
         self,
         call: Call,
         pod: dict[str, Any],
-        workspace: WorkspaceLease | None,
+        workspace: WorkspaceLease,
         *,
         made: bool = False,
     ) -> Outcome:
-        """Run the call in `pod`; `made`: the pod was started for this call (a cold start,
-        so said on the receipt), not taken ready."""
+        """Run an attempt's call in its workspace `pod`; `made`: the pod was started for
+        this call (a cold start, so said on the receipt), not taken ready."""
         name = pod["metadata"]["name"]
         run = SandboxRun(SandboxStart.COLD if made else SandboxStart.WARM, name, workspace)
+        outcome, _ = await self._run_in(call, name, workspace, gate_mark=gated_in_container(pod))
+        assert outcome is not None  # only a pool pod's call is sent elsewhere
+        return replace(outcome, sandbox_run=run)
+
+    async def run_pooled(self, call: Call, pod: dict[str, Any]) -> Outcome | None:
+        """Run a call in the pool pod it claimed. None: the tool never started there (the
+        pod held what an earlier call left, and could not be emptied): the call runs cold.
+        A clean end hands the pod back (`hand_back`); any other deletes it."""
+        name = pod["metadata"]["name"]
         clean = False
         try:
             outcome, clean = await self._run_in(
-                call, name, workspace, gate_mark=gated_in_container(pod)
+                call, name, None, gate_mark=gated_in_container(pod), fresh=True
             )
         finally:
-            if workspace is None:
-                # Its label (state `call`) keeps the pod from every claim, so neither its
-                # recycling nor its deletion holds up the call's end; upkeep deletes it if
-                # both fail.
-                if clean:
-                    # Counted from now: a call that finds no pod waits for this one.
-                    self.recycling.add((call.namespace, name))
-                    self.spawn(self.recycle(call, pod))
-                else:
-                    self.spawn(self.forget_pod(call.namespace, name))
-        return replace(outcome, sandbox_run=run)
+            # Its label (state `call`) keeps the pod from every claim, so neither its
+            # return nor its deletion holds up the call's end; upkeep deletes it if both
+            # fail.
+            if clean:
+                # Counted from now: a call that finds no pod waits for this one.
+                self.recycling.add((call.namespace, name))
+                self.spawn(self.hand_back(call, pod))
+            else:
+                self.spawn(self.forget_pod(call.namespace, name))
+        if outcome is None:
+            return None
+        return replace(outcome, sandbox_run=SandboxRun(SandboxStart.WARM, name, None))
 
-    async def recycle(self, call: Call, pod: dict[str, Any]) -> None:
-        """Hand a pool pod back for its caller's next call, once an exec of its own (the
-        tool never saw it) showed it clean (`RECYCLE_SCRIPT`); else delete it."""
+    async def hand_back(
+        self, call: Call, pod: dict[str, Any], *, used: dict[str, str] | None = None
+    ) -> None:
+        """A pool pod whose call ended cleanly goes back to its caller: to a call of theirs
+        waiting for a pod (`claim_starting`), else to the pool, labelled theirs alone. Its
+        next call's run script stops and empties whatever is left before the tool starts
+        (`POOL_RUN_SCRIPT`), in an exec no earlier tool saw. After `MOST_CALLS_PER_POD`
+        calls, or when the hand-over fails, the pod is deleted."""
         meta = pod["metadata"]
         namespace, name = call.namespace, meta["name"]
-        served = served_calls(pod) + 1
+        # A pod handed on by a waiting call that stopped waiting was counted already.
+        served = served_calls(pod) + (0 if used else 1)
+        mine = caller_key(namespace, call.caller)
+        pool = self.pools.get((namespace, (meta.get("labels") or {}).get(LABEL_PROFILE, "")))
+        used = used or {ANNOTATION_LAST_USED: now_iso(), ANNOTATION_CALLS: str(served)}
         try:
             if served < MOST_CALLS_PER_POD:
-                async with asyncio.timeout(STOP_TIMEOUT_SECONDS):
-                    result = await self.kube.exec(
-                        namespace, name, recycle_command(), stdin=b"", max_bytes=0
-                    )
-                if recycled(result.exit_code, result.stderr):
-                    await self.kube.patch_pod(
-                        pod,
-                        {
-                            "metadata": {
-                                "labels": {
-                                    LABEL_STATE: STATE_POOL,
-                                    LABEL_CALL: None,
-                                    LABEL_CALLER: caller_key(namespace, call.caller),
-                                },
-                                "annotations": {
-                                    ANNOTATION_INVOCATION: None,
-                                    ANNOTATION_CLAIMED_AT: None,
-                                    ANNOTATION_LAST_USED: now_iso(),
-                                    ANNOTATION_CALLS: str(served),
-                                },
-                            }
-                        },
-                    )
-                    pool = self.pools.get(
-                        (namespace, (meta.get("labels") or {}).get(LABEL_PROFILE, ""))
-                    )
-                    if pool is not None:
-                        pool.hand_back()
+                waiter = pool.take_waiter(mine) if pool is not None else None
+                if waiter is not None:
+                    waiter.set_result((pod, used))
                     return
-                logger.info(
-                    "warm pod %s/%s was not shown clean after its call (exit %s): deleted",
-                    namespace,
-                    name,
-                    result.exit_code,
+                back = {LABEL_STATE: STATE_POOL, LABEL_CALL: None, LABEL_CALLER: mine}
+                await self.kube.patch_pod(
+                    pod,
+                    {
+                        "metadata": {
+                            "labels": back,
+                            "annotations": {
+                                ANNOTATION_INVOCATION: None,
+                                ANNOTATION_CLAIMED_AT: None,
+                                **used,
+                            },
+                        }
+                    },
                 )
+                if pool is not None:
+                    pool.hand_back()
+                return
         except Exception:
-            logger.warning("recycling warm pod %s/%s failed", namespace, name, exc_info=True)
+            logger.warning("handing back warm pod %s/%s failed", namespace, name, exc_info=True)
         finally:
             self.recycling.discard((namespace, name))
         await self.forget_pod(namespace, name)
@@ -858,15 +925,23 @@ class WarmSandboxes:
             logger.warning("deleting warm pod %s/%s failed", namespace, name, exc_info=True)
 
     async def _run_in(
-        self, call: Call, name: str, workspace: WorkspaceLease | None, *, gate_mark: bool
-    ) -> tuple[Outcome, bool]:
-        """The call's outcome, and whether the tool's exec came to a clean end (it exited
-        and its script stopped what it left): only then may a pool pod be recycled."""
+        self,
+        call: Call,
+        name: str,
+        workspace: WorkspaceLease | None,
+        *,
+        gate_mark: bool,
+        fresh: bool = False,
+    ) -> tuple[Outcome | None, bool]:
+        """The call's outcome (None: a pool pod's call, `fresh`, that never started because
+        the pod held what an earlier call left), and whether the tool's exec came to a
+        clean end (it exited and its script stopped what it left): only then does a pool
+        pod go back to its caller."""
         lost = "; the attempt's workspace may have changed" if workspace is not None else ""
         try:
             url, bundle = await self.proxy_inputs(call)
             stdin = run_input(url, call.arguments, bundle)
-            command = run_command(call.argv, gate_mark=gate_mark)
+            command = run_command(call.argv, gate_mark=gate_mark, fresh=fresh)
         except (NotFound, ValueError) as exc:
             return Outcome.failed(
                 FailureClass.INTERNAL, f"the warm sandbox call could not be set up: {exc}"
@@ -932,6 +1007,9 @@ class WarmSandboxes:
                 sandbox_seconds=seconds,
             ), False
         if not_started(result.stderr):
+            if fresh and earlier_call_left(result.stderr):
+                logger.info("pool pod %s/%s held what an earlier call left", call.namespace, name)
+                return None, False
             why = (
                 "holds no mark of its network gate having passed (handed out before it did, "
                 "or the mark was removed by an earlier call of the attempt)"
@@ -1088,7 +1166,10 @@ class WarmSandboxes:
                 elif state == STATE_CALL and (namespace, name) not in self.recycling:
                     invocation = annotations.get(ANNOTATION_INVOCATION, "")
                     if await call_ended(namespace, invocation, labels.get(LABEL_CALL, "")):
-                        await self.kube.delete_pod(namespace, name)
+                        # As listed: a pod handed to the caller's next call meanwhile stays.
+                        await self.kube.delete_pod(
+                            namespace, name, resource_version=meta.get("resourceVersion")
+                        )
             except Exception:
                 logger.warning("warm pod upkeep of %s/%s failed", namespace, name, exc_info=True)
         self.export_idle(pods, serves)
@@ -1163,7 +1244,7 @@ class WarmSandboxes:
 
 
 def last_used(pod: dict[str, Any]) -> str:
-    """When a workspace or a recycled pool pod was last used (RFC 3339, so it sorts; a new
+    """When a workspace or a handed-back pool pod was last used (RFC 3339, so it sorts; a new
     pod's creation), for the oldest first."""
     meta = pod["metadata"]
     annotations = meta.get("annotations") or {}
@@ -1180,7 +1261,7 @@ def pod_name(pod: dict[str, Any]) -> str:
 
 
 def pod_caller(pod: dict[str, Any]) -> str | None:
-    """The caller (`caller_key`) a recycled pool pod serves; None: a new pod (anyone's)."""
+    """The caller (`caller_key`) a handed-back pool pod serves; None: a new pod (anyone's)."""
     return (pod["metadata"].get("labels") or {}).get(LABEL_CALLER)
 
 

@@ -2,9 +2,9 @@
 
 A pool (one namespace, one sandbox profile) starts with one pod when a descriptor of its
 profile becomes active in the namespace, grows with its recent use, and shrinks to zero
-once nothing used it for `idle_seconds`. A call borrows a pod and, once the pod is shown
-clean, hands it back for its caller's next call (`sandbox.warm.RECYCLE_SCRIPT`), so the
-pool holds as many pods as its calls ran at once lately, and one spare. It never grows past its own
+once nothing used it for `idle_seconds`. A call borrows a pod and, ending cleanly, hands it
+back for its caller's next call (`sandbox.warm.POOL_RUN_SCRIPT`), so the pool holds as
+many pods as its calls ran at once lately, and one spare. It never grows past its own
 bound (`most`), the cluster-wide room left for pool pods (`room`), or what the
 namespace's ResourceQuotas can give without taking the share a call could need
 (`quota_room`): pool pods go first.
@@ -29,7 +29,7 @@ from tooladapter.sandbox.warm import quantity_value
 #: waves, and a pod that starts for it is ready (seconds) well within it.
 DEMAND_WINDOW_SECONDS = 30.0
 #: Pods a pool holds beyond the most calls it ran at once lately: the next caller's (a
-#: recycled pod serves only its own caller), and the next call while a pod is recycled.
+#: handed-back pod serves only its own caller), and the next call while a pod comes back.
 SPARE_PODS = 1
 
 

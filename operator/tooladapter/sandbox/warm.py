@@ -3,7 +3,9 @@
 Two uses of one pod shape (`build_warm_pod`):
 
 - a *pool* pod, made ahead of demand for a namespace and a sandbox profile (image,
-  RuntimeClass, resources, workspace size), handed to exactly one call and deleted after it;
+  RuntimeClass, resources, workspace size), handed to one call at a time: a call that ended
+  cleanly hands it back for its caller's next call alone, which starts only once the pod
+  is as empty as a new one (`POOL_RUN_SCRIPT`); any other end deletes it;
 - an *attempt's workspace* pod: a pool pod claimed for an attempt (or one made for it),
   whose `/workspace` volume the calls of the attempt share, one call at a time, until it
   is released (idle, or explicitly). Its id is its pod name.
@@ -76,7 +78,7 @@ LABEL_STATE = "tooladapter.dev/warm-state"
 LABEL_CALL = "tooladapter.dev/warm-call"
 #: The workspace key (`workspace_key`) of an attempt's pod.
 LABEL_WORKSPACE = "tooladapter.dev/workspace"
-#: The caller (`caller_key`) whose call a pool pod served: once recycled, it serves only
+#: The caller (`caller_key`) whose call a pool pod served: handed back, it serves only
 #: that caller's calls (nothing crosses callers).
 LABEL_CALLER = "tooladapter.dev/warm-caller"
 ANNOTATION_CALLER = "tooladapter.dev/caller"
@@ -196,36 +198,75 @@ _CA_SETUP = (
     + "".join(f"export {name}={CALL_CA_BUNDLE}; " for name in CA_BUNDLE_VARIABLES)
     + f"export WGETRC={CALL_WGETRC}; fi; unset calen; "
 )
-#: One call in a warm pod. First whatever an earlier call may have left is stopped (after
-#: an operator restart, a call's exec may have outlived its operator): when that cannot be
-#: shown, the tool does not start (`NOT_STARTED_MARK`). stdin: line 1 the proxy URL
-#: (empty: none), line 2 the arguments (one line of JSON), then the trust bundle
-#: (`_CA_SETUP`). argv: the tool's, as "$@". The
-#: tool's stderr joins its stdout, as a Job's pod log does; the script's own report goes to
-#: stderr.
-RUN_SCRIPT = (
-    _COUNT
-    + _STOP
-    + f'if [ "$n" != 0 ]; then echo "{NOT_STARTED_MARK}$n" >&2; exit 125; fi; '
-    + CLEAR_SCRIPT
-    + f'if [ -n "$left" ]; then echo "{NOT_STARTED_MARK}cleanup" >&2; exit 125; fi; '
-    + "IFS= read -r proxy; IFS= read -r args; "
-    + f"mkdir -p {CALL_DIR} && "
-    + f"printf '%s\\n' \"$args\" > {ARGUMENTS_FILE} || "
-    + f'{{ echo "{NOT_STARTED_MARK}setup" >&2; exit 125; }}; unset args; '
-    + _CA_SETUP
-    + f'cd {WORKSPACE} || {{ echo "{NOT_STARTED_MARK}setup" >&2; exit 125; }}; '
-    + f"export {_CALL_ENV} TOOLADAPTER_ARGUMENTS={ARGUMENTS_FILE}; "
-    + f'echo "{STARTED_MARK}" >&2; '
-    + '( if [ -n "$proxy" ]; then export HTTP_PROXY="$proxy" HTTPS_PROXY="$proxy" '
-    + 'http_proxy="$proxy" https_proxy="$proxy" NO_PROXY="" no_proxy=""; fi; '
-    + 'unset proxy; exec "$@" ) </dev/null 2>&1 & '
-    + "tool=$!; unset proxy; wait $tool; rc=$?; "
-    + _STOP
-    + CLEAR_SCRIPT
-    + _REPORT
-    + "exit $rc"
+#: What the run script writes on stderr (after `NOT_STARTED_MARK`) when a pool pod held
+#: what an earlier call left and could not be emptied: the call runs elsewhere.
+UNCLEAN = "unclean"
+#: The kubelet's termination-message file: every user may write it (mode 0666) and it
+#: outlives the processes that did.
+TERMINATION_LOG = "/dev/termination-log"
+#: System V IPC objects (the pod's IPC namespace) outlive their processes: a pool pod's call
+#: starts only when there is none. Each file is a header line, then a line per object; a
+#: file that cannot be read fails the check (closed).
+_NO_SYSV_IPC = (
+    "ipc=0; for f in /proc/sysvipc/shm /proc/sysvipc/sem /proc/sysvipc/msg; do "
+    '[ -r "$f" ] || { ipc=1; break; }; c=0; '
+    'while IFS= read -r l; do c=$((c+1)); done < "$f"; [ "$c" -gt 1 ] && ipc=1; done; '
 )
+
+
+def _run_script(*, fresh: bool) -> str:
+    """One call in a warm pod; `fresh`: a pool pod's, whose call gets a pod as a new one
+    (its workspace emptied too, and nothing of an earlier call's left anywhere).
+
+    First whatever an earlier call may have left is stopped (after an operator restart, a
+    call's exec may have outlived its operator) and emptied: when that cannot be shown, the
+    tool does not start (`NOT_STARTED_MARK`). This is an exec no earlier call's tool saw, so
+    its word stands: a pool pod is handed back after a call on the call's own report, and
+    checked here, before its caller's next call starts. stdin: line 1 the proxy URL (empty:
+    none), line 2 the arguments (one line of JSON), then the trust bundle (`_CA_SETUP`).
+    argv: the tool's, as "$@". The tool's stderr joins its stdout, as a Job's pod log does;
+    the script's own report goes to stderr."""
+    dirs = (*CLEARED, WORKSPACE) if fresh else CLEARED
+    checks = (
+        f": > {TERMINATION_LOG} 2>/dev/null; "
+        + _NO_SYSV_IPC
+        + f'if [ "$ipc" != 0 ] || [ -s {TERMINATION_LOG} ]; then '
+        + f'echo "{NOT_STARTED_MARK}{UNCLEAN}" >&2; exit 125; fi; '
+        if fresh
+        else ""
+    )
+    ending = f": > {TERMINATION_LOG} 2>/dev/null; " if fresh else ""
+    return (
+        _COUNT
+        + _STOP
+        + f'if [ "$n" != 0 ]; then echo "{NOT_STARTED_MARK}$n" >&2; exit 125; fi; '
+        + clear_script(dirs)
+        + f'if [ -n "$left" ]; then echo "{NOT_STARTED_MARK}cleanup" >&2; exit 125; fi; '
+        + checks
+        + "IFS= read -r proxy; IFS= read -r args; "
+        + f"mkdir -p {CALL_DIR} && "
+        + f"printf '%s\\n' \"$args\" > {ARGUMENTS_FILE} || "
+        + f'{{ echo "{NOT_STARTED_MARK}setup" >&2; exit 125; }}; unset args; '
+        + _CA_SETUP
+        + f'cd {WORKSPACE} || {{ echo "{NOT_STARTED_MARK}setup" >&2; exit 125; }}; '
+        + f"export {_CALL_ENV} TOOLADAPTER_ARGUMENTS={ARGUMENTS_FILE}; "
+        + f'echo "{STARTED_MARK}" >&2; '
+        + '( if [ -n "$proxy" ]; then export HTTP_PROXY="$proxy" HTTPS_PROXY="$proxy" '
+        + 'http_proxy="$proxy" https_proxy="$proxy" NO_PROXY="" no_proxy=""; fi; '
+        + 'unset proxy; exec "$@" ) </dev/null 2>&1 & '
+        + "tool=$!; unset proxy; wait $tool; rc=$?; "
+        + _STOP
+        + clear_script(dirs)
+        + ending
+        + _REPORT
+        + "exit $rc"
+    )
+
+
+#: One call of an attempt, in its workspace pod (the workspace carries on).
+RUN_SCRIPT = _run_script(fresh=False)
+#: One call in a pool pod (`_run_script`).
+POOL_RUN_SCRIPT = _run_script(fresh=True)
 #: Stops what a call left running when its exec ended early (a timeout, an interrupt, a
 #: lost connection, an operator restart): the same kill and count as `RUN_SCRIPT`'s end.
 STOP_SCRIPT = _COUNT + _STOP + CLEAR_SCRIPT + _REPORT + "exit 0"
@@ -233,46 +274,6 @@ STOP_SCRIPT = _COUNT + _STOP + CLEAR_SCRIPT + _REPORT + "exit 0"
 #: left running is stopped first (so nothing writes after the listing), then the workspace's
 #: git configuration is listed. Exit 4: processes were left.
 CHECK_SCRIPT = _COUNT + _STOP + '[ "$n" = 0 ] || exit 4; ' + SCAN_SCRIPT
-
-#: What the recycle script writes on stderr, last, when the pod is as clean as a new one.
-RECYCLED_MARK = "tooladapter-recycled"
-#: The kubelet's termination-message file: every user may write it (mode 0666) and it
-#: outlives the processes that did.
-TERMINATION_LOG = "/dev/termination-log"
-#: System V IPC objects (the pod's IPC namespace) outlive their processes: a recycled pod
-#: holds none. Each file is a header line, then a line per object; a file that cannot be
-#: read fails the check (closed).
-_NO_SYSV_IPC = (
-    "for f in /proc/sysvipc/shm /proc/sysvipc/sem /proc/sysvipc/msg; do "
-    '[ -r "$f" ] || exit 7; c=0; while IFS= read -r l; do c=$((c+1)); done < "$f"; '
-    '[ "$c" -gt 1 ] && exit 7; done; '
-)
-#: After a pool pod's call, in an exec of its own that the tool never saw: every process
-#: of the call is stopped and none is left (exit 4), every place the sandbox user can write
-#: is emptied, the workspace too (exit 5), the termination-message file is emptied (exit
-#: 6), and no System V IPC object is left (exit 7). Only then is `RECYCLED_MARK` written
-#: and the pod handed back to its pool (`executors.warm.WarmSandboxes.recycle`): its next
-#: call finds it as a new pod, but for its holder and its passed gate.
-RECYCLE_SCRIPT = (
-    _COUNT
-    + _STOP
-    + '[ "$n" = 0 ] || exit 4; '
-    + clear_script((*CLEARED, WORKSPACE))
-    + '[ -z "$left" ] || exit 5; '
-    + f": > {TERMINATION_LOG} 2>/dev/null; [ -s {TERMINATION_LOG} ] && exit 6; "
-    + _NO_SYSV_IPC
-    + f'echo "{RECYCLED_MARK}" >&2; exit 0'
-)
-
-
-def recycle_command() -> list[str]:
-    """The exec command that readies a pool pod for its caller's next call."""
-    return ["/bin/sh", "-c", RECYCLE_SCRIPT]
-
-
-def recycled(exit_code: int | None, stderr: bytes) -> bool:
-    """The recycle script reached its end: exit 0 and its mark last on stderr."""
-    return exit_code == 0 and stderr.rstrip().endswith(RECYCLED_MARK.encode())
 
 
 def check_command() -> list[str]:
@@ -444,7 +445,7 @@ def workspace_key(namespace: str, caller: str, attempt_id: str) -> str:
 
 
 def caller_key(namespace: str, caller: str) -> str:
-    """The label value naming the caller a recycled pool pod serves (hashed: a caller's
+    """The label value naming the caller a handed-back pool pod serves (hashed: a caller's
     name may hold characters no label value may)."""
     doc = json.dumps([namespace, caller], separators=(",", ":"))
     return hashlib.sha256(doc.encode()).hexdigest()[:40]
@@ -591,6 +592,17 @@ def ca_bundle_input(ca_bundle: str | None) -> bytes:
 GATE_CHECK = f'[ -e "{GATE_PASSED}" ] || {{ echo "{NOT_STARTED_MARK}gate" >&2; exit 125; }}; '
 
 
+_EARLIER = re.compile(
+    re.escape(NOT_STARTED_MARK).encode() + rb"(?:[0-9]+|cleanup|" + UNCLEAN.encode() + rb")"
+)
+
+
+def earlier_call_left(stderr: bytes) -> bool:
+    """The run stopped before the tool because its pod held what an earlier call left (a
+    process, a file it could not remove, an IPC object, a termination message)."""
+    return _EARLIER.search(stderr) is not None
+
+
 def gate_not_passed(stderr: bytes) -> bool:
     """The run stopped at `GATE_CHECK`: the pod's gate had not marked that it passed."""
     return f"{NOT_STARTED_MARK}gate".encode() in stderr
@@ -609,12 +621,14 @@ def gated_in_container(pod: Mapping[str, Any]) -> bool:
     return False
 
 
-def run_command(argv: Sequence[str], *, gate_mark: bool = False) -> list[str]:
-    """The exec command of one call: `RUN_SCRIPT` with the tool's argv as its arguments
-    (`gate_mark`: first the gate's mark is checked, `GATE_CHECK`)."""
+def run_command(argv: Sequence[str], *, gate_mark: bool = False, fresh: bool = False) -> list[str]:
+    """The exec command of one call: `RUN_SCRIPT` (`fresh`, a pool pod's call:
+    `POOL_RUN_SCRIPT`) with the tool's argv as its arguments (`gate_mark`: first the gate's
+    mark is checked, `GATE_CHECK`)."""
     if not argv:
         raise ValueError("a sandboxed call needs a command")
-    script = GATE_CHECK + RUN_SCRIPT if gate_mark else RUN_SCRIPT
+    run = POOL_RUN_SCRIPT if fresh else RUN_SCRIPT
+    script = GATE_CHECK + run if gate_mark else run
     return ["/bin/sh", "-c", script, "tooladapter-call", *argv]
 
 
@@ -689,8 +703,7 @@ __all__ = [
     "LABEL_STATE",
     "LABEL_WARM",
     "LABEL_WORKSPACE",
-    "RECYCLED_MARK",
-    "RECYCLE_SCRIPT",
+    "POOL_RUN_SCRIPT",
     "RUN_SCRIPT",
     "SETUP_FAILED",
     "STARTED_MARK",
@@ -705,6 +718,7 @@ __all__ = [
     "caller_key",
     "check_command",
     "clear_script",
+    "earlier_call_left",
     "exit_code_of",
     "not_started",
     "pod_ended",
@@ -712,8 +726,6 @@ __all__ = [
     "processes_left",
     "profile_for",
     "profile_from_annotation",
-    "recycle_command",
-    "recycled",
     "run_command",
     "run_input",
     "uses_attempt_workspace",

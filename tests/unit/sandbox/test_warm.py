@@ -13,18 +13,23 @@ from pydantic import ValidationError
 from tooladapter.attempts import AttemptQueues
 from tooladapter.model import Credential, SandboxSpec, ToolDescriptorSpec
 from tooladapter.sandbox.job import ProxyPeer
+from tooladapter.sandbox.podspec import WORKSPACE
 from tooladapter.sandbox.warm import (
     _CA_SETUP,
     CALL_CA_BUNDLE,
     CALL_DIR,
+    CLEARED,
     HOLDER_SCRIPT,
     LABEL_WARM,
+    POOL_RUN_SCRIPT,
     RUN_SCRIPT,
+    STARTED_MARK,
     STATE_POOL,
     STOP_SCRIPT,
     build_warm_pod,
     build_warm_policy,
     ca_bundle_input,
+    earlier_call_left,
     exit_code_of,
     idle_requests,
     not_started,
@@ -332,3 +337,25 @@ def test_a_calls_trust_bundle_is_written_per_call_and_named_for_every_tool(
     assert (tmp_path / "ca-bundle.pem").read_text() == bundle
     assert (tmp_path / "wgetrc").read_text() == f"ca_certificate = {tmp_path}/ca-bundle.pem\n"
     assert CALL_CA_BUNDLE.startswith(CALL_DIR + "/")
+
+
+def test_a_pool_pods_call_starts_only_once_the_pod_is_as_empty_as_a_new_one() -> None:
+    started = POOL_RUN_SCRIPT.index(STARTED_MARK)
+    before = POOL_RUN_SCRIPT[:started]
+    # Every process stopped, every writable place emptied (the workspace too), no IPC
+    # object and no termination message left, all before the tool starts.
+    assert "kill -9 -1" in before
+    for place in (*CLEARED, WORKSPACE):
+        assert place in before.split("left=; for d in ", 1)[1].split(";", 1)[0]
+    for table in ("/proc/sysvipc/shm", "/proc/sysvipc/sem", "/proc/sysvipc/msg"):
+        assert table in before
+    assert "[ -s /dev/termination-log ]" in before
+    # An attempt's call keeps its workspace.
+    assert WORKSPACE not in RUN_SCRIPT.split("left=; for d in ", 1)[1].split(";", 1)[0]
+    assert run_command(["true"], fresh=True)[2] == POOL_RUN_SCRIPT
+    assert run_command(["true"], fresh=True, gate_mark=True)[2].endswith(POOL_RUN_SCRIPT)
+    # What an earlier call left sends the call elsewhere; the tool's own marks do not.
+    assert earlier_call_left(b"tooladapter-not-started:unclean\n")
+    assert earlier_call_left(b"tooladapter-not-started:3\n")
+    assert not earlier_call_left(b"tooladapter-not-started:gate\n")
+    assert not earlier_call_left(b"tooladapter-not-started:setup\n")

@@ -23,8 +23,7 @@ from tooladapter.sandbox.warm import (
     LABEL_STATE,
     LABEL_WORKSPACE,
     NOT_STARTED_MARK,
-    RECYCLE_SCRIPT,
-    RECYCLED_MARK,
+    POOL_RUN_SCRIPT,
     STATE_POOL,
     STOP_SCRIPT,
     build_warm_pod,
@@ -47,11 +46,7 @@ class FakeWarmKube:
         self.pods: dict[str, dict[str, Any]] = {}
         self.answers: list[ExecResult | BaseException | None] = []
         self.stop_answer: ExecResult = ExecResult(b"", CLEAN, 0, {"status": "Success"})
-        #: What a recycle exec (RECYCLE_SCRIPT) answers: clean unless a test says not.
-        self.recycle_answer: ExecResult = ExecResult(
-            b"", RECYCLED_MARK.encode() + b"\n", 0, {"status": "Success"}
-        )
-        self.recycles: list[str] = []
+
         self.execs: list[tuple[str, list[str], bytes]] = []
         self.stops = 0
         self.deleted: list[str] = []
@@ -154,9 +149,6 @@ class FakeWarmKube:
         if command[2] == STOP_SCRIPT:
             self.stops += 1
             return self.stop_answer
-        if command[2] == RECYCLE_SCRIPT:
-            self.recycles.append(name)
-            return self.recycle_answer
         answer = self.answers.pop(0)
         if isinstance(answer, BaseException):
             raise answer
@@ -338,7 +330,7 @@ async def only_pool_1(kube: FakeWarmKube, sandboxes: WarmSandboxes) -> None:
     kube.pods = {k: v for k, v in kube.pods.items() if k == "pool-1"}
 
 
-def test_a_pool_pod_shown_clean_serves_its_callers_next_call_and_no_other_callers() -> None:
+def test_a_pool_pod_ended_cleanly_serves_its_callers_next_call_and_no_other_callers() -> None:
     kube = FakeWarmKube()
     sandboxes = warm(kube, pool_size=1)
     descriptor = tool(workspace="call")
@@ -349,8 +341,8 @@ def test_a_pool_pod_shown_clean_serves_its_callers_next_call_and_no_other_caller
         first = await sandboxes.run(pool_call(descriptor, "uid-1"))
         await only_pool_1(kube, sandboxes)
         pod = kube.pods["pool-1"]["metadata"]
-        # Handed back for alice alone, after an exec the tool never saw showed it clean.
-        assert kube.recycles == ["pool-1"]
+        # Handed back for alice alone, on the call's own clean end (no exec of its own).
+        assert [e[0] for e in kube.execs] == ["pool-1"]
         assert pod["labels"][LABEL_STATE] == STATE_POOL
         assert pod["labels"][LABEL_CALLER] == caller_key("ns", "alice")
         assert LABEL_CALL not in pod["labels"]
@@ -371,16 +363,37 @@ def test_a_pool_pod_shown_clean_serves_its_callers_next_call_and_no_other_caller
     assert again is not None and again.sandbox_run.name == "pool-1"
     assert again.state == InvocationState.OBSERVED
     assert kube.pods["pool-1"]["metadata"]["annotations"][ANNOTATION_CALLS] == "2"
+    # Every pool call's script empties the pod, the workspace too, before its tool starts.
+    assert all(command[2] == POOL_RUN_SCRIPT for _, command, _ in kube.execs)
 
 
-def test_a_pool_pod_not_shown_clean_after_its_call_is_deleted() -> None:
+def test_a_pool_pod_holding_what_an_earlier_call_left_sends_the_call_to_a_job() -> None:
+    for mark in (b"unclean", b"cleanup", b"2"):
+        kube = FakeWarmKube()
+        sandboxes = warm(kube, pool_size=1)
+        descriptor = tool(workspace="call")
+        one_pool_pod(kube, sandboxes, descriptor)
+        kube.answers = [
+            ExecResult(b"", b"tooladapter-not-started:" + mark + b"\n", 125, {"status": "Failure"})
+        ]
+
+        async def scenario(kube: FakeWarmKube, sandboxes: WarmSandboxes) -> Any:
+            outcome = await sandboxes.run(pool_call(tool(workspace="call"), "uid-1"))
+            await only_pool_1(kube, sandboxes)
+            return outcome
+
+        # The tool never started there: the call runs in a Job, and the pod is gone.
+        assert asyncio.run(scenario(kube, sandboxes)) is None, mark
+        assert "pool-1" not in kube.pods, mark
+
+
+def test_a_tools_forged_not_started_mark_after_it_started_is_not_believed() -> None:
     kube = FakeWarmKube()
     sandboxes = warm(kube, pool_size=1)
     descriptor = tool(workspace="call")
     one_pool_pod(kube, sandboxes, descriptor)
-    kube.answers = [ran(b"hi", 0)]
-    # The workspace could not be emptied (exit 5): no mark.
-    kube.recycle_answer = ExecResult(b"", b"", 5, {"status": "Failure"})
+    forged = b"tooladapter-tool-started\ntooladapter-not-started:unclean\n"
+    kube.answers = [ExecResult(b"", forged, 125, {"status": "Failure"})]
 
     async def scenario() -> Any:
         outcome = await sandboxes.run(pool_call(descriptor, "uid-1"))
@@ -388,32 +401,11 @@ def test_a_pool_pod_not_shown_clean_after_its_call_is_deleted() -> None:
         return outcome
 
     outcome = asyncio.run(scenario())
-    assert outcome is not None and outcome.state == InvocationState.OBSERVED
-    assert kube.recycles == ["pool-1"]
-    assert "pool-1" in kube.deleted and "pool-1" not in kube.pods
+    assert outcome is not None  # it ran: never sent elsewhere
+    assert "pool-1" not in kube.pods  # no report of a clean end: deleted
 
 
-def test_a_tools_forged_mark_does_not_recycle_a_pod() -> None:
-    # The tool runs as the sandbox user and could write the recycle exec's stderr: the mark
-    # counts only last, after an exit 0 of the script itself.
-    kube = FakeWarmKube()
-    sandboxes = warm(kube, pool_size=1)
-    descriptor = tool(workspace="call")
-    one_pool_pod(kube, sandboxes, descriptor)
-    kube.answers = [ran(b"hi", 0)]
-    kube.recycle_answer = ExecResult(
-        b"", RECYCLED_MARK.encode() + b"\nexit 4\n", 4, {"status": "Failure"}
-    )
-
-    async def scenario() -> None:
-        await sandboxes.run(pool_call(descriptor, "uid-1"))
-        await only_pool_1(kube, sandboxes)
-
-    asyncio.run(scenario())
-    assert "pool-1" not in kube.pods
-
-
-def test_a_pool_call_that_did_not_end_cleanly_deletes_its_pod_without_recycling() -> None:
+def test_a_pool_call_that_did_not_end_cleanly_deletes_its_pod() -> None:
     for answer in (ran(b"hi", 0, left=1), ConnectionError("lost"), None):
         kube = FakeWarmKube()
         sandboxes = warm(kube, pool_size=1)
@@ -426,7 +418,6 @@ def test_a_pool_call_that_did_not_end_cleanly_deletes_its_pod_without_recycling(
             await only_pool_1(kube, sandboxes)
 
         asyncio.run(scenario(kube, sandboxes))
-        assert kube.recycles == [], answer
         assert "pool-1" not in kube.pods, answer
 
 
@@ -447,27 +438,58 @@ def test_a_pool_pod_is_deleted_after_its_most_calls() -> None:
         await only_pool_1(kube, sandboxes)
 
     asyncio.run(scenario())
-    assert kube.recycles == []
     assert "pool-1" not in kube.pods
 
 
-def test_a_call_waiting_for_a_pool_pod_takes_one_handed_back() -> None:
-    kube = FakeWarmKube()
+def test_a_call_waiting_for_a_pool_pod_takes_the_one_its_callers_call_hands_back() -> None:
+    class Slow(FakeWarmKube):
+        """The first call's tool runs until the second call waits; states patched kept."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.release = asyncio.Event()
+            self.running = asyncio.Event()
+            self.states: list[str] = []
+
+        async def exec(self, namespace: str, name: str, command: list[str], **kw: Any) -> Any:
+            if len(self.execs) == 0:
+                self.execs.append((name, command, b""))
+                self.running.set()
+                await self.release.wait()
+                return ran(b"first", 0)
+            return await super().exec(namespace, name, command, **kw)
+
+        async def patch_pod(self, pod: dict[str, Any], patch: dict[str, Any], **kw: Any) -> Any:
+            state = (patch["metadata"].get("labels") or {}).get(LABEL_STATE)
+            if state:
+                self.states.append(state)
+            return await super().patch_pod(pod, patch, **kw)
+
+    kube = Slow()
     sandboxes = warm(kube, pool_size=1)  # the pool makes no pod beyond the one
     descriptor = tool(workspace="call")
     one_pool_pod(kube, sandboxes, descriptor)
-    kube.answers = [ran(b"first", 0), ran(b"second", 0)]
+    kube.answers = [ran(b"second", 0)]
 
     async def scenario() -> tuple[Any, Any]:
         first = asyncio.ensure_future(sandboxes.run(pool_call(descriptor, "uid-1")))
-        await asyncio.sleep(0)
-        second = await sandboxes.run(pool_call(descriptor, "uid-2"))
-        return await first, second
+        await kube.running.wait()
+        second = asyncio.ensure_future(sandboxes.run(pool_call(descriptor, "uid-2")))
+        pool = next(iter(sandboxes.pools.values()))
+        while not pool.waiters.get(caller_key("ns", "alice")):  # noqa: ASYNC110 (no event to wait on)
+            await asyncio.sleep(0)
+        kube.release.set()
+        ended = await first, await second
+        await only_pool_1(kube, sandboxes)
+        return ended
 
     first, second = asyncio.run(scenario())
     assert first is not None and second is not None
     assert first.sandbox_run.name == second.sandbox_run.name == "pool-1"
     assert kube.made == 0
+    # Straight from one call to the next (never back in the pool in between), then back.
+    assert kube.states == ["call", "call", "pool"]
+    assert kube.pods["pool-1"]["metadata"]["annotations"][ANNOTATION_CALLS] == "2"
 
 
 def test_credentials_or_cidrs_never_run_warm() -> None:
