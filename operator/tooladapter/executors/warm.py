@@ -98,6 +98,7 @@ from tooladapter.sandbox.warm import (
     earlier_call_left,
     gate_not_passed,
     gated_in_container,
+    ipc_left,
     not_started,
     pod_ended,
     pod_ready,
@@ -846,7 +847,12 @@ class WarmSandboxes:
         clean = False
         try:
             outcome, clean = await self._run_in(
-                call, name, None, gate_mark=gated_in_container(pod), fresh=True
+                call,
+                name,
+                None,
+                gate_mark=gated_in_container(pod),
+                fresh=True,
+                reused=served_calls(pod) > 0,
             )
         finally:
             # Its label (state `call`) keeps the pod from every claim, so neither its
@@ -932,6 +938,7 @@ class WarmSandboxes:
         *,
         gate_mark: bool,
         fresh: bool = False,
+        reused: bool = False,
     ) -> tuple[Outcome | None, bool]:
         """The call's outcome (None: a pool pod's call, `fresh`, that never started because
         the pod held what an earlier call left), and whether the tool's exec came to a
@@ -941,7 +948,7 @@ class WarmSandboxes:
         try:
             url, bundle = await self.proxy_inputs(call)
             stdin = run_input(url, call.arguments, bundle)
-            command = run_command(call.argv, gate_mark=gate_mark, fresh=fresh)
+            command = run_command(call.argv, gate_mark=gate_mark, fresh=fresh, reused=reused)
         except (NotFound, ValueError) as exc:
             return Outcome.failed(
                 FailureClass.INTERNAL, f"the warm sandbox call could not be set up: {exc}"
@@ -1042,7 +1049,7 @@ class WarmSandboxes:
             # attempt that runs or waits keeps the workspace anyway (`busy`).
             self.spawn(self.touch(call.namespace, name))
         answer = replace(exited(result.stdout, result.exit_code), sandbox_seconds=seconds)
-        return answer, remaining == 0
+        return answer, remaining == 0 and not (fresh and ipc_left(result.stderr))
 
     async def stop(self, namespace: str, name: str, workspace: WorkspaceLease | None) -> str:
         """Kill every process a call left in the pod; a pod where that cannot be shown is

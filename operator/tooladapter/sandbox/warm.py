@@ -204,9 +204,10 @@ UNCLEAN = "unclean"
 #: The kubelet's termination-message file: every user may write it (mode 0666) and it
 #: outlives the processes that did.
 TERMINATION_LOG = "/dev/termination-log"
-#: System V IPC objects (the pod's IPC namespace) outlive their processes: a pool pod's call
-#: starts only when there is none. Each file is a header line, then a line per object; a
-#: file that cannot be read fails the check (closed).
+#: System V IPC objects (the pod's IPC namespace) outlive their processes: a handed-back
+#: pool pod's call starts only when there is none. Each file is a header line, then a line
+#: per object; a file that cannot be read (gVisor has none) fails the check (closed), so
+#: such a pod is never handed back.
 _NO_SYSV_IPC = (
     "ipc=0; for f in /proc/sysvipc/shm /proc/sysvipc/sem /proc/sysvipc/msg; do "
     '[ -r "$f" ] || { ipc=1; break; }; c=0; '
@@ -214,9 +215,15 @@ _NO_SYSV_IPC = (
 )
 
 
-def _run_script(*, fresh: bool) -> str:
+#: What a pool pod's run script reports on stderr at its end: 0 when no System V IPC object
+#: is left and the tables could be read (the pod may be handed back).
+IPC_MARK = "tooladapter-ipc-left:"
+
+
+def _run_script(*, fresh: bool, reused: bool = False) -> str:
     """One call in a warm pod; `fresh`: a pool pod's, whose call gets a pod as a new one
-    (its workspace emptied too, and nothing of an earlier call's left anywhere).
+    (its workspace emptied too); `reused`: in a pod an earlier call handed back, so nothing
+    of that call's may be left anywhere (no IPC object, no termination message).
 
     First whatever an earlier call may have left is stopped (after an operator restart, a
     call's exec may have outlived its operator) and emptied: when that cannot be shown, the
@@ -232,10 +239,16 @@ def _run_script(*, fresh: bool) -> str:
         + _NO_SYSV_IPC
         + f'if [ "$ipc" != 0 ] || [ -s {TERMINATION_LOG} ]; then '
         + f'echo "{NOT_STARTED_MARK}{UNCLEAN}" >&2; exit 125; fi; '
+        if reused
+        else ""
+    )
+    # Whether the pod may be handed back: the tool could forge this, so the next call's
+    # start checks again (`reused`).
+    ending = (
+        f': > {TERMINATION_LOG} 2>/dev/null; {_NO_SYSV_IPC}echo "{IPC_MARK}$ipc" >&2; '
         if fresh
         else ""
     )
-    ending = f": > {TERMINATION_LOG} 2>/dev/null; " if fresh else ""
     return (
         _COUNT
         + _STOP
@@ -265,8 +278,10 @@ def _run_script(*, fresh: bool) -> str:
 
 #: One call of an attempt, in its workspace pod (the workspace carries on).
 RUN_SCRIPT = _run_script(fresh=False)
-#: One call in a pool pod (`_run_script`).
+#: One call in a new pool pod (`_run_script`).
 POOL_RUN_SCRIPT = _run_script(fresh=True)
+#: One call in a pool pod an earlier call of its caller handed back (`_run_script`).
+REUSED_RUN_SCRIPT = _run_script(fresh=True, reused=True)
 #: Stops what a call left running when its exec ended early (a timeout, an interrupt, a
 #: lost connection, an operator restart): the same kill and count as `RUN_SCRIPT`'s end.
 STOP_SCRIPT = _COUNT + _STOP + CLEAR_SCRIPT + _REPORT + "exit 0"
@@ -597,6 +612,16 @@ _EARLIER = re.compile(
 )
 
 
+_IPC_LEFT = re.compile(re.escape(IPC_MARK).encode() + rb"([0-9]+)")
+
+
+def ipc_left(stderr: bytes) -> bool:
+    """Whether a pool pod's run script reported IPC objects left, or could not tell (no
+    report: it did not reach its end)."""
+    found = _IPC_LEFT.findall(stderr)
+    return not found or found[-1] != b"0"
+
+
 def earlier_call_left(stderr: bytes) -> bool:
     """The run stopped before the tool because its pod held what an earlier call left (a
     process, a file it could not remove, an IPC object, a termination message)."""
@@ -621,13 +646,15 @@ def gated_in_container(pod: Mapping[str, Any]) -> bool:
     return False
 
 
-def run_command(argv: Sequence[str], *, gate_mark: bool = False, fresh: bool = False) -> list[str]:
+def run_command(
+    argv: Sequence[str], *, gate_mark: bool = False, fresh: bool = False, reused: bool = False
+) -> list[str]:
     """The exec command of one call: `RUN_SCRIPT` (`fresh`, a pool pod's call:
-    `POOL_RUN_SCRIPT`) with the tool's argv as its arguments (`gate_mark`: first the gate's
-    mark is checked, `GATE_CHECK`)."""
+    `POOL_RUN_SCRIPT`; `reused`, in a pod handed back: `REUSED_RUN_SCRIPT`) with the tool's
+    argv as its arguments (`gate_mark`: first the gate's mark is checked, `GATE_CHECK`)."""
     if not argv:
         raise ValueError("a sandboxed call needs a command")
-    run = POOL_RUN_SCRIPT if fresh else RUN_SCRIPT
+    run = (REUSED_RUN_SCRIPT if reused else POOL_RUN_SCRIPT) if fresh else RUN_SCRIPT
     script = GATE_CHECK + run if gate_mark else run
     return ["/bin/sh", "-c", script, "tooladapter-call", *argv]
 
@@ -697,6 +724,7 @@ __all__ = [
     "CLEARED",
     "CLEAR_SCRIPT",
     "HOLDER_SCRIPT",
+    "IPC_MARK",
     "LABEL_CALL",
     "LABEL_CALLER",
     "LABEL_PROFILE",
@@ -704,6 +732,7 @@ __all__ = [
     "LABEL_WARM",
     "LABEL_WORKSPACE",
     "POOL_RUN_SCRIPT",
+    "REUSED_RUN_SCRIPT",
     "RUN_SCRIPT",
     "SETUP_FAILED",
     "STARTED_MARK",
@@ -720,6 +749,7 @@ __all__ = [
     "clear_script",
     "earlier_call_left",
     "exit_code_of",
+    "ipc_left",
     "not_started",
     "pod_ended",
     "pod_ready",

@@ -20,8 +20,10 @@ from tooladapter.sandbox.warm import (
     CALL_DIR,
     CLEARED,
     HOLDER_SCRIPT,
+    IPC_MARK,
     LABEL_WARM,
     POOL_RUN_SCRIPT,
+    REUSED_RUN_SCRIPT,
     RUN_SCRIPT,
     STARTED_MARK,
     STATE_POOL,
@@ -32,6 +34,7 @@ from tooladapter.sandbox.warm import (
     earlier_call_left,
     exit_code_of,
     idle_requests,
+    ipc_left,
     not_started,
     pod_ready,
     processes_left,
@@ -340,22 +343,32 @@ def test_a_calls_trust_bundle_is_written_per_call_and_named_for_every_tool(
 
 
 def test_a_pool_pods_call_starts_only_once_the_pod_is_as_empty_as_a_new_one() -> None:
-    started = POOL_RUN_SCRIPT.index(STARTED_MARK)
-    before = POOL_RUN_SCRIPT[:started]
-    # Every process stopped, every writable place emptied (the workspace too), no IPC
-    # object and no termination message left, all before the tool starts.
-    assert "kill -9 -1" in before
-    for place in (*CLEARED, WORKSPACE):
-        assert place in before.split("left=; for d in ", 1)[1].split(";", 1)[0]
+    def dirs(script: str) -> str:
+        return script.split("left=; for d in ", 1)[1].split(";", 1)[0]
+
+    for script in (POOL_RUN_SCRIPT, REUSED_RUN_SCRIPT):
+        before = script[: script.index(STARTED_MARK)]
+        # Every process stopped, every writable place emptied (the workspace too).
+        assert "kill -9 -1" in before
+        for place in (*CLEARED, WORKSPACE):
+            assert place in dirs(before)
+        # Its end says whether the pod may be handed back: no IPC object left.
+        assert script.rstrip().endswith("exit $rc")
+        assert IPC_MARK in script[script.index("wait $tool") :]
+    # In a pod handed back: no IPC object and no termination message, before the tool.
+    before = REUSED_RUN_SCRIPT[: REUSED_RUN_SCRIPT.index(STARTED_MARK)]
     for table in ("/proc/sysvipc/shm", "/proc/sysvipc/sem", "/proc/sysvipc/msg"):
         assert table in before
     assert "[ -s /dev/termination-log ]" in before
     # An attempt's call keeps its workspace.
-    assert WORKSPACE not in RUN_SCRIPT.split("left=; for d in ", 1)[1].split(";", 1)[0]
+    assert WORKSPACE not in dirs(RUN_SCRIPT)
     assert run_command(["true"], fresh=True)[2] == POOL_RUN_SCRIPT
+    assert run_command(["true"], fresh=True, reused=True)[2] == REUSED_RUN_SCRIPT
     assert run_command(["true"], fresh=True, gate_mark=True)[2].endswith(POOL_RUN_SCRIPT)
     # What an earlier call left sends the call elsewhere; the tool's own marks do not.
     assert earlier_call_left(b"tooladapter-not-started:unclean\n")
     assert earlier_call_left(b"tooladapter-not-started:3\n")
     assert not earlier_call_left(b"tooladapter-not-started:gate\n")
     assert not earlier_call_left(b"tooladapter-not-started:setup\n")
+    assert not ipc_left(b"tooladapter-ipc-left:0\n")
+    assert ipc_left(b"tooladapter-ipc-left:1\n") and ipc_left(b"cut off")

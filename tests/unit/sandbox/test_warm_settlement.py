@@ -24,6 +24,7 @@ from tooladapter.sandbox.warm import (
     LABEL_WORKSPACE,
     NOT_STARTED_MARK,
     POOL_RUN_SCRIPT,
+    REUSED_RUN_SCRIPT,
     STATE_POOL,
     STOP_SCRIPT,
     build_warm_pod,
@@ -207,7 +208,7 @@ def warm(kube: FakeWarmKube, **settings: Any) -> WarmSandboxes:
     )
 
 
-def ran(stdout: bytes, code: int, left: int = 0) -> ExecResult:
+def ran(stdout: bytes, code: int, left: int = 0, ipc: str = "0") -> ExecResult:
     status: dict[str, Any] = (
         {"status": "Success"}
         if code == 0
@@ -216,7 +217,8 @@ def ran(stdout: bytes, code: int, left: int = 0) -> ExecResult:
             "details": {"causes": [{"reason": "ExitCode", "message": str(code)}]},
         }
     )
-    return ExecResult(stdout, f"tooladapter-processes-left:{left}\n".encode(), code, status)
+    stderr = f"tooladapter-ipc-left:{ipc}\ntooladapter-processes-left:{left}\n"
+    return ExecResult(stdout, stderr.encode(), code, status)
 
 
 def existing_workspace(kube: FakeWarmKube, caller: str = "alice", attempt: str = "a1") -> str:
@@ -363,8 +365,9 @@ def test_a_pool_pod_ended_cleanly_serves_its_callers_next_call_and_no_other_call
     assert again is not None and again.sandbox_run.name == "pool-1"
     assert again.state == InvocationState.OBSERVED
     assert kube.pods["pool-1"]["metadata"]["annotations"][ANNOTATION_CALLS] == "2"
-    # Every pool call's script empties the pod, the workspace too, before its tool starts.
-    assert all(command[2] == POOL_RUN_SCRIPT for _, command, _ in kube.execs)
+    # Every pool call's script empties the pod, the workspace too, before its tool starts;
+    # in a pod handed back, it also checks that nothing else is left.
+    assert [command[2] for _, command, _ in kube.execs] == [POOL_RUN_SCRIPT, REUSED_RUN_SCRIPT]
 
 
 def test_a_pool_pod_holding_what_an_earlier_call_left_sends_the_call_to_a_job() -> None:
@@ -406,7 +409,14 @@ def test_a_tools_forged_not_started_mark_after_it_started_is_not_believed() -> N
 
 
 def test_a_pool_call_that_did_not_end_cleanly_deletes_its_pod() -> None:
-    for answer in (ran(b"hi", 0, left=1), ConnectionError("lost"), None):
+    # Processes left; IPC objects left, or no way to tell (gVisor); lost; past its timeout.
+    for answer in (
+        ran(b"hi", 0, left=1),
+        ran(b"hi", 0, ipc="1"),
+        ExecResult(b"hi", b"tooladapter-processes-left:0\n", 0, {"status": "Success"}),
+        ConnectionError("lost"),
+        None,
+    ):
         kube = FakeWarmKube()
         sandboxes = warm(kube, pool_size=1)
         descriptor = tool(workspace="call")
