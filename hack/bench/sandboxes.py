@@ -18,9 +18,10 @@ at all, so pools are sized from demand as shipped):
 
 Each row sequential (`BENCH_SANDBOX_CALLS`, default 20, one call after another) and with
 5 agents at once (4 calls each); p50/p95 of create-to-terminal: from just before the POST to
-the moment a watch sees the terminal state. A warm row's call that ran cold is
-counted. The machine's load average is read before and after; what idle warm pods held at
-the end is read off the operator's metrics.
+the moment a watch sees the terminal state. A warm row's call that ran cold is counted.
+Each row starts once no pod of the bench's namespaces is starting or stopping (at most
+60 s; the wait is reported). The machine's load average is read before and after; what
+idle warm pods held at the end is read off the operator's metrics.
 
 Runs its own operator and egress proxy (the repo's code, `make run`'s way) on namespaces of
 its own; writes BENCH_REPORT (default bench-sandboxes.json).
@@ -94,6 +95,8 @@ def summary(values: list[float]) -> dict[str, Any]:
 
 #: How long a timed call or bare pod may take to end.
 WAIT_SECONDS = 180
+#: How long a row waits for the pods the row before it started or deleted (`settle`).
+SETTLE_SECONDS = 60.0
 
 
 def watched(lister: Callable[..., Any], name: str, version: str, *args: Any) -> Iterator[Any]:
@@ -386,6 +389,7 @@ class SandboxBench:
         PER_AGENT calls each. `run(agent, call)` makes one timed call."""
         if ROWS and label not in ROWS:
             return
+        self.report.setdefault("settled_seconds", {})[label] = round(self.settle(), 2)
         results: dict[str, Any] = {}
         fallbacks = 0
         assert self.operator is not None and self.operator.proc is not None
@@ -428,6 +432,31 @@ class SandboxBench:
         self.report["columns"][label] = results
         if warm:
             self.report["cold_fallbacks"][label] = fallbacks
+
+    def settle(self) -> float:
+        """Wait (at most `SETTLE_SECONDS`) until no pod of the bench's namespaces is
+        starting or stopping: each row is timed on its own, not during the pod starts and
+        deletions the row before it left (a gVisor pool refilling after its burst). How
+        long it waited."""
+        began = time.monotonic()
+        while time.monotonic() - began < SETTLE_SECONDS:
+            busy = [
+                pod.metadata.name
+                for tenant in self.tenants
+                for pod in self.core.list_namespaced_pod(tenant.ns.name).items
+                if pod.metadata.deletion_timestamp
+                or (
+                    pod.status.phase not in ("Succeeded", "Failed")
+                    and not any(
+                        c.type == "Ready" and c.status == "True"
+                        for c in pod.status.conditions or []
+                    )
+                )
+            ]
+            if not busy:
+                break
+            time.sleep(0.5)
+        return time.monotonic() - began
 
     def first_calls(self) -> None:
         """A new namespace, its descriptor made active, 10 s, one call: FIRST_CALLS times."""
