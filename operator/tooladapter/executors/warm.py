@@ -107,6 +107,7 @@ from tooladapter.sandbox.warm import (
     profile_from_annotation,
     run_command,
     run_input,
+    tool_exit,
     uses_attempt_workspace,
     warm_refusal,
     workspace_key,
@@ -154,8 +155,9 @@ class Pool:
     started_at: float | None = None
     #: Its recent calls, the newest last.
     uses: tuple[Use, ...] = ()
-    #: Its calls running or waiting for a pod now.
+    #: Its calls running or waiting for a pod now, and by whom (`caller_key`).
     in_flight: int = 0
+    by_owner: dict[str, int] = field(default_factory=dict)
     refilling: asyncio.Lock = field(default_factory=asyncio.Lock)
     #: A resize was asked for while one ran: it runs once more (demand grew meanwhile).
     again: bool = False
@@ -224,8 +226,9 @@ class WarmSandboxes:
         #: Pool pods per (namespace, profile key) cluster-wide, as last listed (`maintain`),
         #: for the cluster-wide cap.
         self.census: dict[tuple[str, str], int] = {}
-        #: Pods on their way back to their caller (`hand_back`): upkeep leaves them.
-        self.recycling: set[tuple[str, str]] = set()
+        #: Pods on their way back to their caller (`hand_back`), and whose (`owner_key`):
+        #: upkeep leaves them.
+        self.recycling: dict[tuple[str, str], str] = {}
 
     # ------------------------------------------------------------------ choosing
 
@@ -283,7 +286,9 @@ class WarmSandboxes:
         # A call that is not an attempt's takes a pool pod: demand, counted while it runs.
         # (An attempt's call is demand only when it makes its workspace: `workspace_pod`.)
         pool = self.pool_of(call.namespace, profile)
+        mine = owner_key(call)
         pool.in_flight += 1
+        pool.by_owner[mine] = pool.by_owner.get(mine, 0) + 1
         try:
             self.want(call.namespace, profile)
             claimed = await self.claim(call, profile)
@@ -294,6 +299,9 @@ class WarmSandboxes:
             return await self.run_pooled(call, claimed)
         finally:
             pool.in_flight -= 1
+            pool.by_owner[mine] -= 1
+            if not pool.by_owner[mine]:
+                del pool.by_owner[mine]
 
     def pool_of(self, namespace: str, profile: Profile) -> Pool:
         pool = self.pools.get((namespace, profile.key))
@@ -498,7 +506,7 @@ class WarmSandboxes:
         if workspace:
             labels[LABEL_WORKSPACE] = workspace
             annotations.update(self.workspace_annotations(call, profile))
-        mine = caller_key(call.namespace, call.caller)
+        mine = owner_key(call)
         ready = [p for p in await self.pool_pods(call.namespace, profile.key) if pod_ready(p)]
         # The caller's own pods first (handed back after its earlier calls), then new ones;
         # a pod another caller's call ran in is never this caller's.
@@ -535,7 +543,7 @@ class WarmSandboxes:
         deadline = time.monotonic() + STARTING_WAIT_SECONDS
         failed: set[str] = set()
         pool = self.pool_of(call.namespace, profile)
-        mine = caller_key(call.namespace, call.caller)
+        mine = owner_key(call)
         handed: asyncio.Future[Handed] = asyncio.get_running_loop().create_future()
         pool.waiters.setdefault(mine, deque()).append(handed)
         taken = False
@@ -548,8 +556,9 @@ class WarmSandboxes:
                     if not pod_ready(p) and not pod_unschedulable(p) and pod_name(p) not in failed
                 ]
                 remaining = deadline - time.monotonic()
-                # Other calls of the pool may hand their pods back.
-                others = pool.in_flight > 1 or bool(self.recycling)
+                # Other calls of this caller and tool may hand their pods back (no other
+                # caller's would come to it).
+                others = pool.by_owner.get(mine, 0) > 1 or mine in self.recycling.values()
                 if (not starting and not others and not handed.done()) or remaining <= 0:
                     return None
                 helpers: list[asyncio.Future[Any]] = [asyncio.ensure_future(returned.wait())]
@@ -860,7 +869,7 @@ class WarmSandboxes:
             # fail.
             if clean:
                 # Counted from now: a call that finds no pod waits for this one.
-                self.recycling.add((call.namespace, name))
+                self.recycling[(call.namespace, name)] = owner_key(call)
                 self.spawn(self.hand_back(call, pod))
             else:
                 self.spawn(self.forget_pod(call.namespace, name))
@@ -880,7 +889,7 @@ class WarmSandboxes:
         namespace, name = call.namespace, meta["name"]
         # A pod handed on by a waiting call that stopped waiting was counted already.
         served = served_calls(pod) + (0 if used else 1)
-        mine = caller_key(namespace, call.caller)
+        mine = owner_key(call)
         pool = self.pools.get((namespace, (meta.get("labels") or {}).get(LABEL_PROFILE, "")))
         used = used or {ANNOTATION_LAST_USED: now_iso(), ANNOTATION_CALLS: str(served)}
         try:
@@ -909,7 +918,7 @@ class WarmSandboxes:
         except Exception:
             logger.warning("handing back warm pod %s/%s failed", namespace, name, exc_info=True)
         finally:
-            self.recycling.discard((namespace, name))
+            self.recycling.pop((namespace, name), None)
         await self.forget_pod(namespace, name)
 
     async def make_way(self, namespace: str, pod: dict[str, Any], profile: Profile) -> None:
@@ -1028,6 +1037,9 @@ class WarmSandboxes:
                 FailureClass.TRANSIENT, f"warm sandbox {name} {why}; the tool never started"
             ), False
         remaining = processes_left(result.stderr)
+        # A pool pod's script exits 0 only at its end, the tool's code reported before it.
+        ended = fresh and result.exit_code == 0
+        code = tool_exit(result.stderr) if ended else result.exit_code
         if remaining != 0 or workspace is not None:
             # The run script did not report a clean end, or the pod lives on as the
             # attempt's workspace: its report cannot be believed there (the tool runs as
@@ -1035,7 +1047,7 @@ class WarmSandboxes:
             # the real report). A stop of its own, in an exec the tool never saw, shows the
             # end; a workspace that still holds a process of the call is not handed on.
             await self.stop(call.namespace, name, workspace)
-        if result.exit_code is None:
+        if code is None:
             return replace(
                 unconfirmed(
                     call,
@@ -1048,8 +1060,8 @@ class WarmSandboxes:
             # Off the call's path: only the idle release reads it, and a call of the
             # attempt that runs or waits keeps the workspace anyway (`busy`).
             self.spawn(self.touch(call.namespace, name))
-        answer = replace(exited(result.stdout, result.exit_code), sandbox_seconds=seconds)
-        return answer, remaining == 0 and not (fresh and ipc_left(result.stderr))
+        answer = replace(exited(result.stdout, code), sandbox_seconds=seconds)
+        return answer, ended and remaining == 0 and not ipc_left(result.stderr)
 
     async def stop(self, namespace: str, name: str, workspace: WorkspaceLease | None) -> str:
         """Kill every process a call left in the pod; a pod where that cannot be shown is
@@ -1261,6 +1273,14 @@ def last_used(pod: dict[str, Any]) -> str:
         or meta.get("creationTimestamp")
         or ""
     )
+
+
+def owner_key(call: Call) -> str:
+    """Whom a pool pod the call used is handed back to (`caller_key`): its caller's calls
+    of its tool version."""
+    assert call.descriptor is not None
+    tool = f"{call.descriptor.tool_id}@{call.descriptor.version}"
+    return caller_key(call.namespace, call.caller, tool)
 
 
 def pod_name(pod: dict[str, Any]) -> str:

@@ -78,8 +78,8 @@ LABEL_STATE = "tooladapter.dev/warm-state"
 LABEL_CALL = "tooladapter.dev/warm-call"
 #: The workspace key (`workspace_key`) of an attempt's pod.
 LABEL_WORKSPACE = "tooladapter.dev/workspace"
-#: The caller (`caller_key`) whose call a pool pod served: handed back, it serves only
-#: that caller's calls (nothing crosses callers).
+#: The caller and tool (`caller_key`) whose call a pool pod served: handed back, it serves
+#: only that caller's calls of that tool version (nothing crosses callers, or tools).
 LABEL_CALLER = "tooladapter.dev/warm-caller"
 ANNOTATION_CALLER = "tooladapter.dev/caller"
 #: How many calls a pool pod has served.
@@ -171,9 +171,10 @@ def clear_script(dirs: Sequence[str]) -> str:
     return (
         f'left=; for d in {" ".join(dirs)}; do [ -d "$d" ] || continue; '
         'for e in "$d"/* "$d"/.[!.]* "$d"/..?*; do '
-        f'[ "$e" = {HOLDER_SHELL} ] && continue; '
-        # The gate's mark stays only as what the gate made: an empty regular file, no link.
-        f'[ "$e" = {GATE_PASSED} ] && [ -f "$e" ] && ! [ -L "$e" ] && ! [ -s "$e" ] && continue; '
+        # The gate's mark stays only as what the gate made, an empty regular file and no
+        # link, and made anew (no mode or time a call set carries to the next).
+        f'[ "$e" = {GATE_PASSED} ] && [ -f "$e" ] && ! [ -L "$e" ] && ! [ -s "$e" ] && '
+        f'rm -f "$e" && : > "$e" && continue; '
         '[ -e "$e" ] || [ -L "$e" ] || continue; '
         '[ -L "$e" ] || chmod -R u+rwx "$e" 2>/dev/null; rm -rf "$e" 2>/dev/null; '
         '{ [ -e "$e" ] || [ -L "$e" ]; } && left="$left $e"; done; done; '
@@ -218,6 +219,10 @@ _NO_SYSV_IPC = (
 #: What a pool pod's run script reports on stderr at its end: 0 when no System V IPC object
 #: is left and the tables could be read (the pod may be handed back).
 IPC_MARK = "tooladapter-ipc-left:"
+#: A pool pod's run script reports the tool's exit code on stderr, last, and itself exits
+#: 0: only a script that reached its end exits 0, so a tool that kills it (the same user)
+#: and writes a clean report in its place cannot make its pod be handed back.
+EXIT_MARK = "tooladapter-tool-exit:"
 
 
 def _run_script(*, fresh: bool, reused: bool = False) -> str:
@@ -249,6 +254,7 @@ def _run_script(*, fresh: bool, reused: bool = False) -> str:
         if fresh
         else ""
     )
+    leave = f'echo "{EXIT_MARK}$rc" >&2; exit 0' if fresh else "exit $rc"
     return (
         _COUNT
         + _STOP
@@ -272,7 +278,7 @@ def _run_script(*, fresh: bool, reused: bool = False) -> str:
         + clear_script(dirs)
         + ending
         + _REPORT
-        + "exit $rc"
+        + leave
     )
 
 
@@ -459,10 +465,12 @@ def workspace_key(namespace: str, caller: str, attempt_id: str) -> str:
     return hashlib.sha256(doc.encode()).hexdigest()[:40]
 
 
-def caller_key(namespace: str, caller: str) -> str:
-    """The label value naming the caller a handed-back pool pod serves (hashed: a caller's
-    name may hold characters no label value may)."""
-    doc = json.dumps([namespace, caller], separators=(",", ":"))
+def caller_key(namespace: str, caller: str, tool: str) -> str:
+    """The label value naming whom a handed-back pool pod serves: one caller's calls of one
+    tool version (`tool`: "id@version"), so what a tool could leave there (it runs as the
+    pod's one user) reaches only later calls that hold what it held. Hashed: a caller's name
+    may hold characters no label value may."""
+    doc = json.dumps([namespace, caller, tool], separators=(",", ":"))
     return hashlib.sha256(doc.encode()).hexdigest()[:40]
 
 
@@ -613,6 +621,13 @@ _EARLIER = re.compile(
 
 
 _IPC_LEFT = re.compile(re.escape(IPC_MARK).encode() + rb"([0-9]+)")
+_TOOL_EXIT = re.compile(re.escape(EXIT_MARK).encode() + rb"([0-9]+)")
+
+
+def tool_exit(stderr: bytes) -> int | None:
+    """The tool's exit code a pool pod's run script reported last (None: no report)."""
+    found = _TOOL_EXIT.findall(stderr)
+    return int(found[-1]) if found else None
 
 
 def ipc_left(stderr: bytes) -> bool:
@@ -723,6 +738,7 @@ __all__ = [
     "CHECK_SCRIPT",
     "CLEARED",
     "CLEAR_SCRIPT",
+    "EXIT_MARK",
     "HOLDER_SCRIPT",
     "IPC_MARK",
     "LABEL_CALL",
@@ -758,6 +774,7 @@ __all__ = [
     "profile_from_annotation",
     "run_command",
     "run_input",
+    "tool_exit",
     "uses_attempt_workspace",
     "warm_refusal",
     "workspace_key",

@@ -584,7 +584,7 @@ def test_a_pool_pod_is_handed_back_clean_to_its_caller_alone_past_the_gate(
     assert "hello from the node" in content and "planted\n" in content and "done" in content
     assert "direct-reached" not in content and server.hits["/direct"] == 0
     # Handed back, shown clean, for alice alone.
-    mine = caller_key(wns.name, alice.user)
+    mine = caller_key(wns.name, alice.user, "pooled@1.0.0")
     wait_for(
         lambda: used in {p.metadata.name for p in pool_pods(api, wns.name, caller=mine)},
         timeout=60,

@@ -404,7 +404,7 @@ def test_a_directory_the_scan_cannot_read_fails_it() -> None:
 # ---------------------------------------------------------------- clearing between calls
 
 
-def test_everything_but_the_workspace_and_the_holder_is_emptied_between_calls(
+def test_everything_but_the_workspace_and_the_gates_mark_is_emptied_between_calls(
     tmp_path: Path,
 ) -> None:
     places = {
@@ -424,11 +424,17 @@ def test_everything_but_the_workspace_and_the_holder_is_emptied_between_calls(
     (home / "..odd").write_text("x")
     (tooladapter / "call").mkdir()
     (tooladapter / "call" / "arguments.json").write_text("{}")
+    # The holder's shell goes too (PID 1 runs from it since its start, not from the file): a
+    # tool could have put anything in its place (attack of 2026-12-07).
     holder = tooladapter / HOLDER_SHELL.rsplit("/", 1)[1]
-    holder.write_text("holder")
-    # The network gate's mark stays too: every call of an inline-gated pod checks it.
+    holder.mkdir()
+    (holder / "left").write_text("a call's data")
+    # The network gate's mark stays, made anew: every call of an inline-gated pod checks
+    # it, and no mode or time a call set on it reaches the next.
     mark = tooladapter / GATE_PASSED.rsplit("/", 1)[1]
     mark.write_text("")
+    mark.chmod(0o741)
+    os.utime(mark, (981173106, 981173106))
     keep = tmp_path / "workspace-file"
     keep.write_text("data")
     (places["/dev/shm"] / "link").symlink_to(keep)
@@ -436,7 +442,8 @@ def test_everything_but_the_workspace_and_the_holder_is_emptied_between_calls(
         ["/bin/sh", "-c", script + 'echo "left:$left"'], capture_output=True, check=False
     )
     assert result.stdout == b"left:\n", result.stderr
-    assert sorted(p.name for p in tooladapter.iterdir()) == sorted([holder.name, mark.name])
+    assert [p.name for p in tooladapter.iterdir()] == [mark.name]
+    assert mark.stat().st_mtime != 981173106 and oct(mark.stat().st_mode)[-3:] != "741"
     for place in (home, *[places[d] for d in SHARED_MEMORY]):
         assert list(place.iterdir()) == []
     # A symlink is removed, never followed: its target in the workspace is untouched.

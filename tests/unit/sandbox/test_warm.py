@@ -42,6 +42,7 @@ from tooladapter.sandbox.warm import (
     quantity_value,
     run_command,
     run_input,
+    tool_exit,
     uses_attempt_workspace,
     warm_refusal,
     workspace_key,
@@ -352,8 +353,10 @@ def test_a_pool_pods_call_starts_only_once_the_pod_is_as_empty_as_a_new_one() ->
         assert "kill -9 -1" in before
         for place in (*CLEARED, WORKSPACE):
             assert place in dirs(before)
-        # Its end says whether the pod may be handed back: no IPC object left.
-        assert script.rstrip().endswith("exit $rc")
+        # Its end says whether the pod may be handed back (no IPC object left) and the
+        # tool's exit code, and only its end exits 0 (a tool that kills it cannot).
+        assert script.rstrip().endswith('echo "tooladapter-tool-exit:$rc" >&2; exit 0')
+        assert script.count("exit 0") == 1
         assert IPC_MARK in script[script.index("wait $tool") :]
     # In a pod handed back: no IPC object and no termination message, before the tool.
     before = REUSED_RUN_SCRIPT[: REUSED_RUN_SCRIPT.index(STARTED_MARK)]
@@ -372,3 +375,5 @@ def test_a_pool_pods_call_starts_only_once_the_pod_is_as_empty_as_a_new_one() ->
     assert not earlier_call_left(b"tooladapter-not-started:setup\n")
     assert not ipc_left(b"tooladapter-ipc-left:0\n")
     assert ipc_left(b"tooladapter-ipc-left:1\n") and ipc_left(b"cut off")
+    assert tool_exit(b"tooladapter-tool-exit:3\ntooladapter-tool-exit:0\n") == 0
+    assert tool_exit(b"cut off") is None

@@ -217,7 +217,10 @@ def ran(stdout: bytes, code: int, left: int = 0, ipc: str = "0") -> ExecResult:
             "details": {"causes": [{"reason": "ExitCode", "message": str(code)}]},
         }
     )
-    stderr = f"tooladapter-ipc-left:{ipc}\ntooladapter-processes-left:{left}\n"
+    stderr = (
+        f"tooladapter-ipc-left:{ipc}\ntooladapter-processes-left:{left}\n"
+        f"tooladapter-tool-exit:{code}\n"
+    )
     return ExecResult(stdout, stderr.encode(), code, status)
 
 
@@ -346,7 +349,7 @@ def test_a_pool_pod_ended_cleanly_serves_its_callers_next_call_and_no_other_call
         # Handed back for alice alone, on the call's own clean end (no exec of its own).
         assert [e[0] for e in kube.execs] == ["pool-1"]
         assert pod["labels"][LABEL_STATE] == STATE_POOL
-        assert pod["labels"][LABEL_CALLER] == caller_key("ns", "alice")
+        assert pod["labels"][LABEL_CALLER] == caller_key("ns", "alice", "sh@1.0.0")
         assert LABEL_CALL not in pod["labels"]
         assert pod["annotations"][ANNOTATION_CALLS] == "1"
         bob = await sandboxes.run(pool_call(descriptor, "uid-2", caller="bob"))
@@ -414,6 +417,17 @@ def test_a_pool_call_that_did_not_end_cleanly_deletes_its_pod() -> None:
         ran(b"hi", 0, left=1),
         ran(b"hi", 0, ipc="1"),
         ExecResult(b"hi", b"tooladapter-processes-left:0\n", 0, {"status": "Success"}),
+        # The tool killed its script and wrote a clean report in its place: the exec does
+        # not end 0, which only the script's own end does.
+        ExecResult(
+            b"hi",
+            b"tooladapter-ipc-left:0\ntooladapter-processes-left:0\ntooladapter-tool-exit:0\n",
+            137,
+            {
+                "status": "Failure",
+                "details": {"causes": [{"reason": "ExitCode", "message": "137"}]},
+            },
+        ),
         ConnectionError("lost"),
         None,
     ):
@@ -486,7 +500,7 @@ def test_a_call_waiting_for_a_pool_pod_takes_the_one_its_callers_call_hands_back
         await kube.running.wait()
         second = asyncio.ensure_future(sandboxes.run(pool_call(descriptor, "uid-2")))
         pool = next(iter(sandboxes.pools.values()))
-        while not pool.waiters.get(caller_key("ns", "alice")):  # noqa: ASYNC110 (no event to wait on)
+        while not pool.waiters.get(caller_key("ns", "alice", "sh@1.0.0")):  # noqa: ASYNC110 (no event to wait on)
             await asyncio.sleep(0)
         kube.release.set()
         ended = await first, await second
