@@ -528,13 +528,6 @@ class SandboxBench:
             lambda index, _r: self.call(agents[index], "attempt", attempt=f"a-{tag}-{index}"),
             warm=True,
         )
-        if ROWS and "gvisor" not in ROWS:
-            pass
-        elif gvisor.returncode == 0:
-            self.tool(main, "gvisor", kind="GVisor", egress={"allow": []})
-            self.column("gvisor", by_agent("gvisor"), warm=True)
-        else:
-            self.report["unavailable"]["gvisor"] = (gvisor.stderr or gvisor.stdout).strip()
         if not ROWS or "credentialed" in ROWS:
             command = self.credentialed_tool(main)
 
@@ -546,6 +539,16 @@ class SandboxBench:
                 return seconds, status
 
             self.column("credentialed", credentialed, warm=True)
+        # Last: a gVisor pool's pods each serve one call (their IPC tables cannot be read,
+        # so none is handed back), and tearing down their sandboxes costs the node for
+        # seconds after the row: the row after it lost 0.5-2 s at p95 (2026-12-07).
+        if ROWS and "gvisor" not in ROWS:
+            pass
+        elif gvisor.returncode == 0:
+            self.tool(main, "gvisor", kind="GVisor", egress={"allow": []})
+            self.column("gvisor", by_agent("gvisor"), warm=True)
+        else:
+            self.report["unavailable"]["gvisor"] = (gvisor.stderr or gvisor.stdout).strip()
         self.idle_cost()
         self.report["machine"]["loadavg_after"] = list(os.getloadavg())
 

@@ -25,9 +25,10 @@ from typing import NamedTuple
 
 from tooladapter.sandbox.warm import quantity_value
 
-#: Calls in this many seconds count as recent demand: a burst's pods are kept between its
-#: waves, and a pod that starts for it is ready (seconds) well within it.
-DEMAND_WINDOW_SECONDS = 30.0
+#: Calls in this many seconds count as recent demand: a burst's pods are kept for two
+#: minutes after it, so bursts a little apart find them ready, and a small node is not kept
+#: busy deleting pods and starting them again (an idle runc pod holds 10m of CPU and 32Mi).
+DEMAND_WINDOW_SECONDS = 120.0
 #: Pods a pool holds beyond the most calls it ran at once lately: the next caller's (a
 #: handed-back pod serves only its own caller), and the next call while a pod comes back.
 SPARE_PODS = 1
