@@ -29,8 +29,9 @@ class WarmSettings(FromEnv):
     #: Warm pools are on by default, sized from demand (`sandbox.pool_sizing`): per namespace
     #: and sandbox profile (image, RuntimeClass, resources) a pool starts one pod when a
     #: descriptor of that profile becomes active in the namespace, grows with its recent
-    #: calls (two pods more per call in the last 30 s) up to this many pods, and shrinks to
-    #: zero after `TOOLADAPTER_WARM_POOL_IDLE_SECONDS` without a call. 0: no pools (every
+    #: calls (the most that ran at once in the last 2 minutes, and one spare: a call's pod
+    #: is handed back to its caller's next call of the same tool) up to this many pods, and
+    #: shrinks to zero after `TOOLADAPTER_WARM_POOL_IDLE_SECONDS` without a call. 0: no pools (every
     #: call that is not an attempt's runs in a Job of its own). Each idle pod requests CPU
     #: 10m and memory 32Mi at most, its limits as declared (`sandbox.warm.IDLE_REQUESTS`);
     #: pools never take the share of a namespace's ResourceQuota one call of their profile
