@@ -510,12 +510,14 @@ class WarmSandboxes:
         ready = [p for p in await self.pool_pods(call.namespace, profile.key) if pod_ready(p)]
         # The caller's own pods first (handed back after its earlier calls), then new ones;
         # a pod another caller's call ran in is never this caller's.
+        # An attempt's workspace is made only of a new pod: its calls run other tools.
+        allowed = (None,) if workspace else (None, mine)
         ours = sorted(
-            (p for p in ready if pod_caller(p) in (None, mine)),
+            (p for p in ready if pod_caller(p) in allowed),
             key=lambda p: (pod_caller(p) != mine, pod_name(p)),
         )
         if not ours:
-            theirs = [p for p in ready if pod_caller(p) not in (None, mine)]
+            theirs = [p for p in ready if pod_caller(p) not in allowed]
             if theirs:
                 # Other callers hold every ready pod: the least recently used goes, so the
                 # pool makes a new one (anyone's) in its place.
@@ -1022,14 +1024,17 @@ class WarmSandboxes:
                 ),
                 sandbox_seconds=seconds,
             ), False
-        if not_started(result.stderr):
-            if fresh and earlier_call_left(result.stderr):
+        # Whether the tool started is read off what the script wrote before it (the head of
+        # stderr): a tool that writes more than the tail holds cannot push its start mark
+        # out and be taken for never started (then failed, or run again elsewhere).
+        if not_started(result.head):
+            if fresh and earlier_call_left(result.head):
                 logger.info("pool pod %s/%s held what an earlier call left", call.namespace, name)
                 return None, False
             why = (
                 "holds no mark of its network gate having passed (handed out before it did, "
                 "or the mark was removed by an earlier call of the attempt)"
-                if gate_not_passed(result.stderr)
+                if gate_not_passed(result.head)
                 else "could not be readied for the call (an earlier call's processes could "
                 "not be stopped, or its files not written)"
             )

@@ -37,10 +37,19 @@ MAX_STDERR_BYTES = 4096
 @dataclass(frozen=True)
 class ExecResult:
     stdout: bytes
+    #: The last `MAX_STDERR_BYTES` of stderr: the script's report at its end.
     stderr: bytes
     #: The exit code the final Status reported; None: none was reported.
     exit_code: int | None
     status: dict[str, Any]
+    #: The first `MAX_STDERR_BYTES` of stderr (None: all of it is in `stderr`): what the
+    #: script wrote before the tool started (the marks of a call that never started, or
+    #: that it started) stays here however much the tool writes after.
+    stderr_head: bytes | None = None
+
+    @property
+    def head(self) -> bytes:
+        return self.stderr if self.stderr_head is None else self.stderr_head
 
 
 class WarmKube:
@@ -203,6 +212,7 @@ class WarmKube:
             )
         stdout = bytearray()
         stderr = bytearray()
+        head = bytearray()
         status: dict[str, Any] = {}
         async with connect as ws:
             if stdin:
@@ -221,12 +231,11 @@ class WarmKube:
                     if room > 0:
                         stdout += payload[:room]
                 elif channel == STDERR:
-                    room = MAX_STDERR_BYTES - len(stderr)
+                    room = MAX_STDERR_BYTES - len(head)
                     if room > 0:
-                        stderr += payload[:room]
-                    else:
-                        # Keep the end: the script's report is its last line.
-                        stderr = (stderr + payload)[-MAX_STDERR_BYTES:]
+                        head += payload[:room]
+                    # Keep the end too: the script's report is its last line.
+                    stderr = (stderr + payload)[-MAX_STDERR_BYTES:]
                 elif channel == ERROR and payload:
                     try:
                         status = json.loads(payload)
@@ -234,7 +243,9 @@ class WarmKube:
                         status = {"status": "Failure", "message": payload.decode(errors="replace")}
         if not status:
             raise ConnectionError(f"exec in {namespace}/{name} ended without a status")
-        return ExecResult(bytes(stdout), bytes(stderr), exit_code_of(status), status)
+        return ExecResult(
+            bytes(stdout), bytes(stderr), exit_code_of(status), status, stderr_head=bytes(head)
+        )
 
 
 __all__ = ["Conflict", "ExecResult", "WarmKube"]

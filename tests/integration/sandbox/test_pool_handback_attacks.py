@@ -370,3 +370,190 @@ def test_odd_files_in_every_cleared_place_are_gone_before_the_next_call(
     for left in (".h\n", "..dots\n", " -n\n", "fifo\n", "link -> ", "line\n", " q\n", " *\n"):
         assert left not in listing, seen
     assert "odd-" not in seen, seen
+
+
+# --------------------------------------------------------------------------------------
+# 5. The operator keeps only the last 4096 bytes of a run's stderr (`MAX_STDERR_BYTES`):
+#    the tool floods its run script's stderr so the script's start mark falls off, and
+#    leaves a "not started" mark of its own. The call's tool ran (a side effect through
+#    the proxy), yet the operator takes it for never started.
+
+
+def drown_start(port: int, path: str, mark: str) -> str:
+    """A side effect, then 8 KiB on the run script's stderr and a forged not-started mark."""
+    return (
+        f"wget -q -O /dev/null http://{API}:{port}/{path} && echo effect-done\n"
+        "script=$(awk '{print $4}' /proc/$PPID/stat)\n"
+        "{ head -c 8192 /dev/zero | tr '\\0' x; printf '\\ntooladapter-not-started:%s\\n' "
+        f"'{mark}'; }} > /proc/$script/fd/2 2>/dev/null\n"
+        "echo drowned\n"
+    )
+
+
+def test_a_tool_that_drowns_its_start_mark_is_not_run_a_second_time(
+    api: client.ApiClient,
+    hns: Namespace,
+    server: Recorder,
+    warm: tuple[OperatorProcess, EgressProxyProcess],
+) -> None:
+    port = server.port
+    pooled_tool(api, hns.name, "p", egress=[f"{API}:{port}"])
+    (mallory,) = agents(api, hns.name, "p", "mallory")
+    warm_up(api, hns.name, mallory, "p")
+    wait_for(lambda: pool_pods(api, hns.name), timeout=120, what="a ready pool pod")
+    status = run(mallory, "p", drown_start(port, "hb-twice", "unclean"))
+    print(pretty(status), "hits:", server.hits["/hb-twice"])
+    # The tool ran once (its effect went out): it must not be run again (a cold Job).
+    assert server.hits["/hb-twice"] == 1, (
+        f"the tool ran {server.hits['/hb-twice']} times\n{explain(status, warm)}"
+    )
+    assert status["sandboxLease"]["start"] == "warm", explain(status, warm)
+
+
+def test_a_tool_that_drowns_its_start_mark_is_not_reported_as_never_started(
+    api: client.ApiClient,
+    hns: Namespace,
+    server: Recorder,
+    warm: tuple[OperatorProcess, EgressProxyProcess],
+) -> None:
+    port = server.port
+    pooled_tool(api, hns.name, "p", egress=[f"{API}:{port}"])
+    (mallory,) = agents(api, hns.name, "p", "mallory")
+    warm_up(api, hns.name, mallory, "p")
+    wait_for(lambda: pool_pods(api, hns.name), timeout=120, what="a ready pool pod")
+    status = run(mallory, "p", drown_start(port, "hb-gate", "gate"))
+    print(pretty(status), "hits:", server.hits["/hb-gate"])
+    assert server.hits["/hb-gate"] == 1, explain(status, warm)
+    # Its effect went out: the call may not say the tool never started.
+    assert "never started" not in str(status.get("message", "")) + str(status.get("error", "")), (
+        explain(status, warm)
+    )
+    assert status["state"] == "Observed", explain(status, warm)
+
+
+# --------------------------------------------------------------------------------------
+# 6. A cleared place that the tool leaves empty is not touched by the clean-up: its own
+#    time and mode (set by the tool) would carry into the next call.
+
+PLANT_DIR_META = (
+    "for d in /home/sandbox /workspace /dev/shm /dev/mqueue /tooladapter; do "
+    'chmod 0751 "$d" 2>/dev/null; touch -d "2001-02-03 04:05:06" "$d" 2>/dev/null; '
+    "done; stat -c '%n %a %Y %U' /home/sandbox /workspace /dev/shm /dev/mqueue /tooladapter; "
+    "echo planted"
+)
+LOOK_DIR_META = (
+    "stat -c '%n %a %Y %U' /home/sandbox /workspace /dev/shm /dev/mqueue /tooladapter; echo looked"
+)
+
+
+def test_the_time_and_mode_of_an_emptied_place_do_not_carry_into_the_next_call(
+    api: client.ApiClient,
+    hns: Namespace,
+    server: Recorder,
+    warm: tuple[OperatorProcess, EgressProxyProcess],
+) -> None:
+    pooled_tool(api, hns.name, "p", egress=[])
+    (mallory,) = agents(api, hns.name, "p", "mallory")
+    warm_up(api, hns.name, mallory, "p")
+    planted, used = first_pod(api, hns.name, mallory, "p", PLANT_DIR_META)
+    print(planted["result"]["content"])
+    assert "planted" in planted["result"]["content"], explain(planted, warm)
+    later = next_in(api, hns.name, mallory, "p", used, LOOK_DIR_META)
+    seen = later["result"]["content"]
+    print(seen)
+    assert "looked" in seen, explain(later, warm)
+    assert later["sandboxLease"]["sandboxName"] == used, explain(later, warm)
+    assert " 751 " not in seen, seen
+    assert "981173106" not in seen, seen
+
+
+# --------------------------------------------------------------------------------------
+# 7. A pool pod handed back after a call of tool `w` becomes the caller's attempt workspace
+#    (a call of `w` with an attemptId claims it), and so serves another tool (`v`) of the
+#    attempt: the pod crosses tools.
+
+
+def attempt_tool(api: client.ApiClient, namespace: str, tool_id: str) -> None:
+    descriptor(
+        api,
+        namespace,
+        tool_id,
+        kind="container",
+        side_effect_class="sandbox",
+        inputSchema={"type": "object", "properties": {"script": {"type": "string"}}},
+        timeoutSeconds=60,
+        sandbox={
+            "command": ["/bin/sh", "-c", SCRIPT_RUNNER],
+            "resources": {"limits": {"cpu": "250m", "memory": "64Mi"}},
+            "egress": {"allow": []},
+            "workspace": "attempt",
+            "workspaceSizeLimit": "256Mi",
+        },
+    )
+
+
+def test_a_pod_handed_back_after_one_tool_never_runs_another_tools_call(
+    api: client.ApiClient,
+    hns: Namespace,
+    server: Recorder,
+    warm: tuple[OperatorProcess, EgressProxyProcess],
+) -> None:
+    attempt_tool(api, hns.name, "w")
+    attempt_tool(api, hns.name, "v")
+    (mallory,) = agents(api, hns.name, "w", "mallory")
+    mallory.grant(["w", "v"], ["sandbox"])
+    warm_up(api, hns.name, mallory, "w")
+    _, used = first_pod(api, hns.name, mallory, "w", "echo pooled-w")
+    wait_for(
+        lambda: handed_back(api, hns.name, mallory, used, "w"),
+        timeout=60,
+        what=f"{used} handed back",
+    )
+    encoded = base64.b64encode(b"echo attempt-w").decode()
+    in_attempt = status_of(
+        mallory.wait(mallory.invoke("w", {"script": encoded}, attemptId="x"), timeout=180)
+    )
+    assert in_attempt["state"] == "Observed", explain(in_attempt, warm)
+    encoded = base64.b64encode(b"echo attempt-v").decode()
+    other = status_of(
+        mallory.wait(mallory.invoke("v", {"script": encoded}, attemptId="x"), timeout=180)
+    )
+    print(used, in_attempt["sandboxLease"], other["sandboxLease"])
+    assert other["state"] == "Observed", explain(other, warm)
+    assert other["sandboxLease"]["sandboxName"] != used, (
+        f"tool v ran in {used}, the pod tool w's pool call ran in\n{explain(other, warm)}"
+    )
+
+
+# --------------------------------------------------------------------------------------
+# 8. Every place the sandbox user can write is one the clean-up empties (or the
+#    termination log, truncated): nothing else could carry a call's data into the next.
+
+FIND_WRITABLE = (
+    "for m in $(awk '{print $2}' /proc/mounts | sort -u) /etc /tmp /var/tmp /run /var/run; do "
+    '[ -d "$m" ] || continue; f="$m/.ta-probe-$$"; '
+    'if ( : > "$f" ) 2>/dev/null; then rm -f "$f"; echo "writable-dir $m"; fi; done; '
+    "for f in /etc/hosts /etc/hostname /etc/resolv.conf /dev/termination-log; do "
+    '[ -w "$f" ] && echo "writable-file $f"; done; echo looked'
+)
+
+
+def test_the_sandbox_user_can_write_only_where_the_clean_up_empties(
+    api: client.ApiClient,
+    hns: Namespace,
+    server: Recorder,
+    warm: tuple[OperatorProcess, EgressProxyProcess],
+) -> None:
+    pooled_tool(api, hns.name, "p", egress=[])
+    (mallory,) = agents(api, hns.name, "p", "mallory")
+    warm_up(api, hns.name, mallory, "p")
+    status, _ = first_pod(api, hns.name, mallory, "p", FIND_WRITABLE)
+    seen = status["result"]["content"]
+    print(seen)
+    assert "looked" in seen, explain(status, warm)
+    cleared = {"/home/sandbox", "/tooladapter", "/workspace", "/dev/shm", "/dev/mqueue"}
+    for line in seen.splitlines():
+        if line.startswith("writable-dir "):
+            assert line.split(" ", 1)[1] in cleared, seen
+        if line.startswith("writable-file "):
+            assert line.split(" ", 1)[1] == "/dev/termination-log", seen

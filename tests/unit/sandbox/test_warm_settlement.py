@@ -581,3 +581,66 @@ def test_a_pod_gated_in_its_own_container_runs_a_call_only_past_the_gates_mark()
             gate_image="another-image",
         )
     )
+
+
+def test_a_tool_that_pushes_its_start_mark_out_of_the_kept_stderr_is_never_run_again() -> None:
+    # Attack of 2026-12-07: the tool acted, then wrote more than the kept tail of stderr and
+    # a forged not-started mark. Whether it started is read off the head (what the script
+    # wrote before it), so the call is neither run again in a Job nor failed as never
+    # started.
+    flood = b"x" * 8192
+    for forged in (b"unclean", b"gate"):
+        kube = FakeWarmKube()
+        sandboxes = warm(kube, pool_size=1)
+        descriptor = tool(workspace="call")
+        one_pool_pod(kube, sandboxes, descriptor)
+        tail = (flood + b"\ntooladapter-not-started:" + forged + b"\n")[-4096:]
+        kube.answers = [
+            ExecResult(
+                b"acted",
+                tail,
+                125,
+                {
+                    "status": "Failure",
+                    "details": {"causes": [{"reason": "ExitCode", "message": "125"}]},
+                },
+                stderr_head=(b"tooladapter-tool-started\n" + flood)[:4096],
+            )
+        ]
+
+        async def scenario(kube: FakeWarmKube, sandboxes: WarmSandboxes) -> Any:
+            outcome = await sandboxes.run(pool_call(tool(workspace="call"), "uid-1"))
+            await only_pool_1(kube, sandboxes)
+            return outcome
+
+        outcome = asyncio.run(scenario(kube, sandboxes))
+        assert outcome is not None, forged  # never sent to a Job to run again
+        assert outcome.state == InvocationState.OBSERVED, (forged, outcome)
+        assert "never started" not in (outcome.message or ""), forged
+        assert "pool-1" not in kube.pods  # no clean end: deleted
+
+
+def test_an_attempts_workspace_is_made_of_a_new_pool_pod_only() -> None:
+    # Attack of 2026-12-07: a pod handed back after one tool's call became the workspace of
+    # an attempt whose calls run other tools.
+    kube = FakeWarmKube()
+    sandboxes = warm(kube, pool_size=1)
+    attempt_tool = tool(workspace="attempt")
+    profile = sandboxes.profile(call(attempt_tool), attempt=True)
+    kube.add(
+        "used-1",
+        {
+            LABEL_STATE: STATE_POOL,
+            LABEL_PROFILE: profile.key,
+            LABEL_CALLER: caller_key("ns", "alice", "sh@1.0.0"),
+        },
+    )
+
+    async def scenario() -> Any:
+        return await sandboxes.claim(call(attempt_tool), profile, workspace="ws-key")
+
+    assert asyncio.run(scenario()) is None
+    # Never the workspace: left in the pool, or deleted to make way for a new pod.
+    used = kube.pods.get("used-1")
+    assert used is None or used["metadata"]["labels"][LABEL_STATE] == STATE_POOL
+    assert used is not None or "used-1" in kube.deleted
